@@ -1,0 +1,197 @@
+"""The minillama command line tool: one function per subcommand, dispatched from a table."""
+
+from __future__ import annotations
+
+import argparse
+import codecs
+import os
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, TextIO
+
+from minillama import __version__
+from minillama.errors import MinillamaError
+
+if TYPE_CHECKING:
+    from minillama.tokenizer import Tokenizer
+
+PROG = "minillama"
+
+# Pastel backgrounds in the spirit of the Tiktokenizer page (Tailwind's *-200 shades), cycled per token.
+PALETTE: tuple[tuple[int, int, int], ...] = (
+    (0xBA, 0xE6, 0xFD),  # sky
+    (0xFD, 0xE6, 0x8A),  # amber
+    (0xBB, 0xF7, 0xD0),  # green
+    (0xFE, 0xCD, 0xD3),  # rose
+    (0xC7, 0xD2, 0xFE),  # indigo
+    (0xD9, 0xF9, 0x9D),  # lime
+    (0xFE, 0xD7, 0xAA),  # orange
+    (0xA5, 0xF3, 0xFC),  # cyan
+    (0xE9, 0xD5, 0xFF),  # purple
+    (0xFE, 0xF0, 0x8A),  # yellow
+    (0x99, 0xF6, 0xE4),  # teal
+    (0xFB, 0xCF, 0xE8),  # pink
+)
+FOREGROUND = (0x11, 0x18, 0x27)  # near-black, readable on every pastel
+RESET = "\x1b[0m"
+
+
+# ---------------------------------------------------------------------------------------------
+# Rendering helpers
+
+
+def use_color(stream: TextIO) -> bool:
+    """Return True when stream is a terminal and NO_COLOR is not set."""
+    if os.environ.get("NO_COLOR"):
+        return False
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty and isatty())
+
+
+def group_pieces(pieces: Iterable[bytes]) -> list[str]:
+    """Decode token pieces into groups, joining tokens that split one UTF-8 character between them."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    groups: list[str] = []
+    text = ""
+    for piece in pieces:
+        text += decoder.decode(piece)
+        if not decoder.getstate()[0]:  # no bytes left waiting for the rest of a character
+            groups.append(text)
+            text = ""
+    text += decoder.decode(b"", final=True)
+    if text:
+        groups.append(text)
+    return groups
+
+
+# Control characters (other than tab and newline) are shown as Unicode control pictures on a
+# terminal, so a token holding e.g. ESC cannot inject escape sequences.
+_CONTROL_PICTURES = {c: 0x2400 + c for c in range(0x20) if c not in (0x09, 0x0A)} | {0x7F: 0x2421}
+
+
+def colorize(groups: Sequence[str]) -> str:
+    """Paint each group on the next pastel background, resetting around newlines so colour never bleeds."""
+    fr, fg, fb = FOREGROUND
+    out: list[str] = []
+    for i, group in enumerate(groups):
+        r, g, b = PALETTE[i % len(PALETTE)]
+        start = f"\x1b[48;2;{r};{g};{b}m\x1b[38;2;{fr};{fg};{fb}m"
+        lines = group.translate(_CONTROL_PICTURES).split("\n")
+        out.append("\n".join(start + line + RESET if line else "" for line in lines))
+    return "".join(out)
+
+
+def format_ids(ids: Iterable[int]) -> str:
+    """Format ids like a Python list: [1, 2, 3]."""
+    return "[" + ", ".join(str(int(i)) for i in ids) + "]"
+
+
+# ---------------------------------------------------------------------------------------------
+# Subcommands
+
+
+def _read_text(words: Sequence[str]) -> str:
+    """Join the TEXT words with spaces, or read standard input when the only word is '-'."""
+    if list(words) == ["-"]:
+        data = sys.stdin.buffer.read()
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise MinillamaError(f"standard input is not valid UTF-8 (byte {exc.start})") from None
+    text = " ".join(words)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise MinillamaError("TEXT is not valid UTF-8") from None
+    return text
+
+
+def _load_tokenizer(path: str | None) -> Tokenizer:
+    """Load the tokenizer at path, or the packaged default vocab when path is None."""
+    from minillama.tokenizer import Tokenizer, default_vocab_path  # lazy: keeps --help fast
+
+    return Tokenizer.from_file(path if path is not None else default_vocab_path())
+
+
+def cmd_tokenize(args: argparse.Namespace) -> int:
+    """Print the coloured pieces, the ids and the token count of the given text."""
+    text = _read_text(args.text)
+    tok = _load_tokenizer(args.model)
+    ids = tok.encode(text, add_special=not args.no_bos, parse_special=args.parse_special)
+    out = sys.stdout
+    if not args.ids:
+        groups = group_pieces(tok.token_to_piece(i) for i in ids)
+        shown = colorize(groups) if use_color(out) else "".join(groups)
+        ends_with_newline = bool(groups) and groups[-1].endswith("\n")
+        out.write(shown + ("" if ends_with_newline else "\n"))
+    out.write(format_ids(ids) + "\n")
+    if not args.ids:
+        out.write(f"{len(ids)} tokens\n")
+    out.flush()
+    return 0
+
+
+def _setup_tokenize(p: argparse.ArgumentParser) -> None:
+    """Declare the arguments of 'tokenize'."""
+    p.add_argument("--model", metavar="PATH", help="GGUF or llama2.c tokenizer.bin (default: built-in vocab)")
+    p.add_argument("--ids", action="store_true", help="print only the list of token ids")
+    p.add_argument("--no-bos", action="store_true", help="do not add BOS/EOS (add_special=False)")
+    p.add_argument("--parse-special", action="store_true", help="turn special-token text into its id")
+    p.add_argument(
+        "text", nargs="+", metavar="TEXT", help="text to tokenize (words joined by spaces; '-' reads stdin)"
+    )
+
+
+@dataclass(frozen=True)
+class Subcommand:
+    """One subcommand: its help line, how to declare its arguments, and what runs it."""
+
+    help: str
+    setup: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+
+
+COMMANDS: dict[str, Subcommand] = {
+    "tokenize": Subcommand("tokenize text and show the pieces and ids", _setup_tokenize, cmd_tokenize),
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Entry point
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Build the top-level parser with one subparser per entry of COMMANDS."""
+    parser = argparse.ArgumentParser(prog=PROG, description="Tokenize text exactly as llama.cpp does.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, command in COMMANDS.items():
+        p = sub.add_parser(name, help=command.help, description=command.help)
+        command.setup(p)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line tool and return its exit status."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version and usage errors
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+    try:
+        return COMMANDS[args.command].run(args)
+    except BrokenPipeError:
+        # The reader went away (e.g. `| head`): stop quietly and keep Python from complaining at exit.
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return 1
+    except (MinillamaError, OSError) as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

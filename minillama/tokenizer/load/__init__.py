@@ -1,0 +1,29 @@
+"""Loaders: a model file -> GGUF-style tokenizer metadata. They know files, nothing of merging."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ...errors import FormatError
+from .gguf import GGUFFile, is_gguf, read_gguf
+from .llama2c import looks_like_llama2c, read_llama2c
+
+
+def read_metadata(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Tokenizer metadata of any supported file, chosen by content: GGUF or llama2.c tokenizer.bin."""
+    path = os.fspath(path)
+    with open(path, "rb") as f:
+        head = f.read(16)
+        size = os.fstat(f.fileno()).st_size
+    if size == 0:
+        raise FormatError("empty file, expected a GGUF file or a llama2.c tokenizer.bin", path=path, offset=0)
+    if is_gguf(head):
+        return read_gguf(path, tensors=False).metadata
+    if looks_like_llama2c(head, size):
+        return read_llama2c(path)
+    raise FormatError(f"unrecognised file (starts with {head[:8]!r}), expected a GGUF file or a llama2.c "
+                      "tokenizer.bin", path=path, offset=0)
+
+
+__all__ = ["read_metadata", "read_gguf", "read_llama2c", "GGUFFile"]

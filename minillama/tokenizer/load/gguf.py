@@ -1,0 +1,215 @@
+"""Read the metadata of a GGUF file (v2/v3) without touching tensor data.
+
+The gguf package's GGUFReader builds a numpy view per array item, which takes seconds on a
+128k-token vocab; here string arrays are parsed in one pass over a memory map, numeric arrays
+become one numpy view each, and every length is checked against the bytes that remain before
+anything is allocated, so a hostile file fails with FormatError instead of a memory bomb.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from gguf import GGUF_MAGIC, GGUFValueType
+
+from ...errors import FormatError, UnsupportedError
+
+SUPPORTED_VERSIONS = (2, 3)
+
+# numpy dtype and size of each scalar value type (little-endian files only).
+_SCALAR = {
+    GGUFValueType.UINT8: np.dtype("<u1"), GGUFValueType.INT8: np.dtype("<i1"),
+    GGUFValueType.UINT16: np.dtype("<u2"), GGUFValueType.INT16: np.dtype("<i2"),
+    GGUFValueType.UINT32: np.dtype("<u4"), GGUFValueType.INT32: np.dtype("<i4"),
+    GGUFValueType.FLOAT32: np.dtype("<f4"), GGUFValueType.BOOL: np.dtype("u1"),
+    GGUFValueType.UINT64: np.dtype("<u8"), GGUFValueType.INT64: np.dtype("<i8"),
+    GGUFValueType.FLOAT64: np.dtype("<f8"),
+}
+_U32 = struct.Struct("<I")
+_U64 = struct.Struct("<Q")
+
+
+@dataclass
+class TensorInfo:
+    """One entry of the tensor table: where a tensor's data lies, not the data."""
+
+    name: str
+    shape: tuple[int, ...]
+    ggml_type: int
+    offset: int  # relative to the start of the data section
+
+
+@dataclass
+class GGUFFile:
+    """Metadata of a GGUF file: key/value pairs in file order and the tensor table."""
+
+    path: str
+    version: int
+    metadata: dict[str, Any]
+    value_types: dict[str, GGUFValueType]
+    tensors: list[TensorInfo] = field(default_factory=list)
+    data_offset: int = 0
+    alignment: int = 32
+
+
+class _Cursor:
+    """Bounds-checked little-endian reads over a buffer, naming the key being read on failure."""
+
+    def __init__(self, buf: memoryview | bytes, path: str) -> None:
+        self.buf, self.pos, self.size, self.path = buf, 0, len(buf), path
+        self.key: str | None = None
+
+    def fail(self, message: str) -> FormatError:
+        return FormatError(message, path=self.path, offset=self.pos, key=self.key)
+
+    def need(self, n: int, what: str) -> None:
+        if n < 0 or self.pos + n > self.size:
+            raise self.fail(f"truncated file: {what} needs {n} bytes, {self.size - self.pos} remain")
+
+    def u32(self, what: str) -> int:
+        self.need(4, what)
+        v = _U32.unpack_from(self.buf, self.pos)[0]
+        self.pos += 4
+        return v
+
+    def u64(self, what: str) -> int:
+        self.need(8, what)
+        v = _U64.unpack_from(self.buf, self.pos)[0]
+        self.pos += 8
+        return v
+
+    def raw_string(self, what: str) -> bytes:
+        n = self.u64(f"length of {what}")
+        self.need(n, what)
+        s = bytes(self.buf[self.pos:self.pos + n])
+        self.pos += n
+        return s
+
+    def string(self, what: str) -> str:
+        return self.raw_string(what).decode("utf-8", "surrogateescape")
+
+    def value_type(self, what: str) -> GGUFValueType:
+        t = self.u32(what)
+        try:
+            return GGUFValueType(t)
+        except ValueError:
+            raise self.fail(f"unknown value type {t} for {what}, expected 0..12") from None
+
+    def scalar(self, vtype: GGUFValueType) -> Any:
+        dt = _SCALAR[vtype]
+        self.need(dt.itemsize, vtype.name)
+        v = np.frombuffer(self.buf, dt, 1, self.pos)[0].item()
+        self.pos += dt.itemsize
+        return bool(v) if vtype == GGUFValueType.BOOL else v
+
+    def string_array(self, n: int) -> list[str]:
+        # Each item is at least its 8-byte length: reject impossible counts before allocating.
+        self.need(8 * n, f"array of {n} strings")
+        buf, pos, out = self.buf, self.pos, []
+        append, unpack, size = out.append, _U64.unpack_from, self.size
+        for _ in range(n):
+            ln = unpack(buf, pos)[0]
+            pos += 8
+            end = pos + ln
+            if end > size:
+                self.pos = pos
+                raise self.fail(f"truncated file: string of {ln} bytes, {size - pos} remain")
+            append(str(buf[pos:end], "utf-8", "surrogateescape"))
+            pos = end
+            if pos + 8 > size and len(out) < n:
+                self.pos = pos
+                raise self.fail(f"truncated file: array of {n} strings ends after {len(out)}")
+        self.pos = pos
+        return out
+
+    def value(self, vtype: GGUFValueType, depth: int = 0) -> Any:
+        if vtype == GGUFValueType.STRING:
+            return self.string("string value")
+        if vtype != GGUFValueType.ARRAY:
+            return self.scalar(vtype)
+        itype = self.value_type("array item type")
+        n = self.u64("array length")
+        if itype == GGUFValueType.STRING:
+            return self.string_array(n)
+        if itype == GGUFValueType.ARRAY:
+            if depth > 2:
+                raise self.fail("arrays nested more than 3 deep")
+            self.need(12 * n, f"array of {n} arrays")
+            return [self.value(GGUFValueType.ARRAY, depth + 1) for _ in range(n)]
+        dt = _SCALAR[itype]
+        self.need(dt.itemsize * n, f"array of {n} {itype.name}")
+        # A copy: metadata must outlive the memory map it was read from.
+        arr = np.frombuffer(self.buf, dt, n, self.pos).copy()
+        self.pos += dt.itemsize * n
+        return arr.astype(bool) if itype == GGUFValueType.BOOL else arr
+
+
+def is_gguf(head: bytes) -> bool:
+    """True when the first bytes of a file are the GGUF magic."""
+    return len(head) >= 4 and struct.unpack_from("<I", head)[0] == GGUF_MAGIC
+
+
+def read_gguf(path: str | os.PathLike[str], *, tensors: bool = True) -> GGUFFile:
+    """Parse the header, all metadata and (optionally) the tensor table of a GGUF file."""
+    path = os.fspath(path)
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size == 0:
+            raise FormatError("empty file, expected a GGUF header", path=path, offset=0)
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            buf = memoryview(mm)
+            try:
+                return _parse(buf, path, tensors)
+            finally:
+                buf.release()
+
+
+def _parse(buf: memoryview, path: str, want_tensors: bool) -> GGUFFile:
+    c = _Cursor(buf, path)
+    magic = c.u32("magic")
+    if magic != GGUF_MAGIC:
+        raise FormatError(f"not a GGUF file: magic {magic:#010x}, expected {GGUF_MAGIC:#010x} ('GGUF')",
+                          path=path, offset=0)
+    version = c.u32("version")
+    if version not in SUPPORTED_VERSIONS:
+        if version == 1:
+            raise UnsupportedError(f"{path}: GGUF version 1 is not supported, expected 2 or 3")
+        raise FormatError(f"GGUF version {version}, expected 2 or 3", path=path, offset=4)
+    n_tensors = c.u64("tensor count")
+    n_kv = c.u64("metadata count")
+    # Every key/value needs at least 12 bytes, every tensor info at least 24.
+    c.need(12 * n_kv, f"{n_kv} metadata entries")
+    metadata: dict[str, Any] = {}
+    types: dict[str, GGUFValueType] = {}
+    for _ in range(n_kv):
+        c.key = None
+        key = c.string("metadata key")
+        c.key = key
+        vtype = c.value_type("value type")
+        metadata[key] = c.value(vtype)
+        types[key] = vtype
+    c.key = None
+    alignment = metadata.get("general.alignment", 32)
+    if not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1):
+        raise FormatError(f"general.alignment {alignment!r}, expected a power of two", path=path)
+    result = GGUFFile(path, version, metadata, types, alignment=alignment)
+    if not want_tensors:
+        return result
+    c.need(24 * n_tensors, f"{n_tensors} tensor infos")
+    for _ in range(n_tensors):
+        name = c.string("tensor name")
+        c.key = name
+        n_dims = c.u32("tensor dims")
+        if n_dims > 8:
+            raise c.fail(f"tensor has {n_dims} dimensions, expected at most 8")
+        shape = tuple(c.u64("tensor dim") for _ in range(n_dims))
+        ggml_type = c.u32("tensor type")
+        offset = c.u64("tensor offset")
+        result.tensors.append(TensorInfo(name, shape, ggml_type, offset))
+    result.data_offset = (c.pos + alignment - 1) // alignment * alignment
+    return result

@@ -1,0 +1,81 @@
+"""Read a llama2.c tokenizer.bin: int32 max_token_length, then per token float32 score, int32 length, bytes.
+
+The file carries no token types or special ids; llama2.c's exporter wrote the LLaMA-2 SentencePiece
+vocab with U+2581 turned into spaces and bos/eos as "\\n<s>\\n" / "\\n</s>\\n". This reader undoes that
+and gives GGUF-style metadata for the same vocab: <unk> 0, <s> 1, </s> 2, <0xXX> byte tokens.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import struct
+from typing import Any
+
+import numpy as np
+from gguf import Keys, TokenType
+
+from ...errors import FormatError
+
+K = Keys.Tokenizer
+_BYTE_TOKEN = re.compile(r"<0x[0-9A-F]{2}>")
+_ENTRY = struct.Struct("<fi")
+
+
+def looks_like_llama2c(head: bytes, size: int) -> bool:
+    """A plausible header: a small positive max_token_length followed by a first entry that fits."""
+    if len(head) < 12:
+        return False
+    max_len, (_, n) = struct.unpack_from("<i", head)[0], _ENTRY.unpack_from(head, 4)
+    return 0 < max_len <= 1 << 16 and 0 <= n <= max_len and 12 + n <= size
+
+
+def read_llama2c(path: str | os.PathLike[str], n_vocab: int | None = None) -> dict[str, Any]:
+    """Tokenizer metadata (gguf.Keys.Tokenizer names) from a llama2.c tokenizer.bin."""
+    path = os.fspath(path)
+    with open(path, "rb") as f:
+        data = f.read()
+    if len(data) < 4:
+        raise FormatError(f"file of {len(data)} bytes, expected a llama2.c tokenizer.bin", path=path, offset=0)
+    max_len = struct.unpack_from("<i", data)[0]
+    if not 0 < max_len <= 1 << 16:
+        raise FormatError(f"max_token_length {max_len}, expected 1..65536", path=path, offset=0)
+    tokens: list[str] = []
+    scores: list[float] = []
+    pos, size = 4, len(data)
+    while pos < size and (n_vocab is None or len(tokens) < n_vocab):
+        if pos + 8 > size:
+            raise FormatError(f"truncated entry of token {len(tokens)}", path=path, offset=pos)
+        score, n = _ENTRY.unpack_from(data, pos)
+        pos += 8
+        if not 0 <= n <= max_len or pos + n > size:
+            raise FormatError(f"token {len(tokens)} has length {n}, expected 0..{min(max_len, size - pos)}",
+                              path=path, offset=pos - 4)
+        tokens.append(data[pos:pos + n].decode("utf-8", "surrogateescape"))
+        scores.append(score)
+        pos += n
+    if not tokens:
+        raise FormatError("no tokens", path=path, offset=4)
+    types = []
+    for i, t in enumerate(tokens):
+        if t.strip("\n") in ("<s>", "</s>") and i in (1, 2):
+            tokens[i] = t.strip("\n")
+            types.append(TokenType.CONTROL)
+        elif i == 0 and t == "<unk>":
+            types.append(TokenType.UNKNOWN)
+        elif _BYTE_TOKEN.fullmatch(t):
+            types.append(TokenType.BYTE)
+        else:
+            tokens[i] = t.replace(" ", "\u2581")
+            types.append(TokenType.NORMAL)
+    return {
+        "general.architecture": "llama",
+        "general.name": os.path.basename(path),
+        K.MODEL: "llama",
+        K.LIST: tokens,
+        K.SCORES: np.asarray(scores, np.float32),
+        K.TOKEN_TYPE: np.asarray(types, np.int32),
+        K.BOS_ID: 1,
+        K.EOS_ID: 2,
+        K.UNK_ID: 0,
+    }

@@ -1,0 +1,24 @@
+"""Merge models: each turns one run of plain text (no special tokens) into token ids."""
+
+from __future__ import annotations
+
+from ..vocab import Vocab
+from .base import Model
+from .bpe import BPEModel
+from .spm import SPMModel
+
+MODELS: dict[str, type[Model]] = {"spm": SPMModel, "bpe": BPEModel}
+
+
+def make_model(vocab: Vocab) -> Model:
+    """The merge model for a vocab's type."""
+    from ...errors import UnsupportedError
+
+    cls = MODELS.get(vocab.model)
+    if cls is None:
+        raise UnsupportedError(f"tokenizer model {vocab.model!r} is not implemented yet; "
+                               f"implemented: {', '.join(MODELS)}")
+    return cls(vocab)
+
+
+__all__ = ["Model", "make_model", "MODELS", "SPMModel", "BPEModel"]

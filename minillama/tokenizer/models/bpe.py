@@ -1,0 +1,118 @@
+"""Rank-based merging (GPT-2 style byte-level BPE as llama.cpp runs it): llm_tokenizer_bpe.
+
+The algorithm, plainly: the pre-tokenizer splits text into words; each word becomes its GPT-2
+byte-level characters; while some adjacent pair is a listed merge, merge the pair of lowest rank
+(ties: the leftmost); finally emit each symbol's id, or, for a symbol that is not a token, the ids
+of its single bytes where those exist (llama.cpp drops the rest).
+
+Words repeat, so each word's ids are cached. Short words use the plain loop; long ones (a run of
+100,000 'a's is one word) the heap + linked list, O(n log n).
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from ..pretokenize import PATTERNS, PreTokenizer
+from ..unicode import byte_encode, raw_byte_token
+from ..vocab import Vocab
+from .base import Model
+
+HEAP_MIN_LEN = 48
+
+
+class BPEModel(Model):
+    """llama.cpp's BPE tokenizer over a vocab with merges and a pre-tokenizer."""
+
+    def __init__(self, vocab: Vocab) -> None:
+        super().__init__(vocab)
+        spec = vocab.pre_spec
+        assert spec is not None
+        self.spec = spec
+        self.pretokenizer = PreTokenizer(PATTERNS[spec.patterns])
+        self._ranks: dict[tuple[str, str], int] | None = None
+
+    @property
+    def ranks(self) -> dict[tuple[str, str], int]:
+        """(left, right) -> rank, built on first use; the first of duplicate merges wins."""
+        ranks = self._ranks
+        if ranks is None:
+            ranks = {}
+            for rank, m in enumerate(self.vocab.merges):
+                pos = m.find(" ", 1)
+                pair = (m[:pos], m[pos + 1:]) if pos >= 0 else ("", "")
+                ranks.setdefault(pair, rank)
+            self._ranks = ranks
+        return ranks
+
+    def prepare(self, text: str, after_special: bool) -> str:
+        """SPM-style BPE vocabs (gemma4) see spaces as U+2581; byte-level ones see the text as is."""
+        return text.replace(" ", "\u2581") if self.vocab.escape_whitespaces else text
+
+    def words(self, text: str) -> list[str]:
+        return self.pretokenizer.split(text)
+
+    def encode_word(self, word: str) -> list[int]:
+        t2i = self.token_to_id
+        sym_text = byte_encode(word) if self.spec.byte_encode else word
+        if self.vocab.ignore_merges or (self.spec.newline_tokens and not word.strip("\n")):
+            i = t2i.get(sym_text)
+            if i is not None:
+                return [i]
+        syms = self._merge_heap(sym_text) if len(sym_text) >= HEAP_MIN_LEN else self._merge_simple(sym_text)
+        out: list[int] = []
+        for s in syms:
+            i = t2i.get(s)
+            if i is not None:
+                out.append(i)
+                continue
+            for b in s.encode("utf-8", "surrogateescape"):
+                key = raw_byte_token(b) if self.spec.byte_encode else f"<0x{b:02X}>"
+                j = t2i.get(key)
+                if j is not None:
+                    out.append(j)
+        return out
+
+    def _merge_simple(self, text: str) -> list[str]:
+        syms = list(text)
+        ranks = self.ranks
+        while len(syms) > 1:
+            best_i, best_rank = -1, 0
+            for i in range(len(syms) - 1):
+                r = ranks.get((syms[i], syms[i + 1]))
+                if r is not None and (best_i < 0 or r < best_rank):
+                    best_i, best_rank = i, r
+            if best_i < 0:
+                break
+            syms[best_i:best_i + 2] = [syms[best_i] + syms[best_i + 1]]
+        return syms
+
+    def _merge_heap(self, text: str) -> list[str]:
+        ranks = self.ranks
+        syms = list(text)
+        n = len(syms)
+        nxt = list(range(1, n + 1))
+        nxt[-1] = -1
+        prv = list(range(-1, n - 1))
+        heap = []
+        for i in range(n - 1):
+            r = ranks.get((syms[i], syms[i + 1]))
+            if r is not None:
+                heap.append((r, i, i + 1, syms[i] + syms[i + 1]))
+        heapq.heapify(heap)
+        while heap:
+            _, left, right, merged = heapq.heappop(heap)
+            sl, sr = syms[left], syms[right]
+            if not sl or not sr or nxt[left] != right or sl + sr != merged:
+                continue
+            syms[left] = merged
+            syms[right] = ""
+            nxt[left] = nxt[right]
+            if nxt[right] >= 0:
+                prv[nxt[right]] = left
+            for a, b in ((prv[left], left), (left, nxt[left])):
+                if a >= 0 and b >= 0:
+                    r = ranks.get((syms[a], syms[b]))
+                    if r is not None:
+                        heapq.heappush(heap, (r, a, b, syms[a] + syms[b]))
+        return [s for s in syms if s]

@@ -1,0 +1,93 @@
+"""Unicode facts the tokenizers share: GPT-2's byte<->unicode map, whitespace, category placeholders."""
+
+from __future__ import annotations
+
+import regex
+
+# The White_Space property: what llama.cpp's unicode tables flag as whitespace (and regex's \s).
+WHITESPACE = frozenset(
+    [0x09, 0x0A, 0x0B, 0x0C, 0x0D, 0x20, 0x85, 0xA0, 0x1680, *range(0x2000, 0x200B),
+     0x2028, 0x2029, 0x202F, 0x205F, 0x3000])
+
+# C isspace() in the "C" locale: what std::regex's \s and llama.cpp's l/rstrip of special tokens see.
+C_SPACE = " \t\n\v\f\r"
+
+
+def _bytes_to_unicode() -> list[str]:
+    """GPT-2's reversible map from the 256 byte values to printable code points."""
+    keep = [*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
+    out, n = {}, 0
+    for b in range(256):
+        if b in keep:
+            out[b] = chr(b)
+        else:
+            out[b] = chr(256 + n)
+            n += 1
+    return [out[b] for b in range(256)]
+
+
+BYTE_TO_CHAR: list[str] = _bytes_to_unicode()
+CHAR_TO_BYTE: dict[str, int] = {c: b for b, c in enumerate(BYTE_TO_CHAR)}
+# str.translate table: a latin-1 decoded byte string -> GPT-2 byte-level text.
+LATIN1_TO_BYTELEVEL = {b: BYTE_TO_CHAR[b] for b in range(256)}
+
+
+def byte_encode(text: str) -> str:
+    """GPT-2 byte-level form of text: its UTF-8 bytes, each as one printable character."""
+    return text.encode("utf-8", "surrogateescape").decode("latin-1").translate(LATIN1_TO_BYTELEVEL)
+
+
+def raw_byte_token(b: int) -> str:
+    """The vocab key of a token whose text is the single byte b (invalid UTF-8 kept by surrogateescape)."""
+    return chr(b) if b < 0x80 else chr(0xDC00 + b)
+
+
+# Placeholders llama.cpp substitutes for non-ASCII code points before running std::regex.
+NUMBER, LETTER, PUNCT, MARK, SYMBOL, OTHER = "\xd1", "\xd2", "\xd3", "\xd4", "\xd5", "\xd0"
+_CATEGORY_RX = [(regex.compile(r"\p{N}"), NUMBER), (regex.compile(r"\p{L}"), LETTER),
+                (regex.compile(r"\p{P}"), PUNCT), (regex.compile(r"\p{M}"), MARK),
+                (regex.compile(r"\p{S}"), SYMBOL)]
+
+
+def category_placeholder(cp: int) -> str:
+    """The one character llama.cpp's collapsed text holds for code point cp."""
+    if cp < 128:
+        return chr(cp)
+    if cp in WHITESPACE:
+        return "\x0b"
+    ch = chr(cp)
+    for rx, placeholder in _CATEGORY_RX:
+        if rx.match(ch):
+            return placeholder
+    return OTHER
+
+
+class _CollapseTable(dict):
+    """str.translate table for the collapsed text, filled lazily one code point at a time."""
+
+    def __missing__(self, cp: int) -> str:
+        v = self[cp] = category_placeholder(cp)
+        return v
+
+
+class _WideTable(dict):
+    """str.translate table that turns non-ASCII whitespace into \\v, as llama.cpp does for std::wregex."""
+
+    def __missing__(self, cp: int) -> int:
+        v = self[cp] = 0x0B if cp > 0x7F and cp in WHITESPACE else cp
+        return v
+
+
+COLLAPSE = _CollapseTable()
+WIDE = _WideTable()
+
+
+def is_han(cp: int) -> bool:
+    """llama.cpp's Han (CJK ideograph) ranges."""
+    return any(a <= cp <= b for a, b in HAN_RANGES)
+
+
+HAN_RANGES = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F),
+              (0x2B740, 0x2B81F), (0x2B820, 0x2CEAF), (0x2CEB0, 0x2EBEF), (0xF900, 0xFAFF),
+              (0x2F800, 0x2FA1F))
+HAN_CLASS = "".join(f"\\U{a:08x}-\\U{b:08x}" for a, b in HAN_RANGES)

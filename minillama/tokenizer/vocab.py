@@ -1,0 +1,286 @@
+"""Vocab: tokens, scores, attributes, merges and special ids, with llama.cpp's load-time rules applied.
+
+Loaders turn a file into GGUF-style metadata (a dict keyed by gguf.Keys.Tokenizer names);
+`Vocab.from_metadata` then does what llama_vocab::impl::load does with it: defaults per model
+type, the pre-tokenizer's flags, special ids, end-of-generation ids found by token text, the
+special-token cache and per-model token attributes. Nothing here knows about merging.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntFlag
+from typing import Any
+
+import numpy as np
+from gguf import Keys, TokenType
+
+from ..errors import FormatError, UnsupportedError
+from .pretokenize import PreSpec, pre_spec
+
+K = Keys.Tokenizer
+
+
+class Attr(IntFlag):
+    """llama.cpp's llama_token_attr bits."""
+
+    UNDEFINED = 0
+    UNKNOWN = 1 << 0
+    UNUSED = 1 << 1
+    NORMAL = 1 << 2
+    CONTROL = 1 << 3
+    USER_DEFINED = 1 << 4
+    BYTE = 1 << 5
+    NORMALIZED = 1 << 6
+    LSTRIP = 1 << 7
+    RSTRIP = 1 << 8
+    SINGLE_WORD = 1 << 9
+
+
+TYPE_TO_ATTR = {TokenType.UNKNOWN: Attr.UNKNOWN, TokenType.UNUSED: Attr.UNUSED, TokenType.NORMAL: Attr.NORMAL,
+                TokenType.CONTROL: Attr.CONTROL, TokenType.USER_DEFINED: Attr.USER_DEFINED,
+                TokenType.BYTE: Attr.BYTE}
+
+# tokenizer.ggml.model -> (minillama model name, default special ids bos, eos, unk, sep, pad, mask).
+MODEL_TYPES: dict[str, tuple[str, dict[str, int | None]]] = {
+    "llama": ("spm", {"bos": 1, "eos": 2, "unk": 0, "sep": None, "pad": None, "mask": None}),
+    "gpt2": ("bpe", {"bos": 11, "eos": 11, "unk": None, "sep": None, "pad": None, "mask": None}),
+    "bert": ("wpm", {"bos": 101, "eos": None, "unk": 100, "sep": 102, "pad": 0, "mask": 103}),
+    "t5": ("ugm", {"bos": None, "eos": 1, "unk": 2, "sep": None, "pad": 0, "mask": None}),
+}
+IMPLEMENTED_MODELS = ("spm", "bpe")
+
+# Special id keys in the order llama.cpp reads them; the later deprecated FIM keys override.
+SPECIAL_ID_KEYS = (
+    ("bos", K.BOS_ID), ("eos", K.EOS_ID), ("eot", K.EOT_ID), ("eom", K.EOM_ID), ("unk", K.UNK_ID),
+    ("sep", K.SEP_ID), ("pad", K.PAD_ID), ("mask", K.MASK_ID), ("fim_pre", K.FIM_PRE_ID),
+    ("fim_suf", K.FIM_SUF_ID), ("fim_mid", K.FIM_MID_ID), ("fim_pad", K.FIM_PAD_ID), ("fim_rep", K.FIM_REP_ID),
+    ("fim_sep", K.FIM_SEP_ID), ("fim_pre", K.PREFIX_ID), ("fim_suf", K.SUFFIX_ID), ("fim_mid", K.MIDDLE_ID),
+)
+
+# Token texts llama.cpp recognises when the file does not name the id (first match in list order).
+SPECIAL_BY_TEXT: dict[str, tuple[str, ...]] = {
+    "eot": ("<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>", "<EOT>",
+            "_<EOT>", "[EOT]", "<｜end▁of▁sentence｜>", "<end_of_utterance>"),
+    "eom": ("<|eom_id|>",),
+    "fim_pre": ("<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>", "<PRE>", "▁<PRE>",
+                "<|code_prefix|>", "<|prefix|>"),
+    "fim_suf": ("<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<｜fim▁hole｜>", "<SUF>", "▁<SUF>",
+                "<|code_suffix|>", "<|suffix|>"),
+    "fim_mid": ("<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>", "<MID>", "▁<MID>",
+                "<|code_middle|>", "<|middle|>"),
+    "fim_pad": ("<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"),
+    "fim_rep": ("<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"),
+    "fim_sep": ("<|file_sep|>",),
+}
+EOG_TEXTS = frozenset((
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>", "<end_of_turn>",
+    "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]", "<|end_of_text|>",
+    "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>", "<｜end▁of▁sentence｜>", "[e~["))
+ALWAYS_RENDERED = ("<|channel|>", "<|message|>", "<|start|>", "<|constrain|>")  # gpt-oss
+
+
+@dataclass
+class Vocab:
+    """Everything a tokenizer model needs from a file, with llama.cpp's defaults resolved."""
+
+    model: str                       # 'spm', 'bpe', 'wpm', 'ugm'
+    tokens: list[str]                # token texts (invalid UTF-8 kept as surrogate escapes)
+    scores: np.ndarray               # float32, one per token (zeros when the file has none)
+    attrs: list[int]                 # Attr bits per token
+    merges: list[str] = field(default_factory=list)
+    pre: str = ""
+    pre_spec: PreSpec | None = None
+    special: dict[str, int | None] = field(default_factory=dict)
+    add_bos: bool = False
+    add_eos: bool = False
+    add_sep: bool = False
+    add_space_prefix: bool = False
+    remove_extra_whitespaces: bool = False
+    clean_spaces: bool = False
+    escape_whitespaces: bool = True
+    ignore_merges: bool = False
+    eog_ids: frozenset[int] = frozenset()
+    special_cache: list[int] = field(default_factory=list)  # control/user-defined/unknown ids, longest first
+    token_to_id: dict[str, int] = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def n_vocab(self) -> int:
+        return len(self.tokens)
+
+    def id_of(self, name: str) -> int | None:
+        """A special id by role name ('bos', 'eos', 'eot', 'unk', 'sep', 'pad', ...), or None."""
+        return self.special.get(name)
+
+    @classmethod
+    def from_metadata(cls, md: dict[str, Any], source: str = "<memory>") -> Vocab:
+        """Apply llama.cpp's vocab loading rules to GGUF-style tokenizer metadata."""
+        model_key = md.get(K.MODEL)
+        if not isinstance(model_key, str):
+            raise FormatError(f"missing or non-string {K.MODEL}, expected e.g. 'llama' or 'gpt2'", path=source,
+                              key=K.MODEL)
+        if model_key not in MODEL_TYPES:
+            raise UnsupportedError(f"{source}: tokenizer model {K.MODEL} = {model_key!r} is not supported; "
+                                   f"expected one of {', '.join(MODEL_TYPES)}")
+        model, defaults = MODEL_TYPES[model_key]
+        special: dict[str, int | None] = dict.fromkeys(
+            ["bos", "eos", "eot", "eom", "unk", "sep", "pad", "mask",
+             "fim_pre", "fim_suf", "fim_mid", "fim_pad", "fim_rep", "fim_sep"])
+        special.update(defaults)
+        pre = md.get(K.PRE, "") or ""
+        spec = None
+        add_bos, add_eos, add_sep = False, False, model == "wpm"
+        add_space_prefix = escape_ws = True
+        clean_spaces = ignore_merges = False
+        if model == "bpe":
+            if not isinstance(pre, str):
+                raise FormatError(f"{K.PRE} is {type(pre).__name__}, expected a string", path=source, key=K.PRE)
+            spec = pre_spec(pre)
+            add_space_prefix, escape_ws, clean_spaces = False, spec.escape_whitespaces, spec.clean_spaces
+            ignore_merges, add_sep = spec.ignore_merges, spec.add_sep
+            if spec.add_bos is not None:
+                add_bos = spec.add_bos
+            if spec.no_bos:
+                special["bos"] = None
+        elif model == "spm":
+            add_bos = True
+        elif model == "wpm":
+            add_space_prefix, clean_spaces, add_bos = False, True, True
+        elif model == "ugm":
+            add_eos = True
+        add_space_prefix = _flag(md, K.ADD_PREFIX, add_space_prefix, source)
+        remove_extra_ws = _flag(md, K.REMOVE_EXTRA_WS, False, source)
+
+        tokens = md.get(K.LIST)
+        if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens[:1]):
+            raise FormatError(f"missing {K.LIST}, expected an array of strings", path=source, key=K.LIST)
+        n = len(tokens)
+        if n == 0:
+            raise FormatError("the vocab has no tokens", path=source, key=K.LIST)
+        tokens = [t if t else f"[EMPTY_{i}]" for i, t in enumerate(tokens)]
+        scores = _numeric(md, K.SCORES, n, source, np.float32)
+        types = _numeric(md, K.TOKEN_TYPE, n, source, np.int32)
+        attrs = [int(Attr.NORMAL)] * n if types is None else [
+            int(TYPE_TO_ATTR.get(int(t), Attr.UNDEFINED)) for t in types.tolist()]
+        token_to_id: dict[str, int] = {}
+        for i, t in enumerate(tokens):
+            j = token_to_id.setdefault(t, i)
+            if j != i:
+                raise FormatError(f"duplicate token in vocabulary: {t!r} has ids {j} and {i}", path=source,
+                                  key=K.LIST)
+        merges = md.get(K.MERGES, [])
+        if model == "bpe" and K.MERGES not in md:
+            raise FormatError(f"BPE vocab without {K.MERGES}", path=source, key=K.MERGES)
+        if not isinstance(merges, list):
+            raise FormatError(f"{K.MERGES} is not an array of strings", path=source, key=K.MERGES)
+
+        for name in special:  # defaults outside the vocab are disabled
+            if special[name] is not None and not 0 <= special[name] < n:  # type: ignore[operator]
+                special[name] = None
+        for name, key in SPECIAL_ID_KEYS:
+            v = md.get(key)
+            if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < n:
+                special[name] = v
+        add_bos = _flag(md, K.ADD_BOS, add_bos, source)
+        add_eos = _flag(md, K.ADD_EOS, add_eos, source)
+        add_sep = _flag(md, K.ADD_SEP, add_sep, source)
+        if spec is not None and spec.newline_tokens and not add_bos:
+            add_bos = True  # llama.cpp's Gemma 4 workaround
+        for flag, name, key in ((add_bos, "bos", K.ADD_BOS), (add_eos, "eos", K.ADD_EOS), (add_sep, "sep", K.ADD_SEP)):
+            if flag and special[name] is None:
+                raise FormatError(f"{key} is true but the vocab has no {name} token id", path=source, key=key)
+
+        eog = _find_special_by_text(special, token_to_id, attrs)
+        vocab = cls(model=model, tokens=tokens,
+                    scores=scores if scores is not None else np.zeros(n, np.float32),
+                    attrs=attrs, merges=merges, pre=pre if model == "bpe" else "default", pre_spec=spec,
+                    special=special, add_bos=add_bos, add_eos=add_eos, add_sep=add_sep,
+                    add_space_prefix=add_space_prefix, remove_extra_whitespaces=remove_extra_ws,
+                    clean_spaces=clean_spaces, escape_whitespaces=escape_ws, ignore_merges=ignore_merges,
+                    eog_ids=frozenset(eog), token_to_id=token_to_id, metadata=md)
+        vocab.special_cache = sorted(
+            (i for i, a in enumerate(attrs) if a & (Attr.CONTROL | Attr.USER_DEFINED | Attr.UNKNOWN)),
+            key=lambda i: -len(tokens[i].encode("utf-8", "surrogateescape")))
+        _per_model_attrs(vocab, md)
+        return vocab
+
+
+def _flag(md: dict[str, Any], key: str, default: bool, source: str) -> bool:
+    v = md.get(key, default)
+    if not isinstance(v, (bool, np.bool_)):
+        raise FormatError(f"{key} is {v!r}, expected a bool", path=source, key=key)
+    return bool(v)
+
+
+def _numeric(md: dict[str, Any], key: str, n: int, source: str, dtype: type) -> np.ndarray | None:
+    v = md.get(key)
+    if v is None:
+        return None
+    if not isinstance(v, np.ndarray) or v.ndim != 1 or v.dtype.kind not in "iuf":
+        raise FormatError(f"{key} is not a numeric array", path=source, key=key)
+    if len(v) < n:
+        raise FormatError(f"{key} has {len(v)} entries, expected {n} (one per token)", path=source, key=key)
+    return np.ascontiguousarray(v[:n], dtype=dtype)
+
+
+def _find_special_by_text(special: dict[str, int | None], token_to_id: dict[str, int], attrs: list[int]) -> set[int]:
+    """Special ids recognised by token text, and the end-of-generation set (llama.cpp's heuristics)."""
+    control = int(Attr.CONTROL)
+    for name, texts in SPECIAL_BY_TEXT.items():
+        if special[name] is not None:
+            continue
+        for t in texts:
+            i = token_to_id.get(t)
+            if i is not None:
+                special[name] = i
+                attrs[i] |= control
+                break
+    for t, i in token_to_id.items():  # control tokens that say "unused" are unused
+        if attrs[i] & control and "unused" in t:
+            attrs[i] |= int(Attr.UNUSED)
+    eog = {special[k] for k in ("fim_pad", "fim_rep", "fim_sep") if special[k] is not None}
+    for t in EOG_TEXTS:
+        i = token_to_id.get(t)
+        if i is not None:
+            eog.add(i)
+            attrs[i] |= control
+    for t in ALWAYS_RENDERED:
+        i = token_to_id.get(t)
+        if i is not None:
+            attrs[i] = int(Attr.USER_DEFINED)
+    eog |= {special[k] for k in ("eos", "eot", "eom") if special[k] is not None}  # type: ignore[misc]
+    texts = {t: i for t, i in token_to_id.items() if i in eog}
+    if (("<|return|>" in texts and "<|call|>" in texts) or ("<|calls|>" in texts and "<|flush|>" in texts)) \
+            and "<|end|>" in texts:
+        eog.discard(texts["<|end|>"])
+        attrs[texts["<|end|>"]] = int(Attr.USER_DEFINED)
+    if "<|tool_response>" in texts and "</s>" in texts:
+        eog.discard(texts["</s>"])
+        attrs[texts["</s>"]] = int(Attr.NORMAL)
+    return eog  # type: ignore[return-value]
+
+
+def _per_model_attrs(vocab: Vocab, md: dict[str, Any]) -> None:
+    """Per-model lstrip/rstrip attributes llama.cpp sets by model and pre-tokenizer name."""
+    name = str(md.get("general.name", "")).lower()
+    arch = str(md.get("general.architecture", ""))
+    pre = str(md.get(K.PRE, ""))
+    ids, attrs = vocab.token_to_id, vocab.attrs
+
+    def setattr_(text: str, bit: Attr, on: bool) -> None:
+        i = ids.get(text)
+        if i is not None:
+            attrs[i] = (attrs[i] | int(bit)) if on else (attrs[i] & ~int(bit))
+
+    if any(s in pre for s in ("jina-v2-de", "jina-v2-es", "jina-v2-code")) or \
+            any(s in arch for s in ("nomic-bert-moe", "jina-bert-v3")):
+        setattr_("<mask>", Attr.LSTRIP, True)
+    elif "phi-3" in name or "phi3" in name:
+        for i in vocab.special_cache:
+            attrs[i] |= int(Attr.RSTRIP)
+        setattr_("</s>", Attr.RSTRIP, True)
+        for t in ("<unk>", "<s>", "<|endoftext|>"):
+            setattr_(t, Attr.RSTRIP, False)
+    elif "modern-bert" in name:
+        setattr_("[MASK]", Attr.LSTRIP, True)

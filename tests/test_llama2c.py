@@ -1,0 +1,64 @@
+"""llama2.c's tokenizer.bin holds the LLaMA 2 vocab (pieces and scores, no token types): loaded by minillama it must
+tokenize exactly like llama.cpp does with ggml-vocab-llama-spm.gguf (the same vocab as GGUF).
+
+Expected ids are llama.cpp's, from shared/conformance/ggml-vocab-llama-spm.jsonl.
+"""
+
+from __future__ import annotations
+
+import pytest
+from conftest import load, read_conformance, release_tokenizers
+
+SPM_CONFORMANCE = "ggml-vocab-llama-spm"
+
+
+@pytest.fixture(scope="module")
+def tok():
+    yield load("llama2c-tokenizer.bin")
+    release_tokenizers()
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return read_conformance(SPM_CONFORMANCE)
+
+
+def _report(what, bad, total):
+    lines = [f"llama2c-tokenizer.bin: {what}: {len(bad)} of {total} cases differ from llama.cpp (llama-spm.gguf):"]
+    for text, got, want in bad[:5]:
+        lines.append(f"  text={text[:120]!r}\n    got  {got[:40]}\n    want {want[:40]}")
+    return "\n".join(lines)
+
+
+def test_metadata(tok):
+    assert tok.n_vocab == 32000
+    assert tok.bos_id == 1
+    assert tok.eos_id == 2
+    assert tok.model == "spm"
+    assert tok.is_eog(2)
+    assert not tok.is_eog(1)
+
+
+@pytest.mark.parametrize("add_special", [False, True])
+def test_encode_matches_llama_spm(tok, rows, add_special):
+    """add_special=False: llama_tokenize(text, False, False); add_special=True: llama_tokenize(text, True, True)."""
+    key = "ids_special" if add_special else "ids"
+    bad = []
+    for r in rows:
+        got = tok.encode(r["text"], add_special=add_special, parse_special=add_special)
+        if got != r[key]:
+            bad.append((r["text"], got, r[key]))
+    assert not bad, _report(f"encode(add_special={add_special}, parse_special={add_special})", bad, len(rows))
+
+
+def test_decode_matches_llama_spm(tok, rows):
+    """decode_bytes(ids) == llama_detokenize(ids, False, False) on llama-spm.gguf; decode() is its text."""
+    bad = []
+    for r in rows:
+        want = bytes.fromhex(r["detok_hex"])
+        got = tok.decode_bytes(r["ids"])
+        if got != want:
+            bad.append((r["text"], got, want))
+        elif tok.decode(r["ids"]) != want.decode("utf-8", errors="replace"):
+            bad.append((r["text"], tok.decode(r["ids"]), want.decode("utf-8", errors="replace")))
+    assert not bad, _report("decode", bad, len(rows))

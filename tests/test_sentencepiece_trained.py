@@ -1,0 +1,268 @@
+"""A tiny SentencePiece BPE model, trained here and converted to GGUF the way llama.cpp's convert_hf_to_gguf does
+for SPM vocabs: minillama must tokenize and detokenize exactly like sentencepiece (expected values come from
+sentencepiece; llama.cpp itself is consulted too when the oracle is installed).
+
+Where sentencepiece and llama.cpp semantics can differ, the model is trained so that they agree:
+* normalization: llama.cpp applies no normalizer for SPM ("llama") vocabs, so the model uses the "identity" rule and
+  remove_extra_whitespaces=False (sentencepiece's default nmt_nfkc rule would NFKC-fold text and collapse runs of
+  spaces, which llama.cpp never does);
+* add_dummy_prefix=True in sentencepiece <-> tokenizer.ggml.add_space_prefix=True in the GGUF;
+* byte_fallback=True: characters outside the model become <0xNN> byte pieces in both.
+* decoding <unk> differs (sentencepiece prints " \u2047 ", llama.cpp the piece text or nothing), but with byte fallback
+  encode never yields <unk>, and decode is only compared on ids that sentencepiece's encode produced.
+With that set-up no disagreement between sentencepiece and llama.cpp was found (thousands of random strings mixing
+ASCII, accents, CJK, emoji, NBSP, U+2581, tabs, newlines, "<s>"-like text), so every string below is compared.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from conftest import get_oracle, load_file, release_tokenizers, training_lines
+
+spm = pytest.importorskip("sentencepiece")
+gguf = pytest.importorskip("gguf")
+
+VOCAB_SIZE = 500
+
+# Strings to compare: English like the training text, whitespace runs, leading/trailing spaces, newlines and tabs,
+# and text the model never saw (CJK, Cyrillic, Greek, Arabic, emoji with ZWJ, combining marks) -> byte fallback.
+STRINGS = [
+    "",
+    " ",
+    "  ",
+    "   ",
+    "\n",
+    "\n\n",
+    "\t",
+    " \n ",
+    "Hello world",
+    " Hello world",
+    "  Hello world",
+    "Hello world ",
+    "Hello world  ",
+    "Hello  world",
+    "Hello     world",
+    "Hello\nworld",
+    "Hello\n\n\nworld\n",
+    "Hello\tworld\t\t!",
+    "\r\nWindows line\r\nendings\r\n",
+    "The quick brown fox jumps over the lazy dog.",
+    "I've been told he's there, but we'll see. They're sure it'll rain; you'd better take an umbrella!",
+    "In 1984, the price was $3.50 per pound; by 2024 it had risen to $12.99 (an increase of 271%).",
+    "Café, naïve, façade, résumé, jalapeño, Zürich, São Paulo, Kraków, Ångström, crème brûlée.",
+    "def main():\n    print('hello, world')\n    return 0\n",
+    "    indented\n        more indented\n",
+    "Punctuation!!! Really??? Yes... no -- maybe; (perhaps) [certainly] {never}",
+    "12345678901234567890 3.14159 -0.5e-10",
+    "UPPER CASE WORDS AND lower case words",
+    "supercalifragilisticexpialidocious antidisestablishmentarianism",
+    "日本語のテキストです。",
+    "中文 and English mixed 混合",
+    "Привет, мир! Как дела?",
+    "Ωμέγα και άλφα",
+    "مرحبا بالعالم",
+    "emoji 🦙🚀 and 😶‍🌫️ and flags 🇺🇸🇯🇵",
+    "combining: e\u0301 a\u0308 n\u0303 (decomposed)",
+    "zero\u200bwidth space and non\u00a0breaking space",
+    "ideographic\u3000space",
+    "the block char \u2581 itself \u2581\u2581",
+    "<s> literal control text </s> <unk>",
+    "<0x41> looks like a byte piece",
+    "a",
+    "é",
+    "🦙",
+    "x" * 200,
+    " ".join(["word"] * 50),
+    "mixed\u00a0\u2003spaces\u2009everywhere",
+]
+
+
+def _fuzz_strings(n: int = 400, seed: int = 7) -> list[str]:
+    """Deterministic random strings over a mix of seen and unseen characters and whitespace."""
+    rng = random.Random(seed)
+    alphabet = list("abcdefghijklmnopqrstuvwxyz ABCDEFGHIJ  0123456789.,;!?'\"\n\t-") + list("éüçñ中文🦙\u00a0\u2581<>/s") + [
+        "the ", " and ", "  ", "\n\n", "<s>", "</s>", "<unk>", "ing", " sea shells", "'ll", "\r\n",
+    ]
+    return ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40))) for _ in range(n)]
+
+
+FUZZ = _fuzz_strings()
+
+
+def _train(tmp_dir) -> spm.SentencePieceProcessor:
+    prefix = str(tmp_dir / "spm-bpe")
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(training_lines()),
+        model_prefix=prefix,
+        model_type="bpe",
+        vocab_size=VOCAB_SIZE,
+        byte_fallback=True,
+        character_coverage=1.0,
+        normalization_rule_name="identity",
+        remove_extra_whitespaces=False,
+        add_dummy_prefix=True,
+        split_digits=False,
+        unk_id=0,
+        bos_id=1,
+        eos_id=2,
+        pad_id=-1,
+        num_threads=1,
+        minloglevel=2,
+    )
+    return spm.SentencePieceProcessor(model_file=prefix + ".model")
+
+
+def _write_gguf(sp: spm.SentencePieceProcessor, path) -> None:
+    """Like convert_hf_to_gguf's SPM vocab (LlamaModel._create_vocab_sentencepiece)."""
+    tokens, scores, types = [], [], []
+    for i in range(sp.get_piece_size()):
+        tokens.append(sp.id_to_piece(i).encode("utf-8"))
+        scores.append(sp.get_score(i))
+        if sp.is_unknown(i):
+            t = gguf.TokenType.UNKNOWN
+        elif sp.is_control(i):
+            t = gguf.TokenType.CONTROL
+        elif sp.is_unused(i):
+            t = gguf.TokenType.UNUSED
+        elif sp.is_byte(i):
+            t = gguf.TokenType.BYTE
+        else:
+            t = gguf.TokenType.NORMAL
+        types.append(int(t))
+
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_block_count(1)  # minimal architecture keys, so that llama.cpp (the oracle) loads the file too
+    w.add_context_length(64)
+    w.add_embedding_length(8)
+    w.add_feed_forward_length(8)
+    w.add_head_count(1)
+    w.add_tokenizer_model("llama")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(tokens)
+    w.add_token_scores(scores)
+    w.add_token_types(types)
+    w.add_bos_token_id(sp.bos_id())
+    w.add_eos_token_id(sp.eos_id())
+    w.add_unk_token_id(sp.unk_id())
+    w.add_add_bos_token(True)
+    w.add_add_eos_token(False)
+    w.add_add_space_prefix(True)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    d = tmp_path_factory.mktemp("spm_bpe")
+    sp = _train(d)
+    assert sp.get_piece_size() == VOCAB_SIZE
+    path = d / "spm-bpe.gguf"
+    _write_gguf(sp, path)
+    yield sp, path
+    release_tokenizers()
+
+
+@pytest.fixture(scope="module")
+def sp(built):
+    return built[0]
+
+
+@pytest.fixture(scope="module")
+def tok(built):
+    return load_file(built[1])
+
+
+def _report(what, bad, total, ref="sentencepiece"):
+    lines = [f"{what}: {len(bad)} of {total} strings differ from {ref}; first ones:"]
+    for s, got, want in bad[:5]:
+        lines.append(f"  text={s!r}\n    got  {got}\n    want {want}")
+    return "\n".join(lines)
+
+
+def test_metadata(sp, tok):
+    assert tok.n_vocab == sp.get_piece_size()
+    assert tok.model == "spm"
+    assert tok.bos_id == sp.bos_id()
+    assert tok.eos_id == sp.eos_id()
+    assert tok.is_eog(sp.eos_id())
+    assert not tok.is_eog(sp.bos_id())
+
+
+def test_byte_fallback_is_exercised(sp):
+    """Guard for the test data itself: some strings must need byte pieces, or byte fallback goes untested."""
+    assert any(sp.is_byte(i) for s in STRINGS for i in sp.encode(s))
+
+
+@pytest.mark.parametrize("strings", [STRINGS, FUZZ], ids=["handpicked", "fuzz"])
+def test_encode_matches_sentencepiece(sp, tok, strings):
+    bad = []
+    for s in strings:
+        got = tok.encode(s, add_special=False)
+        want = sp.encode(s)
+        if got != want:
+            bad.append((s, got, want))
+    assert not bad, _report("encode(add_special=False)", bad, len(strings))
+
+
+def test_encode_add_special_matches_sentencepiece(sp, tok):
+    """add_special=True prepends BOS (add_bos_token=True), as sentencepiece's add_bos=True does."""
+    bad = []
+    for s in STRINGS:
+        got = tok.encode(s, add_special=True)
+        want = sp.encode(s, add_bos=True)
+        if got != want:
+            bad.append((s, got, want))
+    assert not bad, _report("encode(add_special=True)", bad, len(STRINGS))
+
+
+@pytest.mark.parametrize("strings", [STRINGS, FUZZ], ids=["handpicked", "fuzz"])
+def test_decode_matches_sentencepiece(sp, tok, strings):
+    """decode(ids) == sp.decode(ids) for sentencepiece's own (valid) id sequences; decode_bytes is its UTF-8."""
+    bad = []
+    for s in strings:
+        ids = sp.encode(s)
+        want = sp.decode(ids)
+        got = tok.decode(ids)
+        if got != want:
+            bad.append((s, got, want))
+        elif tok.decode_bytes(ids) != want.encode("utf-8"):
+            bad.append((s, tok.decode_bytes(ids), want.encode("utf-8")))
+    assert not bad, _report("decode", bad, len(strings))
+
+
+def test_token_to_piece(sp, tok):
+    """Normal pieces render with U+2581 as a space; byte pieces render as their single byte."""
+    for i in range(sp.get_piece_size()):
+        piece = tok.token_to_piece(i)
+        assert isinstance(piece, bytes)
+        if sp.is_byte(i):
+            assert piece == bytes([int(sp.id_to_piece(i)[3:5], 16)]), (i, piece)
+        elif not (sp.is_control(i) or sp.is_unknown(i)):
+            assert piece == sp.id_to_piece(i).replace("\u2581", " ").encode("utf-8"), (i, piece)
+
+
+def test_matches_llamacpp_oracle(built, tok):
+    """llama.cpp on the same GGUF (skips without the oracle): encode with both add_special values, decode, pieces."""
+    sp, path = built
+    o = get_oracle(path)
+    bad = []
+    for s in STRINGS + FUZZ:
+        for add_special in (False, True):
+            got = tok.encode(s, add_special=add_special)
+            want = o.tokenize(s, add_special, False)
+            if got != want:
+                bad.append((s, f"encode(add_special={add_special}) {got}", want))
+        ids = sp.encode(s)
+        got_b, want_b = tok.decode_bytes(ids), o.detokenize(ids)
+        if got_b != want_b:
+            bad.append((s, f"decode_bytes {got_b!r}", want_b))
+    for i in range(o.n_vocab):
+        for special in (True, False):
+            if tok.token_to_piece(i, special=special) != o.piece(i, special):
+                bad.append((f"<token {i}>", f"token_to_piece(special={special}) {tok.token_to_piece(i, special=special)!r}",
+                            o.piece(i, special)))
+    assert not bad, _report("encode/decode/token_to_piece", bad, 3 * len(STRINGS + FUZZ), ref="llama.cpp")
