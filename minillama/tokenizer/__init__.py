@@ -94,9 +94,8 @@ class Tokenizer:
         if not isinstance(text, str):
             raise TypeError(f"encode() takes a str, got {type(text).__name__}")
         v, model = self.vocab, self._model
-        out: list[int] = []
-        if add_special and v.add_bos:
-            out.append(v.special["bos"])  # type: ignore[arg-type]
+        before, after = model.affixes() if add_special else ((), ())
+        out: list[int] = list(before)
         after_special = True
         for frag in partition(v, text, parse_special):
             if isinstance(frag, int):
@@ -105,8 +104,7 @@ class Tokenizer:
             else:
                 out += model.encode(model.prepare(frag, after_special))  # type: ignore[attr-defined]
                 after_special = False
-        if add_special and v.add_eos:
-            out.append(v.special["eos"])  # type: ignore[arg-type]
+        out += after
         return out
 
     # --- decoding ---------------------------------------------------------------------------

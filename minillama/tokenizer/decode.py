@@ -76,7 +76,7 @@ class PieceTable:
         self.offsets = np.zeros(len(pieces) + 1, np.int64)
         np.cumsum([len(p) for p in pieces], out=self.offsets[1:])
         self.pieces = pieces  # the arena's slices, kept as objects so decode is one join
-        self.pieces_plain = [b"" if a & _SPECIAL else p for p, a in zip(pieces, vocab.attrs)]
+        self.pieces_plain = [b"" if a & _SPECIAL else p for p, a in zip(pieces, vocab.attrs, strict=True)]
         self.vocab = vocab
 
     def piece(self, i: int) -> bytes:

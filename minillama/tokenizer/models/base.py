@@ -17,6 +17,13 @@ class Model:
         self.token_to_id = vocab.token_to_id
         self._cache: dict[str, list[int]] = {}
 
+    def affixes(self) -> tuple[list[int], list[int]]:
+        """Ids that add_special puts before and after the text: bos/eos as the vocab's flags say."""
+        v = self.vocab
+        before = [v.special["bos"]] if v.add_bos else []
+        after = [v.special["eos"]] if v.add_eos else []
+        return before, after  # type: ignore[return-value]
+
     def prepare(self, text: str, after_special: bool) -> str:
         """Model-specific text preparation of one fragment (space markers, dummy prefix)."""
         return text
