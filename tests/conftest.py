@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.util
 import json
 import os
 import sys
@@ -21,6 +22,11 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+
+# Plain `pytest` (unlike `python -m pytest`) does not put the repository root on sys.path: make the checkout
+# importable when minillama is not installed.
+if importlib.util.find_spec("minillama") is None:
+    sys.path.insert(0, str(REPO))
 
 #: Separator of llama.cpp's ``*.gguf.inp`` files and of ``shared/conformance/cases.txt``.
 LLAMACPP_TEST_SEP = "\n__ggml_vocab_test__\n"
@@ -388,3 +394,17 @@ def hf_bpe(tmp_path_factory) -> HFBpe:
     path = tmp_path_factory.mktemp("hf_bpe") / "hf-bpe-small.gguf"
     write_gpt2_gguf(path, hf)
     return HFBpe(hf, path)
+
+
+def fail_if_any(bad, message: str) -> None:
+    """Fail with a readable report (not pytest's repr of the whole mismatch list) when ``bad`` is non-empty."""
+    if bad:
+        pytest.fail(message, pytrace=False)
+
+
+def params_or_skip(names: list[str], what: str) -> list:
+    """Parameters for a vocab-parametrized test; one skipped placeholder with a clear reason when there are none."""
+    if names:
+        return names
+    reason = NO_SHARED_REASON if SHARED is None else f"no {what} found under {SHARED}"
+    return [pytest.param(None, id="no-shared-data", marks=pytest.mark.skip(reason=reason))]

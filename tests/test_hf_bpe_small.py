@@ -22,7 +22,7 @@ import random
 import re
 
 import pytest
-from conftest import get_oracle, load_file, release_tokenizers
+from conftest import fail_if_any, get_oracle, load_file, release_tokenizers
 
 STRINGS = [
     "",
@@ -145,7 +145,7 @@ def test_encode_matches_hf(hf, tok, strings):
         want = hf.encode(s).ids
         if got != want:
             bad.append((s, got, want))
-    assert not bad, _report("encode(add_special=False)", bad, len(strings))
+    fail_if_any(bad, _report("encode(add_special=False)", bad, len(strings)))
 
 
 def test_encode_parse_special_matches_hf(hf, tok):
@@ -155,7 +155,7 @@ def test_encode_parse_special_matches_hf(hf, tok):
         want = hf.encode(s).ids
         if got != want:
             bad.append((s, got, want))
-    assert not bad, _report("encode(parse_special=True)", bad, len(SPECIAL_STRINGS))
+    fail_if_any(bad, _report("encode(parse_special=True)", bad, len(SPECIAL_STRINGS)))
 
 
 def test_special_text_not_parsed_by_default(hf_bpe, hf, tok):
@@ -166,7 +166,7 @@ def test_special_text_not_parsed_by_default(hf_bpe, hf, tok):
         assert hf_bpe.eot_id not in want
         if got != want:
             bad.append((s, got, want))
-    assert not bad, _report("encode(parse_special=False)", bad, len(SPECIAL_STRINGS))
+    fail_if_any(bad, _report("encode(parse_special=False)", bad, len(SPECIAL_STRINGS)))
 
 
 @pytest.mark.parametrize("strings", [STRINGS, FUZZ], ids=["handpicked", "fuzz"])
@@ -183,7 +183,7 @@ def test_decode_round_trip(hf, tok, strings):
             bad.append((s, got, s))
         elif tok.decode_bytes(ids) != s.encode("utf-8"):
             bad.append((s, tok.decode_bytes(ids), s.encode("utf-8")))
-    assert not bad, _report("decode", bad, len(cases))
+    fail_if_any(bad, _report("decode", bad, len(cases)))
 
 
 def test_decode_special_token(hf_bpe, hf, tok):
@@ -232,5 +232,5 @@ def test_matches_llamacpp_oracle(hf_bpe, tok):
             if tok.token_to_piece(i, special=special) != o.piece(i, special):
                 bad.append((f"<token {i}>", f"token_to_piece(special={special}) {tok.token_to_piece(i, special=special)!r}",
                             o.piece(i, special)))
-    assert not bad, _report("encode/decode/token_to_piece", bad, len(STRINGS + FUZZ + SPECIAL_STRINGS),
-                            ref="llama.cpp")
+    fail_if_any(bad, _report("encode/decode/token_to_piece", bad, len(STRINGS + FUZZ + SPECIAL_STRINGS),
+                            ref="llama.cpp"))

@@ -7,7 +7,7 @@ Expected ids are llama.cpp's, from shared/conformance/ggml-vocab-llama-spm.jsonl
 from __future__ import annotations
 
 import pytest
-from conftest import load, read_conformance, release_tokenizers
+from conftest import fail_if_any, load, read_conformance, release_tokenizers
 
 SPM_CONFORMANCE = "ggml-vocab-llama-spm"
 
@@ -48,7 +48,7 @@ def test_encode_matches_llama_spm(tok, rows, add_special):
         got = tok.encode(r["text"], add_special=add_special, parse_special=add_special)
         if got != r[key]:
             bad.append((r["text"], got, r[key]))
-    assert not bad, _report(f"encode(add_special={add_special}, parse_special={add_special})", bad, len(rows))
+    fail_if_any(bad, _report(f"encode(add_special={add_special}, parse_special={add_special})", bad, len(rows)))
 
 
 def test_decode_matches_llama_spm(tok, rows):
@@ -61,4 +61,4 @@ def test_decode_matches_llama_spm(tok, rows):
             bad.append((r["text"], got, want))
         elif tok.decode(r["ids"]) != want.decode("utf-8", errors="replace"):
             bad.append((r["text"], tok.decode(r["ids"]), want.decode("utf-8", errors="replace")))
-    assert not bad, _report("decode", bad, len(rows))
+    fail_if_any(bad, _report("decode", bad, len(rows)))

@@ -19,7 +19,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from conftest import get_oracle, load_file, release_tokenizers, training_lines
+from conftest import fail_if_any, get_oracle, load_file, release_tokenizers, training_lines
 
 spm = pytest.importorskip("sentencepiece")
 gguf = pytest.importorskip("gguf")
@@ -205,7 +205,7 @@ def test_encode_matches_sentencepiece(sp, tok, strings):
         want = sp.encode(s)
         if got != want:
             bad.append((s, got, want))
-    assert not bad, _report("encode(add_special=False)", bad, len(strings))
+    fail_if_any(bad, _report("encode(add_special=False)", bad, len(strings)))
 
 
 def test_encode_add_special_matches_sentencepiece(sp, tok):
@@ -216,7 +216,7 @@ def test_encode_add_special_matches_sentencepiece(sp, tok):
         want = sp.encode(s, add_bos=True)
         if got != want:
             bad.append((s, got, want))
-    assert not bad, _report("encode(add_special=True)", bad, len(STRINGS))
+    fail_if_any(bad, _report("encode(add_special=True)", bad, len(STRINGS)))
 
 
 @pytest.mark.parametrize("strings", [STRINGS, FUZZ], ids=["handpicked", "fuzz"])
@@ -231,7 +231,7 @@ def test_decode_matches_sentencepiece(sp, tok, strings):
             bad.append((s, got, want))
         elif tok.decode_bytes(ids) != want.encode("utf-8"):
             bad.append((s, tok.decode_bytes(ids), want.encode("utf-8")))
-    assert not bad, _report("decode", bad, len(strings))
+    fail_if_any(bad, _report("decode", bad, len(strings)))
 
 
 def test_token_to_piece(sp, tok):
@@ -265,4 +265,4 @@ def test_matches_llamacpp_oracle(built, tok):
             if tok.token_to_piece(i, special=special) != o.piece(i, special):
                 bad.append((f"<token {i}>", f"token_to_piece(special={special}) {tok.token_to_piece(i, special=special)!r}",
                             o.piece(i, special)))
-    assert not bad, _report("encode/decode/token_to_piece", bad, 3 * len(STRINGS + FUZZ), ref="llama.cpp")
+    fail_if_any(bad, _report("encode/decode/token_to_piece", bad, 3 * len(STRINGS + FUZZ), ref="llama.cpp"))

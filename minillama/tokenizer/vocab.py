@@ -158,17 +158,26 @@ class Vocab:
         n = len(tokens)
         if n == 0:
             raise FormatError("the vocab has no tokens", path=source, key=K.LIST)
-        tokens = [t if t else f"[EMPTY_{i}]" for i, t in enumerate(tokens)]
+        token_to_id = dict(zip(tokens, range(n)))
+        if "" in token_to_id:  # llama.cpp names empty tokens after their id
+            tokens = [t if t else f"[EMPTY_{i}]" for i, t in enumerate(tokens)]
+            token_to_id = dict(zip(tokens, range(n)))
+        if len(token_to_id) != n:
+            seen: dict[str, int] = {}
+            for i, t in enumerate(tokens):
+                j = seen.setdefault(t, i)
+                if j != i:
+                    raise FormatError(f"duplicate token in vocabulary: {t!r} has ids {j} and {i}", path=source,
+                                      key=K.LIST)
         scores = _numeric(md, K.SCORES, n, source, np.float32)
         types = _numeric(md, K.TOKEN_TYPE, n, source, np.int32)
-        attrs = [int(Attr.NORMAL)] * n if types is None else [
-            int(TYPE_TO_ATTR.get(int(t), Attr.UNDEFINED)) for t in types.tolist()]
-        token_to_id: dict[str, int] = {}
-        for i, t in enumerate(tokens):
-            j = token_to_id.setdefault(t, i)
-            if j != i:
-                raise FormatError(f"duplicate token in vocabulary: {t!r} has ids {j} and {i}", path=source,
-                                  key=K.LIST)
+        if types is None:
+            attrs = [int(Attr.NORMAL)] * n
+        else:
+            table = np.zeros(8, np.int32)  # type -> attr; out-of-range types are UNDEFINED (0)
+            for t, a in TYPE_TO_ATTR.items():
+                table[int(t)] = int(a)
+            attrs = np.where((types >= 0) & (types < 8), table[np.clip(types, 0, 7)], 0).tolist()
         merges = md.get(K.MERGES, [])
         if model == "bpe" and K.MERGES not in md:
             raise FormatError(f"BPE vocab without {K.MERGES}", path=source, key=K.MERGES)
@@ -199,9 +208,9 @@ class Vocab:
                     add_space_prefix=add_space_prefix, remove_extra_whitespaces=remove_extra_ws,
                     clean_spaces=clean_spaces, escape_whitespaces=escape_ws, ignore_merges=ignore_merges,
                     eog_ids=frozenset(eog), token_to_id=token_to_id, metadata=md)
-        vocab.special_cache = sorted(
-            (i for i, a in enumerate(attrs) if a & (Attr.CONTROL | Attr.USER_DEFINED | Attr.UNKNOWN)),
-            key=lambda i: -len(tokens[i].encode("utf-8", "surrogateescape")))
+        special_mask = np.asarray(attrs, np.int32) & int(Attr.CONTROL | Attr.USER_DEFINED | Attr.UNKNOWN)
+        vocab.special_cache = sorted(np.flatnonzero(special_mask).tolist(),
+                                     key=lambda i: -len(tokens[i].encode("utf-8", "surrogateescape")))
         _per_model_attrs(vocab, md)
         return vocab
 
@@ -236,8 +245,9 @@ def _find_special_by_text(special: dict[str, int | None], token_to_id: dict[str,
                 special[name] = i
                 attrs[i] |= control
                 break
-    for t, i in token_to_id.items():  # control tokens that say "unused" are unused
-        if attrs[i] & control and "unused" in t:
+    tokens = list(token_to_id)
+    for i in np.flatnonzero(np.asarray(attrs, np.int32) & control).tolist():  # control + "unused" = unused
+        if "unused" in tokens[i]:
             attrs[i] |= int(Attr.UNUSED)
     eog = {special[k] for k in ("fim_pad", "fim_rep", "fim_sep") if special[k] is not None}
     for t in EOG_TEXTS:
@@ -250,7 +260,7 @@ def _find_special_by_text(special: dict[str, int | None], token_to_id: dict[str,
         if i is not None:
             attrs[i] = int(Attr.USER_DEFINED)
     eog |= {special[k] for k in ("eos", "eot", "eom") if special[k] is not None}  # type: ignore[misc]
-    texts = {t: i for t, i in token_to_id.items() if i in eog}
+    texts = {tokens[i]: i for i in eog}
     if (("<|return|>" in texts and "<|call|>" in texts) or ("<|calls|>" in texts and "<|flush|>" in texts)) \
             and "<|end|>" in texts:
         eog.discard(texts["<|end|>"])

@@ -110,9 +110,16 @@ class _Cursor:
     def string_array(self, n: int) -> list[str]:
         # Each item is at least its 8-byte length: reject impossible counts before allocating.
         self.need(8 * n, f"array of {n} strings")
+        if n >= 1024:
+            fast = self._string_array_fast(n)
+            if fast is not None:
+                return fast
         buf, pos, out = self.buf, self.pos, []
         append, unpack, size = out.append, _U64.unpack_from, self.size
         for _ in range(n):
+            if pos + 8 > size:
+                self.pos = pos
+                raise self.fail(f"truncated file: array of {n} strings ends after {len(out)}")
             ln = unpack(buf, pos)[0]
             pos += 8
             end = pos + ln
@@ -121,10 +128,51 @@ class _Cursor:
                 raise self.fail(f"truncated file: string of {ln} bytes, {size - pos} remain")
             append(str(buf[pos:end], "utf-8", "surrogateescape"))
             pos = end
-            if pos + 8 > size and len(out) < n:
-                self.pos = pos
-                raise self.fail(f"truncated file: array of {n} strings ends after {len(out)}")
         self.pos = pos
+        return out
+
+    def _string_array_fast(self, n: int) -> list[str] | None:
+        """Vocab-sized string arrays in a few numpy passes (None: use the plain loop).
+
+        When every string is under 64 KiB and holds no NUL byte, the only zero bytes are in the
+        length prefixes, and the six high bytes of each prefix end a run of at least six zeros:
+        the first n such runs locate all n prefixes at once, the chain
+        start[i+1] = start[i] + 8 + len[i] and a count of zeros check that reading, and one
+        decode plus one split yields the strings. Any surprise falls back to the plain loop.
+        """
+        start, avail = self.pos, self.size - self.pos
+        width = min(avail, n * 20)
+        while True:
+            window = np.frombuffer(self.buf, np.uint8, width, start)
+            zeros = np.flatnonzero(window == 0)
+            if len(zeros):
+                breaks = np.flatnonzero(np.diff(zeros) != 1)
+                run_end = np.append(zeros[breaks], zeros[-1])
+                run_len = np.diff(np.concatenate(([-1], breaks, [len(zeros) - 1])))
+                heads = run_end[run_len >= 6][:n] - 7
+            else:
+                heads = zeros
+            if len(heads) == n or width == avail:
+                break
+            width = min(avail, width * 2)
+        if len(heads) != n or heads[0] != 0:
+            return None
+        low, high = window[heads].astype(np.int64), window[heads + 1].astype(np.int64)
+        ends = heads + 8 + low + (high << 8)
+        if not (ends[:-1] == heads[1:]).all() or ends[-1] > width:
+            return None
+        end = int(ends[-1])
+        if np.count_nonzero(zeros < end) != 6 * n + np.count_nonzero(low == 0) + np.count_nonzero(high == 0):
+            return None  # some string holds a NUL byte
+        keep = np.ones(end, bool)
+        for k in range(1, 8):
+            keep[heads + k] = False
+        data = window[:end].copy()
+        data[heads] = 0
+        out = data[keep][1:].tobytes().decode("utf-8", "surrogateescape").split("\x00")
+        if len(out) != n:
+            return None
+        self.pos = start + end
         return out
 
     def value(self, vtype: GGUFValueType, depth: int = 0) -> Any:

@@ -19,6 +19,7 @@ from ..vocab import Vocab
 from .base import Model
 
 HEAP_MIN_LEN = 48
+_NO_MERGE = 1 << 62
 
 
 class BPEModel(Model):
@@ -30,19 +31,20 @@ class BPEModel(Model):
         assert spec is not None
         self.spec = spec
         self.pretokenizer = PreTokenizer(PATTERNS[spec.patterns])
-        self._ranks: dict[tuple[str, str], int] | None = None
+        self._ranks: dict[str, int] | None = None
 
     @property
-    def ranks(self) -> dict[tuple[str, str], int]:
-        """(left, right) -> rank, built on first use; the first of duplicate merges wins."""
+    def ranks(self) -> dict[str, int]:
+        """Merge string "left right" -> rank, built on first use; the first of duplicate merges wins.
+
+        llama.cpp splits each merge at its first space after position 0 and looks pairs up by
+        (left, right); neither side may hold a space, so looking up left + " " + right in a dict
+        keyed by the merge strings themselves finds the same rank, without splitting 280k strings.
+        """
         ranks = self._ranks
         if ranks is None:
-            ranks = {}
-            for rank, m in enumerate(self.vocab.merges):
-                pos = m.find(" ", 1)
-                pair = (m[:pos], m[pos + 1:]) if pos >= 0 else ("", "")
-                ranks.setdefault(pair, rank)
-            self._ranks = ranks
+            merges = self.vocab.merges
+            ranks = self._ranks = dict(zip(reversed(merges), range(len(merges) - 1, -1, -1)))
         return ranks
 
     def prepare(self, text: str, after_special: bool) -> str:
@@ -74,18 +76,26 @@ class BPEModel(Model):
         return out
 
     def _merge_simple(self, text: str) -> list[str]:
-        syms = list(text)
-        ranks = self.ranks
-        while len(syms) > 1:
-            best_i, best_rank = -1, 0
-            for i in range(len(syms) - 1):
-                r = ranks.get((syms[i], syms[i + 1]))
-                if r is not None and (best_i < 0 or r < best_rank):
-                    best_i, best_rank = i, r
-            if best_i < 0:
+        """Lowest-rank pair first, leftmost on ties; pair ranks are kept and only two updated per merge."""
+        parts = list(text)
+        if len(parts) < 2:
+            return parts
+        rank, none = self.ranks.get, _NO_MERGE
+        rs = [rank(a + " " + b, none) for a, b in zip(parts, parts[1:])]
+        while True:
+            best = min(rs)
+            if best == none:
                 break
-            syms[best_i:best_i + 2] = [syms[best_i] + syms[best_i + 1]]
-        return syms
+            i = rs.index(best)
+            parts[i:i + 2] = [parts[i] + parts[i + 1]]
+            del rs[i]
+            if i < len(rs):
+                rs[i] = rank(parts[i] + " " + parts[i + 1], none)
+            if i > 0:
+                rs[i - 1] = rank(parts[i - 1] + " " + parts[i], none)
+            if not rs:
+                break
+        return parts
 
     def _merge_heap(self, text: str) -> list[str]:
         ranks = self.ranks
@@ -96,7 +106,7 @@ class BPEModel(Model):
         prv = list(range(-1, n - 1))
         heap = []
         for i in range(n - 1):
-            r = ranks.get((syms[i], syms[i + 1]))
+            r = ranks.get(syms[i] + " " + syms[i + 1])
             if r is not None:
                 heap.append((r, i, i + 1, syms[i] + syms[i + 1]))
         heapq.heapify(heap)
@@ -112,7 +122,7 @@ class BPEModel(Model):
                 prv[nxt[right]] = left
             for a, b in ((prv[left], left), (left, nxt[left])):
                 if a >= 0 and b >= 0:
-                    r = ranks.get((syms[a], syms[b]))
+                    r = ranks.get(syms[a] + " " + syms[b])
                     if r is not None:
                         heapq.heappush(heap, (r, a, b, syms[a] + syms[b]))
         return [s for s in syms if s]

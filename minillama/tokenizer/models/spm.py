@@ -20,6 +20,7 @@ from .base import Model
 
 SPACE = "\u2581"
 HEAP_MIN_LEN = 48
+_NO_PAIR = float("-inf")
 
 
 class SPMModel(Model):
@@ -69,17 +70,33 @@ class SPMModel(Model):
         return out
 
     def _merge_simple(self, word: str) -> list[str]:
+        """Highest-score pair first, leftmost on ties; pair scores are kept and only two updated per merge."""
         syms = list(word)
+        if len(syms) < 2:
+            return syms
         t2i, scores = self.token_to_id, self.scores
-        while len(syms) > 1:
-            best_i, best_score = -1, 0.0
-            for i in range(len(syms) - 1):
-                t = t2i.get(syms[i] + syms[i + 1])
-                if t is not None and (best_i < 0 or scores[t] > best_score):
-                    best_i, best_score = i, scores[t]
-            if best_i < 0:
+
+        def score(pair: str) -> float:
+            t = t2i.get(pair)
+            return _NO_PAIR if t is None else scores[t]
+
+        ss = [score(a + b) for a, b in zip(syms, syms[1:])]
+        while True:
+            best = max(ss)
+            if best == _NO_PAIR:  # no pair is a token (or only tokens scored -inf: find those)
+                i = next((j for j in range(len(ss)) if syms[j] + syms[j + 1] in t2i), -1)
+                if i < 0:
+                    break
+            else:
+                i = ss.index(best)
+            syms[i:i + 2] = [syms[i] + syms[i + 1]]
+            del ss[i]
+            if i < len(ss):
+                ss[i] = score(syms[i] + syms[i + 1])
+            if i > 0:
+                ss[i - 1] = score(syms[i - 1] + syms[i])
+            if not ss:
                 break
-            syms[best_i:best_i + 2] = [syms[best_i] + syms[best_i + 1]]
         return syms
 
     def _merge_heap(self, word: str) -> list[str]:

@@ -1,0 +1,404 @@
+"""The Unigram model (tokenizer.ggml.model = "t5", llama.cpp's llm_tokenizer_ugm).
+
+Expected ids come from llama.cpp (shared/conformance/ggml-vocab-unigram8k.jsonl, or the oracle when installed) and
+from sentencepiece itself: small unigram models are trained here and converted to GGUF the way llama.cpp's
+convert_hf_to_gguf.py does for T5 (tokens, scores and types from the model, the normalizer's precompiled charsmap,
+add_dummy_prefix -> add_space_prefix, remove_extra_whitespaces), so those tests need no shared files.
+
+Where sentencepiece and llama.cpp differ by design, the sentencepiece comparisons stay on text where they agree:
+* llama.cpp normalizes each text fragment between special tokens separately (each one gets the dummy prefix),
+  sentencepiece sees one string: so no special-token text is compared with sentencepiece;
+* with remove_extra_whitespaces llama.cpp puts a U+2581 before every run of non-space text even without
+  add_dummy_prefix; sentencepiece only between words: the trained models keep add_dummy_prefix when merging spaces;
+* the dummy prefix goes before the first non-space character in llama.cpp, so text of spaces only gets none
+  (" " -> "▁"), where sentencepiece always prepends one ("▁▁"): such text is compared with llama.cpp only;
+* near-ties: llama.cpp sums scores as doubles, sentencepiece as floats; on the Japanese novel they split one
+  phrase differently (そうだ|から against そう|だから), so long real text is compared with llama.cpp only.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+
+import gguf
+import pytest
+from conftest import (
+    fail_if_any,
+    get_oracle,
+    load,
+    load_file,
+    read_conformance,
+    release_tokenizers,
+    require_shared,
+    training_lines,
+)
+
+try:
+    import sentencepiece as spm
+except ImportError:  # the sentencepiece tests skip
+    spm = None
+
+VOCAB = "ggml-vocab-unigram8k"
+
+
+def _need_sentencepiece() -> None:
+    if spm is None:
+        pytest.skip("sentencepiece is not installed (pip install sentencepiece)")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# llama.cpp's conformance data (shared/)
+# ---------------------------------------------------------------------------------------------------------------------
+
+def _report(what: str, bad: list, total: int, ref: str) -> str:
+    lines = [f"{what}: {len(bad)} of {total} differ from {ref}; first ones:"]
+    for text, got, want in bad[:5]:
+        lines.append(f"  text={str(text)[:120]!r}\n    got  {str(got)[:200]}\n    want {str(want)[:200]}")
+    return "\n".join(lines)
+
+
+def test_conformance_encode():
+    tok = load(VOCAB)
+    rows = read_conformance(VOCAB)
+    bad = [(r["text"], got, r["ids"]) for r in rows
+           if (got := tok.encode(r["text"], add_special=False, parse_special=False)) != r["ids"]]
+    fail_if_any(bad, _report("encode(add_special=False, parse_special=False)", bad, len(rows), "llama.cpp"))
+
+
+def test_conformance_encode_special():
+    """add_special appends eos (t5: add_bos False, add_eos True); parse_special splits <s>, </s>, <unk> out."""
+    tok = load(VOCAB)
+    rows = read_conformance(VOCAB)
+    bad = [(r["text"], got, r["ids_special"]) for r in rows
+           if (got := tok.encode(r["text"], add_special=True, parse_special=True)) != r["ids_special"]]
+    fail_if_any(bad, _report("encode(add_special=True, parse_special=True)", bad, len(rows), "llama.cpp"))
+
+
+def test_conformance_decode():
+    tok = load(VOCAB)
+    rows = read_conformance(VOCAB)
+    bad = [(r["text"], got, r["detok_hex"]) for r in rows if (got := tok.decode_bytes(r["ids"]).hex()) != r["detok_hex"]]
+    fail_if_any(bad, _report("decode_bytes", bad, len(rows), "llama.cpp"))
+
+
+def test_metadata():
+    tok = load(VOCAB)
+    assert tok.model == "ugm"
+    assert not tok.add_bos
+    assert tok.encode("", add_special=True) == [tok.eos_id]
+    assert tok.encode("", add_special=False) == []
+
+
+def test_byte_path_matches_conformance(monkeypatch):
+    """The exact byte-level path (used for lone surrogates and odd vocabs) alone also gives llama.cpp's ids."""
+    tok = load(VOCAB)
+    monkeypatch.setattr(tok._model, "fast_ok", False)
+    tok._model._cache.clear()
+    try:
+        rows = read_conformance(VOCAB)
+        bad = [(r["text"], got, r["ids"]) for r in rows[:200]
+               if (got := tok.encode(r["text"], add_special=False)) != r["ids"]]
+    finally:
+        tok._model._cache.clear()
+    fail_if_any(bad, _report("byte path encode", bad, 200, "llama.cpp"))
+
+
+def test_speed_conformance_texts():
+    """600 texts (217k characters), both encode flavours: well under the few seconds the project allows."""
+    tok = load(VOCAB)
+    rows = read_conformance(VOCAB)
+    tok._model._cache.clear()
+    t = time.perf_counter()
+    for r in rows:
+        tok.encode(r["text"], add_special=False)
+        tok.encode(r["text"], add_special=True, parse_special=True)
+    assert time.perf_counter() - t < 5.0
+
+
+def test_botchan_matches_sentencepiece():
+    """The whole English novel against the sentencepiece model the vocab was converted from."""
+    _need_sentencepiece()
+    sp = spm.SentencePieceProcessor(model_file=str(require_shared("vocab", "spm-unigram8k.model")))
+    text = require_shared("corpus", "botchan.txt").read_text(encoding="utf-8")
+    assert load(VOCAB).encode(text, add_special=False) == sp.encode(text)
+
+
+def test_corpus_matches_llamacpp():
+    """Both novels against llama.cpp itself (skips without the oracle)."""
+    o = get_oracle(require_shared("vocab", VOCAB + ".gguf"))
+    tok = load(VOCAB)
+    for name in ("botchan.txt", "wagahaiwa_nekodearu.txt"):
+        text = require_shared("corpus", name).read_text(encoding="utf-8")
+        assert tok.encode(text, add_special=False) == o.tokenize(text, False, False), name
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# small unigram models trained here (no shared files needed)
+# ---------------------------------------------------------------------------------------------------------------------
+
+def _varint(buf: bytes, i: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        b = buf[i]
+        i += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, i
+        shift += 7
+
+
+def _proto_fields(buf: bytes):
+    """(field number, value) of a protobuf message: ints for varints, bytes for length-delimited fields."""
+    i = 0
+    while i < len(buf):
+        key, i = _varint(buf, i)
+        field, wire = key >> 3, key & 7
+        if wire == 0:
+            v, i = _varint(buf, i)
+        elif wire == 1:
+            v, i = buf[i:i + 8], i + 8
+        elif wire == 2:
+            n, i = _varint(buf, i)
+            v, i = buf[i:i + n], i + n
+        elif wire == 5:
+            v, i = buf[i:i + 4], i + 4
+        else:
+            raise ValueError(f"unsupported protobuf wire type {wire}")
+        yield field, v
+
+
+def normalizer_spec(model_proto: bytes) -> dict:
+    """ModelProto.normalizer_spec (field 3): precompiled_charsmap (2), add_dummy_prefix (3),
+    remove_extra_whitespaces (4), with sentencepiece's defaults (True) when a flag is absent."""
+    spec = {"precompiled_charsmap": b"", "add_dummy_prefix": True, "remove_extra_whitespaces": True}
+    for field, v in _proto_fields(model_proto):
+        if field == 3:
+            for f, x in _proto_fields(v):
+                if f == 2:
+                    spec["precompiled_charsmap"] = x
+                elif f == 3:
+                    spec["add_dummy_prefix"] = bool(x)
+                elif f == 4:
+                    spec["remove_extra_whitespaces"] = bool(x)
+    return spec
+
+
+def train_unigram(prefix: str, vocab_size: int, **options):
+    """A unigram model on training_lines() with T5's special ids (pad 0, eos 1, unk 2, no bos)."""
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(training_lines()), model_prefix=prefix, model_type="unigram",
+        vocab_size=vocab_size, pad_id=0, eos_id=1, unk_id=2, bos_id=-1, num_threads=1, minloglevel=2,
+        **options,
+    )
+    with open(prefix + ".model", "rb") as f:
+        proto = f.read()
+    return spm.SentencePieceProcessor(model_file=prefix + ".model"), proto
+
+
+def write_t5_gguf(sp, proto: bytes, path, added_tokens: dict[str, int] | None = None) -> None:
+    """Like convert_hf_to_gguf.py's T5Model.set_vocab (sentencepiece model plus an optional added_tokens.json)."""
+    n = sp.get_piece_size() + len(added_tokens or {})
+    tokens = [f"[PAD{i}]".encode() for i in range(n)]
+    scores = [-10000.0] * n
+    types = [int(gguf.TokenType.UNUSED)] * n
+    for i in range(sp.get_piece_size()):
+        tokens[i] = sp.id_to_piece(i).encode("utf-8")
+        scores[i] = sp.get_score(i)
+        t = gguf.TokenType.NORMAL  # (sentencepiece's user-defined pieces stay NORMAL, as in the converter)
+        if sp.is_unknown(i):
+            t = gguf.TokenType.UNKNOWN
+        elif sp.is_control(i):
+            t = gguf.TokenType.CONTROL
+        elif sp.is_unused(i):
+            t = gguf.TokenType.UNUSED
+        elif sp.is_byte(i):
+            t = gguf.TokenType.BYTE
+        types[i] = int(t)
+    for text, i in (added_tokens or {}).items():
+        tokens[i], scores[i], types[i] = text.encode("utf-8"), -1000.0, int(gguf.TokenType.USER_DEFINED)
+    spec = normalizer_spec(proto)
+
+    w = gguf.GGUFWriter(str(path), "t5")
+    # the architecture keys llama.cpp needs to load a (vocab-only) t5 file, so that the oracle can read it too
+    w.add_context_length(64)
+    w.add_embedding_length(8)
+    w.add_feed_forward_length(8)
+    w.add_block_count(1)
+    w.add_head_count(1)
+    w.add_key_length(8)
+    w.add_value_length(8)
+    w.add_layer_norm_eps(1e-6)
+    w.add_relative_attn_buckets_count(32)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_decoder_start_token_id(0)
+    w.add_tokenizer_model("t5")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(tokens)
+    w.add_token_scores(scores)
+    w.add_token_types(types)
+    w.add_add_space_prefix(spec["add_dummy_prefix"])
+    w.add_remove_extra_whitespaces(spec["remove_extra_whitespaces"])
+    if spec["precompiled_charsmap"]:
+        w.add_precompiled_charsmap(spec["precompiled_charsmap"])
+    w.add_eos_token_id(sp.eos_id())
+    w.add_unk_token_id(sp.unk_id())
+    w.add_pad_token_id(sp.pad_id())
+    w.add_add_bos_token(False)
+    w.add_add_eos_token(True)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+# Text to compare: English like the training text, whitespace runs and edges, characters NFKC folds (full-width
+# forms, ligatures, compatibility digits, NBSP, ideographic space, combining sequences, Hangul jamo), characters the
+# model never saw (-> one <unk> per run), control characters the charsmap deletes, and U+2581 itself.
+STRINGS = [
+    "", " ", "   ", "\n", "\t", "\r\n",
+    "Hello world", " Hello world", "  Hello   world  ", "Hello\nworld", "Hello\tworld\t\t!", "a  b\n\nc",
+    "The quick brown fox jumps over the lazy dog.",
+    "I've been told he's there, but we'll see. They're sure it'll rain; you'd better take an umbrella!",
+    "In 1984, the price was $3.50 per pound; by 2024 it had risen to $12.99 (an increase of 271%).",
+    "Café, naïve, façade, résumé, jalapeño, Zürich, São Paulo, Kraków, Ångström, crème brûlée.",
+    "def main():\n    print('hello, world')\n    return 0\n",
+    "Ｆｕｌｌ－ｗｉｄｔｈ　ｔｅｘｔ！ and ｶﾀｶﾅ", "ﬁne ﬂour", "Ⅻ ① ² ½ ™ …", "no\u00a0break", "ideographic\u3000space",
+    "e\u0301 a\u0308 n\u0303 A\u030a c\u0327", "\u1100\u1161\u11a8 \u1112\u1161\u11ab", "か\u3099 は\u309a",
+    "日本語のテキストです。", "Привет, мир!", "emoji 🦙🚀 and 😶‍🌫️ 🇺🇸", "mixed 中文 English 混合",
+    "ctrl\x01\x02chars\x7f and \x0b\x0c", "zero\u200bwidth", "the block \u2581 char \u2581\u2581",
+    "x" * 300, " ".join(["word"] * 80), "supercalifragilisticexpialidocious",
+]
+
+
+def _fuzz(n: int = 300, seed: int = 5) -> list[str]:
+    rng = random.Random(seed)
+    alphabet = list("abcdefghijklmnopqrstuvwxyz ABCDEFG  0123456789.,;!?'\"\n\t-") + [
+        "é", "ü", "ç", "中", "文", "🦙", "\u00a0", "\u3000", "\u2581", "Ａ", "１", "ﬁ", "\u0301", "ｶ", "ﾞ", "the ",
+        " and ", "  ", "\n\n", "ing", " sea shells", "'ll", "\r\n", "\x01", "ß", "İ", "Ω",
+    ]
+    return ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40))) for _ in range(n)]
+
+
+FUZZ = _fuzz()
+
+CONFIGS = {
+    # T5's way: NFKC-based normalization, dummy prefix, runs of spaces merged
+    "nmt_nfkc": {"normalization_rule_name": "nmt_nfkc"},
+    # plain NFKC (a different charsmap), spaces kept as they are, no dummy prefix
+    "nfkc-keep-spaces": {"normalization_rule_name": "nfkc", "remove_extra_whitespaces": False,
+                         "add_dummy_prefix": False},
+    # no charsmap at all
+    "identity": {"normalization_rule_name": "identity", "remove_extra_whitespaces": False},
+}
+
+
+@pytest.fixture(scope="module", params=list(CONFIGS))
+def trained(request, tmp_path_factory):
+    _need_sentencepiece()
+    d = tmp_path_factory.mktemp("ugm")
+    sp, proto = train_unigram(str(d / "m"), 300, **CONFIGS[request.param])
+    path = d / "m.gguf"
+    write_t5_gguf(sp, proto, path)
+    yield request.param, sp, path
+    release_tokenizers()
+
+
+def _sp_comparable(config: str, strings: list[str]) -> list[str]:
+    """The strings on which sentencepiece and llama.cpp agree by design (see the module docstring)."""
+    opts = CONFIGS[config]
+    if opts.get("add_dummy_prefix", True) and not opts.get("remove_extra_whitespaces", True):
+        return [s for s in strings if s.strip(" ") or not s]
+    return strings
+
+
+@pytest.mark.parametrize("strings", [STRINGS, FUZZ], ids=["handpicked", "fuzz"])
+def test_encode_matches_sentencepiece(trained, strings):
+    config, sp, path = trained
+    tok = load_file(path)
+    strings = _sp_comparable(config, strings)
+    bad = [(s, got, want) for s in strings if (got := tok.encode(s, add_special=False)) != (want := sp.encode(s))]
+    fail_if_any(bad, _report("encode(add_special=False)", bad, len(strings), "sentencepiece"))
+
+
+def test_add_special_appends_eos(trained):
+    config, sp, path = trained
+    tok = load_file(path)
+    for s in _sp_comparable(config, STRINGS):
+        assert tok.encode(s, add_special=True) == sp.encode(s) + [sp.eos_id()]
+
+
+def test_byte_path_matches_sentencepiece(trained, monkeypatch):
+    config, sp, path = trained
+    tok = load_file(path)
+    monkeypatch.setattr(tok._model, "fast_ok", False)
+    tok._model._cache.clear()
+    try:
+        bad = [(s, got, want) for s in _sp_comparable(config, STRINGS + FUZZ)
+               if (got := tok.encode(s, add_special=False)) != (want := sp.encode(s))]
+    finally:
+        tok._model._cache.clear()
+    fail_if_any(bad, _report("byte path encode", bad, len(STRINGS + FUZZ), "sentencepiece"))
+
+
+def test_decode_matches_sentencepiece(trained):
+    """decode of sentencepiece's ids, where no <unk> is involved (sentencepiece renders it as ' \u2047 ')."""
+    _, sp, path = trained
+    tok = load_file(path)
+    bad = []
+    for s in STRINGS + FUZZ:
+        ids = sp.encode(s)
+        if sp.unk_id() in ids:
+            continue
+        if (got := tok.decode(ids)) != (want := sp.decode(ids)):
+            bad.append((s, got, want))
+    fail_if_any(bad, _report("decode", bad, len(STRINGS + FUZZ), "sentencepiece"))
+
+
+def test_trained_matches_llamacpp(trained):
+    """Everything, including special-token text and lone invalid bytes, against llama.cpp (skips without it)."""
+    _, sp, path = trained
+    o = get_oracle(path)
+    tok = load_file(path)
+    bad = []
+    for s in STRINGS + FUZZ + ["<unk></s>a</s> b", "</s>", " </s> x"]:
+        for add, parse in ((False, False), (True, True)):
+            if (got := tok.encode(s, add, parse)) != (want := o.tokenize(s, add, parse)):
+                bad.append((s, got, want))
+    for b in (b"\xff", b"a\x80b", b"\xe3\x81", b"\xe3\x81x", b"\xed\xa0\x80", b"\xc0\x80", b"\xf0\x9f\xa6 z"):
+        s = b.decode("utf-8", "surrogateescape")  # lone surrogate escapes stand for the raw bytes
+        if (got := tok.encode(s, False, False)) != (want := o.tokenize(b, False, False)):
+            bad.append((b, got, want))
+    fail_if_any(bad, _report("encode", bad, 2 * len(STRINGS + FUZZ), "llama.cpp"))
+
+
+@pytest.fixture(scope="module")
+def with_user_defined(tmp_path_factory):
+    """nmt_nfkc model plus added tokens (USER_DEFINED, as the converter writes added_tokens.json entries)."""
+    _need_sentencepiece()
+    d = tmp_path_factory.mktemp("ugm_ud")
+    sp, proto = train_unigram(str(d / "m"), 300, normalization_rule_name="nmt_nfkc")
+    n = sp.get_piece_size()
+    added = {"<extra_id_0>": n, "<extra_id_1>": n + 1, "ｘｙ": n + 2, "▁▁": n + 3, "é!": n + 4}
+    path = d / "m.gguf"
+    write_t5_gguf(sp, proto, path, added)
+    yield path
+    release_tokenizers()
+
+
+def test_user_defined_matches_llamacpp(with_user_defined):
+    """User-defined tokens: split out before normalization, prefixes of them kept verbatim (a partial byte-wise
+    match even stops inside a character: "—" shares its first byte with "▁"), score 0 in the Viterbi pass."""
+    o = get_oracle(with_user_defined)
+    tok = load_file(with_user_defined)
+    strings = STRINGS + FUZZ + [
+        "a<extra_id_0>b", "<extra_id_1> x <extra_id_0>", "<extra_id_", "<extra", "<e", "<<>>", "ｘｙｚ ｘ ｙ",
+        "x y ｘｙ", "— dash – en ‘quote’ “dq”", "▁▁▁", "é! é? e\u0301!", "ééé!",
+    ]
+    bad = []
+    for s in strings:
+        for add, parse in ((False, False), (True, True)):
+            if (got := tok.encode(s, add, parse)) != (want := o.tokenize(s, add, parse)):
+                bad.append((s, got, want))
+    fail_if_any(bad, _report("encode", bad, 2 * len(strings), "llama.cpp"))
+
