@@ -134,13 +134,71 @@ def cmd_tokenize(args: argparse.Namespace) -> int:
 
 def _setup_tokenize(p: argparse.ArgumentParser) -> None:
     """Declare the arguments of 'tokenize'."""
-    p.add_argument("--model", metavar="PATH", help="GGUF or llama2.c tokenizer.bin (default: built-in vocab)")
+    p.add_argument("--model", metavar="PATH", help="GGUF, SentencePiece .model, Hugging Face tokenizer.json or "
+                   "llama2.c tokenizer.bin (default: built-in vocab)")
     p.add_argument("--ids", action="store_true", help="print only the list of token ids")
     p.add_argument("--no-bos", action="store_true", help="do not add BOS/EOS (add_special=False)")
     p.add_argument("--parse-special", action="store_true", help="turn special-token text into its id")
     p.add_argument(
         "text", nargs="+", metavar="TEXT", help="text to tokenize (words joined by spaces; '-' reads stdin)"
     )
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
+    """Write the tokenizer of SRC (any file Tokenizer.from_file opens) as a vocab-only GGUF at OUT."""
+    from minillama.tokenizer.load import is_gguf, read_gguf, read_metadata  # lazy: keeps --help fast
+    from minillama.tokenizer.vocab import Vocab
+    from minillama.tokenizer.write import write_vocab_gguf
+
+    src, out = args.src, args.out
+    if os.path.exists(out) and os.path.samefile(src, out):
+        raise MinillamaError(f"OUT is the same file as SRC ({src}); choose another output path")
+    with open(src, "rb") as f:
+        head = f.read(4)
+    types = None
+    if is_gguf(head):
+        gf = read_gguf(src, tensors=False)
+        metadata, types = gf.metadata, gf.value_types
+    else:
+        metadata = read_metadata(src)
+    vocab = Vocab.from_metadata(metadata, src)  # refuse what minillama itself could not load
+    tmp = out + ".tmp"
+    try:
+        write_vocab_gguf(metadata, tmp, name=args.name, types=types)
+        os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    pre = f", pre {vocab.pre}" if vocab.model == "bpe" else ""
+    print(f"{out}: {metadata['tokenizer.ggml.model']} ({vocab.model}) vocab of {vocab.n_vocab} tokens{pre}, "
+          f"{os.path.getsize(out)} bytes, from {src}")
+    return 0
+
+
+def _setup_convert(p: argparse.ArgumentParser) -> None:
+    """Declare the arguments of 'convert'."""
+    p.add_argument("src", metavar="SRC",
+                   help="GGUF, SentencePiece .model, Hugging Face tokenizer.json or llama2.c tokenizer.bin")
+    p.add_argument("out", metavar="OUT.gguf", help="where to write the vocab-only GGUF")
+    p.add_argument("--name", help="general.name to write (default: the source's)")
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    """Print what a GGUF or tokenizer file holds (metadata, tokenizer, tensor table), reading no tensor data."""
+    from minillama.inspect import inspect_file, render_json, render_text  # lazy: keeps --help fast
+
+    report = inspect_file(args.path)
+    out = sys.stdout
+    out.write(render_json(report) if args.json else render_text(report, color=use_color(out)))
+    out.flush()
+    return 0
+
+
+def _setup_inspect(p: argparse.ArgumentParser) -> None:
+    """Declare the arguments of 'inspect'."""
+    p.add_argument("path", metavar="PATH",
+                   help="GGUF, SentencePiece .model, Hugging Face tokenizer.json or llama2.c tokenizer.bin")
+    p.add_argument("--json", action="store_true", help="print the same report as JSON (full numbers, no colour)")
 
 
 @dataclass(frozen=True)
@@ -154,6 +212,10 @@ class Subcommand:
 
 COMMANDS: dict[str, Subcommand] = {
     "tokenize": Subcommand("tokenize text and show the pieces and ids", _setup_tokenize, cmd_tokenize),
+    "convert": Subcommand("write a tokenizer file as a vocab-only GGUF that llama.cpp opens", _setup_convert,
+                          cmd_convert),
+    "inspect": Subcommand("show a model or tokenizer file's metadata, tokenizer and tensors", _setup_inspect,
+                          cmd_inspect),
 }
 
 

@@ -186,6 +186,22 @@ def test_convert_errors(tmp_path, capsys):
     assert "same file" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("vocab", ["ggml-vocab-bert-bge", "ggml-vocab-phi-3", "ggml-vocab-gpt-2",
+                                   "ggml-vocab-deepseek-llm", "ggml-vocab-unigram8k"])
+def test_convert_gguf_to_gguf(vocab, tmp_path, capsys):
+    """GGUF -> vocab-only GGUF keeps every tokenizer key and its type, and the architecture's own keys."""
+    src = vocab_path(vocab)
+    out = tmp_path / "out.gguf"
+    assert cli_main(["convert", str(src), str(out), "--name", "renamed"]) == 0
+    assert "renamed" not in capsys.readouterr().out
+    a, b = read_gguf(src, tensors=False), read_gguf(out)
+    assert not _metadata_diff(b.metadata, a.metadata)
+    assert b.metadata["general.name"] == "renamed"
+    for k, t in a.value_types.items():
+        if k.startswith(("tokenizer.", a.metadata["general.architecture"] + ".")):
+            assert b.value_types[k] == t, k
+
+
 def test_write_vocab_gguf_types(tmp_path):
     """write_vocab_gguf: value types from the key, not the Python value (ids uint32 even when small)."""
     md = {"general.architecture": "llama", K.MODEL: "llama", K.LIST: ["<unk>", "<s>", "</s>", "a", "\u2581a"],
@@ -537,6 +553,7 @@ PRE_TOKENIZERS_REGEX = {n: s[0][1] for s, n in PRE_TOKENIZERS.items() if s[0][0]
     (b'{"model": {"type": "BPE", "vocab": {"a": 99999999}, "merges": []}, "pre_tokenizer": {"type": "ByteLevel"}}',
      "largest token id"),
     (b'{"\xff\xfe": 1}', "not UTF-8"),
+    (b'{"a": ' + b"[" * 100000, "nests too deeply|not valid JSON"),
 ])
 def test_hostile_tokenizer_json(content, expected, tmp_path):
     """Truncated or malformed tokenizer.json -> FormatError naming the file and what was expected/found."""

@@ -400,5 +400,9 @@ def test_user_defined_matches_llamacpp(with_user_defined):
         for add, parse in ((False, False), (True, True)):
             if (got := tok.encode(s, add, parse)) != (want := o.tokenize(s, add, parse)):
                 bad.append((s, got, want))
-    fail_if_any(bad, _report("encode", bad, 2 * len(strings), "llama.cpp"))
+    for i in range(tok.n_vocab):  # pieces: user-defined raw, normal with U+2581 as space, control/unknown hidden
+        for remove, unparse in ((False, False), (True, True)):
+            if (got := tok.decode_bytes([i, i], remove, unparse)) != (want := o.detokenize([i, i], remove, unparse)):
+                bad.append((f"<decode {i}, {i}>", got, want))
+    fail_if_any(bad, _report("encode/decode", bad, 2 * len(strings) + 2 * tok.n_vocab, "llama.cpp"))
 

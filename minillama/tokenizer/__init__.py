@@ -15,13 +15,13 @@ import os
 from collections.abc import Iterable
 from importlib import resources
 
-from .decode import PieceTable
+from .decode import PieceTable, StreamDecoder
 from .load import read_metadata
 from .models import Model, make_model
 from .special import partition
 from .vocab import Attr, Vocab
 
-__all__ = ["Tokenizer", "Vocab", "Attr", "default_vocab_path"]
+__all__ = ["Tokenizer", "Vocab", "Attr", "StreamDecoder", "default_vocab_path"]
 
 
 def default_vocab_path() -> str:
@@ -139,6 +139,13 @@ class Tokenizer:
     def decode(self, ids: Iterable[int], remove_special: bool = False, unparse_special: bool = False) -> str:
         """decode_bytes as text; bytes that are not valid UTF-8 become U+FFFD."""
         return self.decode_bytes(ids, remove_special, unparse_special).decode("utf-8", "replace")
+
+    def stream_decoder(self, skip_special: bool = True) -> StreamDecoder:
+        """A decoder for one generated sequence: push(id) -> new text, flush() -> the rest.
+
+        skip_special=True renders control tokens as nothing, like decode(unparse_special=False).
+        """
+        return StreamDecoder(self.pieces, skip_special)
 
     def __repr__(self) -> str:
         return f"Tokenizer(model={self.model!r}, pre={self.pre!r}, n_vocab={self.n_vocab})"

@@ -103,3 +103,88 @@ class PieceTable:
             for rx, repl in _CLEAN:
                 out = rx.sub(repl, out)
         return out
+
+
+class _StreamSub:
+    """Streaming find-and-replace of short byte patterns, leftmost first, non-overlapping.
+
+    Holds back at most a pattern's length minus one byte; no pattern may be a prefix of another.
+    """
+
+    def __init__(self, table: dict[bytes, bytes]) -> None:
+        self.table = table
+        self.prefixes = {p[:k] for p in table for k in range(1, len(p))}
+        self.buf = b""
+
+    def feed(self, data: bytes) -> bytes:
+        out = bytearray()
+        buf, table, prefixes = self.buf, self.table, self.prefixes
+        for c in data:
+            buf += bytes((c,))
+            while buf:
+                if buf in table:
+                    out += table[buf]
+                    buf = b""
+                elif buf in prefixes:
+                    break
+                else:
+                    out.append(buf[0])
+                    buf = buf[1:]
+        self.buf = buf
+        return bytes(out)
+
+    def finish(self) -> bytes:
+        buf, self.buf = self.buf, b""
+        return buf
+
+
+def _clean_spaces_stream() -> list[_StreamSub]:
+    """The three clean-up passes of llama_detokenize, as streaming substitutions (same order)."""
+    return [
+        _StreamSub({b" " + bytes((c,)): bytes((c,)) for c in b"?!.,"}),
+        _StreamSub({b" ' ": b"'"}),
+        _StreamSub({b" '" + s: b"'" + s for s in (b"s", b"m", b"re", b"ve")}),
+    ]
+
+
+class StreamDecoder:
+    """Token ids in, text out as soon as it is complete: for generation loops.
+
+    A UTF-8 character split over several tokens is held until its last byte arrives; bytes that
+    can never complete become U+FFFD once the next character starts (or at flush). The SPM dummy
+    prefix space is removed from the first piece only, and llama.cpp's space clean-up is applied
+    with a lookahead of at most three bytes, so the concatenation of every push() and flush()
+    equals Tokenizer.decode(ids). Work per token is constant.
+    """
+
+    def __init__(self, table: PieceTable, skip_special: bool = True) -> None:
+        import codecs
+
+        self._pieces = table.pieces_plain if skip_special else table.pieces
+        self._n = len(self._pieces)
+        self._remove_space = table.vocab.add_space_prefix
+        self._subs = _clean_spaces_stream() if table.vocab.clean_spaces else []
+        self._utf8 = codecs.getincrementaldecoder("utf-8")("replace")
+        self.ids: list[int] = []
+
+    def push(self, token_id: int) -> str:
+        """Add one id; return the text that is now complete (possibly '')."""
+        if not 0 <= token_id < self._n:
+            raise ValueError(f"token id {token_id} is out of range for a vocab of {self._n} tokens "
+                             f"(expected 0..{self._n - 1})")
+        self.ids.append(token_id)
+        data = self._pieces[token_id]
+        if self._remove_space:
+            self._remove_space = False
+            if data[:1] == b" ":
+                data = data[1:]
+        for sub in self._subs:
+            data = sub.feed(data)
+        return self._utf8.decode(data)
+
+    def flush(self) -> str:
+        """End of stream: return what was held back (incomplete characters become U+FFFD)."""
+        data = b""
+        for sub in self._subs:
+            data = sub.feed(data) + sub.finish()
+        return self._utf8.decode(data, final=True)

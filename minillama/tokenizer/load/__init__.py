@@ -7,23 +7,31 @@ from typing import Any
 
 from ...errors import FormatError
 from .gguf import GGUFFile, is_gguf, read_gguf
+from .hf_json import looks_like_json, read_hf_json
 from .llama2c import looks_like_llama2c, read_llama2c
+from .sentencepiece import looks_like_sentencepiece, read_sentencepiece
+
+EXPECTED = ("a GGUF file, a SentencePiece .model, a Hugging Face tokenizer.json or a llama2.c "
+            "tokenizer.bin")
 
 
 def read_metadata(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Tokenizer metadata of any supported file, chosen by content: GGUF or llama2.c tokenizer.bin."""
+    """Tokenizer metadata of any supported file, chosen by content (not by name)."""
     path = os.fspath(path)
     with open(path, "rb") as f:
-        head = f.read(16)
+        head = f.read(64)
         size = os.fstat(f.fileno()).st_size
     if size == 0:
-        raise FormatError("empty file, expected a GGUF file or a llama2.c tokenizer.bin", path=path, offset=0)
+        raise FormatError(f"empty file, expected {EXPECTED}", path=path, offset=0)
     if is_gguf(head):
         return read_gguf(path, tensors=False).metadata
+    if looks_like_sentencepiece(head):
+        return read_sentencepiece(path)
+    if looks_like_json(head):
+        return read_hf_json(path)
     if looks_like_llama2c(head, size):
         return read_llama2c(path)
-    raise FormatError(f"unrecognised file (starts with {head[:8]!r}), expected a GGUF file or a llama2.c "
-                      "tokenizer.bin", path=path, offset=0)
+    raise FormatError(f"unrecognised file (starts with {head[:8]!r}), expected {EXPECTED}", path=path, offset=0)
 
 
-__all__ = ["read_metadata", "read_gguf", "read_llama2c", "GGUFFile"]
+__all__ = ["read_metadata", "read_gguf", "is_gguf", "read_llama2c", "read_sentencepiece", "read_hf_json", "GGUFFile"]

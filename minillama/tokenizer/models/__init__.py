@@ -6,8 +6,10 @@ from ..vocab import Vocab
 from .base import Model
 from .bpe import BPEModel
 from .spm import SPMModel
+from .ugm import UGMModel
+from .wpm import WPMModel
 
-MODELS: dict[str, type[Model]] = {"spm": SPMModel, "bpe": BPEModel}
+MODELS: dict[str, type[Model]] = {"spm": SPMModel, "bpe": BPEModel, "wpm": WPMModel, "ugm": UGMModel}
 
 
 def make_model(vocab: Vocab) -> Model:
@@ -21,4 +23,4 @@ def make_model(vocab: Vocab) -> Model:
     return cls(vocab)
 
 
-__all__ = ["Model", "make_model", "MODELS", "SPMModel", "BPEModel"]
+__all__ = ["Model", "make_model", "MODELS", "SPMModel", "BPEModel", "WPMModel", "UGMModel"]

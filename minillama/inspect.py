@@ -1,0 +1,504 @@
+"""`minillama inspect`: what a GGUF or tokenizer file holds, from its metadata alone (tensor data is never read).
+
+inspect_file() builds a plain report (dicts, lists, str, int, float, bool, None: ready for json.dumps);
+render_text() turns it into the human-readable listing and render_json() into the machine-readable one.
+Long values are summarised in both: arrays keep their length and first items, strings their length and start.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from typing import Any
+
+import numpy as np
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType, Keys, LlamaFileType, TokenType
+
+from .errors import MinillamaError
+
+K = Keys.Tokenizer
+
+ARRAY_HEAD = 8  # array items kept in the report
+STRING_HEAD = 256  # characters kept of a long string value
+ITEM_HEAD = 64  # characters kept of each string inside an array
+TEXT_STRING = 64  # characters of a string shown by render_text
+TEXT_ARRAY_WIDTH = 72  # characters of array items shown by render_text
+
+FORMAT_NAMES = {
+    "gguf": "GGUF",
+    "sentencepiece": "SentencePiece model",
+    "tokenizer.json": "Hugging Face tokenizer.json",
+    "llama2.c": "llama2.c tokenizer.bin",
+}
+
+# Special ids in the order llama.cpp lists them.
+SPECIAL_ORDER = ("bos", "eos", "eot", "eom", "unk", "sep", "pad", "mask",
+                 "fim_pre", "fim_suf", "fim_mid", "fim_pad", "fim_rep", "fim_sep")
+_RAW_SPECIAL_KEYS = {"bos": K.BOS_ID, "eos": K.EOS_ID, "eot": K.EOT_ID, "eom": K.EOM_ID, "unk": K.UNK_ID,
+                     "sep": K.SEP_ID, "pad": K.PAD_ID, "mask": K.MASK_ID}
+
+_SHORT_TYPES = {
+    GGUFValueType.UINT8: "u8", GGUFValueType.INT8: "i8", GGUFValueType.UINT16: "u16", GGUFValueType.INT16: "i16",
+    GGUFValueType.UINT32: "u32", GGUFValueType.INT32: "i32", GGUFValueType.FLOAT32: "f32",
+    GGUFValueType.BOOL: "bool", GGUFValueType.STRING: "str", GGUFValueType.ARRAY: "arr",
+    GGUFValueType.UINT64: "u64", GGUFValueType.INT64: "i64", GGUFValueType.FLOAT64: "f64",
+}
+_DTYPE_TYPES = {
+    np.dtype("u1"): GGUFValueType.UINT8, np.dtype("i1"): GGUFValueType.INT8, np.dtype("<u2"): GGUFValueType.UINT16,
+    np.dtype("<i2"): GGUFValueType.INT16, np.dtype("<u4"): GGUFValueType.UINT32, np.dtype("<i4"): GGUFValueType.INT32,
+    np.dtype("<f4"): GGUFValueType.FLOAT32, np.dtype("bool"): GGUFValueType.BOOL,
+    np.dtype("<u8"): GGUFValueType.UINT64, np.dtype("<i8"): GGUFValueType.INT64,
+    np.dtype("<f8"): GGUFValueType.FLOAT64,
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Building the report
+
+
+def inspect_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The report for a GGUF or tokenizer file: header, metadata, tokenizer summary and tensor table."""
+    path = os.fspath(path)
+    with open(path, "rb") as f:
+        head = f.read(64)
+        size = os.fstat(f.fileno()).st_size
+    fmt = detect_format(head, size)
+    if fmt == "gguf":
+        return _inspect_gguf(path, size)
+    from .tokenizer.load import read_metadata  # raises the loaders' FormatError for unrecognised files
+
+    md = read_metadata(path)
+    if fmt is None:  # read_metadata knows a format this module does not name yet
+        fmt = "tokenizer"
+    return {
+        "path": path, "format": fmt, "version": None, "file_size": size,
+        "architecture": _str_or_none(md.get("general.architecture")) if fmt != "llama2.c" else None,
+        "name": _str_or_none(md.get("general.name")), "file_type": None,
+        "alignment": None, "data_offset": None,
+        "metadata": None, "tokenizer": tokenizer_summary(md, path), "tensors": None, "totals": None,
+        "warnings": [],
+    }
+
+
+def detect_format(head: bytes, size: int) -> str | None:
+    """The format of a file from its first bytes, in the order read_metadata tries them (None: unknown)."""
+    from .tokenizer.load.gguf import is_gguf
+    from .tokenizer.load.hf_json import looks_like_json
+    from .tokenizer.load.llama2c import looks_like_llama2c
+    from .tokenizer.load.sentencepiece import looks_like_sentencepiece
+
+    if is_gguf(head):
+        return "gguf"
+    if looks_like_sentencepiece(head):
+        return "sentencepiece"
+    if looks_like_json(head):
+        return "tokenizer.json"
+    if looks_like_llama2c(head, size):
+        return "llama2.c"
+    return None
+
+
+def _inspect_gguf(path: str, size: int) -> dict[str, Any]:
+    """The report of a GGUF file: everything comes from the header, key/value section and tensor table."""
+    from .tokenizer.load.gguf import read_gguf
+
+    gf = read_gguf(path, tensors=True)
+    md = gf.metadata
+    file_type = md.get("general.file_type")
+    try:
+        file_type_name = LlamaFileType(file_type).name if isinstance(file_type, int) else None
+    except ValueError:
+        file_type_name = None
+    tensors = [_tensor_entry(t.name, t.shape, t.ggml_type, gf.data_offset + t.offset) for t in gf.tensors]
+    warnings = []
+    known = [t for t in tensors if t["n_bytes"] is not None]
+    if known:
+        end = max(t["offset"] + t["n_bytes"] for t in known)
+        if end > size:
+            warnings.append(f"tensor data needs {end} bytes but the file has {size} (truncated file?)")
+    unknown = [t["name"] for t in tensors if t["n_bytes"] is None]
+    if unknown:
+        warnings.append(f"{len(unknown)} tensor(s) of unknown type, not counted in total bytes: "
+                        + ", ".join(unknown[:5]) + (", ..." if len(unknown) > 5 else ""))
+    tokenizer = tokenizer_summary(md, path) if (K.MODEL in md or K.LIST in md) else None
+    return {
+        "path": path, "format": "gguf", "version": gf.version, "file_size": size,
+        "architecture": _str_or_none(md.get("general.architecture")), "name": _str_or_none(md.get("general.name")),
+        "file_type": file_type_name, "alignment": gf.alignment, "data_offset": gf.data_offset,
+        "metadata": [metadata_entry(k, v, gf.value_types.get(k)) for k, v in md.items()],
+        "tokenizer": tokenizer, "tensors": tensors, "totals": _totals(tensors), "warnings": warnings,
+    }
+
+
+def _str_or_none(v: Any) -> str | None:
+    return v if isinstance(v, str) else None
+
+
+def _safe_str(s: str) -> str:
+    """A string that encodes as UTF-8: bytes that were not valid UTF-8 (surrogate escapes) become '\\xNN'."""
+    try:
+        s.encode("utf-8")
+        return s
+    except UnicodeEncodeError:
+        return s.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def _number(v: Any, vtype: GGUFValueType | None = None) -> Any:
+    """A JSON-safe Python number: float32 values by their shortest repr, non-finite floats as strings."""
+    if isinstance(v, (bool, np.bool_)):
+        return bool(v)
+    if isinstance(v, (int, np.integer)):
+        return int(v)
+    if isinstance(v, (float, np.floating)):
+        if not math.isfinite(v):
+            return str(float(v))  # 'nan', 'inf', '-inf'
+        if vtype == GGUFValueType.FLOAT32 or isinstance(v, np.float32):
+            return float(str(np.float32(v)))
+        return float(v)
+    return v
+
+
+def _item_type(v: Any) -> GGUFValueType | None:
+    """The item type of an array value as read_gguf returns it (None for an empty list)."""
+    if isinstance(v, np.ndarray):
+        return _DTYPE_TYPES.get(v.dtype)
+    if v and isinstance(v[0], str):
+        return GGUFValueType.STRING
+    if v:
+        return GGUFValueType.ARRAY
+    return None
+
+
+def _summarise(v: Any, vtype: GGUFValueType | None, string_head: int) -> tuple[Any, int | None, bool]:
+    """(value kept, length or None, truncated?) for one metadata value."""
+    if isinstance(v, str):
+        return v[:string_head], len(v), len(v) > string_head
+    if isinstance(v, (np.ndarray, list)):
+        itype = _item_type(v)
+        head = v[:ARRAY_HEAD]
+        if isinstance(head, np.ndarray):
+            items = [_number(x, itype) for x in head.tolist()]
+        else:
+            items = [_summarise(x, None, ITEM_HEAD)[0] for x in head]
+        return items, len(v), len(v) > ARRAY_HEAD
+    return _number(v, vtype), None, False
+
+
+def metadata_entry(key: str, value: Any, vtype: GGUFValueType | None) -> dict[str, Any]:
+    """One metadata key as a report entry: type names, the (possibly shortened) value and its length."""
+    if vtype is None:
+        vtype = (GGUFValueType.STRING if isinstance(value, str) else
+                 GGUFValueType.ARRAY if isinstance(value, (list, np.ndarray)) else
+                 GGUFValueType.BOOL if isinstance(value, bool) else
+                 GGUFValueType.INT64 if isinstance(value, int) else GGUFValueType.FLOAT64)
+    entry: dict[str, Any] = {"key": key, "type": vtype.name.lower()}
+    if vtype == GGUFValueType.ARRAY:
+        itype = _item_type(value)
+        entry["item_type"] = itype.name.lower() if itype is not None else None
+    kept, length, truncated = _summarise(value, vtype, STRING_HEAD)
+    if length is not None:
+        entry["length"] = length
+    entry["value"] = kept
+    entry["truncated"] = truncated
+    return entry
+
+
+def tensor_size(shape: tuple[int, ...] | list[int], ggml_type: int) -> int | None:
+    """Bytes of a tensor's data: n_elements / block_size * type_size (None for an unknown type)."""
+    try:
+        block, type_size = GGML_QUANT_SIZES[GGMLQuantizationType(ggml_type)]
+    except (ValueError, KeyError):
+        return None
+    return math.prod(shape) // block * type_size
+
+
+def _tensor_entry(name: str, shape: tuple[int, ...], ggml_type: int, offset: int) -> dict[str, Any]:
+    try:
+        type_name = GGMLQuantizationType(ggml_type).name
+    except ValueError:
+        type_name = f"type{ggml_type}"
+    n_elements = math.prod(shape)
+    return {"name": name, "type": type_name, "type_id": ggml_type, "shape": list(shape),
+            "n_elements": n_elements, "n_bytes": tensor_size(shape, ggml_type), "offset": offset}
+
+
+def _totals(tensors: list[dict[str, Any]]) -> dict[str, Any]:
+    by_type: dict[str, int] = {}
+    for t in tensors:
+        by_type[t["type"]] = by_type.get(t["type"], 0) + 1
+    return {"tensors": len(tensors), "parameters": sum(t["n_elements"] for t in tensors),
+            "bytes": sum(t["n_bytes"] or 0 for t in tensors), "types": by_type}
+
+
+def _piece(vocab: Any, i: int) -> str:
+    """The text of llama_token_to_piece(i, special=True) (bytes that are not UTF-8 as surrogate escapes)."""
+    from .tokenizer.decode import piece_of
+
+    return piece_of(vocab, i).decode("utf-8", "surrogateescape")
+
+
+def _token_type_counts(md: dict[str, Any]) -> dict[str, int] | None:
+    types = md.get(K.TOKEN_TYPE)
+    if not isinstance(types, np.ndarray) or types.dtype.kind not in "iu":
+        return None
+    values, counts = np.unique(types, return_counts=True)
+    out: dict[str, int] = {}
+    for v, c in zip(values.tolist(), counts.tolist()):
+        try:
+            name = TokenType(v).name
+        except ValueError:
+            name = f"TYPE_{v}"
+        out[name] = c
+    return out
+
+
+def tokenizer_summary(md: dict[str, Any], source: str) -> dict[str, Any]:
+    """Model, pre-tokenizer, sizes, special ids with their pieces, flags and token type counts."""
+    from .tokenizer.vocab import Vocab
+
+    tokens = md.get(K.LIST)
+    merges = md.get(K.MERGES)
+    raw_model = md.get(K.MODEL)
+    summary: dict[str, Any] = {
+        "model": _str_or_none(raw_model), "type": None, "pre": _str_or_none(md.get(K.PRE)),
+        "vocab_size": len(tokens) if isinstance(tokens, list) else None,
+        "merges": len(merges) if isinstance(merges, list) else 0,
+        "special": {}, "eog": [], "flags": {}, "token_types": _token_type_counts(md), "error": None,
+    }
+    try:
+        vocab = Vocab.from_metadata(md, source)
+    except MinillamaError as exc:  # still show what the file says, as it says it
+        summary["error"] = str(exc)
+        n = summary["vocab_size"] or 0
+        for name, key in _RAW_SPECIAL_KEYS.items():
+            v = md.get(key)
+            if isinstance(v, int) and not isinstance(v, bool):
+                summary["special"][name] = {"id": v, "piece": tokens[v] if 0 <= v < n else None}
+        for flag, key in (("add_bos", K.ADD_BOS), ("add_eos", K.ADD_EOS), ("add_space_prefix", K.ADD_PREFIX)):
+            if isinstance(md.get(key), (bool, np.bool_)):
+                summary["flags"][flag] = bool(md[key])
+        return summary
+    summary["type"] = vocab.model
+    if summary["pre"] is None:
+        summary["pre"] = vocab.pre  # 'default' when the file names none
+    for name in SPECIAL_ORDER:
+        i = vocab.special.get(name)
+        if i is not None:
+            summary["special"][name] = {"id": i, "piece": _piece(vocab, i)}
+    summary["eog"] = sorted(vocab.eog_ids)
+    summary["flags"] = {"add_bos": vocab.add_bos, "add_eos": vocab.add_eos, "add_sep": vocab.add_sep,
+                        "add_space_prefix": vocab.add_space_prefix,
+                        "remove_extra_whitespaces": vocab.remove_extra_whitespaces}
+    return summary
+
+
+# ---------------------------------------------------------------------------------------------
+# Rendering
+
+
+def _json_safe(x: Any) -> Any:
+    """A copy of x whose strings all encode as UTF-8 (see _safe_str)."""
+    if isinstance(x, str):
+        return _safe_str(x)
+    if isinstance(x, dict):
+        return {_safe_str(k): _json_safe(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_json_safe(v) for v in x]
+    return x
+
+
+def render_json(report: dict[str, Any]) -> str:
+    """The report as indented JSON (all numbers in full, no colour), ending with a newline."""
+    return json.dumps(_json_safe(report), indent=2, ensure_ascii=False) + "\n"
+
+
+def _quote(s: str, limit: int | None = None) -> str:
+    """s in double quotes with backslash escapes for quotes, control characters and invalid bytes."""
+    cut = limit is not None and len(s) > limit
+    body = s[:limit] if cut else s
+    out = []
+    for ch in body:
+        o = ord(ch)
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ch == "\n":
+            out.append("\\n")
+        elif ch == "\t":
+            out.append("\\t")
+        elif ch == "\r":
+            out.append("\\r")
+        elif o < 0x20 or o == 0x7F:
+            out.append(f"\\x{o:02x}")
+        elif 0xD800 <= o <= 0xDFFF:
+            out.append(f"\\x{o - 0xDC00:02x}" if 0xDC80 <= o <= 0xDCFF else f"\\u{o:04x}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + ('"...' if cut else '"')
+
+
+def _show(s: str) -> str:
+    """A key or name as is when printable, else quoted with escapes."""
+    return s if s.isprintable() and s else _quote(s)
+
+
+def _is_plain(s: str) -> bool:
+    """True when a string reads unambiguously without quotes."""
+    return bool(s) and s == s.strip() and s.isprintable() and len(s) <= TEXT_STRING
+
+
+def _fmt_scalar(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        return repr(v)
+    if isinstance(v, str):
+        return v if _is_plain(v) else _quote(v, TEXT_STRING)
+    if isinstance(v, list):
+        return "[" + ", ".join(_fmt_item(x) for x in v) + "]"
+    return str(v)
+
+
+def _fmt_item(v: Any) -> str:
+    return _quote(v, 32) if isinstance(v, str) else _fmt_scalar(v)
+
+
+def _type_label(entry: dict[str, Any]) -> str:
+    t = GGUFValueType[entry["type"].upper()]
+    if t != GGUFValueType.ARRAY:
+        return _SHORT_TYPES[t]
+    it = entry.get("item_type")
+    return "[" + (_SHORT_TYPES[GGUFValueType[it.upper()]] if it else "?") + "]"
+
+
+def _fmt_value(entry: dict[str, Any]) -> str:
+    """A metadata value on one line: long strings shortened with their length, arrays with length and first items."""
+    v, length = entry["value"], entry.get("length")
+    if entry["type"] == "array":
+        shown, width = [], 0
+        for x in v:
+            s = _fmt_item(x)
+            if shown and width + len(s) + 2 > TEXT_ARRAY_WIDTH:
+                break
+            shown.append(s)
+            width += len(s) + 2
+        more = ", ..." if length > len(shown) else ""
+        items = "item" if length == 1 else "items"
+        return f"{length:,} {items}: [" + ", ".join(shown) + more + "]" if length else "0 items: []"
+    if entry["type"] == "string":
+        if _is_plain(v) and not entry["truncated"]:
+            return v
+        if length > TEXT_STRING:
+            return _quote(v, TEXT_STRING) + f" ({length:,} chars)"
+        return _quote(v)
+    if entry["key"] == "general.file_type" and isinstance(v, int):
+        try:
+            return f"{v} ({LlamaFileType(v).name})"
+        except ValueError:
+            return str(v)
+    return _fmt_scalar(v)
+
+
+def _human_bytes(n: int) -> str:
+    x = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if x < 1024 or unit == "TiB":
+            return f"{int(x)} B" if unit == "B" else f"{x:.1f} {unit}"
+        x /= 1024
+    return f"{n} B"  # pragma: no cover
+
+
+def _human_count(n: int) -> str:
+    for div, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if n >= div:
+            return f"{n / div:.1f}{suffix}"
+    return str(n)
+
+
+def render_text(report: dict[str, Any], color: bool = False) -> str:
+    """The report as an aligned, human-readable listing (ANSI bold/dim when color is True)."""
+    bold = (lambda s: f"\x1b[1m{s}\x1b[0m") if color else (lambda s: s)
+    dim = (lambda s: f"\x1b[2m{s}\x1b[0m") if color else (lambda s: s)
+    lines: list[str] = []
+
+    def field(label: str, text: str) -> None:
+        lines.append(f"  {label:<14}{text}")
+
+    lines.append(bold(_show(report["path"])))
+    fmt = FORMAT_NAMES.get(report["format"], report["format"])
+    if report["version"] is not None:
+        fmt += f" v{report['version']}"
+    field("format", f"{fmt}, {report['file_size']:,} bytes ({_human_bytes(report['file_size'])})")
+    if report["architecture"] is not None:
+        field("architecture", report["architecture"])
+    if report["name"] is not None:
+        field("name", report["name"])
+    if report["file_type"] is not None:
+        field("file type", report["file_type"])
+    totals = report["totals"]
+    if totals is not None and not totals["tensors"]:
+        field("tensors", "none (vocab-only file)")
+    elif totals is not None:
+        field("tensors", f"{totals['tensors']:,}, {totals['parameters']:,} parameters "
+                         f"({_human_count(totals['parameters'])}), {totals['bytes']:,} bytes "
+                         f"({_human_bytes(totals['bytes'])})")
+    for w in report["warnings"]:
+        field("warning", w)
+
+    entries = report["metadata"]
+    if entries is not None:
+        lines += ["", bold(f"metadata ({len(entries)} keys)")]
+        keys = [_show(e["key"]) for e in entries]
+        width = min(max((len(k) for k in keys), default=0), 44)
+        for key, e in zip(keys, entries):
+            lines.append(f"  {key:<{width}}  {dim(f'{_type_label(e):<5}')}  {_fmt_value(e)}")
+
+    tok = report["tokenizer"]
+    if tok is not None:
+        lines += ["", bold("tokenizer")]
+        model = tok["model"] if tok["model"] is not None else "?"
+        if tok["type"] is not None:
+            model += f" ({tok['type']})"
+        if tok["pre"]:
+            model += f", pre {tok['pre']}"
+        field("model", model)
+        if tok["vocab_size"] is not None:
+            merges = f", {tok['merges']:,} merges" if tok["merges"] or tok["type"] == "bpe" else ""
+            field("vocab", f"{tok['vocab_size']:,} tokens{merges}")
+        if tok["error"]:
+            field("error", tok["error"])
+        specials = list(tok["special"].items())
+        id_width = max((len(str(s["id"])) for _, s in specials), default=0)
+        for k, (name, s) in enumerate(specials):
+            piece = _quote(s["piece"], 48) if s["piece"] is not None else dim("(out of range)")
+            field("special" if k == 0 else "", f"{name:<8}{s['id']:>{id_width}}  {piece}")
+        if tok["eog"]:
+            field("end of gen", ", ".join(str(i) for i in tok["eog"]))
+        if tok["flags"]:
+            field("flags", ", ".join(f"{k} {_fmt_scalar(v)}" for k, v in tok["flags"].items()))
+        types = tok["token_types"]
+        field("token types", ", ".join(f"{k} {v:,}" for k, v in types.items()) if types else dim("(none in file)"))
+
+    tensors = report["tensors"]
+    if tensors and totals is not None:
+        lines += ["", bold(f"tensors ({len(tensors):,})")]
+        shapes = [" x ".join(str(d) for d in t["shape"]) for t in tensors]
+        names = [_show(t["name"]) for t in tensors]
+        nw = min(max(len(n) for n in names), 48)
+        tw = max(4, *(len(t["type"]) for t in tensors))
+        sw = max(5, *(len(s) for s in shapes))
+        pw = max(10, len(f"{totals['parameters']:,}"))
+        bw = max(5, len(f"{totals['bytes']:,}"))
+        lines.append(dim(f"  {'name':<{nw}}  {'type':<{tw}}  {'shape':<{sw}}  {'parameters':>{pw}}  "
+                         f"{'bytes':>{bw}}"))
+        for t, name, shape in zip(tensors, names, shapes):
+            nbytes = f"{t['n_bytes']:,}" if t["n_bytes"] is not None else "?"
+            lines.append(f"  {name:<{nw}}  {t['type']:<{tw}}  {shape:<{sw}}  {t['n_elements']:>{pw},}  "
+                         f"{nbytes:>{bw}}")
+        types = ", ".join(f"{k} {v}" for k, v in totals["types"].items())
+        lines.append(f"  {'total':<{nw}}  by type: {types}")
+        lines.append(f"  {'':<{nw}}  {totals['tensors']:,} tensors, {totals['parameters']:,} parameters, "
+                     f"{totals['bytes']:,} bytes")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,364 @@
+"""Read a Hugging Face tokenizer.json (byte-level BPE) into GGUF-style tokenizer metadata.
+
+What llama.cpp's convert_hf_to_gguf.py writes for such a model (get_vocab_base + gguf.SpecialVocab):
+
+* tokens: model.vocab plus added_tokens by id, gaps filled with "[PAD{i}]" (UNUSED); an added token
+  is CONTROL when marked special or when it looks special (<|...|>, <pad>, <mask>, <unused...>),
+  else USER_DEFINED (with U+2581 turned into spaces); the rest are NORMAL;
+* merges: "a b" strings, or [a, b] pairs joined with a space (spaces inside a part become U+0120);
+* tokenizer.ggml.pre: the converter hashes the tokenization of a fixed text; here the
+  pre_tokenizer section is matched against a table of known configurations (PRE_TOKENIZERS);
+* special ids and add_bos/add_eos: as gguf.SpecialVocab derives them from the post_processor and,
+  when present beside the file, tokenizer_config.json and config.json.
+
+A lone tokenizer.json does not name its bos/eos ids (the converter takes them from
+tokenizer_config.json); then bos is the post_processor template's leading special token and eos
+its trailing one, or else the first token found among conventional texts (_BOS_TEXTS, and for eos
+llama.cpp's end-of-turn texts first: Llama 3's <|eot_id|>, as its Instruct models name it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import numpy as np
+from gguf import Keys, TokenType
+
+from ...errors import FormatError, UnsupportedError
+
+K = Keys.Tokenizer
+
+# --- pre-tokenizer configurations -----------------------------------------------------------------------------
+# A pre_tokenizer section is reduced to a tuple of steps (see _signature); each known tuple names the
+# llama.cpp pre-tokenizer that splits text the same way. Verified against llama.cpp's own ids on the shared
+# conformance texts by building Hugging Face tokenizers from the GGUF test vocabs (tests/test_loaders.py).
+LLAMA3_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN2_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+               r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+GPT4O_REGEX = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"
+               r"(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+"
+               r"[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*"
+               r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+Step = tuple[Any, ...]
+_BYTES_REGEX = ("ByteLevel", True)    # GPT-2's own regex, then bytes -> unicode
+_BYTES_ONLY = ("ByteLevel", False)    # bytes -> unicode after an explicit Split
+
+
+def _isolated(regex: str) -> Step:
+    return ("Split", regex, "Isolated", False)
+
+
+PRE_TOKENIZERS: dict[tuple[Step, ...], str] = {
+    (_BYTES_REGEX,): "gpt-2",
+    (_isolated(LLAMA3_REGEX), _BYTES_ONLY): "llama-bpe",
+    (_isolated(QWEN2_REGEX), _BYTES_ONLY): "qwen2",
+    (_isolated(GPT4O_REGEX), _BYTES_ONLY): "gpt-4o",
+    (("Digits", True), _BYTES_REGEX): "starcoder",
+    (("Punctuation", "Contiguous"), _BYTES_REGEX, ("Digits", False), _isolated("[0-9][0-9][0-9]")): "falcon",
+    (_isolated("[\r\n]"), _isolated(r"\s?\p{L}+"), _isolated(r"\s?\p{P}+"), _isolated("[一-龥ࠀ-一가-퟿]+"),
+     ("Digits", True), _BYTES_ONLY): "deepseek-coder",
+}
+
+# Token texts the converter treats as control tokens even when not marked special.
+_LOOKS_SPECIAL = ("<pad>", "<mask>", "<2mass>", "[@BOS@]")
+# Texts tried, in order, for eos when nothing names it (llama.cpp's end-of-turn list, then plain eos texts).
+_EOS_TEXTS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>",
+              "<EOT>", "</s>", "<eos>")
+# ... and for bos when the post_processor names none.
+_BOS_TEXTS = ("<|begin_of_text|>", "<s>", "<bos>", "<|startoftext|>", "<|endoftext|>")
+_SPECIAL_TYPES = ("bos", "eos", "unk", "sep", "pad", "cls", "mask")
+_ID_KEYS = {"bos": K.BOS_ID, "eos": K.EOS_ID, "unk": K.UNK_ID, "sep": K.SEP_ID, "pad": K.PAD_ID,
+            "mask": K.MASK_ID, "eot": K.EOT_ID, "eom": K.EOM_ID}
+_ADD_KEYS = {"bos": K.ADD_BOS, "eos": K.ADD_EOS, "sep": K.ADD_SEP}
+
+
+def looks_like_json(head: bytes) -> bool:
+    """True when the file starts (after whitespace and a UTF-8 BOM) with '{' and then '"' or '}'."""
+    text = head.removeprefix(b"\xef\xbb\xbf").lstrip(b" \t\r\n")
+    if not text.startswith(b"{"):
+        return False
+    rest = text[1:].lstrip(b" \t\r\n")
+    return not rest or rest[:1] in (b'"', b"}")
+
+
+def _fail(path: str, message: str, key: str | None = None) -> FormatError:
+    return FormatError(message, path=path, key=key)
+
+
+def _expect(value: Any, kind: type | tuple[type, ...], path: str, what: str) -> Any:
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        names = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
+        raise _fail(path, f"{what} is {type(value).__name__} {str(value)[:60]!r}, expected {names}", what)
+    return value
+
+
+def _signature(pre: Any, path: str) -> tuple[Step, ...]:
+    """The pre_tokenizer section as a flat tuple of steps that decide how text splits."""
+    if pre is None:
+        raise UnsupportedError(f"{path}: tokenizer.json has no pre_tokenizer; expected a byte-level BPE "
+                               "(ByteLevel, or Split + ByteLevel)")
+    _expect(pre, dict, path, "pre_tokenizer")
+    kind = pre.get("type")
+    if kind == "Sequence":
+        steps: list[Step] = []
+        for sub in _expect(pre.get("pretokenizers"), list, path, "pre_tokenizer.pretokenizers"):
+            steps += _signature(sub, path)
+        return tuple(steps)
+    if kind == "ByteLevel":
+        if pre.get("add_prefix_space", False):
+            raise UnsupportedError(f"{path}: ByteLevel pre_tokenizer with add_prefix_space=true is not supported "
+                                   "(llama.cpp never adds a space prefix to byte-level BPE)")
+        return (("ByteLevel", bool(pre.get("use_regex", True))),)
+    if kind == "Split":
+        pattern = _expect(pre.get("pattern"), dict, path, "pre_tokenizer Split.pattern")
+        if "Regex" in pattern:
+            regex = _expect(pattern["Regex"], str, path, "Split.pattern.Regex")
+        elif "String" in pattern:
+            regex = "(?:" + "".join("\\" + c if not c.isalnum() else c for c in
+                                    _expect(pattern["String"], str, path, "Split.pattern.String")) + ")"
+        else:
+            raise _fail(path, f"Split.pattern has keys {sorted(pattern)}, expected 'Regex' or 'String'")
+        behavior = _expect(pre.get("behavior"), str, path, "Split.behavior")
+        return (("Split", regex, behavior, bool(pre.get("invert", False))),)
+    if kind == "Digits":
+        return (("Digits", bool(pre.get("individual_digits", False))),)
+    if kind == "Punctuation":
+        return (("Punctuation", _expect(pre.get("behavior"), str, path, "Punctuation.behavior")),)
+    raise UnsupportedError(f"{path}: pre_tokenizer type {kind!r} is not supported; expected ByteLevel, Split, "
+                           "Digits or a Sequence of them")
+
+
+def pre_name(pre: Any, path: str = "<tokenizer.json>") -> str:
+    """The llama.cpp pre-tokenizer name (tokenizer.ggml.pre) for a tokenizer.json pre_tokenizer section."""
+    sig = _signature(pre, path)
+    name = PRE_TOKENIZERS.get(sig)
+    if name is None:
+        shown = "; ".join(f"{s[0]} {s[1]!r}" if s[0] == "Split" else " ".join(map(str, s)) for s in sig)
+        raise UnsupportedError(f"{path}: unknown pre-tokenizer [{shown}]; known: byte-level BPE configurations "
+                               f"of {', '.join(sorted(set(PRE_TOKENIZERS.values())))}")
+    return name
+
+
+def _looks_special(text: str) -> bool:
+    return (text in _LOOKS_SPECIAL or (text.startswith("<|") and text.endswith("|>"))
+            or (text.startswith("<\uff5c") and text.endswith("\uff5c>"))
+            or (text.startswith("<unused") and text.endswith(">")))
+
+
+def _merges(raw: Any, path: str) -> list[str]:
+    merges = _expect(raw, list, path, "model.merges")
+    if not merges:
+        return []
+    if isinstance(merges[0], str):
+        if not all(isinstance(m, str) for m in merges):
+            raise _fail(path, "model.merges mixes strings and other values, expected all 'a b' strings")
+        return merges
+    out = []
+    for i, m in enumerate(merges):
+        if not (isinstance(m, list) and len(m) == 2 and all(isinstance(p, str) for p in m)):
+            raise _fail(path, f"model.merges[{i}] is {str(m)[:60]!r}, expected an 'a b' string or an [a, b] pair")
+        out.append(" ".join(p.replace(" ", "\u0120") for p in m))
+    return out
+
+
+def _read_json(path: str, what: str) -> Any:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except UnicodeDecodeError as e:
+        raise FormatError(f"{what} is not UTF-8 text (byte {e.start}), expected JSON", path=path,
+                          offset=e.start) from None
+    except RecursionError:
+        raise FormatError(f"{what} nests too deeply, expected JSON a tokenizer writes", path=path) from None
+    except json.JSONDecodeError as e:
+        raise FormatError(f"{what} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}", path=path,
+                          offset=e.pos) from None
+
+
+def _content(entry: Any) -> str | None:
+    if isinstance(entry, str):
+        return entry
+    if isinstance(entry, dict) and isinstance(entry.get("content"), str):
+        return entry["content"]
+    return None
+
+
+def _special_vocab(j: dict[str, Any], added: list[dict[str, Any]], n_vocab: int, tc: dict[str, Any] | None,
+                   config: dict[str, Any] | None) -> tuple[dict[str, int], dict[str, bool], str | None, str | None]:
+    """gguf.SpecialVocab's special ids and add_* flags, plus the template's leading/trailing special tokens."""
+    ids: dict[str, int] = {}
+    add: dict[str, bool] = {}
+    types = list(_SPECIAL_TYPES)
+    tc = dict(tc) if tc else None
+
+    def set_id(typ: str, tid: Any) -> None:
+        if isinstance(tid, int) and not isinstance(tid, bool) and 0 <= tid < n_vocab and typ not in ids:
+            ids[typ] = tid
+
+    get = (tc or {}).get
+    bos, cls, eos, sep = get("bos_token"), get("cls_token"), get("eos_token"), get("sep_token")
+    bos, cls, eos, sep = _content(bos), _content(cls), _content(eos), _content(sep)
+    if not bos and cls and tc:
+        tc["bos_token"] = bos = cls
+    if not eos and sep and tc:
+        tc["eos_token"] = eos = sep
+    first = last = None
+    post = j.get("post_processor")
+    if isinstance(post, dict):
+        procs = post.get("processors", [post]) if post.get("type") == "Sequence" else [post]
+        for proc in procs if isinstance(procs, list) else []:
+            if not isinstance(proc, dict):
+                continue
+            if proc.get("type") == "RobertaProcessing":
+                add.update(bos=True, eos=True, sep=True)
+            elif proc.get("type") == "TemplateProcessing":
+                single = proc.get("single") or []
+                if isinstance(single, list) and len(single) > 1:
+                    first = _template_special(single[0])
+                    if first:
+                        if not tc:
+                            bos = first
+                        add["bos"] = first in (bos, cls)
+                    last = _template_special(single[-1])
+                    if last:
+                        if not tc:
+                            eos = last
+                        elif last != eos:
+                            for extra in ("eot", "eom"):
+                                if extra not in types:
+                                    types.append(extra)
+                                    tc[f"{extra}_token"] = eos
+                                    break
+                            tc["eos_token"] = eos = last
+                        add["eos"] = last == eos
+    if tc:
+        for typ in types:
+            flag = tc.get(f"add_{typ}_token")
+            if isinstance(flag, bool):
+                add[typ] = flag
+            text = _content(tc.get(f"{typ}_token"))
+            if text is not None:
+                set_id(typ, next((a.get("id") for a in added if a.get("content") == text), None))
+    if config:
+        for typ in types:
+            tid = config.get(f"{typ}_token_id")
+            if tid is None and isinstance(config.get("text_config"), dict):
+                tid = config["text_config"].get(f"{typ}_token_id")
+            set_id(typ, tid)
+    return ids, add, first, last
+
+
+def _template_special(item: Any) -> str | None:
+    if isinstance(item, dict) and isinstance(item.get("SpecialToken"), dict):
+        tid = item["SpecialToken"].get("id")
+        return tid if isinstance(tid, str) and tid else None
+    return None
+
+
+def hf_json_metadata(j: Any, path: str = "<tokenizer.json>", tokenizer_config: dict[str, Any] | None = None,
+                     config: dict[str, Any] | None = None, name: str = "") -> dict[str, Any]:
+    """GGUF-style metadata for a parsed tokenizer.json (and optional tokenizer_config.json / config.json)."""
+    _expect(j, dict, path, "tokenizer.json")
+    model = _expect(j.get("model"), dict, path, "model")
+    mtype = model.get("type", "BPE" if "merges" in model else None)
+    if mtype != "BPE":
+        raise UnsupportedError(f"{path}: tokenizer.json model type {mtype!r} is not supported; expected 'BPE'")
+    if model.get("byte_fallback"):
+        raise UnsupportedError(f"{path}: BPE with byte_fallback (a SentencePiece-style vocab) is not supported; "
+                               "convert its tokenizer.model instead")
+    for opt in ("continuing_subword_prefix", "end_of_word_suffix"):
+        if model.get(opt):
+            raise UnsupportedError(f"{path}: BPE with {opt}={model[opt]!r} is not supported")
+    pre = pre_name(j.get("pre_tokenizer"), path)
+    vocab = _expect(model.get("vocab"), dict, path, "model.vocab")
+    merges = _merges(model.get("merges", []), path)
+    added = _expect(j.get("added_tokens", []), list, path, "added_tokens")
+
+    by_id: dict[int, str] = {}
+    for text, tid in vocab.items():
+        _expect(tid, int, path, f"model.vocab[{text!r}]")
+        if tid < 0:
+            raise _fail(path, f"model.vocab[{text!r}] is {tid}, expected an id >= 0", "model.vocab")
+        by_id[tid] = text
+    added_by_id: dict[int, dict[str, Any]] = {}
+    for i, a in enumerate(added):
+        _expect(a, dict, path, f"added_tokens[{i}]")
+        tid = _expect(a.get("id"), int, path, f"added_tokens[{i}].id")
+        text = _expect(a.get("content"), str, path, f"added_tokens[{i}].content")
+        if tid < 0:
+            raise _fail(path, f"added_tokens[{i}].id is {tid}, expected an id >= 0", "added_tokens")
+        by_id[tid] = text
+        added_by_id[tid] = a
+    if not by_id:
+        raise _fail(path, "model.vocab is empty, expected tokens", "model.vocab")
+    n = max(by_id) + 1
+    if n > 1 << 24 or n > 4 * len(by_id) + 1024:
+        raise _fail(path, f"largest token id {n - 1} for {len(by_id)} tokens, expected ids close to 0..{len(by_id) - 1}")
+    size = (config or {}).get("vocab_size")
+    if isinstance(size, int) and not isinstance(size, bool) and n < size <= 1 << 24:
+        n = size  # the converter pads to config.json's vocab_size with [PAD{i}] tokens
+
+    tokens: list[str] = []
+    types: list[int] = []
+    for i in range(n):
+        text = by_id.get(i)
+        if text is None:
+            tokens.append(f"[PAD{i}]")
+            types.append(TokenType.UNUSED)
+        elif i in added_by_id:
+            if added_by_id[i].get("special") or _looks_special(text):
+                types.append(TokenType.CONTROL)
+            else:
+                text = text.replace("\u2581", " ")
+                types.append(TokenType.USER_DEFINED)
+            tokens.append(text)
+        else:
+            tokens.append(text)
+            types.append(TokenType.NORMAL)
+
+    ids, add, first, last = _special_vocab(j, list(added_by_id.values()), n, tokenizer_config, config)
+    index = {t: i for i, t in reversed(list(enumerate(tokens)))}
+    if "bos" not in ids:
+        for text in ((first,) if first else ()) + _BOS_TEXTS:
+            if text in index:
+                ids["bos"] = index[text]
+                break
+    if "eos" not in ids:
+        for text in ((last,) if last else ()) + _EOS_TEXTS:
+            if text in index:
+                ids["eos"] = index[text]
+                break
+
+    md: dict[str, Any] = {"general.architecture": "llama"}
+    if name:
+        md["general.name"] = name
+    md.update({K.MODEL: "gpt2", K.PRE: pre, K.LIST: tokens, K.TOKEN_TYPE: np.asarray(types, np.int32),
+               K.MERGES: merges})
+    for typ, tid in ids.items():
+        if typ in _ID_KEYS:
+            md[_ID_KEYS[typ]] = tid
+    for typ, flag in add.items():
+        if typ in _ADD_KEYS:
+            md[_ADD_KEYS[typ]] = flag
+    return md
+
+
+def read_hf_json(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Tokenizer metadata from a Hugging Face tokenizer.json (with tokenizer_config.json/config.json beside it)."""
+    path = os.fspath(path)
+    j = _read_json(path, "tokenizer.json")
+    folder = os.path.dirname(os.path.abspath(path))
+    extra: dict[str, Any] = {}
+    for fname in ("tokenizer_config.json", "config.json"):
+        p = os.path.join(folder, fname)
+        if os.path.isfile(p):
+            v = _read_json(p, fname)
+            extra[fname] = v if isinstance(v, dict) else None
+    stem = os.path.basename(path)
+    stem = stem[:-len(".json")] if stem.endswith(".json") else stem
+    stem = stem.removesuffix("tokenizer").rstrip("-_.") or os.path.basename(folder)
+    return hf_json_metadata(j, path, extra.get("tokenizer_config.json"), extra.get("config.json"), stem)

@@ -1,0 +1,164 @@
+"""WordPiece (BERT) as llama.cpp runs it: llm_tokenizer_wpm.
+
+The algorithm, plainly: normalise and split the text into words one code point at a time --
+with strip_accents, each code point becomes the first code point of its NFD decomposition and
+marks (\\p{M}) are dropped; whitespace ends a word; NUL, U+FFFD and \\p{C} code points vanish;
+with lowercase, code points are lowercased; punctuation (\\p{P}), ASCII symbols and CJK ideographs
+are words of their own. Then each word, with a U+2581 phantom prefix, is cut greedily into the
+longest vocab tokens from left to right; a word with any position that starts no token becomes
+one [UNK].
+
+Made fast without changing a single id: the per-code-point work is one str.translate over a table
+filled lazily (a code point -> its normalised text, "" when dropped, spaces around a one-character
+word), so the text is split with str.split; words repeat, so each word's ids are cached.
+
+What llama.cpp calls NFD is not Unicode NFD: every code point maps to ONE code point, the first
+of its canonical decomposition (so a Hangul syllable becomes its leading jamo, and a decomposed
+accent is only dropped because it was never emitted). Lowercasing is the simple one-to-one map.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+
+import numpy as np
+
+from ...errors import FormatError
+from ..unicode import WHITESPACE
+from ..vocab import Vocab
+from .base import Model
+
+SPACE = "\u2581"
+_SPACE_BYTES = SPACE.encode()
+
+# GGUF keys of BertNormalizer's options (llama.cpp reads them; gguf-py has no constants for them).
+KEY_LOWERCASE = "tokenizer.ggml.normalizer.lowercase"
+KEY_STRIP_ACCENTS = "tokenizer.ggml.normalizer.strip_accents"
+
+# llama.cpp's code point flags come from Unicode 15 tables. Python 3.11's unicodedata is Unicode 14.0:
+# the Unicode 15.0 additions that are marks (M), punctuation (P) or format controls (C), as (first, last,
+# category class); applied only to code points the runtime's database does not know. (Unicode 15.1 added
+# none of these classes, nor 15.0/15.1 any lowercase mapping or canonical decomposition.)
+UNICODE_15_ADDITIONS = (
+    (0x0CF3, 0x0CF3, "M"), (0x0ECE, 0x0ECE, "M"), (0x10EFD, 0x10EFF, "M"), (0x11241, 0x11241, "M"),
+    (0x11B00, 0x11B09, "P"), (0x11F00, 0x11F01, "M"), (0x11F03, 0x11F03, "M"), (0x11F34, 0x11F3A, "M"),
+    (0x11F3E, 0x11F42, "M"), (0x11F43, 0x11F4F, "P"), (0x13439, 0x1343F, "C"), (0x13440, 0x13440, "M"),
+    (0x13447, 0x13455, "M"), (0x1E08F, 0x1E08F, "M"), (0x1E4EC, 0x1E4EF, "M"),
+)
+_RUNTIME_BEFORE_15 = tuple(map(int, unicodedata.unidata_version.split("."))) < (15,)
+_CONTROL = frozenset(("Cc", "Cf", "Co", "Cs"))  # llama.cpp's \p{C} flag leaves unassigned (Cn) code points out
+
+
+def category_class(cp: int) -> str:
+    """'M', 'P', 'S', 'C' (Cc/Cf/Co/Cs) or '' for everything else, as llama.cpp's flags say."""
+    cat = unicodedata.category(chr(cp))
+    if cat == "Cn":
+        if _RUNTIME_BEFORE_15:
+            for a, b, cls in UNICODE_15_ADDITIONS:
+                if a <= cp <= b:
+                    return cls
+        return ""
+    if cat in _CONTROL:
+        return "C"
+    return cat[0] if cat[0] in "MPS" else ""
+
+
+# llm_tokenizer_wpm_session::is_chinese_char, including its 0x2B920 (HF's value, not 0x2B820).
+CHINESE_RANGES = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F),
+                  (0x2B740, 0x2B81F), (0x2B920, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F))
+
+
+def is_chinese_char(cp: int) -> bool:
+    return any(a <= cp <= b for a, b in CHINESE_RANGES)
+
+
+def nfd_first(cp: int) -> int:
+    """llama.cpp's unicode_cpts_normalize_nfd for one code point: the first code point of its NFD."""
+    return ord(unicodedata.normalize("NFD", chr(cp))[0]) if cp > 0x7F else cp
+
+
+def to_lower(cp: int) -> int:
+    """llama.cpp's unicode_tolower: the simple (one code point) lowercase mapping."""
+    return ord(chr(cp).lower()[0]) if cp > 0x40 else cp
+
+
+class _NormTable(dict):
+    """str.translate table: code point -> what WPM preprocessing makes of it, filled lazily.
+
+    Values: " " for whitespace (a word boundary), "" for a dropped code point, " c " for a code point
+    that is a word of its own, else the normalised character.
+    """
+
+    def __init__(self, lowercase: bool, strip_accents: bool) -> None:
+        super().__init__()
+        self.lowercase, self.strip_accents = lowercase, strip_accents
+
+    def __missing__(self, cp: int) -> str:
+        v = self[cp] = self.normalise(cp)
+        return v
+
+    def normalise(self, cp: int) -> str:
+        if self.strip_accents:
+            cp = nfd_first(cp)
+        if cp in WHITESPACE:
+            return " "
+        cls = category_class(cp)
+        if cp == 0 or cp == 0xFFFD or cls == "C" or (cls == "M" and self.strip_accents):
+            return ""
+        out = chr(to_lower(cp) if self.lowercase else cp)
+        if cls == "P" or (cls == "S" and cp < 0x7F) or is_chinese_char(cp):
+            return f" {out} "
+        return out
+
+
+def _flag(vocab: Vocab, key: str, default: bool) -> bool:
+    v = vocab.metadata.get(key, default)
+    if not isinstance(v, (bool, np.bool_)):
+        raise FormatError(f"{key} is {v!r}, expected a bool", key=key)
+    return bool(v)
+
+
+class WPMModel(Model):
+    """llama.cpp's WPM tokenizer over a BERT vocab (word-initial tokens carry U+2581, continuations do not)."""
+
+    def __init__(self, vocab: Vocab) -> None:
+        super().__init__(vocab)
+        # BertNormalizer options as llama.cpp loads them: lowercase defaults to true, strip_accents to lowercase.
+        self.lowercase = _flag(vocab, KEY_LOWERCASE, True)
+        self.strip_accents = _flag(vocab, KEY_STRIP_ACCENTS, self.lowercase)
+        self._table = _NormTable(self.lowercase, self.strip_accents)
+        # llama.cpp matches byte substrings against token texts: key the vocab by bytes.
+        self._ids: dict[bytes, int] = {}
+        for t, i in vocab.token_to_id.items():
+            self._ids[t.encode("utf-8", "surrogateescape")] = i
+        self._max_len = max(map(len, self._ids), default=0)
+
+    def affixes(self) -> tuple[list[int], list[int]]:
+        """[CLS] (the bos id) before and [SEP] after, whatever add_bos/add_sep say, as llama.cpp does for WPM."""
+        v = self.vocab
+        bos, sep = v.special.get("bos"), v.special.get("sep")
+        if bos is None or sep is None:
+            raise FormatError(f"this WordPiece vocab has no {'bos/cls' if bos is None else 'sep'} token id, "
+                              "so add_special=True cannot add it")
+        return [bos], [sep]
+
+    def words(self, text: str) -> list[str]:
+        return [w for w in text.translate(self._table).split(" ") if w]
+
+    def encode_word(self, word: str) -> list[int]:
+        b = _SPACE_BYTES + word.encode("utf-8", "surrogateescape")
+        n, i, max_len, ids = len(b), 0, self._max_len, self._ids
+        out: list[int] = []
+        while i < n:
+            for j in range(min(n, i + max_len), i, -1):
+                t = ids.get(b[i:j])
+                if t is not None:
+                    out.append(t)
+                    i = j
+                    break
+            else:
+                unk = self.vocab.special.get("unk")
+                if unk is None:
+                    raise FormatError(f"this WordPiece vocab has no unknown-token id for the word {word!r}")
+                return [unk]
+        return out

@@ -1,0 +1,121 @@
+"""Write tokenizer metadata as a vocab-only GGUF (no tensors) that llama.cpp opens with vocab_only.
+
+Tokenizer keys get the value types llama.cpp's loader checks (convert_hf_to_gguf.py writes the same):
+ids uint32, flags bool, tokens/merges string arrays, scores float32, token types int32, the
+precompiled charsmap uint8. Besides general.architecture/general.name only the architecture's own
+keys present in the metadata are copied: llama.cpp needs no hyper-parameters for a vocab-only load.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from gguf import GGUFValueType, GGUFWriter, Keys
+
+from ..errors import FormatError
+
+K = Keys.Tokenizer
+V = GGUFValueType
+
+_STRING_KEYS = {K.MODEL, K.PRE, K.CHAT_TEMPLATE, K.HF_JSON, K.RWKV}
+_STRING_ARRAYS = {K.LIST, K.MERGES, K.CHAT_TEMPLATES}
+_NUMERIC_ARRAYS = {K.SCORES: V.FLOAT32, K.TOKEN_TYPE: V.INT32, K.PRECOMPILED_CHARSMAP: V.UINT8}
+_BOOL_KEYS = {K.ADD_BOS, K.ADD_EOS, K.ADD_SEP, K.ADD_PREFIX, K.REMOVE_EXTRA_WS}
+_UINT_KEYS = {K.BOS_ID, K.EOS_ID, K.UNK_ID, K.SEP_ID, K.PAD_ID, K.MASK_ID, K.EOT_ID, K.EOM_ID, K.FIM_PRE_ID,
+              K.FIM_SUF_ID, K.FIM_MID_ID, K.FIM_PAD_ID, K.FIM_REP_ID, K.FIM_SEP_ID, K.PREFIX_ID, K.SUFFIX_ID,
+              K.MIDDLE_ID, K.TOKEN_TYPE_COUNT}
+_NP_TYPES = {np.dtype("u1"): V.UINT8, np.dtype("i1"): V.INT8, np.dtype("u2"): V.UINT16, np.dtype("i2"): V.INT16,
+             np.dtype("u4"): V.UINT32, np.dtype("i4"): V.INT32, np.dtype("u8"): V.UINT64, np.dtype("i8"): V.INT64,
+             np.dtype("f4"): V.FLOAT32, np.dtype("f8"): V.FLOAT64, np.dtype("bool"): V.BOOL}
+
+def _bytes(s: str) -> bytes:
+    return s.encode("utf-8", "surrogateescape")  # tokens read from GGUF keep invalid UTF-8 as surrogates
+
+
+def _tokenizer_value(key: str, value: Any) -> tuple[Any, GGUFValueType, GGUFValueType | None]:
+    """(value as GGUFWriter takes it, type, item type) for a tokenizer key; FormatError on a wrong value."""
+    if key in _STRING_ARRAYS:
+        if not isinstance(value, list) or not all(isinstance(t, (str, bytes)) for t in value):
+            raise FormatError(f"{key} is {type(value).__name__}, expected a list of strings", key=key)
+        return [_bytes(t) if isinstance(t, str) else t for t in value], V.ARRAY, V.STRING
+    if key in _NUMERIC_ARRAYS:
+        arr = np.asarray(value)
+        if arr.ndim != 1 or arr.dtype.kind not in "iuf":
+            raise FormatError(f"{key} is not a 1-d numeric array", key=key)
+        itype = _NUMERIC_ARRAYS[key]
+        if key == K.PRECOMPILED_CHARSMAP:
+            return arr.astype(np.uint8).tobytes(), V.ARRAY, itype
+        return arr.tolist(), V.ARRAY, itype
+    if key in _BOOL_KEYS:
+        if not isinstance(value, (bool, np.bool_)):
+            raise FormatError(f"{key} is {value!r}, expected a bool", key=key)
+        return bool(value), V.BOOL, None
+    if key in _UINT_KEYS:
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or not 0 <= value < 1 << 32:
+            raise FormatError(f"{key} is {value!r}, expected a token id", key=key)
+        return int(value), V.UINT32, None
+    if key in _STRING_KEYS:
+        if not isinstance(value, str):
+            raise FormatError(f"{key} is {type(value).__name__}, expected a string", key=key)
+        return value, V.STRING, None
+    return _other_value(key, value)
+
+
+def _other_value(key: str, value: Any) -> tuple[Any, GGUFValueType, GGUFValueType | None]:
+    """A value of a key outside the known tokenizer keys, typed by its Python/numpy type."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value), V.BOOL, None
+    if isinstance(value, (int, np.integer)):
+        return int(value), (V.UINT32 if 0 <= value < 1 << 32 else V.INT64), None
+    if isinstance(value, (float, np.floating)):
+        return float(value), V.FLOAT32, None
+    if isinstance(value, str):
+        return value, V.STRING, None
+    if isinstance(value, np.ndarray) and value.ndim == 1 and value.dtype in _NP_TYPES and len(value):
+        return value.tolist(), V.ARRAY, _NP_TYPES[value.dtype]
+    if isinstance(value, list) and value and all(isinstance(t, str) for t in value):
+        return [_bytes(t) for t in value], V.ARRAY, V.STRING
+    raise FormatError(f"cannot write {key} = {str(value)[:60]!r} ({type(value).__name__}) to GGUF", key=key)
+
+
+def write_vocab_gguf(metadata: Mapping[str, Any], out_path: str | os.PathLike[str], name: str | None = None,
+                     types: Mapping[str, GGUFValueType] | None = None) -> None:
+    """Write the tokenizer keys of metadata (and its architecture keys) as a vocab-only GGUF at out_path.
+
+    types optionally gives the value type of non-tokenizer keys (as read_gguf reports them); without it
+    they are typed from their Python values.
+    """
+    if not isinstance(metadata.get(K.MODEL), str) or not isinstance(metadata.get(K.LIST), list):
+        raise FormatError(f"metadata without {K.MODEL} and {K.LIST}, expected tokenizer metadata")
+    arch = metadata.get("general.architecture")
+    if not isinstance(arch, str) or not arch:
+        arch = "llama"
+    types = types or {}
+    w = GGUFWriter(os.fspath(out_path), arch)
+    title = name if name is not None else metadata.get("general.name")
+    if isinstance(title, str) and title:
+        w.add_name(title)
+    # the architecture's own keys (hyper-parameters) when the source has them (a GGUF does)
+    for key, value in metadata.items():
+        if key.startswith(arch + "."):
+            t = types.get(key)
+            if t is not None and t not in (V.ARRAY, V.STRING) and not isinstance(value, np.ndarray):
+                w.add_key_value(key, value, t)
+            else:
+                v, t, sub = _other_value(key, value)
+                w.add_key_value(key, v, t, sub)
+    for key, value in metadata.items():
+        if key.startswith("tokenizer."):
+            v, t, sub = _tokenizer_value(key, value)
+            if t == V.ARRAY and not len(v):
+                continue  # GGUF has no empty arrays (e.g. a BPE vocab with no merges)
+            w.add_key_value(key, v, t, sub)
+    try:
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_ti_data_to_file()
+    finally:
+        w.close()
