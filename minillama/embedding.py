@@ -60,34 +60,39 @@ def _kquant_scales(s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 _IQ4_VALUES = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], F32)
 _MXFP4_VALUES = np.array([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], F32)
 # E8M0 exponent byte -> half its power of two, as ggml_e8m0_to_fp32_half.
-_E8M0_HALF = np.where(np.arange(256) < 2, np.uint32(0x00200000) << np.arange(256, dtype=np.uint32),
-                      (np.arange(256, dtype=np.uint32) - 1) << np.uint32(23)).astype(np.uint32).view(F32)
+_E8M0_HALF = np.array([0x00200000 << e if e < 2 else (e - 1) << 23 for e in range(256)], np.uint32).view(F32)
 _POW3_5 = np.array([1, 3, 9, 27, 81], np.uint8).reshape(1, 1, 5, 1)
 _POW3_4 = np.array([1, 3, 9, 27], np.uint8).reshape(1, 1, 4, 1)
 _IQ4_XS_SHIFTS = np.arange(0, 16, 2, dtype=np.uint16)
 
 
 def _f32(b: np.ndarray) -> np.ndarray:
+    """F32: the values themselves."""
     return b.view("<f4").astype(F32)
 
 
 def _f16_plain(b: np.ndarray) -> np.ndarray:
+    """F16: IEEE half precision, widened exactly."""
     return b.view("<f2").astype(F32)
 
 
 def _bf16(b: np.ndarray) -> np.ndarray:
+    """BF16: the top half of a float32, widened by shifting."""
     return (b.view("<u2").astype(np.uint32) << np.uint32(16)).view(F32)
 
 
 def _q8_0(b: np.ndarray) -> np.ndarray:
+    """Q8_0 (34 bytes / 32 values): f16 d, int8 q[32]; y = q * d."""
     return b[:, 2:].view(np.int8).astype(F32) * _f16(b, 0)
 
 
 def _q4_0(b: np.ndarray) -> np.ndarray:
+    """Q4_0 (18 / 32): f16 d, 16 bytes of nibbles (low: values 0-15, high: 16-31); y = d * (q - 8)."""
     return _f16(b, 0) * (_bits(b[:, 2:], 16, 4).astype(F32) - F32(8))
 
 
 def _q4_1(b: np.ndarray) -> np.ndarray:
+    """Q4_1 (20 / 32): f16 d, f16 m, nibbles as Q4_0; y = d * q + m."""
     return _f16(b, 0) * _bits(b[:, 4:], 16, 4).astype(F32) + _f16(b, 2)
 
 
@@ -98,14 +103,17 @@ def _q5(b: np.ndarray, at: int) -> np.ndarray:
 
 
 def _q5_0(b: np.ndarray) -> np.ndarray:
+    """Q5_0 (22 / 32): f16 d, 32-bit mask of fifth bits, nibbles; y = d * (q - 16)."""
     return _f16(b, 0) * (_q5(b, 2) - F32(16))
 
 
 def _q5_1(b: np.ndarray) -> np.ndarray:
+    """Q5_1 (24 / 32): f16 d, f16 m, fifth-bit mask, nibbles; y = d * q + m."""
     return _f16(b, 0) * _q5(b, 4) + _f16(b, 2)
 
 
 def _q2_k(b: np.ndarray) -> np.ndarray:
+    """Q2_K (84 / 256): 16 scale/min nibble pairs, 2-bit quants, f16 d, f16 dmin; y = d*sc * q - dmin*m."""
     n, sc = b.shape[0], b[:, 0:16]
     dl = (_f16(b, 80) * (sc & 0x0F).astype(F32)).reshape(n, 16, 1)
     ml = (_f16(b, 82) * (sc >> 4).astype(F32)).reshape(n, 16, 1)
@@ -114,6 +122,7 @@ def _q2_k(b: np.ndarray) -> np.ndarray:
 
 
 def _q3_k(b: np.ndarray) -> np.ndarray:
+    """Q3_K (110 / 256): high-bit mask, 2-bit quants, 16 packed 6-bit scales, f16 d; y = d*(sc-32) * q."""
     n = b.shape[0]
     low, high = _bits(b[:, 96:104], 8, 4), _bits(b[:, 104:108], 4, 2)
     scales = (low | (high << np.uint8(4))).astype(F32) - F32(32)
@@ -125,6 +134,7 @@ def _q3_k(b: np.ndarray) -> np.ndarray:
 
 
 def _q4_k(b: np.ndarray) -> np.ndarray:
+    """Q4_K (144 / 256): f16 d, f16 dmin, 8 packed 6-bit scales and mins, nibbles; y = d*sc * q - dmin*m."""
     n, (sc, mn) = b.shape[0], _kquant_scales(b[:, 4:16])
     d, dm = (_f16(b, 0) * sc).reshape(n, 8, 1), (_f16(b, 2) * mn).reshape(n, 8, 1)
     q = _bits(b[:, 16:144], 32, 4).reshape(n, 8, 32).astype(F32)
@@ -132,6 +142,7 @@ def _q4_k(b: np.ndarray) -> np.ndarray:
 
 
 def _q5_k(b: np.ndarray) -> np.ndarray:
+    """Q5_K (176 / 256): as Q4_K plus 32 bytes of fifth bits before the nibbles."""
     n, (sc, mn) = b.shape[0], _kquant_scales(b[:, 4:16])
     d, dm = (_f16(b, 0) * sc).reshape(n, 8, 1), (_f16(b, 2) * mn).reshape(n, 8, 1)
     q = _bits(b[:, 48:176], 32, 4) | (_bits(b[:, 16:48], 32, 1) << np.uint8(4))
@@ -139,6 +150,7 @@ def _q5_k(b: np.ndarray) -> np.ndarray:
 
 
 def _q6_k(b: np.ndarray) -> np.ndarray:
+    """Q6_K (210 / 256): low nibbles, high 2-bit pairs, 16 int8 scales, f16 d; y = d*sc * (q - 32)."""
     n = b.shape[0]
     d = (_f16(b, 208) * b[:, 192:208].view(np.int8).astype(F32)).reshape(n, 16, 1)
     q = _bits(b[:, 0:128], 64, 4) | (_bits(b[:, 128:192], 32, 2) << np.uint8(4))
@@ -146,14 +158,17 @@ def _q6_k(b: np.ndarray) -> np.ndarray:
 
 
 def _q8_k(b: np.ndarray) -> np.ndarray:
+    """Q8_K (292 / 256): f32 d, int8 q[256], 16 int16 block sums (unused here); y = d * q."""
     return b[:, 0:4].view("<f4").astype(F32) * b[:, 4:260].view(np.int8).astype(F32)
 
 
 def _iq4_nl(b: np.ndarray) -> np.ndarray:
+    """IQ4_NL (18 / 32): f16 d, nibbles indexing a non-linear grid; y = d * grid[q]."""
     return _f16(b, 0) * _IQ4_VALUES[_bits(b[:, 2:], 16, 4)]
 
 
 def _iq4_xs(b: np.ndarray) -> np.ndarray:
+    """IQ4_XS (136 / 256): f16 d, eight packed 6-bit scales, nibbles into the IQ4_NL grid."""
     n = b.shape[0]
     high = ((b[:, 2:4].view("<u2") >> _IQ4_XS_SHIFTS) & np.uint16(3)).astype(np.uint8)
     scales = (_bits(b[:, 4:8], 1, 4) | (high << np.uint8(4))).astype(F32) - F32(32)
@@ -162,6 +177,7 @@ def _iq4_xs(b: np.ndarray) -> np.ndarray:
 
 
 def _tq1_0(b: np.ndarray) -> np.ndarray:
+    """TQ1_0 (54 / 256): ternary digits packed five (or four) per byte, f16 d; y = d * (t - 1)."""
     n = b.shape[0]
     # Base-3 digits: multiplying by 3**k modulo 256 (uint8 wrap-around) brings digit k to the top.
     q = np.concatenate([(b[:, 0:32].reshape(n, 1, 1, 32) * _POW3_5).reshape(n, 160),
@@ -171,10 +187,12 @@ def _tq1_0(b: np.ndarray) -> np.ndarray:
 
 
 def _tq2_0(b: np.ndarray) -> np.ndarray:
+    """TQ2_0 (66 / 256): 2-bit ternary codes, f16 d; y = d * (q - 1)."""
     return _f16(b, 64) * (_bits(b[:, 0:64], 32, 2).astype(F32) - F32(1))
 
 
 def _mxfp4(b: np.ndarray) -> np.ndarray:
+    """MXFP4 (17 / 32): E8M0 shared exponent, nibbles indexing doubled E2M1 values."""
     return _E8M0_HALF[b[:, 0:1]] * _MXFP4_VALUES[_bits(b[:, 1:17], 16, 4)]
 
 
@@ -230,7 +248,7 @@ class Embedding:
         self._table, self._mmap, self.path = table, mm, path
         self._key = None if seed is None else _mix64(seed & _M64)
         self._dequant = _DEQUANT[ggml_type]
-        self._block_size, self._type_size = GGML_QUANT_SIZES[ggml_type]
+        self._type_size = GGML_QUANT_SIZES[ggml_type][1]
 
     # -- construction --------------------------------------------------------------------------------------------
 
@@ -309,7 +327,7 @@ class Embedding:
 
     def __repr__(self) -> str:
         """Shape, type and origin, for debugging."""
-        origin = f"random seed" if self._key is not None else repr(self.path)
+        origin = "random" if self._key is not None else repr(self.path)
         return f"Embedding({self._n_vocab} x {self._n_embd} {self.ggml_type}, {origin})"
 
     # -- lookup --------------------------------------------------------------------------------------------------
@@ -317,13 +335,14 @@ class Embedding:
     def lookup(self, ids: Sequence[int] | np.ndarray) -> np.ndarray:
         """Rows `ids` of the table as a (len(ids), n_embd) float32 array, reading and dequantizing only those."""
         idx = self._check_ids(ids)
-        # Each distinct row is read and dequantized once, in file order.
+        # A repeated id (common in text) is read and dequantized once, then copied.
         uniq, inverse = np.unique(idx, return_inverse=True)
-        rows = np.empty((len(uniq), self._n_embd), F32)
-        step = max(1, _CHUNK_VALUES // self._n_embd)
-        for s in range(0, len(uniq), step):
-            rows[s:s + step] = self._rows(uniq[s:s + step])
-        return rows if len(uniq) == len(idx) else rows[inverse.reshape(-1)]
+        todo = idx if len(uniq) == len(idx) else uniq
+        rows = np.empty((len(todo), self._n_embd), F32)
+        step = max(1, _CHUNK_VALUES // self._n_embd)  # bounds the temporaries of one dequantization
+        for s in range(0, len(todo), step):
+            rows[s:s + step] = self._rows(todo[s:s + step])
+        return rows if todo is idx else rows[inverse.reshape(-1)]
 
     def _check_ids(self, ids: Sequence[int] | np.ndarray) -> np.ndarray:
         """The ids as a 1-D intp array; ValueError naming the first id outside the table."""
@@ -332,16 +351,24 @@ class Embedding:
             raise ValueError(f"ids must be a 1-D sequence of token ids, got an array of shape {arr.shape}")
         if arr.size == 0:
             return np.zeros(0, np.intp)
+        if arr.dtype.kind == "O":  # Python ints too large for int64/uint64
+            for v in arr:
+                if isinstance(v, (int, np.integer)) and not 0 <= v < self._n_vocab:
+                    raise self._out_of_range(v)
         if arr.dtype.kind not in "iu":
             raise TypeError(f"token ids must be integers, got {arr.dtype}")
         bad = arr >= self._n_vocab
         if arr.dtype.kind == "i":
             bad |= arr < 0
         if bad.any():
-            n = self._n_vocab
-            raise ValueError(f"token id {arr[bad.argmax()]} is out of range for an embedding table of {n} rows "
-                             f"(expected 0..{n - 1})")
+            raise self._out_of_range(arr[bad.argmax()])
         return arr.astype(np.intp, copy=False)
+
+    def _out_of_range(self, token_id: Any) -> ValueError:
+        """The error for an id outside the table, naming the id and the table size."""
+        n = self._n_vocab
+        return ValueError(f"token id {token_id} is out of range for an embedding table of {n} rows "
+                          f"(expected 0..{n - 1})")
 
     def _rows(self, ids: np.ndarray) -> np.ndarray:
         """Dequantized rows for valid, distinct ids (one batch; only these rows' bytes are read)."""
@@ -351,7 +378,8 @@ class Embedding:
             raise ValueError(f"lookup on a closed Embedding ({self.path})")
         raw = self._table[ids]  # copies just these rows out of the memory map
         blocks = raw.reshape(-1, self._type_size)
-        return self._dequant(blocks).reshape(len(ids), self._n_embd)
+        with np.errstate(over="ignore"):  # an inf the data's scales produce is the result, as in ggml
+            return self._dequant(blocks).reshape(len(ids), self._n_embd)
 
     # -- lifetime ------------------------------------------------------------------------------------------------
 

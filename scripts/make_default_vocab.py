@@ -1,6 +1,7 @@
 """Train the small default byte-level BPE vocab that ships as minillama/data/default-vocab.gguf.
 
-The training text is scripts/default_vocab_corpus.txt, which lives in this repository; nothing
+The training text is minillama/data/default-corpus.txt, which lives in this repository (and ships
+in the package, where `minillama chat` trains its placeholder n-gram on it); nothing
 from outside the repository is used. The output is deterministic: the same corpus always gives
 the same bytes.
 
@@ -20,7 +21,7 @@ import gguf
 import regex
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DEFAULT_CORPUS = os.path.join(ROOT, "scripts", "default_vocab_corpus.txt")
+DEFAULT_CORPUS = os.path.join(ROOT, "minillama", "data", "default-corpus.txt")
 DEFAULT_OUT = os.path.join(ROOT, "minillama", "data", "default-vocab.gguf")
 DEFAULT_VOCAB_SIZE = 1000
 

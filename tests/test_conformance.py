@@ -18,15 +18,7 @@ from conftest import (
     vocab_path,
 )
 
-#: Vocabs whose tokenizer model types are not implemented yet (they come in a later issue), so they are left out
-#: of the parametrization below: bert-bge is WordPiece ("bert"), unigram8k is Unigram with a precompiled charsmap
-#: ("t5").  Move a vocab out of this set once its model type lands.
-DEFERRED_VOCABS = {
-    "ggml-vocab-bert-bge": "WordPiece (tokenizer.ggml.model 'bert') comes in a later issue",
-    "ggml-vocab-unigram8k": "Unigram (tokenizer.ggml.model 't5') comes in a later issue",
-}
-
-VOCABS = [v for v in conformance_vocabs() if v not in DEFERRED_VOCABS]
+VOCABS = conformance_vocabs()  # every model type is implemented: no vocab is left out
 
 #: How many mismatches to show in a failure message.
 SHOW = 5

@@ -15,7 +15,7 @@ import os
 from collections.abc import Iterable
 from importlib import resources
 
-from .decode import PieceTable, StreamDecoder
+from .decode import PieceTable, StreamDecoder, out_of_range
 from .load import read_metadata
 from .models import Model, make_model
 from .special import partition
@@ -117,20 +117,21 @@ class Tokenizer:
         return table
 
     def _check_ids(self, ids: Iterable[int]) -> list[int]:
-        ids = list(ids)
+        """ids as a list, all of them non-negative (decode's table lookup reports ids too large)."""
+        if not isinstance(ids, list):
+            ids = [int(i) for i in ids]  # tuples, numpy arrays, generators
         if ids:
-            n = self.vocab.n_vocab
-            lo, hi = min(ids), max(ids)
-            if lo < 0 or hi >= n:
-                bad = lo if lo < 0 else hi
-                raise ValueError(f"token id {bad} is out of range for a vocab of {n} tokens (expected 0..{n - 1})")
+            lo = min(ids)
+            if lo < 0:
+                raise out_of_range(lo, self.vocab.n_vocab)
         return ids
 
     def token_to_piece(self, token_id: int, special: bool = True) -> bytes:
         """llama_token_to_piece: the bytes of one token (control/unknown tokens empty unless special)."""
-        (i,) = self._check_ids([token_id])
+        if not 0 <= token_id < self.vocab.n_vocab:
+            raise out_of_range(token_id, self.vocab.n_vocab)
         table = self.pieces
-        return table.pieces[i] if special else table.pieces_plain[i]
+        return table.pieces[token_id] if special else table.pieces_plain[token_id]
 
     def decode_bytes(self, ids: Iterable[int], remove_special: bool = False, unparse_special: bool = False) -> bytes:
         """llama_detokenize(ids, remove_special, unparse_special) as bytes."""

@@ -7,6 +7,7 @@ control/user-defined/unknown tokens their text. Decoding is a join over a table 
 
 from __future__ import annotations
 
+import operator
 import re
 
 import numpy as np
@@ -67,6 +68,25 @@ def piece_of(vocab: Vocab, i: int) -> bytes:
     return b""
 
 
+def out_of_range(token_id: int, n_vocab: int) -> ValueError:
+    """The error for an id outside the vocab, naming the id and the vocab size."""
+    return ValueError(f"token id {token_id} is out of range for a vocab of {n_vocab} tokens "
+                      f"(expected 0..{n_vocab - 1})")
+
+
+def _lookup(table: list[bytes], ids: list[int]) -> tuple[bytes, ...] | list[bytes]:
+    """table[i] for every id, in C (itemgetter); ids must already be known non-negative."""
+    try:
+        return operator.itemgetter(*ids)(table) if len(ids) > 1 else [table[ids[0]]]
+    except (IndexError, TypeError):
+        for i in ids:
+            if not isinstance(i, int) or isinstance(i, bool):
+                raise TypeError(f"token ids must be int, got {type(i).__name__}") from None
+            if i >= len(table):
+                raise out_of_range(i, len(table)) from None
+        raise
+
+
 class PieceTable:
     """All pieces in one bytes arena with offsets, plus the per-id lookups decoding needs."""
 
@@ -96,7 +116,7 @@ class PieceTable:
         if not ids:
             return b""
         table = self.pieces if unparse_special else self.pieces_plain
-        out = b"".join([table[i] for i in ids])
+        out = b"".join(_lookup(table, ids))
         if remove_space and table[ids[0]][:1] == b" ":
             out = out[1:]
         if v.clean_spaces:
@@ -170,8 +190,7 @@ class StreamDecoder:
     def push(self, token_id: int) -> str:
         """Add one id; return the text that is now complete (possibly '')."""
         if not 0 <= token_id < self._n:
-            raise ValueError(f"token id {token_id} is out of range for a vocab of {self._n} tokens "
-                             f"(expected 0..{self._n - 1})")
+            raise out_of_range(token_id, self._n)
         self.ids.append(token_id)
         data = self._pieces[token_id]
         if self._remove_space:

@@ -83,11 +83,7 @@ def _other_value(key: str, value: Any) -> tuple[Any, GGUFValueType, GGUFValueTyp
 
 def write_vocab_gguf(metadata: Mapping[str, Any], out_path: str | os.PathLike[str], name: str | None = None,
                      types: Mapping[str, GGUFValueType] | None = None) -> None:
-    """Write the tokenizer keys of metadata (and its architecture keys) as a vocab-only GGUF at out_path.
-
-    types optionally gives the value type of non-tokenizer keys (as read_gguf reports them); without it
-    they are typed from their Python values.
-    """
+    """Write metadata's tokenizer and architecture keys as a vocab-only GGUF (types: read_gguf's value_types)."""
     if not isinstance(metadata.get(K.MODEL), str) or not isinstance(metadata.get(K.LIST), list):
         raise FormatError(f"metadata without {K.MODEL} and {K.LIST}, expected tokenizer metadata")
     arch = metadata.get("general.architecture")

@@ -102,11 +102,7 @@ class _Wire:
                 raise self.fail(f"varint longer than 10 bytes in {what}", start)
 
     def fields(self, start: int, end: int, what: str):
-        """Yield (field number, wire type, value, offset) for each field of the message in buf[start:end].
-
-        The value is an int for varints, a (start, end) span for length-delimited fields and the raw
-        bytes for fixed32/fixed64; groups (wire types 3/4) are rejected.
-        """
+        """(number, wire type, value, offset) per field of buf[start:end]: int, (start, end) span or raw bytes."""
         pos = start
         while pos < end:
             at = pos

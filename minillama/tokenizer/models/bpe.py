@@ -98,31 +98,39 @@ class BPEModel(Model):
         return parts
 
     def _merge_heap(self, text: str) -> list[str]:
-        ranks = self.ranks
+        """The heap + linked list merge for long words, O(n log n).
+
+        A heap entry is one int, rank << 32 | left index (ties: leftmost). An entry is stale when
+        the pair now at `left` has another rank: a rank names exactly one (left, right) pair, so
+        an equal rank means the same two strings, which is llama.cpp's staleness test.
+        """
+        rank = self.ranks.get
         syms = list(text)
         n = len(syms)
         nxt = list(range(1, n + 1))
         nxt[-1] = -1
         prv = list(range(-1, n - 1))
-        heap = []
-        for i in range(n - 1):
-            r = ranks.get(syms[i] + " " + syms[i + 1])
-            if r is not None:
-                heap.append((r, i, i + 1, syms[i] + syms[i + 1]))
+        heap = [r << 32 | i for i, r in enumerate(rank(a + " " + b, -1) for a, b in zip(syms, syms[1:])) if r >= 0]
         heapq.heapify(heap)
+        pop, push, low = heapq.heappop, heapq.heappush, (1 << 32) - 1
         while heap:
-            _, left, right, merged = heapq.heappop(heap)
-            sl, sr = syms[left], syms[right]
-            if not sl or not sr or nxt[left] != right or sl + sr != merged:
+            key = pop(heap)
+            left = key & low
+            right = nxt[left]
+            if right < 0 or not syms[left] or rank(syms[left] + " " + syms[right], -1) != key >> 32:
                 continue
-            syms[left] = merged
+            syms[left] += syms[right]
             syms[right] = ""
-            nxt[left] = nxt[right]
-            if nxt[right] >= 0:
-                prv[nxt[right]] = left
-            for a, b in ((prv[left], left), (left, nxt[left])):
-                if a >= 0 and b >= 0:
-                    r = ranks.get(syms[a] + " " + syms[b])
-                    if r is not None:
-                        heapq.heappush(heap, (r, a, b, syms[a] + syms[b]))
+            after = nxt[right]
+            nxt[left] = after
+            if after >= 0:
+                prv[after] = left
+                r = rank(syms[left] + " " + syms[after], -1)
+                if r >= 0:
+                    push(heap, r << 32 | left)
+            before = prv[left]
+            if before >= 0:
+                r = rank(syms[before] + " " + syms[left], -1)
+                if r >= 0:
+                    push(heap, r << 32 | before)
         return [s for s in syms if s]

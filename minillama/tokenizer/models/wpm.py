@@ -2,11 +2,11 @@
 
 The algorithm, plainly: normalise and split the text into words one code point at a time --
 with strip_accents, each code point becomes the first code point of its NFD decomposition and
-marks (\\p{M}) are dropped; whitespace ends a word; NUL, U+FFFD and \\p{C} code points vanish;
-with lowercase, code points are lowercased; punctuation (\\p{P}), ASCII symbols and CJK ideographs
-are words of their own. Then each word, with a U+2581 phantom prefix, is cut greedily into the
-longest vocab tokens from left to right; a word with any position that starts no token becomes
-one [UNK].
+marks (\\p{M}) are dropped; whitespace ends a word; NUL, U+FFFD and Cc/Cf/Co/Cs code points
+vanish (unassigned ones stay); with lowercase, code points are lowercased; punctuation (\\p{P}),
+ASCII symbols and CJK ideographs are words of their own. Then each word, with a U+2581 phantom
+prefix, is cut greedily into the longest vocab tokens from left to right; a word with any position
+that starts no token becomes one [UNK].
 
 Made fast without changing a single id: the per-code-point work is one str.translate over a table
 filled lazily (a code point -> its normalised text, "" when dropped, spaces around a one-character
@@ -35,10 +35,12 @@ _SPACE_BYTES = SPACE.encode()
 KEY_LOWERCASE = "tokenizer.ggml.normalizer.lowercase"
 KEY_STRIP_ACCENTS = "tokenizer.ggml.normalizer.strip_accents"
 
-# llama.cpp's code point flags come from Unicode 15 tables. Python 3.11's unicodedata is Unicode 14.0:
+# llama.cpp's code point tables are Unicode 15 (15.1); Python 3.11's unicodedata is Unicode 14.0. These are
 # the Unicode 15.0 additions that are marks (M), punctuation (P) or format controls (C), as (first, last,
-# category class); applied only to code points the runtime's database does not know. (Unicode 15.1 added
-# none of these classes, nor 15.0/15.1 any lowercase mapping or canonical decomposition.)
+# class), used only for code points the runtime's database does not know. Unicode 15.0/15.1 added no other
+# code point that matters here (no lowercase mapping, no canonical decomposition): checked against
+# llama.cpp on every code point. Runtimes with other Unicode versions may differ on code points assigned
+# in Unicode 14.0 (Python 3.10) or after 15.1 (Python 3.14+).
 UNICODE_15_ADDITIONS = (
     (0x0CF3, 0x0CF3, "M"), (0x0ECE, 0x0ECE, "M"), (0x10EFD, 0x10EFF, "M"), (0x11241, 0x11241, "M"),
     (0x11B00, 0x11B09, "P"), (0x11F00, 0x11F01, "M"), (0x11F03, 0x11F03, "M"), (0x11F34, 0x11F3A, "M"),
