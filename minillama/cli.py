@@ -185,7 +185,7 @@ def _setup_convert(p: argparse.ArgumentParser) -> None:
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     """Print what a GGUF or tokenizer file holds (metadata, tokenizer, tensor table), reading no tensor data."""
-    from minillama.inspect import inspect_file, render_json, render_text  # lazy: keeps --help fast
+    from minillama.inspection import inspect_file, render_json, render_text  # lazy: keeps --help fast
 
     report = inspect_file(args.path)
     out = sys.stdout

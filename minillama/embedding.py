@@ -68,7 +68,7 @@ _IQ4_XS_SHIFTS = np.arange(0, 16, 2, dtype=np.uint16)
 
 def _f32(b: np.ndarray) -> np.ndarray:
     """F32: the values themselves."""
-    return b.view("<f4").astype(F32)
+    return b.view("<f4").astype(F32, copy=False)  # b is already a private copy of the rows
 
 
 def _f16_plain(b: np.ndarray) -> np.ndarray:
@@ -335,13 +335,18 @@ class Embedding:
     def lookup(self, ids: Sequence[int] | np.ndarray) -> np.ndarray:
         """Rows `ids` of the table as a (len(ids), n_embd) float32 array, reading and dequantizing only those."""
         idx = self._check_ids(ids)
+        if len(idx) == 0:
+            return np.empty((0, self._n_embd), F32)
         # A repeated id (common in text) is read and dequantized once, then copied.
         uniq, inverse = np.unique(idx, return_inverse=True)
         todo = idx if len(uniq) == len(idx) else uniq
-        rows = np.empty((len(todo), self._n_embd), F32)
         step = max(1, _CHUNK_VALUES // self._n_embd)  # bounds the temporaries of one dequantization
-        for s in range(0, len(todo), step):
-            rows[s:s + step] = self._rows(todo[s:s + step])
+        if len(todo) <= step or (self._type == T.F32 and self._key is None):  # F32: the copy is the result
+            rows = self._rows(todo)
+        else:
+            rows = np.empty((len(todo), self._n_embd), F32)
+            for s in range(0, len(todo), step):
+                rows[s:s + step] = self._rows(todo[s:s + step])
         return rows if todo is idx else rows[inverse.reshape(-1)]
 
     def _check_ids(self, ids: Sequence[int] | np.ndarray) -> np.ndarray:

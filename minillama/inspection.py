@@ -132,6 +132,7 @@ def _inspect_gguf(path: str, size: int) -> dict[str, Any]:
 
 
 def _str_or_none(v: Any) -> str | None:
+    """v when it is a string, else None."""
     return v if isinstance(v, str) else None
 
 
@@ -214,6 +215,7 @@ def tensor_size(shape: tuple[int, ...] | list[int], ggml_type: int) -> int | Non
 
 
 def _tensor_entry(name: str, shape: tuple[int, ...], ggml_type: int, offset: int) -> dict[str, Any]:
+    """One row of the tensor table: type name, shape (GGUF ne order), element and byte counts, file offset."""
     try:
         type_name = GGMLQuantizationType(ggml_type).name
     except ValueError:
@@ -224,6 +226,7 @@ def _tensor_entry(name: str, shape: tuple[int, ...], ggml_type: int, offset: int
 
 
 def _totals(tensors: list[dict[str, Any]]) -> dict[str, Any]:
+    """Tensor count, parameters, bytes and tensors per type."""
     by_type: dict[str, int] = {}
     for t in tensors:
         by_type[t["type"]] = by_type.get(t["type"], 0) + 1
@@ -239,6 +242,7 @@ def _piece(vocab: Any, i: int) -> str:
 
 
 def _token_type_counts(md: dict[str, Any]) -> dict[str, int] | None:
+    """How many tokens of each gguf.TokenType the file declares (None when it has no token types)."""
     types = md.get(K.TOKEN_TYPE)
     if not isinstance(types, np.ndarray) or types.dtype.kind not in "iu":
         return None
@@ -348,6 +352,7 @@ def _is_plain(s: str) -> bool:
 
 
 def _fmt_scalar(v: Any) -> str:
+    """A report value on one line of text."""
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, int):
@@ -362,10 +367,12 @@ def _fmt_scalar(v: Any) -> str:
 
 
 def _fmt_item(v: Any) -> str:
+    """An array item on one line of text (strings always quoted)."""
     return _quote(v, 32) if isinstance(v, str) else _fmt_scalar(v)
 
 
 def _type_label(entry: dict[str, Any]) -> str:
+    """The short type of a metadata entry: u32, str, [str], [i32] ..."""
     t = GGUFValueType[entry["type"].upper()]
     if t != GGUFValueType.ARRAY:
         return _SHORT_TYPES[t]
@@ -402,6 +409,7 @@ def _fmt_value(entry: dict[str, Any]) -> str:
 
 
 def _human_bytes(n: int) -> str:
+    """A byte count in binary units: 92.1 MiB."""
     x = float(n)
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if x < 1024 or unit == "TiB":
@@ -411,6 +419,7 @@ def _human_bytes(n: int) -> str:
 
 
 def _human_count(n: int) -> str:
+    """A count in decimal units: 134.5M."""
     for div, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
         if n >= div:
             return f"{n / div:.1f}{suffix}"
