@@ -14,6 +14,8 @@ from minillama import __version__
 from minillama.errors import MinillamaError
 
 if TYPE_CHECKING:
+    from minillama.chat import ChatFormat
+    from minillama.generate import LanguageModel
     from minillama.tokenizer import Tokenizer
 
 PROG = "minillama"
@@ -201,6 +203,115 @@ def _setup_inspect(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the same report as JSON (full numbers, no colour)")
 
 
+def _chat_model(args: argparse.Namespace, tok: Tokenizer, fmt: ChatFormat) -> tuple[LanguageModel, str]:
+    """The n-gram of --ngram, or one trained now on the package's own text; with a line describing it."""
+    import time
+
+    from minillama.chat import train_chat_ngram
+    from minillama.ngram import DEFAULT_ORDER, NGramModel, default_corpus_path
+
+    if args.ngram is not None:
+        try:
+            lm = NGramModel.load(args.ngram, tok)
+        except MinillamaError:
+            raise
+        except ValueError as exc:  # a tokenizer of another vocab size
+            raise MinillamaError(f"{args.ngram}: {exc}") from None
+        return lm, f"{lm.order}-gram placeholder from {args.ngram} ({lm.n_tokens} training tokens)"
+    start = time.perf_counter()
+    lm = train_chat_ngram(tok, fmt, [default_corpus_path()], order=args.order or DEFAULT_ORDER)
+    return lm, (f"{lm.order}-gram placeholder trained just now on the package's own text ({lm.n_tokens} tokens, "
+                f"{time.perf_counter() - start:.2f} s); it writes text in the style of that text, nothing more")
+
+
+def cmd_chat(args: argparse.Namespace) -> int:
+    """Chat in the terminal with a placeholder n-gram model, each reply streamed token by token."""
+    from minillama.chat import ChatSession, Settings, SimpleFormat, banner, format_for, main_loop
+    from minillama.generate import Sampler
+    from minillama.tokenizer import default_vocab_path
+
+    try:
+        Sampler(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+    except ValueError as exc:
+        raise MinillamaError(str(exc)) from None
+    if args.max_tokens < 1:
+        raise MinillamaError(f"--max-tokens must be at least 1, got {args.max_tokens}")
+    if args.order is not None and args.order < 1:
+        raise MinillamaError(f"--order must be at least 1, got {args.order}")
+    tok = _load_tokenizer(args.model)
+    model_path = args.model if args.model is not None else f"the built-in vocab ({default_vocab_path()})"
+    notes = []
+    try:
+        fmt = format_for(tok)
+    except MinillamaError as exc:
+        notes.append(f"{model_path}: {exc}; falling back to the simple format.")
+        fmt = SimpleFormat()
+    lm, desc = _chat_model(args, tok, fmt)
+    settings = Settings(max_tokens=args.max_tokens, temperature=args.temperature, top_k=args.top_k,
+                        top_p=args.top_p, seed=args.seed, stop_at_eog=not args.ignore_eos)
+    session = ChatSession(tok, lm, fmt, settings, system=args.system)
+    return main_loop(session, "\n".join([*notes, banner(tok, desc, fmt, model_path)]))
+
+
+def _setup_chat(p: argparse.ArgumentParser) -> None:
+    """Declare the arguments of 'chat'."""
+    p.add_argument("--model", metavar="PATH", help="GGUF (or other tokenizer file) whose tokenizer and chat "
+                   "template to use (default: built-in vocab)")
+    p.add_argument("--ngram", metavar="PATH", help="n-gram model saved by 'minillama ngram train' (default: train "
+                   "one now on the package's own text)")
+    p.add_argument("--order", type=int, metavar="N", help="order of the n-gram trained without --ngram (default: 4)")
+    p.add_argument("--max-tokens", type=int, default=256, metavar="N", help="most tokens per reply (default: 256)")
+    p.add_argument("--temperature", type=float, default=0.8, metavar="T", help="0 is greedy (default: 0.8)")
+    p.add_argument("--top-k", type=int, default=40, metavar="K", help="keep the K most likely (0: all; default: 40)")
+    p.add_argument("--top-p", type=float, default=0.95, metavar="P",
+                   help="keep the most likely up to probability P (1: all; default: 0.95)")
+    p.add_argument("--seed", type=int, metavar="S", help="make replies repeat exactly (default: random)")
+    p.add_argument("--system", metavar="TEXT", help="a system message to start the conversation with")
+    p.add_argument("--ignore-eos", action="store_true", help="do not stop at end-of-generation tokens")
+
+
+def cmd_ngram(args: argparse.Namespace) -> int:
+    """Build an n-gram placeholder model from text files and save it ('ngram train')."""
+    from minillama.ngram import DEFAULT_ORDER, NGramModel
+
+    order = args.order if args.order is not None else DEFAULT_ORDER
+    if order < 1:
+        raise MinillamaError(f"--order must be at least 1, got {order}")
+    tok = _load_tokenizer(args.model)
+    if args.chat:
+        from minillama.chat import format_for, train_chat_ngram
+
+        lm = train_chat_ngram(tok, format_for(tok), args.files, order=order)
+    else:
+        lm = NGramModel.train_files(tok, args.files, order=order)
+    out = args.out
+    tmp = out + ".tmp"
+    try:
+        lm.save(tmp)
+        os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    docs = "conversations" if args.chat else "paragraphs"
+    print(f"{out}: {lm.order}-gram over a vocab of {lm.n_vocab} tokens, {lm.n_tokens} tokens in "
+          f"{lm.n_sequences} {docs} from {len(args.files)} files, {os.path.getsize(out)} bytes")
+    return 0
+
+
+def _setup_ngram(p: argparse.ArgumentParser) -> None:
+    """Declare the actions of 'ngram' (train) and their arguments."""
+    sub = p.add_subparsers(dest="ngram_command", metavar="ACTION", required=True)
+    t = sub.add_parser("train", help="count the n-grams of text files and save the model",
+                       description="Count the n-grams of UTF-8 text files (each paragraph a document) and save "
+                       "the model as .npz for 'minillama chat --ngram'.")
+    t.add_argument("--model", metavar="PATH", help="tokenizer file (default: built-in vocab)")
+    t.add_argument("--order", type=int, metavar="N", help="n: predict from the last n-1 tokens (default: 4)")
+    t.add_argument("--out", required=True, metavar="OUT", help="where to write the model (.npz)")
+    t.add_argument("--chat", action="store_true", help="train on consecutive paragraphs rendered as user/assistant "
+                   "turns with the model's chat format, as 'minillama chat' does without --ngram")
+    t.add_argument("files", nargs="+", metavar="FILES", help="UTF-8 text files to train on")
+
+
 @dataclass(frozen=True)
 class Subcommand:
     """One subcommand: its help line, how to declare its arguments, and what runs it."""
@@ -216,6 +327,9 @@ COMMANDS: dict[str, Subcommand] = {
                           cmd_convert),
     "inspect": Subcommand("show a model or tokenizer file's metadata, tokenizer and tensors", _setup_inspect,
                           cmd_inspect),
+    "chat": Subcommand("chat with a placeholder n-gram model, replies streamed token by token", _setup_chat,
+                       cmd_chat),
+    "ngram": Subcommand("train and save an n-gram placeholder model", _setup_ngram, cmd_ngram),
 }
 
 

@@ -1,7 +1,7 @@
 """minillama.ngram: the default placeholder language model, an n-gram model over token ids.
 
     from minillama.ngram import NGramModel
-    lm = NGramModel.train_files(tok, ["notes.txt"], order=3)   # or NGramModel.train(tok, ["some text", ...])
+    lm = NGramModel.train_files(tok, ["notes.txt"], order=4)   # or NGramModel.train(tok, ["some text", ...])
     lm.save("notes.ngram.npz"); lm = NGramModel.load("notes.ngram.npz", tok)
     for chunk in generate(lm, tok, "The", 50): ...              # minillama.generate
 
@@ -10,10 +10,12 @@ the style of its training text, nothing more: it stands in for a real model whil
 runtime (tokenizer, sampling, streaming, chat) is built and tested.
 
 Training: each document is encoded with the tokenizer (``add_special=True``, so bos is added as the
-vocab says); the end-of-sequence id (eos, else eot) is appended, so the model learns where text ends
-and replies stop. A leading bos only serves as context (it is never predicted). Every n-gram of
-length 1..order inside a document is counted; documents are never joined. Files are split into
-paragraphs at blank lines, each a document.
+vocab says); the end-of-sequence id (eos, else eot) is appended unless the document already holds an
+end-of-generation token, so the model learns where text ends and replies stop. A leading bos only
+serves as context (it is never predicted). Every n-gram of length 1..order inside a document is
+counted; documents are never joined. Files are split into paragraphs at blank lines, each a document.
+(`minillama chat` trains on paragraphs rendered as conversations, so it also learns the turn format:
+see minillama.chat.train_chat_ngram.)
 
 Smoothing: interpolated Witten-Bell (parameter-free). With c(h) the tokens seen after context h,
 c(h, w) those that were w and T(h) the number of distinct ones,
@@ -45,14 +47,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .errors import FormatError
+from .errors import FormatError, MinillamaError
 
 if TYPE_CHECKING:
     from .generate import Sampler
     from .tokenizer import Tokenizer
 
-__all__ = ["NGramModel", "default_corpus_path", "paragraphs", "FORMAT", "VERSION", "SMOOTHING"]
+__all__ = ["NGramModel", "default_corpus_path", "paragraphs", "read_paragraphs", "DEFAULT_ORDER", "FORMAT", "VERSION", "SMOOTHING"]
 
+DEFAULT_ORDER = 4  # 4-grams: on a few thousand tokens of text, whole phrases of it come back
 FORMAT = "minillama-ngram"
 VERSION = 1
 SMOOTHING = "witten-bell"
@@ -72,6 +75,19 @@ _BLANK_LINES = re.compile(r"\n[ \t\r\f\v]*\n")
 def paragraphs(text: str) -> list[str]:
     """Split text at blank lines into non-empty paragraphs (each a training document, so ends are learned)."""
     return [p.strip("\n") for p in _BLANK_LINES.split(text) if p.strip()]
+
+
+def read_paragraphs(paths: Iterable[str | os.PathLike[str]]) -> list[str]:
+    """The paragraphs of UTF-8 text files, in order (MinillamaError naming a file that is not UTF-8)."""
+    docs: list[str] = []
+    for path in paths:
+        with open(path, "rb") as f:
+            data = f.read()
+        try:
+            docs += paragraphs(data.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            raise MinillamaError(f"{os.fspath(path)} is not UTF-8 text (byte {exc.start})") from None
+    return docs
 
 
 class NGramModel:
@@ -108,33 +124,35 @@ class NGramModel:
         self._unigram = None
         self._arrays.clear()
 
-    def add_text(self, tok: Tokenizer, text: str) -> None:
-        """Encode one document with tok (bos as the vocab says, end id appended) and count it."""
+    def add_text(self, tok: Tokenizer, text: str, parse_special: bool = False) -> None:
+        """Encode one document with tok (bos as the vocab says) and count it, ending it with the end id.
+
+        The end id (eos, else eot) is appended unless the document already holds an end-of-generation
+        token (e.g. a chat transcript whose turns end with one, encoded with parse_special=True).
+        """
         self.check_tokenizer(tok)
-        ids = tok.encode(text, add_special=True, parse_special=False)
+        ids = tok.encode(text, add_special=True, parse_special=parse_special)
         lead = 1 if ids and tok.bos_id is not None and ids[0] == tok.bos_id and tok.add_bos else 0
         end = tok.eos_id if tok.eos_id is not None else tok.eot_id
-        if end is not None and (len(ids) == lead or ids[-1] != end):
+        if end is not None and not any(tok.is_eog(i) for i in ids[lead:]):
             ids.append(end)
         self.add_sequence(ids, context_only=lead)
 
     @classmethod
-    def train(cls, tok: Tokenizer, texts: Iterable[str], order: int = 3) -> NGramModel:
+    def train(cls, tok: Tokenizer, texts: Iterable[str], order: int = DEFAULT_ORDER,
+              parse_special: bool = False) -> NGramModel:
         """A new model of the given order trained on texts, each string one document."""
         model = cls(order, tok.n_vocab)
         model.tokenizer_info = describe_tokenizer(tok)
         for text in texts:
-            model.add_text(tok, text)
+            model.add_text(tok, text, parse_special)
         return model
 
     @classmethod
-    def train_files(cls, tok: Tokenizer, paths: Iterable[str | os.PathLike[str]], order: int = 3) -> NGramModel:
+    def train_files(cls, tok: Tokenizer, paths: Iterable[str | os.PathLike[str]],
+                    order: int = DEFAULT_ORDER) -> NGramModel:
         """A new model trained on UTF-8 text files, each split into paragraphs at blank lines."""
-        docs: list[str] = []
-        for path in paths:
-            with open(path, encoding="utf-8") as f:
-                docs += paragraphs(f.read())
-        return cls.train(tok, docs, order)
+        return cls.train(tok, read_paragraphs(paths), order)
 
     # --- queries ------------------------------------------------------------------------------
     @property

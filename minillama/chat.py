@@ -1,0 +1,351 @@
+"""`minillama chat`: a terminal chat with a language model, the reply streamed token by token.
+
+The conversation is rendered to text with the GGUF's own chat template (`tokenizer.chat_template`,
+a Jinja2 template, rendered the way Hugging Face transformers' apply_chat_template does) or, when the
+file has none, with a plain "User: ...\\nAssistant:" transcript; the text is encoded and handed to
+minillama.generate. The REPL uses prompt-toolkit on a terminal and plain input() otherwise (piped input).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol, TextIO
+
+from .errors import MinillamaError
+from .generate import Generation, LanguageModel, generate
+from .ngram import DEFAULT_ORDER, NGramModel, read_paragraphs
+from .tokenizer import Tokenizer
+
+Message = Mapping[str, str]
+
+HELP = """\
+Type a message and press Enter; the reply streams as it is generated.
+  /help     this list
+  /reset    forget the conversation
+  /tokens   the last reply's token ids and pieces
+  /stats    tokens per second and token counts of the last reply and of the conversation
+  /exit     leave (as does Ctrl-D)
+Ctrl-C stops a reply and returns to the prompt."""
+
+PROMPT = "> "
+
+# Control characters (but tab and newline) are shown as Unicode control pictures on a terminal, so generated
+# text cannot send escape sequences to it.
+_CONTROL_PICTURES = {c: 0x2400 + c for c in range(0x20) if c not in (0x09, 0x0A)} | {0x7F: 0x2421}
+
+
+# ---------------------------------------------------------------------------------------------
+# Prompt formats
+
+
+class ChatFormat(Protocol):
+    """Turns a conversation into the text the model continues."""
+
+    def render(self, messages: Sequence[Message], add_generation_prompt: bool = True) -> str:
+        """The conversation as prompt text, ending where the assistant's reply starts."""
+        ...
+
+
+class ChatTemplate:
+    """A Jinja2 chat template rendered exactly as transformers does (sandboxed, trim/lstrip blocks)."""
+
+    def __init__(self, source: str, bos_token: str = "", eos_token: str = "") -> None:
+        import jinja2
+        import jinja2.ext
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+        def raise_exception(message: str) -> None:
+            """Let a template refuse a conversation (transformers' global of that name)."""
+            raise jinja2.exceptions.TemplateError(message)
+
+        def tojson(x: Any, ensure_ascii: bool = False, indent: int | None = None,
+                   separators: tuple[str, str] | None = None, sort_keys: bool = False) -> str:
+            """transformers' tojson filter: json.dumps without HTML escaping."""
+            return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+                              sort_keys=sort_keys)
+
+        def strftime_now(fmt: str) -> str:
+            """Today's date for templates that print it (transformers' global of that name)."""
+            return datetime.now().strftime(fmt)
+
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                            extensions=[jinja2.ext.loopcontrols])
+        env.filters["tojson"] = tojson
+        env.globals["raise_exception"] = raise_exception
+        env.globals["strftime_now"] = strftime_now
+        self.source = source
+        self.bos_token = bos_token
+        self.eos_token = eos_token
+        self._template = env.from_string(source)
+
+    @classmethod
+    def from_tokenizer(cls, tok: Tokenizer) -> ChatTemplate | None:
+        """The template in the tokenizer's metadata (`tokenizer.chat_template`), or None when it has none."""
+        source = tok.vocab.metadata.get("tokenizer.chat_template")
+        if not isinstance(source, str) or not source.strip():
+            return None
+        return cls(source, bos_token=_piece_text(tok, tok.bos_id), eos_token=_piece_text(tok, tok.eos_id))
+
+    def render(self, messages: Sequence[Message], add_generation_prompt: bool = True) -> str:
+        """messages=[{role, content}], add_generation_prompt, bos_token/eos_token: as apply_chat_template."""
+        return self._template.render(messages=[dict(m) for m in messages],
+                                     add_generation_prompt=add_generation_prompt,
+                                     bos_token=self.bos_token, eos_token=self.eos_token)
+
+
+class SimpleFormat:
+    """The fallback without a template: 'User: ...' and 'Assistant: ...' lines, ending with 'Assistant:'."""
+
+    def render(self, messages: Sequence[Message], add_generation_prompt: bool = True) -> str:
+        """One 'Role: content' line per message, then 'Assistant:' for the reply."""
+        text = "".join(f"{m['role'].capitalize()}: {m['content']}\n" for m in messages)
+        return text + ("Assistant:" if add_generation_prompt else "")
+
+
+def format_for(tok: Tokenizer) -> ChatFormat:
+    """The tokenizer's chat template, or SimpleFormat when it has none (MinillamaError if it does not compile)."""
+    import jinja2
+
+    try:
+        return ChatTemplate.from_tokenizer(tok) or SimpleFormat()
+    except jinja2.TemplateError as exc:
+        raise MinillamaError(f"the chat template (tokenizer.chat_template) does not compile: {exc}") from None
+
+
+def without_bos(text: str, fmt: ChatFormat, tok: Tokenizer) -> str:
+    """Rendered text without a leading bos text when encoding adds bos itself (never two bos)."""
+    bos = getattr(fmt, "bos_token", "")
+    if bos and tok.add_bos and text.startswith(bos):
+        return text[len(bos):]
+    return text
+
+
+def chat_documents(fmt: ChatFormat, texts: Sequence[str]) -> list[str]:
+    """Consecutive paragraphs as user/assistant exchanges rendered with fmt: text that shows the turn format."""
+    return [fmt.render([{"role": "user", "content": a}, {"role": "assistant", "content": b}],
+                       add_generation_prompt=False) for a, b in itertools.pairwise(texts)]
+
+
+def train_chat_ngram(tok: Tokenizer, fmt: ChatFormat, paths: Iterable[str | os.PathLike[str]],
+                     order: int = DEFAULT_ORDER) -> NGramModel:
+    """An n-gram trained on the paragraphs of text files rendered as conversations (see chat_documents).
+
+    Trained on plain paragraphs, the model has never seen 'Assistant:' (or '<|im_start|>assistant')
+    and often ends the reply at once; trained this way it answers with a paragraph in the style of
+    the text and ends it as the format does (the template's end-of-turn token, or eos).
+    """
+    rendered = [without_bos(d, fmt, tok) for d in chat_documents(fmt, read_paragraphs(paths))]
+    return NGramModel.train(tok, rendered, order, parse_special=True)
+
+
+def _piece_text(tok: Tokenizer, token_id: int | None) -> str:
+    """A special token's text (its piece), '' when the vocab has no such token."""
+    if token_id is None:
+        return ""
+    return tok.token_to_piece(token_id, special=True).decode("utf-8", "replace")
+
+
+# ---------------------------------------------------------------------------------------------
+# The conversation
+
+
+@dataclass
+class Settings:
+    """How replies are generated."""
+
+    max_tokens: int = 256
+    temperature: float = 0.8
+    top_k: int = 40
+    top_p: float = 0.95
+    seed: int | None = None  # each reply uses seed + its turn number, so a whole session repeats
+    stop_at_eog: bool = True
+
+
+class ChatSession:
+    """A conversation: its messages, how to render them, and the last reply's generation and stats."""
+
+    def __init__(self, tok: Tokenizer, model: LanguageModel, fmt: ChatFormat, settings: Settings,
+                 system: str | None = None) -> None:
+        self.tok, self.model, self.fmt, self.settings, self.system = tok, model, fmt, settings, system
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the conversation (and its totals)."""
+        self.messages: list[dict[str, str]] = [{"role": "system", "content": self.system}] if self.system else []
+        self.last: Generation | None = None
+        self.turns = 0
+        self.generated_tokens = 0
+        self.seconds = 0.0
+
+    def prompt_text(self) -> str:
+        """The conversation rendered, without a leading bos text when encoding adds bos itself."""
+        return without_bos(self.fmt.render(self.messages, add_generation_prompt=True), self.fmt, self.tok)
+
+    def start_reply(self, user_text: str) -> Generation:
+        """Add the user's message and start generating the reply (iterate the result for its text)."""
+        self.messages.append({"role": "user", "content": user_text})
+        s = self.settings
+        seed = None if s.seed is None else s.seed + self.turns
+        try:
+            prompt = self.prompt_text()
+        except Exception:
+            self.messages.pop()
+            raise
+        gen = generate(self.model, self.tok, prompt, s.max_tokens, temperature=s.temperature, top_k=s.top_k,
+                       top_p=s.top_p, seed=seed, stop_at_eog=s.stop_at_eog)
+        self.last = gen
+        return gen
+
+    def finish_reply(self, gen: Generation) -> None:
+        """Record the reply (as far as it got) in the conversation and the totals."""
+        self.messages.append({"role": "assistant", "content": gen.text.strip()})
+        self.turns += 1
+        self.generated_tokens += gen.stats.generated_tokens
+        self.seconds += gen.stats.seconds
+
+    def tokens_report(self) -> str:
+        """The last reply's ids and, one per line, each id with its piece."""
+        gen = self.last
+        if gen is None:
+            return "No reply yet."
+        ids = gen.ids + ([gen.eog_id] if gen.eog_id is not None else [])
+        lines = [f"last reply: {len(ids)} tokens", "[" + ", ".join(map(str, ids)) + "]"]
+        for n, i in enumerate(ids):
+            piece = self.tok.token_to_piece(i, special=True).decode("utf-8", "backslashreplace")
+            note = "  (end of generation)" if n == len(gen.ids) else ""  # the eog id that stopped the reply
+            lines.append(f"{i:>8}  {piece!r}{note}")
+        return "\n".join(lines)
+
+    def stats_report(self) -> str:
+        """Tokens per second and token counts of the last reply and of the conversation."""
+        gen = self.last
+        if gen is None:
+            return "No reply yet."
+        st = gen.stats
+        why = {"eog": f"end-of-generation token {gen.eog_id}", "max_tokens": "--max-tokens",
+               "stopped": "Ctrl-C"}.get(st.stop_reason, st.stop_reason or "running")
+        rate = self.generated_tokens / self.seconds if self.seconds > 0 else 0.0
+        in_context = st.prompt_tokens + len(gen.ids)
+        return (f"last reply: {st.generated_tokens} tokens in {st.seconds:.3f} s ({st.tokens_per_second:.1f} "
+                f"tokens/s), prompt {st.prompt_tokens} tokens, stopped by {why}, seed {st.seed}\n"
+                f"conversation: {self.turns} turns, {in_context} tokens in context, {self.generated_tokens} "
+                f"tokens generated in {self.seconds:.3f} s ({rate:.1f} tokens/s)")
+
+
+# ---------------------------------------------------------------------------------------------
+# The REPL
+
+
+def make_reader(stdin: TextIO, stdout: TextIO) -> Callable[[], str]:
+    """A function reading one line: prompt-toolkit on a terminal, input() otherwise (EOFError at the end)."""
+    if stdin.isatty() and stdout.isatty():
+        from prompt_toolkit import PromptSession
+        from prompt_toolkit.history import InMemoryHistory
+
+        session: PromptSession[str] = PromptSession(history=InMemoryHistory())
+        return lambda: session.prompt(PROMPT)
+
+    if stdin.isatty():
+        try:
+            import readline  # noqa: F401  (line editing and history for input())
+        except ImportError:
+            pass
+
+    def read_line() -> str:
+        """input() with the prompt, echoing the line so a piped transcript reads like a session."""
+        line = input(PROMPT)
+        stdout.write(line + "\n")
+        return line
+
+    return read_line
+
+
+def run_repl(session: ChatSession, read: Callable[[], str], out: TextIO) -> int:
+    """Read messages and commands until Ctrl-D or /exit; stream each reply; return the exit status (0)."""
+    safe = out.isatty()
+
+    def say(text: str) -> None:
+        """Write a line now."""
+        out.write(text + "\n")
+        out.flush()
+
+    while True:
+        try:
+            line = read()
+        except KeyboardInterrupt:  # Ctrl-C at the prompt: a fresh prompt
+            continue
+        except EOFError:  # Ctrl-D
+            say("")
+            return 0
+        text = line.strip()
+        if not text:
+            continue
+        if text.startswith("/"):
+            command = text.split()[0].lower()
+            if command in ("/exit", "/quit"):
+                return 0
+            if command == "/help":
+                say(HELP)
+            elif command == "/reset":
+                session.reset()
+                say("Conversation forgotten.")
+            elif command == "/tokens":
+                say(session.tokens_report())
+            elif command == "/stats":
+                say(session.stats_report())
+            else:
+                say(f"Unknown command {command}; /help lists the commands.")
+            continue
+        _reply(session, text, out, safe)
+
+
+def _reply(session: ChatSession, text: str, out: TextIO, safe: bool) -> None:
+    """Generate and stream one reply; Ctrl-C stops it and keeps what was written."""
+    gen: Generation | None = None
+    try:
+        try:
+            gen = session.start_reply(text)
+        except Exception as exc:  # e.g. a template's raise_exception()
+            out.write(f"error: could not render the conversation: {exc}\n")
+            return
+        for chunk in gen:
+            out.write(chunk.translate(_CONTROL_PICTURES) if safe else chunk)
+            out.flush()
+        out.write("\n")
+    except KeyboardInterrupt:
+        if gen is not None:
+            gen.close()
+        out.write("\n[stopped]\n")
+    finally:
+        if gen is not None:
+            session.finish_reply(gen)
+        out.flush()
+
+
+def banner(tok: Tokenizer, model_desc: str, fmt: ChatFormat, model_path: str) -> str:
+    """What the session runs on, said plainly at start (including the absence of a chat template)."""
+    lines = [f"minillama chat: tokenizer {model_path} ({tok.model}, {tok.n_vocab} tokens)", f"model: {model_desc}"]
+    if isinstance(fmt, ChatTemplate):
+        lines.append("chat template: from the file (tokenizer.chat_template)")
+    else:
+        lines.append(f"No chat template in {model_path}: using a simple 'User: ...' / 'Assistant:' format.")
+    lines.append("/help lists the commands; Ctrl-C stops a reply; Ctrl-D leaves.")
+    return "\n".join(lines)
+
+
+def main_loop(session: ChatSession, intro: str, stdin: TextIO | None = None, stdout: TextIO | None = None) -> int:
+    """Print intro, then run the REPL on the given (default: standard) streams."""
+    stdin = stdin or sys.stdin
+    stdout = stdout or sys.stdout
+    reconfigure = getattr(stdout, "reconfigure", None)
+    if reconfigure is not None:
+        reconfigure(errors="replace")  # a terminal that cannot show a character gets '?', not a traceback
+    stdout.write(intro + "\n")
+    stdout.flush()
+    return run_repl(session, make_reader(stdin, stdout), stdout)

@@ -1,0 +1,209 @@
+"""minillama.generate: turn a language model and a tokenizer into streamed text.
+
+    from minillama.generate import generate
+    gen = generate(model, tok, "Once upon a time", 64, temperature=0.8, top_k=40, top_p=0.95, seed=1)
+    for chunk in gen:
+        print(chunk, end="", flush=True)
+    gen.stats.tokens_per_second, gen.ids
+
+The model protocol (LanguageModel) is one method, ``next_token(ids, sampler) -> int``: the model
+scores the candidates for the token after ``ids`` (the whole sequence so far, prompt included) and
+hands them to the Sampler, which picks one (``sample_logits`` or ``sample_probs``). Models therefore
+never implement sampling themselves, and every model gets greedy/temperature/top-k/top-p decoding
+and exact repeatability from a seed.
+
+Sampling follows llama.cpp's default order: top-k, then top-p on the model's own distribution, then
+temperature, then one draw from a seeded numpy PCG64 generator. temperature <= 0 (or top_k == 1) is
+greedy: the highest score, the first candidate among equals.
+"""
+
+from __future__ import annotations
+
+import operator
+import secrets
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+if TYPE_CHECKING:
+    from .tokenizer import Tokenizer
+
+__all__ = ["LanguageModel", "Sampler", "Generation", "GenerationStats", "generate"]
+
+
+@runtime_checkable
+class LanguageModel(Protocol):
+    """Anything that can pick the next token: all generate() asks of a model."""
+
+    def next_token(self, ids: Sequence[int], sampler: Sampler) -> int:
+        """Score the candidates for the token after ids and return sampler's choice among them."""
+        ...
+
+
+class Sampler:
+    """Turns candidate ids and their scores into one id: greedy, temperature, top-k, top-p; seeded, repeatable."""
+
+    def __init__(self, temperature: float = 0.8, top_k: int = 40, top_p: float = 0.95,
+                 seed: int | None = None) -> None:
+        if not temperature >= 0:
+            raise ValueError(f"temperature must be >= 0, got {temperature}")
+        if top_k < 0:
+            raise ValueError(f"top_k must be >= 0 (0 disables it), got {top_k}")
+        if not 0 < top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1] (1 disables it), got {top_p}")
+        self.temperature = float(temperature)
+        self.top_k = int(top_k)
+        self.top_p = float(top_p)
+        #: The seed in use: the one given, or a fresh random one (recorded so a run can be repeated).
+        self.seed = int(seed) if seed is not None else secrets.randbits(63)
+        self._rng = np.random.Generator(np.random.PCG64(self.seed))
+
+    @property
+    def greedy(self) -> bool:
+        """True when sampling always takes the most likely candidate."""
+        return self.temperature <= 0 or self.top_k == 1
+
+    def sample_probs(self, probs: ArrayLike, ids: ArrayLike | None = None) -> int:
+        """Pick one id given candidate probabilities (zeros are never picked); ids default to 0..n-1."""
+        p = np.asarray(probs, dtype=np.float64)
+        with np.errstate(divide="ignore"):
+            return self.sample_logits(np.log(p), ids)
+
+    def sample_logits(self, logits: ArrayLike, ids: ArrayLike | None = None) -> int:
+        """Pick one id given candidate logits (-inf never picked); ids default to 0..n-1."""
+        x = np.asarray(logits, dtype=np.float64).ravel()
+        cand = np.arange(x.size) if ids is None else np.asarray(ids).ravel()
+        if cand.shape != x.shape:
+            raise ValueError(f"{x.size} scores for {cand.size} candidate ids")
+        if np.isnan(x).any():
+            raise ValueError("the model's scores contain NaN")
+        keep = x > -np.inf
+        if not keep.all():
+            x, cand = x[keep], cand[keep]
+        if x.size == 0:
+            raise ValueError("no candidate token has a non-zero probability")
+        if self.greedy:
+            return int(cand[int(np.argmax(x))])
+        order = np.argsort(-x, kind="stable")  # best first, equals in candidate order
+        if self.top_k > 0:
+            order = order[:self.top_k]
+        xs = x[order]
+        if self.top_p < 1.0:
+            p = np.exp(xs - xs[0])
+            cum = np.cumsum(p / p.sum())
+            n = min(int(np.searchsorted(cum, self.top_p)) + 1, xs.size)
+            order, xs = order[:n], xs[:n]
+        w = np.exp((xs - xs[0]) / self.temperature)
+        cum = np.cumsum(w)
+        i = int(np.searchsorted(cum, self._rng.random() * cum[-1], side="right"))
+        return int(cand[order[min(i, order.size - 1)]])
+
+    def __repr__(self) -> str:
+        return f"Sampler(temperature={self.temperature}, top_k={self.top_k}, top_p={self.top_p}, seed={self.seed})"
+
+
+@dataclass
+class GenerationStats:
+    """Counts and timing of one generate() run, updated as it goes."""
+
+    prompt_tokens: int = 0
+    generated_tokens: int = 0  # ids the model produced, a final end-of-generation id included
+    seconds: float = 0.0  # from the first request for text to the last token
+    stop_reason: str = ""  # "eog", "max_tokens", or "stopped" (closed or interrupted early); "" while running
+    seed: int = 0
+
+    @property
+    def tokens_per_second(self) -> float:
+        """Generated tokens per second (0.0 before any time has passed)."""
+        return self.generated_tokens / self.seconds if self.seconds > 0 else 0.0
+
+
+@dataclass(eq=False, repr=False)
+class Generation(Iterator[str]):
+    """The text chunks of one generate() run, plus its prompt ids, generated ids and stats."""
+
+    model: LanguageModel
+    tok: Tokenizer
+    prompt_ids: list[int]
+    max_tokens: int
+    sampler: Sampler
+    stop_at_eog: bool = True
+    ids: list[int] = field(default_factory=list)  # the generated ids that were decoded (no final eog)
+    eog_id: int | None = None  # the end-of-generation id that stopped the run, if one did
+    text: str = ""  # the chunks yielded so far, joined
+    stats: GenerationStats = field(default_factory=GenerationStats)
+
+    def __post_init__(self) -> None:
+        self.stats.prompt_tokens = len(self.prompt_ids)
+        self.stats.seed = self.sampler.seed
+        self._chunks = self._run()
+
+    def __next__(self) -> str:
+        return next(self._chunks)
+
+    def __iter__(self) -> Generation:
+        return self
+
+    def __repr__(self) -> str:
+        return f"Generation(prompt_tokens={len(self.prompt_ids)}, ids={len(self.ids)}, stats={self.stats})"
+
+    def close(self) -> None:
+        """Stop early (stats.stop_reason becomes 'stopped' if the run had not ended)."""
+        self._chunks.close()
+        if not self.stats.stop_reason:
+            self.stats.stop_reason = "stopped"
+
+    def _run(self) -> Iterator[str]:
+        """Ask the model for each id, stop at eog or max_tokens, stream ids through the tokenizer's decoder."""
+        tok, stats = self.tok, self.stats
+        n_vocab = tok.n_vocab
+        decoder = tok.stream_decoder(skip_special=True)
+        context = list(self.prompt_ids)
+        start = time.perf_counter()
+        try:
+            while stats.generated_tokens < self.max_tokens:
+                token = operator.index(self.model.next_token(context, self.sampler))
+                if not 0 <= token < n_vocab:
+                    raise ValueError(f"the model returned token id {token}, outside the vocab (0..{n_vocab - 1})")
+                stats.generated_tokens += 1
+                stats.seconds = time.perf_counter() - start
+                if self.stop_at_eog and tok.is_eog(token):
+                    self.eog_id = token
+                    stats.stop_reason = "eog"
+                    break
+                context.append(token)
+                self.ids.append(token)
+                chunk = decoder.push(token)
+                if chunk:
+                    self.text += chunk
+                    yield chunk
+            else:
+                stats.stop_reason = "max_tokens"
+            tail = decoder.flush()
+            if tail:
+                self.text += tail
+                yield tail
+        finally:
+            if not stats.stop_reason:
+                stats.stop_reason = "stopped"
+
+
+def generate(model: LanguageModel, tok: Tokenizer, prompt: str | Sequence[int], max_tokens: int, *,
+             temperature: float = 0.8, top_k: int = 40, top_p: float = 0.95, seed: int | None = None,
+             stop_at_eog: bool = True) -> Generation:
+    """Stream the text model writes after prompt, up to max_tokens ids or an end-of-generation id.
+
+    A str prompt is encoded with add_special=True (bos as the vocab says) and parse_special=True (chat
+    template control tokens become their ids); a sequence of ids is used as is. The returned Generation
+    is an iterator of non-empty text chunks whose concatenation equals tok.decode(generation.ids).
+    """
+    if isinstance(prompt, str):
+        prompt_ids = tok.encode(prompt, add_special=True, parse_special=True)
+    else:
+        prompt_ids = [operator.index(i) for i in prompt]
+    sampler = Sampler(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+    return Generation(model, tok, prompt_ids, int(max_tokens), sampler, stop_at_eog)

@@ -1,0 +1,334 @@
+"""`minillama chat`: driven for real through a pseudo-terminal (pexpect), piped, and its chat-template
+rendering. The streamed reply is checked against Tokenizer.decode of the ids /tokens reports (decode is
+what the conformance tests check against llama.cpp); the ChatML text is written by hand from the template.
+
+The real-model tests use the GGUF that MINILLAMA_TEST_GGUF points to (SmolLM2-135M-Instruct.Q4_1.gguf);
+they skip when it is unset or missing. Nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+
+from minillama.chat import ChatSession, ChatTemplate, Settings, SimpleFormat, chat_documents, format_for
+from minillama.ngram import NGramModel
+from minillama.tokenizer import Tokenizer, default_vocab_path
+
+pexpect = pytest.importorskip("pexpect", reason="pexpect (the test extra) drives the chat through a terminal")
+
+ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-Z\\-_]|[\r\x08]")
+PROMPT_READY = "\x1b[?2004h"  # prompt-toolkit turns bracketed paste on each time it shows the prompt
+CPR_REQUEST = "\x1b[6n"  # prompt-toolkit asks where the cursor is; a real terminal answers
+TIMEOUT = 30.0
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.update(PYTHONIOENCODING="utf-8", PYTHONUTF8="1", NO_COLOR="1", TERM="xterm")
+    env.pop("PROMPT_TOOLKIT_NO_CPR", None)
+    return env
+
+
+def _real_gguf() -> Path:
+    path = os.environ.get("MINILLAMA_TEST_GGUF")
+    if not path:
+        pytest.skip("MINILLAMA_TEST_GGUF is not set (point it at SmolLM2-135M-Instruct.Q4_1.gguf); tests never download")
+    if not Path(path).is_file():
+        pytest.skip(f"MINILLAMA_TEST_GGUF={path} does not exist")
+    return Path(path)
+
+
+def clean(text: str) -> str:
+    """Terminal output without escape sequences, carriage returns and backspaces."""
+    return ANSI.sub("", text)
+
+
+class Term:
+    """`python -m minillama chat ...` in a pseudo-terminal: type, and wait for what appears on screen."""
+
+    def __init__(self, *args: str) -> None:
+        self.child = pexpect.spawn(sys.executable, ["-m", "minillama", "chat", *args], env=_env(), cwd=str(REPO),
+                                   encoding="utf-8", codec_errors="replace", dimensions=(40, 160))
+        self.raw = ""
+        self.mark = 0
+        self.eof = False
+
+    def _pump(self, timeout: float) -> None:
+        """Read what the program wrote (answering cursor position requests as a terminal does)."""
+        try:
+            data = self.child.read_nonblocking(1 << 16, timeout=timeout)
+        except pexpect.TIMEOUT:
+            return
+        except pexpect.EOF:
+            self.eof = True
+            return
+        for _ in range(data.count(CPR_REQUEST)):
+            self.child.send("\x1b[1;1R")
+        self.raw += data
+
+    def wait(self, pred, what: str, timeout: float = TIMEOUT) -> str:
+        """Read until pred(raw output since the last send) holds; return that output, cleaned."""
+        deadline = time.monotonic() + timeout
+        while not pred(self.raw[self.mark:]):
+            if self.eof or time.monotonic() > deadline:
+                pytest.fail(f"waited for {what}; the screen since the last input shows:\n"
+                            f"{clean(self.raw[self.mark:])[-3000:]}", pytrace=False)
+            self._pump(0.2)
+        return clean(self.raw[self.mark:])
+
+    def send_line(self, text: str) -> None:
+        self.mark = len(self.raw)
+        self.child.sendline(text)
+
+    def command(self, text: str) -> str:
+        """Type a line and return what was printed before the next prompt."""
+        self.send_line(text)
+        self.wait(lambda s: PROMPT_READY in s, f"the prompt after {text!r}")
+        seg = self.raw[self.mark:]
+        return clean(seg[: seg.index(PROMPT_READY)])
+
+    def ctrl_d(self) -> int:
+        """Press Ctrl-D at the prompt and return the exit status."""
+        self.mark = len(self.raw)
+        self.child.sendcontrol("d")
+        self.wait(lambda s: self.eof, "the program to exit")
+        self.child.close()
+        assert self.child.signalstatus is None
+        return self.child.exitstatus
+
+    def close(self) -> None:
+        if self.child.isalive():
+            self.child.terminate(force=True)
+
+
+def _tokens_ids(out: str) -> list[int]:
+    """The id list printed by /tokens."""
+    for line in out.splitlines():
+        line = line.strip()
+        if line.startswith("[") and line.endswith("]"):
+            return ast.literal_eval(line)
+    raise AssertionError(f"no id list in /tokens output:\n{out}")
+
+
+@pytest.fixture
+def term_factory():
+    terms: list[Term] = []
+
+    def make(*args: str) -> Term:
+        t = Term(*args)
+        terms.append(t)
+        return t
+
+    yield make
+    for t in terms:
+        t.close()
+
+
+# --- through a pseudo-terminal ---------------------------------------------------------------
+
+
+def test_session_default_vocab(term_factory) -> None:
+    tok = Tokenizer.from_file(default_vocab_path())
+    t = term_factory("--seed", "7", "--max-tokens", "60")
+    intro = t.wait(lambda s: PROMPT_READY in s, "the first prompt")
+    assert "No chat template" in intro and "placeholder" in intro
+
+    reply = t.command("Tell me about the herd")
+    ids_out = t.command("/tokens")
+    ids = _tokens_ids(ids_out)
+    assert 0 < len(ids) <= 60 and f"last reply: {len(ids)} tokens" in ids_out
+    assert len(re.findall(r"^\s+\d+  '", ids_out, re.M)) == len(ids)  # one line per token with its piece
+    text = tok.decode(ids)
+    assert text.strip() and text in reply, f"streamed reply {reply!r} does not hold decode(ids) {text!r}"
+
+    stats = t.command("/stats")
+    assert re.search(r"last reply: \d+ tokens in [\d.]+ s \([\d.]+ tokens/s\), prompt \d+ tokens", stats), stats
+    assert re.search(r"conversation: 1 turns, \d+ tokens in context", stats), stats
+    t.command("And then?")
+    assert "conversation: 2 turns" in t.command("/stats")
+
+    assert "/reset" in t.command("/help") and "/tokens" in t.command("/help")
+    assert "forgotten" in t.command("/reset")
+    assert "No reply yet" in t.command("/stats") and "No reply yet" in t.command("/tokens")
+    assert "Unknown command /nope" in t.command("/nope")
+    assert t.ctrl_d() == 0
+
+
+def test_ctrl_c_stops_a_long_reply(term_factory) -> None:
+    t = term_factory("--seed", "3", "--ignore-eos", "--max-tokens", "10000000")
+    t.wait(lambda s: PROMPT_READY in s, "the first prompt")
+    t.send_line("Write forever")
+    # a reply that would take minutes: wait until a good part of it has streamed, then press Ctrl-C
+    t.wait(lambda s: len(clean(s)) > 2000, "the reply to stream")
+    t.mark = len(t.raw)
+    t.child.sendintr()
+    t.wait(lambda s: "[stopped]" in s and PROMPT_READY in s[s.index("[stopped]"):], "[stopped] and the prompt")
+    stats = t.command("/stats")
+    assert "stopped by Ctrl-C" in stats and "conversation: 1 turns" in stats, stats
+    n = int(re.search(r"last reply: (\d+) tokens", stats).group(1))
+    assert 100 < n < 10_000_000
+    # the REPL still works after the interruption
+    assert "/stats" in t.command("/help")
+    assert t.ctrl_d() == 0
+
+
+def test_real_model_session(term_factory) -> None:
+    """A short session on SmolLM2 (BPE, ChatML template): the prompt is the template's rendering."""
+    gguf = _real_gguf()
+    tok = Tokenizer.from_file(gguf)
+    t = term_factory("--model", str(gguf), "--seed", "1", "--max-tokens", "40")
+    intro = t.wait(lambda s: PROMPT_READY in s, "the first prompt")
+    assert "chat template: from the file" in intro and "No chat template" not in intro
+    message = "What do llamas eat?"
+    reply = t.command(message)
+    ids = _tokens_ids(t.command("/tokens"))
+    assert 0 < len(ids) <= 40
+    assert tok.decode(ids) in reply
+    stats = t.command("/stats")
+    rendered = ChatTemplate.from_tokenizer(tok).render([{"role": "user", "content": message}])
+    prompt_ids = tok.encode(rendered, add_special=True, parse_special=True)
+    assert f"prompt {len(prompt_ids)} tokens" in stats, stats
+    if "stopped by end-of-generation" in stats:
+        assert ids[-1] == 2  # <|im_end|>
+    assert t.ctrl_d() == 0
+
+
+# --- piped (no terminal) ---------------------------------------------------------------------
+
+
+def run_chat(*args: str, stdin: str = "") -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "minillama", "chat", *args], input=stdin.encode(),
+                          capture_output=True, env=_env(), cwd=str(REPO), timeout=120)
+
+
+def test_piped_input() -> None:
+    proc = run_chat("--seed", "2", "--max-tokens", "30", stdin="hello\n/tokens\n/stats\n")
+    out, err = proc.stdout.decode(), proc.stderr.decode()
+    assert proc.returncode == 0 and not err, err
+    assert "No chat template" in out and "> hello\n" in out
+    ids = _tokens_ids(out)
+    assert Tokenizer.from_file(default_vocab_path()).decode(ids) in out
+    assert "conversation: 1 turns" in out
+    # the same seed, the same reply
+    assert _tokens_ids(run_chat("--seed", "2", "--max-tokens", "30", stdin="hello\n/tokens\n").stdout.decode()) == ids
+
+
+def test_ngram_train_then_chat(tmp_path: Path) -> None:
+    text = tmp_path / "herd.txt"
+    text.write_text("The herd walks along the ridge.\n\nThe herd rests by the river.\n\nLlamas hum.\n", "utf-8")
+    out = tmp_path / "herd.ngram.npz"
+    proc = subprocess.run([sys.executable, "-m", "minillama", "ngram", "train", "--order", "3", "--out", str(out),
+                           str(text)], capture_output=True, env=_env(), cwd=str(REPO), timeout=120)
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert "3-gram" in proc.stdout.decode() and "3 paragraphs" in proc.stdout.decode()
+    lm = NGramModel.load(out, Tokenizer.from_file(default_vocab_path()))
+    assert lm.order == 3 and lm.n_sequences == 3
+    proc = run_chat("--ngram", str(out), "--seed", "1", "--temperature", "0", stdin="hi\n")
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert f"3-gram placeholder from {out}" in proc.stdout.decode()
+
+
+def test_chat_errors(tmp_path: Path) -> None:
+    small = tmp_path / "five.npz"
+    NGramModel(order=2, n_vocab=5).save(small)
+    proc = run_chat("--ngram", str(small))
+    assert proc.returncode == 2 and "vocab of 5 tokens" in proc.stderr.decode()
+    assert "Traceback" not in proc.stderr.decode()
+    junk = tmp_path / "junk.npz"
+    junk.write_text("junk")
+    proc = run_chat("--ngram", str(junk))
+    assert proc.returncode == 2 and "expected a .npz" in proc.stderr.decode()
+    proc = run_chat("--temperature", "-1")
+    assert proc.returncode == 2 and "temperature" in proc.stderr.decode()
+
+
+# --- chat templates --------------------------------------------------------------------------
+
+SMOLLM_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
+TWO_TURNS = [
+    {"role": "user", "content": "Hi there!"},
+    {"role": "assistant", "content": "Hello! How can I help?"},
+    {"role": "user", "content": "Tell me about llamas."},
+]
+
+
+def test_smollm_template_two_turns() -> None:
+    tok = Tokenizer.from_file(_real_gguf())
+    tpl = format_for(tok)
+    assert isinstance(tpl, ChatTemplate)
+    expected = (
+        f"<|im_start|>system\n{SMOLLM_SYSTEM}<|im_end|>\n"
+        "<|im_start|>user\nHi there!<|im_end|>\n"
+        "<|im_start|>assistant\nHello! How can I help?<|im_end|>\n"
+        "<|im_start|>user\nTell me about llamas.<|im_end|>\n"
+        "<|im_start|>assistant\n"
+    )
+    assert tpl.render(TWO_TURNS, add_generation_prompt=True) == expected
+    assert tpl.render(TWO_TURNS, add_generation_prompt=False) == expected[: -len("<|im_start|>assistant\n")]
+    with_system = [{"role": "system", "content": "Be brief."}, *TWO_TURNS[:1]]
+    assert tpl.render(with_system) == ("<|im_start|>system\nBe brief.<|im_end|>\n"
+                                       "<|im_start|>user\nHi there!<|im_end|>\n<|im_start|>assistant\n")
+    assert (tpl.bos_token, tpl.eos_token) == ("<|im_start|>", "<|im_end|>")
+    # encoded with parse_special=True, the control tokens become single ids
+    ids = tok.encode(expected, add_special=True, parse_special=True)
+    start, end = tok.encode("<|im_start|>", False, True), tok.encode("<|im_end|>", False, True)
+    assert len(start) == len(end) == 1
+    assert ids.count(start[0]) == 5 and ids.count(end[0]) == 4 and ids[0] == start[0]
+
+
+def test_session_prompt_with_template() -> None:
+    tok = Tokenizer.from_file(_real_gguf())
+    session = ChatSession(tok, NGramModel(2, tok.n_vocab), format_for(tok), Settings(max_tokens=3, seed=0))
+    gen = session.start_reply("Hi there!")
+    list(gen)
+    session.finish_reply(gen)
+    assert gen.prompt_ids == tok.encode(
+        f"<|im_start|>system\n{SMOLLM_SYSTEM}<|im_end|>\n<|im_start|>user\nHi there!<|im_end|>\n"
+        "<|im_start|>assistant\n", add_special=True, parse_special=True)
+    assert session.messages[-1]["role"] == "assistant"
+
+
+def test_template_environment() -> None:
+    """transformers' environment: trim/lstrip blocks, raise_exception, loop controls, tojson, bos/eos tokens."""
+    source = (
+        "{{ bos_token }}\n"
+        "{% for m in messages %}\n"
+        "    {% if m['role'] not in ['user', 'assistant'] %}{{ raise_exception('bad role: ' + m['role']) }}{% endif %}\n"
+        "    {% if loop.index > 2 %}{% break %}{% endif %}\n"
+        "[{{ m['role'] }}] {{ m['content'] | tojson }}\n"
+        "{% endfor %}\n"
+        "{% if add_generation_prompt %}[assistant]{% endif %}{{ eos_token if not add_generation_prompt }}"
+    )
+    tpl = ChatTemplate(source, bos_token="<s>", eos_token="</s>")
+    msgs = [{"role": "user", "content": "café \"x\""}, {"role": "assistant", "content": "ok"},
+            {"role": "user", "content": "dropped"}]
+    # '{{ bos_token }}' keeps its newline (trim_blocks trims only after {% %} tags); the indented tags vanish
+    assert tpl.render(msgs) == '<s>\n[user] "café \\"x\\""\n[assistant] "ok"\n[assistant]'
+    assert tpl.render(msgs[:1], add_generation_prompt=False) == '<s>\n[user] "café \\"x\\""\n</s>'
+    import jinja2
+
+    with pytest.raises(jinja2.TemplateError, match="bad role: tool"):
+        tpl.render([{"role": "tool", "content": "x"}])
+    with pytest.raises(jinja2.exceptions.SecurityError):  # sandboxed: no access to Python internals
+        ChatTemplate("{{ messages.__class__.__mro__ }}").render([])
+    with pytest.raises(jinja2.exceptions.SecurityError):  # immutable: the messages cannot be changed
+        ChatTemplate("{{ messages.append(1) }}").render([])
+
+
+def test_no_template_simple_format() -> None:
+    tok = Tokenizer.from_file(default_vocab_path())
+    assert ChatTemplate.from_tokenizer(tok) is None and isinstance(format_for(tok), SimpleFormat)
+    assert SimpleFormat().render(TWO_TURNS) == (
+        "User: Hi there!\nAssistant: Hello! How can I help?\nUser: Tell me about llamas.\nAssistant:")
+    docs = chat_documents(SimpleFormat(), ["a", "b", "c"])
+    assert docs == ["User: a\nAssistant: b\n", "User: b\nAssistant: c\n"]

@@ -1,0 +1,225 @@
+"""generate() and the Sampler: seeded runs repeat, greedy is deterministic, top-k=1 is greedy, eog and
+max_tokens stop a run, and the streamed chunks join to Tokenizer.decode(ids) (the reference, which the
+conformance tests check against llama.cpp)."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+
+from minillama.generate import Generation, LanguageModel, Sampler, generate
+from minillama.ngram import NGramModel, default_corpus_path
+from minillama.tokenizer import Tokenizer, default_vocab_path
+
+PROMPT = "The tokenizer"
+
+
+@pytest.fixture(scope="module")
+def tok() -> Tokenizer:
+    return Tokenizer.from_file(default_vocab_path())
+
+
+@pytest.fixture(scope="module")
+def lm(tok: Tokenizer) -> NGramModel:
+    return NGramModel.train_files(tok, [default_corpus_path()])
+
+
+class Scripted:
+    """A model that returns fixed ids in turn (and records the contexts it was given)."""
+
+    def __init__(self, ids: Sequence[int]) -> None:
+        self.ids = list(ids)
+        self.contexts: list[list[int]] = []
+
+    def next_token(self, ids: Sequence[int], sampler: Sampler) -> int:
+        self.contexts.append(list(ids))
+        return self.ids[len(self.contexts) - 1]
+
+
+class Uniform:
+    """Every id equally likely: arbitrary sequences, partial UTF-8 tokens and control tokens included."""
+
+    def __init__(self, n_vocab: int) -> None:
+        self.probs = np.full(n_vocab, 1.0 / n_vocab)
+
+    def next_token(self, ids: Sequence[int], sampler: Sampler) -> int:
+        return sampler.sample_probs(self.probs)
+
+
+def _run(gen: Generation) -> tuple[list[str], str]:
+    chunks = list(gen)
+    return chunks, "".join(chunks)
+
+
+def test_protocol(lm: NGramModel) -> None:
+    assert isinstance(lm, LanguageModel) and isinstance(Scripted([]), LanguageModel)
+    assert not isinstance(object(), LanguageModel)
+
+
+def test_seeded_runs_repeat(lm: NGramModel, tok: Tokenizer) -> None:
+    runs = [generate(lm, tok, PROMPT, 80, temperature=1.0, top_k=0, top_p=1.0, seed=42) for _ in range(3)]
+    texts = [_run(g)[1] for g in runs]
+    assert texts[0] == texts[1] == texts[2]
+    assert runs[0].ids == runs[1].ids == runs[2].ids and runs[0].stats.seed == 42
+    others = {_ids(generate(lm, tok, PROMPT, 80, temperature=1.0, seed=s)) for s in range(8)}
+    assert len(others) > 1  # different seeds give different text
+
+
+def _ids(gen: Generation) -> tuple[int, ...]:
+    list(gen)
+    return tuple(gen.ids)
+
+
+def test_random_seed_is_recorded(lm: NGramModel, tok: Tokenizer) -> None:
+    gen = generate(lm, tok, PROMPT, 40, temperature=1.0)
+    text = _run(gen)[1]
+    again = generate(lm, tok, PROMPT, 40, temperature=1.0, seed=gen.stats.seed)
+    assert _run(again)[1] == text
+
+
+def test_greedy_is_deterministic(lm: NGramModel, tok: Tokenizer) -> None:
+    runs = [_ids(generate(lm, tok, PROMPT, 60, temperature=0.0, seed=s)) for s in (None, 1, 2, 3)]
+    assert len(set(runs)) == 1
+    # each greedy id is the argmax of the model's distribution (the first among equals)
+    ids = tok.encode(PROMPT, add_special=True, parse_special=True)
+    for i in runs[0]:
+        assert i == int(np.argmax(lm.probabilities(ids)))
+        ids.append(i)
+
+
+def test_top_k_1_is_greedy(lm: NGramModel, tok: Tokenizer) -> None:
+    greedy = _ids(generate(lm, tok, PROMPT, 60, temperature=0.0))
+    for seed in (5, 6, 7):
+        assert _ids(generate(lm, tok, PROMPT, 60, temperature=1.5, top_k=1, top_p=1.0, seed=seed)) == greedy
+
+
+def test_stops_at_eog(tok: Tokenizer) -> None:
+    a, b, c = tok.encode(" the herd", add_special=False)[:2] + [65]
+    eos = tok.eos_id
+    assert eos is not None and tok.is_eog(eos)
+    model = Scripted([a, b, eos, c, c, c])
+    gen = generate(model, tok, "x", 10)
+    chunks, text = _run(gen)
+    assert gen.ids == [a, b] and gen.eog_id == eos and gen.stats.stop_reason == "eog"
+    assert gen.stats.generated_tokens == 3 and text == tok.decode([a, b])
+    assert model.contexts[1] == gen.prompt_ids + [a]  # the model sees the whole sequence so far
+    # stop_at_eog=False: the eog id is decoded like any other (control tokens render as nothing)
+    gen = generate(Scripted([a, b, eos, c, c, c]), tok, "x", 5, stop_at_eog=False)
+    text = _run(gen)[1]
+    assert gen.ids == [a, b, eos, c, c] and gen.eog_id is None and gen.stats.stop_reason == "max_tokens"
+    assert text == tok.decode(gen.ids)
+
+
+def test_max_tokens(lm: NGramModel, tok: Tokenizer) -> None:
+    for n in (0, 1, 5, 33):
+        gen = generate(Uniform(tok.n_vocab), tok, PROMPT, n, seed=n, stop_at_eog=False)
+        _run(gen)
+        assert len(gen.ids) == gen.stats.generated_tokens == n and gen.stats.stop_reason == "max_tokens"
+    gen = generate(lm, tok, PROMPT, 7, seed=1)
+    _run(gen)
+    assert gen.stats.generated_tokens <= 7 and len(gen.ids) <= 7
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_chunks_join_to_decode(lm: NGramModel, tok: Tokenizer, seed: int) -> None:
+    for model in (lm, Uniform(tok.n_vocab)):
+        gen = generate(model, tok, PROMPT, 120, temperature=1.0, seed=seed, stop_at_eog=model is lm)
+        chunks, text = _run(gen)
+        assert all(chunks), "every chunk is non-empty"
+        assert text == tok.decode(gen.ids) == gen.text
+
+
+def test_chunks_join_to_decode_real_model() -> None:
+    """The same on a real SPM/BPE vocab when one is configured (SmolLM2: BPE with many multi-byte pieces)."""
+    path = os.environ.get("MINILLAMA_TEST_GGUF")
+    if not path or not os.path.exists(path):
+        pytest.skip("MINILLAMA_TEST_GGUF is not set to an existing GGUF file (e.g. SmolLM2-135M-Instruct.Q4_1.gguf)")
+    real = Tokenizer.from_file(path)
+    for seed in range(3):
+        gen = generate(Uniform(real.n_vocab), real, "Hello", 200, seed=seed, stop_at_eog=False)
+        text = _run(gen)[1]
+        assert text == real.decode(gen.ids)
+
+
+def test_prompt_encoding(tok: Tokenizer) -> None:
+    prompt = "<|endoftext|>Hello"
+    gen = generate(Scripted([tok.eos_id]), tok, prompt, 5)
+    _run(gen)
+    assert gen.prompt_ids == tok.encode(prompt, add_special=True, parse_special=True)
+    assert gen.prompt_ids[0] == tok.eos_id  # the control token text became its id
+    assert gen.stats.prompt_tokens == len(gen.prompt_ids)
+    gen = generate(Scripted([tok.eos_id]), tok, [1, 2, 3], 5)  # ids are used as given
+    _run(gen)
+    assert gen.prompt_ids == [1, 2, 3]
+
+
+def test_stats(lm: NGramModel, tok: Tokenizer) -> None:
+    gen = generate(Uniform(tok.n_vocab), tok, PROMPT, 50, seed=3, stop_at_eog=False)
+    assert gen.stats.stop_reason == "" and gen.stats.tokens_per_second == 0.0
+    _run(gen)
+    st = gen.stats
+    assert st.generated_tokens == 50 and st.seconds > 0 and st.tokens_per_second == pytest.approx(50 / st.seconds)
+    gen = generate(Uniform(tok.n_vocab), tok, PROMPT, 50, seed=3, stop_at_eog=False)
+    next(gen)
+    gen.close()
+    assert gen.stats.stop_reason == "stopped" and list(gen) == []
+
+
+def test_model_returning_bad_id(tok: Tokenizer) -> None:
+    with pytest.raises(ValueError, match="outside the vocab"):
+        list(generate(Scripted([tok.n_vocab]), tok, "x", 3))
+
+
+# --- the Sampler on its own ------------------------------------------------------------------
+
+PROBS = np.array([0.05, 0.5, 0.15, 0.3])  # order by probability: 1, 3, 2, 0
+
+
+def _draws(n: int = 400, **kw: float) -> Counter[int]:
+    s = Sampler(seed=123, **kw)  # type: ignore[arg-type]
+    return Counter(s.sample_probs(PROBS) for _ in range(n))
+
+
+def test_sampler_greedy() -> None:
+    assert set(_draws(temperature=0.0)) == {1}
+    assert set(_draws(temperature=2.0, top_k=1, top_p=1.0)) == {1}
+    assert Sampler(temperature=0).sample_logits([1.0, 3.0, 3.0]) == 1  # the first among equals
+    assert Sampler(temperature=0).sample_logits([1.0, 3.0], ids=[7, 9]) == 9
+
+
+def test_sampler_top_k_top_p() -> None:
+    assert set(_draws(temperature=1.0, top_k=2, top_p=1.0)) == {1, 3}
+    assert set(_draws(temperature=1.0, top_k=0, top_p=0.75)) == {1, 3}  # 0.5 + 0.3 reaches 0.75
+    assert set(_draws(temperature=1.0, top_k=0, top_p=0.85)) == {1, 3, 2}
+    assert set(_draws(temperature=1.0, top_k=0, top_p=1.0)) == {0, 1, 2, 3}
+    assert set(_draws(temperature=1.0, top_k=0, top_p=0.1)) == {1}  # at least one candidate is kept
+
+
+def test_sampler_temperature() -> None:
+    plain = _draws(4000, temperature=1.0, top_k=0, top_p=1.0)
+    for i, p in enumerate(PROBS):
+        assert abs(plain[i] / 4000 - p) < 0.03
+    cold = _draws(4000, temperature=0.3, top_k=0, top_p=1.0)
+    hot = _draws(4000, temperature=3.0, top_k=0, top_p=1.0)
+    assert cold[1] > plain[1] > hot[1] and cold[0] < plain[0] < hot[0]
+
+
+def test_sampler_zero_probability_never_drawn() -> None:
+    s = Sampler(temperature=5.0, top_k=0, top_p=1.0, seed=1)
+    assert {s.sample_probs([0.0, 1e-9, 0.0, 1.0], ids=[10, 11, 12, 13]) for _ in range(300)} <= {11, 13}
+    with pytest.raises(ValueError, match="non-zero"):
+        s.sample_probs([0.0, 0.0])
+
+
+def test_sampler_arguments() -> None:
+    for kw in ({"temperature": -1.0}, {"top_k": -1}, {"top_p": 0.0}, {"top_p": 1.5}):
+        with pytest.raises(ValueError):
+            Sampler(**kw)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="candidate"):
+        Sampler().sample_logits([1.0, 2.0], ids=[1])
+    with pytest.raises(ValueError, match="NaN"):
+        Sampler().sample_logits([1.0, float("nan")])
