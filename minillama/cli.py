@@ -321,6 +321,38 @@ class Subcommand:
     run: Callable[[argparse.Namespace], int]
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    """Measure encode/decode throughput, load time and memory of a model on a text file."""
+    import json
+
+    from minillama.bench import HEADER, bench, format_row
+    from minillama.ngram import default_corpus_path
+    from minillama.tokenizer import default_vocab_path
+
+    model = args.model if args.model is not None else default_vocab_path()
+    path = args.file if args.file is not None else default_corpus_path()
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except UnicodeDecodeError as exc:
+        raise MinillamaError(f"{path}: expected UTF-8 text, found a byte that is not ({exc.reason})") from None
+    result = bench(model, text, os.path.basename(path), repeat=args.repeat)
+    if args.json:
+        print(json.dumps(result.as_dict(), indent=1))
+    else:
+        print(HEADER)
+        print(format_row(result))
+    return 0
+
+
+def _setup_bench(p: argparse.ArgumentParser) -> None:
+    """Declare the arguments of 'bench'."""
+    p.add_argument("--model", metavar="PATH", help="model or tokenizer file (default: built-in vocab)")
+    p.add_argument("--repeat", type=int, default=5, help="timed repetitions; the best is reported (default 5)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("file", nargs="?", metavar="FILE", help="UTF-8 text to encode (default: the package's corpus)")
+
+
 COMMANDS: dict[str, Subcommand] = {
     "tokenize": Subcommand("tokenize text and show the pieces and ids", _setup_tokenize, cmd_tokenize),
     "convert": Subcommand("write a tokenizer file as a vocab-only GGUF that llama.cpp opens", _setup_convert,
@@ -330,6 +362,7 @@ COMMANDS: dict[str, Subcommand] = {
     "chat": Subcommand("chat with a placeholder n-gram model, replies streamed token by token", _setup_chat,
                        cmd_chat),
     "ngram": Subcommand("train and save an n-gram placeholder model", _setup_ngram, cmd_ngram),
+    "bench": Subcommand("measure encode/decode speed, load time and memory on a text", _setup_bench, cmd_bench),
 }
 
 
