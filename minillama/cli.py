@@ -353,6 +353,64 @@ def _setup_bench(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", nargs="?", metavar="FILE", help="UTF-8 text to encode (default: the package's corpus)")
 
 
+def cmd_train(args: argparse.Namespace) -> int:
+    """Train a BPE vocab on text files; write it as a GGUF (and a llama2.c tokenizer.bin) only when complete."""
+    import time
+
+    from minillama.train import train_bpe
+
+    for f in args.files:
+        if f != "-" and not os.path.isfile(f):
+            raise MinillamaError(f"{f}: no such file")
+    if args.llama2c is not None and args.kind != "spm":
+        raise MinillamaError("--llama2c needs --kind spm: llama2.c's tokenizer.bin holds scores, not merges")
+    if args.vocab_size < 1:
+        raise MinillamaError(f"--vocab-size must be at least 1, got {args.vocab_size}")
+    start = time.perf_counter()
+    written: list[str] = []
+    try:
+        tv = train_bpe(args.files, args.vocab_size, kind=args.kind, pre=args.pre, special_tokens=args.special,
+                       min_frequency=args.min_frequency, character_coverage=args.character_coverage,
+                       progress=False if args.no_progress else None,
+                       name=args.name or os.path.splitext(os.path.basename(args.out))[0])
+        tv.write_gguf(args.out)
+        written.append(args.out)
+        if args.llama2c is not None:
+            tv.write_llama2c(args.llama2c)
+            written.append(args.llama2c)
+    except KeyboardInterrupt:
+        done = f"wrote only {', '.join(written)}" if written else "nothing written"
+        print(f"{PROG}: interrupted; {done}", file=sys.stderr)
+        return 130
+    pre = f", pre {tv.pre}" if tv.kind == "bytelevel" else ""
+    print(f"{', '.join(written)}: {tv.kind} BPE vocab of {tv.n_vocab} tokens ({len(tv.merges)} merges{pre}) from "
+          f"{tv.n_words} distinct words in {len(args.files)} files, {time.perf_counter() - start:.1f} s")
+    return 0
+
+
+def _setup_train(p: argparse.ArgumentParser) -> None:
+    """Declare the arguments of 'train'."""
+    p.add_argument("--vocab-size", type=int, required=True, metavar="N",
+                   help="tokens in the vocab, special and byte tokens included")
+    p.add_argument("--kind", choices=("bytelevel", "spm"), default="bytelevel",
+                   help="bytelevel: GPT-2 style (gguf model gpt2); spm: SentencePiece style with scores and byte "
+                   "fallback (gguf model llama) (default: bytelevel)")
+    p.add_argument("--pre", default="llama3", metavar="NAME",
+                   help="llama.cpp pre-tokenizer of a bytelevel vocab, e.g. llama3, gpt-2, qwen2 (default: llama3)")
+    p.add_argument("--special", action="append", metavar="TOKEN",
+                   help="a special (control) token; repeat for more (default: <|endoftext|> for bytelevel; spm always "
+                   "has <unk> <s> </s>)")
+    p.add_argument("--min-frequency", type=int, default=2, metavar="N",
+                   help="stop when the most frequent pair occurs fewer times (default: 2)")
+    p.add_argument("--character-coverage", type=float, default=0.9995, metavar="F",
+                   help="spm: share of the text its base characters cover; rarer ones become bytes (default: 0.9995)")
+    p.add_argument("--out", required=True, metavar="OUT.gguf", help="where to write the vocab-only GGUF")
+    p.add_argument("--llama2c", metavar="OUT.bin", help="spm: also write a llama2.c tokenizer.bin")
+    p.add_argument("--name", help="general.name to write (default: OUT's file name)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (it shows only on a terminal)")
+    p.add_argument("files", nargs="+", metavar="FILES", help="UTF-8 text files, each a document ('-': stdin)")
+
+
 COMMANDS: dict[str, Subcommand] = {
     "tokenize": Subcommand("tokenize text and show the pieces and ids", _setup_tokenize, cmd_tokenize),
     "convert": Subcommand("write a tokenizer file as a vocab-only GGUF that llama.cpp opens", _setup_convert,
@@ -363,6 +421,8 @@ COMMANDS: dict[str, Subcommand] = {
                        cmd_chat),
     "ngram": Subcommand("train and save an n-gram placeholder model", _setup_ngram, cmd_ngram),
     "bench": Subcommand("measure encode/decode speed, load time and memory on a text", _setup_bench, cmd_bench),
+    "train": Subcommand("train a BPE vocab on text files and write it as a vocab-only GGUF", _setup_train,
+                        cmd_train),
 }
 
 

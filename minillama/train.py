@@ -58,7 +58,7 @@ from bisect import bisect_left
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from itertools import accumulate
+from itertools import accumulate, chain
 from typing import TYPE_CHECKING, Any, Union
 
 import numpy as np
@@ -67,12 +67,12 @@ from gguf import Keys, TokenType
 
 from .errors import FormatError, MinillamaError
 from .tokenizer.pretokenize import PATTERNS, PRE_TOKENIZERS, PreTokenizer
-from .tokenizer.unicode import BYTE_TO_CHAR, byte_encode
+from .tokenizer.unicode import BYTE_TO_CHAR
 
 if TYPE_CHECKING:
     from .tokenizer import Tokenizer
 
-__all__ = ["KINDS", "TrainedVocab", "train_bpe", "count_words"]
+__all__ = ["KINDS", "TrainedVocab", "train_bpe", "count_words", "learn_merges"]
 
 K = Keys.Tokenizer
 KINDS = ("bytelevel", "spm")
@@ -93,6 +93,9 @@ _CUT = re.compile(r"\n(?=\S)")
 _SPM_WORDS = regex.compile(
     rf"[\r\n]+|{SPACE}+(?={SPACE}[^{SPACE}\r\n])|{SPACE}?[\p{{L}}\p{{M}}]+|{SPACE}?\p{{N}}"
     rf"|{SPACE}?[^{SPACE}\r\n\p{{L}}\p{{M}}\p{{N}}]+|{SPACE}+")
+
+_BYTE_CHARS = frozenset(BYTE_TO_CHAR)
+_BYTE_TOKEN = re.compile(r"<0x[0-9A-F]{2}>")
 
 # Pair keys: left id << 24 | right id; heap entries: -count << 48 | key, so the smallest entry is
 # the highest count, then the smallest (left, right).
@@ -217,11 +220,12 @@ def _file_chunks(path: str) -> Iterator[str]:
     try:
         while True:
             block = f.read(_BLOCK)
+            pending = len(decoder.getstate()[0])  # bytes of a character the previous block cut
             try:
                 text = decoder.decode(block, final=not block)
             except UnicodeDecodeError as exc:
                 raise FormatError(f"not valid UTF-8 text ({exc.reason})", path=path,
-                                  offset=pos + exc.start - len(decoder.getstate()[0])) from None
+                                  offset=pos - pending + exc.start) from None
             if text:
                 yield text
             if not block:
@@ -251,10 +255,18 @@ def _documents(source: Source) -> Iterator[tuple[str, Iterator[str]]]:
         elif isinstance(item, io.TextIOBase):
             yield getattr(item, "name", f"<stream {i}>"), _stream_chunks(item)
         elif isinstance(item, str):
+            if _LOOKS_LIKE_PATH.fullmatch(item):
+                raise MinillamaError(f"{item}: no such file (a str that names no file is trained on as text, "
+                                     "but this one looks like a file name)")
             yield f"<text {i}>", iter((item,))
         else:
             raise TypeError(f"training input item {i} is {type(item).__name__}; expected a path, a text file "
                             "or a str")
+
+
+# A str that is no existing file but looks like a file name (no whitespace, a text-file extension) is
+# taken for a mistyped path rather than trained on as text.
+_LOOKS_LIKE_PATH = re.compile(r"\S+\.(?:txt|text|md|json|jsonl|csv|tsv|raw)")
 
 
 def _is_path(s: str) -> bool:
@@ -286,6 +298,7 @@ class _WordCounter:
         self.counts: Counter[str] = Counter()
         self.specials = (re.compile("|".join(re.escape(s) for s in sorted(specials, key=len, reverse=True)))
                          if specials else None)
+        self.longest = max(map(len, specials), default=1)
 
     def _emit(self, text: str, first: bool) -> None:
         if text:
@@ -297,11 +310,12 @@ class _WordCounter:
         for chunk in chunks:
             if on_chunk is not None:
                 on_chunk(chunk)
+            scan = max(0, len(buf) - self.longest + 1)
             buf += chunk
             if self.specials is not None:  # special-token texts cut the document (they are never learned)
-                while (m := self.specials.search(buf)) is not None:
+                while (m := self.specials.search(buf, scan)) is not None:
                     self._emit(buf[:m.start()], first)
-                    buf, first, retry_at = buf[m.end():], True, _BLOCK
+                    buf, first, retry_at, scan = buf[m.end():], True, _BLOCK, 0
             if len(buf) >= retry_at:
                 rest = self._cut(buf, first)
                 if rest is None:
@@ -377,11 +391,43 @@ def _bar(progress: bool | None, **kwargs: Any) -> Any:
         return None
     from tqdm import tqdm
 
-    return tqdm(file=sys.stderr, dynamic_ncols=True, mininterval=0.25, **kwargs)
+    return tqdm(file=sys.stderr, mininterval=0.25, **kwargs)
 
 
 # ---------------------------------------------------------------------------------------------
 # Learning merges
+
+
+def _initial_pairs(words: list[list[int]], counts: list[int]) -> tuple[dict[int, int], Callable[[int], list[int]]]:
+    """Pair key -> weighted count over the words, and key -> the words holding it (ascending, each once).
+
+    Counted with numpy over the flattened words: the pairs of base symbols are most of the work and
+    few of them are ever merged, so their word lists stay in one array, sliced when a merge needs one.
+    """
+    lens = np.fromiter(map(len, words), np.int64, len(words))
+    flat = np.fromiter(chain.from_iterable(words), np.int64, int(lens.sum()))
+    if len(flat) < 2:
+        return {}, lambda key: []
+    left, right = flat[:-1], flat[1:]
+    ok = (left >= 0) & (right >= 0)  # the -1 sentinel ends every word: no pair spans two words
+    keys = (left[ok] << _SHIFT) | right[ok]
+    wid = np.repeat(np.arange(len(words), dtype=np.int64), lens)[:-1][ok]
+    order = np.argsort(keys, kind="stable")  # stable: word ids stay ascending within a key
+    keys, wid = keys[order], wid[order]
+    weight = np.asarray(counts, np.int64)[wid]
+    starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
+    uniq = keys[starts].tolist()
+    pc = dict(zip(uniq, np.add.reduceat(weight, starts).tolist()))
+    keep = np.r_[True, (keys[1:] != keys[:-1]) | (wid[1:] != wid[:-1])]  # each word once per key
+    held, held_keys = wid[keep], keys[keep]
+    bounds = np.r_[np.flatnonzero(np.r_[True, held_keys[1:] != held_keys[:-1]]), len(held)].tolist()
+    slot = dict(zip(uniq, range(len(uniq))))
+
+    def initial(key: int) -> list[int]:
+        i = slot.get(key)
+        return [] if i is None else held[bounds[i]:bounds[i + 1]].tolist()
+
+    return pc, initial
 
 
 def learn_merges(words: list[list[int]], counts: list[int], tokens: list[str], index: dict[str, int],
@@ -396,23 +442,12 @@ def learn_merges(words: list[list[int]], counts: list[int], tokens: list[str], i
     if n_vocab > _MAX_TOKENS:
         raise MinillamaError(f"vocab_size {n_vocab} is too large (at most {_MAX_TOKENS})")
     S = _SHIFT
-    pc: dict[int, int] = {}  # pair key -> count (weighted, every window)
-    where: dict[int, list[int]] = {}  # pair key -> words that held it (some may no longer)
+    canon = list(range(len(tokens)))  # id -> the int object the words hold (list.count/index test identity first)
+    for i in index.values():
+        canon[i] = i
+    pc, initial = _initial_pairs(words, counts)  # pair key -> count (weighted, every window)
+    where: dict[int, list[int]] = {}  # pair key made by a merge -> words that held it (some may no longer)
     get, wget = pc.get, where.get
-    for wi, w in enumerate(words):
-        if len(w) < 3:
-            continue
-        c = counts[wi]
-        prev = w[0]
-        for x in w[1:-1]:
-            k = prev << S | x
-            prev = x
-            pc[k] = get(k, 0) + c
-            lst = wget(k)
-            if lst is None:
-                where[k] = [wi]
-            elif lst[-1] != wi:
-                lst.append(wi)
     heap = [(-c << _KEYBITS) + k for k, c in pc.items()]
     heapq.heapify(heap)
     pop, push = heapq.heappop, heapq.heappush
@@ -432,7 +467,7 @@ def learn_merges(words: list[list[int]], counts: list[int], tokens: list[str], i
                 continue
             if c < threshold:
                 break
-            a, b = k >> S, k & _RIGHT
+            a, b = canon[k >> S], canon[k & _RIGHT]
             s = tokens[a] + tokens[b]
             if s in banned:
                 pc[k] = _BANNED
@@ -443,12 +478,14 @@ def learn_merges(words: list[list[int]], counts: list[int], tokens: list[str], i
                 x = len(tokens)
                 tokens.append(s)
                 index[s] = x
+                canon.append(x)
             merges.append((a, b))
             gained: list[int] = []
             gain = gained.append
             xs = x << S
             same = a == b
-            for wi in where.pop(k):
+            held = where.pop(k, None)
+            for wi in initial(k) if held is None else held:
                 w = words[wi]
                 na = w.count(a)
                 if not na:
@@ -531,6 +568,12 @@ def _roles(specials: list[str], first_id: int) -> dict[str, int]:
     return roles
 
 
+def _byte_words(counts: Iterable[str], byte_id: list[int]) -> list[list[int]]:
+    """Each word as the ids of its UTF-8 bytes (byte_id[b]) followed by the -1 sentinel."""
+    get = byte_id.__getitem__  # the very int objects of byte_id: learn_merges compares them by identity first
+    return [[*map(get, w.encode("utf-8", "surrogateescape")), -1] for w in counts]
+
+
 def _train_bytelevel(counts: Counter[str], vocab_size: int, pre: str, specials: list[str],
                      min_frequency: int, progress: bool | None) -> TrainedVocab:
     base = sorted(BYTE_TO_CHAR)
@@ -539,8 +582,7 @@ def _train_bytelevel(counts: Counter[str], vocab_size: int, pre: str, specials: 
         raise MinillamaError(f"vocab_size {vocab_size} is smaller than the {len(specials)} special tokens plus "
                              "256 byte tokens")
     index = {t: i for i, t in enumerate(base, len(specials))}
-    sym = index.__getitem__
-    words = [[*map(sym, byte_encode(w)), -1] for w in counts]
+    words = _byte_words(counts, [index[c] for c in BYTE_TO_CHAR])
     merges = learn_merges(words, list(counts.values()), tokens, index, vocab_size, min_frequency,
                           frozenset(specials), progress)
     types = [int(TokenType.CONTROL)] * len(specials) + [int(TokenType.NORMAL)] * (len(tokens) - len(specials))
@@ -564,6 +606,7 @@ def _train_spm(counts: Counter[str], vocab_size: int, specials: list[str], min_f
         for ch in w:
             chars[ch] += c
     chars[SPACE] += 0
+    chars.pop("\0", None)  # llama.cpp reads token texts as C strings: a NUL token would be empty there
     by_freq = sorted(chars.items(), key=lambda kv: (-kv[1], kv[0]))
     total, kept, acc = sum(chars.values()), [], 0
     for ch, n in by_freq:  # the most frequent characters that cover character_coverage of the text
@@ -624,9 +667,12 @@ def train_bpe(files_or_iterable: Source, vocab_size: int, kind: str = "bytelevel
     if not 0.0 < character_coverage <= 1.0:
         raise MinillamaError(f"character_coverage must be in (0, 1], got {character_coverage}")
     specials = list(DEFAULT_SPECIALS[kind] if special_tokens is None else special_tokens)
-    if any(not isinstance(s, str) or not s for s in specials):
-        raise MinillamaError("special tokens must be non-empty strings")
+    if any(not isinstance(s, str) or not s or "\0" in s for s in specials):
+        raise MinillamaError("special tokens must be non-empty strings without NUL characters")
     specials = list(dict.fromkeys(specials))
+    clash = [s for s in specials if (s in _BYTE_CHARS if kind == "bytelevel" else _BYTE_TOKEN.fullmatch(s))]
+    if clash:
+        raise MinillamaError(f"special token {clash[0]!r} would duplicate one of the 256 byte tokens")
     counts = count_words(files_or_iterable, kind, pre, specials, progress)
     if kind == "bytelevel":
         tv = _train_bytelevel(counts, vocab_size, pre, specials, min_frequency, progress)
