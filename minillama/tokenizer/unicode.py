@@ -1,13 +1,19 @@
-"""Unicode facts the tokenizers share: GPT-2's byte<->unicode map, whitespace, category placeholders."""
+"""Unicode facts the tokenizers share: GPT-2's byte<->unicode map, whitespace, category placeholders.
+
+Which class a code point is in (letter, number, whitespace, ...) is llama.cpp's, from unicode_data's table.
+"""
 
 from __future__ import annotations
 
-import regex
+from . import unicode_data as ud
 
-# The White_Space property: what llama.cpp's unicode tables flag as whitespace (and regex's \s).
-WHITESPACE = frozenset(
-    [0x09, 0x0A, 0x0B, 0x0C, 0x0D, 0x20, 0x85, 0xA0, 0x1680, *range(0x2000, 0x200B),
-     0x2028, 0x2029, 0x202F, 0x205F, 0x3000])
+# The White_Space property: what llama.cpp's unicode tables flag as whitespace.
+WHITESPACE = frozenset(cp for a, b in ud.code_point_ranges(ud.WHITESPACE) for cp in range(a, b + 1))
+
+
+def is_whitespace(cp: int) -> bool:
+    """llama.cpp's whitespace flag (unicode_set_whitespace)."""
+    return cp in WHITESPACE
 
 # C isspace() in the "C" locale: what std::regex's \s and llama.cpp's l/rstrip of special tokens see.
 C_SPACE = " \t\n\v\f\r"
@@ -42,24 +48,20 @@ def raw_byte_token(b: int) -> str:
     return chr(b) if b < 0x80 else chr(0xDC00 + b)
 
 
-# Placeholders llama.cpp substitutes for non-ASCII code points before running std::regex.
+# Placeholders llama.cpp substitutes for non-ASCII code points before running std::regex (k_ucat_cpt).
 NUMBER, LETTER, PUNCT, MARK, SYMBOL, OTHER = "\xd1", "\xd2", "\xd3", "\xd4", "\xd5", "\xd0"
-_CATEGORY_RX = [(regex.compile(r"\p{N}"), NUMBER), (regex.compile(r"\p{L}"), LETTER),
-                (regex.compile(r"\p{P}"), PUNCT), (regex.compile(r"\p{M}"), MARK),
-                (regex.compile(r"\p{S}"), SYMBOL)]
+_PLACEHOLDER = {ud.NUMBER: NUMBER, ud.LETTER: LETTER, ud.PUNCTUATION: PUNCT, ud.ACCENT_MARK: MARK,
+                ud.SYMBOL: SYMBOL}
 
 
 def category_placeholder(cp: int) -> str:
-    """The one character llama.cpp's collapsed text holds for code point cp."""
+    """The one character llama.cpp's collapsed text holds for code point cp: ASCII stays, whitespace is \\v."""
     if cp < 128:
         return chr(cp)
-    if cp in WHITESPACE:
+    f = ud.flags(cp)
+    if f & ud.WHITESPACE:
         return "\x0b"
-    ch = chr(cp)
-    for rx, placeholder in _CATEGORY_RX:
-        if rx.match(ch):
-            return placeholder
-    return OTHER
+    return _PLACEHOLDER.get(f & ud.CATEGORIES, OTHER)
 
 
 class _CollapseTable(dict):
@@ -90,4 +92,3 @@ def is_han(cp: int) -> bool:
 HAN_RANGES = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F),
               (0x2B740, 0x2B81F), (0x2B820, 0x2CEAF), (0x2CEB0, 0x2EBEF), (0xF900, 0xFAFF),
               (0x2F800, 0x2FA1F))
-HAN_CLASS = "".join(f"\\U{a:08x}-\\U{b:08x}" for a, b in HAN_RANGES)

@@ -24,7 +24,7 @@ import unicodedata
 import numpy as np
 
 from ...errors import FormatError
-from ..unicode import WHITESPACE
+from .. import unicode_data as ud
 from ..vocab import Vocab
 from .base import Model
 
@@ -35,34 +35,13 @@ _SPACE_BYTES = SPACE.encode()
 KEY_LOWERCASE = "tokenizer.ggml.normalizer.lowercase"
 KEY_STRIP_ACCENTS = "tokenizer.ggml.normalizer.strip_accents"
 
-# llama.cpp's code point tables are Unicode 15 (15.1); Python 3.11's unicodedata is Unicode 14.0. These are
-# the Unicode 15.0 additions that are marks (M), punctuation (P) or format controls (C), as (first, last,
-# class), used only for code points the runtime's database does not know. Unicode 15.0/15.1 added no other
-# code point that matters here (no lowercase mapping, no canonical decomposition): checked against
-# llama.cpp on every code point. Runtimes with other Unicode versions may differ on code points assigned
-# in Unicode 14.0 (Python 3.10) or after 15.1 (Python 3.14+).
-UNICODE_15_ADDITIONS = (
-    (0x0CF3, 0x0CF3, "M"), (0x0ECE, 0x0ECE, "M"), (0x10EFD, 0x10EFF, "M"), (0x11241, 0x11241, "M"),
-    (0x11B00, 0x11B09, "P"), (0x11F00, 0x11F01, "M"), (0x11F03, 0x11F03, "M"), (0x11F34, 0x11F3A, "M"),
-    (0x11F3E, 0x11F42, "M"), (0x11F43, 0x11F4F, "P"), (0x13439, 0x1343F, "C"), (0x13440, 0x13440, "M"),
-    (0x13447, 0x13455, "M"), (0x1E08F, 0x1E08F, "M"), (0x1E4EC, 0x1E4EF, "M"),
-)
-_RUNTIME_BEFORE_15 = tuple(map(int, unicodedata.unidata_version.split("."))) < (15,)
-_CONTROL = frozenset(("Cc", "Cf", "Co", "Cs"))  # llama.cpp's \p{C} flag leaves unassigned (Cn) code points out
+# llama.cpp's flag -> the class WPM cares about; CONTROL is Cc/Cf/Co/Cs (unassigned code points are not).
+_CLASS = {ud.ACCENT_MARK: "M", ud.PUNCTUATION: "P", ud.SYMBOL: "S", ud.CONTROL: "C"}
 
 
 def category_class(cp: int) -> str:
-    """'M', 'P', 'S', 'C' (Cc/Cf/Co/Cs) or '' for everything else, as llama.cpp's flags say."""
-    cat = unicodedata.category(chr(cp))
-    if cat == "Cn":
-        if _RUNTIME_BEFORE_15:
-            for a, b, cls in UNICODE_15_ADDITIONS:
-                if a <= cp <= b:
-                    return cls
-        return ""
-    if cat in _CONTROL:
-        return "C"
-    return cat[0] if cat[0] in "MPS" else ""
+    """'M', 'P', 'S', 'C' (Cc/Cf/Co/Cs) or '' for everything else, as llama.cpp's flags (unicode_data) say."""
+    return _CLASS.get(ud.flags(cp) & ud.CATEGORIES, "")
 
 
 # llm_tokenizer_wpm_session::is_chinese_char, including its 0x2B920 (HF's value, not 0x2B820).
@@ -74,6 +53,10 @@ def is_chinese_char(cp: int) -> bool:
     return any(a <= cp <= b for a, b in CHINESE_RANGES)
 
 
+# nfd_first and to_lower still ask Python's unicodedata. Unicode 15.0 and 15.1 added no lowercase mapping
+# and no canonical decomposition (checked against llama.cpp on every code point), so with Python 3.11
+# (Unicode 14.0) they are llama.cpp's; other runtimes may differ on code points assigned in Unicode 14.0
+# (Python 3.10) or after 15.1 (Python 3.14+).
 def nfd_first(cp: int) -> int:
     """llama.cpp's unicode_cpts_normalize_nfd for one code point: the first code point of its NFD."""
     return ord(unicodedata.normalize("NFD", chr(cp))[0]) if cp > 0x7F else cp
@@ -102,7 +85,7 @@ class _NormTable(dict):
     def normalise(self, cp: int) -> str:
         if self.strip_accents:
             cp = nfd_first(cp)
-        if cp in WHITESPACE:
+        if ud.is_whitespace(cp):
             return " "
         cls = category_class(cp)
         if cp == 0 or cp == 0xFFFD or cls == "C" or (cls == "M" and self.strip_accents):
