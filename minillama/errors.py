@@ -1,4 +1,21 @@
-"""One exception family for everything a user's file or argument can get wrong."""
+"""One exception family for everything a user's file or argument can get wrong.
+
+Every error minillama raises on purpose derives from `MinillamaError`:
+
+* `FormatError` (also a ValueError): the file is not what it claims to be -- truncated, wrong magic,
+  a length that runs past the end of the file, a value of the wrong type; the message names the byte
+  offset and the metadata key where reading failed, and says what was expected and what was found.
+  Also raised at encode time by a vocab that lacks what llama.cpp's algorithm needs there (an SPM
+  vocab without byte tokens, a WordPiece or Unigram vocab without an unknown token), where llama.cpp
+  itself aborts.
+* `UnsupportedError`: a valid file using something minillama does not implement (a pre-tokenizer
+  name, a tokenizer model, a tensor type, a GGUF version).
+* `ArgumentError` (also a ValueError): a bad argument, such as a token id outside the vocab;
+  `ArgumentTypeError` (also a TypeError) when it has the wrong type.
+
+So `except ValueError` still catches bad files and bad arguments, `except TypeError` wrong types,
+and `except MinillamaError` all of them.
+"""
 
 from __future__ import annotations
 
@@ -22,6 +39,25 @@ class FormatError(MinillamaError, ValueError):
         super().__init__(f"{message} ({', '.join(where)})" if where else message)
         self.path, self.offset, self.key = path, offset, key
 
+    def __reduce__(self):  # picklable (keyword-only arguments), e.g. across a process pool
+        return _rebuild, (type(self), self.args, self.path, self.offset, self.key)
+
+
+def _rebuild(cls: type[FormatError], args: tuple, path: str | None, offset: int | None,
+             key: str | None) -> FormatError:
+    err = cls.__new__(cls)
+    Exception.__init__(err, *args)
+    err.path, err.offset, err.key = path, offset, key
+    return err
+
 
 class UnsupportedError(MinillamaError):
     """A valid file that uses something minillama does not implement (a pre-tokenizer, a model type...)."""
+
+
+class ArgumentError(MinillamaError, ValueError):
+    """A bad argument: a token id outside the vocab, a count out of range."""
+
+
+class ArgumentTypeError(ArgumentError, TypeError):
+    """An argument of the wrong type (a TypeError as well as an ArgumentError/ValueError)."""

@@ -12,6 +12,7 @@ import re
 
 import numpy as np
 
+from ..errors import ArgumentError, ArgumentTypeError
 from .unicode import BYTE_TO_CHAR
 from .vocab import Attr, Vocab
 
@@ -47,11 +48,18 @@ def _bytelevel_decode(text: str) -> bytes:
         return bytes(out)
 
 
+_STRTOL_HEX = re.compile(r"[ \t\n\v\f\r]*([+-]?)(?:0[xX](?=[0-9A-Fa-f]))?([0-9A-Fa-f]*)")
+
+
 def _byte_value(text: str) -> int:
-    try:
-        return int(text[3:5], 16)
-    except ValueError:
-        return 0
+    """llama.cpp's token_to_byte: strtol(text[3:5], 16) as a uint8_t, whatever the text holds.
+
+    A BYTE token is meant to read <0xXX>; for any other text this is what strtol makes of those two
+    characters (leading spaces, a sign, the longest hex prefix, 0 when there is none), mod 256."""
+    m = _STRTOL_HEX.match(_token_bytes(text)[3:5].decode("latin-1"))  # bytes 3 and 4, as in C++
+    digits = m.group(2) if m else ""
+    value = int(digits, 16) if digits else 0
+    return (-value if m and m.group(1) == "-" else value) & 0xFF
 
 
 def piece_of(vocab: Vocab, i: int) -> bytes:
@@ -68,22 +76,35 @@ def piece_of(vocab: Vocab, i: int) -> bytes:
     return b""
 
 
-def out_of_range(token_id: int, n_vocab: int) -> ValueError:
-    """The error for an id outside the vocab, naming the id and the vocab size."""
-    return ValueError(f"token id {token_id} is out of range for a vocab of {n_vocab} tokens "
-                      f"(expected 0..{n_vocab - 1})")
+def out_of_range(token_id: int, n_vocab: int) -> ArgumentError:
+    """The error for an id outside the vocab, naming the id and the vocab size (a ValueError)."""
+    return ArgumentError(f"token id {token_id} is out of range for a vocab of {n_vocab} tokens "
+                         f"(expected 0..{n_vocab - 1})")
+
+
+def not_an_id(value: object) -> ArgumentTypeError:
+    """The error for a token id that is not an integer (a TypeError and a ValueError)."""
+    return ArgumentTypeError(f"token ids must be integers, got {type(value).__name__} {str(value)[:40]!r}")
+
+
+def check_id(token_id: object, n_vocab: int) -> int:
+    """token_id as an int in [0, n_vocab), or the error naming what is wrong with it."""
+    try:
+        i = operator.index(token_id)  # type: ignore[arg-type]
+    except TypeError:
+        raise not_an_id(token_id) from None
+    if not 0 <= i < n_vocab:
+        raise out_of_range(i, n_vocab)
+    return i
 
 
 def _lookup(table: list[bytes], ids: list[int]) -> tuple[bytes, ...] | list[bytes]:
     """table[i] for every id, in C (itemgetter); ids must already be known non-negative."""
     try:
         return operator.itemgetter(*ids)(table) if len(ids) > 1 else [table[ids[0]]]
-    except (IndexError, TypeError):
+    except (IndexError, TypeError, OverflowError):
         for i in ids:
-            if not isinstance(i, int) or isinstance(i, bool):
-                raise TypeError(f"token ids must be int, got {type(i).__name__}") from None
-            if i >= len(table):
-                raise out_of_range(i, len(table)) from None
+            check_id(i, len(table))
         raise
 
 
@@ -189,8 +210,7 @@ class StreamDecoder:
 
     def push(self, token_id: int) -> str:
         """Add one id; return the text that is now complete (possibly '')."""
-        if not 0 <= token_id < self._n:
-            raise out_of_range(token_id, self._n)
+        token_id = check_id(token_id, self._n)
         self.ids.append(token_id)
         data = self._pieces[token_id]
         if self._remove_space:

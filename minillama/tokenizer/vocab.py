@@ -115,7 +115,17 @@ class Vocab:
 
     @classmethod
     def from_metadata(cls, md: dict[str, Any], source: str = "<memory>") -> Vocab:
-        """Apply llama.cpp's vocab loading rules to GGUF-style tokenizer metadata."""
+        """Apply llama.cpp's vocab loading rules to GGUF-style tokenizer metadata.
+
+        Odd but valid vocabs load the way llama.cpp loads them: empty tokens are renamed [EMPTY_<id>],
+        missing scores are zeros, token types outside the known ones are undefined, special ids outside
+        the vocab are ignored, longer score/type arrays are cut to the token count, merges naming
+        tokens that do not exist never apply. What llama.cpp refuses (or asserts on) fails here with
+        FormatError naming the key: duplicate tokens, score/type arrays shorter than the token list,
+        values of the wrong type, add_bos/add_eos/add_sep set without the token id.
+        """
+        if not isinstance(md, dict):
+            raise FormatError(f"tokenizer metadata is {type(md).__name__}, expected a dict", path=source)
         model_key = md.get(K.MODEL)
         if not isinstance(model_key, str):
             raise FormatError(f"missing or non-string {K.MODEL}, expected e.g. 'llama' or 'gpt2'", path=source,
@@ -128,14 +138,16 @@ class Vocab:
             ["bos", "eos", "eot", "eom", "unk", "sep", "pad", "mask",
              "fim_pre", "fim_suf", "fim_mid", "fim_pad", "fim_rep", "fim_sep"])
         special.update(defaults)
-        pre = md.get(K.PRE, "") or ""
+        pre = md.get(K.PRE, "")
+        if pre is None:
+            pre = ""
+        if not isinstance(pre, str):  # llama.cpp reads the key as a string for every model type
+            raise FormatError(f"{K.PRE} is {type(pre).__name__}, expected a string", path=source, key=K.PRE)
         spec = None
         add_bos, add_eos, add_sep = False, False, model == "wpm"
         add_space_prefix = escape_ws = True
         clean_spaces = ignore_merges = False
         if model == "bpe":
-            if not isinstance(pre, str):
-                raise FormatError(f"{K.PRE} is {type(pre).__name__}, expected a string", path=source, key=K.PRE)
             spec = pre_spec(pre)
             add_space_prefix, escape_ws, clean_spaces = False, spec.escape_whitespaces, spec.clean_spaces
             ignore_merges, add_sep = spec.ignore_merges, spec.add_sep
@@ -153,8 +165,10 @@ class Vocab:
         remove_extra_ws = _flag(md, K.REMOVE_EXTRA_WS, False, source)
 
         tokens = md.get(K.LIST)
-        if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens[:1]):
-            raise FormatError(f"missing {K.LIST}, expected an array of strings", path=source, key=K.LIST)
+        if not isinstance(tokens, list) or not all(type(t) is str for t in tokens):
+            found = "missing" if tokens is None else f"a {type(tokens).__name__}" if not isinstance(tokens, list) \
+                else "an array holding " + next(type(t).__name__ for t in tokens if type(t) is not str)
+            raise FormatError(f"{K.LIST} is {found}, expected an array of strings", path=source, key=K.LIST)
         n = len(tokens)
         if n == 0:
             raise FormatError("the vocab has no tokens", path=source, key=K.LIST)
@@ -181,8 +195,9 @@ class Vocab:
         merges = md.get(K.MERGES, [])
         if model == "bpe" and K.MERGES not in md:
             raise FormatError(f"BPE vocab without {K.MERGES}", path=source, key=K.MERGES)
-        if not isinstance(merges, list):
-            raise FormatError(f"{K.MERGES} is not an array of strings", path=source, key=K.MERGES)
+        if not isinstance(merges, list) or not all(type(m) is str for m in merges):
+            raise FormatError(f"{K.MERGES} is {type(merges).__name__}, expected an array of strings", path=source,
+                              key=K.MERGES)
 
         for name in special:  # defaults outside the vocab are disabled
             if special[name] is not None and not 0 <= special[name] < n:  # type: ignore[operator]
@@ -227,7 +242,9 @@ def _numeric(md: dict[str, Any], key: str, n: int, source: str, dtype: type) -> 
     if v is None:
         return None
     if not isinstance(v, np.ndarray) or v.ndim != 1 or v.dtype.kind not in "iuf":
-        raise FormatError(f"{key} is not a numeric array", path=source, key=key)
+        found = f"an array of {v.dtype}" if isinstance(v, np.ndarray) else type(v).__name__
+        raise FormatError(f"{key} is {found}, expected a numeric array with one entry per token", path=source,
+                          key=key)
     if len(v) < n:
         raise FormatError(f"{key} has {len(v)} entries, expected {n} (one per token)", path=source, key=key)
     return np.ascontiguousarray(v[:n], dtype=dtype)

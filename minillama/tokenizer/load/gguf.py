@@ -227,16 +227,24 @@ def _parse(buf: memoryview, path: str, want_tensors: bool) -> GGUFFile:
     if version not in SUPPORTED_VERSIONS:
         if version == 1:
             raise UnsupportedError(f"{path}: GGUF version 1 is not supported, expected 2 or 3")
+        if version & 0xFFFF == 0 and struct.unpack(">I", struct.pack("<I", version))[0] in (1, 2, 3):
+            raise UnsupportedError(f"{path}: big-endian GGUF (version field {version:#010x}) is not supported, "
+                                   "expected a little-endian GGUF v2 or v3")
         raise FormatError(f"GGUF version {version}, expected 2 or 3", path=path, offset=4)
     n_tensors = c.u64("tensor count")
     n_kv = c.u64("metadata count")
-    # Every key/value needs at least 12 bytes, every tensor info at least 24.
+    # Every key/value needs at least 12 bytes, every tensor info at least 24: impossible counts fail
+    # here, before anything is read or allocated (whether or not the tensor table is wanted).
     c.need(12 * n_kv, f"{n_kv} metadata entries")
+    c.need(12 * n_kv + 24 * n_tensors, f"{n_kv} metadata entries and {n_tensors} tensor infos")
     metadata: dict[str, Any] = {}
     types: dict[str, GGUFValueType] = {}
     for _ in range(n_kv):
         c.key = None
+        at = c.pos
         key = c.string("metadata key")
+        if key in metadata:  # ggml's gguf reader refuses these too
+            raise FormatError(f"duplicate metadata key {key!r}", path=path, offset=at, key=key)
         c.key = key
         vtype = c.value_type("value type")
         metadata[key] = c.value(vtype)
@@ -249,8 +257,13 @@ def _parse(buf: memoryview, path: str, want_tensors: bool) -> GGUFFile:
     if not want_tensors:
         return result
     c.need(24 * n_tensors, f"{n_tensors} tensor infos")
+    names: set[str] = set()
     for _ in range(n_tensors):
+        at = c.pos
         name = c.string("tensor name")
+        if name in names:
+            raise FormatError(f"duplicate tensor name {name!r}", path=path, offset=at, key=name)
+        names.add(name)
         c.key = name
         n_dims = c.u32("tensor dims")
         if n_dims > 8:

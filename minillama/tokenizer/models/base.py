@@ -1,6 +1,24 @@
-"""The base of every merge model: a bounded cache from word to ids in front of `encode_word`."""
+"""The base of every merge model: a bounded cache from word to ids in front of `encode_word`.
+
+Raw bytes in text. The facade (Tokenizer.encode) hands models text in which the characters
+U+DC80..U+DCFF stand for the raw bytes 0x80..0xFF that are not valid UTF-8 (Python's
+surrogateescape), so that a fragment is exactly the bytes llama.cpp would see. Such fragments go to
+`encode_escaped`, and each model treats the bytes as its llama.cpp counterpart does: SPM and UGM
+work on the bytes themselves; BPE and WPM first decode them to code points as llama.cpp's
+unicode_cpts_from_utf8 does (`llama_code_points`), where an invalid byte becomes U+FFFD.
+
+Thread safety. The word cache is a plain dict: a get or a set is atomic under the GIL, two threads
+encoding the same new word both compute the same ids, and the cache starts over (clear) when full,
+which at worst costs a recomputation. Tables built on first use are built under `self._lock`, once.
+"""
 
 from __future__ import annotations
+
+import re
+import threading
+from array import array
+from collections.abc import Callable
+from typing import TypeVar
 
 from ..vocab import Vocab
 
@@ -8,6 +26,54 @@ from ..vocab import Vocab
 # on endless input (a word is a pre-token for BPE, a run between unmergeable boundaries for SPM).
 CACHE_MAX_WORDS = 1 << 16
 
+T = TypeVar("T")
+
+ESCAPES = re.compile("[\udc80-\udcff]+")
+"""Runs of surrogate escapes (raw bytes 0x80..0xFF that are not valid UTF-8)."""
+
+SURROGATES = re.compile("[\ud800-\udfff]")
+
+
+def _redecode(run: re.Match[str]) -> str:
+    """A run of raw bytes decoded as unicode_cpts_from_utf8 does: a lead byte followed by enough
+    continuation bytes is one code point (overlong forms and surrogates included), anything else one
+    U+FFFD per byte. A code point past U+10FFFF, where llama.cpp aborts, becomes one U+FFFD."""
+    b = run.group().encode("utf-8", "surrogateescape")
+    out: list[str] = []
+    i, n = 0, len(b)
+    while i < n:
+        c = b[i]
+        k = 2 if c & 0xE0 == 0xC0 else 3 if c & 0xF0 == 0xE0 else 4 if c & 0xF8 == 0xF0 else 0
+        if k and i + k <= n and all(b[j] & 0xC0 == 0x80 for j in range(i + 1, i + k)):
+            cp = c & (0x7F >> k)
+            for j in range(i + 1, i + k):
+                cp = cp << 6 | (b[j] & 0x3F)
+            out.append(chr(cp) if cp <= 0x10FFFF else "\ufffd")
+            i += k
+        else:
+            out.append("\ufffd")
+            i += 1
+    return "".join(out)
+
+
+def llama_code_points(text: str) -> str:
+    """The code points llama.cpp's unicode_cpts_from_utf8 reads from text's bytes.
+
+    text holds raw bytes as surrogate escapes (and no other surrogates). Valid UTF-8 is unchanged;
+    each run of raw bytes is decoded as llama.cpp decodes it. The result may hold surrogate code points
+    (from the bytes ED A0 80 and the like), which stand for themselves (re-encode with 'surrogatepass').
+    Runs of raw bytes never reach into valid characters: a valid character starts with a byte that is
+    not a continuation byte, so llama.cpp's decoder reads it the same way.
+    """
+    return ESCAPES.sub(_redecode, text)
+
+
+
+def links(values: range) -> list[int] | array:
+    """The linked list of a long word (merge heaps): a list (fastest), or machine ints past 2**16
+    symbols, where a list's int objects would cost 36 bytes a symbol (a 10 MB word then takes half the
+    memory)."""
+    return list(values) if len(values) < 1 << 16 else array("q", values)
 
 class Model:
     """Turns plain text into ids; subclasses say how text splits into words and how a word merges."""
@@ -16,6 +82,16 @@ class Model:
         self.vocab = vocab
         self.token_to_id = vocab.token_to_id
         self._cache: dict[str, list[int]] = {}
+        self._lock = threading.RLock()  # re-entrant: a table's builder may use another table
+
+    def _once(self, attr: str, build: Callable[[], T]) -> T:
+        """The value of self.<attr>, built by build() on first use under the lock (once, thread-safe)."""
+        with self._lock:
+            value = getattr(self, attr)
+            if value is None:
+                value = build()
+                setattr(self, attr, value)
+            return value
 
     def affixes(self) -> tuple[list[int], list[int]]:
         """Ids that add_special puts before and after the text: bos/eos as the vocab's flags say."""
@@ -37,10 +113,21 @@ class Model:
         raise NotImplementedError
 
     def encode(self, text: str) -> list[int]:
-        """Encode one fragment of plain text (special tokens already split off)."""
+        """Encode one fragment of plain text (special tokens already split off, valid Unicode)."""
+        return self._encode_words(self.words(text))
+
+    def encode_escaped(self, text: str) -> list[int]:
+        """Encode a fragment holding raw bytes as surrogate escapes (see the module docstring).
+
+        The default is llama.cpp's for models that read text as code points (BPE, WPM): decode the
+        bytes with unicode_cpts_from_utf8's rules, then encode the code points.
+        """
+        return self.encode(llama_code_points(text))
+
+    def _encode_words(self, words: list[str]) -> list[int]:
         out: list[int] = []
         cache = self._cache
-        for w in self.words(text):
+        for w in words:
             ids = cache.get(w)
             if ids is None:
                 ids = self.encode_word(w)

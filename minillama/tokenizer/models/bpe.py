@@ -7,6 +7,10 @@ of its single bytes where those exist (llama.cpp drops the rest).
 
 Words repeat, so each word's ids are cached. Short words use the plain loop; long ones (a run of
 100,000 'a's is one word) the heap + linked list, O(n log n).
+
+Words are code points (models/base.py): raw bytes in the text have already been decoded the way
+llama.cpp decodes them, so a surrogate code point here stands for itself and is encoded with
+'surrogatepass' (the bytes ED A0 80 read as U+D800 become those three bytes again).
 """
 
 from __future__ import annotations
@@ -14,12 +18,18 @@ from __future__ import annotations
 import heapq
 
 from ..pretokenize import PATTERNS, PreTokenizer
-from ..unicode import byte_encode, raw_byte_token
+from ..unicode import LATIN1_TO_BYTELEVEL, raw_byte_token
 from ..vocab import Vocab
-from .base import Model
+from .base import Model, links
 
 HEAP_MIN_LEN = 48
 _NO_MERGE = 1 << 62
+
+
+def byte_encode(word: str) -> str:
+    """GPT-2 byte-level form of a word of code points: its UTF-8 bytes (surrogates as themselves),
+    each as one printable character."""
+    return word.encode("utf-8", "surrogatepass").decode("latin-1").translate(LATIN1_TO_BYTELEVEL)
 
 
 class BPEModel(Model):
@@ -43,9 +53,12 @@ class BPEModel(Model):
         """
         ranks = self._ranks
         if ranks is None:
-            merges = self.vocab.merges
-            ranks = self._ranks = dict(zip(reversed(merges), range(len(merges) - 1, -1, -1)))
+            ranks = self._once("_ranks", self._build_ranks)
         return ranks
+
+    def _build_ranks(self) -> dict[str, int]:
+        merges = self.vocab.merges
+        return dict(zip(reversed(merges), range(len(merges) - 1, -1, -1)))
 
     def prepare(self, text: str, after_special: bool) -> str:
         """SPM-style BPE vocabs (gemma4) see spaces as U+2581; byte-level ones see the text as is."""
@@ -68,7 +81,7 @@ class BPEModel(Model):
             if i is not None:
                 out.append(i)
                 continue
-            for b in s.encode("utf-8", "surrogateescape"):
+            for b in s.encode("utf-8", "surrogatepass"):
                 key = raw_byte_token(b) if self.spec.byte_encode else f"<0x{b:02X}>"
                 j = t2i.get(key)
                 if j is not None:
@@ -107,9 +120,9 @@ class BPEModel(Model):
         rank = self.ranks.get
         syms = list(text)
         n = len(syms)
-        nxt = list(range(1, n + 1))
+        nxt = links(range(1, n + 1))
         nxt[-1] = -1
-        prv = list(range(-1, n - 1))
+        prv = links(range(-1, n - 1))
         heap = [r << 32 | i for i, r in enumerate(rank(a + " " + b, -1) for a, b in zip(syms, syms[1:])) if r >= 0]
         heapq.heapify(heap)
         pop, push, low = heapq.heappop, heapq.heappush, (1 << 32) - 1

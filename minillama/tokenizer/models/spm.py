@@ -8,6 +8,13 @@ Made fast without changing a single id: two neighbouring characters that no voca
 by side can never end up in one symbol, so the text splits there into words that merge
 independently (and are cached). Short words use the plain quadratic loop; long ones the heap +
 linked list, O(n log n).
+
+Raw bytes (surrogate escapes U+DC80..U+DCFF, see models/base.py) are what llama.cpp sees: bytes.
+It cuts its symbols by the length each lead byte announces, whatever follows (the bytes C3 61 are
+one symbol), so a word holding raw bytes is merged over its bytes, as latin-1 strings looked up in a
+latin-1 keyed copy of the vocab, and no word boundary is placed within three characters after a raw
+lead byte. Symbols that are no token fall back to byte tokens (<0xXX>, else the raw one-byte token);
+a vocab that has neither for a byte fails with FormatError, where llama.cpp aborts.
 """
 
 from __future__ import annotations
@@ -15,12 +22,18 @@ from __future__ import annotations
 import heapq
 import re
 
+from gguf import Keys
+
+from ...errors import FormatError
 from ..vocab import Vocab
-from .base import Model
+from .base import SURROGATES, Model, links
 
 SPACE = "\u2581"
 HEAP_MIN_LEN = 48
 _NO_PAIR = float("-inf")
+# unicode_len_utf8: the length of a symbol by the high four bits of its first byte.
+_UTF8_LEN = (1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4)
+_RAW_LEAD = re.compile("[\udcc0-\udcff]")
 
 
 class SPMModel(Model):
@@ -31,6 +44,8 @@ class SPMModel(Model):
         self.scores: list[float] = vocab.scores.tolist()
         self._byte_ids: list[int] | None = None
         self._splitter: re.Pattern[str] | None = None
+        self._latin1: dict[str, int] | None = None
+        self._ranks: list[int] | None = None
 
     def prepare(self, text: str, after_special: bool) -> str:
         """The dummy space prefix (at the start and after a special token) and the U+2581 space marker."""
@@ -42,8 +57,21 @@ class SPMModel(Model):
     def words(self, text: str) -> list[str]:
         rx = self._splitter
         if rx is None:
-            rx = self._splitter = self._build_splitter()
+            rx = self._once("_splitter", self._build_splitter)
         return rx.split(text)
+
+    def encode_escaped(self, text: str) -> list[int]:
+        """Words as usual, but a word whose last three characters hold a raw lead byte (which may take
+        the next bytes into its symbol) is joined with the next one."""
+        joined: list[str] = []
+        carry = False
+        for w in self.words(text):
+            if carry:
+                joined[-1] += w
+            else:
+                joined.append(w)
+            carry = _RAW_LEAD.search(joined[-1], max(0, len(joined[-1]) - 3)) is not None
+        return self._encode_words(joined)
 
     def _build_splitter(self) -> re.Pattern[str]:
         """A zero-width cut before every U+2581 whose left neighbour never precedes U+2581 in a token."""
@@ -58,23 +86,50 @@ class SPMModel(Model):
 
     # --- merging -----------------------------------------------------------------------------
     def encode_word(self, word: str) -> list[int]:
-        syms = self._merge_heap(word) if len(word) >= HEAP_MIN_LEN else self._merge_simple(word)
-        out: list[int] = []
+        if not word.isascii() and SURROGATES.search(word):
+            return self._encode_raw(word)
+        syms = list(word)
         t2i = self.token_to_id
+        syms = self._merge_heap(syms, t2i) if len(syms) >= HEAP_MIN_LEN else self._merge_simple(syms, t2i)
+        out: list[int] = []
         for s in syms:
             i = t2i.get(s)
             if i is not None:
                 out.append(i)
             else:
-                out += self._bytes_of(s)
+                out += self._bytes_of(s.encode("utf-8", "surrogateescape"))
         return out
 
-    def _merge_simple(self, word: str) -> list[str]:
+    def _encode_raw(self, word: str) -> list[int]:
+        """A word holding raw bytes, merged over its bytes exactly as llama.cpp does."""
+        b = word.encode("utf-8", "surrogateescape")
+        syms, i, n = [], 0, len(b)
+        while i < n:
+            k = min(_UTF8_LEN[b[i] >> 4], n - i)
+            syms.append(b[i:i + k].decode("latin-1"))
+            i += k
+        t2i = self._latin1
+        if t2i is None:
+            t2i = self._once("_latin1", self._build_latin1)
+        syms = self._merge_heap(syms, t2i) if len(syms) >= HEAP_MIN_LEN else self._merge_simple(syms, t2i)
+        out: list[int] = []
+        for s in syms:
+            j = t2i.get(s)
+            if j is not None:
+                out.append(j)
+            else:
+                out += self._bytes_of(s.encode("latin-1"))
+        return out
+
+    def _build_latin1(self) -> dict[str, int]:
+        """Token bytes as latin-1 text -> id: the vocab keyed the way the byte path sees symbols."""
+        return {t.encode("utf-8", "surrogateescape").decode("latin-1"): i for t, i in self.token_to_id.items()}
+
+    def _merge_simple(self, syms: list[str], t2i: dict[str, int]) -> list[str]:
         """Highest-score pair first, leftmost on ties; pair scores are kept and only two updated per merge."""
-        syms = list(word)
         if len(syms) < 2:
             return syms
-        t2i, scores = self.token_to_id, self.scores
+        scores = self.scores
 
         def score(pair: str) -> float:
             t = t2i.get(pair)
@@ -99,51 +154,76 @@ class SPMModel(Model):
                 break
         return syms
 
-    def _merge_heap(self, word: str) -> list[str]:
-        t2i, scores = self.token_to_id, self.scores
-        syms = list(word)
+    def _merge_heap(self, syms: list[str], t2i: dict[str, int]) -> list[str]:
+        """The heap + linked list merge for long words, O(n log n), in compact form.
+
+        A heap entry is one int, rank << 64 | left << 32 | size: rank orders token scores (0 for the
+        highest; ties of equal scores share a rank), so the smallest entry is llama.cpp's next
+        bigram (highest score, then leftmost). Its right symbol is left's current neighbour; the entry
+        is stale when either symbol is gone or their sizes no longer add up to size, which is
+        llama.cpp's own test. Entries and links stay small (base.links): a 10 MB word of one letter
+        takes under 1 GB at its peak (about 90 bytes per character) and about 20 s.
+        """
+        rank = self._ranks
+        if rank is None:
+            rank = self._once("_ranks", self._build_ranks)
         n = len(syms)
-        nxt = list(range(1, n + 1))
+        nxt = links(range(1, n + 1))
         nxt[-1] = -1
-        prv = list(range(-1, n - 1))
-        heap: list[tuple[float, int, int, int]] = []
-
-        def push(left: int, right: int) -> None:
-            if left < 0 or right < 0:
-                return
-            t = t2i.get(syms[left] + syms[right])
-            if t is not None:
-                heap.append((-scores[t], left, right, len(syms[left]) + len(syms[right])))
-
+        prv = links(range(-1, n - 1))
+        heap = []
+        get = t2i.get
         for i in range(n - 1):
-            push(i, i + 1)
+            t = get(syms[i] + syms[i + 1])
+            if t is not None:
+                heap.append(rank[t] << 64 | i << 32 | (len(syms[i]) + len(syms[i + 1])))
         heapq.heapify(heap)
+        pop, push, low = heapq.heappop, heapq.heappush, (1 << 32) - 1
         while heap:
-            _, left, right, size = heapq.heappop(heap)
-            sl, sr = syms[left], syms[right]
-            if not sl or not sr or len(sl) + len(sr) != size or nxt[left] != right:
+            key = pop(heap)
+            left = (key >> 32) & low
+            right = nxt[left]
+            sl = syms[left]
+            if right < 0 or not sl:
                 continue
-            syms[left] = sl + sr
+            sr = syms[right]
+            if not sr or len(sl) + len(sr) != key & low:
+                continue
+            syms[left] = sl = sl + sr
             syms[right] = ""
-            nxt[left] = nxt[right]
-            if nxt[right] >= 0:
-                prv[nxt[right]] = left
-            for a, b in ((prv[left], left), (left, nxt[left])):
-                if a >= 0 and b >= 0:
-                    t = t2i.get(syms[a] + syms[b])
-                    if t is not None:
-                        heapq.heappush(heap, (-scores[t], a, b, len(syms[a]) + len(syms[b])))
+            after = nxt[right]
+            nxt[left] = after
+            if after >= 0:
+                prv[after] = left
+                t = get(sl + syms[after])
+                if t is not None:
+                    push(heap, rank[t] << 64 | left << 32 | (len(sl) + len(syms[after])))
+            before = prv[left]
+            if before >= 0:
+                t = get(syms[before] + sl)
+                if t is not None:
+                    push(heap, rank[t] << 64 | before << 32 | (len(syms[before]) + len(sl)))
         return [s for s in syms if s]
 
+    def _build_ranks(self) -> list[int]:
+        """Token id -> rank of its score, 0 for the highest (NaN scores last), equal scores equal ranks."""
+        order = sorted({x for x in self.scores if x == x}, reverse=True)
+        index = {x: r for r, x in enumerate(order)}
+        nan = len(order)
+        return [index.get(x, nan) if x == x else nan for x in self.scores]
+
     # --- byte fallback -----------------------------------------------------------------------
-    def _bytes_of(self, sym: str) -> list[int]:
+    def _bytes_of(self, data: bytes) -> list[int]:
+        """llama.cpp's byte_to_token for each byte: <0xXX>, else the token whose text is that byte."""
         ids = self._byte_ids
         if ids is None:
-            ids = self._byte_ids = [self._byte_token(b) for b in range(256)]
+            ids = self._once("_byte_ids", lambda: [self._byte_token(b) for b in range(256)])
         out = []
-        for b in sym.encode("utf-8", "surrogateescape"):
+        for b in data:
             if ids[b] < 0:
-                raise KeyError(f"the vocab has no byte token for byte {b:#04x}")
+                raise FormatError(f"this SPM vocab has no byte token <0x{b:02X}> (nor a token for the raw byte) "
+                                  f"for byte {b:#04x} of {data[:40]!r}, which no token covers; llama.cpp aborts "
+                                  "here too", key=Keys.Tokenizer.LIST)
             out.append(ids[b])
         return out
 

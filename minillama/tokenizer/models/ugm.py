@@ -91,7 +91,8 @@ class Charsmap:
         if units is None:
             units = self._units = self.units.tolist()
         if i >= len(units):
-            raise ValueError("index out of array bounds in XCDA array")
+            raise FormatError(f"precompiled charsmap: XCDA index {i} is out of bounds ({len(units)} units)",
+                              key=Keys.Tokenizer.PRECOMPILED_CHARSMAP)
         return units[i]
 
     def longest_match(self, b: bytes, start: int) -> tuple[int, int]:
@@ -115,11 +116,14 @@ class Charsmap:
 
     def replacement(self, offset: int) -> bytes:
         r = self.replacements
+        key = Keys.Tokenizer.PRECOMPILED_CHARSMAP
         if offset >= len(r):
-            raise ValueError("index out of array bounds in precompiled charsmap")
+            raise FormatError(f"precompiled charsmap: replacement offset {offset} is out of bounds "
+                              f"({len(r)} bytes of replacements)", key=key)
         end = r.find(b"\0", offset)
         if end < 0:
-            raise ValueError("unterminated string in precompiled charsmap")
+            raise FormatError(f"precompiled charsmap: the replacement at offset {offset} has no NUL terminator",
+                              key=key)
         return r[offset:end]
 
     # --- what the fast path needs, found without listing every key ---------------------------------
@@ -285,10 +289,11 @@ class UGMModel(Model):
 
         blob = md.get(Keys.Tokenizer.PRECOMPILED_CHARSMAP)
         self.charsmap: Charsmap | None = None
-        if blob is not None and len(blob) > 0:
-            arr = np.asarray(blob)
-            if arr.dtype.itemsize != 1 or arr.dtype.kind not in "iu":
-                raise FormatError("precompiled charsmap is not an int8/uint8 array",
+        if blob is not None and not (isinstance(blob, np.ndarray) and blob.size == 0):
+            arr = blob if isinstance(blob, np.ndarray) else None
+            if arr is None or arr.ndim != 1 or arr.dtype.itemsize != 1 or arr.dtype.kind not in "iu":
+                found = f"an array of {arr.dtype}" if arr is not None else type(blob).__name__
+                raise FormatError(f"precompiled charsmap is {found}, expected an int8/uint8 array",
                                   key=Keys.Tokenizer.PRECOMPILED_CHARSMAP)
             self.charsmap = Charsmap(np.ascontiguousarray(arr).view(np.uint8).tobytes())
         self._bytes: _ByteTables | None = None
@@ -361,7 +366,7 @@ class UGMModel(Model):
         assert self.charsmap is not None
         try:
             return self.charsmap.replacement(offset).decode("utf-8")
-        except (ValueError, UnicodeDecodeError):
+        except (FormatError, UnicodeDecodeError):
             return None
 
     def _normalize_chars(self, text: str) -> str | None:
@@ -455,13 +460,23 @@ class UGMModel(Model):
             return self.encode_word(text)
         return super().encode(text)
 
+    def encode_escaped(self, text: str) -> list[int]:
+        """Raw bytes go to the byte-level path, which reads them as llama.cpp does."""
+        return self.encode(text)
+
     def encode_word(self, word: str) -> list[int]:
+        ids = None
         if self.fast_ok and not _SURROGATE.search(word):
             mapped = self._normalize_chars(word)
             if mapped is not None:
                 space = SPACE if self.escape_whitespaces else " "
-                return self._viterbi(self._whitespace(mapped, space))
-        return self._viterbi_bytes(self._normalize_bytes(_to_bytes(word)))
+                ids = self._viterbi(self._whitespace(mapped, space))
+        if ids is None:
+            ids = self._viterbi_bytes(self._normalize_bytes(_to_bytes(word)))
+        if self.unk_id < 0 and -1 in ids:
+            raise FormatError(f"this Unigram vocab has no unknown-token id, and no token covers part of {word[:40]!r} "
+                              "(llama.cpp would emit the invalid id -1)", key=Keys.Tokenizer.UNK_ID)
+        return ids
 
     # --- Viterbi over characters -----------------------------------------------------------------
     def _viterbi(self, s: str) -> list[int]:
@@ -521,7 +536,7 @@ class UGMModel(Model):
     def _byte_tables(self) -> _ByteTables:
         bt = self._bytes
         if bt is None:
-            bt = self._bytes = _ByteTables(self)
+            bt = self._once("_bytes", lambda: _ByteTables(self))
         return bt
 
     def _normalize_bytes(self, b: bytes) -> bytes:
