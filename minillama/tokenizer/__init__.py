@@ -34,6 +34,7 @@ clears itself when full) and tables built on first use are built under a lock, o
 
 from __future__ import annotations
 
+import gc
 import os
 import re
 import threading
@@ -47,6 +48,8 @@ from .load import read_metadata
 from .models import Model, make_model
 from .special import partition
 from .vocab import Attr, Vocab
+
+_GC_PAUSE_CHARS = 1 << 14  # texts longer than this encode with the cyclic GC paused
 
 __all__ = ["Tokenizer", "Vocab", "Attr", "StreamDecoder", "default_vocab_path"]
 
@@ -155,14 +158,24 @@ class Tokenizer:
         before, after = model.affixes() if add_special else ((), ())
         out: list[int] = list(before)
         after_special = True
-        for frag in partition(v, text, parse_special):
-            if isinstance(frag, int):
-                out.append(frag)
-                after_special = True
-            else:
-                frag = model.prepare(frag, after_special)
-                out += model.encode_escaped(frag) if escaped else model.encode(frag)
-                after_special = False
+        # A long text allocates many small lists that are never cyclic; the cyclic collector
+        # would walk them again and again (~15% of a first call on 278 KB). It is paused, not
+        # disabled for good: re-enabled on the way out unless someone else had turned it off.
+        pause_gc = len(text) > _GC_PAUSE_CHARS and gc.isenabled()
+        if pause_gc:
+            gc.disable()
+        try:
+            for frag in partition(v, text, parse_special):
+                if isinstance(frag, int):
+                    out.append(frag)
+                    after_special = True
+                else:
+                    frag = model.prepare(frag, after_special)
+                    out += model.encode_escaped(frag) if escaped else model.encode(frag)
+                    after_special = False
+        finally:
+            if pause_gc:
+                gc.enable()
         out += after
         return out
 

@@ -18,6 +18,7 @@ import re
 import threading
 from array import array
 from collections.abc import Callable
+from itertools import chain
 from typing import TypeVar
 
 from ..vocab import Vocab
@@ -125,14 +126,18 @@ class Model:
         return self.encode(llama_code_points(text))
 
     def _encode_words(self, words: list[str]) -> list[int]:
-        out: list[int] = []
         cache = self._cache
-        for w in words:
-            ids = cache.get(w)
-            if ids is None:
-                ids = self.encode_word(w)
-                if len(cache) >= CACHE_MAX_WORDS:
-                    cache.clear()
-                cache[w] = ids
-            out += ids
-        return out
+        got = list(map(cache.get, words))  # the common case, all hits, stays in C
+        if None in got:
+            encode_word = self.encode_word
+            for k, ids in enumerate(got):
+                if ids is None:
+                    w = words[k]
+                    ids = cache.get(w)  # an earlier miss of this call may have filled it
+                    if ids is None:
+                        ids = encode_word(w)
+                        if len(cache) >= CACHE_MAX_WORDS:
+                            cache.clear()
+                        cache[w] = ids
+                    got[k] = ids
+        return list(chain.from_iterable(got))

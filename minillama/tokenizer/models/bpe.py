@@ -29,6 +29,8 @@ _NO_MERGE = 1 << 62
 def byte_encode(word: str) -> str:
     """GPT-2 byte-level form of a word of code points: its UTF-8 bytes (surrogates as themselves),
     each as one printable character."""
+    if word.isascii():  # one byte per character: skip the encode/decode round
+        return word.translate(LATIN1_TO_BYTELEVEL)
     return word.encode("utf-8", "surrogatepass").decode("latin-1").translate(LATIN1_TO_BYTELEVEL)
 
 
@@ -41,11 +43,14 @@ class BPEModel(Model):
         assert spec is not None
         self.spec = spec
         self.pretokenizer = PreTokenizer(PATTERNS[spec.patterns])
-        self._ranks: dict[str, int] | None = None
+        # Built at load, not on first use: every encode needs it, and a first call should not pay
+        # for hashing 280k merges (llama3: ~35 ms) on top of its own work.
+        self._ranks: dict[str, int] | None = self._build_ranks()
+        self._whole_words = vocab.ignore_merges  # a word that is a token is that token
 
     @property
     def ranks(self) -> dict[str, int]:
-        """Merge string "left right" -> rank, built on first use; the first of duplicate merges wins.
+        """Merge string "left right" -> rank; the first of duplicate merges wins.
 
         llama.cpp splits each merge at its first space after position 0 and looks pairs up by
         (left, right); neither side may hold a space, so looking up left + " " + right in a dict
@@ -70,7 +75,7 @@ class BPEModel(Model):
     def encode_word(self, word: str) -> list[int]:
         t2i = self.token_to_id
         sym_text = byte_encode(word) if self.spec.byte_encode else word
-        if self.vocab.ignore_merges or (self.spec.newline_tokens and not word.strip("\n")):
+        if self._whole_words or (self.spec.newline_tokens and not word.strip("\n")):
             i = t2i.get(sym_text)
             if i is not None:
                 return [i]
@@ -98,17 +103,16 @@ class BPEModel(Model):
         while True:
             best = min(rs)
             if best == none:
-                break
+                return parts
             i = rs.index(best)
-            parts[i:i + 2] = [parts[i] + parts[i + 1]]
+            merged = parts[i] = parts[i] + parts.pop(i + 1)
             del rs[i]
             if i < len(rs):
-                rs[i] = rank(parts[i] + " " + parts[i + 1], none)
-            if i > 0:
-                rs[i - 1] = rank(parts[i - 1] + " " + parts[i], none)
-            if not rs:
-                break
-        return parts
+                rs[i] = rank(merged + " " + parts[i + 1], none)
+            elif not i:
+                return parts
+            if i:
+                rs[i - 1] = rank(parts[i - 1] + " " + merged, none)
 
     def _merge_heap(self, text: str) -> list[str]:
         """The heap + linked list merge for long words, O(n log n).
