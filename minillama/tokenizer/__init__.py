@@ -1,7 +1,7 @@
 """minillama.tokenizer: open a model's tokenizer and encode/decode exactly as llama.cpp does.
 
     from minillama.tokenizer import Tokenizer
-    tok = Tokenizer.from_file("model.gguf")        # or a llama2.c tokenizer.bin
+    tok = Tokenizer.from_file("model.gguf")  # or tokenizer.bin, a SentencePiece .model, a tokenizer.json
     ids = tok.encode("Hello world", add_special=True, parse_special=False)
     tok.decode(ids); tok.decode_bytes(ids); tok.token_to_piece(ids[0])
 
@@ -86,7 +86,8 @@ class Tokenizer:
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str]) -> Tokenizer:
-        """Open a GGUF (v2/v3) or llama2.c tokenizer.bin file, recognised by its content."""
+        """Open a GGUF (v2/v3), llama2.c tokenizer.bin, SentencePiece .model or Hugging Face tokenizer.json
+        file, recognised by its content, not its name."""
         path = os.fspath(path)
         return cls(Vocab.from_metadata(read_metadata(path), path))
 

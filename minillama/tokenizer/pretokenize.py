@@ -422,6 +422,24 @@ def _number_rx() -> re.Pattern[str]:
     return re.compile(f"[{ud.char_class(ud.NUMBER)}]")
 
 
+def _split_custom(rx: re.Pattern[str], text: str) -> list[str]:
+    """Words of text under one of the hand-written splitters' patterns (they match every character)."""
+    view, replaced = _bmp_view(text)
+    words = rx.findall(view)
+    if replaced:  # the words holding a stand-in, cut from text instead
+        ends = list(accumulate(map(len, words)))
+        for pos in replaced:
+            i = bisect_right(ends, pos)
+            words[i] = text[ends[i] - len(words[i]):ends[i]]
+    return words
+
+
+# Bounds of the per-step memo of multi-pattern pre-tokenizers: pieces longer than this are not
+# remembered, and a step's memo starts over past this many pieces (memory stays flat).
+MEMO_MAX_CHARS = 128
+MEMO_MAX_PIECES = 1 << 15
+
+
 @dataclass
 class PreTokenizer:
     """Splits text into words as llama.cpp's unicode_regex_split does for a list of patterns."""
@@ -441,12 +459,13 @@ class PreTokenizer:
             else:
                 steps.append(("wide", _ecmascript(expr)))
         self._steps = steps
+        self._memo: list[dict[str, list[str]]] = [{} for _ in steps]
 
-    def spans(self, text: str) -> list[tuple[int, int]]:
-        """(start, end) code point offsets of the words of text."""
+    def spans(self, text: str, first: int = 0, last: int | None = None) -> list[tuple[int, int]]:
+        """(start, end) code point offsets of the words of text after steps first..last-1 (all by default)."""
         spans = [(0, len(text))] if text else []
         views: dict[str, str] = {}
-        for kind, rx in self._steps:
+        for kind, rx in self._steps[first:last]:
             if kind == "func":
                 spans = rx(text, spans)  # type: ignore[operator]
                 continue
@@ -480,13 +499,38 @@ class PreTokenizer:
 
     def split(self, text: str) -> list[str]:
         """The words of text, in order; their concatenation is text."""
-        if len(self._steps) == 1 and self._steps[0][0] == "text":
-            view, replaced = _bmp_view(text)
-            words = self._steps[0][1].findall(view)  # type: ignore[attr-defined]
-            if replaced:  # the words holding a stand-in, cut from text instead
-                ends = list(accumulate(map(len, words)))
-                for pos in replaced:
-                    i = bisect_right(ends, pos)
-                    words[i] = text[ends[i] - len(words[i]):ends[i]]
-            return words
-        return [text[s:e] for s, e in self.spans(text)]
+        steps = self._steps
+        if len(steps) == 1 and steps[0][0] == "text":
+            return _split_custom(steps[0][1], text)  # type: ignore[arg-type]
+        if len(steps) == 1:
+            return [text[s:e] for s, e in self.spans(text)]
+        return self._split_from(text, 0)
+
+    def _split_from(self, text: str, k: int) -> list[str]:
+        """The words of text after steps k.. (several patterns).
+
+        Every pattern after the first works inside the pieces the earlier ones made, as if each
+        piece were the whole text, so a piece's words depend on the piece alone: they are
+        memoized per step for pieces short enough to repeat (words, not lines).
+        """
+        if k == len(self._steps):
+            return [text]
+        memo = self._memo[k] if k else None
+        if memo is not None:
+            words = memo.get(text)
+            if words is not None:
+                return words
+        words = []
+        split_rest = self._split_from
+        kind, rx = self._steps[k]
+        if kind == "text":  # a hand-written llama.cpp splitter: its words cover the text, findall is enough
+            pieces = _split_custom(rx, text)  # type: ignore[arg-type]
+        else:
+            pieces = [text[s:e] for s, e in self.spans(text, k, k + 1)]
+        for piece in pieces:
+            words += split_rest(piece, k + 1)
+        if memo is not None and len(text) <= MEMO_MAX_CHARS:
+            if len(memo) >= MEMO_MAX_PIECES:
+                memo.clear()
+            memo[text] = words
+        return words

@@ -11,7 +11,7 @@ from __future__ import annotations
 from .unicode import C_SPACE
 from .vocab import Attr, Vocab
 
-Fragment = "str | int"
+PREFIX_CHARS = 3
 
 
 def partition(vocab: Vocab, text: str, parse_special: bool) -> list[str | int]:
@@ -22,12 +22,19 @@ def partition(vocab: Vocab, text: str, parse_special: bool) -> list[str | int]:
     tokens, attrs = vocab.tokens, vocab.attrs
     skip = int(Attr.CONTROL | Attr.UNKNOWN)
     lstrip_bit, rstrip_bit = int(Attr.LSTRIP), int(Attr.RSTRIP)
+    # Vocabs hold up to thousands of special tokens that share a few prefixes ("<|reserved_...",
+    # "[PAD..."): one search per distinct prefix rules most of them out of a long text at once.
+    prefix_in_text: dict[str, bool] = {}
     for sid in vocab.special_cache:
         attr = attrs[sid]
         if not parse_special and attr & skip:
             continue
         tok = tokens[sid]
-        if tok not in text:
+        head = tok[:PREFIX_CHARS]
+        present = prefix_in_text.get(head)
+        if present is None:
+            present = prefix_in_text[head] = head in text
+        if not present or tok not in text:
             continue
         lstrip, rstrip, n = attr & lstrip_bit, attr & rstrip_bit, len(tok)
         out: list[tuple[int, int] | int] = []

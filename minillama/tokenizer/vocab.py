@@ -48,7 +48,6 @@ MODEL_TYPES: dict[str, tuple[str, dict[str, int | None]]] = {
     "bert": ("wpm", {"bos": 101, "eos": None, "unk": 100, "sep": 102, "pad": 0, "mask": 103}),
     "t5": ("ugm", {"bos": None, "eos": 1, "unk": 2, "sep": None, "pad": 0, "mask": None}),
 }
-IMPLEMENTED_MODELS = ("spm", "bpe")
 
 # Special id keys in the order llama.cpp reads them; the later deprecated FIM keys override.
 SPECIAL_ID_KEYS = (
