@@ -20,7 +20,6 @@ from __future__ import annotations
 import functools
 import re
 from bisect import bisect_right
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import accumulate
 from types import MappingProxyType
@@ -388,7 +387,6 @@ def _ecmascript(expr: str) -> re.Pattern[str]:
     return re.compile("".join(out), re.ASCII)
 
 
-Splitter = Callable[[str, list[tuple[int, int]]], list[tuple[int, int]]]
 
 
 def _afmoe_digits(text: str, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:

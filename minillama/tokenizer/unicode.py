@@ -38,9 +38,12 @@ CHAR_TO_BYTE: dict[str, int] = {c: b for b, c in enumerate(BYTE_TO_CHAR)}
 LATIN1_TO_BYTELEVEL = {b: BYTE_TO_CHAR[b] for b in range(256)}
 
 
-def byte_encode(text: str) -> str:
-    """GPT-2 byte-level form of text: its UTF-8 bytes, each as one printable character."""
-    return text.encode("utf-8", "surrogateescape").decode("latin-1").translate(LATIN1_TO_BYTELEVEL)
+def byte_encode(word: str) -> str:
+    """GPT-2 byte-level form of a word of code points: its UTF-8 bytes (surrogates as themselves),
+    each as one printable character."""
+    if word.isascii():  # one byte per character: skip the encode/decode round
+        return word.translate(LATIN1_TO_BYTELEVEL)
+    return word.encode("utf-8", "surrogatepass").decode("latin-1").translate(LATIN1_TO_BYTELEVEL)
 
 
 def raw_byte_token(b: int) -> str:

@@ -18,20 +18,12 @@ from __future__ import annotations
 import heapq
 
 from ..pretokenize import PATTERNS, PreTokenizer
-from ..unicode import LATIN1_TO_BYTELEVEL, raw_byte_token
+from ..unicode import byte_encode, raw_byte_token
 from ..vocab import Vocab
 from .base import Model, links
 
 HEAP_MIN_LEN = 48
 _NO_MERGE = 1 << 62
-
-
-def byte_encode(word: str) -> str:
-    """GPT-2 byte-level form of a word of code points: its UTF-8 bytes (surrogates as themselves),
-    each as one printable character."""
-    if word.isascii():  # one byte per character: skip the encode/decode round
-        return word.translate(LATIN1_TO_BYTELEVEL)
-    return word.encode("utf-8", "surrogatepass").decode("latin-1").translate(LATIN1_TO_BYTELEVEL)
 
 
 class BPEModel(Model):
