@@ -69,12 +69,12 @@ def llama_code_points(text: str) -> str:
     return ESCAPES.sub(_redecode, text)
 
 
-
 def links(values: range) -> list[int] | array:
     """The linked list of a long word (merge heaps): a list (fastest), or machine ints past 2**16
     symbols, where a list's int objects would cost 36 bytes a symbol (a 10 MB word then takes half the
     memory)."""
     return list(values) if len(values) < 1 << 16 else array("q", values)
+
 
 class Model:
     """Turns plain text into ids; subclasses say how text splits into words and how a word merges."""
