@@ -315,6 +315,21 @@ def training_lines(seed: int = 1234, n_sentences: int = 400) -> list[str]:
     return lines
 
 
+def sentencepiece_token_type(sp, i: int) -> int:
+    """The gguf token type llama.cpp's converter gives sentencepiece piece i (user-defined pieces stay NORMAL)."""
+    import gguf
+
+    if sp.is_unknown(i):
+        return int(gguf.TokenType.UNKNOWN)
+    if sp.is_control(i):
+        return int(gguf.TokenType.CONTROL)
+    if sp.is_unused(i):
+        return int(gguf.TokenType.UNUSED)
+    if sp.is_byte(i):
+        return int(gguf.TokenType.BYTE)
+    return int(gguf.TokenType.NORMAL)
+
+
 def _add_dummy_hparams(w) -> None:
     """Minimal architecture keys so that llama.cpp itself (the oracle) can load the vocab-only file too."""
     w.add_block_count(1)

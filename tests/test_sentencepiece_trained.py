@@ -19,7 +19,14 @@ from __future__ import annotations
 import random
 
 import pytest
-from conftest import fail_if_any, get_oracle, load_file, release_tokenizers, training_lines
+from conftest import (
+    fail_if_any,
+    get_oracle,
+    load_file,
+    release_tokenizers,
+    sentencepiece_token_type,
+    training_lines,
+)
 
 spm = pytest.importorskip("sentencepiece")
 gguf = pytest.importorskip("gguf")
@@ -120,17 +127,7 @@ def _write_gguf(sp: spm.SentencePieceProcessor, path) -> None:
     for i in range(sp.get_piece_size()):
         tokens.append(sp.id_to_piece(i).encode("utf-8"))
         scores.append(sp.get_score(i))
-        if sp.is_unknown(i):
-            t = gguf.TokenType.UNKNOWN
-        elif sp.is_control(i):
-            t = gguf.TokenType.CONTROL
-        elif sp.is_unused(i):
-            t = gguf.TokenType.UNUSED
-        elif sp.is_byte(i):
-            t = gguf.TokenType.BYTE
-        else:
-            t = gguf.TokenType.NORMAL
-        types.append(int(t))
+        types.append(sentencepiece_token_type(sp, i))
 
     w = gguf.GGUFWriter(str(path), "llama")
     w.add_block_count(1)  # minimal architecture keys, so that llama.cpp (the oracle) loads the file too

@@ -31,6 +31,7 @@ from conftest import (
     read_conformance,
     release_tokenizers,
     require_shared,
+    sentencepiece_token_type,
     training_lines,
 )
 
@@ -205,16 +206,7 @@ def write_t5_gguf(sp, proto: bytes, path, added_tokens: dict[str, int] | None = 
     for i in range(sp.get_piece_size()):
         tokens[i] = sp.id_to_piece(i).encode("utf-8")
         scores[i] = sp.get_score(i)
-        t = gguf.TokenType.NORMAL  # (sentencepiece's user-defined pieces stay NORMAL, as in the converter)
-        if sp.is_unknown(i):
-            t = gguf.TokenType.UNKNOWN
-        elif sp.is_control(i):
-            t = gguf.TokenType.CONTROL
-        elif sp.is_unused(i):
-            t = gguf.TokenType.UNUSED
-        elif sp.is_byte(i):
-            t = gguf.TokenType.BYTE
-        types[i] = int(t)
+        types[i] = sentencepiece_token_type(sp, i)
     for text, i in (added_tokens or {}).items():
         tokens[i], scores[i], types[i] = text.encode("utf-8"), -1000.0, int(gguf.TokenType.USER_DEFINED)
     spec = normalizer_spec(proto)
