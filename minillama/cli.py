@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import codecs
+import json
 import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
@@ -124,9 +125,11 @@ def cmd_tokenize(args: argparse.Namespace) -> int:
     out = sys.stdout
     if not args.ids:
         groups = group_pieces(tok.token_to_piece(i) for i in ids)
-        shown = colorize(groups) if use_color(out) else "".join(groups)
-        ends_with_newline = bool(groups) and groups[-1].endswith("\n")
-        out.write(shown + ("" if ends_with_newline else "\n"))
+        if use_color(out):
+            shown = colorize(groups)
+            out.write(shown + ("" if shown.endswith("\n") else "\n"))
+        else:  # no colour to show where pieces end: a JSON list of them, one line, unambiguous
+            out.write(json.dumps(groups, ensure_ascii=False) + "\n")
     out.write(format_ids(ids) + "\n")
     if not args.ids:
         out.write(f"{len(ids)} tokens\n")

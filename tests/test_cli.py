@@ -161,3 +161,20 @@ def test_model_not_a_tokenizer(tmp_path):
     proc = run_cli("tokenize", "--model", str(junk), "Hello")
     _assert_clean_error(proc)
     assert proc.stdout == b""
+
+
+def test_plain_output_shows_piece_boundaries() -> None:
+    """Without a terminal the pieces come as a JSON list: their concatenation is the text, one per token
+    (for text whose characters each fit in one token), and the ids are the tokenizer's."""
+    import json
+
+    from minillama.tokenizer import Tokenizer, default_vocab_path
+
+    text = "Hello, llamas!\nTokenizers"
+    proc = subprocess.run([sys.executable, "-m", "minillama", "tokenize", "--no-bos", text], capture_output=True,
+                          check=True)
+    first = proc.stdout.decode("utf-8").splitlines()[0]
+    pieces = json.loads(first)
+    ids = Tokenizer.from_file(default_vocab_path()).encode(text, add_special=False)
+    assert "".join(pieces) == text
+    assert len(pieces) == len(ids) and pieces == [Tokenizer.from_file(default_vocab_path()).decode([i]) for i in ids]
