@@ -67,7 +67,7 @@ from gguf import Keys, TokenType
 
 from .errors import FormatError, MinillamaError
 from .tokenizer.pretokenize import PATTERNS, PRE_TOKENIZERS, PreTokenizer
-from .tokenizer.unicode import BYTE_TO_CHAR
+from .tokenizer.unicode import BYTE_TO_CHAR, BYTE_TOKEN, byte_token
 
 if TYPE_CHECKING:
     from .tokenizer import Tokenizer
@@ -95,7 +95,6 @@ _SPM_WORDS = regex.compile(
     rf"|{SPACE}?[^{SPACE}\r\n\p{{L}}\p{{M}}\p{{N}}]+|{SPACE}+")
 
 _BYTE_CHARS = frozenset(BYTE_TO_CHAR)
-_BYTE_TOKEN = re.compile(r"<0x[0-9A-F]{2}>")
 
 # Pair keys: left id << 24 | right id; heap entries: -count << 48 | key, so the smallest entry is
 # the highest count, then the smallest (left, right).
@@ -596,7 +595,7 @@ def _train_bytelevel(counts: Counter[str], vocab_size: int, pre: str, specials: 
 def _train_spm(counts: Counter[str], vocab_size: int, specials: list[str], min_frequency: int,
                character_coverage: float, progress: bool | None) -> TrainedVocab:
     extra = [s for s in specials if s not in SPM_CONTROLS]
-    fixed = [*SPM_CONTROLS, *extra, *(f"<0x{b:02X}>" for b in range(256))]
+    fixed = [*SPM_CONTROLS, *extra, *(byte_token(b) for b in range(256))]
     budget = vocab_size - len(fixed)
     if budget < 1:
         raise MinillamaError(f"vocab_size {vocab_size} is too small: an spm vocab has {len(fixed)} control and "
@@ -670,7 +669,7 @@ def train_bpe(files_or_iterable: Source, vocab_size: int, kind: str = "bytelevel
     if any(not isinstance(s, str) or not s or "\0" in s for s in specials):
         raise MinillamaError("special tokens must be non-empty strings without NUL characters")
     specials = list(dict.fromkeys(specials))
-    clash = [s for s in specials if (s in _BYTE_CHARS if kind == "bytelevel" else _BYTE_TOKEN.fullmatch(s))]
+    clash = [s for s in specials if (s in _BYTE_CHARS if kind == "bytelevel" else BYTE_TOKEN.fullmatch(s))]
     if clash:
         raise MinillamaError(f"special token {clash[0]!r} would duplicate one of the 256 byte tokens")
     counts = count_words(files_or_iterable, kind, pre, specials, progress)

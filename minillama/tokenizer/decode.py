@@ -13,12 +13,11 @@ import re
 import numpy as np
 
 from ..errors import ArgumentError, ArgumentTypeError
-from .unicode import BYTE_TO_CHAR
+from .unicode import BYTELEVEL_TO_LATIN1
 from .vocab import Attr, Vocab
 
 _SPECIAL = int(Attr.UNKNOWN | Attr.CONTROL)
 _RAW = int(Attr.UNKNOWN | Attr.CONTROL | Attr.USER_DEFINED)
-_BYTELEVEL_TO_LATIN1 = {ord(c): b for b, c in enumerate(BYTE_TO_CHAR)}
 
 # llama.cpp's clean_up_tokenization_spaces passes, applied in order.
 _CLEAN = (
@@ -35,11 +34,11 @@ def _token_bytes(text: str) -> bytes:
 def _bytelevel_decode(text: str) -> bytes:
     """GPT-2 byte-level text back to bytes; characters outside the table as llama.cpp renders them."""
     try:
-        return text.translate(_BYTELEVEL_TO_LATIN1).encode("latin-1")
+        return text.translate(BYTELEVEL_TO_LATIN1).encode("latin-1")
     except UnicodeEncodeError:
         out = bytearray()
         for ch in text:
-            b = _BYTELEVEL_TO_LATIN1.get(ord(ch))
+            b = BYTELEVEL_TO_LATIN1.get(ord(ch))
             if b is not None:
                 out.append(b)
             else:

@@ -5,6 +5,8 @@ Which class a code point is in (letter, number, whitespace, ...) is llama.cpp's,
 
 from __future__ import annotations
 
+import re
+
 from . import unicode_data as ud
 
 # The White_Space property: what llama.cpp's unicode tables flag as whitespace.
@@ -33,9 +35,16 @@ def _bytes_to_unicode() -> list[str]:
 
 
 BYTE_TO_CHAR: list[str] = _bytes_to_unicode()
-CHAR_TO_BYTE: dict[str, int] = {c: b for b, c in enumerate(BYTE_TO_CHAR)}
-# str.translate table: a latin-1 decoded byte string -> GPT-2 byte-level text.
+# str.translate tables: a latin-1 decoded byte string -> GPT-2 byte-level text, and back.
 LATIN1_TO_BYTELEVEL = {b: BYTE_TO_CHAR[b] for b in range(256)}
+BYTELEVEL_TO_LATIN1 = {ord(c): b for b, c in enumerate(BYTE_TO_CHAR)}
+# The text of an SPM-style byte-fallback token.
+BYTE_TOKEN = re.compile(r"<0x[0-9A-F]{2}>")
+
+
+def byte_token(b: int) -> str:
+    """The text of the byte-fallback token for byte b: <0xXX>."""
+    return f"<0x{b:02X}>"
 
 
 def byte_encode(word: str) -> str:

@@ -160,8 +160,8 @@ class Vocab:
             add_space_prefix, clean_spaces, add_bos = False, True, True
         elif model == "ugm":
             add_eos = True
-        add_space_prefix = _flag(md, K.ADD_PREFIX, add_space_prefix, source)
-        remove_extra_ws = _flag(md, K.REMOVE_EXTRA_WS, False, source)
+        add_space_prefix = read_flag(md, K.ADD_PREFIX, add_space_prefix, source)
+        remove_extra_ws = read_flag(md, K.REMOVE_EXTRA_WS, False, source)
 
         tokens = md.get(K.LIST)
         if not isinstance(tokens, list) or not all(type(t) is str for t in tokens):
@@ -205,9 +205,9 @@ class Vocab:
             v = md.get(key)
             if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < n:
                 special[name] = v
-        add_bos = _flag(md, K.ADD_BOS, add_bos, source)
-        add_eos = _flag(md, K.ADD_EOS, add_eos, source)
-        add_sep = _flag(md, K.ADD_SEP, add_sep, source)
+        add_bos = read_flag(md, K.ADD_BOS, add_bos, source)
+        add_eos = read_flag(md, K.ADD_EOS, add_eos, source)
+        add_sep = read_flag(md, K.ADD_SEP, add_sep, source)
         if spec is not None and spec.newline_tokens and not add_bos:
             add_bos = True  # llama.cpp's Gemma 4 workaround
         for flag, name, key in ((add_bos, "bos", K.ADD_BOS), (add_eos, "eos", K.ADD_EOS), (add_sep, "sep", K.ADD_SEP)):
@@ -229,7 +229,8 @@ class Vocab:
         return vocab
 
 
-def _flag(md: dict[str, Any], key: str, default: bool, source: str) -> bool:
+def read_flag(md: dict[str, Any], key: str, default: bool, source: str | None = None) -> bool:
+    """A bool metadata key (default when absent); anything else is a FormatError naming the key."""
     v = md.get(key, default)
     if not isinstance(v, (bool, np.bool_)):
         raise FormatError(f"{key} is {v!r}, expected a bool", path=source, key=key)

@@ -8,7 +8,6 @@ and gives GGUF-style metadata for the same vocab: <unk> 0, <s> 1, </s> 2, <0xXX>
 from __future__ import annotations
 
 import os
-import re
 import struct
 from typing import Any
 
@@ -16,9 +15,9 @@ import numpy as np
 from gguf import Keys, TokenType
 
 from ...errors import FormatError
+from ..unicode import BYTE_TOKEN
 
 K = Keys.Tokenizer
-_BYTE_TOKEN = re.compile(r"<0x[0-9A-F]{2}>")
 _ENTRY = struct.Struct("<fi")
 
 
@@ -63,7 +62,7 @@ def read_llama2c(path: str | os.PathLike[str], n_vocab: int | None = None) -> di
             types.append(TokenType.CONTROL)
         elif i == 0 and t == "<unk>":
             types.append(TokenType.UNKNOWN)
-        elif _BYTE_TOKEN.fullmatch(t):
+        elif BYTE_TOKEN.fullmatch(t):
             types.append(TokenType.BYTE)
         else:
             tokens[i] = t.replace(" ", "\u2581")

@@ -18,7 +18,7 @@ from __future__ import annotations
 import heapq
 
 from ..pretokenize import PATTERNS, PreTokenizer
-from ..unicode import byte_encode, raw_byte_token
+from ..unicode import byte_encode, byte_token, raw_byte_token
 from ..vocab import Vocab
 from .base import Model, links
 
@@ -79,7 +79,7 @@ class BPEModel(Model):
                 out.append(i)
                 continue
             for b in s.encode("utf-8", "surrogatepass"):
-                key = raw_byte_token(b) if self.spec.byte_encode else f"<0x{b:02X}>"
+                key = raw_byte_token(b) if self.spec.byte_encode else byte_token(b)
                 j = t2i.get(key)
                 if j is not None:
                     out.append(j)

@@ -25,6 +25,7 @@ import re
 from gguf import Keys
 
 from ...errors import FormatError
+from ..unicode import byte_token, raw_byte_token
 from ..vocab import Vocab
 from .base import SURROGATES, Model, links
 
@@ -229,7 +230,7 @@ class SPMModel(Model):
 
     def _byte_token(self, b: int) -> int:
         t2i = self.token_to_id
-        i = t2i.get(f"<0x{b:02X}>")
+        i = t2i.get(byte_token(b))
         if i is None:
-            i = t2i.get(chr(b) if b < 0x80 else chr(0xDC00 + b), -1)
+            i = t2i.get(raw_byte_token(b), -1)
         return i

@@ -21,11 +21,9 @@ from __future__ import annotations
 
 import unicodedata
 
-import numpy as np
-
 from ...errors import FormatError
 from .. import unicode_data as ud
-from ..vocab import Vocab
+from ..vocab import Vocab, read_flag
 from .base import Model
 
 SPACE = "\u2581"
@@ -96,21 +94,14 @@ class _NormTable(dict):
         return out
 
 
-def _flag(vocab: Vocab, key: str, default: bool) -> bool:
-    v = vocab.metadata.get(key, default)
-    if not isinstance(v, (bool, np.bool_)):
-        raise FormatError(f"{key} is {v!r}, expected a bool", key=key)
-    return bool(v)
-
-
 class WPMModel(Model):
     """llama.cpp's WPM tokenizer over a BERT vocab (word-initial tokens carry U+2581, continuations do not)."""
 
     def __init__(self, vocab: Vocab) -> None:
         super().__init__(vocab)
         # BertNormalizer options as llama.cpp loads them: lowercase defaults to true, strip_accents to lowercase.
-        self.lowercase = _flag(vocab, KEY_LOWERCASE, True)
-        self.strip_accents = _flag(vocab, KEY_STRIP_ACCENTS, self.lowercase)
+        self.lowercase = read_flag(vocab.metadata, KEY_LOWERCASE, True)
+        self.strip_accents = read_flag(vocab.metadata, KEY_STRIP_ACCENTS, self.lowercase)
         self._table = _NormTable(self.lowercase, self.strip_accents)
         # llama.cpp matches byte substrings against token texts: key the vocab by bytes.
         self._ids: dict[bytes, int] = {}
