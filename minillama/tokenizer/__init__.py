@@ -46,7 +46,7 @@ from ..errors import ArgumentError, ArgumentTypeError
 from .decode import PieceTable, StreamDecoder, check_id, out_of_range
 from .load import read_metadata
 from .models import Model, make_model
-from .special import partition
+from .special import RAW_BYTE, partition, raw_special_ids
 from .vocab import Attr, Vocab
 
 _GC_PAUSE_CHARS = 1 << 14  # texts longer than this encode with the cyclic GC paused
@@ -61,7 +61,6 @@ def default_vocab_path() -> str:
 
 # Surrogates that are not escapes of raw bytes 0x80..0xFF.
 _NOT_ESCAPE = re.compile("[\ud800-\udc7f\udd00-\udfff]")
-_ESCAPE = re.compile("[\udc80-\udcff]")
 
 
 def as_bytes_text(text: str) -> str:
@@ -81,6 +80,7 @@ class Tokenizer:
     def __init__(self, vocab: Vocab) -> None:
         self.vocab = vocab
         self._model: Model = make_model(vocab)
+        self._raw_special = raw_special_ids(vocab)
         self._pieces: PieceTable | None = None
         self._lock = threading.Lock()
 
@@ -154,7 +154,7 @@ class Tokenizer:
                 text.encode("utf-8")
             except UnicodeEncodeError:  # lone surrogates: the rare, slow path
                 text = as_bytes_text(text)
-                escaped = _ESCAPE.search(text) is not None
+                escaped = RAW_BYTE.search(text) is not None
         v, model = self.vocab, self._model
         before, after = model.affixes() if add_special else ((), ())
         out: list[int] = list(before)
@@ -166,13 +166,17 @@ class Tokenizer:
         if pause_gc:
             gc.disable()
         try:
-            for frag in partition(v, text, parse_special):
+            raw = self._raw_special
+            for frag in partition(v, text, parse_special, raw):
                 if isinstance(frag, int):
                     out.append(frag)
                     after_special = True
                 else:
                     frag = model.prepare(frag, after_special)
-                    out += model.encode_escaped(frag) if escaped else model.encode(frag)
+                    if escaped or (raw and RAW_BYTE.search(frag)):  # a special token cut a character
+                        out += model.encode_escaped(frag)
+                    else:
+                        out += model.encode(frag)
                     after_special = False
         finally:
             if pause_gc:

@@ -38,6 +38,8 @@ LLAMA3_ORIGINAL = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}
                    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 KIMI_K2 = r"\p{Han}+"
 AFMOE_DIGITS = r"\p{AFMoE_digits}"
+# tiny_aya's digit rule, as its tokenizer.json writes it; llama.cpp runs its AFMoE digit splitter for it.
+TINY_AYA_DIGITS = r"\d{1,3}(?=(?:\d{3})*\b)"
 _CJK = "[一-龥぀-ゟ゠-ヿ]+"
 _PUNCT_WORD = (r"[!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^" + "\r\n" + r"\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+")
 _CASED = (r"[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+" + _CONTRACTIONS + "?"
@@ -82,7 +84,7 @@ PATTERNS: MappingProxyType[str, tuple[str, ...]] = MappingProxyType({
         r"[^\r\n\p{L}\p{N}]?((?=[\p{L}\p{M}])([^a-z]))*((?=[\p{L}\p{M}])([^A-Z]))+" + _CONTRACTIONS + "?"
         r"|[^\r\n\p{L}\p{N}]?((?=[\p{L}\p{M}])([^a-z]))+((?=[\p{L}\p{M}])([^A-Z]))*" + _CONTRACTIONS + "?"
         r"|\p{N}{1,3}" + _TAIL,),
-    "tiny-aya": (r"\d{1,3}(?=(?:\d{3})*\b)", _UPLOW + r"|\p{N}{1,3}" + _TAIL),
+    "tiny-aya": (TINY_AYA_DIGITS, _UPLOW + r"|\p{N}{1,3}" + _TAIL),
     "kimi-k2": (KIMI_K2,),
     "superbpe": (r"\p{N}+", r"(?=(\d{3})+(?!\d))"),
     "bailingmoe": (r"'(?:[sSdDmMtT]|[lL][lL]|[vV][eE]|[rR][eE])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
@@ -414,6 +416,10 @@ def _afmoe_digits(text: str, spans: list[tuple[int, int]]) -> list[tuple[int, in
     return out
 
 
+# Patterns llama.cpp runs as hand-written functions on spans (unicode_regex_split_custom_afmoe).
+_FUNCS = {AFMOE_DIGITS: _afmoe_digits, TINY_AYA_DIGITS: _afmoe_digits}
+
+
 @functools.cache
 def _number_rx() -> re.Pattern[str]:
     """One code point that llama.cpp flags as a number."""
@@ -450,8 +456,8 @@ class PreTokenizer:
         for expr in self.patterns:
             if expr in _CUSTOM:
                 steps.append(("text", _exact_custom(expr)))
-            elif expr == AFMOE_DIGITS:
-                steps.append(("func", _afmoe_digits))
+            elif expr in _FUNCS:
+                steps.append(("func", _FUNCS[expr]))
             elif any(cat in expr for cat in _UCAT):
                 steps.append(("collapsed", _ecmascript(_collapse_pattern(expr))))
             else:

@@ -4,22 +4,59 @@ Special tokens (control, user-defined, unknown) are searched longest first; ever
 one splits each remaining text fragment. Control and unknown tokens are only matched when
 parse_special is set; user-defined tokens always are (as Hugging Face tokenizers does). A token with
 the lstrip/rstrip attribute swallows the C whitespace on that side of it.
+
+llama.cpp searches bytes, so a special token whose text is not whole UTF-8 (the single byte C3, say)
+matches inside a character ("é" is C3 A9). When a vocab has such a token, the search runs on a
+byte view of the text (each byte one latin-1 character) and the plain-text fragments come back as
+str with the bytes they hold that are not whole UTF-8 as surrogate escapes (U+DC80..U+DCFF), the
+form `encode` gives raw bytes.
 """
 
 from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
 
 from .unicode import C_SPACE
 from .vocab import Attr, Vocab
 
 PREFIX_CHARS = 3
+RAW_BYTE = re.compile("[\udc80-\udcff]")  # a byte that is not whole UTF-8, as surrogateescape keeps it
 
 
-def partition(vocab: Vocab, text: str, parse_special: bool) -> list[str | int]:
-    """Text as a list of plain-text fragments (str) and special token ids (int), in order."""
+def _byte_view(text: str) -> str:
+    """text's UTF-8 bytes, one latin-1 character each."""
+    return text.encode("utf-8", "surrogateescape").decode("latin-1")
+
+
+def _from_byte_view(view: str) -> str:
+    return view.encode("latin-1").decode("utf-8", "surrogateescape")
+
+
+def raw_special_ids(vocab: Vocab) -> bool:
+    """Whether a special token's text holds bytes that are not whole UTF-8 (then matching works on bytes)."""
+    return any(RAW_BYTE.search(vocab.tokens[i]) for i in vocab.special_cache)
+
+
+def partition(vocab: Vocab, text: str, parse_special: bool, raw_special: bool = False) -> list[str | int]:
+    """Text as a list of plain-text fragments (str) and special token ids (int), in order.
+
+    raw_special: the vocab has a special token that is not whole UTF-8 (see raw_special_ids); the
+    search then runs on bytes, as llama.cpp's does.
+    """
     if not text:
         return []
+    if raw_special:
+        tokens = {i: _byte_view(vocab.tokens[i]) for i in vocab.special_cache}
+        frags = _partition(vocab, tokens, _byte_view(text), parse_special)
+        return [f if isinstance(f, int) else _from_byte_view(f) for f in frags]
+    return _partition(vocab, vocab.tokens, text, parse_special)
+
+
+def _partition(vocab: Vocab, tokens: Sequence[str] | Mapping[int, str], text: str,
+               parse_special: bool) -> list[str | int]:
     frags: list[tuple[int, int] | int] = [(0, len(text))]
-    tokens, attrs = vocab.tokens, vocab.attrs
+    attrs = vocab.attrs
     skip = int(Attr.CONTROL | Attr.UNKNOWN)
     lstrip_bit, rstrip_bit = int(Attr.LSTRIP), int(Attr.RSTRIP)
     # Vocabs hold up to thousands of special tokens that share a few prefixes ("<|reserved_...",
