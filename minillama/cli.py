@@ -167,13 +167,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
     else:
         metadata = read_metadata(src)
     vocab = Vocab.from_metadata(metadata, src)  # refuse what minillama itself could not load
-    tmp = out + ".tmp"
-    try:
-        write_vocab_gguf(metadata, tmp, name=args.name, types=types)
-        os.replace(tmp, out)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    write_vocab_gguf(metadata, out, name=args.name, types=types)
     pre = f", pre {vocab.pre}" if vocab.model == "bpe" else ""
     print(f"{out}: {metadata['tokenizer.ggml.model']} ({vocab.model}) vocab of {vocab.n_vocab} tokens{pre}, "
           f"{os.path.getsize(out)} bytes, from {src}")
@@ -288,13 +282,7 @@ def cmd_ngram(args: argparse.Namespace) -> int:
     else:
         lm = NGramModel.train_files(tok, args.files, order=order)
     out = args.out
-    tmp = out + ".tmp"
-    try:
-        lm.save(tmp)
-        os.replace(tmp, out)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    lm.save(out)
     docs = "conversations" if args.chat else "paragraphs"
     print(f"{out}: {lm.order}-gram over a vocab of {lm.n_vocab} tokens, {lm.n_tokens} tokens in "
           f"{lm.n_sequences} {docs} from {len(args.files)} files, {os.path.getsize(out)} bytes")

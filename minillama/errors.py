@@ -10,6 +10,7 @@ Every error minillama raises on purpose derives from `MinillamaError`:
   itself aborts.
 * `UnsupportedError`: a valid file using something minillama does not implement (a pre-tokenizer
   name, a tokenizer model, a tensor type, a GGUF version).
+* `OutputError`: an output path that cannot be written (a directory, a FIFO, no such directory).
 * `ArgumentError` (also a ValueError): a bad argument, such as a token id outside the vocab;
   `ArgumentTypeError` (also a TypeError) when it has the wrong type.
 
@@ -57,6 +58,10 @@ class UnsupportedError(MinillamaError):
 
 class ArgumentError(MinillamaError, ValueError):
     """A bad argument: a token id outside the vocab, a count out of range."""
+
+
+class OutputError(MinillamaError):
+    """An output path that cannot be written as asked: a directory, FIFO or socket, a missing directory."""
 
 
 class ArgumentTypeError(ArgumentError, TypeError):

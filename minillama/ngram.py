@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .errors import FormatError, MinillamaError
+from .fileio import write_output
 
 if TYPE_CHECKING:
     from .generate import Sampler
@@ -245,7 +246,8 @@ class NGramModel:
                 "tokenizer": self.tokenizer_info}
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Write the model as a compressed .npz (no pickle); the exact path is used (no suffix added)."""
+        """Write the model as a compressed .npz (no pickle) at exactly path (no suffix added), atomically
+        (minillama.fileio.write_output)."""
         arrays: dict[str, np.ndarray] = {
             "meta": np.frombuffer(json.dumps(self._meta(), sort_keys=True).encode("utf-8"), np.uint8)}
         for k, table in enumerate(self._counts):
@@ -263,8 +265,11 @@ class NGramModel:
             arrays[f"off{k}"] = offsets
             arrays[f"next{k}"] = np.array(nxt, np.int32)
             arrays[f"count{k}"] = np.array(cnt, np.int64)
-        with open(path, "wb") as f:
-            np.savez_compressed(f, **arrays)  # type: ignore[arg-type]
+        def write(out: str) -> None:
+            with open(out, "wb") as f:
+                np.savez_compressed(f, **arrays)  # type: ignore[arg-type]
+
+        write_output(path, write)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], tokenizer: Tokenizer | None = None) -> NGramModel:

@@ -66,6 +66,7 @@ import regex
 from gguf import Keys, TokenType
 
 from .errors import FormatError, MinillamaError
+from .fileio import write_output
 from .tokenizer.pretokenize import PATTERNS, PRE_TOKENIZERS, PreTokenizer
 from .tokenizer.unicode import BYTE_TO_CHAR, BYTE_TOKEN, byte_token
 
@@ -167,7 +168,7 @@ class TrainedVocab:
         """Write the vocab-only GGUF at path, through a temporary file (no half-written file on error)."""
         from .tokenizer.write import write_vocab_gguf
 
-        _write_atomic(os.fspath(path), lambda tmp: write_vocab_gguf(self.metadata(), tmp))
+        write_vocab_gguf(self.metadata(), path)
 
     def llama2c_bytes(self) -> bytes:
         """The vocab in llama2.c's tokenizer.bin layout (SPM-style vocabs only)."""
@@ -193,18 +194,7 @@ class TrainedVocab:
             with open(tmp, "wb") as f:
                 f.write(data)
 
-        _write_atomic(os.fspath(path), write)
-
-
-def _write_atomic(path: str, write: Callable[[str], None]) -> None:
-    """Run write(tmp) and move tmp to path; on any error or Ctrl-C remove tmp and leave path alone."""
-    tmp = path + ".tmp"
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+        write_output(path, write)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ import numpy as np
 from gguf import GGUFValueType, GGUFWriter, Keys
 
 from ..errors import FormatError
+from ..fileio import write_output
 
 K = Keys.Tokenizer
 V = GGUFValueType
@@ -83,14 +84,21 @@ def _other_value(key: str, value: Any) -> tuple[Any, GGUFValueType, GGUFValueTyp
 
 def write_vocab_gguf(metadata: Mapping[str, Any], out_path: str | os.PathLike[str], name: str | None = None,
                      types: Mapping[str, GGUFValueType] | None = None) -> None:
-    """Write metadata's tokenizer and architecture keys as a vocab-only GGUF (types: read_gguf's value_types)."""
+    """Write metadata's tokenizer and architecture keys as a vocab-only GGUF (types: read_gguf's value_types).
+
+    out_path is written as minillama.fileio.write_output writes outputs: atomically, through symlinks,
+    never replacing a device, FIFO or directory."""
     if not isinstance(metadata.get(K.MODEL), str) or not isinstance(metadata.get(K.LIST), list):
         raise FormatError(f"metadata without {K.MODEL} and {K.LIST}, expected tokenizer metadata")
     arch = metadata.get("general.architecture")
     if not isinstance(arch, str) or not arch:
         arch = "llama"
-    types = types or {}
-    w = GGUFWriter(os.fspath(out_path), arch)
+    write_output(out_path, lambda path: _write(metadata, path, arch, name, types or {}))
+
+
+def _write(metadata: Mapping[str, Any], path: str, arch: str, name: str | None,
+           types: Mapping[str, GGUFValueType]) -> None:
+    w = GGUFWriter(path, arch)
     title = name if name is not None else metadata.get("general.name")
     if isinstance(title, str) and title:
         w.add_name(title)

@@ -1,0 +1,138 @@
+"""Output paths are written, not replaced (issue: `convert SRC /dev/null` replaced /dev/null, a symlinked
+output lost its link): minillama.fileio.write_output and every command that writes a file."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+
+from minillama.errors import MinillamaError, OutputError
+from minillama.fileio import write_output
+from minillama.tokenizer import default_vocab_path
+
+
+def _writer(data: bytes):
+    def write(path: str) -> None:
+        with open(path, "wb") as f:
+            f.write(data)
+    return write
+
+
+def test_new_path_is_written_with_umask_permissions(tmp_path: Path) -> None:
+    out = tmp_path / "new.bin"
+    write_output(out, _writer(b"abc"))
+    assert out.read_bytes() == b"abc"
+    mask = os.umask(0)
+    os.umask(mask)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o666 & ~mask
+    assert os.listdir(tmp_path) == ["new.bin"]  # no temporary file left
+
+
+def test_regular_file_keeps_its_permissions(tmp_path: Path) -> None:
+    out = tmp_path / "old.bin"
+    out.write_bytes(b"old")
+    out.chmod(0o640)
+    write_output(out, _writer(b"new"))
+    assert out.read_bytes() == b"new"
+    assert stat.S_IMODE(out.stat().st_mode) == 0o640
+
+
+def test_symlink_stays_a_link_and_its_target_is_written(tmp_path: Path) -> None:
+    target = tmp_path / "real.bin"
+    target.write_bytes(b"old")
+    link = tmp_path / "link.bin"
+    link.symlink_to(target)
+    write_output(link, _writer(b"new"))
+    assert link.is_symlink() and os.readlink(link) == str(target)
+    assert target.read_bytes() == b"new"
+
+
+def test_dangling_symlink_writes_its_target(tmp_path: Path) -> None:
+    link = tmp_path / "link.bin"
+    link.symlink_to(tmp_path / "later.bin")
+    write_output(link, _writer(b"x"))
+    assert link.is_symlink() and (tmp_path / "later.bin").read_bytes() == b"x"
+
+
+def test_character_device_is_written_directly(tmp_path: Path) -> None:
+    dev = tmp_path / "null"
+    try:
+        os.mknod(dev, stat.S_IFCHR | 0o666, os.makedev(1, 3))  # a private /dev/null
+    except (PermissionError, OSError) as e:
+        pytest.skip(f"cannot make a character device here ({e}); needs root")
+    write_output(dev, _writer(b"discarded"))
+    assert stat.S_ISCHR(dev.lstat().st_mode)
+
+
+def test_fifo_is_refused_without_hanging(tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    done: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            write_output(fifo, _writer(b"x"))
+        except BaseException as e:  # noqa: BLE001 - collected for the assertion below
+            done.append(e)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(5)
+    assert done and isinstance(done[0], OutputError), "write_output hung or did not refuse a FIFO"
+    assert "FIFO" in str(done[0]) and str(fifo) in str(done[0])
+    assert stat.S_ISFIFO(fifo.lstat().st_mode)
+
+
+def test_directory_and_missing_folder_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(OutputError, match="expected a regular file or a new path, found a directory"):
+        write_output(tmp_path, _writer(b"x"))
+    with pytest.raises(OutputError, match="expected an existing directory"):
+        write_output(tmp_path / "no" / "such.bin", _writer(b"x"))
+    assert isinstance(OutputError("x"), MinillamaError)
+
+
+def test_failed_write_leaves_old_file_whole(tmp_path: Path) -> None:
+    out = tmp_path / "keep.bin"
+    out.write_bytes(b"precious")
+
+    def fail(path: str) -> None:
+        Path(path).write_bytes(b"half")
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        write_output(out, fail)
+    assert out.read_bytes() == b"precious" and os.listdir(tmp_path) == ["keep.bin"]
+
+
+def test_existing_dot_tmp_file_is_not_touched(tmp_path: Path) -> None:
+    (tmp_path / "out.gguf.tmp").write_bytes(b"user's own file")
+    write_output(tmp_path / "out.gguf", _writer(b"x"))
+    assert (tmp_path / "out.gguf.tmp").read_bytes() == b"user's own file"
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(REPO), NO_COLOR="1")
+    return subprocess.run([sys.executable, "-m", "minillama", *args], capture_output=True, text=True, env=env,
+                          timeout=120)
+
+
+def test_convert_through_symlink_and_into_fifo(tmp_path: Path) -> None:
+    target = tmp_path / "vocab.gguf"
+    target.write_bytes(b"")
+    link = tmp_path / "link.gguf"
+    link.symlink_to(target)
+    p = _cli("convert", default_vocab_path(), str(link))
+    assert p.returncode == 0, p.stderr
+    assert link.is_symlink() and target.read_bytes()[:4] == b"GGUF"
+    fifo = tmp_path / "pipe.gguf"
+    os.mkfifo(fifo)
+    p = _cli("convert", default_vocab_path(), str(fifo))
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert f"cannot write '{fifo}'" in p.stderr and "FIFO" in p.stderr
