@@ -281,6 +281,7 @@ class NGramModel:
             raise FormatError(f"not a minillama n-gram file: expected a .npz (zip) archive starting with "
                               f"{ZIP_MAGIC!r}, found {head!r}", path=path, offset=0)
         try:
+            _check_archive(path)
             with np.load(path, allow_pickle=False) as npz:
                 model = cls._from_npz(npz, path)
         except FormatError:
@@ -301,6 +302,9 @@ class NGramModel:
                               path=path, key="meta")
         try:
             info = json.loads(meta.tobytes().decode("utf-8"))
+        except RecursionError:
+            raise FormatError("expected 'meta' to be a flat JSON object, found JSON nested too deep to read",
+                              path=path, key="meta") from None
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise FormatError(f"expected 'meta' to hold UTF-8 JSON, found invalid data ({exc})",
                               path=path, key="meta") from None
@@ -318,21 +322,67 @@ class NGramModel:
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise FormatError(f"expected {key} to be an integer >= 1, found {value!r}", path=path, key=key)
         assert isinstance(order, int) and isinstance(n_vocab, int)
+        if order > len(names):  # checked before anything of size order is made
+            raise FormatError(f"expected {4 * order + 1} members for order {order}, found {len(names)}",
+                              path=path, key="order")
+        expected = {"meta"} | {f"{p}{k}" for k in range(order) for p in ("ctx", "off", "next", "count")}
+        missing = sorted(expected - names)
+        if missing:
+            raise FormatError(f"expected a member {missing[0]!r}, found only {sorted(names)}", path=path,
+                              key=missing[0])
+        extra = sorted(names - expected)
+        if extra:
+            raise FormatError(f"unexpected members {extra} for a {order}-gram model", path=path, key=extra[0])
         model = cls(order, n_vocab)
         tok_info = info.get("tokenizer", {})
         model.tokenizer_info = tok_info if isinstance(tok_info, dict) else {}
         n_seq = info.get("n_sequences", 0)
         model.n_sequences = n_seq if isinstance(n_seq, int) else 0
-        expected = {"meta"} | {f"{p}{k}" for k in range(order) for p in ("ctx", "off", "next", "count")}
-        extra = sorted(names - expected)
-        if extra:
-            raise FormatError(f"unexpected members {extra} for a {order}-gram model", path=path, key=extra[0])
         for k in range(order):
             model._counts[k] = _read_table(npz, names, k, n_vocab, path)
         if info.get("n_tokens") != model.n_tokens:
             raise FormatError(f"expected n_tokens {info.get('n_tokens')!r} (from 'meta'), found {model.n_tokens} "
                               "unigram counts", path=path, key="count0")
         return model
+
+
+# The arrays of a saved model take about 5x its .npz (measured: 2.6-5.2x); a member claiming far more
+# than the archive could honestly hold (a zip bomb, a forged .npy header) is refused before it is read.
+MAX_EXPANSION = 32
+MAX_META_BYTES = 1 << 20
+
+
+def _check_archive(path: str) -> None:
+    """FormatError unless every member is a .npy whose header agrees with its size, all of them
+    together no larger than MAX_EXPANSION times the archive (+1 MiB): nothing is allocated before."""
+    budget = MAX_EXPANSION * os.path.getsize(path) + (1 << 20)
+    total = 0
+    with zipfile.ZipFile(path) as zf:
+        for info in zf.infolist():
+            name = info.filename
+            if not name.endswith(".npy"):
+                raise FormatError(f"expected only .npy members, found {name!r}", path=path, key=name)
+            with zf.open(info) as f:
+                try:
+                    version = np.lib.format.read_magic(f)
+                    read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                                   else np.lib.format.read_array_header_2_0)
+                    shape, _, dtype = read_header(f)
+                except ValueError as exc:
+                    raise FormatError(f"expected a .npy header in {name!r}, found {exc}", path=path,
+                                      key=name) from None
+                header = f.tell()
+            nbytes = int(np.prod(shape, dtype=object)) * dtype.itemsize
+            if header + nbytes != info.file_size:
+                raise FormatError(f"expected {name!r} to hold {header + nbytes} bytes as its header says "
+                                  f"(shape {shape}, {dtype}), found {info.file_size}", path=path, key=name)
+            if name == "meta.npy" and nbytes > MAX_META_BYTES:
+                raise FormatError(f"expected 'meta' of at most {MAX_META_BYTES} bytes, found {nbytes}",
+                                  path=path, key="meta")
+            total += nbytes
+            if total > budget:
+                raise FormatError(f"expected arrays of at most {budget} bytes in all ({MAX_EXPANSION}x the "
+                                  f"archive), found {name!r} taking the total to {total}", path=path, key=name)
 
 
 def _member(npz: Any, names: set[str], name: str, path: str) -> np.ndarray:
