@@ -247,7 +247,8 @@ def _numeric(md: dict[str, Any], key: str, n: int, source: str, dtype: type) -> 
                           key=key)
     if len(v) < n:
         raise FormatError(f"{key} has {len(v)} entries, expected {n} (one per token)", path=source, key=key)
-    return np.ascontiguousarray(v[:n], dtype=dtype)
+    with np.errstate(over="ignore", invalid="ignore"):  # a float64 score beyond float32 is inf, as a cast gives
+        return np.ascontiguousarray(v[:n], dtype=dtype)
 
 
 def _find_special_by_text(special: dict[str, int | None], token_to_id: dict[str, int], attrs: list[int]) -> set[int]:

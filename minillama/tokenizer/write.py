@@ -49,7 +49,10 @@ def _tokenizer_value(key: str, value: Any) -> tuple[Any, GGUFValueType, GGUFValu
         itype = _NUMERIC_ARRAYS[key]
         if key == K.PRECOMPILED_CHARSMAP:
             return arr.astype(np.uint8).tobytes(), V.ARRAY, itype
-        return arr.tolist(), V.ARRAY, itype
+        if itype == V.FLOAT32:  # as minillama (and llama.cpp) read them: float32, beyond its range inf
+            with np.errstate(over="ignore"):
+                return arr.astype(np.float32).tolist(), V.ARRAY, itype
+        return _int32_list(key, arr), V.ARRAY, itype
     if key in _BOOL_KEYS:
         if not isinstance(value, (bool, np.bool_)):
             raise FormatError(f"{key} is {value!r}, expected a bool", key=key)
@@ -61,8 +64,26 @@ def _tokenizer_value(key: str, value: Any) -> tuple[Any, GGUFValueType, GGUFValu
     if key in _STRING_KEYS:
         if not isinstance(value, str):
             raise FormatError(f"{key} is {type(value).__name__}, expected a string", key=key)
-        return value, V.STRING, None
+        return _bytes(value), V.STRING, None
     return _other_value(key, value)
+
+
+def _int32_list(key: str, arr: np.ndarray) -> list[int]:
+    """arr as int32 values (llama.cpp reads token types as int32); FormatError for what does not fit."""
+    ok = np.isfinite(arr) & (arr == np.round(arr)) if arr.dtype.kind == "f" else np.ones(arr.shape, bool)
+    if arr.dtype.kind in "iu" and arr.size:
+        ok &= (arr >= -(1 << 31)) & (arr <= (1 << 31) - 1) if arr.dtype != np.uint64 else (arr < (1 << 31))
+    elif arr.dtype.kind == "f":
+        ok &= np.abs(np.where(ok, arr, 0)) < (1 << 31)
+    bad = np.flatnonzero(~ok)
+    if bad.size:
+        i = int(bad[0])
+        raise FormatError(f"expected int32 values (llama.cpp reads {key} as int32), found {arr[i].item()!r} at index {i}",
+                          key=key)
+    return arr.astype(np.int64).astype(np.int32).tolist()
+
+
+_F32_MAX = float(np.finfo(np.float32).max)
 
 
 def _other_value(key: str, value: Any) -> tuple[Any, GGUFValueType, GGUFValueType | None]:
@@ -70,11 +91,17 @@ def _other_value(key: str, value: Any) -> tuple[Any, GGUFValueType, GGUFValueTyp
     if isinstance(value, (bool, np.bool_)):
         return bool(value), V.BOOL, None
     if isinstance(value, (int, np.integer)):
-        return int(value), (V.UINT32 if 0 <= value < 1 << 32 else V.INT64), None
+        v = int(value)
+        for vtype, lo, hi in ((V.UINT32, 0, 1 << 32), (V.INT64, -(1 << 63), 1 << 63), (V.UINT64, 0, 1 << 64)):
+            if lo <= v < hi:
+                return v, vtype, None
+        raise FormatError(f"cannot write {key} = {v}: expected an integer that fits 64 bits", key=key)
     if isinstance(value, (float, np.floating)):
-        return float(value), V.FLOAT32, None
+        v = float(value)
+        return v, (V.FLOAT32 if abs(v) <= _F32_MAX or v != v or v in (float("inf"), -float("inf"))
+                   else V.FLOAT64), None
     if isinstance(value, str):
-        return value, V.STRING, None
+        return _bytes(value), V.STRING, None
     if isinstance(value, np.ndarray) and value.ndim == 1 and value.dtype in _NP_TYPES and len(value):
         return value.tolist(), V.ARRAY, _NP_TYPES[value.dtype]
     if isinstance(value, list) and value and all(isinstance(t, str) for t in value):
@@ -101,7 +128,7 @@ def _write(metadata: Mapping[str, Any], path: str, arch: str, name: str | None,
     w = GGUFWriter(path, arch)
     title = name if name is not None else metadata.get("general.name")
     if isinstance(title, str) and title:
-        w.add_name(title)
+        w.add_key_value(Keys.General.NAME, _bytes(title), V.STRING)
     # the architecture's own keys (hyper-parameters) when the source has them (a GGUF does)
     for key, value in metadata.items():
         if key.startswith(arch + "."):
