@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from typing import Any
 
 import numpy as np
@@ -312,13 +313,21 @@ def _json_safe(x: Any) -> Any:
     return x
 
 
+# Characters json.dumps(ensure_ascii=False) leaves raw that a terminal acts on: DEL and C1 controls (CSI),
+# bidi marks and overrides, line/paragraph separators, invisible format characters.
+_TERMINAL_UNSAFE = re.compile("[\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff\ufff9-\ufffb]")
+
+
 def render_json(report: dict[str, Any]) -> str:
-    """The report as indented JSON (all numbers in full, no colour), ending with a newline."""
-    return json.dumps(_json_safe(report), indent=2, ensure_ascii=False) + "\n"
+    """The report as indented JSON (all numbers in full, no colour), ending with a newline; characters a
+    terminal would act on are written as \\u escapes (they only occur inside strings)."""
+    text = json.dumps(_json_safe(report), indent=2, ensure_ascii=False)
+    return _TERMINAL_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text) + "\n"
 
 
 def _quote(s: str, limit: int | None = None) -> str:
-    """s in double quotes with backslash escapes for quotes, control characters and invalid bytes."""
+    """s in double quotes with backslash escapes for quotes, invalid bytes and every character that is not
+    printable (terminal controls such as ESC, BEL, OSC and bidi overrides never reach the terminal)."""
     cut = limit is not None and len(s) > limit
     body = s[:limit] if cut else s
     out = []
@@ -332,10 +341,10 @@ def _quote(s: str, limit: int | None = None) -> str:
             out.append("\\t")
         elif ch == "\r":
             out.append("\\r")
-        elif o < 0x20 or o == 0x7F:
-            out.append(f"\\x{o:02x}")
         elif 0xD800 <= o <= 0xDFFF:
             out.append(f"\\x{o - 0xDC00:02x}" if 0xDC80 <= o <= 0xDCFF else f"\\u{o:04x}")
+        elif not ch.isprintable() and ch != " ":  # C0/C1 controls, bidi overrides (U+202E), other format chars
+            out.append(f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}" if o < 0x10000 else f"\\U{o:08x}")
         else:
             out.append(ch)
     return '"' + "".join(out) + ('"...' if cut else '"')
@@ -441,11 +450,11 @@ def render_text(report: dict[str, Any], color: bool = False) -> str:
         fmt += f" v{report['version']}"
     field("format", f"{fmt}, {report['file_size']:,} bytes ({_human_bytes(report['file_size'])})")
     if report["architecture"] is not None:
-        field("architecture", report["architecture"])
+        field("architecture", _show(report["architecture"]))
     if report["name"] is not None:
-        field("name", report["name"])
+        field("name", _show(report["name"]))
     if report["file_type"] is not None:
-        field("file type", report["file_type"])
+        field("file type", _show(str(report["file_type"])))
     totals = report["totals"]
     if totals is not None and not totals["tensors"]:
         field("tensors", "none (vocab-only file)")
@@ -454,7 +463,7 @@ def render_text(report: dict[str, Any], color: bool = False) -> str:
                          f"({_human_count(totals['parameters'])}), {totals['bytes']:,} bytes "
                          f"({_human_bytes(totals['bytes'])})")
     for w in report["warnings"]:
-        field("warning", w)
+        field("warning", _show(w))
 
     entries = report["metadata"]
     if entries is not None:
@@ -467,17 +476,17 @@ def render_text(report: dict[str, Any], color: bool = False) -> str:
     tok = report["tokenizer"]
     if tok is not None:
         lines += ["", bold("tokenizer")]
-        model = tok["model"] if tok["model"] is not None else "?"
+        model = _show(tok["model"]) if tok["model"] is not None else "?"
         if tok["type"] is not None:
             model += f" ({tok['type']})"
         if tok["pre"]:
-            model += f", pre {tok['pre']}"
+            model += f", pre {_show(tok['pre'])}"
         field("model", model)
         if tok["vocab_size"] is not None:
             merges = f", {tok['merges']:,} merges" if tok["merges"] or tok["type"] == "bpe" else ""
             field("vocab", f"{tok['vocab_size']:,} tokens{merges}")
         if tok["error"]:
-            field("error", tok["error"])
+            field("error", _show(tok["error"]))
         specials = list(tok["special"].items())
         id_width = max((len(str(s["id"])) for _, s in specials), default=0)
         for k, (name, s) in enumerate(specials):

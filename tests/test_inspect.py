@@ -522,3 +522,41 @@ def test_real_model_is_fast(real_model: Path, capsys: pytest.CaptureFixture[str]
         elapsed = time.perf_counter() - start
         assert rc == 0 and out
         assert elapsed < 1.0, f"inspect {' '.join(args)} took {elapsed:.2f} s on {real_model}"
+
+
+def test_terminal_escapes_in_names_never_reach_the_terminal(tmp_path) -> None:
+    """general.name / general.architecture / tokenizer.ggml.pre holding ESC, BEL, OSC, CSI (C1) and U+202E are
+    printed escaped by `inspect` and `inspect --json` (the JSON still reads back as the original text)."""
+    import json as _json
+    import os as _os
+    import subprocess as _sp
+    import sys as _sys
+
+    from gguf import GGUFValueType as V
+    from gguf import GGUFWriter
+
+    evil = "evil\x1b]0;pwned\x07\x1b[31m\x9b2J\u202eabc"
+    path = tmp_path / "evil.gguf"
+    w = GGUFWriter(str(path), evil)
+    w.add_key_value("general.name", evil, V.STRING)
+    w.add_key_value("tokenizer.ggml.model", "gpt2", V.STRING)
+    w.add_key_value("tokenizer.ggml.pre", evil, V.STRING)
+    w.add_key_value("tokenizer.ggml.tokens", ["a", "b"], V.ARRAY, V.STRING)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    w.close()
+    from conftest import REPO
+
+    env = dict(_os.environ, PYTHONPATH=str(REPO), NO_COLOR="1", PYTHONIOENCODING="utf-8")
+    for args in ([], ["--json"]):
+        p = _sp.run([_sys.executable, "-m", "minillama", "inspect", *args, str(path)], capture_output=True,
+                    env=env, timeout=60)
+        out = p.stdout.decode("utf-8") + p.stderr.decode("utf-8")
+        for bad in ("\x1b", "\x07", "\x9b", "\u202e"):
+            assert bad not in out, (args, bad)
+        if args:
+            report = _json.loads(p.stdout)
+            assert report["name"] == evil and report["architecture"] == evil
+        else:
+            assert "\\x1b" in out and "\\u202e" in out
