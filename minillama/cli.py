@@ -94,10 +94,20 @@ def format_ids(ids: Iterable[int]) -> str:
 # Subcommands
 
 
+def _check_order(order: int | None) -> None:
+    """--order within 1..MAX_ORDER (checked before anything is read)."""
+    from minillama.ngram import MAX_ORDER
+
+    if order is not None and not 1 <= order <= MAX_ORDER:
+        raise MinillamaError(f"--order expects a number from 1 to {MAX_ORDER}, found {order}")
+
+
 def _read_text(words: Sequence[str]) -> str:
     """Join the TEXT words with spaces, or read standard input when the only word is '-'."""
     if list(words) == ["-"]:
-        data = sys.stdin.buffer.read()
+        from minillama.fileio import read_input
+
+        data = read_input("-")
         try:
             return data.decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -233,8 +243,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
         raise MinillamaError(str(exc)) from None
     if args.max_tokens < 1:
         raise MinillamaError(f"--max-tokens must be at least 1, got {args.max_tokens}")
-    if args.order is not None and args.order < 1:
-        raise MinillamaError(f"--order must be at least 1, got {args.order}")
+    _check_order(args.order)
     tok = _load_tokenizer(args.model)
     model_path = args.model if args.model is not None else f"the built-in vocab ({default_vocab_path()})"
     notes = []
@@ -272,8 +281,7 @@ def cmd_ngram(args: argparse.Namespace) -> int:
     from minillama.ngram import DEFAULT_ORDER, NGramModel
 
     order = args.order if args.order is not None else DEFAULT_ORDER
-    if order < 1:
-        raise MinillamaError(f"--order must be at least 1, got {order}")
+    _check_order(order)
     tok = _load_tokenizer(args.model)
     if args.chat:
         from minillama.chat import format_for, train_chat_ngram
@@ -322,9 +330,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     model = args.model if args.model is not None else default_vocab_path()
     path = args.file if args.file is not None else default_corpus_path()
+    from minillama.fileio import read_input
+
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
+        text = read_input(path, "text file").decode("utf-8")
     except UnicodeDecodeError as exc:
         raise MinillamaError(f"{path}: expected UTF-8 text, found a byte that is not ({exc.reason})") from None
     result = bench(model, text, os.path.basename(path), repeat=args.repeat)
@@ -348,11 +357,12 @@ def cmd_train(args: argparse.Namespace) -> int:
     """Train a BPE vocab on text files; write it as a GGUF (and a llama2.c tokenizer.bin) only when complete."""
     import time
 
+    from minillama.fileio import input_path
     from minillama.train import train_bpe
 
     for f in args.files:
-        if f != "-" and not os.path.isfile(f):
-            raise MinillamaError(f"{f}: no such file")
+        if f != "-":
+            input_path(f, "text file")
     if args.llama2c is not None and args.kind != "spm":
         raise MinillamaError("--llama2c needs --kind spm: llama2.c's tokenizer.bin holds scores, not merges")
     if args.vocab_size < 1:

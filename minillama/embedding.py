@@ -18,6 +18,7 @@ import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from .errors import FormatError, UnsupportedError
+from .fileio import input_path
 from .tokenizer.load.gguf import read_gguf
 
 __all__ = ["Embedding", "SUPPORTED_TYPES", "TENSOR_NAME"]
@@ -255,7 +256,7 @@ class Embedding:
     @classmethod
     def from_file(cls, path: str | os.PathLike[str]) -> Embedding:
         """Memory-map the token_embd.weight tensor of a GGUF model, checking its type and extent first."""
-        path = os.fspath(path)
+        path = input_path(path, "GGUF model file")
         gf = read_gguf(path)
         info = next((t for t in gf.tensors if t.name == TENSOR_NAME), None)
         if info is None:

@@ -10,6 +10,8 @@ Every error minillama raises on purpose derives from `MinillamaError`:
   itself aborts.
 * `UnsupportedError`: a valid file using something minillama does not implement (a pre-tokenizer
   name, a tokenizer model, a tensor type, a GGUF version).
+* `InputError` (also an OSError): an input path that cannot be read (missing, a directory, a FIFO, a
+  device, over the size limit).
 * `OutputError`: an output path that cannot be written (a directory, a FIFO, no such directory).
 * `ArgumentError` (also a ValueError): a bad argument, such as a token id outside the vocab;
   `ArgumentTypeError` (also a TypeError) when it has the wrong type.
@@ -58,6 +60,10 @@ class UnsupportedError(MinillamaError):
 
 class ArgumentError(MinillamaError, ValueError):
     """A bad argument: a token id outside the vocab, a count out of range."""
+
+
+class InputError(MinillamaError, OSError):
+    """An input path that cannot be read as asked: missing, a directory, a FIFO or device, too large."""
 
 
 class OutputError(MinillamaError):

@@ -1,4 +1,10 @@
-"""Writing an output file the user named, without touching anything else.
+"""Reading the input files and writing the output files a user names, safely.
+
+Inputs: a path must be a str or os.PathLike without NUL and name a regular file (a missing file, a
+directory, a FIFO that would block open() forever, a device such as /dev/zero that never ends are
+refused with an `InputError` naming the path as typed); whole-file reads are bounded (MAX_READ_BYTES).
+
+Outputs: writing a file the user named, without touching anything else.
 
 The rule, plainly: a new path or a regular file is written atomically (to a temporary file beside
 it, then renamed over it, keeping the old file's permissions), so an error or Ctrl-C leaves the
@@ -12,13 +18,58 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
+import sys
 import tempfile
 from collections.abc import Callable
 
-from .errors import OutputError
+from .errors import ArgumentError, ArgumentTypeError, InputError, OutputError
 
 _KINDS = {stat.S_ISDIR: "a directory", stat.S_ISFIFO: "a FIFO (named pipe)", stat.S_ISSOCK: "a socket",
           stat.S_ISBLK: "a block device"}
+
+
+MAX_READ_BYTES = 1 << 28  # whole-text reads (stdin, a file to tokenize or count); larger data: `minillama dataset`
+
+
+def input_path(path: object, what: str = "file") -> str:
+    """path as a str, checked to name a regular file that can be read (InputError, ArgumentError otherwise)."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise ArgumentTypeError(f"expected a path (str or os.PathLike) for the {what}, found {type(path).__name__}")
+    shown = os.fspath(path)
+    if isinstance(shown, bytes):
+        shown = os.fsdecode(shown)
+    if "\0" in shown:
+        raise ArgumentError(f"expected a path without NUL characters for the {what}, found {shown!r}")
+    try:
+        st = os.stat(shown)
+    except FileNotFoundError:
+        raise InputError(f"cannot read {shown!r}: expected a {what}, found no such file") from None
+    except OSError as e:
+        raise InputError(f"cannot read {shown!r}: expected a readable {what}, found {e.strerror}") from None
+    if not stat.S_ISREG(st.st_mode):
+        kind = next((name for test, name in _KINDS.items() if test(st.st_mode)), "a device")
+        if stat.S_ISCHR(st.st_mode):
+            kind = "a character device"
+        raise InputError(f"cannot read {shown!r}: expected a regular {what}, found {kind}")
+    if not os.access(shown, os.R_OK):
+        raise InputError(f"cannot read {shown!r}: expected a readable {what}, found no read permission")
+    return shown
+
+
+def read_input(path: str, what: str = "file", limit: int = MAX_READ_BYTES) -> bytes:
+    """The bytes of a file ('-': standard input), at most limit of them (InputError past that)."""
+    if path == "-":
+        data = sys.stdin.buffer.read(limit + 1)
+        shown = "standard input"
+    else:
+        shown = repr(input_path(path, what))
+        if os.path.getsize(path) > limit:
+            raise InputError(f"cannot read {shown}: expected at most {limit:,} bytes, found {os.path.getsize(path):,}")
+        with open(path, "rb") as f:
+            data = f.read(limit + 1)
+    if len(data) > limit:
+        raise InputError(f"cannot read {shown}: expected at most {limit:,} bytes, found more")
+    return data
 
 
 def _umask() -> int:

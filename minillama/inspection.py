@@ -17,6 +17,7 @@ import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType, Keys, LlamaFileType, TokenType
 
 from .errors import MinillamaError
+from .fileio import input_path
 
 K = Keys.Tokenizer
 
@@ -60,7 +61,7 @@ _DTYPE_TYPES = {
 
 def inspect_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The report for a GGUF or tokenizer file: header, metadata, tokenizer summary and tensor table."""
-    path = os.fspath(path)
+    path = input_path(path, "model file")
     with open(path, "rb") as f:
         head = f.read(64)
         size = os.fstat(f.fileno()).st_size

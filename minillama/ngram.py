@@ -47,8 +47,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .errors import FormatError, MinillamaError
-from .fileio import write_output
+from .errors import ArgumentError, FormatError, MinillamaError
+from .fileio import read_input, write_output
 
 if TYPE_CHECKING:
     from .generate import Sampler
@@ -82,8 +82,7 @@ def read_paragraphs(paths: Iterable[str | os.PathLike[str]]) -> list[str]:
     """The paragraphs of UTF-8 text files, in order (MinillamaError naming a file that is not UTF-8)."""
     docs: list[str] = []
     for path in paths:
-        with open(path, "rb") as f:
-            data = f.read()
+        data = read_input(os.fspath(path), "text file")
         try:
             docs += paragraphs(data.decode("utf-8"))
         except UnicodeDecodeError as exc:
@@ -91,14 +90,19 @@ def read_paragraphs(paths: Iterable[str | os.PathLike[str]]) -> list[str]:
     return docs
 
 
+# Each training token adds one entry per order: past 16 the tables only grow (and contexts that long never
+# repeat in text a placeholder model learns from).
+MAX_ORDER = 16
+
+
 class NGramModel:
     """Counts of token n-grams and Witten-Bell interpolated next-token probabilities; implements LanguageModel."""
 
     def __init__(self, order: int, n_vocab: int) -> None:
-        if not isinstance(order, int) or order < 1:
-            raise ValueError(f"order must be an integer >= 1, got {order!r}")
-        if not isinstance(n_vocab, int) or n_vocab < 1:
-            raise ValueError(f"n_vocab must be an integer >= 1, got {n_vocab!r}")
+        if not isinstance(order, int) or isinstance(order, bool) or not 1 <= order <= MAX_ORDER:
+            raise ArgumentError(f"expected an order from 1 to {MAX_ORDER}, found {order!r}")
+        if not isinstance(n_vocab, int) or isinstance(n_vocab, bool) or n_vocab < 1:
+            raise ArgumentError(f"expected n_vocab to be an integer >= 1, found {n_vocab!r}")
         self.order = order
         self.n_vocab = n_vocab
         # _counts[k][context of k ids] = {next id: count}

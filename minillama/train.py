@@ -66,7 +66,7 @@ import regex
 from gguf import Keys, TokenType
 
 from .errors import FormatError, MinillamaError
-from .fileio import write_output
+from .fileio import input_path, write_output
 from .tokenizer.pretokenize import PATTERNS, PRE_TOKENIZERS, PreTokenizer
 from .tokenizer.unicode import BYTE_TO_CHAR, BYTE_TOKEN, byte_token
 
@@ -86,6 +86,7 @@ Source = Union[str, "os.PathLike[str]", Iterable[Union[str, "os.PathLike[str]", 
 # Reading: blocks of 1 MiB; a block is cut after a newline that precedes a non-space character and
 # that is a word boundary, at least _MARGIN characters before the end of what has been read.
 _BLOCK = 1 << 20
+MAX_UNCUT_CHARS = 1 << 26  # text read on without a line break before training gives up (64 Mi characters)
 _MARGIN = 1 << 12
 _CUT = re.compile(r"\n(?=\S)")
 
@@ -204,7 +205,7 @@ class TrainedVocab:
 def _file_chunks(path: str) -> Iterator[str]:
     """The text of a UTF-8 file in blocks, newlines kept as they are ('-' is standard input)."""
     decoder = codecs.getincrementaldecoder("utf-8")("strict")
-    f = sys.stdin.buffer if path == "-" else open(path, "rb")
+    f = sys.stdin.buffer if path == "-" else open(input_path(path, "text file"), "rb")
     pos = 0
     try:
         while True:
@@ -293,7 +294,7 @@ class _WordCounter:
         if text:
             self.counts.update(self.split(self.prepare(text, first)))
 
-    def add(self, chunks: Iterable[str], on_chunk: Callable[[str], None] | None = None) -> None:
+    def add(self, chunks: Iterable[str], on_chunk: Callable[[str], None] | None = None, name: str = "") -> None:
         """Count the words of one document given as consecutive pieces of text."""
         buf, first, retry_at = "", True, _BLOCK
         for chunk in chunks:
@@ -308,6 +309,10 @@ class _WordCounter:
             if len(buf) >= retry_at:
                 rest = self._cut(buf, first)
                 if rest is None:
+                    if len(buf) > MAX_UNCUT_CHARS:  # /dev/zero, one endless line: memory would grow without end
+                        raise FormatError(f"expected a line break at least every {MAX_UNCUT_CHARS:,} characters "
+                                          f"(words are counted between them), found none in {len(buf):,}",
+                                          path=name or None)
                     retry_at = 2 * len(buf)  # no safe cut yet: read on (pathological text only)
                 else:
                     buf, first, retry_at = rest, False, _BLOCK
@@ -364,8 +369,8 @@ def count_words(source: Source, kind: str = "bytelevel", pre: str = "llama3",
     bar = _bar(progress, total=_total_bytes(source), desc="reading", unit="B", unit_scale=True)
     try:
         on_chunk = None if bar is None else (lambda chunk: bar.update(len(chunk.encode("utf-8", "replace"))))
-        for _name, chunks in _documents(source):
-            counter.add(chunks, on_chunk)
+        for name, chunks in _documents(source):
+            counter.add(chunks, on_chunk, name)
     finally:
         if bar is not None:
             bar.close()
@@ -400,6 +405,8 @@ def _initial_pairs(words: list[list[int]], counts: list[int]) -> tuple[dict[int,
     left, right = flat[:-1], flat[1:]
     ok = (left >= 0) & (right >= 0)  # the -1 sentinel ends every word: no pair spans two words
     keys = (left[ok] << _SHIFT) | right[ok]
+    if not len(keys):  # every word a single symbol: nothing to merge
+        return {}, lambda key: []
     wid = np.repeat(np.arange(len(words), dtype=np.int64), lens)[:-1][ok]
     order = np.argsort(keys, kind="stable")  # stable: word ids stay ascending within a key
     keys, wid = keys[order], wid[order]
@@ -595,7 +602,7 @@ def _train_spm(counts: Counter[str], vocab_size: int, specials: list[str], min_f
         for ch in w:
             chars[ch] += c
     chars[SPACE] += 0
-    chars.pop("\0", None)  # llama.cpp reads token texts as C strings: a NUL token would be empty there
+    has_nul = chars.pop("\0", None) is not None  # llama.cpp reads token texts as C strings: no NUL token
     by_freq = sorted(chars.items(), key=lambda kv: (-kv[1], kv[0]))
     total, kept, acc = sum(chars.values()), [], 0
     for ch, n in by_freq:  # the most frequent characters that cover character_coverage of the text
@@ -609,7 +616,7 @@ def _train_spm(counts: Counter[str], vocab_size: int, specials: list[str], min_f
         kept = [ch for ch in kept if ch != SPACE][:budget - 1] + [SPACE]
     alphabet = sorted(kept)
     index = {ch: i for i, ch in enumerate(alphabet)}
-    if len(kept) < len(chars):  # rare characters become bytes: no merge crosses them
+    if has_nul or len(kept) < len(chars):  # rare characters (and NUL) become bytes: no merge crosses them
         rare = regex.compile("[^" + "".join(re.escape(ch) for ch in alphabet) + "]+")
         split: Counter[str] = Counter()
         for w, c in counts.items():

@@ -38,11 +38,13 @@ import gc
 import os
 import re
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 
 from ..errors import ArgumentError, ArgumentTypeError
+from ..fileio import input_path
 from .decode import PieceTable, StreamDecoder, check_id, out_of_range
 from .load import read_metadata
 from .models import Model, make_model
@@ -88,7 +90,7 @@ class Tokenizer:
     def from_file(cls, path: str | os.PathLike[str]) -> Tokenizer:
         """Open a GGUF (v2/v3), llama2.c tokenizer.bin, SentencePiece .model or Hugging Face tokenizer.json
         file, recognised by its content, not its name."""
-        path = os.fspath(path)
+        path = input_path(path, "model file")
         return cls(Vocab.from_metadata(read_metadata(path), path))
 
     # --- properties -------------------------------------------------------------------------
@@ -229,6 +231,8 @@ class Tokenizer:
         if isinstance(ids, (str, bytes)):
             raise ArgumentTypeError(f"token ids must be a sequence of int, got {type(ids).__name__}")
         if not isinstance(ids, list):
+            if isinstance(ids, (AbstractSet, Mapping)):  # no order: the text would be a guess
+                raise ArgumentTypeError(f"token ids must be a sequence of int in order, got a {type(ids).__name__}")
             if not isinstance(ids, Iterable):
                 raise ArgumentTypeError(f"token ids must be a sequence of int, got {type(ids).__name__}")
             try:

@@ -6,6 +6,7 @@ import os
 from typing import Any
 
 from ...errors import FormatError
+from ...fileio import input_path
 from .gguf import GGUFFile, is_gguf, read_gguf
 from .hf_json import looks_like_json, read_hf_json
 from .llama2c import looks_like_llama2c, read_llama2c
@@ -17,7 +18,7 @@ EXPECTED = ("a GGUF file, a SentencePiece .model, a Hugging Face tokenizer.json 
 
 def read_metadata(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Tokenizer metadata of any supported file, chosen by content (not by name)."""
-    path = os.fspath(path)
+    path = input_path(path, "model file")
     with open(path, "rb") as f:
         head = f.read(64)
         size = os.fstat(f.fileno()).st_size

@@ -18,6 +18,7 @@ import numpy as np
 from gguf import GGUF_MAGIC, GGUFValueType
 
 from ...errors import FormatError, UnsupportedError
+from ...fileio import input_path
 
 SUPPORTED_VERSIONS = (2, 3)
 
@@ -204,7 +205,7 @@ def is_gguf(head: bytes) -> bool:
 
 def read_gguf(path: str | os.PathLike[str], *, tensors: bool = True) -> GGUFFile:
     """Parse the header, all metadata and (optionally) the tensor table of a GGUF file."""
-    path = os.fspath(path)
+    path = input_path(path, "GGUF file")
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
         if size == 0:
