@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -165,6 +167,20 @@ def _merges(raw: Any, path: str) -> list[str]:
     return out
 
 
+# config.json's vocab_size may pad the vocab (embedding rows rounded up): by a few hundred tokens in real
+# models; a padding of more is refused rather than made (16M [PAD] tokens would take gigabytes).
+MAX_PADDING = 1 << 16
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _no_surrogates(texts: Iterable[str], path: str, key: str) -> None:
+    """FormatError when a text holds a lone surrogate (JSON's unpaired \\ud800 escape): it has no UTF-8 form."""
+    bad = _SURROGATE.search("\0".join(texts))
+    if bad is not None:
+        raise _fail(path, f"{key} holds the lone surrogate U+{ord(bad.group()):04X} (a \\u escape with no pair), "
+                          "expected text that has a UTF-8 form (Hugging Face tokenizers refuses it too)", key)
+
+
 def _read_json(path: str, what: str) -> Any:
     try:
         with open(path, encoding="utf-8") as f:
@@ -177,6 +193,9 @@ def _read_json(path: str, what: str) -> Any:
     except json.JSONDecodeError as e:
         raise FormatError(f"{what} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}", path=path,
                           offset=e.pos) from None
+    except ValueError as e:  # an integer literal longer than Python's int_max_str_digits (4,300)
+        raise FormatError(f"{what} holds a value JSON from a tokenizer never has, expected ids and counts "
+                          f"of a few digits, found: {e}", path=path) from None
 
 
 def _content(entry: Any) -> str | None:
@@ -299,9 +318,14 @@ def hf_json_metadata(j: Any, path: str = "<tokenizer.json>", tokenizer_config: d
     if n > 1 << 24 or n > 4 * len(by_id) + 1024:
         raise _fail(path, f"largest token id {n - 1} for {len(by_id)} tokens, expected ids close to 0..{len(by_id) - 1}")
     size = (config or {}).get("vocab_size")
-    if isinstance(size, int) and not isinstance(size, bool) and n < size <= 1 << 24:
-        n = size  # the converter pads to config.json's vocab_size with [PAD{i}] tokens
+    if isinstance(size, int) and not isinstance(size, bool) and size > n:
+        if size - n > MAX_PADDING:
+            raise _fail(path, f"config.json beside it has vocab_size {size}, which would add {size - n} [PAD] "
+                              f"tokens to the {n} of tokenizer.json; expected at most {MAX_PADDING} more", "vocab_size")
+        n = size  # llama.cpp's converter pads to config.json's vocab_size with [PAD{i}] tokens
 
+    _no_surrogates(by_id.values(), path, "model.vocab")
+    _no_surrogates(merges, path, "model.merges")
     tokens: list[str] = []
     types: list[int] = []
     for i in range(n):
