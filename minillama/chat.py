@@ -234,7 +234,7 @@ class ChatSession:
         in_context = st.prompt_tokens + len(gen.ids)
         return (f"last reply: {st.generated_tokens} tokens in {st.seconds:.3f} s ({st.tokens_per_second:.1f} "
                 f"tokens/s), prompt {st.prompt_tokens} tokens, stopped by {why}, seed {st.seed}\n"
-                f"conversation: {self.turns} turns, {in_context} tokens in context, {self.generated_tokens} "
+                f"conversation: {self.turns} turn{'' if self.turns == 1 else 's'}, {in_context} tokens in context, {self.generated_tokens} "
                 f"tokens generated in {self.seconds:.3f} s ({rate:.1f} tokens/s)")
 
 
@@ -317,6 +317,8 @@ def _reply(session: ChatSession, text: str, out: TextIO, safe: bool) -> None:
         for chunk in gen:
             out.write(chunk.translate(_CONTROL_PICTURES) if safe else chunk)
             out.flush()
+        if gen.stats.stop_reason == "max_tokens":  # cut, maybe mid-word: say so
+            out.write(f" [cut at --max-tokens {session.settings.max_tokens}]")
         out.write("\n")
     except KeyboardInterrupt:
         if gen is not None:

@@ -44,9 +44,14 @@ RESET = "\x1b[0m"
 # Rendering helpers
 
 
+def warn(message: str) -> None:
+    """One 'minillama: warning: ...' line on stderr: something the user asked for that will not happen as meant."""
+    print(f"{PROG}: warning: {message}", file=sys.stderr)
+
+
 def use_color(stream: TextIO) -> bool:
-    """Return True when stream is a terminal and NO_COLOR is not set."""
-    if os.environ.get("NO_COLOR"):
+    """Return True when stream is a terminal, NO_COLOR is not set and TERM is not 'dumb'."""
+    if os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb":
         return False
     isatty = getattr(stream, "isatty", None)
     return bool(isatty and isatty())
@@ -73,16 +78,33 @@ def group_pieces(pieces: Iterable[bytes]) -> list[str]:
 _CONTROL_PICTURES = {c: 0x2400 + c for c in range(0x20) if c not in (0x09, 0x0A)} | {0x7F: 0x2421}
 
 
+NEWLINE_MARK = "\u21b5"  # ↵: a newline inside a token gets a visible block before the line break
+
+
 def colorize(groups: Sequence[str]) -> str:
-    """Paint each group on the next pastel background, resetting around newlines so colour never bleeds."""
+    """Paint each group on the next pastel background, resetting around newlines so colour never bleeds;
+    a newline shows as a coloured ↵ before the line break, so a newline token is seen."""
     fr, fg, fb = FOREGROUND
     out: list[str] = []
     for i, group in enumerate(groups):
         r, g, b = PALETTE[i % len(PALETTE)]
         start = f"\x1b[48;2;{r};{g};{b}m\x1b[38;2;{fr};{fg};{fb}m"
         lines = group.translate(_CONTROL_PICTURES).split("\n")
-        out.append("\n".join(start + line + RESET if line else "" for line in lines))
+        marked = [line + NEWLINE_MARK for line in lines[:-1]] + lines[-1:]
+        out.append("\n".join(start + line + RESET if line else "" for line in marked))
     return "".join(out)
+
+
+def plural(n: int, word: str) -> str:
+    """'1 file', '2 files'."""
+    return f"{n:,} {word}" if n == 1 else f"{n:,} {word}s"
+
+
+def escape_piece(piece: bytes) -> str:
+    """A token's bytes as one line of text: controls, backslashes and bytes that are not whole UTF-8 escaped."""
+    from minillama.inspection import quote_text
+
+    return quote_text(piece.decode("utf-8", "surrogateescape"))[1:-1]
 
 
 def format_ids(ids: Iterable[int]) -> str:
@@ -94,6 +116,21 @@ def format_ids(ids: Iterable[int]) -> str:
 # Subcommands
 
 
+def check_sampling_flags(args: argparse.Namespace) -> None:
+    """--temperature/--top-k/--top-p/--max-tokens checked before anything loads, errors naming the flags."""
+    import re
+
+    from minillama.generate import Sampler
+
+    try:
+        Sampler(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+    except ValueError as exc:
+        raise MinillamaError(re.sub(r"\b(temperature|top_k|top_p)\b", lambda m: "--" + m.group().replace("_", "-"),
+                                    str(exc))) from None
+    if args.max_tokens < 1:
+        raise MinillamaError(f"expected --max-tokens of at least 1, found {args.max_tokens}")
+
+
 def _check_order(order: int | None) -> None:
     """--order within 1..MAX_ORDER (checked before anything is read)."""
     from minillama.ngram import MAX_ORDER
@@ -102,22 +139,38 @@ def _check_order(order: int | None) -> None:
         raise MinillamaError(f"--order expects a number from 1 to {MAX_ORDER}, found {order}")
 
 
-def _read_text(words: Sequence[str]) -> str:
-    """Join the TEXT words with spaces, or read standard input when the only word is '-'."""
-    if list(words) == ["-"]:
-        from minillama.fileio import read_input
+# llama-tokenize's escapes (common.cpp string_process_escapes): \n \r \t \' \" \\ and \xNN (a raw byte).
+_ESCAPES = {"n": "\n", "r": "\r", "t": "\t", "'": "'", '"': '"', "\\": "\\"}
 
-        data = read_input("-")
-        try:
-            return data.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise MinillamaError(f"standard input is not valid UTF-8 (byte {exc.start})") from None
-    text = " ".join(words)
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise MinillamaError("TEXT is not valid UTF-8") from None
-    return text
+
+def process_escapes(text: str) -> str:
+    """text with llama-tokenize's escape sequences replaced; \\xNN above 0x7F is that raw byte."""
+    import re
+
+    def one(m: re.Match[str]) -> str:
+        e = m.group(1)
+        if e[0] == "x":
+            b = int(e[1:], 16)
+            return chr(b) if b < 0x80 else bytes([b]).decode("utf-8", "surrogateescape")
+        return _ESCAPES[e]
+
+    return re.sub(r"\\(x[0-9a-fA-F]{2}|[nrt'\"\\])", one, text)
+
+
+def _read_text(words: Sequence[str], file: str | None = None) -> str:
+    """The text to work on: FILE's bytes, standard input when the only word is '-', else the words joined by
+    spaces. Bytes that are not UTF-8 stay raw bytes (surrogate escapes), as the API and llama.cpp take them."""
+    from minillama.fileio import read_input
+
+    if file is not None:
+        if words:
+            raise MinillamaError(f"expected TEXT or -f FILE, found both (-f {file} and {len(words)} words)")
+        return read_input(file, "text file").decode("utf-8", "surrogateescape")
+    if not words:
+        raise MinillamaError("expected TEXT, '-' (standard input) or -f FILE, found none")
+    if list(words) == ["-"]:
+        return read_input("-").decode("utf-8", "surrogateescape")
+    return " ".join(words)
 
 
 def _load_tokenizer(path: str | None) -> Tokenizer:
@@ -128,21 +181,31 @@ def _load_tokenizer(path: str | None) -> Tokenizer:
 
 
 def cmd_tokenize(args: argparse.Namespace) -> int:
-    """Print the coloured pieces, the ids and the token count of the given text."""
-    text = _read_text(args.text)
+    """Print the pieces, the ids and the token count of the given text (or one of them, or JSON)."""
+    text = _read_text(args.text, args.file)
+    if args.escape:
+        text = process_escapes(text)
     tok = _load_tokenizer(args.model)
     ids = tok.encode(text, add_special=not args.no_bos, parse_special=args.parse_special)
+    pieces = [tok.token_to_piece(i) for i in ids]
     out = sys.stdout
-    if not args.ids:
-        groups = group_pieces(tok.token_to_piece(i) for i in ids)
+    show = "ids" if args.ids else args.show
+    if args.json:
+        out.write(json.dumps({"ids": ids, "pieces": [p.decode("utf-8", "replace") for p in pieces],
+                              "piece_bytes": [p.hex() for p in pieces], "count": len(ids)}, ensure_ascii=False)
+                  + "\n")
+    elif show == "ids":
+        out.write(format_ids(ids) + "\n")
+    elif show == "table":
+        out.write("".join(f"{i}\t{escape_piece(p)}\n" for i, p in zip(ids, pieces)))
+    else:
         if use_color(out):
-            shown = colorize(groups)
+            shown = colorize(group_pieces(pieces))
             out.write(shown + ("" if shown.endswith("\n") else "\n"))
-        else:  # no colour to show where pieces end: a JSON list of them, one line, unambiguous
-            out.write(json.dumps(groups, ensure_ascii=False) + "\n")
-    out.write(format_ids(ids) + "\n")
-    if not args.ids:
-        out.write(f"{len(ids)} tokens\n")
+        else:  # no colour to show where pieces end: a JSON list, one entry per token
+            out.write(json.dumps([p.decode("utf-8", "replace") for p in pieces], ensure_ascii=False) + "\n")
+        out.write(format_ids(ids) + "\n")
+        out.write(f"{plural(len(ids), 'token')}\n")
     out.flush()
     return 0
 
@@ -151,12 +214,20 @@ def _setup_tokenize(p: argparse.ArgumentParser) -> None:
     """Declare the arguments of 'tokenize'."""
     p.add_argument("--model", metavar="PATH", help="GGUF, SentencePiece .model, Hugging Face tokenizer.json or "
                    "llama2.c tokenizer.bin (default: built-in vocab)")
-    p.add_argument("--ids", action="store_true", help="print only the list of token ids")
+    p.add_argument("--show", choices=("pieces", "ids", "table"), default="pieces",
+                   help="pieces: coloured pieces (one JSON list entry per token when piped), ids and count; "
+                   "ids: only the ids; table: one 'id<TAB>piece' line per token (default: pieces)")
+    p.add_argument("--ids", action="store_true", help="same as --show ids")
+    p.add_argument("--json", action="store_true", help="print one JSON object: ids, pieces (one per token), "
+                   "piece_bytes (hex) and count")
+    p.add_argument("-f", "--file", metavar="FILE", help="tokenize the contents of FILE instead of TEXT")
     p.add_argument("--no-bos", action="store_true", help="do not add BOS/EOS (add_special=False)")
     p.add_argument("--parse-special", action="store_true", help="turn special-token text into its id")
-    p.add_argument(
-        "text", nargs="+", metavar="TEXT", help="text to tokenize (words joined by spaces; '-' reads stdin)"
-    )
+    p.add_argument("--escape", action="store_true",
+                   help="process escapes as llama-tokenize does by default: \\n \\r \\t \\' \\\" \\\\ \\xNN")
+    p.add_argument("text", nargs="*", metavar="TEXT",
+                   help="text to tokenize (words joined by spaces; '-' reads stdin); bytes that are not UTF-8 are "
+                   "tokenized as raw bytes, as llama.cpp does")
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
@@ -192,10 +263,64 @@ def _setup_convert(p: argparse.ArgumentParser) -> None:
     p.add_argument("--name", help="general.name to write (default: the source's)")
 
 
+def cmd_decode(args: argparse.Namespace) -> int:
+    """Print the text of token ids (llama_detokenize), exact bytes when piped."""
+    import re
+
+    words = args.ids if args.ids and args.ids != ["-"] else [sys.stdin.read(1 << 26)]
+    found = re.findall(r"[^\s,\[\]]+", " ".join(words))
+    ids = []
+    for w in found:
+        if not re.fullmatch(r"-?\d+", w):
+            raise MinillamaError(f"expected token ids (integers, separated by spaces or commas), found {w!r}")
+        ids.append(int(w))
+    tok = _load_tokenizer(args.model)
+    data = tok.decode_bytes(ids, remove_special=args.skip_special, unparse_special=not args.skip_special)
+    out = sys.stdout
+    if out.isatty():  # a terminal: text, with control characters shown as pictures (no escape injection)
+        text = data.decode("utf-8", "replace").translate(_CONTROL_PICTURES)
+        out.write(text + ("" if text.endswith("\n") else "\n"))
+        out.flush()
+    else:
+        out.flush()
+        out.buffer.write(data)
+        out.buffer.flush()
+    return 0
+
+
+def _item_line(v: object) -> str:
+    """One array item of `inspect --key` on one line."""
+    return escape_piece(v.encode("utf-8", "surrogateescape")) if isinstance(v, str) else str(v)
+
+
+def _setup_decode(p: argparse.ArgumentParser) -> None:
+    """Declare the arguments of 'decode'."""
+    p.add_argument("--model", metavar="PATH", help="GGUF, SentencePiece .model, Hugging Face tokenizer.json or "
+                   "llama2.c tokenizer.bin (default: built-in vocab)")
+    p.add_argument("--skip-special", action="store_true",
+                   help="leave out special tokens (default: show their text, e.g. <s>)")
+    p.add_argument("ids", nargs="*", metavar="IDS",
+                   help="token ids, separated by spaces or commas, brackets allowed (none or '-': read stdin)")
+
+
 def cmd_inspect(args: argparse.Namespace) -> int:
     """Print what a GGUF or tokenizer file holds (metadata, tokenizer, tensor table), reading no tensor data."""
-    from minillama.inspection import inspect_file, render_json, render_text  # lazy: keeps --help fast
+    from minillama.inspection import inspect_file, key_value, render_json, render_text  # lazy: fast --help
 
+    if args.key is not None:
+        value = key_value(args.path, args.key)
+        out = sys.stdout
+        if args.json:
+            out.write(render_json({"key": args.key, "value": value}))
+        elif isinstance(value, list):  # one item per line; strings escaped so that each stays one line
+            out.write("".join(f"{_item_line(v)}\n" for v in value))
+        else:
+            text = str(value)
+            if out.isatty():
+                text = text.translate(_CONTROL_PICTURES)
+            out.write(text + ("" if text.endswith("\n") else "\n"))
+        out.flush()
+        return 0
     report = inspect_file(args.path)
     out = sys.stdout
     out.write(render_json(report) if args.json else render_text(report, color=use_color(out)))
@@ -207,7 +332,10 @@ def _setup_inspect(p: argparse.ArgumentParser) -> None:
     """Declare the arguments of 'inspect'."""
     p.add_argument("path", metavar="PATH",
                    help="GGUF, SentencePiece .model, Hugging Face tokenizer.json or llama2.c tokenizer.bin")
-    p.add_argument("--json", action="store_true", help="print the same report as JSON (full numbers, no colour)")
+    p.add_argument("--json", action="store_true", help="print the same report as JSON (numbers in full, long strings "
+                   "and arrays shortened as in the text report; no colour)")
+    p.add_argument("--key", metavar="KEY", help="print only this metadata key's whole value (e.g. "
+                   "tokenizer.chat_template; arrays one item per line)")
 
 
 def _chat_model(args: argparse.Namespace, tok: Tokenizer, fmt: ChatFormat) -> tuple[LanguageModel, str]:
@@ -234,15 +362,9 @@ def _chat_model(args: argparse.Namespace, tok: Tokenizer, fmt: ChatFormat) -> tu
 def cmd_chat(args: argparse.Namespace) -> int:
     """Chat in the terminal with a placeholder n-gram model, each reply streamed token by token."""
     from minillama.chat import ChatSession, Settings, SimpleFormat, banner, format_for, main_loop
-    from minillama.generate import Sampler
     from minillama.tokenizer import default_vocab_path
 
-    try:
-        Sampler(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
-    except ValueError as exc:
-        raise MinillamaError(str(exc)) from None
-    if args.max_tokens < 1:
-        raise MinillamaError(f"--max-tokens must be at least 1, got {args.max_tokens}")
+    check_sampling_flags(args)
     _check_order(args.order)
     tok = _load_tokenizer(args.model)
     model_path = args.model if args.model is not None else f"the built-in vocab ({default_vocab_path()})"
@@ -292,8 +414,8 @@ def cmd_ngram(args: argparse.Namespace) -> int:
     out = args.out
     lm.save(out)
     docs = "conversations" if args.chat else "paragraphs"
-    print(f"{out}: {lm.order}-gram over a vocab of {lm.n_vocab} tokens, {lm.n_tokens} tokens in "
-          f"{lm.n_sequences} {docs} from {len(args.files)} files, {os.path.getsize(out)} bytes")
+    print(f"{out}: {lm.order}-gram over a vocab of {lm.n_vocab:,} tokens, {plural(lm.n_tokens, 'token')} in "
+          f"{lm.n_sequences:,} {docs} from {plural(len(args.files), 'file')}, {os.path.getsize(out):,} bytes")
     return 0
 
 
@@ -322,6 +444,8 @@ class Subcommand:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     """Measure encode/decode throughput, load time and memory of a model on a text file."""
+    if args.repeat < 1:
+        raise MinillamaError(f"expected --repeat of at least 1 (timed runs), found {args.repeat}")
     import json
 
     from minillama.bench import HEADER, bench, format_row
@@ -330,12 +454,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     model = args.model if args.model is not None else default_vocab_path()
     path = args.file if args.file is not None else default_corpus_path()
-    from minillama.fileio import read_input
+    from minillama.fileio import read_text
 
-    try:
-        text = read_input(path, "text file").decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise MinillamaError(f"{path}: expected UTF-8 text, found a byte that is not ({exc.reason})") from None
+    text = read_text(path)
     result = bench(model, text, os.path.basename(path), repeat=args.repeat)
     if args.json:
         print(json.dumps(result.as_dict(), indent=1))
@@ -348,7 +469,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def _setup_bench(p: argparse.ArgumentParser) -> None:
     """Declare the arguments of 'bench'."""
     p.add_argument("--model", metavar="PATH", help="model or tokenizer file (default: built-in vocab)")
-    p.add_argument("--repeat", type=int, default=5, help="timed repetitions; the best is reported (default 5)")
+    p.add_argument("--repeat", type=int, default=5, metavar="N", help="timed repetitions; the best is reported (default 5)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("file", nargs="?", metavar="FILE", help="UTF-8 text to encode (default: the package's corpus)")
 
@@ -358,19 +479,28 @@ def cmd_train(args: argparse.Namespace) -> int:
     import time
 
     from minillama.fileio import input_path
-    from minillama.train import train_bpe
+    from minillama.train import min_vocab_size, train_bpe
 
     for f in args.files:
-        if f != "-":
-            input_path(f, "text file")
+        if f != "-" and os.path.getsize(input_path(f, "text file")) == 0:
+            warn(f"{f} is empty: it adds nothing to the training")
     if args.llama2c is not None and args.kind != "spm":
         raise MinillamaError("--llama2c needs --kind spm: llama2.c's tokenizer.bin holds scores, not merges")
-    if args.vocab_size < 1:
-        raise MinillamaError(f"--vocab-size must be at least 1, got {args.vocab_size}")
+    floor = min_vocab_size(args.kind, args.special)
+    if args.vocab_size < floor:
+        raise MinillamaError(f"expected --vocab-size of at least {floor} for --kind {args.kind} (its byte and special "
+                             f"tokens), found {args.vocab_size}")
+    if args.min_frequency < 1:
+        raise MinillamaError(f"expected --min-frequency of at least 1 (a pair that occurs), found {args.min_frequency}")
+    if not 0.0 < args.character_coverage <= 1.0:
+        raise MinillamaError(f"expected --character-coverage in (0, 1], found {args.character_coverage}")
+    if args.kind == "spm" and args.pre is not None:
+        warn(f"--pre {args.pre} is not used by --kind spm (SentencePiece-style vocabs split on spaces only)")
     start = time.perf_counter()
     written: list[str] = []
     try:
-        tv = train_bpe(args.files, args.vocab_size, kind=args.kind, pre=args.pre, special_tokens=args.special,
+        tv = train_bpe(args.files, args.vocab_size, kind=args.kind, pre=args.pre or "llama3",
+                       special_tokens=args.special,
                        min_frequency=args.min_frequency, character_coverage=args.character_coverage,
                        progress=False if args.no_progress else None,
                        name=args.name or os.path.splitext(os.path.basename(args.out))[0])
@@ -383,9 +513,13 @@ def cmd_train(args: argparse.Namespace) -> int:
         done = f"wrote only {', '.join(written)}" if written else "nothing written"
         print(f"{PROG}: interrupted; {done}", file=sys.stderr)
         return 130
+    if tv.n_vocab < args.vocab_size:
+        warn(f"stopped at {tv.n_vocab:,} tokens, short of --vocab-size {args.vocab_size:,}: no pair left occurs "
+             f"--min-frequency ({args.min_frequency}) times or more in this text")
     pre = f", pre {tv.pre}" if tv.kind == "bytelevel" else ""
-    print(f"{', '.join(written)}: {tv.kind} BPE vocab of {tv.n_vocab} tokens ({len(tv.merges)} merges{pre}) from "
-          f"{tv.n_words} distinct words in {len(args.files)} files, {time.perf_counter() - start:.1f} s")
+    print(f"{', '.join(written)}: {tv.kind} BPE vocab of {tv.n_vocab:,} tokens ({plural(len(tv.merges), 'merge')}"
+          f"{pre}) from {plural(tv.n_words, 'distinct word')} in {plural(len(args.files), 'file')}, "
+          f"{time.perf_counter() - start:.1f} s")
     return 0
 
 
@@ -396,7 +530,7 @@ def _setup_train(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kind", choices=("bytelevel", "spm"), default="bytelevel",
                    help="bytelevel: GPT-2 style (gguf model gpt2); spm: SentencePiece style with scores and byte "
                    "fallback (gguf model llama) (default: bytelevel)")
-    p.add_argument("--pre", default="llama3", metavar="NAME",
+    p.add_argument("--pre", metavar="NAME",
                    help="llama.cpp pre-tokenizer of a bytelevel vocab, e.g. llama3, gpt-2, qwen2 (default: llama3)")
     p.add_argument("--special", action="append", metavar="TOKEN",
                    help="a special (control) token; repeat for more (default: <|endoftext|> for bytelevel; spm always "
@@ -414,6 +548,7 @@ def _setup_train(p: argparse.ArgumentParser) -> None:
 
 COMMANDS: dict[str, Subcommand] = {
     "tokenize": Subcommand("tokenize text and show the pieces and ids", _setup_tokenize, cmd_tokenize),
+    "decode": Subcommand("turn token ids back into text", _setup_decode, cmd_decode),
     "convert": Subcommand("write a tokenizer file as a vocab-only GGUF that llama.cpp opens", _setup_convert,
                           cmd_convert),
     "inspect": Subcommand("show a model or tokenizer file's metadata, tokenizer and tensors", _setup_inspect,
@@ -442,11 +577,38 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _subparser(parser: argparse.ArgumentParser, names: Sequence[str]) -> argparse.ArgumentParser:
+    """The parser of a (nested) subcommand, e.g. ['ngram', 'train'], for its own usage line in errors."""
+    for name in names:
+        actions = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if not actions or name not in actions[0].choices:
+            break
+        parser = actions[0].choices[name]
+    return parser
+
+
+def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """parse_args, but an unknown command gets a 'did you mean' and an unknown flag the usage of its own
+    subcommand (argparse reports both at the top level)."""
+    import difflib
+
+    first = next((a for a in argv if not a.startswith("-")), None)
+    if first is not None and first not in COMMANDS and argv and argv[0] == first:
+        near = difflib.get_close_matches(first, list(COMMANDS), n=1)
+        hint = f"; did you mean '{near[0]}'?" if near else f" (one of {', '.join(COMMANDS)})"
+        parser.error(f"expected a command, found '{first}'{hint}")
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        names = [args.command] + ([args.ngram_command] if getattr(args, "ngram_command", None) else [])
+        _subparser(parser, names).error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line tool and return its exit status."""
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args = _parse(parser, list(sys.argv[1:] if argv is None else argv))
     except SystemExit as exc:  # --help, --version and usage errors
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
     try:

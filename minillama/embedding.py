@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
-from .errors import FormatError, UnsupportedError
+from .errors import ArgumentError, ArgumentTypeError, FormatError, UnsupportedError
 from .fileio import input_path
 from .tokenizer.load.gguf import read_gguf
 
@@ -306,7 +306,7 @@ class Embedding:
         """A stand-in table of uniform [-1, 1) float32 values for vocab-only files and tests, fixed by seed."""
         for name, v in (("n_vocab", n_vocab), ("n_embd", n_embd)):
             if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v <= 0:
-                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+                raise ArgumentError(f"{name} must be a positive integer, got {v!r}")
         return cls(int(n_vocab), int(n_embd), T.F32, seed=int(seed))
 
     # -- properties ----------------------------------------------------------------------------------------------
@@ -351,10 +351,10 @@ class Embedding:
         return rows if todo is idx else rows[inverse.reshape(-1)]
 
     def _check_ids(self, ids: Sequence[int] | np.ndarray) -> np.ndarray:
-        """The ids as a 1-D intp array; ValueError naming the first id outside the table."""
+        """The ids as a 1-D intp array; ArgumentError naming the first id outside the table."""
         arr = np.asarray(ids)
         if arr.ndim != 1:
-            raise ValueError(f"ids must be a 1-D sequence of token ids, got an array of shape {arr.shape}")
+            raise ArgumentError(f"ids must be a 1-D sequence of token ids, got an array of shape {arr.shape}")
         if arr.size == 0:
             return np.zeros(0, np.intp)
         if arr.dtype.kind == "O":  # Python ints too large for int64/uint64
@@ -362,7 +362,7 @@ class Embedding:
                 if isinstance(v, (int, np.integer)) and not 0 <= v < self._n_vocab:
                     raise self._out_of_range(v)
         if arr.dtype.kind not in "iu":
-            raise TypeError(f"token ids must be integers, got {arr.dtype}")
+            raise ArgumentTypeError(f"token ids must be integers, got {arr.dtype}")
         bad = arr >= self._n_vocab
         if arr.dtype.kind == "i":
             bad |= arr < 0
@@ -370,10 +370,10 @@ class Embedding:
             raise self._out_of_range(arr[bad.argmax()])
         return arr.astype(np.intp, copy=False)
 
-    def _out_of_range(self, token_id: Any) -> ValueError:
+    def _out_of_range(self, token_id: Any) -> ArgumentError:
         """The error for an id outside the table, naming the id and the table size."""
         n = self._n_vocab
-        return ValueError(f"token id {token_id} is out of range for an embedding table of {n} rows "
+        return ArgumentError(f"token id {token_id} is out of range for an embedding table of {n} rows "
                           f"(expected 0..{n - 1})")
 
     def _rows(self, ids: np.ndarray) -> np.ndarray:
@@ -381,7 +381,7 @@ class Embedding:
         if self._key is not None:
             return _random_rows(self._key, ids, self._n_embd)
         if self._table is None:
-            raise ValueError(f"lookup on a closed Embedding ({self.path})")
+            raise ArgumentError(f"lookup on a closed Embedding ({self.path})")
         raw = self._table[ids]  # copies just these rows out of the memory map
         blocks = raw.reshape(-1, self._type_size)
         with np.errstate(over="ignore"):  # an inf the data's scales produce is the result, as in ggml
@@ -390,7 +390,7 @@ class Embedding:
     # -- lifetime ------------------------------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Unmap the file now instead of at garbage collection (lookups afterwards raise ValueError)."""
+        """Unmap the file now instead of at garbage collection (lookups afterwards raise ArgumentError)."""
         self._table = None
         if self._mmap is not None:
             try:

@@ -22,7 +22,7 @@ import sys
 import tempfile
 from collections.abc import Callable
 
-from .errors import ArgumentError, ArgumentTypeError, InputError, OutputError
+from .errors import ArgumentError, ArgumentTypeError, FormatError, InputError, OutputError
 
 _KINDS = {stat.S_ISDIR: "a directory", stat.S_ISFIFO: "a FIFO (named pipe)", stat.S_ISSOCK: "a socket",
           stat.S_ISBLK: "a block device"}
@@ -70,6 +70,22 @@ def read_input(path: str, what: str = "file", limit: int = MAX_READ_BYTES) -> by
     if len(data) > limit:
         raise InputError(f"cannot read {shown}: expected at most {limit:,} bytes, found more")
     return data
+
+
+def utf8_error(exc: UnicodeDecodeError, shown: str, start: int = 0) -> FormatError:
+    """The one way a text input that is not UTF-8 is reported: the byte, its offset, the path as typed."""
+    bad = exc.object[exc.start:exc.start + 1]
+    return FormatError(f"expected UTF-8 text, found byte 0x{bad.hex()} that is not ({exc.reason})", path=shown,
+                       offset=start + exc.start)
+
+
+def read_text(path: str, what: str = "text file") -> str:
+    """A whole UTF-8 text file ('-': standard input), bounded as read_input; FormatError (utf8_error) if not UTF-8."""
+    data = read_input(path, what)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise utf8_error(exc, "standard input" if path == "-" else path) from None
 
 
 def _umask() -> int:

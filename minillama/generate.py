@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 import numpy as np
 from numpy.typing import ArrayLike
 
+from .errors import ArgumentError
+
 if TYPE_CHECKING:
     from .tokenizer import Tokenizer
 
@@ -50,11 +52,11 @@ class Sampler:
     def __init__(self, temperature: float = 0.8, top_k: int = 40, top_p: float = 0.95,
                  seed: int | None = None) -> None:
         if not temperature >= 0:
-            raise ValueError(f"temperature must be >= 0, got {temperature}")
+            raise ArgumentError(f"expected temperature >= 0 (0 is greedy), found {temperature}")
         if top_k < 0:
-            raise ValueError(f"top_k must be >= 0 (0 disables it), got {top_k}")
+            raise ArgumentError(f"expected top_k >= 0 (0 keeps all), found {top_k}")
         if not 0 < top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1] (1 disables it), got {top_p}")
+            raise ArgumentError(f"expected top_p in (0, 1] (1 keeps all), found {top_p}")
         self.temperature = float(temperature)
         self.top_k = int(top_k)
         self.top_p = float(top_p)
@@ -78,14 +80,14 @@ class Sampler:
         x = np.asarray(logits, dtype=np.float64).ravel()
         cand = np.arange(x.size) if ids is None else np.asarray(ids).ravel()
         if cand.shape != x.shape:
-            raise ValueError(f"{x.size} scores for {cand.size} candidate ids")
+            raise ArgumentError(f"{x.size} scores for {cand.size} candidate ids")
         if np.isnan(x).any():
-            raise ValueError("the model's scores contain NaN")
+            raise ArgumentError("the model's scores contain NaN")
         keep = x > -np.inf
         if not keep.all():
             x, cand = x[keep], cand[keep]
         if x.size == 0:
-            raise ValueError("no candidate token has a non-zero probability")
+            raise ArgumentError("no candidate token has a non-zero probability")
         if self.greedy:
             return int(cand[int(np.argmax(x))])
         order = np.argsort(-x, kind="stable")  # best first, equals in candidate order
@@ -168,7 +170,7 @@ class Generation(Iterator[str]):
             while stats.generated_tokens < self.max_tokens:
                 token = operator.index(self.model.next_token(context, self.sampler))
                 if not 0 <= token < n_vocab:
-                    raise ValueError(f"the model returned token id {token}, outside the vocab (0..{n_vocab - 1})")
+                    raise ArgumentError(f"the model returned token id {token}, outside the vocab (0..{n_vocab - 1})")
                 stats.generated_tokens += 1
                 stats.seconds = time.perf_counter() - start
                 if self.stop_at_eog and tok.is_eog(token):

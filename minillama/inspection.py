@@ -59,6 +59,24 @@ _DTYPE_TYPES = {
 # Building the report
 
 
+def key_value(path: str | os.PathLike[str], key: str) -> Any:
+    """The whole value of one metadata key (arrays as lists), for `inspect --key`; MinillamaError naming
+    the keys that are there when it is not."""
+    import difflib
+
+    from .tokenizer.load import read_metadata
+
+    md = read_metadata(path)  # a GGUF's own metadata; for other files the GGUF keys they convert to
+    if key not in md:
+        near = difflib.get_close_matches(key, list(md), n=3, cutoff=0.5)
+        hint = f"; did you mean {', '.join(near)}?" if near else f" ({len(md)} keys: see 'minillama inspect')"
+        raise MinillamaError(f"expected a metadata key {key!r} in {path}, found none{hint}")
+    value = md[key]
+    if isinstance(value, np.ndarray):
+        return [_number(x) for x in value.tolist()]
+    return _number(value) if not isinstance(value, (str, list)) else value
+
+
 def inspect_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The report for a GGUF or tokenizer file: header, metadata, tokenizer summary and tensor table."""
     path = input_path(path, "model file")
@@ -69,17 +87,22 @@ def inspect_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     if fmt == "gguf":
         return _inspect_gguf(path, size)
     from .tokenizer.load import read_metadata  # raises the loaders' FormatError for unrecognised files
+    from .tokenizer.load.hf_json import PADDING_KEY
 
     md = read_metadata(path)
     if fmt is None:  # read_metadata knows a format this module does not name yet
         fmt = "tokenizer"
+    warnings = []
+    if md.get(PADDING_KEY):
+        warnings.append(f"{md[PADDING_KEY]:,} [PAD] tokens added to reach vocab_size of the config.json beside it, "
+                        "as llama.cpp's converter does (the embedding has that many rows)")
     return {
         "path": path, "format": fmt, "version": None, "file_size": size,
         "architecture": _str_or_none(md.get("general.architecture")) if fmt != "llama2.c" else None,
         "name": _str_or_none(md.get("general.name")), "file_type": None,
         "alignment": None, "data_offset": None,
         "metadata": None, "tokenizer": tokenizer_summary(md, path), "tensors": None, "totals": None,
-        "warnings": [],
+        "warnings": warnings,
     }
 
 
@@ -326,7 +349,7 @@ def render_json(report: dict[str, Any]) -> str:
     return _TERMINAL_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text) + "\n"
 
 
-def _quote(s: str, limit: int | None = None) -> str:
+def quote_text(s: str, limit: int | None = None) -> str:
     """s in double quotes with backslash escapes for quotes, invalid bytes and every character that is not
     printable (terminal controls such as ESC, BEL, OSC and bidi overrides never reach the terminal)."""
     cut = limit is not None and len(s) > limit
@@ -353,7 +376,7 @@ def _quote(s: str, limit: int | None = None) -> str:
 
 def _show(s: str) -> str:
     """A key or name as is when printable, else quoted with escapes."""
-    return s if s.isprintable() and s else _quote(s)
+    return s if s.isprintable() and s else quote_text(s)
 
 
 def _is_plain(s: str) -> bool:
@@ -370,7 +393,7 @@ def _fmt_scalar(v: Any) -> str:
     if isinstance(v, float):
         return repr(v)
     if isinstance(v, str):
-        return v if _is_plain(v) else _quote(v, TEXT_STRING)
+        return v if _is_plain(v) else quote_text(v, TEXT_STRING)
     if isinstance(v, list):
         return "[" + ", ".join(_fmt_item(x) for x in v) + "]"
     return str(v)
@@ -378,7 +401,7 @@ def _fmt_scalar(v: Any) -> str:
 
 def _fmt_item(v: Any) -> str:
     """An array item on one line of text (strings always quoted)."""
-    return _quote(v, 32) if isinstance(v, str) else _fmt_scalar(v)
+    return quote_text(v, 32) if isinstance(v, str) else _fmt_scalar(v)
 
 
 def _type_label(entry: dict[str, Any]) -> str:
@@ -408,8 +431,8 @@ def _fmt_value(entry: dict[str, Any]) -> str:
         if _is_plain(v) and not entry["truncated"]:
             return v
         if length > TEXT_STRING:
-            return _quote(v, TEXT_STRING) + f" ({length:,} chars)"
-        return _quote(v)
+            return quote_text(v, TEXT_STRING) + f" ({length:,} chars)"
+        return quote_text(v)
     if entry["key"] == "general.file_type" and isinstance(v, int):
         try:
             return f"{v} ({LlamaFileType(v).name})"
@@ -491,7 +514,7 @@ def render_text(report: dict[str, Any], color: bool = False) -> str:
         specials = list(tok["special"].items())
         id_width = max((len(str(s["id"])) for _, s in specials), default=0)
         for k, (name, s) in enumerate(specials):
-            piece = _quote(s["piece"], 48) if s["piece"] is not None else dim("(out of range)")
+            piece = quote_text(s["piece"], 48) if s["piece"] is not None else dim("(out of range)")
             field("special" if k == 0 else "", f"{name:<8}{s['id']:>{id_width}}  {piece}")
         if tok["eog"]:
             field("end of gen", ", ".join(str(i) for i in tok["eog"]))

@@ -47,8 +47,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .errors import ArgumentError, FormatError, MinillamaError
-from .fileio import read_input, write_output
+from .errors import ArgumentError, FormatError
+from .fileio import read_text, write_output
 
 if TYPE_CHECKING:
     from .generate import Sampler
@@ -82,11 +82,7 @@ def read_paragraphs(paths: Iterable[str | os.PathLike[str]]) -> list[str]:
     """The paragraphs of UTF-8 text files, in order (MinillamaError naming a file that is not UTF-8)."""
     docs: list[str] = []
     for path in paths:
-        data = read_input(os.fspath(path), "text file")
-        try:
-            docs += paragraphs(data.decode("utf-8"))
-        except UnicodeDecodeError as exc:
-            raise MinillamaError(f"{os.fspath(path)} is not UTF-8 text (byte {exc.start})") from None
+        docs += paragraphs(read_text(os.fspath(path)))
     return docs
 
 
@@ -118,7 +114,7 @@ class NGramModel:
         ids = [int(i) for i in ids]
         for i in ids:
             if not 0 <= i < self.n_vocab:
-                raise ValueError(f"token id {i} is out of range for a vocab of {self.n_vocab} tokens")
+                raise ArgumentError(f"token id {i} is out of range for a vocab of {self.n_vocab} tokens")
         counts = self._counts
         for i in range(max(context_only, 0), len(ids)):
             w = ids[i]
@@ -181,7 +177,7 @@ class NGramModel:
         """The counts of what followed context (empty when never seen)."""
         ctx = tuple(int(i) for i in context)
         if len(ctx) >= self.order:
-            raise ValueError(f"a {self.order}-gram model has contexts of at most {self.order - 1} ids, got {len(ctx)}")
+            raise ArgumentError(f"a {self.order}-gram model has contexts of at most {self.order - 1} ids, got {len(ctx)}")
         return self._counts[len(ctx)].get(ctx, {})
 
     def _unigram_probs(self) -> np.ndarray:
@@ -233,9 +229,9 @@ class NGramModel:
         return sampler.sample_probs(p[candidates], candidates)
 
     def check_tokenizer(self, tok: Tokenizer) -> None:
-        """Refuse (ValueError) a tokenizer whose vocab size differs from the one this model counts ids of."""
+        """Refuse (ArgumentError) a tokenizer whose vocab size differs from the one this model counts ids of."""
         if tok.n_vocab != self.n_vocab:
-            raise ValueError(f"this n-gram model was trained for a vocab of {self.n_vocab} tokens, "
+            raise ArgumentError(f"this n-gram model was trained for a vocab of {self.n_vocab} tokens, "
                              f"but the tokenizer has {tok.n_vocab}")
 
     def __repr__(self) -> str:

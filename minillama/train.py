@@ -56,7 +56,7 @@ import struct
 import sys
 from bisect import bisect_left
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate, chain
 from typing import TYPE_CHECKING, Any, Union
@@ -65,8 +65,8 @@ import numpy as np
 import regex
 from gguf import Keys, TokenType
 
-from .errors import FormatError, MinillamaError
-from .fileio import input_path, write_output
+from .errors import ArgumentError, ArgumentTypeError, FormatError, MinillamaError
+from .fileio import input_path, utf8_error, write_output
 from .tokenizer.pretokenize import PATTERNS, PRE_TOKENIZERS, PreTokenizer
 from .tokenizer.unicode import BYTE_TO_CHAR, BYTE_TOKEN, byte_token
 
@@ -214,8 +214,7 @@ def _file_chunks(path: str) -> Iterator[str]:
             try:
                 text = decoder.decode(block, final=not block)
             except UnicodeDecodeError as exc:
-                raise FormatError(f"not valid UTF-8 text ({exc.reason})", path=path,
-                                  offset=pos - pending + exc.start) from None
+                raise utf8_error(exc, path, pos - pending) from None
             if text:
                 yield text
             if not block:
@@ -250,7 +249,7 @@ def _documents(source: Source) -> Iterator[tuple[str, Iterator[str]]]:
                                      "but this one looks like a file name)")
             yield f"<text {i}>", iter((item,))
         else:
-            raise TypeError(f"training input item {i} is {type(item).__name__}; expected a path, a text file "
+            raise ArgumentTypeError(f"training input item {i} is {type(item).__name__}; expected a path, a text file "
                             "or a str")
 
 
@@ -642,6 +641,21 @@ def _train_spm(counts: Counter[str], vocab_size: int, specials: list[str], min_f
                         {"unk": 0, "bos": 1, "eos": 2}, add_bos=True, n_words=len(counts))
 
 
+def min_vocab_size(kind: str, specials: Sequence[str] | None = None) -> int:
+    """The smallest vocab_size a training of this kind can make: its fixed tokens (+ U+2581 for spm)."""
+    specials = list(DEFAULT_SPECIALS[kind] if specials is None else dict.fromkeys(specials))
+    if kind == "spm":
+        return len(SPM_CONTROLS) + len([s for s in specials if s not in SPM_CONTROLS]) + 256 + 1
+    return len(specials) + 256
+
+
+def _floor_parts(kind: str, specials: Sequence[str]) -> str:
+    if kind == "spm":
+        extra = len([s for s in specials if s not in SPM_CONTROLS])
+        return f"<unk> <s> </s>, {extra} more special, 256 byte tokens and U+2581"
+    return f"{len(specials)} special and 256 byte tokens"
+
+
 def train_bpe(files_or_iterable: Source, vocab_size: int, kind: str = "bytelevel", pre: str = "llama3",
               special_tokens: Iterable[str] | None = None, min_frequency: int = 2, *,
               character_coverage: float = 0.9995, progress: bool | None = None, name: str = "") -> TrainedVocab:
@@ -666,6 +680,12 @@ def train_bpe(files_or_iterable: Source, vocab_size: int, kind: str = "bytelevel
     if any(not isinstance(s, str) or not s or "\0" in s for s in specials):
         raise MinillamaError("special tokens must be non-empty strings without NUL characters")
     specials = list(dict.fromkeys(specials))
+    floor = min_vocab_size(kind, specials)
+    if vocab_size < floor:
+        raise ArgumentError(f"expected vocab_size of at least {floor} ({_floor_parts(kind, specials)}), "
+                            f"found {vocab_size}")
+    if not isinstance(min_frequency, int) or min_frequency < 1:
+        raise ArgumentError(f"expected min_frequency of at least 1 (a pair that occurs), found {min_frequency!r}")
     clash = [s for s in specials if (s in _BYTE_CHARS if kind == "bytelevel" else BYTE_TOKEN.fullmatch(s))]
     if clash:
         raise MinillamaError(f"special token {clash[0]!r} would duplicate one of the 256 byte tokens")

@@ -143,7 +143,7 @@ def test_paragraphs() -> None:
 def test_train_files_not_utf8(tmp_path: Path, tok: Tokenizer) -> None:
     bad = tmp_path / "latin1.txt"
     bad.write_bytes("caf\xe9".encode("latin-1"))
-    with pytest.raises(MinillamaError, match="not UTF-8"):
+    with pytest.raises(MinillamaError, match="expected UTF-8 text, found byte 0xe9"):
         NGramModel.train_files(tok, [bad])
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from conftest import conformance_vocabs, load, read_conformance
+from conftest import conformance_vocabs, load, params_or_skip, read_conformance
 
 from minillama.tokenizer import Tokenizer, default_vocab_path
 
@@ -19,7 +19,7 @@ def _stream(tok: Tokenizer, ids: list[int], skip_special: bool = True) -> tuple[
     return "".join(parts), parts
 
 
-@pytest.mark.parametrize("vocab", conformance_vocabs())
+@pytest.mark.parametrize("vocab", params_or_skip(conformance_vocabs(), "conformance vocabs"))
 def test_stream_equals_decode_on_conformance(vocab: str) -> None:
     tok = load(vocab)
     rnd = random.Random(vocab)

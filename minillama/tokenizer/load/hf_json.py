@@ -170,7 +170,13 @@ def _merges(raw: Any, path: str) -> list[str]:
 # config.json's vocab_size may pad the vocab (embedding rows rounded up): by a few hundred tokens in real
 # models; a padding of more is refused rather than made (16M [PAD] tokens would take gigabytes).
 MAX_PADDING = 1 << 16
+PADDING_KEY = "minillama.config_json_padding"
 _SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+# JSON files found beside a tokenizer.json and passed instead of it, by keys they have.
+_OTHER_JSON = (("a transformers config.json", {"architectures", "model_type", "hidden_size"}),
+               ("a tokenizer_config.json", {"tokenizer_class", "added_tokens_decoder", "model_max_length"}))
 
 
 def _no_surrogates(texts: Iterable[str], path: str, key: str) -> None:
@@ -282,6 +288,10 @@ def hf_json_metadata(j: Any, path: str = "<tokenizer.json>", tokenizer_config: d
                      config: dict[str, Any] | None = None, name: str = "") -> dict[str, Any]:
     """GGUF-style metadata for a parsed tokenizer.json (and optional tokenizer_config.json / config.json)."""
     _expect(j, dict, path, "tokenizer.json")
+    if "model" not in j:
+        looks = next((name for name, keys in _OTHER_JSON if keys & j.keys()), "not a tokenizer.json")
+        raise _fail(path, f"a JSON file without a 'model' object ({looks}), expected a Hugging Face tokenizer.json",
+                    "model")
     model = _expect(j.get("model"), dict, path, "model")
     mtype = model.get("type", "BPE" if "merges" in model else None)
     if mtype != "BPE":
@@ -315,6 +325,7 @@ def hf_json_metadata(j: Any, path: str = "<tokenizer.json>", tokenizer_config: d
     if not by_id:
         raise _fail(path, "model.vocab is empty, expected tokens", "model.vocab")
     n = max(by_id) + 1
+    padding = 0
     if n > 1 << 24 or n > 4 * len(by_id) + 1024:
         raise _fail(path, f"largest token id {n - 1} for {len(by_id)} tokens, expected ids close to 0..{len(by_id) - 1}")
     size = (config or {}).get("vocab_size")
@@ -322,6 +333,7 @@ def hf_json_metadata(j: Any, path: str = "<tokenizer.json>", tokenizer_config: d
         if size - n > MAX_PADDING:
             raise _fail(path, f"config.json beside it has vocab_size {size}, which would add {size - n} [PAD] "
                               f"tokens to the {n} of tokenizer.json; expected at most {MAX_PADDING} more", "vocab_size")
+        padding = size - n
         n = size  # llama.cpp's converter pads to config.json's vocab_size with [PAD{i}] tokens
 
     _no_surrogates(by_id.values(), path, "model.vocab")
@@ -358,6 +370,8 @@ def hf_json_metadata(j: Any, path: str = "<tokenizer.json>", tokenizer_config: d
                 break
 
     md: dict[str, Any] = {"general.architecture": "llama"}
+    if padding:  # said by `inspect` (a key convert does not write: it is about this reading, not the vocab)
+        md[PADDING_KEY] = padding
     if name:
         md["general.name"] = name
     md.update({K.MODEL: "gpt2", K.PRE: pre, K.LIST: tokens, K.TOKEN_TYPE: np.asarray(types, np.int32),
