@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TextIO
 
 from minillama import __version__
-from minillama.errors import MinillamaError
+from minillama.errors import ChatTemplateError, MinillamaError
 
 if TYPE_CHECKING:
     from minillama.chat import ChatFormat
@@ -371,10 +371,11 @@ def cmd_chat(args: argparse.Namespace) -> int:
     notes = []
     try:
         fmt = format_for(tok)
-    except MinillamaError as exc:
+        lm, desc = _chat_model(args, tok, fmt)  # renders the template (training text) without --ngram
+    except ChatTemplateError as exc:
         notes.append(f"{model_path}: {exc}; falling back to the simple format.")
         fmt = SimpleFormat()
-    lm, desc = _chat_model(args, tok, fmt)
+        lm, desc = _chat_model(args, tok, fmt)
     settings = Settings(max_tokens=args.max_tokens, temperature=args.temperature, top_k=args.top_k,
                         top_p=args.top_p, seed=args.seed, stop_at_eog=not args.ignore_eos)
     session = ChatSession(tok, lm, fmt, settings, system=args.system)

@@ -66,6 +66,10 @@ class InputError(MinillamaError, OSError):
     """An input path that cannot be read as asked: missing, a directory, a FIFO or device, too large."""
 
 
+class ChatTemplateError(MinillamaError):
+    """A chat template from a file that does not compile, fails to render or passes a render limit."""
+
+
 class OutputError(MinillamaError):
     """An output path that cannot be written as asked: a directory, FIFO or socket, a missing directory."""
 

@@ -26,6 +26,7 @@ from minillama.chat import (
     SimpleFormat,
     chat_documents,
     format_for,
+    template_of,
     without_bos,
 )
 from minillama.ngram import NGramModel
@@ -337,19 +338,19 @@ def test_template_environment() -> None:
     # '{{ bos_token }}' keeps its newline (trim_blocks trims only after {% %} tags); the indented tags vanish
     assert tpl.render(msgs) == '<s>\n[user] "café \\"x\\""\n[assistant] "ok"\n[assistant]'
     assert tpl.render(msgs[:1], add_generation_prompt=False) == '<s>\n[user] "café \\"x\\""\n</s>'
-    import jinja2
+    from minillama.errors import ChatTemplateError
 
-    with pytest.raises(jinja2.TemplateError, match="bad role: tool"):
+    with pytest.raises(ChatTemplateError, match="TemplateError: bad role: tool"):
         tpl.render([{"role": "tool", "content": "x"}])
-    with pytest.raises(jinja2.exceptions.SecurityError):  # sandboxed: no access to Python internals
+    with pytest.raises(ChatTemplateError, match="SecurityError"):  # sandboxed: no access to Python internals
         ChatTemplate("{{ messages.__class__.__mro__ }}").render([])
-    with pytest.raises(jinja2.exceptions.SecurityError):  # immutable: the messages cannot be changed
+    with pytest.raises(ChatTemplateError, match="SecurityError"):  # immutable: the messages cannot be changed
         ChatTemplate("{{ messages.append(1) }}").render([])
 
 
 def test_no_template_simple_format() -> None:
     tok = Tokenizer.from_file(default_vocab_path())
-    assert ChatTemplate.from_tokenizer(tok) is None and isinstance(format_for(tok), SimpleFormat)
+    assert template_of(tok) is None and isinstance(format_for(tok), SimpleFormat)
     assert SimpleFormat().render(TWO_TURNS) == (
         "User: Hi there!\nAssistant: Hello! How can I help?\nUser: Tell me about llamas.\nAssistant:")
     docs = chat_documents(SimpleFormat(), ["a", "b", "c"])

@@ -1,0 +1,242 @@
+"""Chat templates: Jinja2 text from a model file, rendered as Hugging Face transformers renders it, under limits.
+
+A chat template comes from the file, so it is untrusted code. transformers runs it in Jinja2's immutable
+sandbox (no attribute access to internals, no mutation of lists and dicts); that stops escapes but not
+a template that loops for hours or builds a string of 10 GB. So, plainly:
+
+* every render has a time budget (MAX_RENDER_SECONDS); loops over range(), calls, attribute and item
+  look-ups and output chunks check it;
+* what can multiply sizes is checked before it runs: `*` on strings and lists, `**` on numbers,
+  padding widths (center, ljust, rjust, zfill, expandtabs, indent, format widths), replace and join,
+  tojson's indent; any string or list a call returns is checked after;
+* the rendered text has a length cap (MAX_OUTPUT_CHARS, or 4x the conversation if larger);
+* anything that goes wrong (raise_exception, undefined names, SecurityError, ZeroDivisionError,
+  RecursionError, MemoryError, a limit) becomes one ChatTemplateError naming the problem.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from .errors import ChatTemplateError
+
+MAX_RENDER_SECONDS = 1.0
+MAX_OUTPUT_CHARS = 1 << 22  # 4 Mi characters (or 4x the conversation's text, if that is more)
+MAX_POWER_BITS = 4096  # a ** b may make a number of at most this many bits
+MAX_JSON_INDENT = 64
+_WIDTH = re.compile(r"%[-+ #0]*(\d+)|\{[^{}]*:[^{}]*?(\d+)[^{}]*\}")  # %10s and {:>10} widths
+_PADDING = {"center", "ljust", "rjust", "zfill"}
+
+_limits = threading.local()  # this thread's render: deadline and size cap
+
+
+def _check_time() -> None:
+    deadline = getattr(_limits, "deadline", None)
+    if deadline is not None and time.monotonic() > deadline:
+        raise ChatTemplateError(f"chat template took longer than {MAX_RENDER_SECONDS} s to render (a loop that "
+                                "does not end?)")
+
+
+def _cap() -> int:
+    return getattr(_limits, "cap", MAX_OUTPUT_CHARS)
+
+
+def _check_size(n: int | float, what: str) -> None:
+    if n > _cap():
+        raise ChatTemplateError(f"chat template builds {what} of {int(n):,} items, more than the {_cap():,} allowed")
+
+
+def _check_value(value: Any, what: str) -> Any:
+    if isinstance(value, (str, list, tuple, bytes)) and len(value) > _cap():
+        _check_size(len(value), what)
+    return value
+
+
+class _Range(Sequence[int]):
+    """range() for templates: the same sequence, but iterating it checks the time budget."""
+
+    def __init__(self, *args: int) -> None:
+        from jinja2.sandbox import MAX_RANGE
+
+        self._r = range(*args)
+        if len(self._r) > MAX_RANGE:
+            raise ChatTemplateError(f"chat template asks for range() of {len(self._r):,} items, more than the "
+                                    f"{MAX_RANGE:,} allowed")
+
+    def __len__(self) -> int:
+        return len(self._r)
+
+    def __getitem__(self, i: Any) -> Any:
+        return self._r[i]
+
+    def __iter__(self) -> Iterator[int]:
+        for i in self._r:
+            _check_time()
+            yield i
+
+
+def _power_bits(base: Any, exp: Any) -> float:
+    """About how many bits base ** exp takes (0 when it is small or not an integer power)."""
+    if not isinstance(base, (int, float)) or not isinstance(exp, (int, float)) or exp <= 0:
+        return 0.0
+    size = abs(base)
+    return 0.0 if size <= 1 else float(exp) * math.log2(size)
+
+
+def _sandbox() -> Any:
+    """transformers' environment (ImmutableSandboxedEnvironment, trim/lstrip blocks, loopcontrols,
+    raise_exception, tojson, strftime_now) with the limits of the module doc."""
+    import jinja2
+    import jinja2.ext
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    class LimitedSandbox(ImmutableSandboxedEnvironment):
+        intercepted_binops = frozenset(["*", "**", "%"])
+
+        def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+            _check_time()
+            if operator == "**" and _power_bits(left, right) > MAX_POWER_BITS:
+                raise ChatTemplateError(f"chat template computes {left!r} ** {right!r}, a number of more than "
+                                        f"{MAX_POWER_BITS} bits")
+            if operator == "*":
+                for seq, n in ((left, right), (right, left)):
+                    if isinstance(seq, (str, list, tuple)) and isinstance(n, int):
+                        _check_size(len(seq) * n, "a repetition")
+            if operator == "%" and isinstance(left, str):
+                _check_widths(left)
+            return _check_value(super().call_binop(context, operator, left, right), "a value")
+
+        def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805
+            _check_time()
+            owner = getattr(__obj, "__self__", None)
+            name = getattr(__obj, "__name__", "")
+            if isinstance(owner, str):
+                _check_str_method(owner, name, args, kwargs)
+            return _check_value(super().call(__context, __obj, *args, **kwargs), f"a result of {name or 'a call'}")
+
+        def getattr(self, obj: Any, attribute: str) -> Any:
+            _check_time()
+            return _check_value(super().getattr(obj, attribute), "a value")
+
+        def getitem(self, obj: Any, argument: Any) -> Any:
+            _check_time()
+            return _check_value(super().getitem(obj, argument), "a value")
+
+        def wrap_str_format(self, value: Any) -> Any:
+            owner = getattr(value, "__self__", None)
+            if isinstance(owner, str) and getattr(value, "__name__", "") in ("format", "format_map"):
+                _check_widths(owner)
+            return super().wrap_str_format(value)
+
+    def raise_exception(message: str) -> None:
+        """Let a template refuse a conversation (transformers' global of that name)."""
+        raise jinja2.exceptions.TemplateError(message)
+
+    def tojson(x: Any, ensure_ascii: bool = False, indent: int | None = None,
+               separators: tuple[str, str] | None = None, sort_keys: bool = False) -> str:
+        """transformers' tojson filter: json.dumps without HTML escaping."""
+        if isinstance(indent, int) and indent > MAX_JSON_INDENT:
+            raise ChatTemplateError(f"chat template asks tojson for indent {indent}, more than {MAX_JSON_INDENT}")
+        return _check_value(json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+                                       sort_keys=sort_keys), "a JSON text")
+
+    def strftime_now(fmt: str) -> str:
+        """Today's date for templates that print it (transformers' global of that name)."""
+        return datetime.now().strftime(fmt)
+
+    env = LimitedSandbox(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
+    env.filters["tojson"] = tojson
+    for name in ("center", "indent", "wordwrap", "format"):
+        env.filters[name] = _checked_filter(env.filters[name], name)
+    env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = strftime_now
+    env.globals["range"] = _Range
+    return env
+
+
+def _check_widths(fmt: str) -> None:
+    for m in _WIDTH.finditer(fmt):
+        _check_size(int(m.group(1) or m.group(2)), "a formatted field")
+
+
+def _check_str_method(s: str, name: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
+    """Refuse a str method call whose result would pass the size cap, before it runs."""
+    nums = [a for a in (*args, *kwargs.values()) if isinstance(a, int)]
+    if name in _PADDING and nums:
+        _check_size(max(nums), f"a padded string ({name})")
+    elif name == "expandtabs" and nums:
+        _check_size(len(s) * max(nums), "a string (expandtabs)")
+    elif name == "replace" and len(args) >= 2 and isinstance(args[1], str):
+        _check_size(len(s) + (len(s) + 1) * len(args[1]), "a string (replace)")
+    elif name == "join" and args and isinstance(args[0], (list, tuple)):
+        _check_size(len(s) * len(args[0]) + sum(len(x) for x in args[0] if isinstance(x, str)), "a string (join)")
+
+
+def _checked_filter(f: Any, name: str) -> Any:
+    """A Jinja2 filter whose width/format arguments are checked against the size cap first."""
+    import functools
+
+    @functools.wraps(f)
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        _check_time()
+        nums = [a for a in (*args[1:], *kwargs.values()) if isinstance(a, int) and not isinstance(a, bool)]
+        if nums:
+            _check_size(max(nums), f"a {name} width")
+        if name == "format" and args and isinstance(args[0], str):
+            _check_widths(args[0])
+        return _check_value(f(*args, **kwargs), f"a {name} result")
+
+    return checked
+
+
+class ChatTemplate:
+    """A Jinja2 chat template rendered exactly as transformers does (sandboxed, trim/lstrip blocks), under
+    the limits of the module doc."""
+
+    def __init__(self, source: str, bos_token: str = "", eos_token: str = "") -> None:
+        import jinja2
+
+        self.source = source
+        self.bos_token = bos_token
+        self.eos_token = eos_token
+        try:
+            self._template = _sandbox().from_string(source)
+        except (jinja2.TemplateError, RecursionError, MemoryError, ValueError) as exc:
+            raise ChatTemplateError(f"the chat template does not compile: {type(exc).__name__}: {exc}") from None
+
+    def render(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True,
+               **extra: Any) -> str:
+        """messages=[{role, content}], add_generation_prompt, bos_token/eos_token (and any extra variables,
+        e.g. tools): as apply_chat_template renders them; ChatTemplateError when the template fails."""
+        size = sum(len(str(v)) for m in messages for v in m.values()) + len(json.dumps(extra, default=str))
+        cap = max(MAX_OUTPUT_CHARS, 4 * size)
+        variables = {"bos_token": self.bos_token, "eos_token": self.eos_token, **extra,
+                     "messages": [dict(m) for m in messages], "add_generation_prompt": add_generation_prompt}
+        _limits.deadline, _limits.cap = time.monotonic() + MAX_RENDER_SECONDS, cap
+        try:
+            out: list[str] = []
+            total = 0
+            for chunk in self._template.generate(**variables):
+                total += len(chunk)
+                if total > cap:
+                    raise ChatTemplateError(f"chat template output passed {cap:,} characters")
+                _check_time()
+                out.append(chunk)
+            return "".join(out)
+        except ChatTemplateError:
+            raise
+        except RecursionError:
+            raise ChatTemplateError("chat template recursed too deeply") from None
+        except MemoryError:
+            raise ChatTemplateError("chat template ran out of memory") from None
+        except Exception as exc:  # noqa: BLE001 - untrusted code: every failure is the template's
+            raise ChatTemplateError(f"chat template failed to render: {type(exc).__name__}: {exc}") from None
+        finally:
+            _limits.deadline = None

@@ -1,0 +1,117 @@
+"""Chat templates from a file are untrusted code: each hostile template fails within 2 s with a ChatTemplateError,
+in bounded memory (checked in a subprocess under RLIMIT_AS), and `chat` starts anyway with the simple format."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import REPO
+from limits import run_limited
+
+from minillama.template import ChatTemplate
+
+HOSTILE = {
+    "raise_exception": "{{ raise_exception('no') }}",
+    "undefined attribute": "{{ messages[0].nope.deeper }}",
+    "undefined call": "{{ nothing() }}",
+    "security: class": "{{ messages.__class__.__mro__[1].__subclasses__() }}",
+    "security: globals": "{{ raise_exception.__globals__['os'] }}",
+    "security: mutate": "{{ messages.append(1) }}",
+    "division by zero": "{{ 1 / 0 }}",
+    "modulo by zero": "{{ 1 % 0 }}",
+    "recursion": "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
+    "float overflow": "{{ 10.0 ** 400 }}",
+    "int to float overflow": "{{ (10 ** 400) / 3 }}",
+    "huge power": "{{ 9 ** (9 ** 9) }}",
+    "power tower": "{{ 2 ** (2 ** (2 ** (2 ** (2 ** 2)))) }}",
+    "nested range": "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+    "nested range with body": "{% for i in range(100000) %}{% for j in range(100000) %}{{ '' }}{% endfor %}{% endfor %}",
+    "huge range": "{% for i in range(10 ** 12) %}{% endfor %}",
+    "string repeat": "{{ 'a' * 10 ** 10 }}",
+    "list repeat": "{{ ([0] * 10 ** 9) | length }}",
+    "repeat then repeat": "{% set s = 'a' * 1000000 %}{{ s * 100000 }}",
+    "center method": "{{ 'a'.center(10 ** 10) }}",
+    "center filter": "{{ 'a' | center(10 ** 10) }}",
+    "ljust": "{{ 'a'.ljust(10 ** 10) }}",
+    "zfill": "{{ '1'.zfill(10 ** 10) }}",
+    "expandtabs": "{{ ('\t' * 1000).expandtabs(10 ** 7) }}",
+    "indent filter": "{{ 'a\nb' | indent(10 ** 10) }}",
+    "tojson indent": "{{ messages | tojson(indent=10 ** 9) }}",
+    "percent format": "{{ '%1000000000s' % 'a' }}",
+    "format filter": "{{ '%1000000000s' | format('a') }}",
+    "str.format width": "{{ '{:>1000000000}'.format('a') }}",
+    "replace blowup": "{{ ('a' * 100000).replace('', 'b' * 100000) }}",
+    "join blowup": "{{ ('x' * 100000).join(['a'] * 100000) }}",
+    "namespace doubling": ("{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}"
+                           "{% endfor %}{{ ns.s | length }}"),
+    "output flood": "{% for i in range(100000) %}{% for j in range(100) %}{{ 'xxxxxxxxxx' }}{% endfor %}{% endfor %}",
+    "wordwrap": "{{ 'a b' | wordwrap(10 ** 10) }}",
+    "syntax error": "{% for %}",
+    "unclosed block": "{% if true %}",
+    "unknown filter": "{{ 'a' | nosuchfilter }}",
+    "unknown tag": "{% nosuchtag %}",
+    "deep nesting": "{{ " + "(" * 2000 + "1" + ")" * 2000 + " }}",
+    "int digits": "{{ (10 ** 4000) | string }}",
+    "type error": "{{ 'a' + 1 }}",
+    "loop over int": "{% for x in 5 %}{% endfor %}",
+    "strftime bad": "{{ strftime_now(1) }}",
+    "namespace attr bomb": "{% set ns = namespace() %}{% set ns.x = 'a' * 10 ** 9 %}",
+    "slice bomb": "{{ range(100000)[::1] | list | join(',' * 100000) }}",
+    "dict items": "{% for k in {}.__class__.__subclasses__() %}{% endfor %}",
+    "cycler": "{% for i in range(10 ** 5) %}{% for j in range(10 ** 5) %}{{ loop.cycle('a', 'b') }}{% endfor %}{% endfor %}",
+}
+
+RUN = """
+import json, time
+from minillama.errors import ChatTemplateError, MinillamaError
+from minillama.template import ChatTemplate
+cases = json.loads(sys.stdin.read())
+out = {}
+for name, source in cases.items():
+    t = time.monotonic()
+    try:
+        ChatTemplate(source).render([{"role": "user", "content": "hi"}])
+        result = "rendered"
+    except ChatTemplateError as e:
+        result = "ChatTemplateError"
+    except BaseException as e:
+        result = type(e).__name__ + ": " + str(e)[:200]
+    out[name] = [result, time.monotonic() - t]
+print(json.dumps(out))
+"""
+
+
+def test_hostile_templates_fail_fast_in_bounded_memory() -> None:
+    p = run_limited(RUN, mem_mb=2048, timeout=240, stdin=json.dumps(HOSTILE).encode())
+    assert p.returncode == 0, p.stderr.decode()[-2000:]
+    results = json.loads(p.stdout)
+    bad = {name: r for name, r in results.items() if r[0] != "ChatTemplateError" or r[1] > 2.0}
+    assert not bad, bad
+    assert len(results) == len(HOSTILE) >= 40
+
+
+def test_ordinary_templates_still_render() -> None:
+    tpl = ChatTemplate("{% for m in messages %}<{{ m['role'] }}>{{ m['content'] | trim }}{% endfor %}"
+                       "{% for i in range(3) %}{{ i }}{% endfor %}{{ '%5s' % 'a' }}{{ 'x' * 3 }}{{ 2 ** 10 }}")
+    assert tpl.render([{"role": "user", "content": " hi "}]) == "<user>hi012    axxx1024"
+
+
+def test_chat_starts_with_a_failing_template(tmp_path: Path) -> None:
+    from minillama.tokenizer import default_vocab_path
+    from minillama.tokenizer.load import read_metadata
+    from minillama.tokenizer.write import write_vocab_gguf
+
+    path = tmp_path / "bad-template.gguf"
+    md = dict(read_metadata(default_vocab_path()))
+    md["tokenizer.chat_template"] = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
+    write_vocab_gguf(md, path)
+    env = dict(os.environ, PYTHONPATH=str(REPO), NO_COLOR="1")
+    p = subprocess.run([sys.executable, "-m", "minillama", "chat", "--model", str(path), "--max-tokens", "5",
+                        "--seed", "1"], input=b"hello\n", capture_output=True, env=env, timeout=60)
+    out = p.stdout.decode() + p.stderr.decode()
+    assert p.returncode == 0 and "Traceback" not in out, out[-2000:]
+    assert "took longer than" in out and "falling back to the simple format" in out
