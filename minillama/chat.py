@@ -9,14 +9,14 @@ minillama.generate. The REPL uses prompt-toolkit on a terminal and plain input()
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any, Protocol, TextIO
+from typing import Protocol, TextIO
 
+from .chat_template import ChatTemplate
+from .chat_template import without_bos as strip_bos
 from .errors import MinillamaError
 from .generate import Generation, LanguageModel, generate
 from .ngram import DEFAULT_ORDER, NGramModel, read_paragraphs
@@ -52,53 +52,6 @@ class ChatFormat(Protocol):
         ...
 
 
-class ChatTemplate:
-    """A Jinja2 chat template rendered exactly as transformers does (sandboxed, trim/lstrip blocks)."""
-
-    def __init__(self, source: str, bos_token: str = "", eos_token: str = "") -> None:
-        import jinja2
-        import jinja2.ext
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-        def raise_exception(message: str) -> None:
-            """Let a template refuse a conversation (transformers' global of that name)."""
-            raise jinja2.exceptions.TemplateError(message)
-
-        def tojson(x: Any, ensure_ascii: bool = False, indent: int | None = None,
-                   separators: tuple[str, str] | None = None, sort_keys: bool = False) -> str:
-            """transformers' tojson filter: json.dumps without HTML escaping."""
-            return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
-                              sort_keys=sort_keys)
-
-        def strftime_now(fmt: str) -> str:
-            """Today's date for templates that print it (transformers' global of that name)."""
-            return datetime.now().strftime(fmt)
-
-        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                            extensions=[jinja2.ext.loopcontrols])
-        env.filters["tojson"] = tojson
-        env.globals["raise_exception"] = raise_exception
-        env.globals["strftime_now"] = strftime_now
-        self.source = source
-        self.bos_token = bos_token
-        self.eos_token = eos_token
-        self._template = env.from_string(source)
-
-    @classmethod
-    def from_tokenizer(cls, tok: Tokenizer) -> ChatTemplate | None:
-        """The template in the tokenizer's metadata (`tokenizer.chat_template`), or None when it has none."""
-        source = tok.vocab.metadata.get("tokenizer.chat_template")
-        if not isinstance(source, str) or not source.strip():
-            return None
-        return cls(source, bos_token=_piece_text(tok, tok.bos_id), eos_token=_piece_text(tok, tok.eos_id))
-
-    def render(self, messages: Sequence[Message], add_generation_prompt: bool = True) -> str:
-        """messages=[{role, content}], add_generation_prompt, bos_token/eos_token: as apply_chat_template."""
-        return self._template.render(messages=[dict(m) for m in messages],
-                                     add_generation_prompt=add_generation_prompt,
-                                     bos_token=self.bos_token, eos_token=self.eos_token)
-
-
 class SimpleFormat:
     """The fallback without a template: 'User: ...' and 'Assistant: ...' lines, ending with 'Assistant:'."""
 
@@ -120,10 +73,7 @@ def format_for(tok: Tokenizer) -> ChatFormat:
 
 def without_bos(text: str, fmt: ChatFormat, tok: Tokenizer) -> str:
     """Rendered text without a leading bos text when encoding adds bos itself (never two bos)."""
-    bos = getattr(fmt, "bos_token", "")
-    if bos and tok.add_bos and text.startswith(bos):
-        return text[len(bos):]
-    return text
+    return strip_bos(text, getattr(fmt, "bos_token", ""), tok)
 
 
 def chat_documents(fmt: ChatFormat, texts: Sequence[str]) -> list[str]:
@@ -142,13 +92,6 @@ def train_chat_ngram(tok: Tokenizer, fmt: ChatFormat, paths: Iterable[str | os.P
     """
     rendered = [without_bos(d, fmt, tok) for d in chat_documents(fmt, read_paragraphs(paths))]
     return NGramModel.train(tok, rendered, order, parse_special=True)
-
-
-def _piece_text(tok: Tokenizer, token_id: int | None) -> str:
-    """A special token's text (its piece), '' when the vocab has no such token."""
-    if token_id is None:
-        return ""
-    return tok.token_to_piece(token_id, special=True).decode("utf-8", "replace")
 
 
 # ---------------------------------------------------------------------------------------------

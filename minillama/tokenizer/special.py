@@ -8,17 +8,28 @@ the lstrip/rstrip attribute swallows the C whitespace on that side of it.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from collections.abc import Set as AbstractSet
+
 from .unicode import C_SPACE
 from .vocab import Attr, Vocab
 
 PREFIX_CHARS = 3
 
 
-def partition(vocab: Vocab, text: str, parse_special: bool) -> list[str | int]:
+def partition(vocab: Vocab, text: str, parse_special: bool, allowed: AbstractSet[int] = frozenset()) -> list[str | int]:
     """Text as a list of plain-text fragments (str) and special token ids (int), in order."""
+    return [text[s:e] if t < 0 else t for s, e, t in partition_spans(vocab, text, parse_special, allowed)]
+
+
+def partition_spans(vocab: Vocab, text: str, parse_special: bool,
+                    allowed: AbstractSet[int] = frozenset()) -> list[tuple[int, int, int]]:
+    """(start, end, id) for each piece of text in order: id -1 for plain text text[start:end], else the special
+    token matched at text[start:end]. Control/unknown tokens are matched when parse_special is set or their id
+    is in allowed (tiktoken's allowed_special)."""
     if not text:
         return []
-    frags: list[tuple[int, int] | int] = [(0, len(text))]
+    frags: list[tuple[int, int, int]] = [(0, len(text), -1)]
     tokens, attrs = vocab.tokens, vocab.attrs
     skip = int(Attr.CONTROL | Attr.UNKNOWN)
     lstrip_bit, rstrip_bit = int(Attr.LSTRIP), int(Attr.RSTRIP)
@@ -27,7 +38,7 @@ def partition(vocab: Vocab, text: str, parse_special: bool) -> list[str | int]:
     prefix_in_text: dict[str, bool] = {}
     for sid in vocab.special_cache:
         attr = attrs[sid]
-        if not parse_special and attr & skip:
+        if not parse_special and attr & skip and sid not in allowed:
             continue
         tok = tokens[sid]
         head = tok[:PREFIX_CHARS]
@@ -37,12 +48,12 @@ def partition(vocab: Vocab, text: str, parse_special: bool) -> list[str | int]:
         if not present or tok not in text:
             continue
         lstrip, rstrip, n = attr & lstrip_bit, attr & rstrip_bit, len(tok)
-        out: list[tuple[int, int] | int] = []
+        out: list[tuple[int, int, int]] = []
         for frag in frags:
-            if isinstance(frag, int):
+            if frag[2] >= 0:
                 out.append(frag)
                 continue
-            s, e = frag
+            s, e, _ = frag
             while True:
                 m = text.find(tok, s, e)
                 if m < 0:
@@ -52,13 +63,24 @@ def partition(vocab: Vocab, text: str, parse_special: bool) -> list[str | int]:
                     while left > s and text[left - 1] in C_SPACE:
                         left -= 1
                 if left > s:
-                    out.append((s, left))
-                out.append(sid)
+                    out.append((s, left, -1))
+                out.append((m, m + n, sid))
                 s = m + n
                 if rstrip:
                     while s < e and text[s] in C_SPACE:
                         s += 1
             if s < e:
-                out.append((s, e))
+                out.append((s, e, -1))
         frags = out
-    return [f if isinstance(f, int) else text[f[0]:f[1]] for f in frags]
+    return frags
+
+
+def find_special(vocab: Vocab, text: str, ids: Iterable[int]) -> tuple[int, int] | None:
+    """(position, id) of the first occurrence in text of any of the tokens ids (the longest one at a tie)."""
+    best: tuple[int, int] | None = None
+    for sid in ids:
+        pos = text.find(vocab.tokens[sid], 0, len(text) if best is None else best[0] + 1)
+        if pos >= 0 and (best is None or pos < best[0] or
+                         (pos == best[0] and len(vocab.tokens[sid]) > len(vocab.tokens[best[1]]))):
+            best = (pos, sid)
+    return best

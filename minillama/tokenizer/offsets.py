@@ -1,0 +1,169 @@
+"""Character offsets: the (start, end) span of the text each token came from (HF tokenizers' Encoding.offsets).
+
+The algorithm, plainly: each merge model turns a plain-text fragment into a model-space string of which
+its tokens consume known lengths, left to right; walk the tokens along that string and map each consumed
+range back to the characters of the fragment it came from.
+
+* BPE: the fragment itself; each token consumes the bytes of its piece (byte-level BPE pieces concatenate
+  to the text's UTF-8 exactly).
+* SPM: the fragment with the dummy-prefix space and U+2581 for spaces; a token consumes its text's UTF-8
+  (a byte token one byte). The dummy prefix belongs to no character, so the first token starts at 0.
+* WPM: the normalised words (each character of a word maps back to the one character it came from;
+  dropped characters and whitespace belong to no token); a word's first token does not count its U+2581.
+* UGM: the normalised text (charsmap, whitespace rules); a position there maps back to the shortest
+  prefix of the fragment whose normalisation reaches it (a binary search re-running the normaliser on
+  prefixes: exact, but quadratic-ish on long fragments).
+
+A range that starts or ends inside a character takes that whole character, so the byte tokens of one
+character all get that character's span, as Hugging Face does. Spans are therefore in order and never
+overlap, except that tokens sharing one character share its span.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Callable, Sequence
+from itertools import accumulate
+
+from .models import Model
+from .models.base import SURROGATES
+from .vocab import Attr
+
+Span = tuple[int, int]
+SPACE = "\u2581"
+
+
+def _byte_starts(s: str) -> list[int]:
+    """The UTF-8 byte offset at which each character of s starts."""
+    return list(accumulate((len(c.encode("utf-8", "surrogatepass")) for c in s[:-1]), initial=0)) if s else []
+
+
+def walk(s: str, lengths: Sequence[int], src: Callable[[int], int], src_end: Callable[[int], int]) -> list[Span]:
+    """Spans of consecutive tokens consuming lengths[i] UTF-8 bytes of s each; src/src_end map a character
+    index of s to the first / one-past-last source character it stands for."""
+    starts = _byte_starts(s)
+    n_bytes = starts[-1] + len(s[-1].encode("utf-8", "surrogatepass")) if s else 0
+    out: list[Span] = []
+    b = 0
+    for k in lengths:
+        b1 = min(b + k, n_bytes)
+        if b1 <= b:
+            pos = src(bisect_right(starts, b) - 1) if b < n_bytes else src_end(len(s) - 1) if s else 0
+            out.append((pos, pos))
+        else:
+            c0 = bisect_right(starts, b) - 1
+            c1 = bisect_right(starts, b1 - 1) - 1
+            out.append((src(c0), src_end(c1)))
+        b = b1
+    return out
+
+
+def bpe_spans(model: Model, pieces: Sequence[bytes], frag: str, prepared: str, ids: list[int]) -> list[Span]:
+    if prepared != frag:  # SPM-style BPE (U+2581 for spaces): the text itself is model space
+        return spm_spans(model, pieces, frag, prepared, ids)
+    return walk(frag, [len(pieces[i]) for i in ids], int, lambda c: c + 1)
+
+
+def spm_spans(model: Model, pieces: Sequence[bytes], frag: str, prepared: str, ids: list[int]) -> list[Span]:
+    tokens, attrs = model.vocab.tokens, model.vocab.attrs
+    byte = int(Attr.BYTE)
+    lengths = [1 if attrs[i] & byte else len(tokens[i].encode("utf-8", "surrogateescape")) for i in ids]
+    shift = len(prepared) - len(frag)  # the dummy prefix
+    return walk(prepared, lengths, lambda c: max(c - shift, 0), lambda c: max(c + 1 - shift, 0))
+
+
+def wpm_spans(model: Model, pieces: Sequence[bytes], frag: str, prepared: str, ids: list[int]) -> list[Span]:
+    table = model._table  # type: ignore[attr-defined]
+    words: list[tuple[str, list[int]]] = []
+    chars: list[str] = []
+    src: list[int] = []
+    for i, c in enumerate(frag):
+        for ch in table[ord(c)]:
+            if ch == " ":
+                if chars:
+                    words.append(("".join(chars), src))
+                    chars, src = [], []
+            else:
+                chars.append(ch)
+                src.append(i)
+    if chars:
+        words.append(("".join(chars), src))
+    tokens, unk = model.vocab.tokens, model.vocab.special.get("unk")
+    out: list[Span] = []
+    for word, wsrc in words:
+        wids = model.encode(word)
+        if wids == [unk]:
+            out.append((wsrc[0], wsrc[-1] + 1))
+            continue
+        lengths = [len(tokens[t].encode("utf-8", "surrogateescape")) for t in wids]
+        lengths[0] -= len(SPACE.encode())
+        out += walk(word, lengths, wsrc.__getitem__, lambda c, w=wsrc: w[c] + 1)
+    return out
+
+
+def ugm_spans(model: Model, pieces: Sequence[bytes], frag: str, prepared: str, ids: list[int]) -> list[Span]:
+    from .models.ugm import _to_bytes
+
+    norm: Callable[[bytes], bytes] = model._normalize_bytes  # type: ignore[attr-defined]
+    full = norm(_to_bytes(frag))
+    tokens, unk = model.vocab.tokens, model.vocab.special.get("unk")
+    texts = [None if t == unk else tokens[t].encode("utf-8", "surrogateescape") for t in ids]
+    bounds: list[int] = []  # end byte of each token in the normalised text
+    b = 0
+    for k, t in enumerate(texts):
+        if t is None:  # the unknown token covers up to the next token's text (or the end)
+            nxt = next((x for x in texts[k + 1:] if x is not None), None)
+            j = full.find(nxt, b + 1) if nxt else -1
+            b = j if j > b else len(full)
+        else:
+            b = min(b + len(t), len(full))
+        bounds.append(b)
+    cache: dict[int, int] = {0: 0, len(frag): len(full)}
+
+    def norm_len(i: int) -> int:
+        v = cache.get(i)
+        if v is None:
+            v = cache[i] = len(norm(_to_bytes(frag[:i])))
+        return v
+
+    def first_reaching(pos: int, lo: int) -> int:
+        """The smallest prefix length i >= lo of frag whose normalisation is longer than pos bytes."""
+        hi = len(frag)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if norm_len(mid) > pos:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    out: list[Span] = []
+    b0, lo = 0, 0
+    for b1 in bounds:
+        start = max(first_reaching(b0, lo) - 1, lo) if b1 > b0 else lo
+        end = max(first_reaching(b1 - 1, start), start) if b1 > b0 else start
+        out.append((start, end))
+        b0, lo = b1, start
+    return no_overlap(out)
+
+
+def no_overlap(spans: list[Span]) -> list[Span]:
+    """A span reaching into the next one (but not identical to it: tokens sharing a character) ends where it starts."""
+    for k in range(len(spans) - 2, -1, -1):
+        (s, e), (s2, e2) = spans[k], spans[k + 1]
+        if s2 < e and (s, e) != (s2, e2):
+            spans[k] = (s, max(s, s2))
+    return spans
+
+
+#: merge model name -> its span function
+SPANS: dict[str, Callable[[Model, Sequence[bytes], str, str, list[int]], list[Span]]] = {
+    "bpe": bpe_spans, "spm": spm_spans, "wpm": wpm_spans, "ugm": ugm_spans,
+}
+
+
+def has_surrogates(text: str) -> bool:
+    return SURROGATES.search(text) is not None
+
+
+__all__ = ["SPANS", "walk", "has_surrogates"]
