@@ -294,22 +294,33 @@ class Tokenizer:
         body_end = len(ids) - n_after
         if body_end <= n_before or self.vocab.attrs[ids[body_end - 1]] & int(Attr.CONTROL | Attr.UNKNOWN):
             return ids[:body_end], [], ""
+        # the last word (with the space before it, which BPE and SPM tokens carry) is unstable: the next
+        # characters may merge with any of its tokens; trailing whitespace alone is its own piece
         cut = offsets[body_end - 1][0]
+        if text[cut:].strip() and not text[cut].isspace():
+            while cut > 0 and not text[cut - 1].isspace():
+                cut -= 1
+            if cut > 0 and text[cut - 1] == " ":
+                cut -= 1
+            floor = offsets[n_before - 1][1] if n_before and offsets[n_before - 1] != (0, 0) else 0
+            cut = max(cut, floor)
         k = body_end - 1
-        while k - 1 >= n_before and offsets[k - 1][0] >= cut and offsets[k - 1] != (0, 0):
+        while k - 1 >= n_before and offsets[k - 1][0] >= cut and \
+                not self.vocab.attrs[ids[k - 1]] & int(Attr.CONTROL | Attr.UNKNOWN):
             k -= 1
-        return ids[:k], ids[k:body_end], text[cut:]
+        return ids[:k], ids[k:body_end], text[offsets[k][0]:]
 
     def encode_for_completion(self, text: str, add_special: bool = True,
                               parse_special: bool = False) -> tuple[list[int], str]:
-        """Token healing: (ids, prefix) -- the ids of text without its last token, and the text of that token.
+        """Token healing: (ids, prefix) -- the ids of the stable part of text, and the trailing text left out.
 
-        The last token of a prompt is unstable: "The quick bro" ends in " bro", which the model would
-        rarely have seen before "wn". A generation loop continues from ids and lets the first sampled
-        tokens only begin with prefix (generate(..., heal=True)), so the result tokenizes like the
-        full word. Tokens sharing the last token's first character go too (a character split over byte
-        tokens is never cut); a trailing special token is kept (prefix ""), and the eos that add_special
-        may append is left off (a completion never follows it).
+        The end of a prompt is unstable: "The quick bro" ends in " bro", which the model would rarely
+        have seen before "wn". The tokens of the last word (with the space before it) are left out, and
+        a generation loop lets the first sampled tokens only spell out prefix again (generate(...,
+        heal=True)), so the result tokenizes like the full word. Trailing whitespace alone is the prefix
+        when the text ends with it; a character split over byte tokens is never cut; a trailing special
+        token is kept (prefix ""), and the eos that add_special may append is left off (a completion
+        never follows it).
         """
         ids, _, prefix = self._completion(text, add_special, parse_special)
         return ids, prefix
