@@ -253,7 +253,7 @@ class Tokenizer:
 
         As Hugging Face tokenizers' Encoding.offsets: tokens that cover part of a character (byte
         tokens) get that character's span; added bos/eos/[CLS]/[SEP] get (0, 0). Spans are in order and
-        never overlap (tokens sharing one character share its span); characters no token stands for
+        never overlap, but in a character whose bytes two tokens split (both spans hold it); characters no token stands for
         (WordPiece whitespace, dropped characters) lie between spans. Text with lone surrogates has no
         character offsets to give: ArgumentError.
         """

@@ -16,7 +16,7 @@ range back to the characters of the fragment it came from.
 
 A range that starts or ends inside a character takes that whole character, so the byte tokens of one
 character all get that character's span, as Hugging Face does. Spans are therefore in order and never
-overlap, except that tokens sharing one character share its span.
+overlap, except in a character whose bytes two tokens split between them: both spans hold it.
 """
 
 from __future__ import annotations
@@ -41,27 +41,47 @@ def _byte_starts(s: str) -> list[int]:
 def walk(s: str, lengths: Sequence[int], src: Callable[[int], int], src_end: Callable[[int], int]) -> list[Span]:
     """Spans of consecutive tokens consuming lengths[i] UTF-8 bytes of s each; src/src_end map a character
     index of s to the first / one-past-last source character it stands for."""
+    ranges = []
+    b = 0
+    for k in lengths:
+        ranges.append((b, b + k))
+        b += k
+    return spans_of_ranges(s, ranges, src, src_end)
+
+
+def spans_of_ranges(s: str, ranges: Sequence[tuple[int, int]], src: Callable[[int], int],
+                    src_end: Callable[[int], int]) -> list[Span]:
+    """Spans of tokens covering the UTF-8 byte ranges [b0, b1) of s (in order)."""
     starts = _byte_starts(s)
     n_bytes = starts[-1] + len(s[-1].encode("utf-8", "surrogatepass")) if s else 0
     out: list[Span] = []
-    b = 0
-    for k in lengths:
-        b1 = min(b + k, n_bytes)
-        if b1 <= b:
-            pos = src(bisect_right(starts, b) - 1) if b < n_bytes else src_end(len(s) - 1) if s else 0
+    for b0, b1 in ranges:
+        b0, b1 = min(b0, n_bytes), min(b1, n_bytes)
+        if b1 <= b0:
+            pos = src(bisect_right(starts, b0) - 1) if b0 < n_bytes else src_end(len(s) - 1) if s else 0
             out.append((pos, pos))
         else:
-            c0 = bisect_right(starts, b) - 1
-            c1 = bisect_right(starts, b1 - 1) - 1
-            out.append((src(c0), src_end(c1)))
-        b = b1
+            out.append((src(bisect_right(starts, b0) - 1), src_end(bisect_right(starts, b1 - 1) - 1)))
     return out
 
 
 def bpe_spans(model: Model, pieces: Sequence[bytes], frag: str, prepared: str, ids: list[int]) -> list[Span]:
     if prepared != frag:  # SPM-style BPE (U+2581 for spaces): the text itself is model space
         return spm_spans(model, pieces, frag, prepared, ids)
-    return walk(frag, [len(pieces[i]) for i in ids], int, lambda c: c + 1)
+    # Byte-level pieces spell the text's bytes, except where a pre-tokenizer drops or changes a character
+    # (falcon's \v): there a piece is looked for a few bytes on, and the bytes skipped belong to no token.
+    data = frag.encode("utf-8")
+    ranges = []
+    b = 0
+    for i in ids:
+        p = pieces[i]
+        if p and not data.startswith(p, b):
+            j = data.find(p, b, b + len(p) + 16)
+            if j > b:
+                b = j
+        ranges.append((b, b + len(p)))
+        b += len(p)
+    return spans_of_ranges(frag, ranges, int, lambda c: c + 1)
 
 
 def spm_spans(model: Model, pieces: Sequence[bytes], frag: str, prepared: str, ids: list[int]) -> list[Span]:
@@ -74,31 +94,33 @@ def spm_spans(model: Model, pieces: Sequence[bytes], frag: str, prepared: str, i
 
 def wpm_spans(model: Model, pieces: Sequence[bytes], frag: str, prepared: str, ids: list[int]) -> list[Span]:
     table = model._table  # type: ignore[attr-defined]
-    words: list[tuple[str, list[int]]] = []
+    words: list[tuple[str, list[int], list[int]]] = []
     chars: list[str] = []
     src: list[int] = []
+    src_end: list[int] = []
     for i, c in enumerate(frag):
         for ch in table[ord(c)]:
             if ch == " ":
                 if chars:
-                    words.append(("".join(chars), src))
-                    chars, src = [], []
+                    words.append(("".join(chars), src, src_end))
+                    chars, src, src_end = [], [], []
             else:
                 chars.append(ch)
                 src.append(i)
+                src_end.append(i + 1)
     if chars:
-        words.append(("".join(chars), src))
+        words.append(("".join(chars), src, src_end))
     tokens, unk = model.vocab.tokens, model.vocab.special.get("unk")
-    out: list[Span] = []
-    for word, wsrc in words:
+    spans: list[Span] = []
+    for word, wsrc, wend in words:
         wids = model.encode(word)
         if wids == [unk]:
-            out.append((wsrc[0], wsrc[-1] + 1))
+            spans.append((wsrc[0], wend[-1]))
             continue
         lengths = [len(tokens[t].encode("utf-8", "surrogateescape")) for t in wids]
         lengths[0] -= len(SPACE.encode())
-        out += walk(word, lengths, wsrc.__getitem__, lambda c, w=wsrc: w[c] + 1)
-    return out
+        spans += walk(word, lengths, wsrc.__getitem__, wend.__getitem__)
+    return spans
 
 
 def ugm_spans(model: Model, pieces: Sequence[bytes], frag: str, prepared: str, ids: list[int]) -> list[Span]:
