@@ -10,9 +10,9 @@ range back to the characters of the fragment it came from.
   (a byte token one byte). The dummy prefix belongs to no character, so the first token starts at 0.
 * WPM: the normalised words (each character of a word maps back to the one character it came from;
   dropped characters and whitespace belong to no token); a word's first token does not count its U+2581.
-* UGM: the normalised text (charsmap, whitespace rules); a position there maps back to the shortest
-  prefix of the fragment whose normalisation reaches it (a binary search re-running the normaliser on
-  prefixes: exact, but quadratic-ish on long fragments).
+* UGM: the normalised text (charsmap, whitespace rules), from the normaliser run with a map from each
+  output byte to the input byte it comes from (a space marker to the space before its word; the dummy
+  prefix to nothing: zero width).
 
 A range that starts or ends inside a character takes that whole character, so the byte tokens of one
 character all get that character's span, as Hugging Face does. Spans are therefore in order and never
@@ -124,48 +124,32 @@ def wpm_spans(model: Model, pieces: Sequence[bytes], frag: str, prepared: str, i
 
 
 def ugm_spans(model: Model, pieces: Sequence[bytes], frag: str, prepared: str, ids: list[int]) -> list[Span]:
-    from .models.ugm import _to_bytes
-
-    norm: Callable[[bytes], bytes] = model._normalize_bytes  # type: ignore[attr-defined]
-    full = norm(_to_bytes(frag))
+    data = frag.encode("utf-8")
+    src: list[int] = []
+    full = model._normalize_bytes(data, src)  # type: ignore[attr-defined]
     tokens, unk = model.vocab.tokens, model.vocab.special.get("unk")
     texts = [None if t == unk else tokens[t].encode("utf-8", "surrogateescape") for t in ids]
-    bounds: list[int] = []  # end byte of each token in the normalised text
+    ranges: list[tuple[int, int]] = []  # bytes of the normalised text each token covers
     b = 0
     for k, t in enumerate(texts):
         if t is None:  # the unknown token covers up to the next token's text (or the end)
             nxt = next((x for x in texts[k + 1:] if x is not None), None)
             j = full.find(nxt, b + 1) if nxt else -1
-            b = j if j > b else len(full)
+            end = j if j > b else len(full)
         else:
-            b = min(b + len(t), len(full))
-        bounds.append(b)
-    cache: dict[int, int] = {0: 0, len(frag): len(full)}
-
-    def norm_len(i: int) -> int:
-        v = cache.get(i)
-        if v is None:
-            v = cache[i] = len(norm(_to_bytes(frag[:i])))
-        return v
-
-    def first_reaching(pos: int, lo: int) -> int:
-        """The smallest prefix length i >= lo of frag whose normalisation is longer than pos bytes."""
-        hi = len(frag)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if norm_len(mid) > pos:
-                hi = mid
-            else:
-                lo = mid + 1
-        return lo
-
+            end = min(b + len(t), len(full))
+        ranges.append((b, end))
+        b = end
+    starts = _byte_starts(frag)
     out: list[Span] = []
-    b0, lo = 0, 0
-    for b1 in bounds:
-        start = max(first_reaching(b0, lo) - 1, lo) if b1 > b0 else lo
-        end = max(first_reaching(b1 - 1, start), start) if b1 > b0 else start
-        out.append((start, end))
-        b0, lo = b1, start
+    for b0, b1 in ranges:
+        came = [x for x in src[b0:b1] if x >= 0]
+        if came:
+            out.append((bisect_right(starts, min(came)) - 1, bisect_right(starts, max(came)) - 1 + 1))
+        else:  # a dummy-prefix marker: zero width where the next source character starts
+            nxt = next((x for x in src[b1:] if x >= 0), len(data))
+            c = bisect_right(starts, nxt) - 1 if nxt < len(data) else len(frag)
+            out.append((c, c))
     return no_overlap(out)
 
 
