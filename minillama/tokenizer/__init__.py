@@ -44,7 +44,7 @@ from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..errors import ArgumentError, ArgumentTypeError, DoubleBosWarning
+from ..errors import ArgumentError, ArgumentTypeError, DoubleBosWarning, MinillamaError
 from .decode import PieceTable, StreamDecoder, check_id, out_of_range
 from .load import read_metadata
 from .models import Model, make_model
@@ -498,18 +498,21 @@ class Tokenizer:
         the vocab says, but never twice (a template that writes bos itself keeps just that one).
         chat_template= renders another template instead. MinillamaError when there is none.
         """
+        import jinja2
+
         from ..chat_template import ChatTemplate, without_bos
 
-        if chat_template is None:
-            tmpl = ChatTemplate.from_tokenizer(self)
-            if tmpl is None:
-                from ..errors import MinillamaError
-
-                raise MinillamaError("this vocab has no chat template (tokenizer.chat_template): pass "
-                                     "chat_template='...'")
-        else:
-            tmpl = ChatTemplate.for_tokenizer(chat_template, self)
-        text = tmpl.render(messages, add_generation_prompt, tools=tools, **kwargs)
+        try:
+            tmpl = ChatTemplate.from_tokenizer(self) if chat_template is None else \
+                ChatTemplate.for_tokenizer(chat_template, self)
+        except jinja2.TemplateError as e:
+            raise MinillamaError(f"the chat template does not compile: {e}") from None
+        if tmpl is None:
+            raise MinillamaError("this vocab has no chat template (tokenizer.chat_template): pass chat_template='...'")
+        try:
+            text = tmpl.render(messages, add_generation_prompt, tools=tools, **kwargs)
+        except jinja2.TemplateError as e:  # raise_exception(...) in the template, or a sandbox violation
+            raise ArgumentError(f"the chat template refused the conversation: {e}") from None
         if not tokenize:
             return text
         return self.encode(without_bos(text, tmpl.bos_token, self), add_special=True, parse_special=True)
