@@ -56,6 +56,7 @@ def _hf_bert_from_gguf(tok: Tokenizer):
     for i, t in enumerate(v.tokens):
         vocab[t if v.attrs[i] & special else t[1:] if t.startswith(SPACE) else "##" + t] = i
     hf = HF(models.WordPiece(vocab, unk_token="[UNK]"))
+    hf.add_special_tokens([v.tokens[i] for i in range(v.n_vocab) if v.attrs[i] & int(Attr.CONTROL)])
     hf.normalizer = normalizers.BertNormalizer(lowercase=True)
     hf.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     hf.post_processor = processors.BertProcessing(("[SEP]", vocab["[SEP]"]), ("[CLS]", vocab["[CLS]"]))
