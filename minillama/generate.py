@@ -148,7 +148,8 @@ class Generation(Iterator[str]):
     max_tokens: int
     sampler: Sampler
     stop_at_eog: bool = True
-    heal: tuple[list[int], str] = ([], "")  # token healing: (the prompt's ids taken off, the text they decode to)
+    # token healing: (the prompt's ids taken off, the text they decode to); nothing to heal by default
+    heal: tuple[list[int], str] = field(default_factory=lambda: ([], ""))
     ids: list[int] = field(default_factory=list)  # the generated ids that were decoded (no final eog)
     eog_id: int | None = None  # the end-of-generation id that stopped the run, if one did
     text: str = ""  # the chunks yielded so far, joined

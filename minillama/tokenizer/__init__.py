@@ -5,6 +5,10 @@
     ids = tok.encode("Hello world", add_special=True, parse_special=False)
     tok.decode(ids); tok.decode_bytes(ids); tok.token_to_piece(ids[0])
 
+For users of Hugging Face tokenizers, tiktoken and transformers: encode_with_offsets, allowed_special /
+disallowed_special, encode_for_completion (token healing), apply_chat_template, token_to_id / id_to_token /
+get_vocab / decode_batch, and encode_batch(return_array=True, pad_to=..., truncate=...).
+
 The pipeline: file -> Vocab (load/, vocab.py) -> special-token split (special.py) -> merge model
 (models/: score-based SPM or rank-based BPE with its pre-tokenizer) -> ids -> pieces (decode.py).
 
