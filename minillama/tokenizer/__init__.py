@@ -72,6 +72,8 @@ def default_vocab_path() -> str:
     return str(resources.files("minillama") / "data" / "default-vocab.gguf")
 
 
+_NONE: frozenset[int] = frozenset()
+
 # Surrogates that are not escapes of raw bytes 0x80..0xFF.
 _NOT_ESCAPE = re.compile("[\ud800-\udc7f\udd00-\udfff]")
 _ESCAPE = re.compile("[\udc80-\udcff]")
@@ -96,6 +98,7 @@ class Tokenizer:
         self._model: Model = make_model(vocab)
         self._pieces: PieceTable | None = None
         self._lock = threading.Lock()
+        self._warn_bos = self._bos_text if vocab.add_bos else ""  # text whose presence means a double bos
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str]) -> Tokenizer:
@@ -169,8 +172,10 @@ class Tokenizer:
         """
         if not isinstance(text, str):
             raise ArgumentTypeError(f"encode() takes a str, got {type(text).__name__}")
-        allowed = self._special_control(text, parse_special, allowed_special, disallowed_special)
-        if add_special and self.vocab.add_bos and self._bos_text and text.startswith(self._bos_text):
+        allowed: frozenset[int] = _NONE
+        if allowed_special is not None or disallowed_special is not None:
+            allowed = self._special_control(text, parse_special, allowed_special, disallowed_special)
+        if add_special and self._warn_bos and text.startswith(self._warn_bos):
             warnings.warn(f"the text already starts with the bos text {self._bos_text!r} and add_special=True "
                           "adds bos as well (pass add_special=False, or strip it)", DoubleBosWarning, stacklevel=2)
         escaped = False

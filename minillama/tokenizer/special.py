@@ -19,7 +19,10 @@ PREFIX_CHARS = 3
 
 def partition(vocab: Vocab, text: str, parse_special: bool, allowed: AbstractSet[int] = frozenset()) -> list[str | int]:
     """Text as a list of plain-text fragments (str) and special token ids (int), in order."""
-    return [text[s:e] if t < 0 else t for s, e, t in partition_spans(vocab, text, parse_special, allowed)]
+    frags = partition_spans(vocab, text, parse_special, allowed)
+    if len(frags) == 1 and frags[0][2] < 0:
+        return [text]  # the common case: no special token in the text
+    return [text[s:e] if t < 0 else t for s, e, t in frags]
 
 
 def partition_spans(vocab: Vocab, text: str, parse_special: bool,
