@@ -20,7 +20,7 @@ import warnings
 
 import numpy as np
 import pytest
-from conftest import SHARED, load, params_or_skip, read_conformance, require_shared, vocab_path
+from conftest import SHARED, load, params_or_skip, read_conformance, require_shared
 
 from minillama.errors import (
     ArgumentError,
@@ -142,6 +142,23 @@ def test_offset_properties_every_vocab(name):
                 covered.append(t[max(s, end):e])
                 end = max(end, e)
             assert "".join(covered) == t
+
+
+@pytest.mark.parametrize("name", ["ggml-vocab-llama-bpe", "ggml-vocab-llama-spm", "ggml-vocab-bert-bge",
+                                  "ggml-vocab-unigram8k", "ggml-vocab-falcon"])
+def test_offset_properties_any_text(name):
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    tok = load(name)
+
+    @settings(max_examples=150, deadline=None, derandomize=True)
+    @given(st.text(max_size=40))
+    def check(text):
+        check_offset_properties(tok, text, parse_special=False)
+        check_offset_properties(tok, text, parse_special=True)
+
+    check()
 
 
 def test_offsets_byte_tokens_share_their_character():
@@ -368,4 +385,4 @@ def test_warning_sentencepiece_normalizer_llamacpp_ignores(tmp_path):
     assert tok.encode(text, add_special=False) != sp.encode(text)  # the difference the warning announces
     with warnings.catch_warnings():
         warnings.simplefilter("error", MinillamaWarning)
-        Tokenizer.from_file(vocab_path("llama2-tokenizer.model"))  # identity normalizer: no warning
+        Tokenizer.from_file(require_shared("vocab", "llama2-tokenizer.model"))  # identity: no warning

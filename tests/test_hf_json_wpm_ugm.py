@@ -129,3 +129,36 @@ def test_other_models_still_refused(tmp_path):
     p.write_text(json.dumps({"model": {"type": "WordLevel", "vocab": {"a": 0}}}))
     with pytest.raises(UnsupportedError, match="'WordLevel'.*WordPiece.*Unigram"):
         Tokenizer.from_file(p)
+
+
+@pytest.mark.parametrize("model, expected", [
+    ({"type": "Unigram", "vocab": [["a", "x"]]}, "expected a \\[piece, score\\] pair"),
+    ({"type": "Unigram", "vocab": {"a": 0}}, "expected list"),
+    ({"type": "Unigram", "vocab": []}, "empty"),
+    ({"type": "WordPiece", "vocab": {"a": 0, "b": 5}}, "without gaps"),
+    ({"type": "WordPiece", "vocab": {"a": 0, "b": 10 ** 15}}, "without gaps"),
+    ({"type": "WordPiece", "vocab": {"a": "0"}}, "expected int"),
+    ({"type": "WordPiece", "vocab": []}, "expected dict"),
+])
+def test_hostile_wordpiece_unigram_json(tmp_path, model, expected):
+    from minillama.errors import FormatError
+
+    p = tmp_path / "tokenizer.json"
+    p.write_text(json.dumps({"model": model}))
+    with pytest.raises(FormatError, match=expected):
+        Tokenizer.from_file(p)
+
+
+def test_hostile_unigram_charsmap(tmp_path):
+    from minillama.errors import MinillamaError
+
+    p = tmp_path / "tokenizer.json"
+    vocab = [["<unk>", 0.0], ["a", -1.0], ["\u2581", -2.0]]
+    norm = {"type": "Precompiled", "precompiled_charsmap": "not base64!"}
+    p.write_text(json.dumps({"model": {"type": "Unigram", "unk_id": 0, "vocab": vocab}, "normalizer": norm}))
+    with pytest.raises(MinillamaError, match="base64"):
+        Tokenizer.from_file(p)
+    norm["precompiled_charsmap"] = "AAAA/////w=="  # decodes, but no charsmap a tokenizer wrote
+    p.write_text(json.dumps({"model": {"type": "Unigram", "unk_id": 0, "vocab": vocab}, "normalizer": norm}))
+    with pytest.raises(MinillamaError):
+        Tokenizer.from_file(p).encode("a a")

@@ -176,8 +176,7 @@ class Tokenizer:
         if allowed_special is not None or disallowed_special is not None:
             allowed = self._special_control(text, parse_special, allowed_special, disallowed_special)
         if add_special and self._warn_bos and text.startswith(self._warn_bos):
-            warnings.warn(f"the text already starts with the bos text {self._bos_text!r} and add_special=True "
-                          "adds bos as well (pass add_special=False, or strip it)", DoubleBosWarning, stacklevel=2)
+            self._warn_double_bos()
         escaped = False
         if not text.isascii():
             try:
@@ -209,6 +208,10 @@ class Tokenizer:
                 gc.enable()
         out += after
         return out
+
+    def _warn_double_bos(self) -> None:
+        warnings.warn(f"the text already starts with the bos text {self._bos_text!r} and add_special=True adds bos "
+                      "as well (pass add_special=False, or strip it)", DoubleBosWarning, stacklevel=3)
 
     @property
     def _bos_text(self) -> str:
@@ -396,12 +399,8 @@ class Tokenizer:
             with ThreadPoolExecutor(max_workers=num_threads, thread_name_prefix="minillama-encode") as pool:
                 out = list(pool.map(lambda t: self.encode(t, inner_special, parse_special), texts))
         if truncate is not None:
-            if add_special and self.vocab.add_bos and self._bos_text:
-                for t in texts:
-                    if t.startswith(self._bos_text):
-                        warnings.warn(f"a text already starts with the bos text {self._bos_text!r} and "
-                                      "add_special=True adds bos as well", DoubleBosWarning, stacklevel=2)
-                        break
+            if add_special and self._warn_bos and any(t.startswith(self._warn_bos) for t in texts):
+                self._warn_double_bos()
             room = truncate - len(before) - len(after)
             out = [before + ids[:room] + after for ids in out]
         if not return_array:
