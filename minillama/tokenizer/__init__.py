@@ -46,7 +46,9 @@ import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
+
+import numpy as np
 
 from ..errors import ArgumentError, ArgumentTypeError, DoubleBosWarning, MinillamaError
 from .decode import PieceTable, StreamDecoder, check_id, out_of_range
@@ -55,9 +57,6 @@ from .models import Model, make_model
 from .offsets import SPANS, has_surrogates
 from .special import find_special, partition, partition_spans
 from .vocab import Attr, Vocab
-
-if TYPE_CHECKING:
-    import numpy as np
 
 _GC_PAUSE_CHARS = 1 << 14  # texts longer than this encode with the cyclic GC paused
 
@@ -405,8 +404,6 @@ class Tokenizer:
             out = [before + ids[:room] + after for ids in out]
         if not return_array:
             return out
-        import numpy as np
-
         lengths = [len(ids) for ids in out]
         longest = max(lengths, default=0)
         if pad_to is None:
