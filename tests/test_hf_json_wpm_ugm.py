@@ -162,3 +162,19 @@ def test_hostile_unigram_charsmap(tmp_path):
     p.write_text(json.dumps({"model": {"type": "Unigram", "unk_id": 0, "vocab": vocab}, "normalizer": norm}))
     with pytest.raises(MinillamaError):
         Tokenizer.from_file(p).encode("a a")
+
+
+@pytest.mark.parametrize("which, vocab", [("bert_json", "ggml-vocab-bert-bge"), ("t5_json", "ggml-vocab-unigram8k")])
+def test_converted_json_is_read_by_llamacpp(which, vocab, request, tmp_path):
+    """`minillama convert tokenizer.json out.gguf`: llama.cpp itself gives the conformance ids on the result."""
+    from conftest import get_oracle
+
+    from minillama.tokenizer.write import write_vocab_gguf
+
+    _, path = request.getfixturevalue(which)
+    out = tmp_path / "converted.gguf"
+    write_vocab_gguf(read_metadata(path), out)
+    oracle = get_oracle(out)
+    rows = read_conformance(vocab)[::3]
+    bad = [r["text"][:40] for r in rows if oracle.tokenize(r["text"], False, False) != r["ids"]]
+    assert not bad, f"llama.cpp differs on {len(bad)}/{len(rows)} texts, e.g. {bad[:3]}"
