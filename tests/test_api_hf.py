@@ -322,6 +322,21 @@ def test_healing_gives_the_ids_of_the_full_word(path):
     assert healed.prompt_ids + healed.ids == target
 
 
+HEALING_PROMPTS = ["Tokenizers cut text into pie", "The quick bro", "hello world ", "x = foo(ba", "I'm", "123 45",
+                   "caf", "New Yor", "a\n\nb", "print('hi'); pri", "Hello, w", "numbers 12345", "\u65e5\u672c\u8a9e"]
+
+
+def test_healing_stable_ids_match_tiktoken(tiktoken_llama3):
+    """encode_for_completion's ids are tiktoken's encode_with_unstable stable tokens (llama3's regex and ranks)."""
+    enc, tok = tiktoken_llama3
+    for text in HEALING_PROMPTS:
+        stable, completions = enc.encode_with_unstable(text)
+        ids, prefix = tok.encode_for_completion(text, add_special=False)
+        assert ids == stable, (text, tok.decode(ids), enc.decode(stable))
+        assert tok.decode(ids) + prefix == text
+        assert any(enc.decode(c).startswith(prefix) for c in completions)
+
+
 def test_encode_for_completion_edges():
     tok = load("ggml-vocab-llama-bpe")
     assert tok.encode_for_completion("a b ") == (tok.encode("a b"), " ")

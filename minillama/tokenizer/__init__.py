@@ -305,30 +305,44 @@ class Tokenizer:
         body_end = len(ids) - n_after
         if body_end <= n_before or self.vocab.attrs[ids[body_end - 1]] & int(Attr.CONTROL | Attr.UNKNOWN):
             return ids[:body_end], [], ""
-        # the last word (with the space before it, which BPE and SPM tokens carry) is unstable: the next
-        # characters may merge with any of its tokens; trailing whitespace alone is its own piece
         cut = offsets[body_end - 1][0]
         if text[cut:].strip() and not text[cut].isspace():
-            while cut > 0 and not text[cut - 1].isspace():
-                cut -= 1
-            if cut > 0 and text[cut - 1] == " ":
-                cut -= 1
-            floor = offsets[n_before - 1][1] if n_before and offsets[n_before - 1] != (0, 0) else 0
-            cut = max(cut, floor)
+            specials = [offsets[k][1] for k in range(n_before, body_end)
+                        if self.vocab.attrs[ids[k]] & int(Attr.CONTROL | Attr.UNKNOWN | Attr.USER_DEFINED)]
+            cut = self._last_word_start(text, max(specials, default=0), cut)
         k = body_end - 1
         while k - 1 >= n_before and offsets[k - 1][0] >= cut and \
                 not self.vocab.attrs[ids[k - 1]] & int(Attr.CONTROL | Attr.UNKNOWN):
             k -= 1
         return ids[:k], ids[k:body_end], text[offsets[k][0]:]
 
+    def _last_word_start(self, text: str, frag_start: int, pos: int) -> int:
+        """Where the unstable end of text begins: for BPE the last pre-token (the regex piece the next
+        characters may extend, as tiktoken's encode_with_unstable), else the last whitespace-separated word
+        with the space before it (which SPM tokens carry). frag_start: where the last plain fragment starts."""
+        model = self._model
+        frag = text[frag_start:]
+        if self.vocab.model == "bpe":
+            prepared = model.prepare(frag, frag_start > 0)
+            words = model.words(prepared)
+            if words and len(prepared) == len(frag) and "".join(words) == prepared:
+                return min(pos, frag_start + len(prepared) - len(words[-1]))
+        while pos > frag_start and not text[pos - 1].isspace():
+            pos -= 1
+        if pos > frag_start and text[pos - 1] == " ":
+            pos -= 1
+        return pos
+
     def encode_for_completion(self, text: str, add_special: bool = True,
                               parse_special: bool = False) -> tuple[list[int], str]:
         """Token healing: (ids, prefix) -- the ids of the stable part of text, and the trailing text left out.
 
         The end of a prompt is unstable: "The quick bro" ends in " bro", which the model would rarely
-        have seen before "wn". The tokens of the last word (with the space before it) are left out, and
-        a generation loop lets the first sampled tokens only spell out prefix again (generate(...,
-        heal=True)), so the result tokenizes like the full word. Trailing whitespace alone is the prefix
+        have seen before "wn". The tokens of the last word are left out -- for BPE vocabs the last
+        pre-token, which gives tiktoken's encode_with_unstable stable tokens; for the others the last
+        whitespace-separated word with the space before it -- and a generation loop lets the first
+        sampled tokens only spell out prefix again (generate(..., heal=True)), so the result tokenizes
+        like the full word. Trailing whitespace alone is the prefix
         when the text ends with it; a character split over byte tokens is never cut; a trailing special
         token is kept (prefix ""), and the eos that add_special may append is left off (a completion
         never follows it).
