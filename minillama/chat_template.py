@@ -33,8 +33,6 @@ def _plain(value: Any) -> Any:
     """value rebuilt from plain JSON types (transformers' _plain_template_data): nothing else reaches the sandbox."""
     if value is None or type(value) in (str, int, float, bool):
         return value
-    if isinstance(value, bool):
-        return bool(value)
     if isinstance(value, str):
         return str.__str__(value)
     if isinstance(value, int):
@@ -47,7 +45,9 @@ def _plain(value: Any) -> Any:
         return [_plain(v) for v in value]
     if isinstance(value, tuple):
         return tuple(_plain(v) for v in value)
-    return f"<{type(value).__name__}>"
+    if hasattr(value, "item") and callable(value.item):  # numpy scalars
+        return _plain(value.item())
+    return f"<{type(value).__name__}>"  # an inert placeholder: templates only test such values for presence
 
 
 class ChatTemplate:
