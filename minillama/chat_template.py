@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 if TYPE_CHECKING:
     from .tokenizer import Tokenizer
 
@@ -45,7 +47,7 @@ def _plain(value: Any) -> Any:
         return [_plain(v) for v in value]
     if isinstance(value, tuple):
         return tuple(_plain(v) for v in value)
-    if hasattr(value, "item") and callable(value.item):  # numpy scalars
+    if isinstance(value, np.generic):  # numpy scalars: np.bool_(False) must stay falsy
         return _plain(value.item())
     return f"<{type(value).__name__}>"  # an inert placeholder: templates only test such values for presence
 
