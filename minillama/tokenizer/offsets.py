@@ -21,9 +21,9 @@ overlap, except in a character whose bytes two tokens split between them: both s
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from collections.abc import Callable, Sequence
-from itertools import accumulate
+
+import numpy as np
 
 from .models import Model
 from .models.base import SURROGATES
@@ -33,36 +33,43 @@ Span = tuple[int, int]
 SPACE = "\u2581"
 
 
-def _byte_starts(s: str) -> list[int]:
-    """The UTF-8 byte offset at which each character of s starts."""
-    return list(accumulate((len(c.encode("utf-8", "surrogatepass")) for c in s[:-1]), initial=0)) if s else []
-
-
-def walk(s: str, lengths: Sequence[int], src: Callable[[int], int], src_end: Callable[[int], int]) -> list[Span]:
+def walk(s: str, lengths: Sequence[int], src: Sequence[int] | None = None,
+         src_end: Sequence[int] | None = None) -> list[Span]:
     """Spans of consecutive tokens consuming lengths[i] UTF-8 bytes of s each; src/src_end map a character
-    index of s to the first / one-past-last source character it stands for."""
-    ranges = []
-    b = 0
-    for k in lengths:
-        ranges.append((b, b + k))
-        b += k
-    return spans_of_ranges(s, ranges, src, src_end)
+    index of s to the first / one-past-last source character it stands for (None: itself)."""
+    ends = np.cumsum(np.asarray(lengths, np.int64))
+    return spans_of_ranges(s, ends - np.asarray(lengths, np.int64), ends, src, src_end)
 
 
-def spans_of_ranges(s: str, ranges: Sequence[tuple[int, int]], src: Callable[[int], int],
-                    src_end: Callable[[int], int]) -> list[Span]:
-    """Spans of tokens covering the UTF-8 byte ranges [b0, b1) of s (in order)."""
-    starts = _byte_starts(s)
-    n_bytes = starts[-1] + len(s[-1].encode("utf-8", "surrogatepass")) if s else 0
-    out: list[Span] = []
-    for b0, b1 in ranges:
-        b0, b1 = min(b0, n_bytes), min(b1, n_bytes)
-        if b1 <= b0:
-            pos = src(bisect_right(starts, b0) - 1) if b0 < n_bytes else src_end(len(s) - 1) if s else 0
-            out.append((pos, pos))
-        else:
-            out.append((src(bisect_right(starts, b0) - 1), src_end(bisect_right(starts, b1 - 1) - 1)))
-    return out
+def spans_of_ranges(s: str, b0: np.ndarray, b1: np.ndarray, src: Sequence[int] | None = None,
+                    src_end: Sequence[int] | None = None) -> list[Span]:
+    """Spans of tokens covering the UTF-8 byte ranges [b0[i], b1[i]) of s, in one pass of array work: the
+    character of every byte is a cumulative count of the bytes that start a character."""
+    n = len(s)
+    if not n or not len(b0):
+        return [(0, 0)] * len(b0)
+    data = s.encode("utf-8", "surrogatepass")
+    if len(data) == n:  # ASCII: a byte is a character
+        char_of = np.arange(n, dtype=np.int64)
+    else:
+        char_of = np.cumsum((np.frombuffer(data, np.uint8) & 0xC0) != 0x80, dtype=np.int64) - 1
+    last = len(data) - 1
+    b0 = np.minimum(b0, len(data))
+    b1 = np.minimum(b1, len(data))
+    empty = b1 <= b0
+    c0 = char_of[np.minimum(b0, last)]
+    c1 = char_of[np.maximum(b1 - 1, 0)]
+    if src is None:
+        start, end = c0, c1 + 1
+    else:
+        start = np.asarray(src, np.int64)[c0]
+        end = np.asarray(src_end, np.int64)[c1]
+    # a range of no bytes: zero width where its byte is (at the end of s: after its last character)
+    at_end = b0 >= len(data)
+    pos = np.where(at_end, n if src is None else np.asarray(src_end, np.int64)[n - 1], start)
+    start = np.where(empty, pos, start)
+    end = np.where(empty, pos, end)
+    return list(zip(start.tolist(), end.tolist()))
 
 
 def bpe_spans(model: Model, pieces: Sequence[bytes], frag: str, prepared: str, ids: list[int]) -> list[Span]:
@@ -71,7 +78,10 @@ def bpe_spans(model: Model, pieces: Sequence[bytes], frag: str, prepared: str, i
     # Byte-level pieces spell the text's bytes, except where a pre-tokenizer drops or changes a character
     # (falcon's \v): there a piece is looked for a few bytes on, and the bytes skipped belong to no token.
     data = frag.encode("utf-8")
-    ranges = []
+    lengths = [len(pieces[i]) for i in ids]
+    if sum(lengths) == len(data):
+        return walk(frag, lengths)
+    starts = []
     b = 0
     for i in ids:
         p = pieces[i]
@@ -79,9 +89,10 @@ def bpe_spans(model: Model, pieces: Sequence[bytes], frag: str, prepared: str, i
             j = data.find(p, b, b + len(p) + 16)
             if j > b:
                 b = j
-        ranges.append((b, b + len(p)))
+        starts.append(b)
         b += len(p)
-    return spans_of_ranges(frag, ranges, int, lambda c: c + 1)
+    b0 = np.asarray(starts, np.int64)
+    return spans_of_ranges(frag, b0, b0 + np.asarray(lengths, np.int64))
 
 
 def spm_spans(model: Model, pieces: Sequence[bytes], frag: str, prepared: str, ids: list[int]) -> list[Span]:
@@ -89,7 +100,8 @@ def spm_spans(model: Model, pieces: Sequence[bytes], frag: str, prepared: str, i
     byte = int(Attr.BYTE)
     lengths = [1 if attrs[i] & byte else len(tokens[i].encode("utf-8", "surrogateescape")) for i in ids]
     shift = len(prepared) - len(frag)  # the dummy prefix
-    return walk(prepared, lengths, lambda c: max(c - shift, 0), lambda c: max(c + 1 - shift, 0))
+    src = np.maximum(np.arange(len(prepared)) - shift, 0)
+    return walk(prepared, lengths, src, src + (np.arange(len(prepared)) >= shift))
 
 
 def wpm_spans(model: Model, pieces: Sequence[bytes], frag: str, prepared: str, ids: list[int]) -> list[Span]:
@@ -110,17 +122,32 @@ def wpm_spans(model: Model, pieces: Sequence[bytes], frag: str, prepared: str, i
                 src_end.append(i + 1)
     if chars:
         words.append(("".join(chars), src, src_end))
+    # all words joined: one array pass maps every token's bytes back to the characters they came from
     tokens, unk = model.vocab.tokens, model.vocab.special.get("unk")
-    spans: list[Span] = []
+    phantom = len(SPACE.encode())
+    b0: list[int] = []
+    b1: list[int] = []
+    src_all: list[int] = []
+    end_all: list[int] = []
+    off = 0
     for word, wsrc, wend in words:
+        size = len(word.encode("utf-8", "surrogatepass"))
         wids = model.encode(word)
         if wids == [unk]:
-            spans.append((wsrc[0], wend[-1]))
-            continue
-        lengths = [len(tokens[t].encode("utf-8", "surrogateescape")) for t in wids]
-        lengths[0] -= len(SPACE.encode())
-        spans += walk(word, lengths, wsrc.__getitem__, wend.__getitem__)
-    return spans
+            b0.append(off)
+            b1.append(off + size)
+        else:
+            b = off - phantom  # the word's first token carries the U+2581 phantom prefix
+            for t in wids:
+                k = len(tokens[t].encode("utf-8", "surrogateescape"))
+                b0.append(max(b, off))
+                b1.append(b + k)
+                b += k
+        off += size
+        src_all += wsrc
+        end_all += wend
+    return spans_of_ranges("".join(w for w, _, _ in words), np.asarray(b0, np.int64), np.asarray(b1, np.int64),
+                           src_all, end_all)
 
 
 def ugm_spans(model: Model, pieces: Sequence[bytes], frag: str, prepared: str, ids: list[int]) -> list[Span]:
@@ -140,15 +167,15 @@ def ugm_spans(model: Model, pieces: Sequence[bytes], frag: str, prepared: str, i
             end = min(b + len(t), len(full))
         ranges.append((b, end))
         b = end
-    starts = _byte_starts(frag)
+    char_of = np.cumsum((np.frombuffer(data, np.uint8) & 0xC0) != 0x80, dtype=np.int64) - 1
     out: list[Span] = []
     for b0, b1 in ranges:
         came = [x for x in src[b0:b1] if x >= 0]
         if came:
-            out.append((bisect_right(starts, min(came)) - 1, bisect_right(starts, max(came)) - 1 + 1))
+            out.append((int(char_of[min(came)]), int(char_of[max(came)]) + 1))
         else:  # a dummy-prefix marker: zero width where the next source character starts
             nxt = next((x for x in src[b1:] if x >= 0), len(data))
-            c = bisect_right(starts, nxt) - 1 if nxt < len(data) else len(frag)
+            c = int(char_of[nxt]) if nxt < len(data) else len(frag)
             out.append((c, c))
     return no_overlap(out)
 
