@@ -15,9 +15,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TextIO
 
+from .chat_template import ChatTemplate
+from .chat_template import without_bos as strip_bos
 from .generate import Generation, LanguageModel, generate
 from .ngram import DEFAULT_ORDER, NGramModel, read_paragraphs
-from .template import ChatTemplate
 from .tokenizer import Tokenizer
 
 Message = Mapping[str, str]
@@ -61,10 +62,7 @@ class SimpleFormat:
 
 def template_of(tok: Tokenizer) -> ChatTemplate | None:
     """The template in the tokenizer's metadata (`tokenizer.chat_template`), or None when it has none."""
-    source = tok.vocab.metadata.get("tokenizer.chat_template")
-    if not isinstance(source, str) or not source.strip():
-        return None
-    return ChatTemplate(source, bos_token=_piece_text(tok, tok.bos_id), eos_token=_piece_text(tok, tok.eos_id))
+    return ChatTemplate.from_tokenizer(tok)
 
 
 def format_for(tok: Tokenizer) -> ChatFormat:
@@ -74,10 +72,7 @@ def format_for(tok: Tokenizer) -> ChatFormat:
 
 def without_bos(text: str, fmt: ChatFormat, tok: Tokenizer) -> str:
     """Rendered text without a leading bos text when encoding adds bos itself (never two bos)."""
-    bos = getattr(fmt, "bos_token", "")
-    if bos and tok.add_bos and text.startswith(bos):
-        return text[len(bos):]
-    return text
+    return strip_bos(text, getattr(fmt, "bos_token", ""), tok)
 
 
 def chat_documents(fmt: ChatFormat, texts: Sequence[str]) -> list[str]:
@@ -96,13 +91,6 @@ def train_chat_ngram(tok: Tokenizer, fmt: ChatFormat, paths: Iterable[str | os.P
     """
     rendered = [without_bos(d, fmt, tok) for d in chat_documents(fmt, read_paragraphs(paths))]
     return NGramModel.train(tok, rendered, order, parse_special=True)
-
-
-def _piece_text(tok: Tokenizer, token_id: int | None) -> str:
-    """A special token's text (its piece), '' when the vocab has no such token."""
-    if token_id is None:
-        return ""
-    return tok.token_to_piece(token_id, special=True).decode("utf-8", "replace")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -70,9 +70,32 @@ class ChatTemplateError(MinillamaError):
     """A chat template from a file that does not compile, fails to render or passes a render limit."""
 
 
+class ChatTemplateRefused(ChatTemplateError, ArgumentError):
+    """The chat template's own raise_exception() refused the conversation (e.g. an unknown role)."""
+
+
 class OutputError(MinillamaError):
     """An output path that cannot be written as asked: a directory, FIFO or socket, a missing directory."""
 
 
 class ArgumentTypeError(ArgumentError, TypeError):
     """An argument of the wrong type (a TypeError as well as an ArgumentError/ValueError)."""
+
+
+# --- warnings: valid input that will probably not do what the user wants ---------------------------------------
+
+
+class MinillamaWarning(UserWarning):
+    """Base class of every warning minillama issues (filter them all with this category)."""
+
+
+class MissingPreTokenizerWarning(MinillamaWarning):
+    """A byte-level BPE GGUF without tokenizer.ggml.pre: llama.cpp falls back to 'default', often wrong."""
+
+
+class DoubleBosWarning(MinillamaWarning):
+    """encode(add_special=True) of text that already starts with the bos text: the ids get bos twice."""
+
+
+class IgnoredNormalizerWarning(MinillamaWarning):
+    """A SentencePiece .model whose normalizer llama.cpp ignores: ids will differ from sentencepiece's."""

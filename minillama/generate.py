@@ -63,6 +63,14 @@ class Sampler:
         #: The seed in use: the one given, or a fresh random one (recorded so a run can be repeated).
         self.seed = int(seed) if seed is not None else secrets.randbits(63)
         self._rng = np.random.Generator(np.random.PCG64(self.seed))
+        self._allowed: np.ndarray | None = None  # token healing: bool per id, or None for no constraint
+        self._fallback = 0
+
+    def constrain(self, allowed: np.ndarray | None, fallback: int = 0) -> None:
+        """Sample only ids i with allowed[i] (None lifts the constraint); when the model offers none of
+        them, return fallback (token healing's way back to the prompt's own token)."""
+        self._allowed = None if allowed is None else np.asarray(allowed, dtype=bool)
+        self._fallback = int(fallback)
 
     @property
     def greedy(self) -> bool:
@@ -84,6 +92,14 @@ class Sampler:
         if np.isnan(x).any():
             raise ArgumentError("the model's scores contain NaN")
         keep = x > -np.inf
+        allowed = self._allowed
+        if allowed is not None:
+            inside = (cand >= 0) & (cand < allowed.size)
+            ok = np.zeros(cand.shape, bool)
+            ok[inside] = allowed[cand[inside]]
+            if not (ok & keep).any():
+                return self._fallback
+            keep &= ok
         if not keep.all():
             x, cand = x[keep], cand[keep]
         if x.size == 0:
@@ -134,6 +150,8 @@ class Generation(Iterator[str]):
     max_tokens: int
     sampler: Sampler
     stop_at_eog: bool = True
+    # token healing: (the prompt's ids taken off, the text they decode to); nothing to heal by default
+    heal: tuple[list[int], str] = field(default_factory=lambda: ([], ""))
     ids: list[int] = field(default_factory=list)  # the generated ids that were decoded (no final eog)
     eog_id: int | None = None  # the end-of-generation id that stopped the run, if one did
     text: str = ""  # the chunks yielded so far, joined
@@ -165,10 +183,19 @@ class Generation(Iterator[str]):
         n_vocab = tok.n_vocab
         decoder = tok.stream_decoder(skip_special=True)
         context = list(self.prompt_ids)
+        removed, prefix = self.heal
+        heal = b"".join(tok.token_to_piece(i) for i in removed)  # bytes the first tokens must spell out
+        skip = len(prefix)  # ... and the text they give, already in the prompt: not yielded again
         start = time.perf_counter()
         try:
             while stats.generated_tokens < self.max_tokens:
+                if heal:
+                    self.sampler.constrain(_healing_mask(tok, heal), fallback=removed[0])
                 token = operator.index(self.model.next_token(context, self.sampler))
+                if heal:
+                    self.sampler.constrain(None)
+                    piece = tok.token_to_piece(token) if 0 <= token < n_vocab else b""
+                    heal = b"" if piece.startswith(heal) else heal[len(piece):]
                 if not 0 <= token < n_vocab:
                     raise ArgumentError(f"the model returned token id {token}, outside the vocab (0..{n_vocab - 1})")
                 stats.generated_tokens += 1
@@ -180,12 +207,16 @@ class Generation(Iterator[str]):
                 context.append(token)
                 self.ids.append(token)
                 chunk = decoder.push(token)
+                if skip and chunk:
+                    chunk, skip = chunk[skip:], max(skip - len(chunk), 0)
                 if chunk:
                     self.text += chunk
                     yield chunk
             else:
                 stats.stop_reason = "max_tokens"
             tail = decoder.flush()
+            if skip and tail:
+                tail = tail[skip:]
             if tail:
                 self.text += tail
                 yield tail
@@ -194,18 +225,38 @@ class Generation(Iterator[str]):
                 stats.stop_reason = "stopped"
 
 
+def _healing_mask(tok: Tokenizer, heal: bytes) -> np.ndarray:
+    """Ids whose piece (non-empty, not a control token) begins with heal or is a beginning of it."""
+    plain = tok.pieces.pieces_plain
+    return np.fromiter((bool(p) and (p.startswith(heal) or heal.startswith(p)) for p in plain), bool, len(plain))
+
+
 def generate(model: LanguageModel, tok: Tokenizer, prompt: str | Sequence[int], max_tokens: int, *,
              temperature: float = 0.8, top_k: int = 40, top_p: float = 0.95, seed: int | None = None,
-             stop_at_eog: bool = True) -> Generation:
+             stop_at_eog: bool = True, heal: bool = False) -> Generation:
     """Stream the text model writes after prompt, up to max_tokens ids or an end-of-generation id.
 
     A str prompt is encoded with add_special=True (bos as the vocab says) and parse_special=True (chat
     template control tokens become their ids); a sequence of ids is used as is. The returned Generation
     is an iterator of non-empty text chunks whose concatenation equals tok.decode(generation.ids).
+
+    heal=True (token healing, str prompts): the prompt's last token is taken off
+    (tok.encode_for_completion) and the first sampled tokens must spell it out again, so "The quick bro"
+    can go on as " brown" rather than " bro" + "wn". The sampler is constrained, not the model, so any
+    LanguageModel works; when the model offers no fitting candidate, the prompt's own token is used.
+    Then generation.ids starts with the healed tokens, and the chunks (and generation.text) hold only
+    the text after the prompt.
     """
+    removed: list[int] = []
     if isinstance(prompt, str):
-        prompt_ids = tok.encode(prompt, add_special=True, parse_special=True)
+        if heal:
+            prompt_ids, removed, _ = tok._completion(prompt, add_special=True, parse_special=True)
+        else:
+            prompt_ids = tok.encode(prompt, add_special=True, parse_special=True)
     else:
         prompt_ids = [operator.index(i) for i in prompt]
     sampler = Sampler(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
-    return Generation(model, tok, prompt_ids, int(max_tokens), sampler, stop_at_eog)
+    # the text the run's stream decoder gives for the healed tokens, which the prompt already holds
+    dec = tok.stream_decoder(skip_special=True)
+    seen = "".join(dec.push(i) for i in removed) + dec.flush()
+    return Generation(model, tok, prompt_ids, int(max_tokens), sampler, stop_at_eog, heal=(removed, seen))

@@ -340,7 +340,7 @@ def test_template_environment() -> None:
     assert tpl.render(msgs[:1], add_generation_prompt=False) == '<s>\n[user] "café \\"x\\""\n</s>'
     from minillama.errors import ChatTemplateError
 
-    with pytest.raises(ChatTemplateError, match="TemplateError: bad role: tool"):
+    with pytest.raises(ChatTemplateError, match="refused the conversation: bad role: tool"):
         tpl.render([{"role": "tool", "content": "x"}])
     with pytest.raises(ChatTemplateError, match="SecurityError"):  # sandboxed: no access to Python internals
         ChatTemplate("{{ messages.__class__.__mro__ }}").render([])

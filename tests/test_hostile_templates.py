@@ -12,7 +12,7 @@ from pathlib import Path
 from conftest import REPO
 from limits import run_limited
 
-from minillama.template import ChatTemplate
+from minillama.chat_template import ChatTemplate
 
 HOSTILE = {
     "raise_exception": "{{ raise_exception('no') }}",
@@ -68,7 +68,7 @@ HOSTILE = {
 RUN = """
 import json, time
 from minillama.errors import ChatTemplateError, MinillamaError
-from minillama.template import ChatTemplate
+from minillama.chat_template import ChatTemplate
 cases = json.loads(sys.stdin.read())
 out = {}
 for name, source in cases.items():

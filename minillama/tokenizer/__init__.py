@@ -5,6 +5,10 @@
     ids = tok.encode("Hello world", add_special=True, parse_special=False)
     tok.decode(ids); tok.decode_bytes(ids); tok.token_to_piece(ids[0])
 
+For users of Hugging Face tokenizers, tiktoken and transformers: encode_with_offsets, allowed_special /
+disallowed_special, encode_for_completion (token healing), apply_chat_template, token_to_id / id_to_token /
+get_vocab / decode_batch, and encode_batch(return_array=True, pad_to=..., truncate=...).
+
 The pipeline: file -> Vocab (load/, vocab.py) -> special-token split (special.py) -> merge model
 (models/: score-based SPM or rank-based BPE with its pre-tokenizer) -> ids -> pieces (decode.py).
 
@@ -38,20 +42,28 @@ import gc
 import os
 import re
 import threading
-from collections.abc import Iterable, Mapping
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
+from typing import Any, Literal
 
-from ..errors import ArgumentError, ArgumentTypeError
+import numpy as np
+
+from ..errors import ArgumentError, ArgumentTypeError, DoubleBosWarning, MinillamaError
 from ..fileio import input_path
 from .decode import PieceTable, StreamDecoder, check_id, out_of_range
 from .load import read_metadata
 from .models import Model, make_model
-from .special import RAW_BYTE, partition, raw_special_ids
+from .offsets import SPANS, has_surrogates
+from .special import RAW_BYTE, find_special, partition, partition_spans, raw_special_ids
 from .vocab import Attr, Vocab
 
 _GC_PAUSE_CHARS = 1 << 14  # texts longer than this encode with the cyclic GC paused
+
+#: tiktoken's allowed_special / disallowed_special: "all", or a collection of token texts.
+SpecialSet = Literal["all"] | Iterable[str]
 
 __all__ = ["Tokenizer", "Vocab", "Attr", "StreamDecoder", "default_vocab_path"]
 
@@ -60,6 +72,8 @@ def default_vocab_path() -> str:
     """Path of the small demo vocab that ships inside the package (made by scripts/make_default_vocab.py)."""
     return str(resources.files("minillama") / "data" / "default-vocab.gguf")
 
+
+_NONE: frozenset[int] = frozenset()
 
 # Surrogates that are not escapes of raw bytes 0x80..0xFF.
 _NOT_ESCAPE = re.compile("[\ud800-\udc7f\udd00-\udfff]")
@@ -85,6 +99,7 @@ class Tokenizer:
         self._raw_special = raw_special_ids(vocab)
         self._pieces: PieceTable | None = None
         self._lock = threading.Lock()
+        self._warn_bos = self._bos_text if vocab.add_bos else ""  # text whose presence means a double bos
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str]) -> Tokenizer:
@@ -135,8 +150,16 @@ class Tokenizer:
         return token_id in self.vocab.eog_ids
 
     # --- encoding ---------------------------------------------------------------------------
-    def encode(self, text: str, add_special: bool = True, parse_special: bool = False) -> list[int]:
+    def encode(self, text: str, add_special: bool = True, parse_special: bool = False, *,
+               allowed_special: SpecialSet | None = None, disallowed_special: SpecialSet | None = None) -> list[int]:
         """llama_tokenize(text, add_special, parse_special): ids for text.
+
+        allowed_special / disallowed_special follow tiktoken: "all" or a collection of control-token
+        texts. Allowed tokens written in the text become their ids; a disallowed one raises
+        ArgumentError naming it and its position; the rest are plain text. They apply only when given:
+        with neither, encode behaves as it always has (parse_special decides). Giving allowed_special
+        alone disallows every other control token, as tiktoken does; parse_special=True is
+        allowed_special="all".
 
         add_special adds bos/eos as the vocab's flags say; parse_special matches control tokens
         written in the text (user-defined tokens are always matched, as in llama.cpp).
@@ -150,6 +173,11 @@ class Tokenizer:
         """
         if not isinstance(text, str):
             raise ArgumentTypeError(f"encode() takes a str, got {type(text).__name__}")
+        allowed: frozenset[int] = _NONE
+        if allowed_special is not None or disallowed_special is not None:
+            allowed = self._special_control(text, parse_special, allowed_special, disallowed_special)
+        if add_special and self._warn_bos and text.startswith(self._warn_bos):
+            self._warn_double_bos()
         escaped = False
         if not text.isascii():
             try:
@@ -169,7 +197,7 @@ class Tokenizer:
             gc.disable()
         try:
             raw = self._raw_special
-            for frag in partition(v, text, parse_special, raw):
+            for frag in partition(v, text, parse_special, allowed, raw):
                 if isinstance(frag, int):
                     out.append(frag)
                     after_special = True
@@ -186,8 +214,152 @@ class Tokenizer:
         out += after
         return out
 
+    def _warn_double_bos(self) -> None:
+        warnings.warn(f"the text already starts with the bos text {self._bos_text!r} and add_special=True adds bos "
+                      "as well (pass add_special=False, or strip it)", DoubleBosWarning, stacklevel=3)
+
+    @property
+    def _bos_text(self) -> str:
+        """The bos token's text ('' without bos): the prefix that, already in a text, would give bos twice."""
+        bos = self.vocab.special.get("bos")
+        return self.vocab.tokens[bos] if bos is not None else ""
+
+    def _special_control(self, text: str, parse_special: bool, allowed_special: SpecialSet | None,
+                         disallowed_special: SpecialSet | None) -> frozenset[int]:
+        """Ids of the control tokens to match in text (tiktoken's allowed_special); raises ArgumentError for
+        a disallowed one present in text. Empty, and nothing checked, when neither argument is given."""
+        if allowed_special is None and disallowed_special is None:
+            return frozenset()
+        v = self.vocab
+        mask = int(Attr.CONTROL | Attr.UNKNOWN)
+        controls = {v.tokens[i]: i for i in v.special_cache if v.attrs[i] & mask}
+
+        def ids_of(arg: SpecialSet, name: str) -> frozenset[int]:
+            if isinstance(arg, str):
+                if arg != "all":
+                    raise ArgumentError(f"{name} must be 'all' or a collection of token texts, got the str {arg!r}")
+                return frozenset(controls.values())
+            if not isinstance(arg, Iterable):
+                raise ArgumentTypeError(f"{name} must be 'all' or a collection of token texts, "
+                                        f"got {type(arg).__name__}")
+            out = set()
+            for t in arg:
+                if t not in controls:
+                    raise ArgumentError(f"{name}: {t!r} is not a control token of this vocab (expected one of "
+                                        f"{', '.join(repr(c) for c in list(controls)[:8])}"
+                                        f"{', ...' if len(controls) > 8 else ''})")
+                out.add(controls[t])
+            return frozenset(out)
+
+        allowed = ids_of(allowed_special, "allowed_special") if allowed_special is not None else frozenset()
+        if parse_special:
+            allowed = frozenset(controls.values())
+        disallowed = ids_of("all" if disallowed_special is None else disallowed_special, "disallowed_special")
+        found = find_special(v, text, disallowed - allowed)
+        if found is not None:
+            pos, sid = found
+            raise ArgumentError(f"the text holds the special token {v.tokens[sid]!r} at character {pos}, which is "
+                                "disallowed: pass allowed_special={...} to encode it as that token, or "
+                                "disallowed_special=() to encode it as plain text")
+        return allowed
+
+    def encode_with_offsets(self, text: str, add_special: bool = True, parse_special: bool = False, *,
+                            allowed_special: SpecialSet | None = None,
+                            disallowed_special: SpecialSet | None = None) -> tuple[list[int], list[tuple[int, int]]]:
+        """(ids, offsets): encode()'s ids and the (start, end) character span in text of each token.
+
+        As Hugging Face tokenizers' Encoding.offsets: tokens that cover part of a character (byte
+        tokens) get that character's span; added bos/eos/[CLS]/[SEP] get (0, 0). Spans are in order and
+        never overlap, but in a character whose bytes two tokens split (both spans hold it); characters no token stands for
+        (WordPiece whitespace, dropped characters) lie between spans. Text with lone surrogates has no
+        character offsets to give: ArgumentError.
+        """
+        if not isinstance(text, str):
+            raise ArgumentTypeError(f"encode_with_offsets() takes a str, got {type(text).__name__}")
+        if has_surrogates(text):
+            raise ArgumentError("encode_with_offsets() needs valid Unicode text; this text holds lone surrogates "
+                                "(use encode() for raw bytes)")
+        allowed = self._special_control(text, parse_special, allowed_special, disallowed_special)
+        v, model, pieces = self.vocab, self._model, self.pieces.pieces
+        spans_of = SPANS[v.model]
+        before, after = model.affixes() if add_special else ((), ())
+        ids: list[int] = list(before)
+        offsets: list[tuple[int, int]] = [(0, 0)] * len(before)
+        after_special = True
+        for start, end, sid in partition_spans(v, text, parse_special, allowed):
+            if sid >= 0:
+                ids.append(sid)
+                offsets.append((start, end))
+                after_special = True
+                continue
+            frag = text[start:end]
+            prepared = model.prepare(frag, after_special)
+            fids = model.encode(prepared)
+            spans = spans_of(model, pieces, frag, prepared, fids)
+            ids += fids
+            offsets += [(a + start, b + start) for a, b in spans]
+            after_special = False
+        ids += after
+        offsets += [(0, 0)] * len(after)
+        return ids, offsets
+
+    def _completion(self, text: str, add_special: bool, parse_special: bool) -> tuple[list[int], list[int], str]:
+        """(stable ids, the trailing ids taken off, the text they stood for): see encode_for_completion."""
+        ids, offsets = self.encode_with_offsets(text, add_special, parse_special)
+        n_after = len(self._model.affixes()[1]) if add_special else 0
+        n_before = len(self._model.affixes()[0]) if add_special else 0
+        body_end = len(ids) - n_after
+        if body_end <= n_before or self.vocab.attrs[ids[body_end - 1]] & int(Attr.CONTROL | Attr.UNKNOWN):
+            return ids[:body_end], [], ""
+        cut = offsets[body_end - 1][0]
+        if text[cut:].strip() and not text[cut].isspace():
+            specials = [offsets[k][1] for k in range(n_before, body_end)
+                        if self.vocab.attrs[ids[k]] & int(Attr.CONTROL | Attr.UNKNOWN | Attr.USER_DEFINED)]
+            cut = self._last_word_start(text, max(specials, default=0), cut)
+        k = body_end - 1
+        while k - 1 >= n_before and offsets[k - 1][0] >= cut and \
+                not self.vocab.attrs[ids[k - 1]] & int(Attr.CONTROL | Attr.UNKNOWN):
+            k -= 1
+        return ids[:k], ids[k:body_end], text[offsets[k][0]:]
+
+    def _last_word_start(self, text: str, frag_start: int, pos: int) -> int:
+        """Where the unstable end of text begins: for BPE the last pre-token (the regex piece the next
+        characters may extend, as tiktoken's encode_with_unstable), else the last whitespace-separated word
+        with the space before it (which SPM tokens carry). frag_start: where the last plain fragment starts."""
+        model = self._model
+        frag = text[frag_start:]
+        if self.vocab.model == "bpe":
+            prepared = model.prepare(frag, frag_start > 0)
+            words = model.words(prepared)
+            if words and len(prepared) == len(frag) and "".join(words) == prepared:
+                return min(pos, frag_start + len(prepared) - len(words[-1]))
+        while pos > frag_start and not text[pos - 1].isspace():
+            pos -= 1
+        if pos > frag_start and text[pos - 1] == " ":
+            pos -= 1
+        return pos
+
+    def encode_for_completion(self, text: str, add_special: bool = True,
+                              parse_special: bool = False) -> tuple[list[int], str]:
+        """Token healing: (ids, prefix) -- the ids of the stable part of text, and the trailing text left out.
+
+        The end of a prompt is unstable: "The quick bro" ends in " bro", which the model would rarely
+        have seen before "wn". The tokens of the last word are left out -- for BPE vocabs the last
+        pre-token, which gives tiktoken's encode_with_unstable stable tokens; for the others the last
+        whitespace-separated word with the space before it -- and a generation loop lets the first
+        sampled tokens only spell out prefix again (generate(..., heal=True)), so the result tokenizes
+        like the full word. Trailing whitespace alone is the prefix
+        when the text ends with it; a character split over byte tokens is never cut; a trailing special
+        token is kept (prefix ""), and the eos that add_special may append is left off (a completion
+        never follows it).
+        """
+        ids, _, prefix = self._completion(text, add_special, parse_special)
+        return ids, prefix
+
     def encode_batch(self, texts: Iterable[str], num_threads: int | None = None, *, add_special: bool = True,
-                     parse_special: bool = False) -> list[list[int]]:
+                     parse_special: bool = False, return_array: bool = False,
+                     pad_to: Literal["longest"] | int | None = None, truncate: int | None = None,
+                     pad_id: int | None = None) -> list[list[int]] | tuple[np.ndarray, np.ndarray]:
         """encode() of every text, in order, on a pool of num_threads threads sharing this Tokenizer.
 
         num_threads=None uses os.cpu_count() threads; 1 (or a single text) encodes in this thread.
@@ -195,6 +367,12 @@ class Tokenizer:
         encoding itself is Python code and holds the GIL: threads help mostly callers whose own work
         between calls waits on I/O, and on free-threaded builds; for CPU-bound batches on a standard
         build expect about the speed of a plain loop. Results equal [encode(t) for t in texts].
+
+        For embedding models (as HF tokenizers' enable_truncation/enable_padding): truncate=N keeps at
+        most N ids per text, the added bos/eos/[CLS]/[SEP] included and kept; return_array=True returns
+        (ids, attention_mask), two int32 arrays of shape (len(texts), length), padded on the right with
+        pad_id (default: the vocab's pad token; ArgumentError when it has none) to the longest text
+        (pad_to="longest") or to pad_to=N ids. Without pad_to all texts must give the same length.
         """
         if isinstance(texts, (str, bytes)):
             raise ArgumentTypeError(f"encode_batch() takes a sequence of str, got one {type(texts).__name__}")
@@ -208,11 +386,75 @@ class Tokenizer:
             raise ArgumentTypeError(f"num_threads must be an int or None, got {type(num_threads).__name__}")
         elif num_threads < 1:
             raise ArgumentError(f"num_threads must be at least 1, got {num_threads}")
+        if pad_to is not None and not return_array:
+            raise ArgumentError("pad_to needs return_array=True (lists need no padding)")
+        if pad_id is not None and pad_to is None:
+            raise ArgumentError("pad_id is given but pad_to is not: pass pad_to='longest' or a length")
+        before: list[int] = []
+        after: list[int] = []
+        if truncate is not None:
+            if isinstance(truncate, bool) or not isinstance(truncate, int):
+                raise ArgumentTypeError(f"truncate must be an int or None, got {type(truncate).__name__}")
+            if add_special:
+                before, after = self._model.affixes()
+            if truncate < len(before) + len(after):
+                raise ArgumentError(f"truncate={truncate} leaves no room for the {len(before) + len(after)} ids "
+                                    "add_special adds")
+        if pad_to is not None:
+            if pad_id is None:
+                pad_id = self.vocab.special.get("pad")
+                if pad_id is None:
+                    raise ArgumentError("this vocab has no pad token (tokenizer.ggml.padding_token_id): pass "
+                                        "pad_id=<an id> to pad with, e.g. pad_id=tok.eos_id")
+            pad_id = check_id(pad_id, self.vocab.n_vocab)
+            if pad_to != "longest" and (isinstance(pad_to, bool) or not isinstance(pad_to, int) or pad_to < 0):
+                raise ArgumentError(f"pad_to must be None, 'longest' or a length >= 0, got {pad_to!r}")
+        # add_special is applied after truncation so that the affixes are kept
+        inner_special = add_special and truncate is None
         num_threads = min(num_threads, len(texts))
         if num_threads <= 1:
-            return [self.encode(t, add_special, parse_special) for t in texts]
-        with ThreadPoolExecutor(max_workers=num_threads, thread_name_prefix="minillama-encode") as pool:
-            return list(pool.map(lambda t: self.encode(t, add_special, parse_special), texts))
+            out = [self.encode(t, inner_special, parse_special) for t in texts]
+        else:
+            with ThreadPoolExecutor(max_workers=num_threads, thread_name_prefix="minillama-encode") as pool:
+                out = list(pool.map(lambda t: self.encode(t, inner_special, parse_special), texts))
+        if truncate is not None:
+            if add_special and self._warn_bos and any(t.startswith(self._warn_bos) for t in texts):
+                self._warn_double_bos()
+            room = truncate - len(before) - len(after)
+            out = [before + ids[:room] + after for ids in out]
+        if not return_array:
+            return out
+        lengths = [len(ids) for ids in out]
+        longest = max(lengths, default=0)
+        if pad_to is None:
+            if len(set(lengths)) > 1:
+                raise ArgumentError(f"the texts give {min(lengths)} to {longest} ids: pass pad_to='longest' (or a "
+                                    "length) to pad them into one array")
+            width = longest
+        else:
+            width = longest if pad_to == "longest" else int(pad_to)
+            if longest > width:
+                i = lengths.index(longest)
+                raise ArgumentError(f"text {i} gives {longest} ids, more than pad_to={width}: pass truncate={width}")
+        ids_arr = np.full((len(out), width), pad_id if pad_id is not None else 0, np.int32)
+        mask = np.zeros((len(out), width), np.int32)
+        for r, ids in enumerate(out):
+            ids_arr[r, :len(ids)] = ids
+            mask[r, :len(ids)] = 1
+        return ids_arr, mask
+
+    # --- vocab ------------------------------------------------------------------------------
+    def token_to_id(self, token: str) -> int | None:
+        """The id of a token text as the vocab writes it ("Ġworld", "▁world", "##ing"), or None."""
+        return self.vocab.token_to_id.get(token)
+
+    def id_to_token(self, token_id: int) -> str:
+        """The token text of an id as the vocab writes it (not its decoded bytes: see token_to_piece)."""
+        return self.vocab.tokens[check_id(token_id, self.vocab.n_vocab)]
+
+    def get_vocab(self) -> dict[str, int]:
+        """Every token text with its id (a new dict; HF tokenizers' get_vocab(with_added_tokens=True))."""
+        return dict(self.vocab.token_to_id)
 
     # --- decoding ---------------------------------------------------------------------------
     @property
@@ -265,6 +507,36 @@ class Tokenizer:
     def decode(self, ids: Iterable[int], remove_special: bool = False, unparse_special: bool = False) -> str:
         """decode_bytes as text; bytes that are not valid UTF-8 become U+FFFD."""
         return self.decode_bytes(ids, remove_special, unparse_special).decode("utf-8", "replace")
+
+    def decode_batch(self, batch: Iterable[Iterable[int]], remove_special: bool = False,
+                     unparse_special: bool = False) -> list[str]:
+        """decode() of every sequence of ids, in order (rows of an array too)."""
+        if isinstance(batch, (str, bytes)):
+            raise ArgumentTypeError(f"decode_batch() takes a sequence of id sequences, got {type(batch).__name__}")
+        return [self.decode(ids, remove_special, unparse_special) for ids in batch]
+
+    # --- chat -------------------------------------------------------------------------------
+    def apply_chat_template(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True,
+                            tokenize: bool = False, tools: Sequence[Any] | None = None,
+                            chat_template: str | None = None, **kwargs: Any) -> str | list[int]:
+        """The conversation rendered with the vocab's chat template (tokenizer.chat_template), as
+        transformers' apply_chat_template renders it (Jinja2 sandbox; tools and **kwargs reach the
+        template). tokenize=True returns its ids: encoded with control tokens parsed and bos added as
+        the vocab says, but never twice (a template that writes bos itself keeps just that one).
+        chat_template= renders another template instead. MinillamaError when there is none.
+        """
+        from ..chat_template import ChatTemplate, without_bos
+
+        # ChatTemplateError when the template does not compile, fails or passes a limit; ChatTemplateRefused
+        # (also an ArgumentError) when its raise_exception() refuses the conversation
+        tmpl = ChatTemplate.from_tokenizer(self) if chat_template is None else \
+            ChatTemplate.for_tokenizer(chat_template, self)
+        if tmpl is None:
+            raise MinillamaError("this vocab has no chat template (tokenizer.chat_template): pass chat_template='...'")
+        text = tmpl.render(messages, add_generation_prompt, tools=tools, **kwargs)
+        if not tokenize:
+            return text
+        return self.encode(without_bos(text, tmpl.bos_token, self), add_special=True, parse_special=True)
 
     def stream_decoder(self, skip_special: bool = True) -> StreamDecoder:
         """A decoder for one generated sequence: push(id) -> new text, flush() -> the rest.

@@ -15,7 +15,8 @@ form `encode` gives raw bytes.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 
 from .unicode import C_SPACE
 from .vocab import Attr, Vocab
@@ -38,24 +39,33 @@ def raw_special_ids(vocab: Vocab) -> bool:
     return any(RAW_BYTE.search(vocab.tokens[i]) for i in vocab.special_cache)
 
 
-def partition(vocab: Vocab, text: str, parse_special: bool, raw_special: bool = False) -> list[str | int]:
+def partition(vocab: Vocab, text: str, parse_special: bool, allowed: AbstractSet[int] = frozenset(),
+              raw_special: bool = False) -> list[str | int]:
     """Text as a list of plain-text fragments (str) and special token ids (int), in order.
 
     raw_special: the vocab has a special token that is not whole UTF-8 (see raw_special_ids); the
     search then runs on bytes, as llama.cpp's does.
     """
+    if raw_special and text:
+        view = _byte_view(text)
+        tokens = {i: _byte_view(vocab.tokens[i]) for i in vocab.special_cache}
+        spans = partition_spans(vocab, view, parse_special, allowed, tokens)
+        return [_from_byte_view(view[s:e]) if t < 0 else t for s, e, t in spans]
+    frags = partition_spans(vocab, text, parse_special, allowed)
+    if len(frags) == 1 and frags[0][2] < 0:
+        return [text]  # the common case: no special token in the text
+    return [text[s:e] if t < 0 else t for s, e, t in frags]
+
+
+def partition_spans(vocab: Vocab, text: str, parse_special: bool, allowed: AbstractSet[int] = frozenset(),
+                    tokens: Sequence[str] | Mapping[int, str] | None = None) -> list[tuple[int, int, int]]:
+    """(start, end, id) for each piece of text in order: id -1 for plain text text[start:end], else the special
+    token matched at text[start:end]. Control/unknown tokens are matched when parse_special is set or their id
+    is in allowed (tiktoken's allowed_special). tokens: the special tokens' texts (default: the vocab's)."""
     if not text:
         return []
-    if raw_special:
-        tokens = {i: _byte_view(vocab.tokens[i]) for i in vocab.special_cache}
-        frags = _partition(vocab, tokens, _byte_view(text), parse_special)
-        return [f if isinstance(f, int) else _from_byte_view(f) for f in frags]
-    return _partition(vocab, vocab.tokens, text, parse_special)
-
-
-def _partition(vocab: Vocab, tokens: Sequence[str] | Mapping[int, str], text: str,
-               parse_special: bool) -> list[str | int]:
-    frags: list[tuple[int, int] | int] = [(0, len(text))]
+    frags: list[tuple[int, int, int]] = [(0, len(text), -1)]
+    tokens = vocab.tokens if tokens is None else tokens
     attrs = vocab.attrs
     skip = int(Attr.CONTROL | Attr.UNKNOWN)
     lstrip_bit, rstrip_bit = int(Attr.LSTRIP), int(Attr.RSTRIP)
@@ -64,7 +74,7 @@ def _partition(vocab: Vocab, tokens: Sequence[str] | Mapping[int, str], text: st
     prefix_in_text: dict[str, bool] = {}
     for sid in vocab.special_cache:
         attr = attrs[sid]
-        if not parse_special and attr & skip:
+        if not parse_special and attr & skip and sid not in allowed:
             continue
         tok = tokens[sid]
         head = tok[:PREFIX_CHARS]
@@ -74,12 +84,12 @@ def _partition(vocab: Vocab, tokens: Sequence[str] | Mapping[int, str], text: st
         if not present or tok not in text:
             continue
         lstrip, rstrip, n = attr & lstrip_bit, attr & rstrip_bit, len(tok)
-        out: list[tuple[int, int] | int] = []
+        out: list[tuple[int, int, int]] = []
         for frag in frags:
-            if isinstance(frag, int):
+            if frag[2] >= 0:
                 out.append(frag)
                 continue
-            s, e = frag
+            s, e, _ = frag
             while True:
                 m = text.find(tok, s, e)
                 if m < 0:
@@ -89,13 +99,24 @@ def _partition(vocab: Vocab, tokens: Sequence[str] | Mapping[int, str], text: st
                     while left > s and text[left - 1] in C_SPACE:
                         left -= 1
                 if left > s:
-                    out.append((s, left))
-                out.append(sid)
+                    out.append((s, left, -1))
+                out.append((m, m + n, sid))
                 s = m + n
                 if rstrip:
                     while s < e and text[s] in C_SPACE:
                         s += 1
             if s < e:
-                out.append((s, e))
+                out.append((s, e, -1))
         frags = out
-    return [f if isinstance(f, int) else text[f[0]:f[1]] for f in frags]
+    return frags
+
+
+def find_special(vocab: Vocab, text: str, ids: Iterable[int]) -> tuple[int, int] | None:
+    """(position, id) of the first occurrence in text of any of the tokens ids (the longest one at a tie)."""
+    best: tuple[int, int] | None = None
+    for sid in ids:
+        pos = text.find(vocab.tokens[sid], 0, len(text) if best is None else best[0] + 1)
+        if pos >= 0 and (best is None or pos < best[0] or
+                         (pos == best[0] and len(vocab.tokens[sid]) > len(vocab.tokens[best[1]]))):
+            best = (pos, sid)
+    return best

@@ -8,6 +8,7 @@ special-token cache and per-model token attributes. Nothing here knows about mer
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from enum import IntFlag
 from typing import Any
@@ -15,7 +16,7 @@ from typing import Any
 import numpy as np
 from gguf import Keys, TokenType
 
-from ..errors import FormatError, UnsupportedError
+from ..errors import FormatError, MissingPreTokenizerWarning, UnsupportedError
 from .pretokenize import PreSpec, pre_spec
 
 K = Keys.Tokenizer
@@ -147,6 +148,11 @@ class Vocab:
         add_space_prefix = escape_ws = True
         clean_spaces = ignore_merges = False
         if model == "bpe":
+            if not pre:
+                warnings.warn(f"{source}: a BPE vocab without {K.PRE}: llama.cpp falls back to the 'default' "
+                              "pre-tokenizer, which splits most byte-level BPE vocabs differently from the "
+                              "model's own tokenizer (convert it with a llama.cpp that knows its pre-tokenizer)",
+                              MissingPreTokenizerWarning, stacklevel=3)
             spec = pre_spec(pre)
             add_space_prefix, escape_ws, clean_spaces = False, spec.escape_whitespaces, spec.clean_spaces
             ignore_merges, add_sep = spec.ignore_merges, spec.add_sep

@@ -1,4 +1,4 @@
-"""Read a Hugging Face tokenizer.json (byte-level BPE) into GGUF-style tokenizer metadata.
+"""Read a Hugging Face tokenizer.json (byte-level BPE, WordPiece, Unigram) into GGUF-style tokenizer metadata.
 
 What llama.cpp's convert_hf_to_gguf.py writes for such a model (get_vocab_base + gguf.SpecialVocab):
 
@@ -19,6 +19,7 @@ llama.cpp's end-of-turn texts first: Llama 3's <|eot_id|>, as its Instruct model
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -294,8 +295,14 @@ def hf_json_metadata(j: Any, path: str = "<tokenizer.json>", tokenizer_config: d
                     "model")
     model = _expect(j.get("model"), dict, path, "model")
     mtype = model.get("type", "BPE" if "merges" in model else None)
+    if mtype in OTHER_MODELS:
+        md = OTHER_MODELS[mtype](j, model, path, tokenizer_config)
+        if name:
+            md["general.name"] = name
+        return md
     if mtype != "BPE":
-        raise UnsupportedError(f"{path}: tokenizer.json model type {mtype!r} is not supported; expected 'BPE'")
+        raise UnsupportedError(f"{path}: tokenizer.json model type {mtype!r} is not supported; expected 'BPE', "
+                               "'WordPiece' or 'Unigram'")
     if model.get("byte_fallback"):
         raise UnsupportedError(f"{path}: BPE with byte_fallback (a SentencePiece-style vocab) is not supported; "
                                "convert its tokenizer.model instead")
@@ -383,6 +390,150 @@ def hf_json_metadata(j: Any, path: str = "<tokenizer.json>", tokenizer_config: d
         if typ in _ADD_KEYS:
             md[_ADD_KEYS[typ]] = flag
     return md
+
+
+# --- WordPiece and Unigram: what convert_hf_to_gguf.py writes for BERT and T5 models ----------------------------
+
+# BertNormalizer options as GGUF keys (llama.cpp reads them; gguf-py has no constants; models/wpm.py reads them)
+WPM_LOWERCASE = "tokenizer.ggml.normalizer.lowercase"
+WPM_STRIP_ACCENTS = "tokenizer.ggml.normalizer.strip_accents"
+
+def _added(j: dict[str, Any], path: str) -> dict[int, dict[str, Any]]:
+    """added_tokens by id (checked)."""
+    out = {}
+    for i, a in enumerate(_expect(j.get("added_tokens", []), list, path, "added_tokens")):
+        _expect(a, dict, path, f"added_tokens[{i}]")
+        out[_expect(a.get("id"), int, path, f"added_tokens[{i}].id")] = a
+        _expect(a.get("content"), str, path, f"added_tokens[{i}].content")
+    return out
+
+
+def _normalizers(j: dict[str, Any]) -> list[dict[str, Any]]:
+    norm = j.get("normalizer")
+    if not isinstance(norm, dict):
+        return []
+    subs = norm.get("normalizers") if norm.get("type") == "Sequence" else [norm]
+    return [n for n in subs if isinstance(n, dict)] if isinstance(subs, list) else []
+
+
+def _id_of(tokens: list[str], text: Any) -> int | None:
+    text = _content(text)
+    if text is None:
+        return None
+    try:
+        return tokens.index(text)
+    except ValueError:
+        return None
+
+
+def _wordpiece_metadata(j: dict[str, Any], model: dict[str, Any], path: str,
+                        tc: dict[str, Any] | None) -> dict[str, Any]:
+    """BertModel.set_vocab: '##' continuations lose their mark, word-initial tokens get a U+2581 phantom
+    prefix, '[...]' tokens stay as they are; special added tokens are CONTROL."""
+    vocab = _expect(model.get("vocab"), dict, path, "model.vocab")
+    prefix = model.get("continuing_subword_prefix", "##")
+    if prefix != "##":
+        raise UnsupportedError(f"{path}: WordPiece with continuing_subword_prefix={prefix!r} is not supported "
+                               "(llama.cpp's converter expects '##')")
+    added = _added(j, path)
+    by_id: dict[int, str] = {}
+    for text, tid in vocab.items():
+        by_id[_expect(tid, int, path, f"model.vocab[{text!r}]")] = text
+    for tid, a in added.items():
+        by_id[tid] = a["content"]
+    n = max(by_id, default=-1) + 1
+    if n == 0 or n != len(by_id):
+        raise _fail(path, f"WordPiece ids are not 0..{len(by_id) - 1} without gaps (largest {n - 1})", "model.vocab")
+    raw = [by_id[i] for i in range(n)]
+    tokens = [t if t.startswith("[") and t.endswith("]") else t[2:] if t.startswith("##") else "▁" + t
+              for t in raw]
+    types = [TokenType.CONTROL if added.get(i, {}).get("special") else TokenType.NORMAL for i in range(n)]
+    get = (tc or {}).get
+    ids = {"unk": _id_of(raw, get("unk_token") or model.get("unk_token", "[UNK]")),
+           "bos": _id_of(raw, get("cls_token") or "[CLS]"), "sep": _id_of(raw, get("sep_token") or "[SEP]"),
+           "pad": _id_of(raw, get("pad_token") or "[PAD]"), "mask": _id_of(raw, get("mask_token") or "[MASK]")}
+    md: dict[str, Any] = {"general.architecture": "bert", K.MODEL: "bert", K.PRE: "default", K.LIST: tokens,
+                          K.TOKEN_TYPE: np.asarray(types, np.int32)}
+    for typ, tid in ids.items():
+        if tid is not None:
+            md[_ID_KEYS[typ]] = tid
+    md[K.ADD_BOS], md[K.ADD_SEP] = ids["bos"] is not None, ids["sep"] is not None
+    for norm in _normalizers(j):
+        if norm.get("type") == "BertNormalizer":
+            lowercase = norm.get("lowercase", True)
+            if lowercase is False:
+                md[WPM_LOWERCASE] = False
+            if isinstance(norm.get("strip_accents"), bool):
+                md[WPM_STRIP_ACCENTS] = norm["strip_accents"]
+    return md
+
+
+def _unigram_metadata(j: dict[str, Any], model: dict[str, Any], path: str,
+                      tc: dict[str, Any] | None) -> dict[str, Any]:
+    """T5Model.set_vocab from a converted SentencePiece Unigram: pieces, scores and types, the normalizer's
+    precompiled charsmap, add_space_prefix from the Metaspace pre-tokenizer, remove_extra_whitespaces from
+    the converter's Replace(' {2,}') step."""
+    pieces = _expect(model.get("vocab"), list, path, "model.vocab")
+    unk_id = model.get("unk_id")
+    added = _added(j, path)
+    tokens: list[str] = []
+    scores: list[float] = []
+    types: list[int] = []
+    byte_fallback = bool(model.get("byte_fallback"))
+    for i, entry in enumerate(pieces):
+        if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], str)
+                and isinstance(entry[1], (int, float)) and not isinstance(entry[1], bool)):
+            raise _fail(path, f"model.vocab[{i}] is {str(entry)[:60]!r}, expected a [piece, score] pair", "model.vocab")
+        text = entry[0]
+        tokens.append(text)
+        scores.append(float(entry[1]))
+        a = added.get(i)
+        if i == unk_id:
+            types.append(TokenType.UNKNOWN)
+        elif a is not None:
+            types.append(TokenType.CONTROL if a.get("special") else TokenType.USER_DEFINED)
+        elif byte_fallback and len(text) == 6 and text.startswith("<0x") and text.endswith(">"):
+            types.append(TokenType.BYTE)
+        else:
+            types.append(TokenType.NORMAL)
+    if not tokens:
+        raise _fail(path, "model.vocab is empty, expected [piece, score] pairs", "model.vocab")
+    md: dict[str, Any] = {"general.architecture": "t5", K.MODEL: "t5", K.PRE: "default", K.LIST: tokens,
+                          K.SCORES: np.asarray(scores, np.float32), K.TOKEN_TYPE: np.asarray(types, np.int32)}
+    remove_extra = False
+    for norm in _normalizers(j):
+        if norm.get("type") == "Precompiled" and isinstance(norm.get("precompiled_charsmap"), str):
+            try:
+                blob = base64.b64decode(norm["precompiled_charsmap"], validate=True)
+            except ValueError:
+                raise _fail(path, "normalizer Precompiled.precompiled_charsmap is not base64", "normalizer") from None
+            if blob:
+                md[K.PRECOMPILED_CHARSMAP] = np.frombuffer(blob, np.uint8).copy()
+        elif norm.get("type") == "Replace" and norm.get("pattern") == {"Regex": " {2,}"}:
+            remove_extra = True
+    md[K.REMOVE_EXTRA_WS] = remove_extra
+    pre = j.get("pre_tokenizer")
+    metas = [p for p in ((pre.get("pretokenizers") or []) if isinstance(pre, dict) and pre.get("type") == "Sequence"
+                         else [pre]) if isinstance(p, dict) and p.get("type") == "Metaspace"]
+    if metas:
+        md[K.ADD_PREFIX] = metas[0].get("prepend_scheme", "always") != "never" and \
+            metas[0].get("add_prefix_space", True) is not False
+    if isinstance(unk_id, int) and 0 <= unk_id < len(tokens):
+        md[K.UNK_ID] = unk_id
+    ids, add, first, last = _special_vocab(j, list(added.values()), len(tokens), tc, None)
+    index = {t: i for i, t in reversed(list(enumerate(tokens)))}
+    for typ, texts in (("bos", _BOS_TEXTS), ("eos", ((last,) if last else ()) + _EOS_TEXTS), ("pad", ("<pad>",))):
+        if typ not in ids:
+            ids[typ] = next((index[t] for t in texts if t in index), None)  # type: ignore[assignment]
+    for typ, tid in ids.items():
+        if typ in _ID_KEYS and tid is not None and typ != "unk":
+            md[_ID_KEYS[typ]] = tid
+    md[K.ADD_BOS] = add.get("bos", False)
+    md[K.ADD_EOS] = add.get("eos", True)  # the converter's T5 default (SentencePiece appends </s>)
+    return md
+
+
+OTHER_MODELS = {"WordPiece": _wordpiece_metadata, "Unigram": _unigram_metadata}
 
 
 def read_hf_json(path: str | os.PathLike[str]) -> dict[str, Any]:

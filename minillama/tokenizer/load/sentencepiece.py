@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import os
 import struct
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from gguf import Keys, TokenType
 
-from ...errors import FormatError, UnsupportedError
+from ...errors import FormatError, IgnoredNormalizerWarning, UnsupportedError
 
 K = Keys.Tokenizer
 
@@ -261,7 +262,16 @@ def sentencepiece_metadata(model: SentencePieceModel, name: str = "") -> dict[st
         md[K.REMOVE_EXTRA_WS] = norm.remove_extra_whitespaces
         if norm.precompiled_charsmap:
             md[K.PRECOMPILED_CHARSMAP] = np.frombuffer(norm.precompiled_charsmap, np.uint8).copy()
-    elif not norm.add_dummy_prefix:
+    else:
+        ignored = [what for what, on in (
+            (f"normalization rule {norm.name!r}", norm.name not in ("", "identity") or norm.precompiled_charsmap),
+            ("remove_extra_whitespaces", norm.remove_extra_whitespaces)) if on]
+        if ignored:
+            warnings.warn(f"{name or 'SentencePiece model'}: a BPE .model with {' and '.join(ignored)}, which "
+                          "llama.cpp ignores (it does not normalize SPM text): ids will differ from "
+                          "sentencepiece's on text that normalization changes", IgnoredNormalizerWarning,
+                          stacklevel=2)
+    if not unigram and not norm.add_dummy_prefix:
         md[K.ADD_PREFIX] = False  # the converter leaves it out (llama.cpp defaults to true); keep the model's
     t = model.trainer
     for key, tid in ((K.UNK_ID, t.unk_id), (K.BOS_ID, t.bos_id), (K.EOS_ID, t.eos_id), (K.PAD_ID, t.pad_id)):

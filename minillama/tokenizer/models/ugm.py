@@ -539,13 +539,15 @@ class UGMModel(Model):
             bt = self._once("_bytes", lambda: _ByteTables(self))
         return bt
 
-    def _normalize_bytes(self, b: bytes) -> bytes:
-        """llm_tokenizer_ugm_session::normalize, byte for byte."""
+    def _normalize_bytes(self, b: bytes, src: list[int] | None = None) -> bytes:
+        """llm_tokenizer_ugm_session::normalize, byte for byte. With src, also the index in b of the byte
+        each output byte comes from (-1 for a space marker no space stands for): character offsets."""
         bt = self._byte_tables()
         cm = self.charsmap
         mapped = bytearray()
         i, n = 0, len(b)
         while i < n:
+            start = i
             node, k = bt.user, i
             while k < n and b[k] in node:  # naive_trie::get_longest_prefix: the deepest node, token or not
                 node = node[b[k]]
@@ -553,22 +555,63 @@ class UGMModel(Model):
             if k > i:
                 mapped += b[i:k]
                 i = k
-                continue
-            if cm is not None:
-                length, off = cm.longest_match(b, i)
-                if length:
-                    mapped += cm.replacement(off)
-                    i += length
-                    continue
-            k = _utf8_valid_len(b, i)
-            if k:
-                mapped += b[i:i + k]
-                i += k
+            elif cm is not None and (match := cm.longest_match(b, i))[0]:
+                mapped += cm.replacement(match[1])
+                i += match[0]
             else:
-                mapped += FFFD
-                i += 1
+                k = _utf8_valid_len(b, i)
+                if k:
+                    mapped += b[i:i + k]
+                    i += k
+                else:
+                    mapped += FFFD
+                    i += 1
+            if src is not None:
+                src += [start] * (len(mapped) - len(src))
         space = SPACE.encode() if self.escape_whitespaces else b" "
+        if src is not None:
+            return self._whitespace_mapped(bytes(mapped), space, src)
         return self._whitespace(mapped.decode("latin-1"), space.decode("latin-1")).encode("latin-1")
+
+    def _whitespace_mapped(self, s: bytes, space: bytes, src: list[int]) -> bytes:
+        """_whitespace over bytes, rewriting src alongside: a space marker comes from the space before
+        its word (the last one of a run), or from nothing (-1) when it is the dummy prefix."""
+        out = bytearray()
+        pos: list[int] = []
+        marks = [src[k] if c == 0x20 else None for k, c in enumerate(s)]
+        if self.remove_extra_whitespaces:
+            last_space = -1
+            k, n = 0, len(s)
+            while k < n:
+                if s[k] == 0x20:
+                    last_space = marks[k]  # type: ignore[assignment]
+                    k += 1
+                    continue
+                j = s.find(b" ", k)
+                j = n if j < 0 else j
+                out += space
+                pos += [last_space] * len(space)
+                out += s[k:j]
+                pos += src[k:j]
+                last_space = -1
+                k = j
+        else:
+            lead = len(s) - len(s.lstrip(b" ")) if self.add_space_prefix and s.strip(b" ") else -1
+            for k, c in enumerate(s):
+                if k == lead:
+                    out += space
+                    pos += [-1] * len(space)
+                if c == 0x20:
+                    out += space
+                    pos += [src[k]] * len(space)
+                else:
+                    out.append(c)
+                    pos.append(src[k])
+        if self.treat_whitespace_as_suffix and self.add_space_prefix:
+            out += space
+            pos += [-1] * len(space)
+        src[:] = pos
+        return bytes(out)
 
     def _viterbi_bytes(self, s: bytes) -> list[int]:
         n = len(s)

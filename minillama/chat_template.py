@@ -1,8 +1,14 @@
-"""Chat templates: Jinja2 text from a model file, rendered as Hugging Face transformers renders it, under limits.
+"""Chat templates: a conversation rendered to prompt text as Hugging Face transformers' apply_chat_template does.
 
-A chat template comes from the file, so it is untrusted code. transformers runs it in Jinja2's immutable
-sandbox (no attribute access to internals, no mutation of lists and dicts); that stops escapes but not
-a template that loops for hours or builds a string of 10 GB. So, plainly:
+The template is the Jinja2 source a GGUF carries in `tokenizer.chat_template`. It runs in Jinja2's immutable
+sandbox with transformers' settings (trim_blocks, lstrip_blocks, the loopcontrols extension, its `tojson`
+filter without HTML escaping, the `raise_exception` and `strftime_now` globals, a plain `dict` and a
+`namespace` that refuses underscore names) and sees what transformers passes: `messages` (plain dicts),
+`tools`, `documents`, `add_generation_prompt`, the special token texts (`bos_token`, `eos_token`,
+`unk_token`, `pad_token` when the vocab has them) and any further keyword arguments.
+
+A chat template comes from the file, so it is untrusted code. The sandbox stops escapes but not a
+template that loops for hours or builds a string of 10 GB. So, plainly:
 
 * every render has a time budget (MAX_RENDER_SECONDS); loops over range(), calls, attribute and item
   look-ups and output chunks check it;
@@ -10,8 +16,8 @@ a template that loops for hours or builds a string of 10 GB. So, plainly:
   padding widths (center, ljust, rjust, zfill, expandtabs, indent, format widths), replace and join,
   tojson's indent; any string or list a call returns is checked after;
 * the rendered text has a length cap (MAX_OUTPUT_CHARS, or 4x the conversation if larger);
-* anything that goes wrong (raise_exception, undefined names, SecurityError, ZeroDivisionError,
-  RecursionError, MemoryError, a limit) becomes one ChatTemplateError naming the problem.
+* anything that goes wrong becomes a ChatTemplateError naming the problem (ChatTemplateRefused, also an
+  ArgumentError, when the template's own raise_exception refused the conversation).
 """
 
 from __future__ import annotations
@@ -23,9 +29,46 @@ import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .errors import ChatTemplateError
+import numpy as np
+
+from .errors import ChatTemplateError, ChatTemplateRefused
+
+if TYPE_CHECKING:
+    from .tokenizer import Tokenizer
+
+#: template variable -> the Tokenizer special id it names (transformers' special_tokens_map)
+SPECIAL_TOKEN_VARS = {"bos_token": "bos", "eos_token": "eos", "unk_token": "unk", "pad_token": "pad"}
+
+
+def piece_text(tok: Tokenizer, token_id: int | None) -> str:
+    """A special token's text (its piece), '' when the vocab has no such token."""
+    if token_id is None:
+        return ""
+    return tok.token_to_piece(token_id, special=True).decode("utf-8", "replace")
+
+
+def _plain(value: Any) -> Any:
+    """value rebuilt from plain JSON types (transformers' _plain_template_data): nothing else reaches the sandbox."""
+    if value is None or type(value) in (str, int, float, bool):
+        return value
+    if isinstance(value, str):
+        return str.__str__(value)
+    if isinstance(value, int):
+        return int.__int__(value)
+    if isinstance(value, float):
+        return float.__float__(value)
+    if isinstance(value, Mapping):
+        return {_plain(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_plain(v) for v in value)
+    if isinstance(value, np.generic):  # numpy scalars: np.bool_(False) must stay falsy
+        return _plain(value.item())
+    return f"<{type(value).__name__}>"  # an inert placeholder: templates only test such values for presence
+
 
 MAX_RENDER_SECONDS = 1.0
 MAX_OUTPUT_CHARS = 1 << 22  # 4 Mi characters (or 4x the conversation's text, if that is more)
@@ -90,11 +133,24 @@ def _power_bits(base: Any, exp: Any) -> float:
     return 0.0 if size <= 1 else float(exp) * math.log2(size)
 
 
+def _refused_class() -> type[Exception]:
+    import jinja2
+
+    class Refused(jinja2.exceptions.TemplateError):
+        """The template's own raise_exception(): it refuses this conversation."""
+
+    return Refused
+
+
+_Refused = _refused_class()
+
+
 def _sandbox() -> Any:
     """transformers' environment (ImmutableSandboxedEnvironment, trim/lstrip blocks, loopcontrols,
     raise_exception, tojson, strftime_now) with the limits of the module doc."""
     import jinja2
     import jinja2.ext
+    import jinja2.utils
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
     class LimitedSandbox(ImmutableSandboxedEnvironment):
@@ -137,7 +193,7 @@ def _sandbox() -> Any:
 
     def raise_exception(message: str) -> None:
         """Let a template refuse a conversation (transformers' global of that name)."""
-        raise jinja2.exceptions.TemplateError(message)
+        raise _Refused(message)
 
     def tojson(x: Any, ensure_ascii: bool = False, indent: int | None = None,
                separators: tuple[str, str] | None = None, sort_keys: bool = False) -> str:
@@ -151,6 +207,34 @@ def _sandbox() -> Any:
         """Today's date for templates that print it (transformers' global of that name)."""
         return datetime.now().strftime(fmt)
 
+    class TemplateDict:
+        """dict() for templates, without attribute access to the type."""
+
+        def __call__(self, *args: Any, **kwargs: Any) -> dict:
+            return dict(*args, **kwargs)
+
+        def fromkeys(self, *args: Any, **kwargs: Any) -> dict:
+            return dict.fromkeys(*args, **kwargs)
+
+    class TemplateNamespace(jinja2.utils.Namespace):
+        """namespace() that refuses underscore-prefixed names (no reaching CPython internals)."""
+
+        def __init__(*args: Any, **kwargs: Any) -> None:
+            self, args = args[0], args[1:]
+            attrs = dict(*args, **kwargs)
+            for name in attrs:
+                TemplateNamespace._check(name)
+            jinja2.utils.Namespace.__init__(self, attrs)
+
+        def __setitem__(self, name: str, value: Any) -> None:
+            TemplateNamespace._check(name)
+            jinja2.utils.Namespace.__setitem__(self, name, value)
+
+        @staticmethod
+        def _check(name: Any) -> None:
+            if isinstance(name, str) and name.startswith("_"):
+                raise jinja2.exceptions.SecurityError(f"chat templates cannot set the attribute {name!r}")
+
     env = LimitedSandbox(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
     env.filters["tojson"] = tojson
     for name in ("center", "indent", "wordwrap", "format"):
@@ -158,6 +242,8 @@ def _sandbox() -> Any:
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = strftime_now
     env.globals["range"] = _Range
+    env.globals["dict"] = TemplateDict()
+    env.globals["namespace"] = TemplateNamespace
     return env
 
 
@@ -197,28 +283,46 @@ def _checked_filter(f: Any, name: str) -> Any:
 
 
 class ChatTemplate:
-    """A Jinja2 chat template rendered exactly as transformers does (sandboxed, trim/lstrip blocks), under
-    the limits of the module doc."""
+    """A Jinja2 chat template rendered exactly as transformers does (sandboxed, trim/lstrip blocks)."""
 
-    def __init__(self, source: str, bos_token: str = "", eos_token: str = "") -> None:
+    def __init__(self, source: str, bos_token: str = "", eos_token: str = "",
+                 special_tokens: Mapping[str, str] | None = None) -> None:
         import jinja2
 
         self.source = source
         self.bos_token = bos_token
         self.eos_token = eos_token
+        self.special_tokens = {"bos_token": bos_token, "eos_token": eos_token, **(special_tokens or {})}
         try:
             self._template = _sandbox().from_string(source)
         except (jinja2.TemplateError, RecursionError, MemoryError, ValueError) as exc:
             raise ChatTemplateError(f"the chat template does not compile: {type(exc).__name__}: {exc}") from None
 
+    @classmethod
+    def for_tokenizer(cls, source: str, tok: Tokenizer) -> ChatTemplate:
+        """source with the tokenizer's special token texts (bos_token, eos_token, unk_token, pad_token)."""
+        special = {var: piece_text(tok, tok.vocab.special.get(name)) for var, name in SPECIAL_TOKEN_VARS.items()
+                   if tok.vocab.special.get(name) is not None}
+        return cls(source, bos_token=special.get("bos_token", ""), eos_token=special.get("eos_token", ""),
+                   special_tokens=special)
+
+    @classmethod
+    def from_tokenizer(cls, tok: Tokenizer) -> ChatTemplate | None:
+        """The template in the tokenizer's metadata (`tokenizer.chat_template`), or None when it has none."""
+        source = tok.vocab.metadata.get("tokenizer.chat_template")
+        if not isinstance(source, str) or not source.strip():
+            return None
+        return cls.for_tokenizer(source, tok)
+
     def render(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True,
-               **extra: Any) -> str:
-        """messages=[{role, content}], add_generation_prompt, bos_token/eos_token (and any extra variables,
-        e.g. tools): as apply_chat_template renders them; ChatTemplateError when the template fails."""
-        size = sum(len(str(v)) for m in messages for v in m.values()) + len(json.dumps(extra, default=str))
+               tools: Sequence[Any] | None = None, documents: Sequence[Any] | None = None, **kwargs: Any) -> str:
+        """messages=[{role, content, ...}] as apply_chat_template(tokenize=False) renders them, under the limits
+        of the module doc (ChatTemplateError when the template fails or passes one)."""
+        variables = {**self.special_tokens, **_plain(kwargs), "messages": _plain(list(messages)),
+                     "tools": _plain(tools), "documents": _plain(documents),
+                     "add_generation_prompt": add_generation_prompt}
+        size = len(json.dumps([variables["messages"], variables["tools"], variables["documents"]], default=str))
         cap = max(MAX_OUTPUT_CHARS, 4 * size)
-        variables = {"bos_token": self.bos_token, "eos_token": self.eos_token, **extra,
-                     "messages": [dict(m) for m in messages], "add_generation_prompt": add_generation_prompt}
         _limits.deadline, _limits.cap = time.monotonic() + MAX_RENDER_SECONDS, cap
         try:
             out: list[str] = []
@@ -232,6 +336,8 @@ class ChatTemplate:
             return "".join(out)
         except ChatTemplateError:
             raise
+        except _Refused as exc:
+            raise ChatTemplateRefused(f"the chat template refused the conversation: {exc}") from None
         except RecursionError:
             raise ChatTemplateError("chat template recursed too deeply") from None
         except MemoryError:
@@ -240,3 +346,10 @@ class ChatTemplate:
             raise ChatTemplateError(f"chat template failed to render: {type(exc).__name__}: {exc}") from None
         finally:
             _limits.deadline = None
+
+
+def without_bos(text: str, bos_token: str, tok: Tokenizer) -> str:
+    """Rendered text without a leading bos text when encoding adds bos itself (never two bos)."""
+    if bos_token and tok.add_bos and text.startswith(bos_token):
+        return text[len(bos_token):]
+    return text

@@ -1,0 +1,403 @@
+"""The API users of Hugging Face tokenizers, tiktoken and transformers reach for, checked against those peers.
+
+* encode_with_offsets: Hugging Face tokenizers' Encoding.offsets on llama3 (llama-3.2-tokenizer.json against
+  ggml-vocab-llama-bpe.gguf) and on bert-bge (an HF BertWordPiece built from the GGUF's own vocab), on every
+  conformance text where both give the same ids; as properties on every shared vocab.
+* allowed_special / disallowed_special: tiktoken itself, on a tiktoken Encoding built from llama3's vocab.
+* token_to_id / id_to_token / get_vocab: HF tokenizers on llama3.
+* encode_batch(return_array=True, ...): HF tokenizers' enable_padding / enable_truncation on bert-bge.
+* token healing (encode_for_completion, generate(heal=True)): a prompt ending in a partial word gives the ids
+  of the full word.
+* warnings: each of our categories, on the input that should raise it and not on the input that should not.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import unicodedata
+import warnings
+
+import numpy as np
+import pytest
+from conftest import SHARED, load, params_or_skip, read_conformance, require_shared
+
+from minillama.errors import (
+    ArgumentError,
+    DoubleBosWarning,
+    IgnoredNormalizerWarning,
+    MinillamaWarning,
+    MissingPreTokenizerWarning,
+)
+from minillama.generate import Sampler, generate
+from minillama.tokenizer import Tokenizer, default_vocab_path
+from minillama.tokenizer.vocab import Attr
+
+SPACE = "\u2581"
+
+
+def _hf_llama3():
+    pytest.importorskip("tokenizers")
+    from tokenizers import Tokenizer as HF
+
+    return HF.from_file(str(require_shared("vocab", "llama-3.2-tokenizer.json")))
+
+
+def _hf_bert_from_gguf(tok: Tokenizer):
+    """An HF BERT (BertNormalizer, BertPreTokenizer, WordPiece) with the GGUF's vocab, its U+2581 phantom
+    prefixes turned back into the '##' continuation marks llama.cpp's converter took off."""
+    pytest.importorskip("tokenizers")
+    from tokenizers import Tokenizer as HF
+    from tokenizers import models, normalizers, pre_tokenizers, processors
+
+    v = tok.vocab
+    special = int(Attr.CONTROL | Attr.UNKNOWN | Attr.USER_DEFINED)
+    vocab = {}
+    for i, t in enumerate(v.tokens):
+        vocab[t if v.attrs[i] & special else t[1:] if t.startswith(SPACE) else "##" + t] = i
+    hf = HF(models.WordPiece(vocab, unk_token="[UNK]"))
+    hf.add_special_tokens([v.tokens[i] for i in range(v.n_vocab) if v.attrs[i] & int(Attr.CONTROL)])
+    hf.normalizer = normalizers.BertNormalizer(lowercase=True)
+    hf.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    hf.post_processor = processors.BertProcessing(("[SEP]", vocab["[SEP]"]), ("[CLS]", vocab["[CLS]"]))
+    return hf
+
+
+def _compare_offsets(tok: Tokenizer, hf, texts: list[str], add_special: bool) -> tuple[int, list]:
+    agree, bad = 0, []
+    for t in texts:
+        e = hf.encode(t, add_special_tokens=add_special)
+        ids, offs = tok.encode_with_offsets(t, add_special=add_special)
+        if e.ids != ids:
+            continue
+        agree += 1
+        if [tuple(o) for o in e.offsets] != offs:
+            bad.append((t[:60], [(tuple(a), b) for a, b in zip(e.offsets, offs) if tuple(a) != b][:3]))
+    return agree, bad
+
+
+def test_offsets_llama3_match_hf():
+    hf = _hf_llama3()
+    tok = load("ggml-vocab-llama-bpe")
+    texts = [r["text"] for r in read_conformance("ggml-vocab-llama-bpe")]
+    agree, bad = _compare_offsets(tok, hf, texts, add_special=False)
+    # HF matches added tokens (<|eot_id|>...) written in text, llama.cpp without parse_special does not
+    assert agree >= 0.75 * len(texts), f"HF and llama.cpp ids agree on only {agree}/{len(texts)} texts"
+    assert not bad, f"offsets differ from HF on {len(bad)} texts, e.g. {bad[:3]}"
+
+
+def test_offsets_bert_bge_match_hf():
+    tok = load("ggml-vocab-bert-bge")
+    hf = _hf_bert_from_gguf(tok)
+    # HF keeps spacing and enclosing marks (Mc, Me) that llama.cpp drops: its spans then reach over them
+    texts = [r["text"] for r in read_conformance("ggml-vocab-bert-bge")
+             if not any(unicodedata.category(c) in ("Mc", "Me") for c in r["text"])]
+    agree, bad = _compare_offsets(tok, hf, texts, add_special=True)
+    # HF's BertNormalizer differs from llama.cpp's on marks, Hangul, whitespace classes (see test_wpm.py)
+    assert agree >= 0.6 * len(texts), f"HF and llama.cpp ids agree on only {agree}/{len(texts)} texts"
+    assert not bad, f"offsets differ from HF on {len(bad)} of {agree} texts, e.g. {bad[:3]}"
+
+
+def _vocab_names() -> list[str]:
+    if SHARED is None:
+        return []
+    return sorted(p.stem for p in (SHARED / "conformance").glob("*.jsonl"))
+
+
+def check_offset_properties(tok: Tokenizer, text: str, parse_special: bool) -> None:
+    ids, offs = tok.encode_with_offsets(text, parse_special=parse_special)
+    assert ids == tok.encode(text, parse_special=parse_special), text
+    assert len(offs) == len(ids)
+    prev = (0, 0)
+    for (s, e), i in zip(offs, ids):
+        assert 0 <= s <= e <= len(text), (text, s, e)
+        if (s, e) == (0, 0):  # an added bos/eos
+            continue
+        # in order; overlapping only in the one character whose bytes the two tokens split between them
+        assert s >= prev[0] and e >= prev[1], (text, prev, (s, e), tok.id_to_token(i))
+        assert s >= prev[1] - 1, (text, prev, (s, e), tok.id_to_token(i))
+        if s == prev[1] - 1 and (s, e) != prev:
+            assert len(text[s].encode()) > 1, (text, prev, (s, e))
+        prev = (s, e)
+
+
+@pytest.mark.parametrize("name", params_or_skip(_vocab_names(), "conformance files"))
+def test_offset_properties_every_vocab(name):
+    tok = load(name)
+    rows = read_conformance(name)
+    rng = random.Random(7)
+    texts = [r["text"] for r in rows[:: max(1, len(rows) // 120)]]
+    texts += ["".join(rng.choice("ab c\u00e9\u65e5\U0001f999 \n<s>") for _ in range(rng.randint(0, 30)))
+              for _ in range(40)]
+    for t in texts:
+        check_offset_properties(tok, t, parse_special=False)
+        check_offset_properties(tok, t, parse_special=True)
+    if tok.model == "bpe":  # byte-level: every character lies inside some span, in order
+        for t in texts[:50]:
+            ids, offs = tok.encode_with_offsets(t, add_special=False)
+            if b"".join(map(tok.token_to_piece, ids)) != t.encode():
+                continue  # falcon's pre-tokenizer drops \v: no token stands for it
+            covered, end = [], 0
+            for s, e in offs:
+                covered.append(t[max(s, end):e])
+                end = max(end, e)
+            assert "".join(covered) == t
+
+
+@pytest.mark.parametrize("name", ["ggml-vocab-llama-bpe", "ggml-vocab-llama-spm", "ggml-vocab-bert-bge",
+                                  "ggml-vocab-unigram8k", "ggml-vocab-falcon"])
+def test_offset_properties_any_text(name):
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    tok = load(name)
+
+    @settings(max_examples=150, deadline=None, derandomize=True)
+    @given(st.text(max_size=40))
+    def check(text):
+        check_offset_properties(tok, text, parse_special=False)
+        check_offset_properties(tok, text, parse_special=True)
+
+    check()
+
+
+def test_offsets_byte_tokens_share_their_character():
+    tok = load("ggml-vocab-llama-spm")
+    ids, offs = tok.encode_with_offsets("a \U0001f999", add_special=False)  # the emoji is 4 byte tokens
+    assert [tok.id_to_token(i) for i in ids][-4:] == ["<0xF0>", "<0x9F>", "<0xA6>", "<0x99>"]
+    assert offs[-4:] == [(2, 3)] * 4
+    assert offs[0] == (0, 1)
+
+
+def test_offsets_refuse_lone_surrogates():
+    tok = Tokenizer.from_file(default_vocab_path())
+    with pytest.raises(ArgumentError, match="surrogates"):
+        tok.encode_with_offsets("a\udcff")
+
+
+# --- special-token control: tiktoken's model, checked against tiktoken -------------------------------------------
+
+@pytest.fixture(scope="module")
+def tiktoken_llama3():
+    tiktoken = pytest.importorskip("tiktoken")
+    from minillama.tokenizer.load.hf_json import LLAMA3_REGEX
+    from minillama.tokenizer.unicode import BYTELEVEL_TO_LATIN1
+
+    path = require_shared("vocab", "llama-3.2-tokenizer.json")
+    with open(path, encoding="utf-8") as f:
+        j = json.load(f)
+    ranks = {t.translate(BYTELEVEL_TO_LATIN1).encode("latin-1"): i for t, i in j["model"]["vocab"].items()}
+    special = {a["content"]: a["id"] for a in j["added_tokens"]}
+    enc = tiktoken.Encoding("llama3", pat_str=LLAMA3_REGEX, mergeable_ranks=ranks, special_tokens=special)
+    return enc, load("ggml-vocab-llama-bpe")
+
+
+SPECIAL_TEXTS = ["Hello <|eot_id|> world", "<|begin_of_text|>x<|eot_id|>y<|end_of_text|>",
+                 "no special tokens here", "<|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>"]
+
+
+@pytest.mark.parametrize("allowed, disallowed", [
+    ("all", ()), (set(), ()), ({"<|eot_id|>"}, ()), ({"<|eot_id|>", "<|begin_of_text|>"}, ()),
+    ({"<|eot_id|>"}, "all"), (set(), "all"), ("all", "all"), ({"<|eot_id|>"}, {"<|end_of_text|>"}),
+])
+def test_special_control_matches_tiktoken(tiktoken_llama3, allowed, disallowed):
+    enc, tok = tiktoken_llama3
+    for text in SPECIAL_TEXTS:
+        try:
+            want = enc.encode(text, allowed_special=allowed, disallowed_special=disallowed)
+        except ValueError:
+            with pytest.raises(ArgumentError, match="disallowed"):
+                tok.encode(text, add_special=False, allowed_special=allowed, disallowed_special=disallowed)
+            continue
+        got = tok.encode(text, add_special=False, allowed_special=allowed, disallowed_special=disallowed)
+        assert got == want, (text, allowed, disallowed)
+
+
+def test_special_control_default_and_messages():
+    tok = load("ggml-vocab-llama-bpe")
+    text = "Hi <|eot_id|>"
+    # no new argument: the behaviour of every existing call is unchanged (plain text unless parse_special)
+    assert tok.encode(text) == tok.encode(text, True, False)
+    assert tok.encode(text, parse_special=True)[-1] == tok.token_to_id("<|eot_id|>")
+    # allowed_special alone disallows every other control token, as tiktoken does; the error names it and where
+    with pytest.raises(ArgumentError, match=r"'<\|eot_id\|>' at character 3"):
+        tok.encode(text, allowed_special={"<|begin_of_text|>"})
+    with pytest.raises(ArgumentError, match="at character 3"):
+        tok.encode(text, disallowed_special="all")
+    with pytest.raises(ArgumentError, match="not a control token"):
+        tok.encode(text, allowed_special={"hello"})
+    with pytest.raises(ArgumentError, match="'all' or a collection"):
+        tok.encode(text, allowed_special="al")
+    # parse_special=True is allowed_special="all"
+    assert tok.encode(text, parse_special=True, disallowed_special="all") == tok.encode(text, parse_special=True)
+    # offsets take the same arguments
+    ids, offs = tok.encode_with_offsets(text, add_special=False, allowed_special="all")
+    assert ids[-1] == tok.token_to_id("<|eot_id|>") and offs[-1] == (3, 13)
+
+
+# --- vocab accessors ----------------------------------------------------------------------------------------------
+
+def test_vocab_accessors_match_hf():
+    hf = _hf_llama3()
+    tok = load("ggml-vocab-llama-bpe")
+    assert tok.get_vocab() == hf.get_vocab(with_added_tokens=True)
+    for i in (0, 1, 100, 12345, 128000, 128009, tok.n_vocab - 1):
+        assert tok.id_to_token(i) == hf.id_to_token(i)
+        assert tok.token_to_id(tok.id_to_token(i)) == hf.token_to_id(hf.id_to_token(i)) == i
+    assert tok.token_to_id("no such token at all") is None is hf.token_to_id("no such token at all")
+    with pytest.raises(ArgumentError):
+        tok.id_to_token(tok.n_vocab)
+    batch = [tok.encode(t) for t in SPECIAL_TEXTS]
+    assert tok.decode_batch(batch) == [hf.decode(ids, skip_special_tokens=True) for ids in batch]
+    assert tok.decode_batch(np.asarray([batch[0], batch[0]])) == [tok.decode(batch[0])] * 2
+
+
+# --- arrays for embedding models ----------------------------------------------------------------------------------
+
+BATCH = ["Hello world", "A longer sentence, with punctuation and numbers like 42.", "", "naïve café"]
+
+
+@pytest.mark.parametrize("pad_to, truncate", [("longest", None), (24, None), ("longest", 8), (10, 10), (16, 6)])
+def test_encode_batch_arrays_match_hf(pad_to, truncate):
+    tok = load("ggml-vocab-bert-bge")
+    hf = _hf_bert_from_gguf(tok)
+    pad = tok.vocab.special["pad"]
+    hf.enable_padding(pad_id=pad, pad_token="[PAD]", length=None if pad_to == "longest" else pad_to)
+    if truncate is not None:
+        hf.enable_truncation(max_length=truncate)
+    want = hf.encode_batch(BATCH)
+    ids, mask = tok.encode_batch(BATCH, return_array=True, pad_to=pad_to, truncate=truncate, num_threads=1)
+    assert ids.dtype == np.int32 and mask.dtype == np.int32
+    assert ids.tolist() == [e.ids for e in want]
+    assert mask.tolist() == [e.attention_mask for e in want]
+
+
+def test_encode_batch_defaults_unchanged_and_errors():
+    tok = Tokenizer.from_file(default_vocab_path())  # a demo vocab without a pad token
+    assert tok.encode_batch(BATCH) == [tok.encode(t) for t in BATCH]
+    assert tok.encode_batch(BATCH, truncate=3) == [tok.encode(t)[:3] for t in BATCH]
+    with pytest.raises(ArgumentError, match="no pad token.*pad_id"):
+        tok.encode_batch(BATCH, return_array=True, pad_to="longest")
+    ids, mask = tok.encode_batch(BATCH, return_array=True, pad_to="longest", pad_id=tok.eos_id)
+    assert ids[2].tolist() == [tok.eos_id] * ids.shape[1] and mask[2].sum() == 0
+    with pytest.raises(ArgumentError, match="pad_to='longest'"):
+        tok.encode_batch(BATCH, return_array=True)
+    with pytest.raises(ArgumentError, match="more than pad_to=2"):
+        tok.encode_batch(BATCH, return_array=True, pad_to=2, pad_id=0)
+    with pytest.raises(ArgumentError, match="return_array"):
+        tok.encode_batch(BATCH, pad_to="longest", pad_id=0)
+    ids, mask = tok.encode_batch(["same", "same"], return_array=True)
+    assert ids.shape == (2, len(tok.encode("same"))) and mask.all()
+
+
+# --- token healing --------------------------------------------------------------------------------------------------
+
+class SpellOut:
+    """A language model that knows the text it wants: it prefers the longest token spelling out what is missing."""
+
+    def __init__(self, tok: Tokenizer, full: str) -> None:
+        self.tok, self.full = tok, full.encode()
+
+    def next_token(self, ids, sampler):
+        ids = [i for i in ids if not self.tok.vocab.attrs[i] & int(Attr.CONTROL)]
+        rest = self.full[len(self.tok.decode_bytes(ids)):]
+        scores = np.array([len(p) if p and rest.startswith(p) else -np.inf for p in self.tok.pieces.pieces_plain])
+        if not rest:
+            scores[self.tok.eos_id] = 0.0
+        return sampler.sample_logits(scores)
+
+
+@pytest.mark.parametrize("path", [default_vocab_path(), "llama-spm", "llama-bpe"])
+def test_healing_gives_the_ids_of_the_full_word(path):
+    tok = Tokenizer.from_file(path) if path.endswith(".gguf") else load("ggml-vocab-" + path)
+    full, prompt = "Tokenizers cut text into pieces", "Tokenizers cut text into pie"
+    target = tok.encode(full, add_special=True, parse_special=True)
+    ids, prefix = tok.encode_for_completion(prompt, parse_special=True)
+    assert prefix == " pie" and target[:len(ids)] == ids
+    plain = generate(SpellOut(tok, full), tok, prompt, 8, temperature=0)
+    assert "".join(plain) == "ces"
+    assert plain.prompt_ids + plain.ids != target  # without healing: " pie" + "ces", not " pieces"
+    healed = generate(SpellOut(tok, full), tok, prompt, 8, temperature=0, heal=True)
+    assert "".join(healed) == "ces" and healed.text == "ces"  # only the text after the prompt
+    assert healed.prompt_ids + healed.ids == target
+
+
+HEALING_PROMPTS = ["Tokenizers cut text into pie", "The quick bro", "hello world ", "x = foo(ba", "I'm", "123 45",
+                   "caf", "New Yor", "a\n\nb", "print('hi'); pri", "Hello, w", "numbers 12345", "\u65e5\u672c\u8a9e"]
+
+
+def test_healing_stable_ids_match_tiktoken(tiktoken_llama3):
+    """encode_for_completion's ids are tiktoken's encode_with_unstable stable tokens (llama3's regex and ranks)."""
+    enc, tok = tiktoken_llama3
+    for text in HEALING_PROMPTS:
+        stable, completions = enc.encode_with_unstable(text)
+        ids, prefix = tok.encode_for_completion(text, add_special=False)
+        assert ids == stable, (text, tok.decode(ids), enc.decode(stable))
+        assert tok.decode(ids) + prefix == text
+        assert any(enc.decode(c).startswith(prefix) for c in completions)
+
+
+def test_encode_for_completion_edges():
+    tok = load("ggml-vocab-llama-bpe")
+    assert tok.encode_for_completion("a b ") == (tok.encode("a b"), " ")
+    ids, prefix = tok.encode_for_completion("x<|eot_id|>", parse_special=True)
+    assert prefix == "" and ids == tok.encode("x<|eot_id|>", parse_special=True)
+    ids, prefix = tok.encode_for_completion("caf\u00e9")
+    assert prefix == "caf\u00e9" and ids == [tok.bos_id]
+    ugm = load("ggml-vocab-unigram8k")  # add_special appends eos: never in a completion prompt
+    ids, prefix = ugm.encode_for_completion("Hello wor")
+    assert prefix.strip() == "wor" and ugm.eos_id not in ids
+
+
+def test_sampler_constraint():
+    s = Sampler(temperature=0)
+    s.constrain(np.array([False, True, True, False]), fallback=3)
+    assert s.sample_logits([9.0, 1.0, 2.0, 8.0]) == 2
+    assert s.sample_logits([5.0], ids=[0]) == 3  # no allowed candidate: the fallback
+    s.constrain(None)
+    assert s.sample_logits([9.0, 1.0, 2.0, 8.0]) == 0
+
+
+# --- warnings -------------------------------------------------------------------------------------------------------
+
+def test_warning_bpe_gguf_without_pre(tmp_path):
+    from minillama.tokenizer.load import read_metadata
+    from minillama.tokenizer.write import write_vocab_gguf
+
+    md = dict(read_metadata(default_vocab_path()))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", MinillamaWarning)
+        Tokenizer.from_file(default_vocab_path())  # it has tokenizer.ggml.pre: no warning
+    del md["tokenizer.ggml.pre"]
+    write_vocab_gguf(md, tmp_path / "nopre.gguf")
+    with pytest.warns(MissingPreTokenizerWarning, match="tokenizer.ggml.pre.*'default'"):
+        Tokenizer.from_file(tmp_path / "nopre.gguf")
+
+
+def test_warning_double_bos():
+    tok = load("ggml-vocab-llama-spm")
+    with pytest.warns(DoubleBosWarning, match="'<s>'"):
+        ids = tok.encode("<s>Hello", parse_special=True)
+    assert ids[:2] == [tok.bos_id, tok.bos_id]  # what the warning is about
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", MinillamaWarning)
+        tok.encode("<s>Hello", add_special=False, parse_special=True)
+        tok.encode("Hello <s>", parse_special=True)
+
+
+def test_warning_sentencepiece_normalizer_llamacpp_ignores(tmp_path):
+    spm = pytest.importorskip("sentencepiece")
+    from conftest import training_lines
+
+    prefix = str(tmp_path / "bpe_nfkc")
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(training_lines()), model_prefix=prefix, vocab_size=600, character_coverage=0.98,
+                                   model_type="bpe", byte_fallback=True, normalization_rule_name="nmt_nfkc",
+                                   minloglevel=2)
+    with pytest.warns(IgnoredNormalizerWarning, match="nmt_nfkc"):
+        tok = Tokenizer.from_file(prefix + ".model")
+    sp = spm.SentencePieceProcessor(model_file=prefix + ".model")
+    text = "\uff34\uff48\uff45 fox"  # full-width letters: NFKC makes them ASCII, llama.cpp does not
+    assert tok.encode(text, add_special=False) != sp.encode(text)  # the difference the warning announces
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", MinillamaWarning)
+        Tokenizer.from_file(require_shared("vocab", "llama2-tokenizer.model"))  # identity: no warning

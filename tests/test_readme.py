@@ -1,0 +1,123 @@
+"""Every ```python block of README.md runs, so the documentation cannot drift from the code.
+
+The blocks run in order, in one namespace (a block may use names an earlier one defined), in a temporary
+working directory (files they write land there). A block runs as written unless the line right before its
+fence is a marker comment:
+
+    <!-- readme-test: "model.gguf"=$MINILLAMA_TEST_GGUF "notes.txt"=minillama/data/default-corpus.txt -->
+        Each "NAME"=VALUE replaces the string literal "NAME" (or 'NAME') in the block by the path VALUE, so the
+        README can show a placeholder file name. VALUE is a path relative to the repository root, or
+        $VAR[/rest]: the environment variable VAR ($SHARED is the shared reference data, ../shared); when VAR
+        is unset (or the path is missing) the block is skipped with that reason -- e.g. blocks that need a real
+        model say "model.gguf"=$MINILLAMA_TEST_GGUF and run in CI, where MINILLAMA_TEST_GGUF is set.
+    <!-- readme-test: skip (why) -->
+        The block is shown but never run; only for what cannot run anywhere (a download, an endless loop).
+
+A block that is skipped defines nothing, so a later block must not depend on it (give it its own marker).
+Other fences (```, ```sh) are not run.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+from conftest import REPO, SHARED
+
+README = REPO / "README.md"
+_MARKER = re.compile(r"^<!--\s*readme-test:\s*(.*?)\s*-->\s*$")
+_SUBST = re.compile(r'"([^"]+)"=(\S+)')
+
+
+def readme_blocks(text: str) -> list[tuple[int, str, str | None]]:
+    """(line number, code, marker arguments or None) of every ```python block, in order."""
+    lines = text.split("\n")
+    out = []
+    i = 0
+    while i < len(lines):
+        if lines[i].strip() == "```python":
+            start = i
+            j = i + 1
+            while j < len(lines) and lines[j].strip() != "```":
+                j += 1
+            prev = lines[start - 1] if start else ""
+            m = _MARKER.match(prev)
+            out.append((start + 1, "\n".join(lines[start + 1:j]), m.group(1) if m else None))
+            i = j + 1
+        else:
+            i += 1
+    return out
+
+
+def resolve(value: str) -> tuple[str | None, str]:
+    """(path, '') for a marker value, or (None, why it is unavailable)."""
+    if value.startswith("$"):
+        var, _, rest = value[1:].partition("/")
+        if var == "SHARED":
+            base = str(SHARED) if SHARED is not None else None
+        else:
+            base = os.environ.get(var) or None
+        if base is None:
+            return None, f"${var} is not set"
+        path = os.path.join(base, rest) if rest else base
+    else:
+        path = str(REPO / value)
+    if not os.path.exists(path):
+        return None, f"{path} does not exist"
+    return path, ""
+
+
+def prepare(code: str, marker: str | None) -> tuple[str | None, str]:
+    """The code to run (placeholders replaced), or None and why the block is skipped."""
+    if marker is None:
+        return code, ""
+    if marker.startswith("skip"):
+        return None, marker
+    subs = _SUBST.findall(marker)
+    if not subs:
+        raise ValueError(f"readme-test marker without \"NAME\"=VALUE pairs or skip: {marker!r}")
+    for name, value in subs:
+        path, why = resolve(value)
+        if path is None:
+            return None, why
+        code = code.replace(f'"{name}"', repr(path)).replace(f"'{name}'", repr(path))
+    return code, ""
+
+
+BLOCKS = readme_blocks(README.read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def namespace(tmp_path_factory):
+    cwd = os.getcwd()
+    os.chdir(tmp_path_factory.mktemp("readme"))
+    try:
+        yield {"__name__": "__readme__"}
+    finally:
+        os.chdir(cwd)
+
+
+def test_readme_has_python_blocks():
+    assert len(BLOCKS) >= 5
+
+
+@pytest.mark.parametrize("line, code, marker", BLOCKS, ids=[f"README.md:{b[0]}" for b in BLOCKS])
+def test_readme_block(namespace, line, code, marker, capsys):
+    run, why = prepare(code, marker)
+    if run is None:
+        pytest.skip(f"README.md:{line}: {why}")
+    exec(compile(run, f"README.md:{line}", "exec"), namespace)
+
+
+def test_marker_scheme(tmp_path, monkeypatch):
+    monkeypatch.delenv("MINILLAMA_README_X", raising=False)
+    assert prepare('f("a.gguf")', '"a.gguf"=$MINILLAMA_README_X') == (None, "$MINILLAMA_README_X is not set")
+    monkeypatch.setenv("MINILLAMA_README_X", str(tmp_path))
+    assert prepare("f('a.gguf')", '"a.gguf"=$MINILLAMA_README_X') == (f"f({str(tmp_path)!r})", "")
+    assert prepare("x", "skip (downloads a model)") == (None, "skip (downloads a model)")
+    code, _ = prepare('open("c.txt")', '"c.txt"=minillama/data/default-corpus.txt')
+    assert code == f"open({str(Path(REPO) / 'minillama/data/default-corpus.txt')!r})"
+    with pytest.raises(ValueError):
+        prepare("x", "nonsense")
