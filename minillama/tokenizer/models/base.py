@@ -23,11 +23,12 @@ costs a recomputation. Tables built on first use are built under `self._lock`, o
 
 from __future__ import annotations
 
+import operator
 import re
 import threading
 from array import array
-from collections.abc import Callable
-from itertools import chain
+from collections.abc import Callable, Iterable
+from itertools import chain, compress
 from typing import TypeVar
 
 from ..vocab import Vocab
@@ -91,6 +92,20 @@ def links(values: range) -> list[int] | array:
     symbols, where a list's int objects would cost 36 bytes a symbol (a 10 MB word then takes half the
     memory)."""
     return list(values) if len(values) < 1 << 16 else array("q", values)
+
+
+def adjacent_pairs(tokens: Iterable[str]) -> frozenset[str]:
+    """Every two characters that some token holds side by side."""
+    return frozenset(a + b for t in tokens for a, b in zip(t, t[1:]))
+
+
+def cut_at_pairs(word: str, pairs: frozenset[str]) -> list[str]:
+    """word cut between every two neighbouring characters that are not in pairs (no token spans there)."""
+    n = len(word)
+    cuts = list(compress(range(1, n), map(operator.not_, map(pairs.__contains__, map(operator.add, word, word[1:])))))
+    if not cuts:
+        return [word]
+    return [word[a:b] for a, b in zip([0, *cuts], [*cuts, n])]
 
 
 class Model:

@@ -27,14 +27,14 @@ from __future__ import annotations
 import heapq
 import operator
 import re
-from itertools import compress, repeat
+from itertools import repeat
 
 from gguf import Keys
 
 from ...errors import FormatError
 from ..unicode import byte_token, raw_byte_token
 from ..vocab import Vocab
-from .base import SURROGATES, Model, links
+from .base import SURROGATES, Model, adjacent_pairs, cut_at_pairs, links
 
 SPACE = "\u2581"
 HEAP_MIN_LEN = 48
@@ -95,21 +95,12 @@ class SPMModel(Model):
         left = f"[^{''.join(re.escape(c) for c in sorted(keep))}]" if keep else "."
         return re.compile(f"(?<={left})(?={SPACE})", re.DOTALL)
 
-    def _build_pairs(self) -> frozenset[str]:
-        """Every two characters that some token holds side by side."""
-        return frozenset(a + b for t in self.token_to_id for a, b in zip(t, t[1:]))
-
     def segments(self, word: str) -> list[str]:
         """word cut between every two neighbouring characters that no token holds side by side."""
         pairs = self._pairs
         if pairs is None:
-            pairs = self._once("_pairs", self._build_pairs)
-        n = len(word)
-        cuts = list(compress(range(1, n), map(operator.not_, map(pairs.__contains__,
-                                                                  map(operator.add, word, word[1:])))))
-        if not cuts:
-            return [word]
-        return [word[a:b] for a, b in zip([0, *cuts], [*cuts, n])]
+            pairs = self._once("_pairs", lambda: adjacent_pairs(self.token_to_id))
+        return cut_at_pairs(word, pairs)
 
     # --- merging -----------------------------------------------------------------------------
     def encode_word(self, word: str) -> list[int]:
