@@ -14,21 +14,28 @@ from .vocab import Attr, Vocab
 PREFIX_CHARS = 3
 
 
+def _always_matched(vocab: Vocab) -> list[int]:
+    """The special ids matched without parse_special (not control, not unknown), longest first; kept on
+    the vocab (llama3 has 256 control tokens that a plain encode would otherwise walk past each time)."""
+    ids = vocab.__dict__.get("_always_matched")
+    if ids is None:
+        skip = int(Attr.CONTROL | Attr.UNKNOWN)
+        ids = vocab.__dict__["_always_matched"] = [i for i in vocab.special_cache if not vocab.attrs[i] & skip]
+    return ids
+
+
 def partition(vocab: Vocab, text: str, parse_special: bool) -> list[str | int]:
     """Text as a list of plain-text fragments (str) and special token ids (int), in order."""
     if not text:
         return []
     frags: list[tuple[int, int] | int] = [(0, len(text))]
     tokens, attrs = vocab.tokens, vocab.attrs
-    skip = int(Attr.CONTROL | Attr.UNKNOWN)
     lstrip_bit, rstrip_bit = int(Attr.LSTRIP), int(Attr.RSTRIP)
     # Vocabs hold up to thousands of special tokens that share a few prefixes ("<|reserved_...",
     # "[PAD..."): one search per distinct prefix rules most of them out of a long text at once.
     prefix_in_text: dict[str, bool] = {}
-    for sid in vocab.special_cache:
+    for sid in vocab.special_cache if parse_special else _always_matched(vocab):
         attr = attrs[sid]
-        if not parse_special and attr & skip:
-            continue
         tok = tokens[sid]
         head = tok[:PREFIX_CHARS]
         present = prefix_in_text.get(head)

@@ -16,6 +16,8 @@ llama.cpp decodes them, so a surrogate code point here stands for itself and is 
 from __future__ import annotations
 
 import heapq
+import operator
+from itertools import repeat
 
 from ..pretokenize import PATTERNS, PreTokenizer
 from ..unicode import byte_encode, byte_token, raw_byte_token
@@ -91,7 +93,8 @@ class BPEModel(Model):
         if len(parts) < 2:
             return parts
         rank, none = self.ranks.get, _NO_MERGE
-        rs = [rank(a + " " + b, none) for a, b in zip(parts, parts[1:])]
+        add = operator.add
+        rs = list(map(rank, map(add, map(add, parts, repeat(" ")), parts[1:]), repeat(none)))
         while True:
             best = min(rs)
             if best == none:
