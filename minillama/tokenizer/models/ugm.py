@@ -31,6 +31,7 @@ import math
 import re
 import sys
 from itertools import chain
+from typing import TypeVar
 
 import numpy as np
 from gguf import Keys
@@ -44,6 +45,7 @@ DBL_LOWEST = -sys.float_info.max  # llama.cpp's -DBL_MAX: the score of a positio
 UNKNOWN_PENALTY = np.float32(10.0)
 FFFD = "\ufffd".encode()
 
+T = TypeVar("T", str, bytes)
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _NO = object()  # "no such prefix" in the token prefix tables
 
@@ -210,16 +212,34 @@ class Charsmap:
         return self._base(int(self.units[0])) if len(self.units) else 0
 
 
+PREFIX_MAX = 64
+"""Token prefixes are listed up to this many characters (bytes on the byte path); longer tokens are
+found through their first PREFIX_MAX characters, so the tables grow linearly with the vocab's size
+even for a token of 100,000 characters (every prefix of it would take gigabytes)."""
+
+
+def _prefix_table(items: list[tuple[T, object]]) -> tuple[dict[T, object], dict[T, list[tuple[T, object]]]]:
+    """(table, long): table maps every token of at most PREFIX_MAX units to its entry and every shorter
+    prefix of a token to None (unless it is a token itself); long maps the first PREFIX_MAX units of each
+    longer token to those tokens and their entries."""
+    table: dict = {}
+    long: dict = {}
+    for t, entry in items:
+        for k in range(1, min(len(t), PREFIX_MAX + 1)):
+            table.setdefault(t[:k], None)
+        if len(t) > PREFIX_MAX:
+            table.setdefault(t[:PREFIX_MAX], None)
+            long.setdefault(t[:PREFIX_MAX], []).append((t, entry))
+        else:
+            table[t] = entry
+    return table, long
+
+
 class _ByteTables:
     """Byte-level versions of the token and user-defined tables, for the exact slow path."""
 
     def __init__(self, model: UGMModel) -> None:
-        self.tokens: dict[bytes, object] = {}
-        for text, entry in model.byte_token_entries:
-            b = _to_bytes(text)
-            for k in range(1, len(b)):
-                self.tokens.setdefault(b[:k], None)
-            self.tokens[b] = entry
+        self.tokens, self.long = _prefix_table([(_to_bytes(t), e) for t, e in model.byte_token_entries])
         self.max_len = max((len(k) for k in self.tokens), default=0)
         self.user: dict[int, dict] = {}
         for text in model.user_texts:
@@ -251,6 +271,20 @@ def _char_class(chars: set[str], ranges: list[tuple[int, int]], astral: bool = F
     if astral:
         return f"[{items(bmp)}{items([(0x10000, 0x10FFFF)])}]"
     return "|".join(f"[{items(rs)}]" for rs in (bmp, far) if rs)
+
+
+def _freeze(root: dict) -> tuple[dict, frozenset[int]]:
+    """A character trie as nodes (children, first UTF-8 bytes of the children), built without recursion
+    (a user-defined token may be thousands of characters long)."""
+    frozen: dict[int, tuple[dict, frozenset[int]]] = {}
+    order, stack = [], [root]
+    while stack:
+        d = stack.pop()
+        order.append(d)
+        stack.extend(d.values())
+    for d in reversed(order):  # children before their parents
+        frozen[id(d)] = ({c: frozen[id(sub)] for c, sub in d.items()}, frozenset(c.encode()[0] for c in d))
+    return frozen[id(root)]
 
 
 def _exact_sum_limit(scores: list[float]) -> int:
@@ -302,16 +336,10 @@ class UGMModel(Model):
         self.user_texts = [t for t, a in zip(vocab.tokens, init_attrs, strict=True) if a & user]
 
         # str-level tables (fast path): every token prefix -> (id, score) for tokens, None for mere prefixes
-        table: dict[str, object] = {}
-        for t, entry in entries:
-            if _SURROGATE.search(t):
-                continue  # can only match text that is not valid UTF-8: the byte path handles those
-            for k in range(1, len(t)):
-                table.setdefault(t[:k], None)
-            table[t] = entry
-        self.table = table
+        # (surrogates can only match text that is not valid UTF-8: the byte path handles those)
+        self.table, self.long = _prefix_table([(t, e) for t, e in entries if not _SURROGATE.search(t)])
         self.split_limit = _exact_sum_limit([e[1] for _, e in entries] + [self.unknown_score])
-        keep = {t[k - 1] for t in table for k in range(1, len(t)) if t[k] == SPACE}
+        keep = {t[k - 1] for t, _ in entries for k in range(1, len(t)) if t[k] == SPACE}
         left = f"[^{''.join(re.escape(c) for c in sorted(keep))}]" if keep else "."
         self._cut = re.compile(f"(?<={left})(?={SPACE})", re.DOTALL)
         self._cut_all = not keep
@@ -375,10 +403,7 @@ class UGMModel(Model):
                 for c in t:
                     node = node.setdefault(c, {})
 
-            def freeze(d: dict) -> tuple[dict, frozenset[int]]:
-                return {c: freeze(sub) for c, sub in d.items()}, frozenset(c.encode()[0] for c in d)
-
-            self.user_trie = freeze(root)
+            self.user_trie = _freeze(root)
             for c in root:
                 lead = c.encode()[0]
                 starts.add(c)
@@ -613,8 +638,23 @@ class UGMModel(Model):
                     v = cur + e[1]  # type: ignore[index]
                     if v > best[j]:
                         best[j], tok[j], start[j] = v, e[0], i  # type: ignore[index]
+                if j - i == PREFIX_MAX:
+                    self._long_matches(s, i, self.long, best, tok, start)
+                    break
                 j += 1
         return self._backtrack(tok, start, n)
+
+    @staticmethod
+    def _long_matches(s: T, i: int, long: dict, best: list[float], tok: list[int], start: list[int]) -> None:
+        """The Viterbi step from i for tokens longer than PREFIX_MAX (their order does not matter: each
+        ends at its own position)."""
+        cur = best[i]
+        for t, e in long.get(s[i:i + PREFIX_MAX], ()):
+            if s.startswith(t, i):  # type: ignore[attr-defined]
+                j = i + len(t)
+                v = cur + e[1]
+                if v > best[j]:
+                    best[j], tok[j], start[j] = v, e[0], i
 
     def _backtrack(self, tok: list[int], start: list[int], end: int) -> list[int]:
         unk = self.unk_id
@@ -695,6 +735,8 @@ class UGMModel(Model):
                     v = cur + e[1]  # type: ignore[index]
                     if v > best[j]:
                         best[j], tok[j], start[j] = v, e[0], i  # type: ignore[index]
+                if j - i == PREFIX_MAX:
+                    self._long_matches(s, i, bt.long, best, tok, start)
             if not single:
                 v = cur + unk_score
                 if v > best[i + units]:
