@@ -57,14 +57,16 @@ def test_cache_bounded_in_bytes(monkeypatch):
         assert sum(base.entry_bytes(w, ids) for w, ids in model._old.items()) <= 20_000
 
 
-def test_long_words_are_not_cached():
+def test_long_words_are_not_cached(monkeypatch):
+    monkeypatch.setattr(base, "CACHE_MAX_BYTES", 80_000)  # entries over 10,000 bytes are not cached
     tok = load("ggml-vocab-llama-spm")
     model = tok._model
     model.clear_cache()
     for i in range(20):
-        word = "".join(chr(0x61 + (i * 7 + k) % 26) for k in range(base.CACHE_MAX_WORD_CHARS + 500))
+        word = "".join(chr(0x61 + (i * 7 + k) % 26) for k in range(1500))
         tok.encode(word)
-    assert all(len(w) <= base.CACHE_MAX_WORD_CHARS for w in model._cache)
+    assert all(base.entry_bytes(w, ids) <= 10_000 for w, ids in model._cache.items())
+    assert not any(len(w) >= 1500 for w in model._cache)
 
 
 def test_spm_pair_segments_match_llamacpp():

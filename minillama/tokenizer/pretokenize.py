@@ -435,7 +435,7 @@ def _split_custom(rx: re.Pattern[str], text: str) -> list[str]:
 # Bounds of the per-step memo of multi-pattern pre-tokenizers: pieces longer than this are not
 # remembered, and a step keeps at most two generations of this many pieces (memory stays flat).
 MEMO_MAX_CHARS = 128
-MEMO_MAX_PIECES = 1 << 16
+MEMO_MAX_PIECES = 1 << 15
 
 
 @dataclass

@@ -12,7 +12,7 @@ New words go into the young one; a word found only in the old one is copied back
 When the young generation reaches CACHE_MAX_BYTES (estimated: key, id list and dict slot) or
 CACHE_MAX_WORDS, it becomes the old one and the previous old one is dropped. So a word used at least
 once per generation is never recomputed, memory stays under 2 x CACHE_MAX_BYTES whatever the input
-(words longer than CACHE_MAX_WORD_CHARS are not cached at all), and a second pass over a corpus never
+(an entry over an eighth of CACHE_MAX_BYTES is not cached at all), and a second pass over a corpus never
 does more work than the first. The hot path (every word a hit in the young generation) is one C-level
 map over the young dict.
 
@@ -37,7 +37,6 @@ from ..vocab import Vocab
 # and WordPiece, a run between unmergeable boundaries for SPM and Unigram.
 CACHE_MAX_BYTES = 32 << 20
 CACHE_MAX_WORDS = 1 << 18
-CACHE_MAX_WORD_CHARS = 1024  # longer words are rare to repeat: not cached, so one cannot flood the cache
 
 
 def entry_bytes(word: str, ids: list[int]) -> int:
@@ -181,9 +180,9 @@ class Model:
 
     def _remember(self, word: str, ids: list[int]) -> None:
         """Put word -> ids in the young generation, turning it old first when it is full."""
-        if len(word) > CACHE_MAX_WORD_CHARS:
-            return
         size = entry_bytes(word, ids)
+        if size > CACHE_MAX_BYTES >> 3:  # one entry stays a small part of a generation
+            return
         cache = self._cache
         if self._cache_bytes + size > CACHE_MAX_BYTES or len(cache) >= CACHE_MAX_WORDS:
             self._old, self._cache, self._cache_bytes = cache, {}, 0
