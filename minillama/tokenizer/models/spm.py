@@ -116,14 +116,16 @@ class SPMModel(Model):
         syms = list(word)
         t2i = self.token_to_id
         syms = self._merge_heap(syms, t2i) if len(syms) >= HEAP_MIN_LEN else self._merge_simple(syms, t2i)
-        out: list[int] = []
-        for s in syms:
-            i = t2i.get(s)
+        out = list(map(t2i.get, syms))
+        if None not in out:
+            return out  # type: ignore[return-value]
+        fixed: list[int] = []
+        for s, i in zip(syms, out, strict=True):
             if i is not None:
-                out.append(i)
+                fixed.append(i)
             else:
-                out += self._bytes_of(s.encode("utf-8", "surrogateescape"))
-        return out
+                fixed += self._bytes_of(s.encode("utf-8", "surrogateescape"))
+        return fixed
 
     def _encode_raw(self, word: str) -> list[int]:
         """A word holding raw bytes, merged over its bytes exactly as llama.cpp does."""
@@ -160,10 +162,8 @@ class SPMModel(Model):
             scores = self.scores
             get = lambda pair, no: no if (t := t2i.get(pair)) is None else scores[t]  # type: ignore[assignment] # noqa: E731
 
-        def score(pair: str) -> float:
-            return get(pair, _NO_PAIR)
-
-        ss = list(map(get, map(operator.add, syms, syms[1:]), repeat(_NO_PAIR)))
+        no = _NO_PAIR
+        ss = list(map(get, map(operator.add, syms, syms[1:]), repeat(no)))
         while True:
             best = max(ss)
             if best == _NO_PAIR:  # no pair is a token (or only tokens scored -inf: find those)
@@ -172,14 +172,14 @@ class SPMModel(Model):
                     break
             else:
                 i = ss.index(best)
-            syms[i:i + 2] = [syms[i] + syms[i + 1]]
+            merged = syms[i] = syms[i] + syms.pop(i + 1)
             del ss[i]
             if i < len(ss):
-                ss[i] = score(syms[i] + syms[i + 1])
-            if i > 0:
-                ss[i - 1] = score(syms[i - 1] + syms[i])
-            if not ss:
+                ss[i] = get(merged + syms[i + 1], no)
+            elif not i:
                 break
+            if i:
+                ss[i - 1] = get(syms[i - 1] + merged, no)
         return syms
 
     def _merge_heap(self, syms: list[str], t2i: dict[str, int]) -> list[str]:
