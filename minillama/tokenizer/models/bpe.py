@@ -74,9 +74,11 @@ class BPEModel(Model):
             if i is not None:
                 return [i]
         syms = self._merge_heap(sym_text) if len(sym_text) >= HEAP_MIN_LEN else self._merge_simple(sym_text)
+        ids = list(map(t2i.get, syms))
+        if None not in ids:
+            return ids  # type: ignore[return-value]
         out: list[int] = []
-        for s in syms:
-            i = t2i.get(s)
+        for s, i in zip(syms, ids, strict=True):
             if i is not None:
                 out.append(i)
                 continue
