@@ -122,9 +122,10 @@ def _read_conformance(path: str) -> tuple[dict, ...]:
         return tuple(json.loads(line) for line in f if line.strip())
 
 
-def read_conformance(vocab_name: str) -> tuple[dict, ...]:
-    """Rows of shared/conformance/<vocab_name>.jsonl: text, ids, ids_special, detok_hex (all from llama.cpp)."""
-    return _read_conformance(str(require_shared("conformance", vocab_name + ".jsonl")))
+def read_conformance(vocab_name: str, directory: str = "conformance") -> tuple[dict, ...]:
+    """Rows of shared/<directory>/<vocab_name>.jsonl: text, ids, ids_special, detok_hex (all from llama.cpp).
+    directory: "conformance" (600 texts) or "conformance-diverse" (1,500 paragraphs of code, docs, 18 languages)."""
+    return _read_conformance(str(require_shared(directory, vocab_name + ".jsonl")))
 
 
 def split_llamacpp_inp(raw: str) -> list[str]:

@@ -105,6 +105,18 @@ def test_decode(vocab, rows, tok):
     fail_if_any(bad, _fail_report(vocab, "decode_bytes(ids) / decode(ids)", bad, len(rows)))
 
 
+def test_diverse(vocab, tok):
+    """The same three checks on shared/conformance-diverse (1,500 paragraphs of code, C headers, docs and man pages
+    in 18 languages): the text the speed work (word caches, provable cuts) is tuned on."""
+    rows = read_conformance(vocab, "conformance-diverse")
+    _compare_ids(vocab, "diverse encode(add_special=False, parse_special=False)",
+                 ((i, r["text"], tok.encode(r["text"], False, False), r["ids"]) for i, r in enumerate(rows)))
+    _compare_ids(vocab, "diverse encode(add_special=True, parse_special=True)",
+                 ((i, r["text"], tok.encode(r["text"], True, True), r["ids_special"]) for i, r in enumerate(rows)))
+    bad = [(i, r["text"], "", "") for i, r in enumerate(rows) if tok.decode_bytes(r["ids"]) != bytes.fromhex(r["detok_hex"])]
+    fail_if_any(bad, _fail_report(vocab, "diverse decode_bytes(ids)", bad, len(rows)))
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # llama.cpp itself (skip without xllamacpp/cffi)
 # ---------------------------------------------------------------------------------------------------------------------

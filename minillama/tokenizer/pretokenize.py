@@ -21,7 +21,7 @@ import functools
 import re
 from bisect import bisect_right
 from dataclasses import dataclass, field
-from itertools import accumulate
+from itertools import accumulate, chain
 from types import MappingProxyType
 
 from ..errors import UnsupportedError
@@ -439,7 +439,7 @@ def _split_custom(rx: re.Pattern[str], text: str) -> list[str]:
 
 
 # Bounds of the per-step memo of multi-pattern pre-tokenizers: pieces longer than this are not
-# remembered, and a step's memo starts over past this many pieces (memory stays flat).
+# remembered, and a step keeps at most two generations of this many pieces (memory stays flat).
 MEMO_MAX_CHARS = 128
 MEMO_MAX_PIECES = 1 << 15
 
@@ -463,7 +463,8 @@ class PreTokenizer:
             else:
                 steps.append(("wide", _ecmascript(expr)))
         self._steps = steps
-        self._memo: list[dict[str, list[str]]] = [{} for _ in steps]
+        # per step: (young, old) generations of piece -> words, as the word caches (models/base.py)
+        self._memo: list[list[dict[str, list[str]]]] = [[{}, {}] for _ in steps]
 
     def spans(self, text: str, first: int = 0, last: int | None = None) -> list[tuple[int, int]]:
         """(start, end) code point offsets of the words of text after steps first..last-1 (all by default)."""
@@ -515,26 +516,33 @@ class PreTokenizer:
 
         Every pattern after the first works inside the pieces the earlier ones made, as if each
         piece were the whole text, so a piece's words depend on the piece alone: they are
-        memoized per step for pieces short enough to repeat (words, not lines).
+        memoized per step for pieces short enough to repeat (words, not lines), in two generations
+        (a full young one becomes the old one; a piece found in the old one moves back), so pieces
+        in use are never forgotten and memory stays under 2 x MEMO_MAX_PIECES pieces per step.
         """
-        if k == len(self._steps):
-            return [text]
-        memo = self._memo[k] if k else None
-        if memo is not None:
-            words = memo.get(text)
-            if words is not None:
-                return words
-        words = []
-        split_rest = self._split_from
-        kind, rx = self._steps[k]
+        steps = self._steps
+        kind, rx = steps[k]
         if kind == "text":  # a hand-written llama.cpp splitter: its words cover the text, findall is enough
             pieces = _split_custom(rx, text)  # type: ignore[arg-type]
         else:
             pieces = [text[s:e] for s, e in self.spans(text, k, k + 1)]
-        for piece in pieces:
-            words += split_rest(piece, k + 1)
-        if memo is not None and len(text) <= MEMO_MAX_CHARS:
-            if len(memo) >= MEMO_MAX_PIECES:
-                memo.clear()
-            memo[text] = words
-        return words
+        k += 1
+        if k == len(steps):
+            return pieces
+        gen = self._memo[k]
+        got = list(map(gen[0].get, pieces))
+        if None in got:
+            for i, words in enumerate(got):
+                if words is None:
+                    piece = pieces[i]
+                    words = gen[1].get(piece)
+                    if words is None:
+                        words = self._split_from(piece, k)
+                    if len(piece) <= MEMO_MAX_CHARS:
+                        young = gen[0]
+                        if len(young) >= MEMO_MAX_PIECES:
+                            gen[1], gen[0] = young, {}
+                            young = gen[0]
+                        young[piece] = words
+                    got[i] = words
+        return list(chain.from_iterable(got))  # type: ignore[arg-type]

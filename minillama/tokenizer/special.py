@@ -25,6 +25,16 @@ PREFIX_CHARS = 3
 RAW_BYTE = re.compile("[\udc80-\udcff]")  # a byte that is not whole UTF-8, as surrogateescape keeps it
 
 
+def _always_matched(vocab: Vocab) -> list[int]:
+    """The special ids matched without parse_special (not control, not unknown), longest first; kept on
+    the vocab (llama3 has 256 control tokens that a plain encode would otherwise walk past each time)."""
+    ids = vocab.__dict__.get("_always_matched")
+    if ids is None:
+        skip = int(Attr.CONTROL | Attr.UNKNOWN)
+        ids = vocab.__dict__["_always_matched"] = [i for i in vocab.special_cache if not vocab.attrs[i] & skip]
+    return ids
+
+
 def _byte_view(text: str) -> str:
     """text's UTF-8 bytes, one latin-1 character each."""
     return text.encode("utf-8", "surrogateescape").decode("latin-1")
@@ -72,7 +82,7 @@ def partition_spans(vocab: Vocab, text: str, parse_special: bool, allowed: Abstr
     # Vocabs hold up to thousands of special tokens that share a few prefixes ("<|reserved_...",
     # "[PAD..."): one search per distinct prefix rules most of them out of a long text at once.
     prefix_in_text: dict[str, bool] = {}
-    for sid in vocab.special_cache:
+    for sid in vocab.special_cache if parse_special or allowed else _always_matched(vocab):
         attr = attrs[sid]
         if not parse_special and attr & skip and sid not in allowed:
             continue

@@ -7,25 +7,42 @@ surrogateescape), so that a fragment is exactly the bytes llama.cpp would see. S
 work on the bytes themselves; BPE and WPM first decode them to code points as llama.cpp's
 unicode_cpts_from_utf8 does (`llama_code_points`), where an invalid byte becomes U+FFFD.
 
-Thread safety. The word cache is a plain dict: a get or a set is atomic under the GIL, two threads
-encoding the same new word both compute the same ids, and the cache starts over (clear) when full,
-which at worst costs a recomputation. Tables built on first use are built under `self._lock`, once.
+The word cache keeps hot words without starting over: it has two generations, each a plain dict.
+New words go into the young one; a word found only in the old one is copied back into the young one.
+When the young generation reaches CACHE_MAX_BYTES (estimated: key, id list and dict slot) or
+CACHE_MAX_WORDS, it becomes the old one and the previous old one is dropped. So a word used at least
+once per generation is never recomputed, memory stays under 2 x CACHE_MAX_BYTES whatever the input
+(an entry over an eighth of CACHE_MAX_BYTES is not cached at all), and a second pass over a corpus never
+does more work than the first. The hot path (every word a hit in the young generation) is one C-level
+map over the young dict.
+
+Thread safety. A get or a set on a dict is atomic under the GIL; two threads encoding the same new
+word both compute the same ids; a generation swap racing with a set at worst loses that entry, which
+costs a recomputation. Tables built on first use are built under `self._lock`, once.
 """
 
 from __future__ import annotations
 
+import operator
 import re
 import threading
 from array import array
-from collections.abc import Callable
-from itertools import chain
+from collections.abc import Callable, Iterable
+from itertools import chain, compress
 from typing import TypeVar
 
 from ..vocab import Vocab
 
-# Upper bound on cached words per tokenizer; past it the cache starts over, so memory stays flat
-# on endless input (a word is a pre-token for BPE, a run between unmergeable boundaries for SPM).
-CACHE_MAX_WORDS = 1 << 16
+# Bounds of one cache generation (two are kept: at most twice these). A word is a pre-token for BPE
+# and WordPiece, a run between unmergeable boundaries for SPM and Unigram.
+CACHE_MAX_BYTES = 32 << 20
+CACHE_MAX_WORDS = 1 << 18
+
+
+def entry_bytes(word: str, ids: list[int]) -> int:
+    """An upper estimate of what caching word -> ids costs: the str (up to 4 bytes a character), the
+    list (8 bytes an id; ids are shared int objects), and the dict slot."""
+    return 180 + 4 * len(word) + 8 * len(ids)
 
 T = TypeVar("T")
 
@@ -76,13 +93,29 @@ def links(values: range) -> list[int] | array:
     return list(values) if len(values) < 1 << 16 else array("q", values)
 
 
+def adjacent_pairs(tokens: Iterable[str]) -> frozenset[str]:
+    """Every two characters that some token holds side by side."""
+    return frozenset(a + b for t in tokens for a, b in zip(t, t[1:]))
+
+
+def cut_at_pairs(word: str, pairs: frozenset[str]) -> list[str]:
+    """word cut between every two neighbouring characters that are not in pairs (no token spans there)."""
+    n = len(word)
+    cuts = list(compress(range(1, n), map(operator.not_, map(pairs.__contains__, map(operator.add, word, word[1:])))))
+    if not cuts:
+        return [word]
+    return [word[a:b] for a, b in zip([0, *cuts], [*cuts, n])]
+
+
 class Model:
     """Turns plain text into ids; subclasses say how text splits into words and how a word merges."""
 
     def __init__(self, vocab: Vocab) -> None:
         self.vocab = vocab
         self.token_to_id = vocab.token_to_id
-        self._cache: dict[str, list[int]] = {}
+        self._cache: dict[str, list[int]] = {}  # the young generation
+        self._old: dict[str, list[int]] = {}
+        self._cache_bytes = 0
         self._lock = threading.RLock()  # re-entrant: a table's builder may use another table
 
     def _once(self, attr: str, build: Callable[[], T]) -> T:
@@ -125,19 +158,38 @@ class Model:
         """
         return self.encode(llama_code_points(text))
 
-    def _encode_words(self, words: list[str]) -> list[int]:
-        cache = self._cache
-        got = list(map(cache.get, words))  # the common case, all hits, stays in C
+    def _encode_words(self, words: list[str], encode: Callable[[str], list[int]] | None = None) -> list[int]:
+        """The ids of each word in turn, from the cache or encode (default: encode_word)."""
+        got = list(map(self._cache.get, words))  # the common case, all hits, stays in C
         if None in got:
-            encode_word = self.encode_word
-            for k, ids in enumerate(got):
-                if ids is None:
-                    w = words[k]
-                    ids = cache.get(w)  # an earlier miss of this call may have filled it
-                    if ids is None:
-                        ids = encode_word(w)
-                        if len(cache) >= CACHE_MAX_WORDS:
-                            cache.clear()
-                        cache[w] = ids
-                    got[k] = ids
+            self._fill(words, got, encode or self.encode_word)
         return list(chain.from_iterable(got))
+
+    def _fill(self, words: list[str], got: list[list[int] | None], encode: Callable[[str], list[int]]) -> None:
+        """Fill the misses of got: from the old generation (and back into the young one), else encode()."""
+        for k, ids in enumerate(got):
+            if ids is None:
+                w = words[k]
+                ids = self._cache.get(w)  # an earlier miss of this call may have filled it
+                if ids is None:
+                    ids = self._old.get(w)
+                    if ids is None:
+                        ids = encode(w)
+                    self._remember(w, ids)
+                got[k] = ids
+
+    def _remember(self, word: str, ids: list[int]) -> None:
+        """Put word -> ids in the young generation, turning it old first when it is full."""
+        size = entry_bytes(word, ids)
+        if size > CACHE_MAX_BYTES >> 3:  # one entry stays a small part of a generation
+            return
+        cache = self._cache
+        if self._cache_bytes + size > CACHE_MAX_BYTES or len(cache) >= CACHE_MAX_WORDS:
+            self._old, self._cache, self._cache_bytes = cache, {}, 0
+            cache = self._cache
+        self._cache_bytes += size
+        cache[word] = ids
+
+    def clear_cache(self) -> None:
+        """Forget every cached word (both generations)."""
+        self._cache, self._old, self._cache_bytes = {}, {}, 0

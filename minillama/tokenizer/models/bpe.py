@@ -16,6 +16,8 @@ llama.cpp decodes them, so a surrogate code point here stands for itself and is 
 from __future__ import annotations
 
 import heapq
+import operator
+from itertools import repeat
 
 from ..pretokenize import PATTERNS, PreTokenizer
 from ..unicode import byte_encode, byte_token, raw_byte_token
@@ -72,9 +74,11 @@ class BPEModel(Model):
             if i is not None:
                 return [i]
         syms = self._merge_heap(sym_text) if len(sym_text) >= HEAP_MIN_LEN else self._merge_simple(sym_text)
+        ids = list(map(t2i.get, syms))
+        if None not in ids:
+            return ids  # type: ignore[return-value]
         out: list[int] = []
-        for s in syms:
-            i = t2i.get(s)
+        for s, i in zip(syms, ids, strict=True):
             if i is not None:
                 out.append(i)
                 continue
@@ -91,7 +95,8 @@ class BPEModel(Model):
         if len(parts) < 2:
             return parts
         rank, none = self.ranks.get, _NO_MERGE
-        rs = [rank(a + " " + b, none) for a, b in zip(parts, parts[1:])]
+        add = operator.add
+        rs = list(map(rank, map(add, map(add, parts, repeat(" ")), parts[1:]), repeat(none)))
         while True:
             best = min(rs)
             if best == none:

@@ -5,9 +5,14 @@ adjacent pair of symbols concatenates to a vocab token, merge the pair whose tok
 score (ties: the leftmost); finally emit each symbol's id, or its bytes as <0xXX> tokens.
 
 Made fast without changing a single id: two neighbouring characters that no vocab token holds side
-by side can never end up in one symbol, so the text splits there into words that merge
-independently (and are cached). Short words use the plain quadratic loop; long ones the heap +
-linked list, O(n log n).
+by side can never end up in one symbol (every merged symbol is a token), so no merge crosses between
+them and the two sides merge independently: the same merges happen on each side, in the same order
+relative to each other. The text is cut there, in two steps: a regex cuts before each U+2581 whose
+left neighbour never precedes U+2581 in a token (fast, in C) into words, which are cached; a word
+not in the cache is cut further at every pair of characters that no token holds side by side
+(segments, also cached). On code and docs in 18 languages this makes the merged text 3x shorter and
+segments short. Short segments use the plain quadratic loop; long ones the heap + linked list,
+O(n log n).
 
 Raw bytes (surrogate escapes U+DC80..U+DCFF, see models/base.py) are what llama.cpp sees: bytes.
 It cuts its symbols by the length each lead byte announces, whatever follows (the bytes C3 61 are
@@ -20,14 +25,16 @@ a vocab that has neither for a byte fails with FormatError, where llama.cpp abor
 from __future__ import annotations
 
 import heapq
+import operator
 import re
+from itertools import repeat
 
 from gguf import Keys
 
 from ...errors import FormatError
 from ..unicode import byte_token, raw_byte_token
 from ..vocab import Vocab
-from .base import SURROGATES, Model, links
+from .base import SURROGATES, Model, adjacent_pairs, cut_at_pairs, links
 
 SPACE = "\u2581"
 HEAP_MIN_LEN = 48
@@ -47,6 +54,9 @@ class SPMModel(Model):
         self._splitter: re.Pattern[str] | None = None
         self._latin1: dict[str, int] | None = None
         self._ranks: list[int] | None = None
+        self._pairs: frozenset[str] | None = None
+        # token text -> score: one dict lookup per candidate pair in the merge loop
+        self._score_of: dict[str, float] = {t: self.scores[i] for t, i in self.token_to_id.items()}
 
     def prepare(self, text: str, after_special: bool) -> str:
         """The dummy space prefix (at the start and after a special token) and the U+2581 space marker."""
@@ -85,21 +95,37 @@ class SPMModel(Model):
         left = f"[^{''.join(re.escape(c) for c in sorted(keep))}]" if keep else "."
         return re.compile(f"(?<={left})(?={SPACE})", re.DOTALL)
 
+    def segments(self, word: str) -> list[str]:
+        """word cut between every two neighbouring characters that no token holds side by side."""
+        pairs = self._pairs
+        if pairs is None:
+            pairs = self._once("_pairs", lambda: adjacent_pairs(self.token_to_id))
+        return cut_at_pairs(word, pairs)
+
     # --- merging -----------------------------------------------------------------------------
     def encode_word(self, word: str) -> list[int]:
         if not word.isascii() and SURROGATES.search(word):
             return self._encode_raw(word)
+        segs = self.segments(word)
+        if len(segs) == 1:
+            return self._encode_segment(word)
+        return self._encode_words(segs, self._encode_segment)
+
+    def _encode_segment(self, word: str) -> list[int]:
+        """Merge one segment (a word no cut applies to) and emit its ids."""
         syms = list(word)
         t2i = self.token_to_id
         syms = self._merge_heap(syms, t2i) if len(syms) >= HEAP_MIN_LEN else self._merge_simple(syms, t2i)
-        out: list[int] = []
-        for s in syms:
-            i = t2i.get(s)
+        out = list(map(t2i.get, syms))
+        if None not in out:
+            return out  # type: ignore[return-value]
+        fixed: list[int] = []
+        for s, i in zip(syms, out, strict=True):
             if i is not None:
-                out.append(i)
+                fixed.append(i)
             else:
-                out += self._bytes_of(s.encode("utf-8", "surrogateescape"))
-        return out
+                fixed += self._bytes_of(s.encode("utf-8", "surrogateescape"))
+        return fixed
 
     def _encode_raw(self, word: str) -> list[int]:
         """A word holding raw bytes, merged over its bytes exactly as llama.cpp does."""
@@ -130,13 +156,14 @@ class SPMModel(Model):
         """Highest-score pair first, leftmost on ties; pair scores are kept and only two updated per merge."""
         if len(syms) < 2:
             return syms
-        scores = self.scores
+        if t2i is self.token_to_id:
+            get = self._score_of.get
+        else:
+            scores = self.scores
+            get = lambda pair, no: no if (t := t2i.get(pair)) is None else scores[t]  # type: ignore[assignment] # noqa: E731
 
-        def score(pair: str) -> float:
-            t = t2i.get(pair)
-            return _NO_PAIR if t is None else scores[t]
-
-        ss = [score(a + b) for a, b in zip(syms, syms[1:])]
+        no = _NO_PAIR
+        ss = list(map(get, map(operator.add, syms, syms[1:]), repeat(no)))
         while True:
             best = max(ss)
             if best == _NO_PAIR:  # no pair is a token (or only tokens scored -inf: find those)
@@ -145,14 +172,14 @@ class SPMModel(Model):
                     break
             else:
                 i = ss.index(best)
-            syms[i:i + 2] = [syms[i] + syms[i + 1]]
+            merged = syms[i] = syms[i] + syms.pop(i + 1)
             del ss[i]
             if i < len(ss):
-                ss[i] = score(syms[i] + syms[i + 1])
-            if i > 0:
-                ss[i - 1] = score(syms[i - 1] + syms[i])
-            if not ss:
+                ss[i] = get(merged + syms[i + 1], no)
+            elif not i:
                 break
+            if i:
+                ss[i - 1] = get(syms[i - 1] + merged, no)
         return syms
 
     def _merge_heap(self, syms: list[str], t2i: dict[str, int]) -> list[str]:

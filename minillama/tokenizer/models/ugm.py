@@ -12,12 +12,26 @@ charsmap and user-defined tokens are valid UTF-8, working on str characters give
 which is the fast path. Everything else (lone surrogates in the text, which stand for raw bytes as
 with surrogateescape, odd vocabs, a user-defined token sharing only part of a character's bytes
 with the text) goes through a byte-level port of the same steps.
+
+Made fast without changing an id: the normalized text is cut before each U+2581 whose left neighbour
+never precedes U+2581 inside a token. No token spans such a cut, so every path of the lattice passes
+through it, and the best path is the best path of each segment, joined (a run of unknowns across a
+cut still becomes one). That holds for llama.cpp's double-precision sums too, provably, as long as no
+sum is rounded: token scores are float32, so each is a multiple of 2**(e-24) for its exponent e; with
+q the smallest such quantum over the vocab and M the largest |score|, every partial sum over n
+characters is a multiple of q below n*M in magnitude, exact in a double when n*M <= 2**53 * q. Then
+the order of additions cannot matter, and every comparison (ties included) is the one llama.cpp
+makes. Fragments longer than that bound (`split_limit`, about 10**8 characters for a usual vocab) are
+not cut. Segments are short and repeat, so their ids are cached.
 """
 
 from __future__ import annotations
 
+import math
 import re
 import sys
+from itertools import chain
+from typing import TypeVar
 
 import numpy as np
 from gguf import Keys
@@ -30,9 +44,8 @@ SPACE = "\u2581"
 DBL_LOWEST = -sys.float_info.max  # llama.cpp's -DBL_MAX: the score of a position not reached yet
 UNKNOWN_PENALTY = np.float32(10.0)
 FFFD = "\ufffd".encode()
-# Fragments longer than this are not cached (the whole fragment is one "word" for this model).
-CACHE_MAX_CHARS = 256
 
+T = TypeVar("T", str, bytes)
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _NO = object()  # "no such prefix" in the token prefix tables
 
@@ -199,16 +212,34 @@ class Charsmap:
         return self._base(int(self.units[0])) if len(self.units) else 0
 
 
+PREFIX_MAX = 64
+"""Token prefixes are listed up to this many characters (bytes on the byte path); longer tokens are
+found through their first PREFIX_MAX characters, so the tables grow linearly with the vocab's size
+even for a token of 100,000 characters (every prefix of it would take gigabytes)."""
+
+
+def _prefix_table(items: list[tuple[T, object]]) -> tuple[dict[T, object], dict[T, list[tuple[T, object]]]]:
+    """(table, long): table maps every token of at most PREFIX_MAX units to its entry and every shorter
+    prefix of a token to None (unless it is a token itself); long maps the first PREFIX_MAX units of each
+    longer token to those tokens and their entries."""
+    table: dict = {}
+    long: dict = {}
+    for t, entry in items:
+        for k in range(1, min(len(t), PREFIX_MAX + 1)):
+            table.setdefault(t[:k], None)
+        if len(t) > PREFIX_MAX:
+            table.setdefault(t[:PREFIX_MAX], None)
+            long.setdefault(t[:PREFIX_MAX], []).append((t, entry))
+        else:
+            table[t] = entry
+    return table, long
+
+
 class _ByteTables:
     """Byte-level versions of the token and user-defined tables, for the exact slow path."""
 
     def __init__(self, model: UGMModel) -> None:
-        self.tokens: dict[bytes, object] = {}
-        for text, entry in model.byte_token_entries:
-            b = _to_bytes(text)
-            for k in range(1, len(b)):
-                self.tokens.setdefault(b[:k], None)
-            self.tokens[b] = entry
+        self.tokens, self.long = _prefix_table([(_to_bytes(t), e) for t, e in model.byte_token_entries])
         self.max_len = max((len(k) for k in self.tokens), default=0)
         self.user: dict[int, dict] = {}
         for text in model.user_texts:
@@ -217,11 +248,13 @@ class _ByteTables:
                 node = node.setdefault(c, {})
 
 
-def _char_class(chars: set[str], ranges: list[tuple[int, int]]) -> str:
+def _char_class(chars: set[str], ranges: list[tuple[int, int]], astral: bool = False) -> str:
     """A regex matching any of chars or of the code point ranges (inclusive).
 
     Consecutive code points become ranges and the BMP part gets its own class: sre tests a class
-    that reaches past U+FFFF item by item, but a BMP-only one through a bitmap."""
+    that reaches past U+FFFF item by item, but a BMP-only one through a bitmap. With astral=True the
+    result is one class of the BMP part and every astral code point (one item after the bitmap), a
+    superset the caller narrows down."""
     spans = sorted([(ord(c), ord(c)) for c in chars] + [(a, min(b, 0x10FFFF)) for a, b in ranges])
     merged: list[list[int]] = []
     for a, b in spans:
@@ -230,13 +263,43 @@ def _char_class(chars: set[str], ranges: list[tuple[int, int]]) -> str:
         else:
             merged.append([a, b])
     bmp = [(a, min(b, 0xFFFF)) for a, b in merged if a <= 0xFFFF]
-    astral = [(max(a, 0x10000), b) for a, b in merged if b > 0xFFFF]
+    far = [(max(a, 0x10000), b) for a, b in merged if b > 0xFFFF]
 
-    def cls(rs: list[tuple[int, int]]) -> str:
-        return "[" + "".join(re.escape(chr(a)) if a == b else f"{re.escape(chr(a))}-{re.escape(chr(b))}"
-                             for a, b in rs) + "]"
+    def items(rs: list[tuple[int, int]]) -> str:
+        return "".join(re.escape(chr(a)) if a == b else f"{re.escape(chr(a))}-{re.escape(chr(b))}" for a, b in rs)
 
-    return "|".join(cls(rs) for rs in (bmp, astral) if rs)
+    if astral:
+        return f"[{items(bmp)}{items([(0x10000, 0x10FFFF)])}]"
+    return "|".join(f"[{items(rs)}]" for rs in (bmp, far) if rs)
+
+
+def _freeze(root: dict) -> tuple[dict, frozenset[int]]:
+    """A character trie as nodes (children, first UTF-8 bytes of the children), built without recursion
+    (a user-defined token may be thousands of characters long)."""
+    frozen: dict[int, tuple[dict, frozenset[int]]] = {}
+    order, stack = [], [root]
+    while stack:
+        d = stack.pop()
+        order.append(d)
+        stack.extend(d.values())
+    for d in reversed(order):  # children before their parents
+        frozen[id(d)] = ({c: frozen[id(sub)] for c, sub in d.items()}, frozenset(c.encode()[0] for c in d))
+    return frozen[id(root)]
+
+
+def _exact_sum_limit(scores: list[float]) -> int:
+    """The longest text (in characters) over which every sum of these float32 scores is exact in a double,
+    0 when some score is not finite."""
+    v = np.array(scores, np.float64)
+    if not len(v) or not np.all(np.isfinite(v)):
+        return 0
+    top = float(np.abs(v).max())
+    nz = v[v != 0]
+    if not len(nz) or top == 0:
+        return sys.maxsize
+    _, e = np.frexp(nz)
+    q = math.ldexp(1.0, int(e.min()) - 24)  # every score is a multiple of q
+    return int(math.ldexp(q, 53) / top)
 
 
 class UGMModel(Model):
@@ -273,14 +336,13 @@ class UGMModel(Model):
         self.user_texts = [t for t, a in zip(vocab.tokens, init_attrs, strict=True) if a & user]
 
         # str-level tables (fast path): every token prefix -> (id, score) for tokens, None for mere prefixes
-        table: dict[str, object] = {}
-        for t, entry in entries:
-            if _SURROGATE.search(t):
-                continue  # can only match text that is not valid UTF-8: the byte path handles those
-            for k in range(1, len(t)):
-                table.setdefault(t[:k], None)
-            table[t] = entry
-        self.table = table
+        # (surrogates can only match text that is not valid UTF-8: the byte path handles those)
+        self.table, self.long = _prefix_table([(t, e) for t, e in entries if not _SURROGATE.search(t)])
+        self.split_limit = _exact_sum_limit([e[1] for _, e in entries] + [self.unknown_score])
+        keep = {t[k - 1] for t, _ in entries for k in range(1, len(t)) if t[k] == SPACE}
+        left = f"[^{''.join(re.escape(c) for c in sorted(keep))}]" if keep else "."
+        self._cut = re.compile(f"(?<={left})(?={SPACE})", re.DOTALL)
+        self._cut_all = not keep
 
         self.escape_whitespaces = vocab.escape_whitespaces
         self.add_space_prefix = vocab.add_space_prefix
@@ -341,10 +403,7 @@ class UGMModel(Model):
                 for c in t:
                     node = node.setdefault(c, {})
 
-            def freeze(d: dict) -> tuple[dict, frozenset[int]]:
-                return {c: freeze(sub) for c, sub in d.items()}, frozenset(c.encode()[0] for c in d)
-
-            self.user_trie = freeze(root)
+            self.user_trie = _freeze(root)
             for c in root:
                 lead = c.encode()[0]
                 starts.add(c)
@@ -358,8 +417,42 @@ class UGMModel(Model):
                     lo = (lead & 0x1F) << 6
                     ranges.append((lo, lo + 0x3F))
         self.seconds = seconds
+        self.plain_map: dict[str, str] = {}
+        self._plain_ascii: frozenset[str] = frozenset()
+        self._plain_rx: re.Pattern[str] | None = None
+        if cm is not None and len(cm.units) and self.user_trie is None:
+            self.plain_map = {c: r for c, r in self._plain_map(cm).items() if c <= "\uffff"}
+            starts -= set(self.plain_map)
+            self._plain_ascii = frozenset(c for c in self.plain_map if c < "\x80")
+            rest = set(self.plain_map) - self._plain_ascii
+            if rest:
+                self._plain_rx = re.compile(_char_class(rest, []))
         cls = _char_class(starts | seconds, ranges)
         self.candidates = re.compile(cls) if cls else None
+        # What the scan searches for: the BMP candidates and every astral character, in one class (sre
+        # scans a BMP bitmap fast; an alternation or a long list of astral ranges would be tested at every
+        # position); an astral match that is no candidate is copied as it is.
+        self._scan = re.compile(_char_class(starts | seconds, ranges, astral=True)) if cls else None
+
+    def _plain_map(self, cm: Charsmap) -> dict[str, str]:
+        """The characters one str.translate may replace before the scan, the result unchanged: a character
+        whose key is itself alone (no key starts with it or holds it after its first character) and whose
+        replacement holds no character the scan would act on."""
+        firsts, _ = cm.next_chars([cm.root])
+        inner: set[str] = set()
+        level = sorted({ch for _, _, ch, _ in firsts})
+        seen = set(level)
+        while level:
+            nexts, _ = cm.next_chars(level)
+            level = []
+            for _, c, ch, _ in nexts:
+                inner.add(c)
+                if ch not in seen:
+                    seen.add(ch)
+                    level.append(ch)
+        active = set(self.single) | self.multi | inner
+        return {c: r for c, r in self.single.items()  # type: ignore[misc]
+                if r is not None and c not in self.multi and c not in inner and not (set(r) & active)}
 
     def _replacement_str(self, offset: int) -> str | None:
         """A charsmap replacement as str; None when it is broken or not UTF-8 (the byte path then decides)."""
@@ -371,9 +464,15 @@ class UGMModel(Model):
 
     def _normalize_chars(self, text: str) -> str | None:
         """Charsmap and user-defined prefixes applied to str; None when only the byte path is exact."""
-        rx = self.candidates
+        plain = self.plain_map
+        for c in self._plain_ascii.intersection(text):  # a few str.replace (\n, \t) beat a callback per match
+            text = text.replace(c, plain[c])
+        if self._plain_rx is not None:
+            text = self._plain_rx.sub(lambda m: plain[m.group()], text)
+        rx = self._scan
         if rx is None:
             return text
+        cand = self.candidates.match  # type: ignore[union-attr]
         out: list[str] = []
         single, multi, seconds, user = self.single, self.multi, self.seconds, self.user_trie
         pos, n = 0, len(text)
@@ -384,6 +483,10 @@ class UGMModel(Model):
                 out.append(text[pos:])
                 break
             j = m.start()
+            if text[j] > "\uffff" and not cand(text, j):
+                out.append(text[pos:j + 1])
+                pos = j + 1
+                continue
             if j > pos and text[j] in seconds and text[j - 1] in multi:
                 j -= 1  # a longer key may start just before
             out.append(text[pos:j])
@@ -452,31 +555,53 @@ class UGMModel(Model):
         return out
 
     # --- Model interface -----------------------------------------------------------------------
-    def words(self, text: str) -> list[str]:
-        return [text]  # Viterbi runs over the whole fragment, as in llama.cpp
-
     def encode(self, text: str) -> list[int]:
-        if len(text) > CACHE_MAX_CHARS:
-            return self.encode_word(text)
-        return super().encode(text)
+        """Normalize the fragment, cut it where no token spans (see the module docstring), Viterbi per segment."""
+        ids = None
+        if self.fast_ok and not _SURROGATE.search(text):
+            mapped = self._normalize_chars(text)
+            if mapped is not None:
+                s = self._whitespace(mapped, SPACE if self.escape_whitespaces else " ")
+                if len(s) > self.split_limit:
+                    ids = self._viterbi(s)
+                else:
+                    if self._cut_all:  # a cut before every U+2581 but the first character
+                        head, *rest = s.split(SPACE)
+                        segs = [SPACE + w for w in rest]
+                        if head:
+                            segs.insert(0, head)
+                    else:
+                        segs = self._cut.split(s)
+                    ids = self._viterbi(s) if len(segs) == 1 else self._join(segs)
+        if ids is None:
+            ids = self._viterbi_bytes(self._normalize_bytes(_to_bytes(text)))
+        if self.unk_id < 0 and -1 in ids:
+            raise FormatError(f"this Unigram vocab has no unknown-token id, and no token covers part of {text[:40]!r} "
+                              "(llama.cpp would emit the invalid id -1)", key=Keys.Tokenizer.UNK_ID)
+        return ids
+
+    def _join(self, segs: list[str]) -> list[int]:
+        """The ids of each segment (cached), joined; an unknown ending one segment absorbs one starting the next."""
+        got = list(map(self._cache.get, segs))
+        if None in got:
+            self._fill(segs, got, self._viterbi)
+        ids = list(chain.from_iterable(got))  # type: ignore[arg-type]
+        unk = self.unk_id
+        if unk in ids:  # no segment holds two unknowns in a row: only a cut can, and there one goes
+            i = ids.index(unk)
+            try:
+                while True:
+                    if i + 1 < len(ids) and ids[i + 1] == unk:
+                        del ids[i + 1]
+                    else:
+                        i = ids.index(unk, i + 1)
+            except ValueError:
+                pass
+        return ids
 
     def encode_escaped(self, text: str) -> list[int]:
         """Raw bytes go to the byte-level path, which reads them as llama.cpp does."""
         return self.encode(text)
-
-    def encode_word(self, word: str) -> list[int]:
-        ids = None
-        if self.fast_ok and not _SURROGATE.search(word):
-            mapped = self._normalize_chars(word)
-            if mapped is not None:
-                space = SPACE if self.escape_whitespaces else " "
-                ids = self._viterbi(self._whitespace(mapped, space))
-        if ids is None:
-            ids = self._viterbi_bytes(self._normalize_bytes(_to_bytes(word)))
-        if self.unk_id < 0 and -1 in ids:
-            raise FormatError(f"this Unigram vocab has no unknown-token id, and no token covers part of {word[:40]!r} "
-                              "(llama.cpp would emit the invalid id -1)", key=Keys.Tokenizer.UNK_ID)
-        return ids
 
     # --- Viterbi over characters -----------------------------------------------------------------
     def _viterbi(self, s: str) -> list[int]:
@@ -513,8 +638,23 @@ class UGMModel(Model):
                     v = cur + e[1]  # type: ignore[index]
                     if v > best[j]:
                         best[j], tok[j], start[j] = v, e[0], i  # type: ignore[index]
+                if j - i == PREFIX_MAX:
+                    self._long_matches(s, i, self.long, best, tok, start)
+                    break
                 j += 1
         return self._backtrack(tok, start, n)
+
+    @staticmethod
+    def _long_matches(s: T, i: int, long: dict, best: list[float], tok: list[int], start: list[int]) -> None:
+        """The Viterbi step from i for tokens longer than PREFIX_MAX (their order does not matter: each
+        ends at its own position)."""
+        cur = best[i]
+        for t, e in long.get(s[i:i + PREFIX_MAX], ()):
+            if s.startswith(t, i):  # type: ignore[attr-defined]
+                j = i + len(t)
+                v = cur + e[1]
+                if v > best[j]:
+                    best[j], tok[j], start[j] = v, e[0], i
 
     def _backtrack(self, tok: list[int], start: list[int], end: int) -> list[int]:
         unk = self.unk_id
@@ -638,6 +778,8 @@ class UGMModel(Model):
                     v = cur + e[1]  # type: ignore[index]
                     if v > best[j]:
                         best[j], tok[j], start[j] = v, e[0], i  # type: ignore[index]
+                if j - i == PREFIX_MAX:
+                    self._long_matches(s, i, bt.long, best, tok, start)
             if not single:
                 v = cur + unk_score
                 if v > best[i + units]:

@@ -27,6 +27,7 @@ from ..vocab import Vocab, read_flag
 from .base import Model
 
 SPACE = "\u2581"
+PREFIX_MAX = 64
 _SPACE_BYTES = SPACE.encode()
 
 # GGUF keys of BertNormalizer's options (llama.cpp reads them; gguf-py has no constants for them).
@@ -108,6 +109,17 @@ class WPMModel(Model):
         for t, i in vocab.token_to_id.items():
             self._ids[t.encode("utf-8", "surrogateescape")] = i
         self._max_len = max(map(len, self._ids), default=0)
+        # every byte prefix of every token -> its id, or -1 for a mere prefix: the longest match from a
+        # position is found scanning forward while the bytes are a prefix (a few lookups), instead of
+        # trying every length from the longest down. Listed only when tokens are short (quadratic size).
+        self._prefixes: dict[bytes, int] | None = None
+        if self._max_len <= PREFIX_MAX:
+            pre: dict[bytes, int] = {}
+            for t in self._ids:
+                for k in range(1, len(t)):
+                    pre.setdefault(t[:k], -1)
+            pre.update(self._ids)
+            self._prefixes = pre
 
     def affixes(self) -> tuple[list[int], list[int]]:
         """[CLS] (the bos id) before and [SEP] after, whatever add_bos/add_sep say, as llama.cpp does for WPM."""
@@ -125,6 +137,23 @@ class WPMModel(Model):
         b = _SPACE_BYTES + word.encode("utf-8", "surrogateescape")
         n, i, max_len, ids = len(b), 0, self._max_len, self._ids
         out: list[int] = []
+        pre = self._prefixes
+        if pre is not None:
+            get = pre.get
+            while i < n:
+                best, j, t = -1, i + 1, -1
+                while j <= n:
+                    k = get(b[i:j])
+                    if k is None:
+                        break
+                    if k >= 0:
+                        best, t = j, k
+                    j += 1
+                if best < 0:
+                    return self._unknown(word)
+                out.append(t)
+                i = best
+            return out
         while i < n:
             for j in range(min(n, i + max_len), i, -1):
                 t = ids.get(b[i:j])
@@ -133,8 +162,12 @@ class WPMModel(Model):
                     i = j
                     break
             else:
-                unk = self.vocab.special.get("unk")
-                if unk is None:
-                    raise FormatError(f"this WordPiece vocab has no unknown-token id for the word {word!r}")
-                return [unk]
+                return self._unknown(word)
         return out
+
+    def _unknown(self, word: str) -> list[int]:
+        """A word with a position no token starts at: [UNK], as llama.cpp emits it."""
+        unk = self.vocab.special.get("unk")
+        if unk is None:
+            raise FormatError(f"this WordPiece vocab has no unknown-token id for the word {word!r}")
+        return [unk]
