@@ -61,3 +61,7 @@ class ArgumentError(MinillamaError, ValueError):
 
 class ArgumentTypeError(ArgumentError, TypeError):
     """An argument of the wrong type (a TypeError as well as an ArgumentError/ValueError)."""
+
+
+class ContextLengthError(ArgumentError):
+    """More tokens than the model's context holds (minillama.model: Model.logits, Model.next_token)."""

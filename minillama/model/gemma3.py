@@ -1,0 +1,1 @@
+"""gemma3: placeholder until implemented."""
