@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from types import ModuleType
+from typing import Any
 
 import numpy as np
 
@@ -29,7 +30,7 @@ from ..errors import ArgumentError, ContextLengthError, UnsupportedError
 from ..generate import Sampler
 from . import gemma3, llama
 from .cache import KVCache
-from .layers import linear, rmsnorm
+from .layers import Linear, rmsnorm
 from .weights import HParams, TensorSpec, Weights
 
 __all__ = ["Model", "ARCHITECTURES"]
@@ -50,7 +51,7 @@ class Model:
     """A GGUF model with weights, ready to score tokens: logits(ids) and next_token(ids, sampler)."""
 
     def __init__(self, path: str, hp: HParams, arch: ModuleType, embedding: Embedding,
-                 layers: list[dict[str, np.ndarray]], output_norm: np.ndarray, output: np.ndarray) -> None:
+                 layers: list[dict[str, Any]], output_norm: np.ndarray, output: Linear) -> None:
         """Use from_file; this wires loaded weights together."""
         self.path, self.hparams, self._arch = path, hp, arch
         self._embedding, self._layers = embedding, layers
@@ -159,4 +160,4 @@ class Model:
         cache.ids[start:] = ids
         if last_only:
             x = x[-1:]
-        return linear(rmsnorm(x, self._output_norm, self.hparams.eps), self._output)
+        return self._output(rmsnorm(x, self._output_norm, self.hparams.eps))

@@ -90,15 +90,30 @@ def gelu(x: np.ndarray) -> np.ndarray:
     return F32(0.5) * x * (F32(1) + np.tanh(_GELU_C * x * (F32(1) + F32(0.044715) * x * x)))
 
 
-def linear(x: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """x w^T: the weight is kept as GGUF stores it, one row per output (BLAS reads it transposed, no copy)."""
-    # x [T, in], w [out, in] -> [T, out]
-    return x @ w.T
+class Linear:
+    """A weight matrix [out, in], kept as GGUF stores it: one row per output."""
+
+    def __init__(self, w: np.ndarray) -> None:
+        self.w = w
+
+    @property
+    def n_out(self) -> int:
+        return self.w.shape[0]
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        """x w^T (BLAS reads w transposed, no copy)."""
+        # x [T, in] -> [T, out]
+        return x @ self.w.T
+
+    @staticmethod
+    def stack(parts: list[Linear]) -> Linear:
+        """One matrix whose outputs are the parts' outputs side by side: one matmul instead of several."""
+        return Linear(np.concatenate([p.w for p in parts]))
 
 
-def glu_ffn(x: np.ndarray, w_gate_up: np.ndarray, w_down: np.ndarray, act) -> np.ndarray:
-    """down(act(gate x) * up x): SwiGLU with act=silu, GeGLU with act=gelu; gate and up fused in one matrix."""
-    # x [T, d], w_gate_up [2 * n_ff, d] (gate rows first), w_down [d, n_ff] -> [T, d]
-    gu = linear(x, w_gate_up)
-    n_ff = w_down.shape[1]
-    return linear(act(gu[:, :n_ff]) * gu[:, n_ff:], w_down)
+def glu_ffn(x: np.ndarray, gate_up: Linear, down: Linear, act) -> np.ndarray:
+    """down(act(gate x) * up x): SwiGLU with act=silu, GeGLU with act=gelu; gate and up stacked in one matrix."""
+    # x [T, d], gate_up: d -> 2 * n_ff (gate first), down: n_ff -> d; result [T, d]
+    gu = gate_up(x)
+    n_ff = gu.shape[1] // 2
+    return down(act(gu[:, :n_ff]) * gu[:, n_ff:])

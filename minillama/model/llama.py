@@ -9,10 +9,12 @@ give the logits.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from .cache import KVCache
-from .layers import attention, glu_ffn, linear, rmsnorm, rope_angles, rope_norm, silu
+from .layers import Linear, attention, glu_ffn, rmsnorm, rope_angles, rope_norm, silu
 from .weights import HParams, TensorSpec
 
 #: Tensors of block {i}: field -> (GGUF name, ggml shape as HParams fields, ne0 first).
@@ -29,10 +31,10 @@ LAYER_TENSORS: dict[str, TensorSpec] = {
 }
 
 
-def prepare(t: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def prepare(t: dict[str, Any]) -> dict[str, Any]:
     """Fuse q/k/v and gate/up into one matrix each: one matmul instead of three (two) per block."""
-    return {"attn_norm": t["attn_norm"], "wqkv": np.concatenate([t["wq"], t["wk"], t["wv"]]), "wo": t["wo"],
-            "ffn_norm": t["ffn_norm"], "w_gate_up": np.concatenate([t["w_gate"], t["w_up"]]),
+    return {"attn_norm": t["attn_norm"], "wqkv": Linear.stack([t["wq"], t["wk"], t["wv"]]), "wo": t["wo"],
+            "ffn_norm": t["ffn_norm"], "w_gate_up": Linear.stack([t["w_gate"], t["w_up"]]),
             "w_down": t["w_down"]}
 
 
@@ -50,7 +52,7 @@ def split_heads(qkv: np.ndarray, hp: HParams) -> tuple[np.ndarray, np.ndarray, n
     return q, k, v
 
 
-def blocks(x: np.ndarray, layers: list[dict[str, np.ndarray]], hp: HParams, start: int, cache: KVCache) -> np.ndarray:
+def blocks(x: np.ndarray, layers: list[dict[str, Any]], hp: HParams, start: int, cache: KVCache) -> np.ndarray:
     """Run every block over x [T, d], the tokens at positions start..start+T-1, extending the cache."""
     t = x.shape[0]
     q_pos = np.arange(start, start + t)
@@ -58,9 +60,9 @@ def blocks(x: np.ndarray, layers: list[dict[str, np.ndarray]], hp: HParams, star
     cos, sin = rope_angles(q_pos, hp.n_rot, hp.rope_base)
     scale = 1.0 / np.sqrt(hp.head_dim)
     for il, w in enumerate(layers):
-        q, k, v = split_heads(linear(rmsnorm(x, w["attn_norm"], hp.eps), w["wqkv"]), hp)
+        q, k, v = split_heads(w["wqkv"](rmsnorm(x, w["attn_norm"], hp.eps)), hp)
         q, k = rope_norm(q, cos, sin), rope_norm(k, cos, sin)
         keys, values = cache.store(il, start, k, v)
-        x = x + linear(attention(q, keys, values, q_pos, k_pos, scale), w["wo"])
+        x = x + w["wo"](attention(q, keys, values, q_pos, k_pos, scale))
         x = x + glu_ffn(rmsnorm(x, w["ffn_norm"], hp.eps), w["w_gate_up"], w["w_down"], silu)
     return x

@@ -21,6 +21,7 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from ..embedding import SUPPORTED_TYPES, Embedding, dequantize
 from ..errors import FormatError, UnsupportedError
 from ..tokenizer.load.gguf import GGUFFile, TensorInfo, read_gguf
+from .layers import Linear
 
 __all__ = ["HParams", "Weights", "TensorSpec"]
 
@@ -180,11 +181,12 @@ class Weights:
                               f"{self._size}", path=self.path, offset=start, key=name)
         return np.frombuffer(self._mmap, np.uint8, rows * row_bytes, start).reshape(rows, row_bytes), qtype
 
-    def matrix(self, name: str, shape: tuple[int, ...]) -> np.ndarray:
-        """Tensor name, whose ggml shape must be `shape` (ne0 first), as float32: (ne1, ne0), or (ne0,) for 1-D."""
+    def matrix(self, name: str, shape: tuple[int, ...]) -> np.ndarray | Linear:
+        """Tensor name, whose ggml shape must be `shape` (ne0 first), dequantized to float32: a (ne0,) vector,
+        or for 2-D a Linear holding the (ne1, ne0) matrix."""
         raw, qtype = self._raw(name, shape)
         out = dequantize(raw, qtype, shape[0])
-        return out.reshape(shape[0]) if len(shape) == 1 else out
+        return out.reshape(shape[0]) if len(shape) == 1 else Linear(out)
 
     def embedding(self, name: str, shape: tuple[int, int]) -> Embedding:
         """A 2-D tensor left quantized in the map, its rows read on demand (Embedding.lookup)."""
@@ -197,7 +199,7 @@ class Weights:
         name = template.format(i=layer) if layer is not None else template
         return name, tuple(getattr(hp, d) for d in dims)
 
-    def load(self, spec: TensorSpec, hp: HParams, layer: int | None = None) -> np.ndarray:
+    def load(self, spec: TensorSpec, hp: HParams, layer: int | None = None) -> np.ndarray | Linear:
         """Dequantize the tensor a table entry names, checking its shape."""
         return self.matrix(*self.spec(spec, hp, layer))
 
