@@ -199,3 +199,26 @@ def test_unknown_architecture(tmp_path: Path) -> None:
     with pytest.raises(UnsupportedError, match="architecture 'mamba' is not supported") as e:
         Model.from_file(path)
     assert isinstance(e.value, MinillamaError)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# minillama generate
+# ---------------------------------------------------------------------------------------------------------------------
+
+def test_cli_generate_streams_greedy_continuation(capsys: pytest.CaptureFixture[str]) -> None:
+    from minillama.cli import main
+
+    gguf_path = str(_real_gguf())
+    assert main(["generate", "--model", gguf_path, "--temperature", "0", "--max-tokens", "4",
+                 "The capital of France is"]) == 0
+    assert capsys.readouterr().out == " Paris.\n\n"  # llama.cpp's greedy choices: ' Paris', '.', '\n', '\n'
+
+
+def test_cli_generate_errors(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    from minillama.cli import main
+
+    assert main(["generate", "--model", str(default_vocab_path()), "hello"]) == 2
+    err = capsys.readouterr().err
+    assert "no tensors at all" in err and str(default_vocab_path()) in err and "Traceback" not in err
+    assert main(["generate", "--model", str(default_vocab_path()), "--top-p", "0", "hello"]) == 2
+    assert "top_p must be in (0, 1]" in capsys.readouterr().err
