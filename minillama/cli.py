@@ -277,15 +277,20 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _setup_generate(p: argparse.ArgumentParser) -> None:
-    """Declare the arguments of 'generate'."""
-    p.add_argument("--model", required=True, metavar="PATH", help="GGUF model with weights (llama, gemma3)")
-    p.add_argument("--max-tokens", type=int, default=128, metavar="N", help="most tokens to generate (default: 128)")
+def _add_sampling_args(p: argparse.ArgumentParser) -> None:
+    """--temperature, --top-k, --top-p and --seed (generate and chat)."""
     p.add_argument("--temperature", type=float, default=0.8, metavar="T", help="0 is greedy (default: 0.8)")
     p.add_argument("--top-k", type=int, default=40, metavar="K", help="keep the K most likely (0: all; default: 40)")
     p.add_argument("--top-p", type=float, default=0.95, metavar="P",
                    help="keep the most likely up to probability P (1: all; default: 0.95)")
     p.add_argument("--seed", type=int, metavar="S", help="make the output repeat exactly (default: random)")
+
+
+def _setup_generate(p: argparse.ArgumentParser) -> None:
+    """Declare the arguments of 'generate'."""
+    p.add_argument("--model", required=True, metavar="PATH", help="GGUF model with weights (llama, gemma3)")
+    p.add_argument("--max-tokens", type=int, default=128, metavar="N", help="most tokens to generate (default: 128)")
+    _add_sampling_args(p)
     p.add_argument("--ignore-eos", action="store_true", help="do not stop at end-of-generation tokens")
     p.add_argument("-v", "--verbose", action="store_true", help="print token counts and speed to stderr at the end")
     p.add_argument("prompt", nargs="+", metavar="PROMPT", help="text to continue, as is: no chat template ('-': "
@@ -350,11 +355,7 @@ def _setup_chat(p: argparse.ArgumentParser) -> None:
                    "--model GGUF's own weights, or without weights an n-gram trained now on the package's own text)")
     p.add_argument("--order", type=int, metavar="N", help="order of the n-gram trained without --ngram (default: 4)")
     p.add_argument("--max-tokens", type=int, default=256, metavar="N", help="most tokens per reply (default: 256)")
-    p.add_argument("--temperature", type=float, default=0.8, metavar="T", help="0 is greedy (default: 0.8)")
-    p.add_argument("--top-k", type=int, default=40, metavar="K", help="keep the K most likely (0: all; default: 40)")
-    p.add_argument("--top-p", type=float, default=0.95, metavar="P",
-                   help="keep the most likely up to probability P (1: all; default: 0.95)")
-    p.add_argument("--seed", type=int, metavar="S", help="make replies repeat exactly (default: random)")
+    _add_sampling_args(p)
     p.add_argument("--system", metavar="TEXT", help="a system message to start the conversation with")
     p.add_argument("--ignore-eos", action="store_true", help="do not stop at end-of-generation tokens")
 
