@@ -24,6 +24,7 @@ from types import ModuleType
 from typing import Any
 
 import numpy as np
+from threadpoolctl import ThreadpoolController
 
 from ..embedding import Embedding
 from ..errors import ArgumentError, ContextLengthError, UnsupportedError
@@ -43,6 +44,13 @@ TOKEN_EMBD: TensorSpec = ("token_embd.weight", ("n_embd", "n_vocab"))
 OUTPUT_NORM: TensorSpec = ("output_norm.weight", ("n_embd",))
 OUTPUT: TensorSpec = ("output.weight", ("n_embd", "n_vocab"))
 
+#: numpy's BLAS threads during a forward pass, unless Model.from_file is told otherwise. One: a single-token step
+#: is a string of small matrix-vector products bound by memory bandwidth, where a second thread gains little,
+#: and on a busy machine BLAS threads that spin waiting for each other made steps 3-10x slower (measured here).
+DEFAULT_THREADS = 1
+
+_BLAS = ThreadpoolController()
+
 #: Called during load with (tensors done, tensors in all), e.g. to draw a progress bar.
 Progress = Callable[[int, int], None]
 
@@ -51,17 +59,24 @@ class Model:
     """A GGUF model with weights, ready to score tokens: logits(ids) and next_token(ids, sampler)."""
 
     def __init__(self, path: str, hp: HParams, arch: ModuleType, embedding: Embedding,
-                 layers: list[dict[str, Any]], output_norm: np.ndarray, output: Linear) -> None:
+                 layers: list[dict[str, Any]], output_norm: np.ndarray, output: Linear,
+                 threads: int | None = DEFAULT_THREADS) -> None:
         """Use from_file; this wires loaded weights together."""
         self.path, self.hparams, self._arch = path, hp, arch
+        #: BLAS threads for the forward pass (None: numpy's default, all cores).
+        self.threads = threads
         self._embedding, self._layers = embedding, layers
         self._output_norm, self._output = output_norm, output
         self._scale = arch.embed_scale(hp)
         self._cache = self._new_cache()
 
     @classmethod
-    def from_file(cls, path: str | os.PathLike[str], *, progress: Progress | None = None) -> Model:
-        """Load a GGUF model: hyper-parameters from its metadata, every tensor checked and dequantized."""
+    def from_file(cls, path: str | os.PathLike[str], *, progress: Progress | None = None,
+                  threads: int | None = DEFAULT_THREADS) -> Model:
+        """Load a GGUF model: hyper-parameters from its metadata, every tensor checked and dequantized.
+
+        threads: how many BLAS threads the forward pass uses (None: numpy's default).
+        """
         path = os.fspath(path)
         w = Weights(path)
         name = w.arch
@@ -89,7 +104,7 @@ class Model:
         output = w.load(OUTPUT if w.has(OUTPUT[0]) else TOKEN_EMBD, hp)
         if progress is not None:
             progress(total, total)
-        return cls(path, hp, arch, embedding, layers, output_norm, output)
+        return cls(path, hp, arch, embedding, layers, output_norm, output, threads)
 
     # -- properties ----------------------------------------------------------------------------------------------
 
@@ -152,6 +167,13 @@ class Model:
 
     def _forward(self, ids: list[int], start: int, cache: KVCache, last_only: bool) -> np.ndarray:
         """Run ids (at positions start..) through the model, extending cache; logits of every (or the last) one."""
+        if self.threads is None:
+            return self._run(ids, start, cache, last_only)
+        with _BLAS.limit(limits=self.threads, user_api="blas"):
+            return self._run(ids, start, cache, last_only)
+
+    def _run(self, ids: list[int], start: int, cache: KVCache, last_only: bool) -> np.ndarray:
+        """The forward pass itself (see _forward)."""
         x = self._embedding.lookup(np.asarray(ids, dtype=np.intp))
         if self._scale is not None:
             x *= np.float32(self._scale)
