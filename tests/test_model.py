@@ -175,6 +175,18 @@ def test_tiny_model_runs(tmp_path: Path) -> None:
         m.logits(list(range(17)))
 
 
+def test_long_inputs_go_in_chunks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pass split into chunks that attend to the cache gives the logits of one whole pass."""
+    import minillama.model as mm
+
+    m = Model.from_file(write_tiny(tmp_path / "tiny.gguf"))
+    ids = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7]
+    whole = m.logits(ids)
+    monkeypatch.setattr(mm, "CHUNK", 4)
+    np.testing.assert_allclose(m.logits(ids), whole, rtol=1e-5, atol=1e-5)
+    assert m.next_token(ids, Sampler(temperature=0)) == int(np.argmax(whole[-1]))
+
+
 def test_vocab_only_gguf() -> None:
     with pytest.raises(FormatError, match="no tensors at all.*vocab-only") as e:
         Model.from_file(default_vocab_path())

@@ -51,6 +51,9 @@ DEFAULT_THREADS = 1
 
 _BLAS = ThreadpoolController()
 
+#: Most tokens one batched pass takes; longer inputs go in chunks of this many.
+CHUNK = 256
+
 #: Called during load with (tensors done, tensors in all), e.g. to draw a progress bar.
 Progress = Callable[[int, int], None]
 
@@ -88,7 +91,7 @@ class Model:
         # Check that every tensor is there with its shape before the slow part.
         specs = [(spec, il) for il in range(hp.n_layer) for spec in arch.LAYER_TENSORS.values()]
         for spec, il in specs:
-            w._raw(*w.spec(spec, hp, il))
+            w.check(*w.spec(spec, hp, il))
         embedding = w.embedding(*w.spec(TOKEN_EMBD, hp))
         output_norm = w.load(OUTPUT_NORM, hp)
         total, done = len(specs) + 1, 0
@@ -166,18 +169,26 @@ class Model:
         return out
 
     def _forward(self, ids: list[int], start: int, cache: KVCache, last_only: bool) -> np.ndarray:
-        """Run ids (at positions start..) through the model, extending cache; logits of every (or the last) one."""
+        """Run ids (at positions start..) through the model, extending cache; logits of every (or the last) one.
+
+        Long inputs go in chunks of CHUNK tokens, each attending to the cache, so attention scores stay
+        [H, CHUNK, n] instead of [H, n, n].
+        """
         if self.threads is None:
-            return self._run(ids, start, cache, last_only)
+            return self._chunks(ids, start, cache, last_only)
         with _BLAS.limit(limits=self.threads, user_api="blas"):
-            return self._run(ids, start, cache, last_only)
+            return self._chunks(ids, start, cache, last_only)
+
+    def _chunks(self, ids: list[int], start: int, cache: KVCache, last_only: bool) -> np.ndarray:
+        cache.reserve(start + len(ids))
+        out = [self._run(ids[i:i + CHUNK], start + i, cache, last_only) for i in range(0, len(ids), CHUNK)]
+        return out[-1] if last_only else np.concatenate(out)
 
     def _run(self, ids: list[int], start: int, cache: KVCache, last_only: bool) -> np.ndarray:
-        """The forward pass itself (see _forward)."""
+        """One chunk of the forward pass: embedding, blocks, final norm, output matrix."""
         x = self._embedding.lookup(np.asarray(ids, dtype=np.intp))
         if self._scale is not None:
             x *= np.float32(self._scale)
-        cache.reserve(start + len(ids))
         x = self._arch.blocks(x, self._layers, self.hparams, start, cache)
         cache.ids[start:] = ids
         if last_only:

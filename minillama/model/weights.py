@@ -181,6 +181,10 @@ class Weights:
                               f"{self._size}", path=self.path, offset=start, key=name)
         return np.frombuffer(self._mmap, np.uint8, rows * row_bytes, start).reshape(rows, row_bytes), qtype
 
+    def check(self, name: str, shape: tuple[int, ...]) -> None:
+        """FormatError/UnsupportedError unless tensor name exists with this ggml shape, a known type, in the file."""
+        self._raw(name, shape)
+
     def matrix(self, name: str, shape: tuple[int, ...]) -> np.ndarray | Linear:
         """Tensor name, whose ggml shape must be `shape` (ne0 first), dequantized to float32: a (ne0,) vector,
         or for 2-D a Linear holding the (ne1, ne0) matrix."""
