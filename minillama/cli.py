@@ -230,8 +230,8 @@ def _load_model(path: str) -> Model:
                 return
             from tqdm import tqdm
 
-            bar = tqdm(total=total, desc=f"loading {os.path.basename(path)}", unit="tensor", file=sys.stderr,
-                       delay=0.5, leave=False)
+            bar = tqdm(total=total, desc=f"loading {os.path.basename(path)}", unit=" weights", unit_scale=True,
+                       file=sys.stderr, delay=0.5, leave=False)
         bar.n = done
         bar.refresh()
 
@@ -270,6 +270,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         out.flush()
     if not gen.text.endswith("\n"):
         out.write("\n")  # end the line the continuation left open
+    out.flush()
     st = gen.stats
     if args.verbose:
         print(f"{st.prompt_tokens} prompt tokens, {st.generated_tokens} generated in {st.seconds:.2f} s "

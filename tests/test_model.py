@@ -169,7 +169,12 @@ def write_tiny(path: Path, arch: str = "llama", **kw: str) -> Path:
 
 
 def test_tiny_model_runs(tmp_path: Path) -> None:
-    m = Model.from_file(write_tiny(tmp_path / "tiny.gguf"))
+    seen: list[tuple[int, int]] = []
+    m = Model.from_file(write_tiny(tmp_path / "tiny.gguf"), progress=lambda done, total: seen.append((done, total)))
+    d, f, kv = TINY["n_embd"], TINY["n_ff"], TINY["n_embd"] // TINY["n_head"] * TINY["n_head_kv"]
+    total = 2 * d + 2 * d * d + 2 * kv * d + 3 * f * d + TINY["n_vocab"] * d  # block weights + tied output
+    assert [t for _, t in seen] == [total] * 10 and seen[-1][0] == total
+    assert all(a[0] < b[0] for a, b in zip(seen, seen[1:], strict=False))
     assert m.logits([1, 2, 3]).shape == (3, TINY["n_vocab"])
     with pytest.raises(ContextLengthError, match="17 tokens do not fit the model's context of 16"):
         m.logits(list(range(17)))

@@ -54,7 +54,7 @@ _BLAS = ThreadpoolController()
 #: Most tokens one batched pass takes; longer inputs go in chunks of this many.
 CHUNK = 256
 
-#: Called during load with (tensors done, tensors in all), e.g. to draw a progress bar.
+#: Called during load with (weights dequantized so far, weights in all), e.g. to draw a progress bar.
 Progress = Callable[[int, int], None]
 
 
@@ -89,24 +89,26 @@ class Model:
                                    f"{', '.join(sorted(ARCHITECTURES))}")
         hp = w.hparams(name)
         # Check that every tensor is there with its shape before the slow part.
-        specs = [(spec, il) for il in range(hp.n_layer) for spec in arch.LAYER_TENSORS.values()]
+        out_spec = OUTPUT if w.has(OUTPUT[0]) else TOKEN_EMBD
+        specs = [(spec, il) for il in range(hp.n_layer) for spec in arch.LAYER_TENSORS.values()] + [(out_spec, None)]
+        sizes = []
         for spec, il in specs:
-            w.check(*w.spec(spec, hp, il))
+            name_shape = w.spec(spec, hp, il)
+            w.check(*name_shape)
+            sizes.append(int(np.prod(name_shape[1])))
         embedding = w.embedding(*w.spec(TOKEN_EMBD, hp))
         output_norm = w.load(OUTPUT_NORM, hp)
-        total, done = len(specs) + 1, 0
-        layers = []
-        for il in range(hp.n_layer):
-            tensors = {}
-            for field, spec in arch.LAYER_TENSORS.items():
-                tensors[field] = w.load(spec, hp, il)
-                done += 1
-                if progress is not None:
-                    progress(done, total)
-            layers.append(arch.prepare(tensors))
-        output = w.load(OUTPUT if w.has(OUTPUT[0]) else TOKEN_EMBD, hp)
-        if progress is not None:
-            progress(total, total)
+        total, done = sum(sizes), 0
+        loaded = []
+        for (spec, il), size in zip(specs, sizes, strict=True):
+            loaded.append(w.load(spec, hp, il))
+            done += size
+            if progress is not None:
+                progress(done, total)
+        fields = list(arch.LAYER_TENSORS)
+        layers = [arch.prepare(dict(zip(fields, loaded[i:i + len(fields)], strict=True)))
+                  for i in range(0, hp.n_layer * len(fields), len(fields))]
+        output = loaded[-1]
         return cls(path, hp, arch, embedding, layers, output_norm, output, threads)
 
     # -- properties ----------------------------------------------------------------------------------------------
