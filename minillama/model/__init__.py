@@ -99,15 +99,16 @@ class Model:
         embedding = w.embedding(*w.spec(TOKEN_EMBD, hp))
         output_norm = w.load(OUTPUT_NORM, hp)
         total, done = sum(sizes), 0
-        loaded = []
+        loaded: list[Any] = []
+        layers, n_fields = [], len(arch.LAYER_TENSORS)
         for (spec, il), size in zip(specs, sizes, strict=True):
             loaded.append(w.load(spec, hp, il))
+            if len(loaded) == n_fields:  # a whole block: stack its matrices now, so the parts are freed at once
+                layers.append(arch.prepare(dict(zip(arch.LAYER_TENSORS, loaded, strict=True))))
+                loaded = []
             done += size
             if progress is not None:
                 progress(done, total)
-        fields = list(arch.LAYER_TENSORS)
-        layers = [arch.prepare(dict(zip(fields, loaded[i:i + len(fields)], strict=True)))
-                  for i in range(0, hp.n_layer * len(fields), len(fields))]
         output = loaded[-1]
         return cls(path, hp, arch, embedding, layers, output_norm, output, threads)
 
