@@ -17,6 +17,7 @@ from minillama.errors import ChatTemplateError, MinillamaError
 if TYPE_CHECKING:
     from minillama.chat import ChatFormat
     from minillama.generate import LanguageModel
+    from minillama.model import Model
     from minillama.tokenizer import Tokenizer
 
 PROG = "minillama"
@@ -338,13 +339,98 @@ def _setup_inspect(p: argparse.ArgumentParser) -> None:
                    "tokenizer.chat_template; arrays one item per line)")
 
 
+def _has_weights(path: str) -> bool:
+    """True when path is a GGUF that holds tensors (a model to run, not just a vocab)."""
+    from minillama.tokenizer.load.gguf import is_gguf, read_gguf
+
+    with open(path, "rb") as f:
+        if not is_gguf(f.read(4)):
+            return False
+    return bool(read_gguf(path).tensors)
+
+
+def _load_model(path: str) -> Model:
+    """Model.from_file with a progress bar on a terminal's stderr when loading takes more than a moment."""
+    from minillama.model import Model
+
+    bar = None
+
+    def progress(done: int, total: int) -> None:
+        nonlocal bar
+        if bar is None:
+            if not (getattr(sys.stderr, "isatty", None) and sys.stderr.isatty()):
+                return
+            from tqdm import tqdm
+
+            bar = tqdm(total=total, desc=f"loading {os.path.basename(path)}", unit=" weights", unit_scale=True,
+                       file=sys.stderr, delay=0.5, leave=False)
+        bar.n = done
+        bar.refresh()
+
+    try:
+        return Model.from_file(path, progress=progress)
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    """Stream a GGUF model's continuation of PROMPT to stdout (the numpy forward pass of minillama.model)."""
+    from minillama.generate import generate
+
+    check_sampling_flags(args)
+    prompt = _read_text(args.prompt)
+    tok = _load_tokenizer(args.model)
+    model = _load_model(args.model)
+    gen = generate(model, tok, prompt, args.max_tokens, temperature=args.temperature, top_k=args.top_k,
+                   top_p=args.top_p, seed=args.seed, stop_at_eog=not args.ignore_eos)
+    out = sys.stdout
+    for chunk in gen:
+        out.write(chunk)
+        out.flush()
+    if not gen.text.endswith("\n"):
+        out.write("\n")  # end the line the continuation left open
+    out.flush()
+    st = gen.stats
+    if args.verbose:
+        print(f"{st.prompt_tokens} prompt tokens, {st.generated_tokens} generated in {st.seconds:.2f} s "
+              f"({st.tokens_per_second:.1f} tokens/s), stopped by {st.stop_reason}, seed {st.seed}", file=sys.stderr)
+    return 0
+
+
+def _add_sampling_args(p: argparse.ArgumentParser) -> None:
+    """--temperature, --top-k, --top-p and --seed (generate and chat)."""
+    p.add_argument("--temperature", type=float, default=0.8, metavar="T", help="0 is greedy (default: 0.8)")
+    p.add_argument("--top-k", type=int, default=40, metavar="K", help="keep the K most likely (0: all; default: 40)")
+    p.add_argument("--top-p", type=float, default=0.95, metavar="P",
+                   help="keep the most likely up to probability P (1: all; default: 0.95)")
+    p.add_argument("--seed", type=int, metavar="S", help="make the output repeat exactly (default: random)")
+
+
+def _setup_generate(p: argparse.ArgumentParser) -> None:
+    """Declare the arguments of 'generate'."""
+    p.add_argument("--model", required=True, metavar="PATH", help="GGUF model with weights (llama, gemma3)")
+    p.add_argument("--max-tokens", type=int, default=128, metavar="N", help="most tokens to generate (default: 128)")
+    _add_sampling_args(p)
+    p.add_argument("--ignore-eos", action="store_true", help="do not stop at end-of-generation tokens")
+    p.add_argument("-v", "--verbose", action="store_true", help="print token counts and speed to stderr at the end")
+    p.add_argument("prompt", nargs="+", metavar="PROMPT", help="text to continue, as is: no chat template ('-': "
+                   "stdin); special tokens such as <|im_start|> are recognized")
+
+
 def _chat_model(args: argparse.Namespace, tok: Tokenizer, fmt: ChatFormat) -> tuple[LanguageModel, str]:
-    """The n-gram of --ngram, or one trained now on the package's own text; with a line describing it."""
+    """The GGUF's own model when it has weights; else the n-gram of --ngram, or one trained now on the package's
+    own text; with a line describing it."""
     import time
 
     from minillama.chat import train_chat_ngram
     from minillama.ngram import DEFAULT_ORDER, NGramModel, default_corpus_path
 
+    if args.ngram is None and args.order is None and args.model is not None and _has_weights(args.model):
+        start = time.perf_counter()
+        model = _load_model(args.model)
+        return model, (f"{model.hparams.arch} forward pass in numpy ({model.hparams.n_layer} layers, "
+                       f"{model.hparams.n_embd} wide), loaded in {time.perf_counter() - start:.1f} s")
     if args.ngram is not None:
         try:
             lm = NGramModel.load(args.ngram, tok)
@@ -360,7 +446,7 @@ def _chat_model(args: argparse.Namespace, tok: Tokenizer, fmt: ChatFormat) -> tu
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
-    """Chat in the terminal with a placeholder n-gram model, each reply streamed token by token."""
+    """Chat in the terminal with the GGUF's model (or an n-gram placeholder), each reply streamed token by token."""
     from minillama.chat import ChatSession, Settings, SimpleFormat, banner, format_for, main_loop
     from minillama.tokenizer import default_vocab_path
 
@@ -386,15 +472,11 @@ def _setup_chat(p: argparse.ArgumentParser) -> None:
     """Declare the arguments of 'chat'."""
     p.add_argument("--model", metavar="PATH", help="GGUF (or other tokenizer file) whose tokenizer and chat "
                    "template to use (default: built-in vocab)")
-    p.add_argument("--ngram", metavar="PATH", help="n-gram model saved by 'minillama ngram train' (default: train "
-                   "one now on the package's own text)")
+    p.add_argument("--ngram", metavar="PATH", help="n-gram model saved by 'minillama ngram train' (default: the "
+                   "--model GGUF's own weights, or without weights an n-gram trained now on the package's own text)")
     p.add_argument("--order", type=int, metavar="N", help="order of the n-gram trained without --ngram (default: 4)")
     p.add_argument("--max-tokens", type=int, default=256, metavar="N", help="most tokens per reply (default: 256)")
-    p.add_argument("--temperature", type=float, default=0.8, metavar="T", help="0 is greedy (default: 0.8)")
-    p.add_argument("--top-k", type=int, default=40, metavar="K", help="keep the K most likely (0: all; default: 40)")
-    p.add_argument("--top-p", type=float, default=0.95, metavar="P",
-                   help="keep the most likely up to probability P (1: all; default: 0.95)")
-    p.add_argument("--seed", type=int, metavar="S", help="make replies repeat exactly (default: random)")
+    _add_sampling_args(p)
     p.add_argument("--system", metavar="TEXT", help="a system message to start the conversation with")
     p.add_argument("--ignore-eos", action="store_true", help="do not stop at end-of-generation tokens")
 
@@ -554,9 +636,11 @@ COMMANDS: dict[str, Subcommand] = {
                           cmd_convert),
     "inspect": Subcommand("show a model or tokenizer file's metadata, tokenizer and tensors", _setup_inspect,
                           cmd_inspect),
-    "chat": Subcommand("chat with a placeholder n-gram model, replies streamed token by token", _setup_chat,
+    "chat": Subcommand("chat with a GGUF model (or an n-gram placeholder), replies streamed token by token", _setup_chat,
                        cmd_chat),
     "ngram": Subcommand("train and save an n-gram placeholder model", _setup_ngram, cmd_ngram),
+    "generate": Subcommand("continue a prompt with a GGUF model (llama, gemma3), streamed", _setup_generate,
+                           cmd_generate),
     "bench": Subcommand("measure encode/decode speed, load time and memory on a text", _setup_bench, cmd_bench),
     "train": Subcommand("train a BPE vocab on text files and write it as a vocab-only GGUF", _setup_train,
                         cmd_train),

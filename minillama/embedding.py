@@ -21,7 +21,7 @@ from .errors import ArgumentError, ArgumentTypeError, FormatError, UnsupportedEr
 from .fileio import input_path
 from .tokenizer.load.gguf import read_gguf
 
-__all__ = ["Embedding", "SUPPORTED_TYPES", "TENSOR_NAME"]
+__all__ = ["Embedding", "SUPPORTED_TYPES", "TENSOR_NAME", "dequantize"]
 
 TENSOR_NAME = "token_embd.weight"
 
@@ -206,6 +206,23 @@ _DEQUANT: dict[GGMLQuantizationType, _Dequant] = {
 
 #: Names of the ggml types ``Embedding.from_file`` can dequantize.
 SUPPORTED_TYPES: tuple[str, ...] = tuple(t.name for t in _DEQUANT)
+
+
+def dequantize(raw: np.ndarray, ggml_type: GGMLQuantizationType, n_cols: int) -> np.ndarray:
+    """Raw rows of a ggml tensor, (n_rows, row_bytes) uint8, as (n_rows, n_cols) float32 (the one dequantizer).
+
+    Used by Embedding.lookup for a few rows and by minillama.model for whole weight matrices; big inputs go
+    in steps of about _CHUNK_VALUES values so the temporaries stay small.
+    """
+    dequant, type_size = _DEQUANT[ggml_type], GGML_QUANT_SIZES[ggml_type][1]
+    n_rows = raw.shape[0]
+    out = np.empty((n_rows, n_cols), F32)
+    step = max(1, _CHUNK_VALUES // max(1, n_cols))
+    with np.errstate(over="ignore"):  # an inf the data's scales produce is the result, as in ggml
+        for s in range(0, n_rows, step):
+            part = np.ascontiguousarray(raw[s:s + step])
+            out[s:s + step] = dequant(part.reshape(-1, type_size)).reshape(-1, n_cols)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------------------------------

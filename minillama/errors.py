@@ -82,6 +82,10 @@ class ArgumentTypeError(ArgumentError, TypeError):
     """An argument of the wrong type (a TypeError as well as an ArgumentError/ValueError)."""
 
 
+class ContextLengthError(ArgumentError):
+    """More tokens than the model's context holds (minillama.model: Model.logits, Model.next_token)."""
+
+
 # --- warnings: valid input that will probably not do what the user wants ---------------------------------------
 
 

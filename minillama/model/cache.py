@@ -1,0 +1,50 @@
+"""The key/value cache: every layer's keys and values for the positions processed so far, plus their token ids.
+
+Keys and values are rounded to float16 as they are stored (kept as float32 for the matmuls) because llama.cpp's
+cache is float16: the attention then sees the values llama.cpp's does. The arrays grow by doubling.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+F32 = np.float32
+
+
+class KVCache:
+    """Keys [n, Hkv, D] and values [n, Hkv, Dv] of every layer for the first n positions, and those n ids."""
+
+    def __init__(self, n_layer: int, n_head_kv: int, head_dim: int, head_dim_v: int, capacity: int = 64) -> None:
+        self.ids: list[int] = []
+        self._shape_k, self._shape_v = (n_head_kv, head_dim), (n_head_kv, head_dim_v)
+        self._cap = capacity
+        self.k = [np.empty((capacity, *self._shape_k), F32) for _ in range(n_layer)]
+        self.v = [np.empty((capacity, *self._shape_v), F32) for _ in range(n_layer)]
+
+    @property
+    def n(self) -> int:
+        """Positions cached."""
+        return len(self.ids)
+
+    def truncate(self, n: int) -> None:
+        """Forget every position from n on."""
+        del self.ids[n:]
+
+    def reserve(self, n: int) -> None:
+        """Make room for n positions, keeping what is cached."""
+        if n <= self._cap:
+            return
+        cap = max(n, 2 * self._cap)
+        for store, shape in ((self.k, self._shape_k), (self.v, self._shape_v)):
+            for i, old in enumerate(store):
+                new = np.empty((cap, *shape), F32)
+                new[:self._cap] = old
+                store[i] = new
+        self._cap = cap
+
+    def store(self, layer: int, start: int, k: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Write k, v [T, Hkv, D] at positions start.. of a layer; return the layer's keys and values 0..start+T."""
+        end = start + k.shape[0]
+        self.k[layer][start:end] = k.astype(np.float16)
+        self.v[layer][start:end] = v.astype(np.float16)
+        return self.k[layer][:end], self.v[layer][:end]

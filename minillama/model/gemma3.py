@@ -1,0 +1,79 @@
+"""gemma3 (Gemma 3): the llama block with more norms, GeGLU, and sliding-window attention on most layers.
+
+Differences from llama.py: the embedding rows are scaled by sqrt(d); q and k are RMS-normed per head before
+rope, which pairs dims i and i + D/2 ("NEOX"); q is scaled by 1/sqrt(D) (query_pre_attn_scalar = D); the
+attention output and the feed-forward output are each RMS-normed again before they join the residual stream;
+the feed-forward is GeGLU (tanh GELU). Five of every six layers attend only to the last `sliding_window`
+positions and use rope base 10000; every sixth layer sees the whole context with the file's rope base, as
+llama.cpp sets up (swa pattern 6, rope_freq_base_train_swa 10000). Norm weights in the GGUF already include
+Gemma's "+1" (the converter adds it), so RMSNorm is the same function as llama's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .cache import KVCache
+from .layers import Linear, attention, gelu, glu_ffn, rmsnorm, rope_angles, rope_neox
+from .llama import split_heads
+from .weights import HParams, TensorSpec
+
+#: Tensors of block {i}: field -> (GGUF name, ggml shape as HParams fields, ne0 first).
+LAYER_TENSORS: dict[str, TensorSpec] = {
+    "attn_norm": ("blk.{i}.attn_norm.weight", ("n_embd",)),
+    "wq": ("blk.{i}.attn_q.weight", ("n_embd", "q_dim")),
+    "wk": ("blk.{i}.attn_k.weight", ("n_embd", "k_dim")),
+    "wv": ("blk.{i}.attn_v.weight", ("n_embd", "v_dim")),
+    "q_norm": ("blk.{i}.attn_q_norm.weight", ("head_dim",)),
+    "k_norm": ("blk.{i}.attn_k_norm.weight", ("head_dim",)),
+    "wo": ("blk.{i}.attn_output.weight", ("o_dim", "n_embd")),
+    "post_attn_norm": ("blk.{i}.post_attention_norm.weight", ("n_embd",)),
+    "ffn_norm": ("blk.{i}.ffn_norm.weight", ("n_embd",)),
+    "w_gate": ("blk.{i}.ffn_gate.weight", ("n_embd", "n_ff")),
+    "w_up": ("blk.{i}.ffn_up.weight", ("n_embd", "n_ff")),
+    "w_down": ("blk.{i}.ffn_down.weight", ("n_ff", "n_embd")),
+    "post_ffn_norm": ("blk.{i}.post_ffw_norm.weight", ("n_embd",)),
+}
+
+SWA_PATTERN = 6  # layers il with il % 6 < 5 use the sliding window
+ROPE_BASE_SWA = 10000.0
+
+
+def prepare(t: dict[str, Any]) -> dict[str, Any]:
+    """Fuse q/k/v and gate/up into one matrix each."""
+    fused = {"wqkv": Linear.stack([t.pop("wq"), t.pop("wk"), t.pop("wv")]),
+             "w_gate_up": Linear.stack([t.pop("w_gate"), t.pop("w_up")])}
+    return {**t, **fused}
+
+
+def embed_scale(hp: HParams) -> float:
+    """Gemma multiplies the embedding rows by sqrt(d) (in float32, as ggml_scale(sqrtf(n_embd)))."""
+    return float(np.sqrt(np.float32(hp.n_embd)))
+
+
+def is_swa(hp: HParams, il: int) -> bool:
+    """True for the layers that attend within the sliding window."""
+    return hp.sliding_window > 0 and il % SWA_PATTERN < SWA_PATTERN - 1
+
+
+def blocks(x: np.ndarray, layers: list[dict[str, Any]], hp: HParams, start: int, cache: KVCache) -> np.ndarray:
+    """Run every block over x [T, d], the tokens at positions start..start+T-1, extending the cache."""
+    t = x.shape[0]
+    q_pos = np.arange(start, start + t)
+    k_pos = np.arange(start + t)
+    angles = {False: rope_angles(q_pos, hp.n_rot, hp.rope_base), True: rope_angles(q_pos, hp.n_rot, ROPE_BASE_SWA)}
+    q_scale = np.float32(1.0 / np.sqrt(np.float32(hp.head_dim)))
+    for il, w in enumerate(layers):
+        swa = is_swa(hp, il)
+        cos, sin = angles[swa]
+        q, k, v = split_heads(w["wqkv"](rmsnorm(x, w["attn_norm"], hp.eps)), hp)
+        q = rope_neox(rmsnorm(q, w["q_norm"], hp.eps), cos, sin) * q_scale
+        k = rope_neox(rmsnorm(k, w["k_norm"], hp.eps), cos, sin)
+        keys, values = cache.store(il, start, k, v)
+        a = attention(q, keys, values, q_pos, k_pos, 1.0, hp.sliding_window if swa else 0)
+        x = x + rmsnorm(w["wo"](a), w["post_attn_norm"], hp.eps)
+        f = glu_ffn(rmsnorm(x, w["ffn_norm"], hp.eps), w["w_gate_up"], w["w_down"], gelu)
+        x = x + rmsnorm(f, w["post_ffn_norm"], hp.eps)
+    return x

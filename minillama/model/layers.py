@@ -1,0 +1,119 @@
+"""The building blocks of a llama-family transformer, one plain numpy function each, as llama.cpp computes them.
+
+Shapes in the comments: T tokens in this step, S cached positions attended to (S >= T), H query heads,
+Hkv key/value heads (H is a multiple of Hkv: grouped-query attention), D the head size, d the model width.
+Everything is float32; matrix products go to numpy's BLAS.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+F32 = np.float32
+
+
+def rmsnorm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
+    """x / sqrt(mean(x^2) + eps) * weight over the last axis (llama.cpp's LLM_NORM_RMS)."""
+    # x [..., d], weight [d]
+    ms = np.mean(np.square(x, dtype=F32), axis=-1, keepdims=True, dtype=np.float64).astype(F32)
+    return x * (F32(1) / np.sqrt(ms + F32(eps))) * weight
+
+
+def rope_angles(positions: np.ndarray, n_rot: int, base: float) -> tuple[np.ndarray, np.ndarray]:
+    """cos and sin of pos * base^(-2i/n_rot) for i < n_rot/2: the rotation of every pair, per position."""
+    # positions [T] -> cos, sin [T, n_rot/2]
+    inv_freq = np.power(np.float64(base), -np.arange(0, n_rot, 2, dtype=np.float64) / n_rot)
+    theta = positions.astype(np.float64)[:, None] * inv_freq[None, :]
+    return np.cos(theta).astype(F32), np.sin(theta).astype(F32)
+
+
+def rope_norm(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
+    """Rotate adjacent pairs (x[2i], x[2i+1]) of the first n_rot dims (llama.cpp's LLAMA_ROPE_TYPE_NORM)."""
+    # x [T, H, D], cos/sin [T, n_rot/2]
+    n_rot = 2 * cos.shape[1]
+    c, s = cos[:, None, :], sin[:, None, :]
+    out = x.copy()
+    x0, x1 = x[..., 0:n_rot:2], x[..., 1:n_rot:2]
+    out[..., 0:n_rot:2] = x0 * c - x1 * s
+    out[..., 1:n_rot:2] = x0 * s + x1 * c
+    return out
+
+
+def rope_neox(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
+    """Rotate pairs (x[i], x[i + n_rot/2]) of the first n_rot dims (llama.cpp's LLAMA_ROPE_TYPE_NEOX)."""
+    # x [T, H, D], cos/sin [T, n_rot/2]
+    half = cos.shape[1]
+    c, s = cos[:, None, :], sin[:, None, :]
+    out = x.copy()
+    x0, x1 = x[..., :half], x[..., half:2 * half]
+    out[..., :half] = x0 * c - x1 * s
+    out[..., half:2 * half] = x0 * s + x1 * c
+    return out
+
+
+def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, q_pos: np.ndarray, k_pos: np.ndarray, scale: float,
+              window: int = 0) -> np.ndarray:
+    """Causal softmax(q k^T * scale) v with grouped-query heads; window > 0 also hides keys window or more back.
+
+    Query head h reads key/value head h // (H / Hkv), as ggml's broadcasting matmul does. A key at position p
+    is seen by a query at position t when p <= t (and t - p < window for sliding-window layers).
+    """
+    # q [T, H, D], k [S, Hkv, D], v [S, Hkv, Dv] -> [T, H * Dv]
+    t, h, d = q.shape
+    s, hkv, dv = v.shape
+    g = h // hkv
+    qg = q.reshape(t, hkv, g * 1, d).transpose(1, 2, 0, 3)  # [Hkv, g, T, D]
+    scores = np.matmul(qg, k.transpose(1, 2, 0)[:, None])  # [Hkv, g, T, S]
+    scores *= F32(scale)
+    hidden = k_pos[None, :] > q_pos[:, None]  # [T, S]
+    if window > 0:
+        hidden |= (q_pos[:, None] - k_pos[None, :]) >= window
+    if hidden.any():
+        scores[..., hidden] = -np.inf
+    scores -= scores.max(axis=-1, keepdims=True)
+    np.exp(scores, out=scores)
+    scores /= scores.sum(axis=-1, keepdims=True)
+    out = np.matmul(scores, v.transpose(1, 0, 2)[:, None])  # [Hkv, g, T, Dv]
+    return out.transpose(2, 0, 1, 3).reshape(t, h * dv)
+
+
+def silu(x: np.ndarray) -> np.ndarray:
+    """x * sigmoid(x)."""
+    return x / (F32(1) + np.exp(-x))
+
+
+_GELU_C = F32(np.sqrt(2.0 / np.pi))
+
+
+def gelu(x: np.ndarray) -> np.ndarray:
+    """GELU, tanh approximation (ggml_gelu)."""
+    return F32(0.5) * x * (F32(1) + np.tanh(_GELU_C * x * (F32(1) + F32(0.044715) * x * x)))
+
+
+class Linear:
+    """A weight matrix [out, in], kept as GGUF stores it: one row per output."""
+
+    def __init__(self, w: np.ndarray) -> None:
+        self.w = w
+
+    @property
+    def n_out(self) -> int:
+        return self.w.shape[0]
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        """x w^T (BLAS reads w transposed, no copy)."""
+        # x [T, in] -> [T, out]
+        return x @ self.w.T
+
+    @staticmethod
+    def stack(parts: list[Linear]) -> Linear:
+        """One matrix whose outputs are the parts' outputs side by side: one matmul instead of several."""
+        return Linear(np.concatenate([p.w for p in parts]))
+
+
+def glu_ffn(x: np.ndarray, gate_up: Linear, down: Linear, act) -> np.ndarray:
+    """down(act(gate x) * up x): SwiGLU with act=silu, GeGLU with act=gelu; gate and up stacked in one matrix."""
+    # x [T, d], gate_up: d -> 2 * n_ff (gate first), down: n_ff -> d; result [T, d]
+    gu = gate_up(x)
+    n_ff = gu.shape[1] // 2
+    return down(act(gu[:, :n_ff]) * gu[:, n_ff:])

@@ -1,0 +1,215 @@
+"""Hyper-parameters and weight tensors of a GGUF model, found by name from tables and dequantized to float32.
+
+A GGUF file names every tensor (``blk.3.attn_q.weight``) and lists its shape in ggml order, ne0 first: a
+matrix that maps n_in values to n_out values is [n_in, n_out] and is stored as n_out rows of n_in values.
+``Weights.matrix`` returns it as numpy (n_out, n_in) float32, dequantized by minillama.embedding's code
+(one dequantizer for the whole package). Hyper-parameters come from ``{arch}.<key>`` metadata, the names
+gguf.Keys uses; the table below says which key fills which field and what the default is.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
+from ..embedding import SUPPORTED_TYPES, Embedding, dequantize
+from ..errors import FormatError, UnsupportedError
+from ..tokenizer.load.gguf import GGUFFile, TensorInfo, read_gguf
+from .layers import Linear
+
+__all__ = ["HParams", "Weights", "TensorSpec"]
+
+
+@dataclass(frozen=True)
+class HParams:
+    """What the forward pass needs to know about a model's shape, read from its metadata."""
+
+    arch: str
+    n_vocab: int
+    n_embd: int  # model width d
+    n_layer: int
+    n_head: int
+    n_head_kv: int
+    head_dim: int  # size of a query/key head
+    head_dim_v: int  # size of a value head
+    n_ff: int  # hidden width of the feed-forward network
+    n_ctx: int  # context length the model was trained for
+    n_rot: int  # leading dims of each head that rope rotates
+    rope_base: float
+    eps: float  # rms norm epsilon
+    sliding_window: int  # 0: every layer sees the whole context
+
+    @property
+    def q_dim(self) -> int:
+        return self.n_head * self.head_dim
+
+    @property
+    def k_dim(self) -> int:
+        return self.n_head_kv * self.head_dim
+
+    @property
+    def v_dim(self) -> int:
+        return self.n_head_kv * self.head_dim_v
+
+    @property
+    def o_dim(self) -> int:
+        return self.n_head * self.head_dim_v
+
+
+_Default = Callable[[dict[str, Any]], Any] | None
+
+#: HParams field -> (metadata key after "{arch}.", default computed from the fields before it; None: required).
+HPARAM_KEYS: dict[str, tuple[str, _Default]] = {
+    "n_layer": ("block_count", None),
+    "n_ctx": ("context_length", None),
+    "n_embd": ("embedding_length", None),
+    "n_ff": ("feed_forward_length", None),
+    "n_head": ("attention.head_count", None),
+    "n_head_kv": ("attention.head_count_kv", lambda h: h["n_head"]),
+    "head_dim": ("attention.key_length", lambda h: h["n_embd"] // h["n_head"]),
+    "head_dim_v": ("attention.value_length", lambda h: h["head_dim"]),
+    "n_rot": ("rope.dimension_count", lambda h: h["head_dim"]),
+    "rope_base": ("rope.freq_base", lambda h: 10000.0),
+    "eps": ("attention.layer_norm_rms_epsilon", None),
+    "sliding_window": ("attention.sliding_window", lambda h: 0),
+}
+
+#: A tensor the forward pass needs: its GGUF name ("{i}": the layer) and its shape in ggml order, as HParams
+#: field names (ne0 first: [n_in, n_out] for a matrix).
+TensorSpec = tuple[str, tuple[str, ...]]
+
+
+class Weights:
+    """A GGUF file with weights: metadata, tensor table, and the data memory-mapped until dequantized."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = os.fspath(path)
+        self.gguf: GGUFFile = read_gguf(self.path)
+        self.tensors: dict[str, TensorInfo] = {t.name: t for t in self.gguf.tensors}
+        if not self.tensors:
+            raise FormatError("expected a model with weights, found a GGUF with no tensors at all (a vocab-only "
+                              "file: it can tokenize, and 'minillama chat' runs an n-gram placeholder on it)",
+                              path=self.path)
+        with open(self.path, "rb") as f:
+            self._size = os.fstat(f.fileno()).st_size
+            self._mmap = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+
+    @property
+    def arch(self) -> str:
+        """general.architecture ("llama", "gemma3", ...)."""
+        arch = self.gguf.metadata.get("general.architecture")
+        if not isinstance(arch, str):
+            raise FormatError(f"expected a string general.architecture, found {arch!r}", path=self.path,
+                              key="general.architecture")
+        return arch
+
+    def hparams(self, arch: str) -> HParams:
+        """Read HPARAM_KEYS from "{arch}.*" metadata; n_vocab from the token embedding's shape."""
+        md, h = self.gguf.metadata, {}
+        for name, (key, default) in HPARAM_KEYS.items():
+            full = f"{arch}.{key}"
+            value = md.get(full)
+            if value is None:
+                if default is None:
+                    raise FormatError(f"expected metadata key {full!r} (needed to run the model), not found",
+                                      path=self.path, key=full)
+                value = default(h)
+            if isinstance(value, list):
+                raise UnsupportedError(f"{self.path}: {full} is a per-layer list ({len(value)} values); "
+                                       "minillama supports one value for all layers")
+            want = float if name in ("rope_base", "eps") else int
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or (want is int and value < 0):
+                raise FormatError(f"{full} is {value!r}, expected a non-negative number", path=self.path, key=full)
+            h[name] = want(value)
+        for name in ("n_layer", "n_embd", "n_head", "n_head_kv", "head_dim", "head_dim_v", "n_ff", "n_ctx"):
+            if h[name] <= 0:
+                raise FormatError(f"{arch}.{HPARAM_KEYS[name][0]} is {h[name]}, expected a positive number",
+                                  path=self.path, key=f"{arch}.{HPARAM_KEYS[name][0]}")
+        if h["n_head"] % h["n_head_kv"]:
+            raise FormatError(f"{h['n_head']} query heads cannot share {h['n_head_kv']} key/value heads evenly",
+                              path=self.path, key=f"{arch}.attention.head_count_kv")
+        if h["n_rot"] > h["head_dim"] or h["n_rot"] % 2:
+            raise FormatError(f"rope rotates {h['n_rot']} dims of heads of {h['head_dim']}, expected an even "
+                              "number no larger than the head", path=self.path, key=f"{arch}.rope.dimension_count")
+        embd = self.info("token_embd.weight")
+        if len(embd.shape) != 2 or embd.shape[0] != h["n_embd"]:
+            raise FormatError(f"token_embd.weight has shape {list(embd.shape)}, expected [{h['n_embd']}, n_vocab]",
+                              path=self.path, key="token_embd.weight")
+        return HParams(arch=arch, n_vocab=embd.shape[1], **h)
+
+    def has(self, name: str) -> bool:
+        """True when the file holds a tensor of that name."""
+        return name in self.tensors
+
+    def info(self, name: str) -> TensorInfo:
+        """The tensor table entry of name; FormatError naming it when the file lacks it."""
+        info = self.tensors.get(name)
+        if info is None:
+            raise FormatError(f"expected a tensor {name!r}, not found among the file's {len(self.tensors)} tensors",
+                              path=self.path, key=name)
+        return info
+
+    def _raw(self, name: str, shape: tuple[int, ...]) -> tuple[np.ndarray, GGMLQuantizationType]:
+        """The tensor's bytes as (rows, row_bytes) uint8 over the map, after checking shape, type and extent."""
+        info = self.info(name)
+        found = tuple(info.shape) + (1,) * (len(shape) - len(info.shape))
+        if found[:len(shape)] != shape or any(d != 1 for d in found[len(shape):]):
+            raise FormatError(f"tensor {name} has shape {list(info.shape)}, expected {list(shape)}",
+                              path=self.path, key=name)
+        try:
+            qtype = GGMLQuantizationType(info.ggml_type)
+        except ValueError:
+            qtype = None
+        if qtype is None or qtype.name not in SUPPORTED_TYPES:
+            raise UnsupportedError(f"{self.path}: tensor {name} has ggml type {info.ggml_type}, which minillama "
+                                   f"cannot dequantize; supported: {', '.join(SUPPORTED_TYPES)}")
+        block, type_size = GGML_QUANT_SIZES[qtype]
+        if shape[0] % block:
+            raise FormatError(f"tensor {name} rows have {shape[0]} values, expected a multiple of the {qtype.name} "
+                              f"block size {block}", path=self.path, key=name)
+        rows = int(np.prod(shape[1:], dtype=np.int64)) if len(shape) > 1 else 1
+        row_bytes = shape[0] // block * type_size
+        start = self.gguf.data_offset + info.offset
+        if start + rows * row_bytes > self._size:
+            raise FormatError(f"tensor {name} needs bytes {start}..{start + rows * row_bytes} but the file has "
+                              f"{self._size}", path=self.path, offset=start, key=name)
+        return np.frombuffer(self._mmap, np.uint8, rows * row_bytes, start).reshape(rows, row_bytes), qtype
+
+    def check(self, name: str, shape: tuple[int, ...]) -> None:
+        """FormatError/UnsupportedError unless tensor name exists with this ggml shape, a known type, in the file."""
+        self._raw(name, shape)
+
+    def matrix(self, name: str, shape: tuple[int, ...]) -> np.ndarray | Linear:
+        """Tensor name, whose ggml shape must be `shape` (ne0 first), dequantized to float32: a (ne0,) vector,
+        or for 2-D a Linear holding the (ne1, ne0) matrix."""
+        raw, qtype = self._raw(name, shape)
+        out = dequantize(raw, qtype, shape[0])
+        return out.reshape(shape[0]) if len(shape) == 1 else Linear(out)
+
+    def embedding(self, name: str, shape: tuple[int, int]) -> Embedding:
+        """A 2-D tensor left quantized in the map, its rows read on demand (Embedding.lookup)."""
+        raw, qtype = self._raw(name, shape)
+        return Embedding(shape[1], shape[0], qtype, table=raw, path=self.path)
+
+    def spec(self, spec: TensorSpec, hp: HParams, layer: int | None = None) -> tuple[str, tuple[int, ...]]:
+        """A table entry made concrete: the tensor's name for this layer and its expected ggml shape."""
+        template, dims = spec
+        name = template.format(i=layer) if layer is not None else template
+        return name, tuple(getattr(hp, d) for d in dims)
+
+    def load(self, spec: TensorSpec, hp: HParams, layer: int | None = None) -> np.ndarray | Linear:
+        """Dequantize the tensor a table entry names, checking its shape."""
+        return self.matrix(*self.spec(spec, hp, layer))
+
+    def close(self) -> None:
+        """Unmap the file (arrays already dequantized stay valid)."""
+        try:
+            self._mmap.close()
+        except BufferError:  # an Embedding still reads from it: the map closes when that goes
+            pass

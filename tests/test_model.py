@@ -1,0 +1,241 @@
+"""minillama.model: the numpy forward pass, teacher-forced on llama.cpp's own greedy continuations, and the errors a
+user's file or input can cause.
+
+tests/data/smollm2_llamacpp_greedy.json holds llama.cpp's greedy continuations of scripts/model_prompts.txt (prose,
+code, chat-template prompts) with its top-5 log-probs at every position, made by scripts/make_model_expected.py from
+SmolLM2-135M-Instruct.Q4_1.gguf. The real-model tests use the GGUF MINILLAMA_TEST_GGUF points to and skip without it.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import REPO
+
+from minillama.errors import ArgumentError, ContextLengthError, FormatError, MinillamaError, UnsupportedError
+from minillama.generate import Sampler
+from minillama.model import Model
+from minillama.tokenizer import default_vocab_path
+
+gguf = pytest.importorskip("gguf")
+
+EXPECTED = REPO / "tests" / "data" / "smollm2_llamacpp_greedy.json"
+
+
+def _real_gguf() -> Path:
+    path = os.environ.get("MINILLAMA_TEST_GGUF")
+    if not path:
+        pytest.skip("MINILLAMA_TEST_GGUF is not set (point it at SmolLM2-135M-Instruct.Q4_1.gguf); tests never download")
+    if not Path(path).is_file():
+        pytest.skip(f"MINILLAMA_TEST_GGUF={path} does not exist")
+    return Path(path)
+
+
+@functools.cache
+def _smollm2(path: str) -> Model:
+    return Model.from_file(path)
+
+
+@pytest.fixture(scope="module")
+def smollm2() -> Model:
+    return _smollm2(str(_real_gguf()))
+
+
+def expected_cases() -> list[dict]:
+    """llama.cpp's aligned greedy continuations (the only ones that are position by position)."""
+    data = json.loads(EXPECTED.read_text(encoding="utf-8"))
+    assert data["model"] == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    return [c for c in data["cases"] if c["aligned"]]
+
+
+def margin(top: list[list[float]]) -> float:
+    """llama.cpp's log-prob gap between its first and second choice."""
+    return top[0][1] - top[1][1] if len(top) > 1 else float("inf")
+
+
+def agreement(choices: list[tuple[int, dict]]) -> dict[float, tuple[int, int]]:
+    """(positions, agreeing positions) at llama.cpp margins >= 0.5 and >= 0.1; choices: (our argmax, llama.cpp's)."""
+    out = {}
+    for th in (0.5, 0.1):
+        seen = [(ours, g["id"]) for ours, g in choices if margin(g["top"]) >= th]
+        out[th] = (len(seen), sum(a == b for a, b in seen))
+    return out
+
+
+def test_teacher_forced_logits_agree_with_llamacpp(smollm2: Model) -> None:
+    choices = []
+    for case in expected_cases():
+        gen = [g["id"] for g in case["gen"]]
+        n = len(case["prompt_ids"])
+        logits = smollm2.logits(case["prompt_ids"] + gen[:-1])
+        assert logits.shape == (n + len(gen) - 1, smollm2.n_vocab) and logits.dtype == np.float32
+        choices += zip(logits[n - 1:].argmax(-1).tolist(), case["gen"], strict=True)
+    stats = agreement(choices)
+    n05, ok05 = stats[0.5]
+    n01, ok01 = stats[0.1]
+    assert n05 >= 150, "too few confident positions for the test to mean anything"
+    assert ok05 == n05, f"argmax differs from llama.cpp at {n05 - ok05} of {n05} positions with margin >= 0.5"
+    assert ok01 >= 0.98 * n01, f"agreement {ok01}/{n01} at margin >= 0.1, expected >= 98%"
+
+
+def test_cached_steps_agree_with_llamacpp(smollm2: Model) -> None:
+    """next_token one token at a time (the KV cache path) makes llama.cpp's confident choices too."""
+    greedy = Sampler(temperature=0)
+    choices = []
+    for case in expected_cases()[:3]:
+        ids = list(case["prompt_ids"])
+        for g in case["gen"][:24]:
+            choices.append((smollm2.next_token(ids, greedy), g))
+            ids.append(g["id"])
+    n05, ok05 = agreement(choices)[0.5]
+    assert n05 >= 40 and ok05 == n05
+
+
+def test_cache_reuses_prefix_and_matches_fresh_pass(smollm2: Model) -> None:
+    ids = expected_cases()[0]["prompt_ids"]
+    fresh = smollm2.logits(ids)
+
+    class Keep(Sampler):
+        def sample_logits(self, logits, ids=None):
+            self.seen = np.asarray(logits)
+            return int(np.argmax(self.seen))
+
+    s = Keep(temperature=0)
+    smollm2.reset()
+    smollm2.next_token(ids[:5], s)
+    smollm2.next_token(ids, s)  # the first five positions come from the cache
+    assert smollm2._cache.n == len(ids)
+    np.testing.assert_allclose(s.seen, fresh[-1], atol=1e-2)
+    smollm2.next_token(ids[:3] + ids[4:], s)  # diverges at position 3: recomputed from there
+    np.testing.assert_allclose(s.seen, smollm2.logits(ids[:3] + ids[4:])[-1], atol=1e-2)
+
+
+def test_input_errors(smollm2: Model) -> None:
+    with pytest.raises(ArgumentError, match="at least one token"):
+        smollm2.logits([])
+    with pytest.raises(ArgumentError, match="out of range"):
+        smollm2.logits([1, smollm2.n_vocab])
+    with pytest.raises(ContextLengthError, match=f"context of {smollm2.n_ctx} tokens"):
+        smollm2.next_token([1] * (smollm2.n_ctx + 1), Sampler(temperature=0))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# bad files: the built-in vocab-only GGUF and tiny models written here with gguf.GGUFWriter
+# ---------------------------------------------------------------------------------------------------------------------
+
+TINY = {"n_embd": 32, "n_ff": 48, "n_head": 4, "n_head_kv": 2, "n_vocab": 50, "n_ctx": 16}
+
+
+def tiny_tensors(drop: str = "", reshape: str = "") -> dict[str, np.ndarray]:
+    """Random float32 tensors of a one-block llama, numpy shapes (ne1, ne0); one dropped or mis-shaped."""
+    d, f, hd = TINY["n_embd"], TINY["n_ff"], TINY["n_embd"] // TINY["n_head"]
+    kv = TINY["n_head_kv"] * hd
+    shapes = {"token_embd.weight": (TINY["n_vocab"], d), "output_norm.weight": (d,),
+              "blk.0.attn_norm.weight": (d,), "blk.0.attn_q.weight": (d, d), "blk.0.attn_k.weight": (kv, d),
+              "blk.0.attn_v.weight": (kv, d), "blk.0.attn_output.weight": (d, d), "blk.0.ffn_norm.weight": (d,),
+              "blk.0.ffn_gate.weight": (f, d), "blk.0.ffn_up.weight": (f, d), "blk.0.ffn_down.weight": (d, f)}
+    rng = np.random.default_rng(0)
+    out = {}
+    for name, shape in shapes.items():
+        if name == drop:
+            continue
+        if name == reshape:
+            shape = (shape[0] + 32, *shape[1:])
+        out[name] = (rng.standard_normal(shape) * 0.1).astype(np.float32)
+    return out
+
+
+def write_tiny(path: Path, arch: str = "llama", **kw: str) -> Path:
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_block_count(1)
+    w.add_context_length(TINY["n_ctx"])
+    w.add_embedding_length(TINY["n_embd"])
+    w.add_feed_forward_length(TINY["n_ff"])
+    w.add_head_count(TINY["n_head"])
+    w.add_head_count_kv(TINY["n_head_kv"])
+    w.add_layer_norm_rms_eps(1e-5)
+    for name, arr in tiny_tensors(**kw).items():
+        w.add_tensor(name, arr)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def test_tiny_model_runs(tmp_path: Path) -> None:
+    seen: list[tuple[int, int]] = []
+    m = Model.from_file(write_tiny(tmp_path / "tiny.gguf"), progress=lambda done, total: seen.append((done, total)))
+    d, f, kv = TINY["n_embd"], TINY["n_ff"], TINY["n_embd"] // TINY["n_head"] * TINY["n_head_kv"]
+    total = 2 * d + 2 * d * d + 2 * kv * d + 3 * f * d + TINY["n_vocab"] * d  # block weights + tied output
+    assert [t for _, t in seen] == [total] * 10 and seen[-1][0] == total
+    assert all(a[0] < b[0] for a, b in zip(seen, seen[1:], strict=False))
+    assert m.logits([1, 2, 3]).shape == (3, TINY["n_vocab"])
+    with pytest.raises(ContextLengthError, match="17 tokens do not fit the model's context of 16"):
+        m.logits(list(range(17)))
+
+
+def test_long_inputs_go_in_chunks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pass split into chunks that attend to the cache gives the logits of one whole pass."""
+    import minillama.model as mm
+
+    m = Model.from_file(write_tiny(tmp_path / "tiny.gguf"))
+    ids = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7]
+    whole = m.logits(ids)
+    monkeypatch.setattr(mm, "CHUNK", 4)
+    np.testing.assert_allclose(m.logits(ids), whole, rtol=1e-5, atol=1e-5)
+    assert m.next_token(ids, Sampler(temperature=0)) == int(np.argmax(whole[-1]))
+
+
+def test_vocab_only_gguf() -> None:
+    with pytest.raises(FormatError, match="no tensors at all.*vocab-only") as e:
+        Model.from_file(default_vocab_path())
+    assert str(default_vocab_path()) in str(e.value)
+
+
+def test_missing_tensor(tmp_path: Path) -> None:
+    path = write_tiny(tmp_path / "missing.gguf", drop="blk.0.ffn_up.weight")
+    with pytest.raises(FormatError, match=r"expected a tensor 'blk\.0\.ffn_up\.weight', not found") as e:
+        Model.from_file(path)
+    assert str(path) in str(e.value)
+
+
+def test_wrong_shape(tmp_path: Path) -> None:
+    path = write_tiny(tmp_path / "shape.gguf", reshape="blk.0.attn_k.weight")
+    with pytest.raises(FormatError, match=r"blk\.0\.attn_k\.weight has shape \[32, 48\], expected \[32, 16\]"):
+        Model.from_file(path)
+
+
+def test_unknown_architecture(tmp_path: Path) -> None:
+    path = write_tiny(tmp_path / "arch.gguf", arch="mamba")
+    with pytest.raises(UnsupportedError, match="architecture 'mamba' is not supported") as e:
+        Model.from_file(path)
+    assert isinstance(e.value, MinillamaError)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# minillama generate
+# ---------------------------------------------------------------------------------------------------------------------
+
+def test_cli_generate_streams_greedy_continuation(capsys: pytest.CaptureFixture[str]) -> None:
+    from minillama.cli import main
+
+    gguf_path = str(_real_gguf())
+    assert main(["generate", "--model", gguf_path, "--temperature", "0", "--max-tokens", "4",
+                 "The capital of France is"]) == 0
+    assert capsys.readouterr().out == " Paris.\n\n"  # llama.cpp's greedy choices: ' Paris', '.', '\n', '\n'
+
+
+def test_cli_generate_errors(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    from minillama.cli import main
+
+    assert main(["generate", "--model", str(default_vocab_path()), "hello"]) == 2
+    err = capsys.readouterr().err
+    assert "no tensors at all" in err and str(default_vocab_path()) in err and "Traceback" not in err
+    assert main(["generate", "--model", str(default_vocab_path()), "--top-p", "0", "hello"]) == 2
+    assert "expected --top-p in (0, 1]" in capsys.readouterr().err
