@@ -105,7 +105,7 @@ def prepare(model: str | os.PathLike[str] | Tokenizer, out: str | os.PathLike[st
     settings = {"docs": docs, "format": fmt, "text_field": text_field, "add_special": add_special,
                 "parse_special": parse_special, "separator": separator if isinstance(separator, str) else list(sep),
                 "separator_ids": sep, "shard_tokens": shard_tokens, "skip_bad": skip_bad}
-    head = {"dtype": dtype.name, "n_vocab": tok.n_vocab, "model": model_id, "settings": settings, "inputs": files}
+    head = {"dtype": dtype.name, "byteorder": "little", "n_vocab": tok.n_vocab, "model": model_id, "settings": settings, "inputs": files}
     settings_hash = hashlib.sha256(json.dumps(head, sort_keys=True).encode()).hexdigest()
     out = os.fspath(out)
     if os.path.exists(out) and not os.path.isdir(out):

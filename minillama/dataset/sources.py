@@ -23,6 +23,7 @@ read at all (missing, a Parquet file without the column) always raises.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 from collections.abc import Iterator, Sequence
@@ -76,9 +77,10 @@ def _utf8(raw: bytes, path: str, where: str) -> str:
                              f"{exc.start + 1} that is not ({exc.reason})") from None
 
 
-def _lines(path: str) -> Iterator[tuple[int, bytes, bool]]:
-    """(line number, line without its b"\\n", whether a b"\\n" ended it), streamed."""
-    with open(path, "rb") as f:
+def _lines(path: str, data: bytes | None = None) -> Iterator[tuple[int, bytes, bool]]:
+    """(line number, line without its b"\\n", whether a b"\\n" ended it), streamed from the file at path,
+    or from data (the file's bytes, already read: the Ray engine's read_binary_files)."""
+    with open(path, "rb") if data is None else io.BytesIO(data) as f:
         for n, raw in enumerate(f, 1):
             if raw.endswith(b"\n"):
                 yield n, raw[:-1], True
@@ -86,7 +88,7 @@ def _lines(path: str) -> Iterator[tuple[int, bytes, bool]]:
                 yield n, raw, False
 
 
-def _text_docs(path: str, docs: str, bad: BadRecords | None) -> Iterator[str]:
+def text_docs(path: str, docs: str, bad: BadRecords | None, data: bytes | None = None) -> Iterator[str]:
     """Documents of a text file: per line, per paragraph (ngram.paragraphs' cut, streamed) or the whole file.
 
     A paragraph is cut at a blank line that has a newline on both sides and does not follow another cut
@@ -109,7 +111,7 @@ def _text_docs(path: str, docs: str, bad: BadRecords | None) -> Iterator[str]:
                 yield text
         buf.clear()
 
-    for n, raw, newline in _lines(path):
+    for n, raw, newline in _lines(path, data):
         try:
             line = _utf8(raw, path, f"line {n}")
         except BadRecordError as exc:
@@ -128,8 +130,8 @@ def _text_docs(path: str, docs: str, bad: BadRecords | None) -> Iterator[str]:
     yield from emit()
 
 
-def _jsonl_docs(path: str, text_field: str, bad: BadRecords | None) -> Iterator[str]:
-    for n, raw, _ in _lines(path):
+def jsonl_docs(path: str, text_field: str, bad: BadRecords | None, data: bytes | None = None) -> Iterator[str]:
+    for n, raw, _ in _lines(path, data):
         if not raw.strip():
             continue
         try:
@@ -224,8 +226,8 @@ class Source:
         for p in self.paths:
             kind = file_format(p, self.fmt)
             if kind == "jsonl":
-                yield from _jsonl_docs(p, self.text_field, sink)
+                yield from jsonl_docs(p, self.text_field, sink)
             elif kind == "parquet":
                 yield from _parquet_docs(p, self.text_field, sink)
             else:
-                yield from _text_docs(p, self.docs, sink)
+                yield from text_docs(p, self.docs, sink)
