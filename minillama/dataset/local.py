@@ -19,7 +19,7 @@ import numpy as np
 
 from ..tokenizer import Tokenizer
 from .shards import ShardWriter, doc_digest
-from .sources import BadRecords, Source
+from .sources import BadRecordError, BadRecords, Source
 
 BATCH_CHARS = 1 << 18
 AHEAD = 3
@@ -59,15 +59,21 @@ def _encode_in_worker(docs: list[str]) -> tuple[np.ndarray, np.ndarray, bytes, i
 
 
 def batches(docs: Iterator[str], batch_chars: int = BATCH_CHARS) -> Iterator[list[str]]:
-    """Documents grouped into lists of about batch_chars characters, in order."""
+    """Documents grouped into lists of about batch_chars characters, in order. When reading fails, the
+    documents read so far still come out as a last batch before the error."""
     batch: list[str] = []
     size = 0
-    for d in docs:
-        batch.append(d)
-        size += len(d)
-        if size >= batch_chars:
+    try:
+        for d in docs:
+            batch.append(d)
+            size += len(d)
+            if size >= batch_chars:
+                yield batch
+                batch, size = [], 0
+    except BadRecordError:
+        if batch:
             yield batch
-            batch, size = [], 0
+        raise
     if batch:
         yield batch
 
@@ -94,19 +100,33 @@ def run_local(tok: Tokenizer, source: Source, writer: ShardWriter, settings: tup
         progress.update(n_bytes)
         progress.set_postfix_str(f"{writer.total_tokens:,} tokens", refresh=False)
 
+    failed: list[BadRecordError] = []
+
+    def until_bad() -> Iterator[list[str]]:
+        """The batches up to a bad record (the last one cut short there); the error is raised after they
+        are written, so that the shards they complete are kept."""
+        try:
+            yield from batches(docs)
+        except BadRecordError as exc:
+            failed.append(exc)
+
     if workers <= 1:
-        for batch in batches(docs):
+        for batch in until_bad():
             take(encode_docs(tok, batch, *settings))
+        if failed:
+            raise failed[0]
         return
     with ProcessPoolExecutor(workers, initializer=_init_worker, initargs=(tok, settings)) as pool:
         pending: deque[Future] = deque()
         try:
-            for batch in batches(docs):
+            for batch in until_bad():
                 pending.append(pool.submit(_encode_in_worker, batch))
                 if len(pending) >= AHEAD * workers:
                     take(pending.popleft().result())
             while pending:
                 take(pending.popleft().result())
+            if failed:
+                raise failed[0]
         except BaseException:
             for f in pending:
                 f.cancel()

@@ -176,13 +176,14 @@ def run_ray(tok: Tokenizer, source: Source, writer: ShardWriter, settings: tuple
                 writer.feed(np.frombuffer(row["lens"], np.int64), np.frombuffer(row["ids"], dtype), row["digests"])
                 progress.update(int(row["n_bytes"]))
     except Exception as exc:
-        err = _find_bad(exc)
-        if err is None:
+        # Ray wraps a worker's error in its own exceptions (and does not number Parquet rows): when the
+        # input holds a bad record, read it here, without encoding, to raise the same error as the local engine.
+        if _find_bad(exc) is None and "BadRecordError" not in str(exc):
             raise
-        if err.where == "a row":  # Ray does not number Parquet rows: find the row by reading locally
+        if not source.skip_bad:
             for _ in source.documents():
                 pass
-        raise BadRecordError(err.path, err.where, err.what) from None
+        raise
     finally:
         if started:
             ray.shutdown()
