@@ -75,6 +75,14 @@ def _encode_in_worker(docs: list[str]) -> tuple[np.ndarray, np.ndarray, bytes, i
     return encode_docs(_WORKER["tok"], docs, *_WORKER["settings"])
 
 
+def tick(progress, n_bytes: int, writer: ShardWriter) -> None:
+    """Advance the bar (bytes of text, shown as MB/s) and show tokens/s beside it."""
+    progress.update(n_bytes)
+    elapsed = progress.format_dict.get("elapsed") or 0
+    if elapsed:
+        progress.set_postfix_str(f"{writer.total_tokens / elapsed:,.0f} tokens/s", refresh=False)
+
+
 def batches(docs: Iterator[str], batch_chars: int = BATCH_CHARS) -> Iterator[list[str]]:
     """Documents grouped into lists of about batch_chars characters, in order. When reading fails, the
     documents read so far still come out as a last batch before the error."""
@@ -114,8 +122,7 @@ def run_local(tok: Tokenizer, source: Source, writer: ShardWriter, settings: tup
     def take(result: tuple[np.ndarray, np.ndarray, bytes, int]) -> None:
         lens, ids, digests, n_bytes = result
         writer.feed(lens, ids, digests)
-        progress.update(n_bytes)
-        progress.set_postfix_str(f"{writer.total_tokens:,} tokens", refresh=False)
+        tick(progress, n_bytes, writer)
 
     failed: list[BadRecordError] = []
 

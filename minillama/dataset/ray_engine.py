@@ -30,7 +30,7 @@ import numpy as np
 
 from ..errors import MinillamaError
 from ..tokenizer import Tokenizer
-from .local import bigger_word_cache, encode_docs
+from .local import bigger_word_cache, encode_docs, tick
 from .shards import ShardWriter
 from .sources import BadRecordError, BadRecords, Source, file_format, jsonl_docs, text_docs
 
@@ -175,7 +175,7 @@ def run_ray(tok: Tokenizer, source: Source, writer: ShardWriter, settings: tuple
                     if len(bad.examples) < 10:
                         bad.examples.append(msg)
                 writer.feed(np.frombuffer(row["lens"], np.int64), np.frombuffer(row["ids"], dtype), row["digests"])
-                progress.update(int(row["n_bytes"]))
+                tick(progress, int(row["n_bytes"]), writer)
     except Exception as exc:
         # Ray wraps a worker's error in its own exceptions (and does not number Parquet rows): when the
         # input holds a bad record, read it here, without encoding, to raise the same error as the local engine.
