@@ -87,7 +87,7 @@ class Tokenizer:
     def __reduce__(self) -> tuple:
         """Pickle as the vocab's tables alone (process pools, Ray actors): the model, its word caches,
         the piece table and the lock are rebuilt on the other side, so no file needs to be there."""
-        return Tokenizer, (self.vocab,)
+        return type(self), (self.vocab,)
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str]) -> Tokenizer:
