@@ -272,3 +272,29 @@ def test_ray_engine_gives_the_same_bytes(local_ray, corpus, tmp_path):
     bad.write_text('{"text": "a"}\n{"text": 3}\n', encoding="utf-8")
     with pytest.raises(MinillamaError, match=r"bad\.jsonl, line 2: field 'text' is int, expected a string"):
         dataset.prepare(str(vocab_path("ggml-vocab-llama-spm")), tmp_path / "rb", [bad], engine="ray", workers=1)
+
+
+def test_resume_when_kept_documents_arrive_encoded(corpus, tmp_path):
+    """The Ray engine re-encodes a resumed run's kept documents: feed() must skip them inside a batch."""
+    from minillama.dataset.local import encode_docs
+    from minillama.dataset.shards import ShardWriter
+
+    model = str(vocab_path("ggml-vocab-llama-spm"))
+    index = dataset.prepare(model, tmp_path / "whole", [corpus["txt"]], workers=1, shard_tokens=3000)
+    whole = _files(tmp_path / "whole")
+    out = tmp_path / "part"
+    dataset.prepare(model, out, [corpus["txt"]], workers=1, shard_tokens=3000)
+    last = len(index["shards"]) - 1
+    for name in os.listdir(out):  # as if killed while writing the last two shards
+        if name.startswith((f"shard-{last:05d}", f"shard-{last - 1:05d}")) or name == "index.json":
+            os.remove(out / name)
+    tok = load("ggml-vocab-llama-spm")
+    settings = json.loads((out / "shard-00000.json").read_text())["settings"]
+    writer = ShardWriter(str(out), np.dtype("<u2"), 3000, settings)
+    assert len(writer.kept) == last - 1 and writer.skip_docs > 0
+    docs = corpus["paras"]
+    for i in range(0, len(docs), 37):  # batches that straddle the first document to write
+        writer.feed(*encode_docs(tok, docs[i:i + 37], True, False, [tok.eos_id], np.dtype("<u2"))[:3])
+    head = {k: index[k] for k in ("dtype", "byteorder", "n_vocab", "model", "settings", "inputs")}
+    writer.finish({**head, "bad_records": 0, "bad_examples": []})
+    assert _files(out) == whole
