@@ -23,6 +23,7 @@ dataset by document count) but rewrites only the shards that were not finished.
 from __future__ import annotations
 
 import json
+import logging
 import os
 from typing import Any
 
@@ -148,6 +149,7 @@ def run_ray(tok: Tokenizer, source: Source, writer: ShardWriter, settings: tuple
     started = not ray.is_initialized()
     if started:
         ray.init(address=address, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    logging.getLogger("ray.data").setLevel(logging.WARNING)  # not a line per pipeline start on the terminal
     ctx = ray.data.DataContext.get_current()
     ctx.execution_options.preserve_order = True
     ctx.enable_progress_bars = False
