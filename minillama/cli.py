@@ -629,6 +629,59 @@ def _setup_train(p: argparse.ArgumentParser) -> None:
     p.add_argument("files", nargs="+", metavar="FILES", help="UTF-8 text files, each a document ('-': stdin)")
 
 
+def cmd_dataset(args: argparse.Namespace) -> int:
+    """Tokenize files into sharded token files (DIR/shard-NNNNN.bin, DIR/index.json, DIR/doc_offsets.npy)."""
+    import time
+
+    from minillama import dataset
+
+    start = time.perf_counter()
+    try:
+        index = dataset.prepare(args.model, args.out, args.files, workers=args.workers, engine=args.engine,
+                                docs=args.docs, text_field=args.text_field, fmt=args.format,
+                                separator=args.separator, add_special=not args.no_special,
+                                parse_special=args.parse_special, shard_tokens=args.shard_tokens,
+                                skip_bad=args.skip_bad, ray_address=args.ray_address,
+                                progress=False if args.no_progress else None)
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted; finished shards are kept, run the same command again to resume",
+              file=sys.stderr)
+        return 130
+    bad = f", {index['bad_records']} bad records skipped" if index["bad_records"] else ""
+    print(f"{args.out}: {index['tokens']:,} tokens ({index['dtype']}) in {len(index['shards'])} shards, "
+          f"{index['docs']:,} documents{bad}, {time.perf_counter() - start:.1f} s")
+    return 0
+
+
+def _setup_dataset(p: argparse.ArgumentParser) -> None:
+    """Declare the arguments of 'dataset'."""
+    p.add_argument("--model", required=True, metavar="PATH", help="model or tokenizer file whose ids to write")
+    p.add_argument("--out", required=True, metavar="DIR", help="directory for the shards and index.json")
+    p.add_argument("--workers", type=int, metavar="N", help="processes (local) or tokenizer actors (ray) "
+                   "(default: all cores)")
+    p.add_argument("--engine", choices=("local", "ray"), default="local",
+                   help="local: a process pool on this machine; ray: Ray Data on a cluster (pip install "
+                   "\"minillama[ray]\") (default: local)")
+    p.add_argument("--docs", choices=("paragraph", "line", "file"), default="paragraph",
+                   help="text files: one document per blank-line paragraph, line or file (default: paragraph)")
+    p.add_argument("--text-field", default="text", metavar="F", help="JSONL field / Parquet column (default: text)")
+    p.add_argument("--format", choices=("auto", "text", "jsonl", "parquet"), default="auto",
+                   help="input format (default: by extension: .jsonl/.ndjson/.json, .parquet/.pq, else text)")
+    p.add_argument("--separator", default="eos", metavar="SEP",
+                   help="ids after each document: eos, bos, none or ids like 2 or 2,13 (default: eos, "
+                   "not doubled when the model adds eos itself)")
+    p.add_argument("--no-special", action="store_true", help="encode without the model's bos/eos")
+    p.add_argument("--parse-special", action="store_true", help="match control tokens written in the text")
+    p.add_argument("--shard-tokens", type=int, default=100_000_000, metavar="N",
+                   help="a shard ends after the document that brings it to N ids (default: 100,000,000)")
+    p.add_argument("--skip-bad", action="store_true",
+                   help="skip and count bad records (not UTF-8, missing field, null) instead of stopping")
+    p.add_argument("--ray-address", metavar="ADDR", help="engine ray: the cluster to join (e.g. auto or "
+                   "ray://head:10001; default: start a local Ray)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (it shows only on a terminal)")
+    p.add_argument("files", nargs="+", metavar="FILES", help="text, JSONL or Parquet files, read in this order")
+
+
 COMMANDS: dict[str, Subcommand] = {
     "tokenize": Subcommand("tokenize text and show the pieces and ids", _setup_tokenize, cmd_tokenize),
     "decode": Subcommand("turn token ids back into text", _setup_decode, cmd_decode),
@@ -644,6 +697,8 @@ COMMANDS: dict[str, Subcommand] = {
     "bench": Subcommand("measure encode/decode speed, load time and memory on a text", _setup_bench, cmd_bench),
     "train": Subcommand("train a BPE vocab on text files and write it as a vocab-only GGUF", _setup_train,
                         cmd_train),
+    "dataset": Subcommand("tokenize text/JSONL/Parquet files into sharded token files for training",
+                          _setup_dataset, cmd_dataset),
 }
 
 

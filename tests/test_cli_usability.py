@@ -225,7 +225,7 @@ def test_reply_cut_by_max_tokens_says_so() -> None:
 # --- every command's help; README's command block is --help ---------------------------------------------------------
 
 COMMANDS = [["tokenize"], ["decode"], ["convert"], ["inspect"], ["chat"], ["ngram", "train"], ["generate"], ["bench"],
-            ["train"]]
+            ["train"], ["dataset"]]
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
@@ -258,8 +258,9 @@ def _bad_inputs(tmp: Path) -> dict[str, str]:
 
 MODEL_COMMANDS = [["tokenize", "--model", "{}", "hi"], ["decode", "--model", "{}", "1"], ["inspect", "{}"],
                   ["convert", "{}", "{out}"], ["bench", "--model", "{}"], ["chat", "--model", "{}"],
-                  ["generate", "--model", "{}", "hi"]]
+                  ["generate", "--model", "{}", "hi"], ["dataset", "--model", "{}", "--out", "{out}", "README.md"]]
 FILE_COMMANDS = [["tokenize", "-f", "{}"], ["bench", "{}"], ["ngram", "train", "--out", "{out}", "{}"],
+                 ["dataset", "--model", "README.md", "--out", "{out}", "--no-progress", "{}"],
                  ["train", "--vocab-size", "300", "--out", "{out}", "{}"]]
 NUMBER_FLAGS = [["chat", "--max-tokens", "{n}"], ["generate", "--model", "{file}", "--max-tokens", "{n}", "hi"], ["chat", "--order", "{n}"], ["chat", "--top-k", "{n}"],
                 ["bench", "--repeat", "{n}"], ["ngram", "train", "--order", "{n}", "--out", "{out}", "{file}"],

@@ -101,6 +101,11 @@ class Tokenizer:
         self._lock = threading.Lock()
         self._warn_bos = self._bos_text if vocab.add_bos else ""  # text whose presence means a double bos
 
+    def __reduce__(self) -> tuple:
+        """Pickle as the vocab's tables alone (process pools, Ray actors): the model, its word caches,
+        the piece table and the lock are rebuilt on the other side, so no file needs to be there."""
+        return type(self), (self.vocab,)
+
     @classmethod
     def from_file(cls, path: str | os.PathLike[str]) -> Tokenizer:
         """Open a GGUF (v2/v3), llama2.c tokenizer.bin, SentencePiece .model or Hugging Face tokenizer.json

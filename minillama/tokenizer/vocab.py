@@ -109,6 +109,10 @@ class Vocab:
     def n_vocab(self) -> int:
         return len(self.tokens)
 
+    def __getstate__(self) -> dict[str, Any]:
+        """The fields alone: tables derived at run time (attributes starting with '_') are rebuilt, not pickled."""
+        return {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
+
     def id_of(self, name: str) -> int | None:
         """A special id by role name ('bos', 'eos', 'eot', 'unk', 'sep', 'pad', ...), or None."""
         return self.special.get(name)

@@ -1,0 +1,142 @@
+"""minillama.dataset: tokenize a data set into sharded token files that numpy.memmap opens (nanoGPT / llm.c layout).
+
+    from minillama import dataset
+    dataset.prepare("model.gguf", "out/", ["a.jsonl", "b.txt"], workers=2)   # or engine="ray"
+    ds = dataset.open("out/")
+    ds.shards[0][:10], ds.document(0), ds.doc_offsets
+    x, y = ds.sample(batch_size=8, block_size=256, rng=0)
+
+Each document is `tok.encode(doc, add_special, parse_special)` (the model's own bos/eos rules) followed
+by an end-of-document separator: by default one eos, unless the model's encode already ends with eos
+(its add_eos flag), so that every document ends with exactly one eos. Documents are read in input
+order (sources.py), encoded in parallel (local.py: a process pool; ray_engine.py: Ray Data actors),
+and written by one writer by a rule that depends only on the documents (shards.py): the same input
+and settings give the same bytes whatever the engine or worker count. Runs resume: shards finished
+by an interrupted run are kept (after checking them) and only the rest is encoded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pickle
+from collections.abc import Sequence
+
+from ..errors import MinillamaError
+from ..tokenizer import Tokenizer
+from .shards import Dataset, ShardWriter, StaleShard, dtype_for, file_sha256, open_dataset
+from .sources import BadRecordError, BadRecords, Source
+
+__all__ = ["prepare", "open", "Dataset", "BadRecordError", "BadRecords", "Source", "resolve_separator", "ENGINES"]
+
+ENGINES = ("local", "ray")
+DEFAULT_SHARD_TOKENS = 100_000_000  # as nanoGPT's and llm.c's FineWeb shards
+open = open_dataset  # noqa: A001  (dataset.open(DIR), the name the API promises)
+
+
+def resolve_separator(tok: Tokenizer, separator: str | int | Sequence[int], add_special: bool) -> list[int]:
+    """The ids appended after each document: 'eos' (default), 'bos', 'none', an id or a list of ids.
+
+    'eos' appends nothing when encode(add_special=True) already ends documents with eos (add_eos vocabs)."""
+    if isinstance(separator, str):
+        name = separator.strip().lower()
+        if name == "none":
+            return []
+        if name in ("eos", "bos"):
+            tid = tok.eos_id if name == "eos" else tok.bos_id
+            if tid is None:
+                raise MinillamaError(f"separator {name!r}: the model has no {name} token; choose another "
+                                     "separator (bos, eos, none or token ids)")
+            if name == "eos" and add_special and tok.vocab.add_eos:
+                return []
+            return [tid]
+        try:
+            ids = [int(x) for x in name.split(",")]
+        except ValueError:
+            raise MinillamaError(f"separator must be eos, bos, none or token ids like 2 or 2,13; got "
+                                 f"{separator!r}") from None
+    elif isinstance(separator, int):
+        ids = [separator]
+    else:
+        ids = [int(x) for x in separator]
+    for i in ids:
+        if not 0 <= i < tok.n_vocab:
+            raise MinillamaError(f"separator id {i} is outside the vocab [0, {tok.n_vocab})")
+    return ids
+
+
+def _model_identity(model: str | os.PathLike[str] | Tokenizer) -> tuple[Tokenizer, dict]:
+    if isinstance(model, Tokenizer):
+        blob = pickle.dumps(model.vocab, protocol=4)
+        return model, {"file": None, "sha256": hashlib.sha256(blob).hexdigest()}
+    path = os.fspath(model)
+    tok = Tokenizer.from_file(path)
+    return tok, {"file": os.path.basename(path), "sha256": file_sha256(path)}
+
+
+def prepare(model: str | os.PathLike[str] | Tokenizer, out: str | os.PathLike[str], files: Sequence[str], *,
+            workers: int | None = None, engine: str = "local", docs: str = "paragraph", text_field: str = "text",
+            fmt: str = "auto", separator: str | int | Sequence[int] = "eos", add_special: bool = True,
+            parse_special: bool = False, shard_tokens: int = DEFAULT_SHARD_TOKENS, skip_bad: bool = False,
+            ray_address: str | None = None, progress: bool | None = None) -> dict:
+    """Tokenize files into DIR/shard-NNNNN.bin + DIR/index.json + DIR/doc_offsets.npy; returns the index.
+
+    model is a model/tokenizer file or a Tokenizer; workers (default: all cores) are processes for
+    engine='local' and tokenizer actors for engine='ray' (ray_address: an existing cluster, e.g.
+    'auto' or 'ray://head:10001'; None starts a local Ray). progress=None shows a bar on a terminal.
+    A bad record raises BadRecordError (file and line/row) unless skip_bad, which counts it in the
+    index instead. Shards already finished by an interrupted run with the same settings are kept.
+    """
+    if engine not in ENGINES:
+        raise MinillamaError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    if workers is None:
+        workers = os.cpu_count() or 1
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise MinillamaError(f"workers must be a whole number of at least 1, got {workers!r}")
+    if isinstance(shard_tokens, bool) or not isinstance(shard_tokens, int) or shard_tokens < 1:
+        raise MinillamaError(f"shard_tokens must be a whole number of at least 1, got {shard_tokens!r}")
+    files = [os.fspath(f) for f in files]
+    source = Source(files, docs=docs, text_field=text_field, fmt=fmt, skip_bad=skip_bad)
+    source.check()
+    tok, model_id = _model_identity(model)
+    sep = resolve_separator(tok, separator, add_special)
+    dtype = dtype_for(tok.n_vocab)
+    settings = {"docs": docs, "format": fmt, "text_field": text_field, "add_special": add_special,
+                "parse_special": parse_special, "separator": separator if isinstance(separator, str) else list(sep),
+                "separator_ids": sep, "shard_tokens": shard_tokens, "skip_bad": skip_bad}
+    head = {"dtype": dtype.name, "byteorder": "little", "n_vocab": tok.n_vocab, "model": model_id, "settings": settings, "inputs": files}
+    settings_hash = hashlib.sha256(json.dumps(head, sort_keys=True).encode()).hexdigest()
+    out = os.fspath(out)
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise MinillamaError(f"--out {out}: expected a directory, found a file")
+    enc = (add_special, parse_special, sep, dtype)
+    from tqdm import tqdm
+
+    for _attempt in range(3):
+        writer = ShardWriter(out, dtype, shard_tokens, settings_hash)
+        bad = BadRecords()
+        # disable=None: a bar on a terminal only
+        bar = tqdm(desc="dataset", unit="B", unit_scale=True, unit_divisor=1000, leave=False,
+                   disable=None if progress is None else not progress)
+        try:
+            if engine == "local":
+                from .local import run_local
+
+                run_local(tok, source, writer, enc, workers, bad, bar)
+            else:
+                from .ray_engine import run_ray
+
+                run_ray(tok, source, writer, enc, workers, bad, bar, ray_address)
+            index = writer.finish({**head, "bad_records": bad.count, "bad_examples": bad.examples})
+        except StaleShard as stale:  # the input of a kept shard changed: write it (and what follows) again
+            writer.drop_from(stale.shard)
+            continue
+        except BaseException:
+            writer.close_files()
+            raise
+        finally:
+            bar.close()
+        return index
+    raise MinillamaError(f"{out}: the input files keep changing while they are read")
+

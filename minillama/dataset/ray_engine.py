@@ -1,0 +1,192 @@
+"""The Ray engine: Ray Data reads the files and a pool of actors, each holding a Tokenizer, encodes them.
+
+Reading and splitting are light and ask for no CPU (num_cpus=0), so that they still run when the
+actors hold every core; each actor asks for one CPU.
+
+Pipeline (one Ray Data pipeline per run of consecutive inputs of one kind, in input order):
+
+    text / JSONL:  read_binary_files -> flat_map(split into documents, the same code as the local engine)
+    Parquet:       read_parquet(columns=[text_field])
+    then           map_batches(Encoder actors, concurrency=workers) -> the driver writes shards in order
+
+Text and JSONL are read as whole files and cut into documents by sources.py, not by ray.data.read_text /
+read_json: those decode and parse by rules of their own (pyarrow's JSON types, read_text's line
+handling), and the point of this engine is the same bytes as the local one, with the same errors
+(file and line). Ray's read_text and read_json read one file per task as whole blocks too, so nothing
+is lost in streaming. With `preserve_order` the driver receives encoded batches in input order, and
+the same ShardWriter as the local engine cuts shards by its fixed rule: the output is identical.
+
+A resumed run re-encodes everything on the cluster (there is no cheap way to skip rows of a Ray
+dataset by document count) but rewrites only the shards that were not finished.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from typing import Any
+
+import numpy as np
+
+from ..errors import MinillamaError
+from ..tokenizer import Tokenizer
+from .local import bigger_word_cache, encode_docs, tick
+from .shards import ShardWriter
+from .sources import BadRecordError, BadRecords, Source, file_format, jsonl_docs, text_docs
+
+DOCS_PER_BATCH = 512
+BLOCK_BYTES = 1 << 20
+
+
+class _Collect(BadRecords):
+    """BadRecords that also keeps every message until drained (to pass them on in order)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pending: list[str] = []
+
+    def add(self, err: BadRecordError) -> None:
+        super().add(err)
+        self.pending.append(str(err))
+
+    def drain(self) -> list[dict[str, Any]]:
+        rows = [{"text": m, "bad": True} for m in self.pending]
+        self.pending.clear()
+        return rows
+
+
+def _split(row: dict[str, Any], names: dict[str, str], fmt: str, docs: str, text_field: str,
+           skip_bad: bool) -> list[dict[str, Any]]:
+    """One file's bytes -> its documents (and, with skip_bad, its bad records as rows of their own)."""
+    path = names.get(row["path"], row["path"])
+    bad = _Collect() if skip_bad else None
+    if file_format(path, fmt) == "jsonl":
+        it = jsonl_docs(path, text_field, bad, data=row["bytes"])
+    else:
+        it = text_docs(path, docs, bad, data=row["bytes"])
+    out: list[dict[str, Any]] = []
+    for doc in it:
+        if bad is not None:
+            out += bad.drain()
+        out.append({"text": doc, "bad": False})
+    if bad is not None:
+        out += bad.drain()
+    return out
+
+
+def _parquet_rows(batch: dict[str, np.ndarray], names: dict[str, str], text_field: str,
+                  skip_bad: bool) -> dict[str, np.ndarray]:
+    texts, bads = [], []
+    for text, path in zip(batch[text_field], batch["path"]):
+        if text is None:
+            err = BadRecordError(names.get(path, path), "a row", f"column {text_field!r} is null, expected a string")
+            if not skip_bad:
+                raise err
+            texts.append(str(err))
+            bads.append(True)
+        elif text.strip():
+            texts.append(text)
+            bads.append(False)
+    return {"text": np.array(texts, dtype=object), "bad": np.array(bads, dtype=bool)}
+
+
+class Encoder:
+    """A Ray actor holding one Tokenizer: a batch of documents -> one row of concatenated ids."""
+
+    def __init__(self, tok: Tokenizer, settings: tuple) -> None:
+        self.tok, self.settings = tok, settings
+        bigger_word_cache().__enter__()  # an actor is a process of its own
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        docs = [t for t, b in zip(batch["text"], batch["bad"]) if not b]
+        bad = [t for t, b in zip(batch["text"], batch["bad"]) if b]
+        lens, ids, digests, n_bytes = encode_docs(self.tok, docs, *self.settings)
+
+        def one(x: object) -> np.ndarray:
+            a = np.empty(1, dtype=object)
+            a[0] = x
+            return a
+
+        return {"lens": one(lens.tobytes()), "ids": one(ids.tobytes()), "digests": one(digests),
+                "n_bytes": np.array([n_bytes]), "bad": one(json.dumps(bad))}
+
+
+def _groups(source: Source) -> list[tuple[bool, list[str]]]:
+    """Consecutive inputs grouped by whether they are Parquet, in input order."""
+    groups: list[tuple[bool, list[str]]] = []
+    for p in source.paths:
+        pq = file_format(p, source.fmt) == "parquet"
+        if groups and groups[-1][0] == pq:
+            groups[-1][1].append(p)
+        else:
+            groups.append((pq, [p]))
+    return groups
+
+
+def _find_bad(exc: BaseException) -> BadRecordError | None:
+    seen = set()
+    stack: list[BaseException | None] = [exc]
+    while stack:
+        e = stack.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, BadRecordError):
+            return e
+        stack += [e.__cause__, e.__context__, getattr(e, "cause", None)]
+    return None
+
+
+def run_ray(tok: Tokenizer, source: Source, writer: ShardWriter, settings: tuple, workers: int, bad: BadRecords,
+            progress, address: str | None) -> None:
+    """Encode every document of source with Ray Data actors and feed the writer in input order."""
+    try:
+        import ray
+        import ray.data
+    except ImportError:
+        raise MinillamaError('--engine ray needs Ray Data: pip install "minillama[ray]"') from None
+    started = not ray.is_initialized()
+    if started:
+        ray.init(address=address, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    logging.getLogger("ray.data").setLevel(logging.WARNING)  # not a line per pipeline start on the terminal
+    ctx = ray.data.DataContext.get_current()
+    ctx.execution_options.preserve_order = True
+    ctx.enable_progress_bars = False
+    ctx.target_max_block_size = BLOCK_BYTES  # a file's documents in many blocks: every actor gets work
+    dtype = settings[3]
+    try:
+        for is_parquet, paths in _groups(source):
+            names = {os.path.abspath(p): p for p in paths} | {p: p for p in paths}
+            if is_parquet:
+                ds = ray.data.read_parquet([os.path.abspath(p) for p in paths], columns=[source.text_field],
+                                           include_paths=True, file_extensions=None, num_cpus=0)
+                ds = ds.map_batches(_parquet_rows, fn_args=(names, source.text_field, source.skip_bad),
+                                    batch_format="numpy", num_cpus=0)
+            else:
+                ds = ray.data.read_binary_files([os.path.abspath(p) for p in paths], include_paths=True,
+                                                num_cpus=0)
+                ds = ds.flat_map(_split, fn_args=(names, source.fmt, source.docs, source.text_field,
+                                                  source.skip_bad), num_cpus=0)
+            ds = ds.map_batches(Encoder, fn_constructor_args=(tok, settings),
+                                compute=ray.data.ActorPoolStrategy(size=workers),
+                                batch_size=DOCS_PER_BATCH, batch_format="numpy", num_cpus=1)
+            for row in ds.iter_rows():
+                for msg in json.loads(row["bad"]):
+                    bad.count += 1
+                    if len(bad.examples) < 10:
+                        bad.examples.append(msg)
+                writer.feed(np.frombuffer(row["lens"], np.int64), np.frombuffer(row["ids"], dtype), row["digests"])
+                tick(progress, int(row["n_bytes"]), writer)
+    except Exception as exc:
+        # Ray wraps a worker's error in its own exceptions (and does not number Parquet rows): when the
+        # input holds a bad record, read it here, without encoding, to raise the same error as the local engine.
+        if _find_bad(exc) is None and "BadRecordError" not in str(exc):
+            raise
+        if not source.skip_bad:
+            for _ in source.documents():
+                pass
+        raise
+    finally:
+        if started:
+            ray.shutdown()

@@ -1,0 +1,233 @@
+"""Readers: input files -> documents (str), streamed in input order, with bad records named by file and line.
+
+Formats, recognised by extension (or forced with fmt=):
+
+* text (any other name): one document per file, per paragraph or per line (`docs=`). Paragraphs are
+  cut at blank lines exactly as `minillama.ngram.paragraphs` cuts them (a line of only spaces/tabs/CR
+  between two newlines; each paragraph stripped of newlines; blank paragraphs dropped), but line by
+  line, so a file is never in memory whole. Lines are cut at b"\\n" only.
+* JSONL (.jsonl, .ndjson, .json): one JSON object per line; the document is its `text_field` (a string).
+  Blank lines are skipped.
+* Parquet (.parquet, .pq): the `text_field` column, read a batch of rows at a time (pyarrow, imported
+  only here).
+
+Documents with no text (empty or only whitespace) are skipped in every format: they carry nothing to
+learn, and a data set of separators alone is not what anyone wants.
+
+A bad record (bytes that are not UTF-8, a JSONL line that is not an object or lacks the field or holds a
+non-string, a null Parquet value) raises BadRecordError naming the file as the user typed it and the
+line (1-based) or row (0-based, as pyarrow counts); with skip_bad=True it is skipped and counted
+instead (a bad line in a paragraph or file document drops that whole document). A file that cannot be
+read at all (missing, a Parquet file without the column) always raises.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+from ..errors import MinillamaError
+
+DOC_MODES = ("paragraph", "line", "file")
+FORMATS = ("auto", "text", "jsonl", "parquet")
+EXTENSIONS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".parquet": "parquet", ".pq": "parquet"}
+BLANK = " \t\r\f\v"  # what a blank line may hold (the class of ngram.paragraphs' regex)
+MAX_EXAMPLES = 10  # bad records kept by name in the index
+
+
+class BadRecordError(MinillamaError, ValueError):
+    """A record the reader cannot turn into a document; names the file and the line or row."""
+
+    def __init__(self, path: str, where: str, what: str) -> None:
+        super().__init__(f"{path}, {where}: {what}")
+        self.path, self.where, self.what = path, where, what
+
+    def __reduce__(self):  # picklable across process pools and Ray
+        return BadRecordError, (self.path, self.where, self.what)
+
+
+@dataclass
+class BadRecords:
+    """How many records were skipped (skip_bad=True) and the first few of them by name."""
+
+    count: int = 0
+    examples: list[str] = field(default_factory=list)
+
+    def add(self, err: BadRecordError) -> None:
+        self.count += 1
+        if len(self.examples) < MAX_EXAMPLES:
+            self.examples.append(str(err))
+
+
+def file_format(path: str, fmt: str = "auto") -> str:
+    """'text', 'jsonl' or 'parquet' for path (by extension when fmt is 'auto')."""
+    if fmt != "auto":
+        return fmt
+    return EXTENSIONS.get(os.path.splitext(path)[1].lower(), "text")
+
+
+def _utf8(raw: bytes, path: str, where: str) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadRecordError(path, where, f"expected UTF-8 text, found byte 0x{raw[exc.start]:02x} at column "
+                             f"{exc.start + 1} that is not ({exc.reason})") from None
+
+
+def _lines(path: str, data: bytes | None = None) -> Iterator[tuple[int, bytes, bool]]:
+    """(line number, line without its b"\\n", whether a b"\\n" ended it), streamed from the file at path,
+    or from data (the file's bytes, already read: the Ray engine's read_binary_files)."""
+    with open(path, "rb") if data is None else io.BytesIO(data) as f:
+        for n, raw in enumerate(f, 1):
+            if raw.endswith(b"\n"):
+                yield n, raw[:-1], True
+            else:
+                yield n, raw, False
+
+
+def text_docs(path: str, docs: str, bad: BadRecords | None, data: bytes | None = None) -> Iterator[str]:
+    """Documents of a text file: per line, per paragraph (ngram.paragraphs' cut, streamed) or the whole file.
+
+    A paragraph is cut at a blank line that has a newline on both sides and does not follow another cut
+    line: the non-overlapping matches of r"\\n[ \\t\\r\\f\\v]*\\n", found line by line.
+    """
+    buf: list[str] = []
+    err: BadRecordError | None = None
+    prev_cut = False
+
+    def emit() -> Iterator[str]:
+        nonlocal err
+        if err is not None:
+            if bad is None:
+                raise err
+            bad.add(err)
+            err = None
+        else:
+            text = "\n".join(buf).strip("\n")
+            if text.strip():
+                yield text
+        buf.clear()
+
+    for n, raw, newline in _lines(path, data):
+        try:
+            line = _utf8(raw, path, f"line {n}")
+        except BadRecordError as exc:
+            if err is None:
+                err = exc
+            line = "\x00"  # stands for content; never a blank line
+        if docs == "line":
+            buf.append(line)
+            yield from emit()
+        elif docs == "paragraph" and n > 1 and newline and not line.strip(BLANK) and not prev_cut:
+            yield from emit()
+            prev_cut = True
+        else:
+            buf.append(line)
+            prev_cut = False
+    yield from emit()
+
+
+def jsonl_docs(path: str, text_field: str, bad: BadRecords | None, data: bytes | None = None) -> Iterator[str]:
+    for n, raw, _ in _lines(path, data):
+        if not raw.strip():
+            continue
+        try:
+            where = f"line {n}"
+            line = _utf8(raw, path, where)
+            try:
+                rec = json.loads(line)
+            except ValueError as exc:
+                raise BadRecordError(path, where, f"expected a JSON object, found invalid JSON ({exc})") from None
+            if not isinstance(rec, dict):
+                raise BadRecordError(path, where, f"expected a JSON object, found a {type(rec).__name__}")
+            if text_field not in rec:
+                keys = ", ".join(map(repr, list(rec)[:8])) or "none"
+                raise BadRecordError(path, where, f"no field {text_field!r} (fields: {keys})")
+            text = rec[text_field]
+            if not isinstance(text, str):
+                raise BadRecordError(path, where, f"field {text_field!r} is {type(text).__name__}, expected a string")
+        except BadRecordError as exc:
+            if bad is None:
+                raise
+            bad.add(exc)
+            continue
+        if text.strip():
+            yield text
+
+
+def parquet_column(path: str, text_field: str):
+    """A pyarrow ParquetFile, after checking it has a string column text_field (MinillamaError otherwise)."""
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise MinillamaError(f"{path}: reading Parquet needs pyarrow: pip install \"minillama[parquet]\"") from None
+    try:
+        pf = pq.ParquetFile(path)
+    except (pa.ArrowException, OSError) as exc:
+        raise MinillamaError(f"{path}: expected a Parquet file, found one pyarrow cannot read ({exc})") from None
+    schema = pf.schema_arrow
+    if text_field not in schema.names:
+        raise MinillamaError(f"{path}: expected a column {text_field!r}, found only "
+                             f"{', '.join(map(repr, schema.names)) or 'no columns'}")
+    kind = schema.field(text_field).type
+    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+        raise MinillamaError(f"{path}: column {text_field!r} is {kind}, expected strings")
+    return pf
+
+
+def _parquet_docs(path: str, text_field: str, bad: BadRecords | None) -> Iterator[str]:
+    pf = parquet_column(path, text_field)
+    row = 0
+    for batch in pf.iter_batches(batch_size=4096, columns=[text_field]):
+        for text in batch.column(0).to_pylist():
+            if text is None:
+                exc = BadRecordError(path, f"row {row}", f"column {text_field!r} is null, expected a string")
+                if bad is None:
+                    raise exc
+                bad.add(exc)
+            elif text.strip():
+                yield text
+            row += 1
+
+
+@dataclass
+class Source:
+    """What to read: the files, in order, and how to cut them into documents."""
+
+    paths: Sequence[str]
+    docs: str = "paragraph"
+    text_field: str = "text"
+    fmt: str = "auto"
+    skip_bad: bool = False
+
+    def check(self) -> None:
+        """Fail early, before anything is written, on settings or files that cannot work."""
+        if not self.paths:
+            raise MinillamaError("no input files given")
+        if self.docs not in DOC_MODES:
+            raise MinillamaError(f"docs must be one of {', '.join(DOC_MODES)}, got {self.docs!r}")
+        if self.fmt not in FORMATS:
+            raise MinillamaError(f"format must be one of {', '.join(FORMATS)}, got {self.fmt!r}")
+        for p in self.paths:
+            if not os.path.isfile(p):
+                raise MinillamaError(f"{p}: no such file")
+            if file_format(p, self.fmt) == "parquet":
+                parquet_column(p, self.text_field)
+
+    def documents(self, bad: BadRecords | None = None) -> Iterator[str]:
+        """Every document of every file, in order. bad collects skipped records when skip_bad is set."""
+        if self.skip_bad and bad is None:
+            bad = BadRecords()
+        sink = bad if self.skip_bad else None
+        for p in self.paths:
+            kind = file_format(p, self.fmt)
+            if kind == "jsonl":
+                yield from jsonl_docs(p, self.text_field, sink)
+            elif kind == "parquet":
+                yield from _parquet_docs(p, self.text_field, sink)
+            else:
+                yield from text_docs(p, self.docs, sink)

@@ -1,0 +1,300 @@
+"""minillama.dataset: sharded token files, exact, identical across engines and worker counts, resumable.
+
+Expected ids come from llama.cpp (shared/conformance-diverse: its ids for 1,500 paragraphs of diverse.txt) and,
+for the paragraph-split text file, from Tokenizer.encode (itself checked against llama.cpp by the conformance
+tests) on paragraphs cut by minillama.ngram.paragraphs, an independent implementation of the cut.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import LLAMACPP_TEST_SEP, REPO, load, require_shared, vocab_path
+
+from minillama import dataset
+from minillama.cli import main
+from minillama.errors import MinillamaError
+from minillama.ngram import paragraphs
+from minillama.tokenizer import Tokenizer
+
+N_DOCS = 300  # a subset keeps CI fast; benchmarks/bench_dataset.py runs the full corpus
+VOCABS = {"llama-bpe": "uint32", "llama-spm": "uint16"}
+
+
+def _paragraphs() -> list[str]:
+    text = require_shared("corpus", "diverse.txt").read_text(encoding="utf-8")
+    return paragraphs(text)[:N_DOCS]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> dict:
+    """The first N_DOCS paragraphs of diverse.txt as a text file, and llama.cpp's cases as JSONL."""
+    d = tmp_path_factory.mktemp("corpus")
+    paras = _paragraphs()
+    txt = d / "diverse.txt"
+    txt.write_text("\n\n".join(paras) + "\n", encoding="utf-8")
+    cases = require_shared("conformance-diverse", "cases.txt").read_text(encoding="utf-8").split(LLAMACPP_TEST_SEP)
+    jsonl = d / "cases.jsonl"
+    with open(jsonl, "w", encoding="utf-8") as f:
+        for text in cases[:N_DOCS]:
+            f.write(json.dumps({"id": len(text), "text": text}) + "\n")
+    return {"txt": str(txt), "paras": paras, "jsonl": str(jsonl)}
+
+
+def _llamacpp_expected(vocab: str, tok: Tokenizer) -> list[int]:
+    """[bos] + llama.cpp's ids + [eos] for each conformance-diverse case our reader keeps (non-blank)."""
+    rows = [json.loads(line) for line in
+            require_shared("conformance-diverse", f"ggml-vocab-{vocab}.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert tok.add_bos and not tok.vocab.add_eos
+    out: list[int] = []
+    for r in rows[:N_DOCS]:
+        if r["text"].strip():
+            out += [tok.bos_id, *r["ids"], tok.eos_id]
+    return out
+
+
+def _files(d: str) -> dict[str, bytes]:
+    return {name: Path(d, name).read_bytes() for name in sorted(os.listdir(d))}
+
+
+# --- Tokenizer pickling ----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["ggml-vocab-llama-spm", "ggml-vocab-llama-bpe", "ggml-vocab-gpt-2",
+                                  "ggml-vocab-bert-bge", "ggml-vocab-unigram8k", "llama2c-tokenizer.bin",
+                                  "llama-3.2-tokenizer.json"])
+def test_tokenizer_pickles_to_the_same_ids(name):
+    path = require_shared("vocab", name) if "." in name else vocab_path(name)
+    tok = Tokenizer.from_file(path)
+    texts = require_shared("conformance", "cases.txt").read_text(encoding="utf-8").split(LLAMACPP_TEST_SEP)[:80]
+    cold = pickle.dumps(tok)
+    expected = [tok.encode(t) for t in texts]  # warms the word caches and the piece table
+    tok.decode(expected[0])
+    warm = pickle.dumps(tok)
+    assert len(warm) == len(cold)  # caches are not shipped
+    back = pickle.loads(warm)
+    assert [back.encode(t) for t in texts] == expected
+    assert back.decode(expected[1]) == tok.decode(expected[1])
+
+
+def test_in_memory_tokenizer_pickles():
+    from minillama.train import train_bpe
+
+    corpus = REPO / "minillama" / "data" / "default-corpus.txt"
+    tok = train_bpe([str(corpus)], 400, kind="bytelevel", pre="llama3").tokenizer()
+    text = corpus.read_text(encoding="utf-8")[:3000]
+    assert pickle.loads(pickle.dumps(tok)).encode(text) == tok.encode(text)
+
+
+# --- exactness, local engine -----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("vocab", list(VOCABS))
+def test_paragraph_shards_equal_encode_plus_eos_for_1_and_2_workers(vocab, corpus, tmp_path):
+    tok = load(f"ggml-vocab-{vocab}")
+    expected = []
+    for p in corpus["paras"]:
+        expected += tok.encode(p) + [tok.eos_id]
+    outs = []
+    for workers in (1, 2):
+        out = tmp_path / f"w{workers}"
+        index = dataset.prepare(str(vocab_path(f"ggml-vocab-{vocab}")), out, [corpus["txt"]], workers=workers,
+                                docs="paragraph", shard_tokens=4000)
+        assert index["dtype"] == VOCABS[vocab] and index["docs"] == N_DOCS and len(index["shards"]) > 2
+        ds = dataset.open(out)
+        assert ds.shards[0].dtype == np.dtype(VOCABS[vocab]).newbyteorder("<")
+        assert ds.tokens().tolist() == expected
+        assert ds.document(7).tolist() == tok.encode(corpus["paras"][7]) + [tok.eos_id]
+        assert ds.document(N_DOCS - 1).tolist() == tok.encode(corpus["paras"][-1]) + [tok.eos_id]
+        outs.append(_files(out))
+    assert outs[0] == outs[1]
+
+
+@pytest.mark.parametrize("vocab", list(VOCABS))
+def test_jsonl_shards_equal_llamacpp_ids(vocab, corpus, tmp_path):
+    tok = load(f"ggml-vocab-{vocab}")
+    index = dataset.prepare(str(vocab_path(f"ggml-vocab-{vocab}")), tmp_path, [corpus["jsonl"]], workers=2,
+                            shard_tokens=5000)
+    got = dataset.open(tmp_path).tokens()
+    assert got.tolist() == _llamacpp_expected(vocab, tok)
+    raw = b"".join(Path(tmp_path, s["file"]).read_bytes() for s in index["shards"])
+    assert raw == np.array(got, dtype="<" + ("u4" if VOCABS[vocab] == "uint32" else "u2")).tobytes()
+
+
+def test_separator_choices(corpus, tmp_path):
+    tok = load("ggml-vocab-llama-spm")
+    paras = corpus["paras"][:20]
+    f = tmp_path / "few.txt"
+    f.write_text("\n\n".join(paras), encoding="utf-8")
+    for sep, ids in (("none", []), ("bos", [tok.bos_id]), ("13,2", [13, 2])):
+        dataset.prepare(str(vocab_path("ggml-vocab-llama-spm")), tmp_path / sep, [f], workers=1, separator=sep,
+                        add_special=False)
+        assert dataset.open(tmp_path / sep).tokens().tolist() == [i for p in paras for i in tok.encode(p, False) + ids]
+    with pytest.raises(MinillamaError, match="outside the vocab"):
+        dataset.prepare(str(vocab_path("ggml-vocab-llama-spm")), tmp_path / "x", [f], separator="99999")
+
+
+def test_reader_sample_and_offsets(corpus, tmp_path):
+    dataset.prepare(str(vocab_path("ggml-vocab-llama-spm")), tmp_path, [corpus["txt"]], workers=1, shard_tokens=3000)
+    ds = dataset.open(tmp_path)
+    assert ds.doc_offsets[0] == 0 and ds.doc_offsets[-1] == ds.n_tokens and len(ds.doc_offsets) == ds.n_docs + 1
+    assert np.all(np.diff(ds.doc_offsets) > 0)
+    x, y = ds.sample(4, 64, rng=0)
+    assert x.shape == y.shape == (4, 64) and x.dtype == np.int64
+    assert np.array_equal(x[:, 1:], y[:, :-1])
+    x2, _ = ds.sample(4, 64, rng=0)
+    assert np.array_equal(x, x2)
+    flat = ds.tokens()
+    starts = [i for i in range(len(flat) - 64) if flat[i] == x[0, 0] and np.array_equal(flat[i:i + 64], x[0])]
+    assert starts  # a window of the token stream
+    with pytest.raises(MinillamaError, match="expected a prepared data set"):
+        dataset.open(tmp_path / "nope")
+
+
+# --- Parquet ---------------------------------------------------------------------------------------------------------
+
+def test_parquet_equals_jsonl_and_names_a_missing_column(corpus, tmp_path):
+    pa = pytest.importorskip("pyarrow", reason="Parquet input needs pyarrow (the parquet/ray extras)")
+    import pyarrow.parquet as pq
+
+    texts = [json.loads(line)["text"] for line in Path(corpus["jsonl"]).read_text(encoding="utf-8").splitlines()]
+    pq.write_table(pa.table({"body": texts}), tmp_path / "c.parquet", row_group_size=50)
+    model = str(vocab_path("ggml-vocab-llama-spm"))
+    dataset.prepare(model, tmp_path / "pq", [tmp_path / "c.parquet"], text_field="body", workers=2)
+    dataset.prepare(model, tmp_path / "js", [corpus["jsonl"]], workers=2)
+    assert Path(tmp_path, "pq", "shard-00000.bin").read_bytes() == Path(tmp_path, "js", "shard-00000.bin").read_bytes()
+    with pytest.raises(MinillamaError, match=r"c\.parquet: expected a column 'text', found only 'body'"):
+        dataset.prepare(model, tmp_path / "bad", [tmp_path / "c.parquet"])
+    assert not (tmp_path / "bad").exists()
+    pq.write_table(pa.table({"body": ["one", None, "three"]}), tmp_path / "n.parquet")
+    with pytest.raises(MinillamaError, match=r"n\.parquet, row 1: column 'body' is null"):
+        dataset.prepare(model, tmp_path / "bad", [tmp_path / "n.parquet"], text_field="body")
+
+
+# --- bad input -------------------------------------------------------------------------------------------------------
+
+def test_bad_records_are_named_and_nothing_half_written(tmp_path):
+    model = str(vocab_path("ggml-vocab-llama-spm"))
+    good = [{"text": f"document number {i}"} for i in range(6)]
+    lines = [json.dumps(r) for r in good[:3]] + ['{"title": "no text"}'] + [json.dumps(r) for r in good[3:]]
+    f = tmp_path / "in.jsonl"
+    f.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out = tmp_path / "out"
+    with pytest.raises(MinillamaError, match=r"in\.jsonl, line 4: no field 'text' \(fields: 'title'\)"):
+        dataset.prepare(model, out, [f], workers=1, shard_tokens=3)
+    left = sorted(os.listdir(out))
+    assert "index.json" not in left and not [n for n in left if n.endswith(".tmp")]
+    assert left == ["shard-00000.bin", "shard-00000.docs.npy", "shard-00000.json",
+                    "shard-00001.bin", "shard-00001.docs.npy", "shard-00001.json",
+                    "shard-00002.bin", "shard-00002.docs.npy", "shard-00002.json"]  # the good data is kept
+
+    index = dataset.prepare(model, out, [f], workers=2, shard_tokens=3, skip_bad=True)
+    assert index["bad_records"] == 1 and "line 4" in index["bad_examples"][0] and index["docs"] == 6
+    clean = tmp_path / "clean.jsonl"
+    clean.write_text("\n".join(json.dumps(r) for r in good) + "\n", encoding="utf-8")
+    dataset.prepare(model, tmp_path / "clean", [clean], workers=1, shard_tokens=3)
+    assert dataset.open(out).tokens().tolist() == dataset.open(tmp_path / "clean").tokens().tolist()
+
+    t = tmp_path / "latin1.txt"
+    t.write_bytes(b"fine\n\nalso fine\nthen caf\xe9\n")
+    with pytest.raises(MinillamaError, match=r"latin1\.txt, line 4: expected UTF-8 text, found byte 0xe9"):
+        dataset.prepare(model, tmp_path / "t", [t])
+    index = dataset.prepare(model, tmp_path / "t", [t], skip_bad=True)
+    assert index["docs"] == 1 and index["bad_records"] == 1
+    assert main(["dataset", "--model", model, "--out", str(tmp_path / "cli"), str(f)]) == 2
+
+
+def test_cli_writes_and_reports(tmp_path, capsys, corpus):
+    out = tmp_path / "o"
+    code = main(["dataset", "--model", str(vocab_path("ggml-vocab-llama-spm")), "--out", str(out), "--workers", "1",
+                 "--docs", "line", "--no-progress", corpus["txt"]])
+    assert code == 0
+    lines = [ln for ln in Path(corpus["txt"]).read_text(encoding="utf-8").split("\n") if ln.strip()]
+    assert f"{len(lines):,} documents" in capsys.readouterr().out
+    assert dataset.open(out).n_docs == len(lines)
+
+
+# --- resume after SIGKILL --------------------------------------------------------------------------------------------
+
+def test_sigkill_then_rerun_equals_uninterrupted_run(tmp_path):
+    text = require_shared("corpus", "diverse.txt").read_bytes()[:1_200_000]
+    src = tmp_path / "in.txt"
+    src.write_bytes(text[:text.rindex(b"\n\n")])
+    model = str(vocab_path("ggml-vocab-llama-spm"))
+    cmd = [sys.executable, "-m", "minillama", "dataset", "--model", model, "--workers", "2", "--shard-tokens",
+           "20000", "--no-progress", str(src), "--out"]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    subprocess.run(cmd + [str(tmp_path / "whole")], check=True, env=env, capture_output=True)
+
+    out = tmp_path / "killed"
+    proc = subprocess.Popen(cmd + [str(out)], env=env, start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not (out / "shard-00002.json").exists():
+        assert proc.poll() is None and time.monotonic() < deadline, "the run ended before it could be killed"
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (out / "index.json").exists()
+    kept = {n: os.stat(out / n).st_mtime_ns for n in os.listdir(out) if n.endswith(".json")}
+    subprocess.run(cmd + [str(out)], check=True, env=env, capture_output=True)
+    assert all(os.stat(out / n).st_mtime_ns == t for n, t in kept.items())  # finished shards were kept
+    assert _files(out) == _files(tmp_path / "whole")
+
+
+# --- Ray -------------------------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def local_ray():
+    ray = pytest.importorskip("ray", reason='the Ray engine needs pip install "minillama[ray]"')
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+def test_ray_engine_gives_the_same_bytes(local_ray, corpus, tmp_path):
+    for vocab, name in (("llama-bpe", "jsonl"), ("llama-spm", "txt")):  # uint32 and uint16, both readers
+        model = str(vocab_path(f"ggml-vocab-{vocab}"))
+        a, b = tmp_path / f"{vocab}-{name}-local", tmp_path / f"{vocab}-{name}-ray"
+        dataset.prepare(model, a, [corpus[name]], workers=2, shard_tokens=6000)
+        dataset.prepare(model, b, [corpus[name]], engine="ray", workers=2, shard_tokens=6000)
+        assert _files(a) == _files(b), (vocab, name)
+    tok = load("ggml-vocab-llama-bpe")
+    assert dataset.open(tmp_path / "llama-bpe-jsonl-ray").tokens().tolist() == _llamacpp_expected("llama-bpe", tok)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "a"}\n{"text": 3}\n', encoding="utf-8")
+    with pytest.raises(MinillamaError, match=r"bad\.jsonl, line 2: field 'text' is int, expected a string"):
+        dataset.prepare(str(vocab_path("ggml-vocab-llama-spm")), tmp_path / "rb", [bad], engine="ray", workers=1)
+
+
+def test_resume_when_kept_documents_arrive_encoded(corpus, tmp_path):
+    """The Ray engine re-encodes a resumed run's kept documents: feed() must skip them inside a batch."""
+    from minillama.dataset.local import encode_docs
+    from minillama.dataset.shards import ShardWriter
+
+    model = str(vocab_path("ggml-vocab-llama-spm"))
+    index = dataset.prepare(model, tmp_path / "whole", [corpus["txt"]], workers=1, shard_tokens=3000)
+    whole = _files(tmp_path / "whole")
+    out = tmp_path / "part"
+    dataset.prepare(model, out, [corpus["txt"]], workers=1, shard_tokens=3000)
+    last = len(index["shards"]) - 1
+    for name in os.listdir(out):  # as if killed while writing the last two shards
+        if name.startswith((f"shard-{last:05d}", f"shard-{last - 1:05d}")) or name == "index.json":
+            os.remove(out / name)
+    tok = load("ggml-vocab-llama-spm")
+    settings = json.loads((out / "shard-00000.json").read_text())["settings"]
+    writer = ShardWriter(str(out), np.dtype("<u2"), 3000, settings)
+    assert len(writer.kept) == last - 1 and writer.skip_docs > 0
+    docs = corpus["paras"]
+    for i in range(0, len(docs), 37):  # batches that straddle the first document to write
+        writer.feed(*encode_docs(tok, docs[i:i + 37], True, False, [tok.eos_id], np.dtype("<u2"))[:3])
+    head = {k: index[k] for k in ("dtype", "byteorder", "n_vocab", "model", "settings", "inputs")}
+    writer.finish({**head, "bad_records": 0, "bad_examples": []})
+    assert _files(out) == whole
