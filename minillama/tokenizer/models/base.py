@@ -27,7 +27,7 @@ import operator
 import re
 import threading
 from array import array
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from itertools import chain, compress
 from typing import TypeVar
 
@@ -37,6 +37,12 @@ from ..vocab import Vocab
 # and WordPiece, a run between unmergeable boundaries for SPM and Unigram.
 CACHE_MAX_BYTES = 32 << 20
 CACHE_MAX_WORDS = 1 << 18
+
+# Huge fragments. A fragment longer than CHUNK_CHARS is encoded a piece at a time, each piece ending
+# where the model proves its ids do not depend on what follows (see `Model.word_chunks`), so the word
+# lists of one call stay a few MB whatever the input. Pieces are CHUNK_CHARS // 2 .. CHUNK_CHARS long
+# when a cut is found there; a text with no cut at all (one endless word) is one piece.
+CHUNK_CHARS = 1 << 20
 
 
 def entry_bytes(word: str, ids: list[int]) -> int:
@@ -107,6 +113,24 @@ def cut_at_pairs(word: str, pairs: frozenset[str]) -> list[str]:
     return [word[a:b] for a, b in zip([0, *cuts], [*cuts, n])]
 
 
+def pieces(text: str, cut: Callable[[str, int, int], int | None]) -> Iterator[str]:
+    """text in pieces of CHUNK_CHARS // 2 .. CHUNK_CHARS characters, each ending at cut(text, lo, hi)
+    (the last cut in [lo, hi), or None); where a window has none, the next windows are tried, and the
+    rest is one piece when no cut follows at all."""
+    chunk = CHUNK_CHARS
+    start, n = 0, len(text)
+    while n - start > chunk:
+        q, lo, hi = None, start + chunk // 2, start + chunk
+        while q is None and lo < n:
+            q = cut(text, lo, min(hi, n))
+            lo, hi = hi, hi + chunk
+        if q is None:
+            break
+        yield text[start:q]
+        start = q
+    yield text[start:]
+
+
 class Model:
     """Turns plain text into ids; subclasses say how text splits into words and how a word merges."""
 
@@ -148,7 +172,21 @@ class Model:
 
     def encode(self, text: str) -> list[int]:
         """Encode one fragment of plain text (special tokens already split off, valid Unicode)."""
-        return self._encode_words(self.words(text))
+        if len(text) <= CHUNK_CHARS:
+            return self._encode_words(self.words(text))
+        out: list[int] = []
+        for words in self.word_chunks(text):
+            out += self._encode_words(words)
+        return out
+
+    def word_chunks(self, text: str) -> Iterator[list[str]]:
+        """The words of text, a piece at a time (the pieces of `pieces` with this model's cut)."""
+        return map(self.words, pieces(text, self.cut))
+
+    def cut(self, text: str, lo: int, hi: int) -> int | None:
+        """A position q, lo <= q < hi, where the words of text are those of text[:q] then those of
+        text[q:]; None when there is none (the default: models that do not chunk)."""
+        return None
 
     def encode_escaped(self, text: str) -> list[int]:
         """Encode a fragment holding raw bytes as surrogate escapes (see the module docstring).

@@ -71,6 +71,18 @@ class SPMModel(Model):
             rx = self._once("_splitter", self._build_splitter)
         return rx.split(text)
 
+    def cut(self, text: str, lo: int, hi: int) -> int | None:
+        """The last cut of words() before a U+2581 in [lo, hi): the splitter looks one character either
+        side, so a cut it makes in two characters of the text is a cut of the whole text."""
+        q = text.rfind(SPACE, lo, hi)
+        for _ in range(64):
+            if q < lo or q < 1:
+                return None
+            if len(self.words(text[q - 1:q + 1])) == 2:
+                return q
+            q = text.rfind(SPACE, lo, q)
+        return None
+
     def encode_escaped(self, text: str) -> list[int]:
         """Words as usual, but a word whose last three characters hold a raw lead byte (which may take
         the next bytes into its symbol) is joined with the next one."""
