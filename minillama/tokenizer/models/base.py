@@ -131,6 +131,20 @@ def pieces(text: str, cut: Callable[[str, int, int], int | None]) -> Iterator[st
     yield text[start:]
 
 
+def last_cut_before(mark: str, split: Callable[[str], list[str]], text: str, lo: int, hi: int) -> int | None:
+    """The last q in [lo, hi) with text[q] == mark where split cuts text[q - 1:q + 1] in two, None when
+    the last 64 marks there are not cuts. For splitters by a zero-width pattern that looks one character
+    either side (SPM words, UGM segments): a cut they make in those two characters is a cut of text."""
+    q = text.rfind(mark, lo, hi)
+    for _ in range(64):
+        if q < lo or q < 1:
+            return None
+        if len(split(text[q - 1:q + 1])) == 2:
+            return q
+        q = text.rfind(mark, lo, q)
+    return None
+
+
 class Model:
     """Turns plain text into ids; subclasses say how text splits into words and how a word merges."""
 

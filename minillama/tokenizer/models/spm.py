@@ -34,7 +34,7 @@ from gguf import Keys
 from ...errors import FormatError
 from ..unicode import byte_token, raw_byte_token
 from ..vocab import Vocab
-from .base import SURROGATES, Model, adjacent_pairs, cut_at_pairs, links
+from .base import SURROGATES, Model, adjacent_pairs, cut_at_pairs, last_cut_before, links
 
 SPACE = "\u2581"
 HEAP_MIN_LEN = 48
@@ -72,16 +72,8 @@ class SPMModel(Model):
         return rx.split(text)
 
     def cut(self, text: str, lo: int, hi: int) -> int | None:
-        """The last cut of words() before a U+2581 in [lo, hi): the splitter looks one character either
-        side, so a cut it makes in two characters of the text is a cut of the whole text."""
-        q = text.rfind(SPACE, lo, hi)
-        for _ in range(64):
-            if q < lo or q < 1:
-                return None
-            if len(self.words(text[q - 1:q + 1])) == 2:
-                return q
-            q = text.rfind(SPACE, lo, q)
-        return None
+        """The last cut of words() before a U+2581 in [lo, hi)."""
+        return last_cut_before(SPACE, self.words, text, lo, hi)
 
     def encode_escaped(self, text: str) -> list[int]:
         """Words as usual, but a word whose last three characters hold a raw lead byte (which may take

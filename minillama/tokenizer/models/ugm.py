@@ -40,7 +40,7 @@ from gguf import Keys
 from ...errors import FormatError
 from ..vocab import TYPE_TO_ATTR, Attr, Vocab
 from . import base
-from .base import Model
+from .base import Model, last_cut_before
 
 SPACE = "\u2581"
 DBL_LOWEST = -sys.float_info.max  # llama.cpp's -DBL_MAX: the score of a position not reached yet
@@ -594,16 +594,8 @@ class UGMModel(Model):
         return self._cut.split(s)
 
     def _cut_at(self, s: str, lo: int, hi: int) -> int | None:
-        """The last cut of _segments before a U+2581 in [lo, hi): its pattern looks one character either
-        side, so a cut it makes in two characters of s is a cut of s."""
-        q = s.rfind(SPACE, lo, hi)
-        for _ in range(64):
-            if q < lo or q < 1:
-                return None
-            if len(self._segments(s[q - 1:q + 1])) == 2:
-                return q
-            q = s.rfind(SPACE, lo, q)
-        return None
+        """The last cut of _segments before a U+2581 in [lo, hi)."""
+        return last_cut_before(SPACE, self._segments, s, lo, hi)
 
     def _join(self, segs: list[str]) -> list[int]:
         """The ids of each segment (cached), joined; an unknown ending one segment absorbs one starting the next."""
