@@ -95,8 +95,10 @@ def llama_code_points(text: str) -> str:
 def links(values: range) -> list[int] | array:
     """The linked list of a long word (merge heaps): a list (fastest), or machine ints past 2**16
     symbols, where a list's int objects would cost 36 bytes a symbol (a 10 MB word then takes half the
-    memory)."""
-    return list(values) if len(values) < 1 << 16 else array("q", values)
+    memory); 4 bytes a link below 2**31 symbols."""
+    if len(values) < 1 << 16:
+        return list(values)
+    return array("i" if len(values) < 1 << 31 else "q", values)
 
 
 def adjacent_pairs(tokens: Iterable[str]) -> frozenset[str]:
@@ -155,6 +157,7 @@ class Model:
         self._old: dict[str, list[int]] = {}
         self._cache_bytes = 0
         self._lock = threading.RLock()  # re-entrant: a table's builder may use another table
+        self._canonical: dict[str, str] | None = None
 
     def _once(self, attr: str, build: Callable[[], T]) -> T:
         """The value of self.<attr>, built by build() on first use under the lock (once, thread-safe)."""
@@ -164,6 +167,13 @@ class Model:
                 value = build()
                 setattr(self, attr, value)
             return value
+
+    def canonical(self) -> dict[str, str]:
+        """Token text -> the vocab's own str of it (the merge heaps of long words store these, not copies)."""
+        canon = self._canonical
+        if canon is None:
+            canon = self._once("_canonical", lambda: {t: t for t in self.token_to_id})
+        return canon
 
     def affixes(self) -> tuple[list[int], list[int]]:
         """Ids that add_special puts before and after the text: bos/eos as the vocab's flags say."""

@@ -167,13 +167,15 @@ class BPEModel(Model):
         heap = [r << 32 | i for i, r in enumerate(rank(a + " " + b, -1) for a, b in zip(syms, syms[1:])) if r >= 0]
         heapq.heapify(heap)
         pop, push, low = heapq.heappop, heapq.heappush, (1 << 32) - 1
+        canon = self.canonical().get
         while heap:
             key = pop(heap)
             left = key & low
             right = nxt[left]
             if right < 0 or not syms[left] or rank(syms[left] + " " + syms[right], -1) != key >> 32:
                 continue
-            syms[left] += syms[right]
+            merged = syms[left] + syms[right]
+            syms[left] = canon(merged, merged)  # the vocab's own str: a long word keeps no copies
             syms[right] = ""
             after = nxt[right]
             nxt[left] = after

@@ -211,6 +211,7 @@ class SPMModel(Model):
                 heap.append(rank[t] << 64 | i << 32 | (len(syms[i]) + len(syms[i + 1])))
         heapq.heapify(heap)
         pop, push, low = heapq.heappop, heapq.heappush, (1 << 32) - 1
+        canon = (self.canonical() if t2i is self.token_to_id else {}).get
         while heap:
             key = pop(heap)
             left = (key >> 32) & low
@@ -221,7 +222,8 @@ class SPMModel(Model):
             sr = syms[right]
             if not sr or len(sl) + len(sr) != key & low:
                 continue
-            syms[left] = sl = sl + sr
+            sl = sl + sr
+            syms[left] = sl = canon(sl, sl)  # the vocab's own str: a long word keeps no copies
             syms[right] = ""
             after = nxt[right]
             nxt[left] = after
