@@ -16,6 +16,14 @@ once per generation is never recomputed, memory stays under 2 x CACHE_MAX_BYTES 
 does more work than the first. The hot path (every word a hit in the young generation) is one C-level
 map over the young dict.
 
+Huge fragments. A fragment of more than CHUNK_CHARS characters is encoded a piece at a time
+(`Model.word_chunks`): each model cuts only where the words of the whole text provably have a
+boundary that does not depend on what follows (SPM: a cut of its one-character-context splitter;
+WordPiece: after a space; BPE: after a newline followed by a non-space, checked against the words
+of the text read on past the cut; Unigram: a segment cut), so the ids are the same and the word
+lists of one call stay a few MB. A long word's merge heap keeps the vocab's own token strs and
+4-byte links, so one word of n characters costs about 50-80 bytes a character at its peak.
+
 Thread safety. A get or a set on a dict is atomic under the GIL; two threads encoding the same new
 word both compute the same ids; a generation swap racing with a set at worst loses that entry, which
 costs a recomputation. Tables built on first use are built under `self._lock`, once.
