@@ -1,5 +1,5 @@
 """Encode/decode throughput, load time and memory for every shared vocab, and llama3's memory next to
-Hugging Face tokenizers'. A benchmark script, not a test: python benchmarks/bench_vocabs.py [--json OUT]
+Hugging Face tokenizers'. A benchmark script, not a test: python tools/bench/bench_vocabs.py [--json OUT]
 
 Texts: ../shared/corpus/botchan.txt (English) and wagahaiwa_nekodearu.txt (Japanese).
 Memory of a loaded tokenizer is also measured as peak RSS growth in a fresh subprocess, the only
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from minillama.bench import bench, format_table
 
-SHARED = Path(os.environ.get("MINILLAMA_SHARED", Path(__file__).resolve().parents[2] / "shared"))
+SHARED = Path(os.environ.get("MINILLAMA_SHARED", Path(__file__).resolve().parents[3] / "shared"))
 
 _RSS_CHILD = r"""
 import sys
