@@ -14,7 +14,7 @@ import gc
 import os
 import time
 import tracemalloc
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 from .tokenizer import Tokenizer
@@ -116,12 +116,27 @@ def load_memory(model_path: str) -> tuple[float, float]:
     return (peak - base) / 2**20, (kept - base) / 2**20
 
 
-HEADER = (f"{'model':30s} {'text':12s} {'tokens':>8s} {'load ms':>8s} {'first MB/s':>10s} {'steady MB/s':>11s} "
-          f"{'enc tok/s':>10s} {'dec MB/s':>9s} {'dec tok/s':>10s} {'load peak MiB':>13s} {'kept MiB':>9s}")
+# (header, how a result shows in that column); numbers right-aligned with thousands separators.
+COLUMNS: tuple[tuple[str, Callable[[BenchResult], str]], ...] = (
+    ("model", lambda r: r.model),
+    ("text", lambda r: r.text),
+    ("tokens", lambda r: f"{r.n_tokens:,}"),
+    ("load ms", lambda r: f"{r.load_s * 1e3:,.1f}"),
+    ("first MB/s", lambda r: f"{r.encode_first_mb_s:,.2f}"),
+    ("steady MB/s", lambda r: f"{r.encode_mb_s:,.2f}"),
+    ("enc tok/s", lambda r: f"{r.encode_tok_s:,.0f}"),
+    ("dec MB/s", lambda r: f"{r.decode_mb_s:,.1f}"),
+    ("dec tok/s", lambda r: f"{r.decode_tok_s:,.0f}"),
+    ("load peak MiB", lambda r: f"{r.peak_mib:,.1f}"),
+    ("kept MiB", lambda r: f"{r.retained_mib:,.1f}"),
+)
 
 
-def format_row(r: BenchResult) -> str:
-    """One line of the table HEADER describes."""
-    return (f"{r.model[:30]:30s} {r.text[:12]:12s} {r.n_tokens:8d} {r.load_s * 1e3:8.1f} {r.encode_first_mb_s:10.2f} "
-            f"{r.encode_mb_s:11.2f} {r.encode_tok_s:10.0f} {r.decode_mb_s:9.1f} {r.decode_tok_s:10.0f} "
-            f"{r.peak_mib:13.1f} {r.retained_mib:9.1f}")
+def format_table(results: Sequence[BenchResult]) -> str:
+    """The results as an aligned table: a header line, then one line per result, columns two spaces apart,
+    names never cut."""
+    rows = [[name for name, _ in COLUMNS]] + [[cell(r) for _, cell in COLUMNS] for r in results]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
+    lines = ["  ".join(v.ljust(w) if i < 2 else v.rjust(w) for i, (v, w) in enumerate(zip(row, widths))).rstrip()
+             for row in rows]
+    return "\n".join(lines)

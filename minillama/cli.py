@@ -531,7 +531,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         raise MinillamaError(f"expected --repeat of at least 1 (timed runs), found {args.repeat}")
     import json
 
-    from minillama.bench import HEADER, bench, format_row
+    from minillama.bench import bench, format_table
     from minillama.ngram import default_corpus_path
     from minillama.tokenizer import default_vocab_path
 
@@ -544,8 +544,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result.as_dict(), indent=1))
     else:
-        print(HEADER)
-        print(format_row(result))
+        print(format_table([result]))
     return 0
 
 

@@ -26,7 +26,7 @@ from minillama.errors import MinillamaError
 from minillama.ngram import paragraphs
 from minillama.tokenizer import Tokenizer
 
-N_DOCS = 300  # a subset keeps CI fast; benchmarks/bench_dataset.py runs the full corpus
+N_DOCS = 300  # a subset keeps CI fast; tools/bench/bench_dataset.py runs the full corpus
 VOCABS = {"llama-bpe": "uint32", "llama-spm": "uint16"}
 
 

@@ -6,7 +6,7 @@ bound (tracemalloc peak) and a time bound measured here.
   truncated at its section boundaries (GGUF: the header fields and every key/value; tokenizer.bin: the
   header and entries; .model: top-level fields), has its length and count fields replaced by huge
   values (2**60, 2**64 - 1, one more than the bytes left), and gets random bit flips;
-* the regression inputs in tests/fuzz_seeds/ (what benchmarks/fuzz_readers.py found interesting) all
+* the regression inputs in tests/fuzz_seeds/ (what tools/fuzz/fuzz_readers.py found interesting) all
   load or fail as documented;
 * hand-made odd vocabs (duplicate and empty tokens, missing bos/eos, merges of unknown tokens, short
   score/type arrays, wrong value types) load as llama.cpp loads them or fail with FormatError.

@@ -1,8 +1,8 @@
 """minillama.model: the numpy forward pass, teacher-forced on llama.cpp's own greedy continuations, and the errors a
 user's file or input can cause.
 
-tests/data/smollm2_llamacpp_greedy.json holds llama.cpp's greedy continuations of scripts/model_prompts.txt (prose,
-code, chat-template prompts) with its top-5 log-probs at every position, made by scripts/make_model_expected.py from
+tests/data/smollm2_llamacpp_greedy.json holds llama.cpp's greedy continuations of tools/model_prompts.txt (prose,
+code, chat-template prompts) with its top-5 log-probs at every position, made by tools/make_model_expected.py from
 SmolLM2-135M-Instruct.Q4_1.gguf. The real-model tests use the GGUF MINILLAMA_TEST_GGUF points to and skip without it.
 """
 

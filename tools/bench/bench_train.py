@@ -1,6 +1,6 @@
 """minillama.train against Hugging Face tokenizers' BpeTrainer and sentencepiece's trainer.
 
-    python benchmarks/bench_train.py [--repeat 3] [--vocab-size 8000] [--skip-equality] [--skip-speed]
+    python tools/bench/bench_train.py [--repeat 3] [--vocab-size 8000] [--skip-equality] [--skip-speed]
 
 Speed: an 8,000-token byte-level vocab (pre llama3) on shared/corpus/botchan.txt plus
 wagahaiwa_nekodearu.txt, end to end (reading, counting, merging; writing excluded), best of
@@ -57,7 +57,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 SHARED = Path(os.environ.get("MINILLAMA_SHARED", ROOT.parent / "shared"))
@@ -146,7 +146,7 @@ def run_spm(vocab_size: int) -> dict:
 def run_child(name: str, vocab_size: int) -> float:
     """Seconds a runner takes in a fresh child process limited to one thread."""
     env = dict(os.environ, RAYON_NUM_THREADS="1", RAYON_RS_NUM_CPUS="1", TOKENIZERS_PARALLELISM="false")
-    code = (f"import sys, time; sys.path.insert(0, {str(ROOT / 'benchmarks')!r}); import bench_train as b; "
+    code = (f"import sys, time; sys.path.insert(0, {str(ROOT / 'tools' / 'bench')!r}); import bench_train as b; "
             f"t = time.perf_counter(); b.{name}({vocab_size}); print(time.perf_counter() - t)")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     return float(out.stdout.strip().splitlines()[-1])

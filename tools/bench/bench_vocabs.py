@@ -1,5 +1,5 @@
 """Encode/decode throughput, load time and memory for every shared vocab, and llama3's memory next to
-Hugging Face tokenizers'. A benchmark script, not a test: python benchmarks/bench_vocabs.py [--json OUT]
+Hugging Face tokenizers'. A benchmark script, not a test: python tools/bench/bench_vocabs.py [--json OUT]
 
 Texts: ../shared/corpus/botchan.txt (English) and wagahaiwa_nekodearu.txt (Japanese).
 Memory of a loaded tokenizer is also measured as peak RSS growth in a fresh subprocess, the only
@@ -15,9 +15,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from minillama.bench import HEADER, bench, format_row
+from minillama.bench import bench, format_table
 
-SHARED = Path(os.environ.get("MINILLAMA_SHARED", Path(__file__).resolve().parents[2] / "shared"))
+SHARED = Path(os.environ.get("MINILLAMA_SHARED", Path(__file__).resolve().parents[3] / "shared"))
 
 _RSS_CHILD = r"""
 import sys
@@ -65,14 +65,16 @@ def main() -> int:
     texts = {"botchan": SHARED / "corpus/botchan.txt", "wagahai": SHARED / "corpus/wagahaiwa_nekodearu.txt"}
     texts = {k: v.read_text(encoding="utf-8") for k, v in texts.items()}
     rows = []
-    print(HEADER)
+    results = []
     for path in sorted((SHARED / "vocab").glob("*.gguf")) + [SHARED / "vocab/llama2c-tokenizer.bin"]:
         if args.vocab and path.name not in args.vocab:
             continue
         for name, text in texts.items():
             r = bench(str(path), text, name)
             rows.append(r.as_dict())
-            print(format_row(r), flush=True)
+            results.append(r)
+            print(f"{r.model} {r.text}: done", file=sys.stderr, flush=True)
+    print(format_table(results))
     mem = {}
     hf = SHARED / "vocab/llama-3.2-tokenizer.json"
     try:

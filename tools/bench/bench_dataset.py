@@ -1,6 +1,6 @@
 """Benchmark `minillama dataset`: end-to-end MB/s for 1 and 2 workers, against HF tokenizers, and peak memory.
 
-    python benchmarks/bench_dataset.py [--mb 50] [--big-mb 200] [--vocab llama-bpe]
+    python tools/bench/bench_dataset.py [--mb 50] [--big-mb 200] [--vocab llama-bpe]
 
 The corpus is ../shared/corpus/diverse.txt repeated to --mb megabytes (paragraph documents). Figures:
 
@@ -27,7 +27,7 @@ import threading
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SHARED = Path(os.environ.get("MINILLAMA_SHARED", REPO.parent / "shared"))
 HF_JSON = {"llama-bpe": "llama-3.2-tokenizer.json"}
 

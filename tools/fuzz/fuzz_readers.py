@@ -1,7 +1,7 @@
 """Fuzz the GGUF and llama2.c tokenizer.bin readers (and everything a loaded vocab reaches) for a fixed
 number of inputs; print a summary. A benchmark-style script, not a test:
 
-    python benchmarks/fuzz_readers.py [--runs 20000] [--engine auto|atheris|hypothesis] [--seed 1]
+    python tools/fuzz/fuzz_readers.py [--runs 20000] [--engine auto|atheris|hypothesis] [--seed 1]
                                       [--save-seeds tests/fuzz_seeds] [--write-corpus DIR]
 
 Every input is written to a file and opened with Tokenizer.from_file (which sniffs GGUF, tokenizer.bin,

@@ -1,14 +1,14 @@
 """Huge single inputs: time and peak RSS growth of ONE encode call per model type, beside llama.cpp.
 A benchmark script, not a test:
 
-    python benchmarks/bench_huge.py [--mb 50] [--run 10000000] [--vocab NAME]...
+    python tools/bench/bench_huge.py [--mb 50] [--run 10000000] [--vocab NAME]...
 
 Two inputs: the first --mb MB of ../shared/corpus/diverse.txt repeated as needed (one str), and
 --run copies of the letter 'a' (one pre-token, one word: the worst case of the merge heaps). Each
 measurement runs in a fresh subprocess: RSS growth is the peak resident set (VmHWM, reset before the
 call) minus the resident set just before it, so it counts the text's working copies, the word lists
-and the returned ids; bytes per input byte = growth / input size. With llama.cpp, a third line gives minillama's time and
-memory as multiples of llama.cpp's. The defaults are issue 15's acceptance sizes (a full run takes
+and the returned ids; bytes per input byte = growth / input size. With llama.cpp, a third line
+gives minillama's time and memory as multiples of llama.cpp's. The defaults are issue 15's acceptance sizes (a full run takes
 about 5 minutes on two cores).
 """
 
@@ -20,7 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-SHARED = Path(os.environ.get("MINILLAMA_SHARED", Path(__file__).resolve().parents[2] / "shared"))
+SHARED = Path(os.environ.get("MINILLAMA_SHARED", Path(__file__).resolve().parents[3] / "shared"))
 VOCABS = ["ggml-vocab-llama-spm", "ggml-vocab-llama-bpe", "ggml-vocab-bert-bge", "ggml-vocab-unigram8k"]
 
 _CHILD = r"""
