@@ -7,7 +7,9 @@ Two inputs: the first --mb MB of ../shared/corpus/diverse.txt repeated as needed
 --run copies of the letter 'a' (one pre-token, one word: the worst case of the merge heaps). Each
 measurement runs in a fresh subprocess: RSS growth is the peak resident set (VmHWM, reset before the
 call) minus the resident set just before it, so it counts the text's working copies, the word lists
-and the returned ids; bytes per input byte = growth / input size.
+and the returned ids; bytes per input byte = growth / input size. With llama.cpp, a third line
+gives minillama's time and memory as multiples of llama.cpp's. The defaults are issue 15's acceptance sizes (a full run takes
+about 5 minutes on two cores).
 """
 
 from __future__ import annotations
@@ -57,7 +59,8 @@ print(n, dt, peak - before, len(text.encode()), err)
 """
 
 
-def measure(who: str, vocab: str, kind: str, size: int, timeout: float) -> str:
+def measure(who: str, vocab: str, kind: str, size: int, timeout: float) -> tuple[str, float, float] | str:
+    """(row, seconds, bytes of growth per input byte) of one encode in a fresh process, or why it failed."""
     args = [sys.executable, "-c", _CHILD, who, str(SHARED / "vocab" / f"{vocab}.gguf"), kind, str(size),
             str(SHARED / "corpus" / "diverse.txt"), str(SHARED / "tools")]
     try:
@@ -67,8 +70,9 @@ def measure(who: str, vocab: str, kind: str, size: int, timeout: float) -> str:
     if out.returncode:
         return f"failed: {out.stderr.strip().splitlines()[-1][:80] if out.stderr.strip() else out.returncode}"
     n, dt, growth, nbytes, *err = out.stdout.split()
-    return (f"{float(dt):8.2f} s {int(growth) / 2**20:9.1f} MiB {int(growth) / int(nbytes):6.1f} B/B "
-            f"{int(n):>10,d} ids {' '.join(err)}")
+    row = (f"{float(dt):8.2f} s {int(growth) / 2**20:9.1f} MiB {int(growth) / int(nbytes):6.1f} B/B "
+           f"{int(n):>10,d} ids {' '.join(err)}")
+    return row, float(dt), int(growth) / int(nbytes)
 
 
 def main() -> int:
@@ -83,8 +87,14 @@ def main() -> int:
     for vocab in args.vocab or VOCABS:
         for kind, size, label in (("text", int(args.mb * 1e6), f"{args.mb:g} MB diverse"),
                                   ("run", args.run, f"'a' x {args.run:,}")):
+            got = []
             for who in ("minillama",) + (() if args.no_llamacpp else ("llama.cpp",)):
-                print(f"{vocab:24s} {label:18s} {who:10s} {measure(who, vocab, kind, size, args.timeout)}", flush=True)
+                m = measure(who, vocab, kind, size, args.timeout)
+                got.append(m)
+                print(f"{vocab:24s} {label:18s} {who:10s} {m if isinstance(m, str) else m[0]}", flush=True)
+            if len(got) == 2 and not isinstance(got[0], str) and not isinstance(got[1], str):
+                print(f"{vocab:24s} {label:18s} {'ratio':10s} {got[0][1] / got[1][1]:8.2f} x time, "
+                      f"{got[0][2] / max(got[1][2], 1e-9):.2f} x bytes per byte (minillama / llama.cpp)", flush=True)
     return 0
 
 

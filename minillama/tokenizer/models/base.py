@@ -16,6 +16,14 @@ once per generation is never recomputed, memory stays under 2 x CACHE_MAX_BYTES 
 does more work than the first. The hot path (every word a hit in the young generation) is one C-level
 map over the young dict.
 
+Huge fragments. A fragment of more than CHUNK_CHARS characters is encoded a piece at a time
+(`Model.word_chunks`): each model cuts only where the words of the whole text provably have a
+boundary that does not depend on what follows (SPM: a cut of its one-character-context splitter;
+WordPiece: after a space; BPE: after a newline followed by a non-space, checked against the words
+of the text read on past the cut; Unigram: a segment cut), so the ids are the same and the word
+lists of one call stay a few MB. A long word's merge heap keeps the vocab's own token strs and
+4-byte links, so one word of n characters costs about 50-80 bytes a character at its peak.
+
 Thread safety. A get or a set on a dict is atomic under the GIL; two threads encoding the same new
 word both compute the same ids; a generation swap racing with a set at worst loses that entry, which
 costs a recomputation. Tables built on first use are built under `self._lock`, once.
@@ -27,7 +35,7 @@ import operator
 import re
 import threading
 from array import array
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from itertools import chain, compress
 from typing import TypeVar
 
@@ -37,6 +45,12 @@ from ..vocab import Vocab
 # and WordPiece, a run between unmergeable boundaries for SPM and Unigram.
 CACHE_MAX_BYTES = 32 << 20
 CACHE_MAX_WORDS = 1 << 18
+
+# Huge fragments. A fragment longer than CHUNK_CHARS is encoded a piece at a time, each piece ending
+# where the model proves its ids do not depend on what follows (see `Model.word_chunks`), so the word
+# lists of one call stay a few MB whatever the input. Pieces are CHUNK_CHARS // 2 .. CHUNK_CHARS long
+# when a cut is found there; a text with no cut at all (one endless word) is one piece.
+CHUNK_CHARS = 1 << 20
 
 
 def entry_bytes(word: str, ids: list[int]) -> int:
@@ -89,8 +103,10 @@ def llama_code_points(text: str) -> str:
 def links(values: range) -> list[int] | array:
     """The linked list of a long word (merge heaps): a list (fastest), or machine ints past 2**16
     symbols, where a list's int objects would cost 36 bytes a symbol (a 10 MB word then takes half the
-    memory)."""
-    return list(values) if len(values) < 1 << 16 else array("q", values)
+    memory); 4 bytes a link below 2**31 symbols."""
+    if len(values) < 1 << 16:
+        return list(values)
+    return array("i" if len(values) < 1 << 31 else "q", values)
 
 
 def adjacent_pairs(tokens: Iterable[str]) -> frozenset[str]:
@@ -107,6 +123,38 @@ def cut_at_pairs(word: str, pairs: frozenset[str]) -> list[str]:
     return [word[a:b] for a, b in zip([0, *cuts], [*cuts, n])]
 
 
+def pieces(text: str, cut: Callable[[str, int, int], int | None]) -> Iterator[str]:
+    """text in pieces of CHUNK_CHARS // 2 .. CHUNK_CHARS characters, each ending at cut(text, lo, hi)
+    (the last cut in [lo, hi), or None); where a window has none, the next windows are tried, and the
+    rest is one piece when no cut follows at all."""
+    chunk = CHUNK_CHARS
+    start, n = 0, len(text)
+    while n - start > chunk:
+        q, lo, hi = None, start + chunk // 2, start + chunk
+        while q is None and lo < n:
+            q = cut(text, lo, min(hi, n))
+            lo, hi = hi, hi + chunk
+        if q is None:
+            break
+        yield text[start:q]
+        start = q
+    yield text[start:]
+
+
+def last_cut_before(mark: str, split: Callable[[str], list[str]], text: str, lo: int, hi: int) -> int | None:
+    """The last q in [lo, hi) with text[q] == mark where split cuts text[q - 1:q + 1] in two, None when
+    the last 64 marks there are not cuts. For splitters by a zero-width pattern that looks one character
+    either side (SPM words, UGM segments): a cut they make in those two characters is a cut of text."""
+    q = text.rfind(mark, lo, hi)
+    for _ in range(64):
+        if q < lo or q < 1:
+            return None
+        if len(split(text[q - 1:q + 1])) == 2:
+            return q
+        q = text.rfind(mark, lo, q)
+    return None
+
+
 class Model:
     """Turns plain text into ids; subclasses say how text splits into words and how a word merges."""
 
@@ -117,6 +165,7 @@ class Model:
         self._old: dict[str, list[int]] = {}
         self._cache_bytes = 0
         self._lock = threading.RLock()  # re-entrant: a table's builder may use another table
+        self._canonical: dict[str, str] | None = None
 
     def _once(self, attr: str, build: Callable[[], T]) -> T:
         """The value of self.<attr>, built by build() on first use under the lock (once, thread-safe)."""
@@ -126,6 +175,13 @@ class Model:
                 value = build()
                 setattr(self, attr, value)
             return value
+
+    def canonical(self) -> dict[str, str]:
+        """Token text -> the vocab's own str of it (the merge heaps of long words store these, not copies)."""
+        canon = self._canonical
+        if canon is None:
+            canon = self._once("_canonical", lambda: {t: t for t in self.token_to_id})
+        return canon
 
     def affixes(self) -> tuple[list[int], list[int]]:
         """Ids that add_special puts before and after the text: bos/eos as the vocab's flags say."""
@@ -148,7 +204,21 @@ class Model:
 
     def encode(self, text: str) -> list[int]:
         """Encode one fragment of plain text (special tokens already split off, valid Unicode)."""
-        return self._encode_words(self.words(text))
+        if len(text) <= CHUNK_CHARS:
+            return self._encode_words(self.words(text))
+        out: list[int] = []
+        for words in self.word_chunks(text):
+            out += self._encode_words(words)
+        return out
+
+    def word_chunks(self, text: str) -> Iterator[list[str]]:
+        """The words of text, a piece at a time (the pieces of `pieces` with this model's cut)."""
+        return map(self.words, pieces(text, self.cut))
+
+    def cut(self, text: str, lo: int, hi: int) -> int | None:
+        """A position q, lo <= q < hi, where the words of text are those of text[:q] then those of
+        text[q:]; None when there is none (the default: models that do not chunk)."""
+        return None
 
     def encode_escaped(self, text: str) -> list[int]:
         """Encode a fragment holding raw bytes as surrogate escapes (see the module docstring).

@@ -17,15 +17,23 @@ from __future__ import annotations
 
 import heapq
 import operator
-from itertools import repeat
+import re
+from bisect import bisect_left
+from collections.abc import Iterator
+from itertools import accumulate, repeat
 
 from ..pretokenize import PATTERNS, PreTokenizer
 from ..unicode import byte_encode, byte_token, raw_byte_token
 from ..vocab import Vocab
+from . import base
 from .base import Model, links
 
 HEAP_MIN_LEN = 48
 _NO_MERGE = 1 << 62
+# Huge fragments are cut after a newline followed by a non-space (as minillama.train cuts a corpus),
+# checked against the words of the text read on _MARGIN characters past the cut.
+_NEWLINE_CUT = re.compile(r"\n(?=\S)")
+_MARGIN = 1 << 12
 
 
 class BPEModel(Model):
@@ -65,6 +73,38 @@ class BPEModel(Model):
 
     def words(self, text: str) -> list[str]:
         return self.pretokenizer.split(text)
+
+    def word_chunks(self, text: str) -> Iterator[list[str]]:
+        """The words of a huge text a piece at a time. A piece ends at a newline-then-non-space q where
+        the words of the text read on _MARGIN characters past q end (and so do the pieces of the first
+        pattern, inside which later patterns work): no pattern looks back, and none looks ahead or
+        runs greedily across a margin, so those words are the whole text's, and the words of the rest
+        start afresh at q. When no such q is found the rest is one piece (a pre-tokenizer whose first
+        pattern never ends at a newline, as falcon's punctuation runs, is never cut)."""
+        pre = self.pretokenizer
+        chunk = base.CHUNK_CHARS
+        start, n = 0, len(text)
+        while n - start > chunk:
+            cands = [m.end() - start for m in _NEWLINE_CUT.finditer(text, start + chunk // 2, start + chunk)][-16:]
+            if not cands:  # none in the window: the first ones in the next (a longer piece)
+                nxt = _NEWLINE_CUT.finditer(text, start + chunk, start + 2 * chunk)
+                cands = [m.end() - start for _, m in zip(range(16), nxt)][::-1]
+                if not cands:
+                    break
+            buf = text[start:start + max(cands) + _MARGIN]
+            words = pre.split(buf)
+            ends = list(accumulate(map(len, words)))
+            first = {e for _, e in pre.spans(buf, 0, 1)} if len(pre.patterns) > 1 else None
+            for q in reversed(cands):
+                k = bisect_left(ends, q)
+                if k < len(ends) and ends[k] == q and (first is None or q in first):
+                    del words[k + 1:]
+                    yield words
+                    start += q
+                    break
+            else:
+                break
+        yield pre.split(text[start:])
 
     def encode_word(self, word: str) -> list[int]:
         t2i = self.token_to_id
@@ -127,13 +167,15 @@ class BPEModel(Model):
         heap = [r << 32 | i for i, r in enumerate(rank(a + " " + b, -1) for a, b in zip(syms, syms[1:])) if r >= 0]
         heapq.heapify(heap)
         pop, push, low = heapq.heappop, heapq.heappush, (1 << 32) - 1
+        canon = self.canonical().get
         while heap:
             key = pop(heap)
             left = key & low
             right = nxt[left]
             if right < 0 or not syms[left] or rank(syms[left] + " " + syms[right], -1) != key >> 32:
                 continue
-            syms[left] += syms[right]
+            merged = syms[left] + syms[right]
+            syms[left] = canon(merged, merged)  # the vocab's own str: a long word keeps no copies
             syms[right] = ""
             after = nxt[right]
             nxt[left] = after

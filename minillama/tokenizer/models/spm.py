@@ -34,7 +34,7 @@ from gguf import Keys
 from ...errors import FormatError
 from ..unicode import byte_token, raw_byte_token
 from ..vocab import Vocab
-from .base import SURROGATES, Model, adjacent_pairs, cut_at_pairs, links
+from .base import SURROGATES, Model, adjacent_pairs, cut_at_pairs, last_cut_before, links
 
 SPACE = "\u2581"
 HEAP_MIN_LEN = 48
@@ -70,6 +70,10 @@ class SPMModel(Model):
         if rx is None:
             rx = self._once("_splitter", self._build_splitter)
         return rx.split(text)
+
+    def cut(self, text: str, lo: int, hi: int) -> int | None:
+        """The last cut of words() before a U+2581 in [lo, hi)."""
+        return last_cut_before(SPACE, self.words, text, lo, hi)
 
     def encode_escaped(self, text: str) -> list[int]:
         """Words as usual, but a word whose last three characters hold a raw lead byte (which may take
@@ -207,6 +211,7 @@ class SPMModel(Model):
                 heap.append(rank[t] << 64 | i << 32 | (len(syms[i]) + len(syms[i + 1])))
         heapq.heapify(heap)
         pop, push, low = heapq.heappop, heapq.heappush, (1 << 32) - 1
+        canon = (self.canonical() if t2i is self.token_to_id else {}).get
         while heap:
             key = pop(heap)
             left = (key >> 32) & low
@@ -217,7 +222,8 @@ class SPMModel(Model):
             sr = syms[right]
             if not sr or len(sl) + len(sr) != key & low:
                 continue
-            syms[left] = sl = sl + sr
+            sl = sl + sr
+            syms[left] = sl = canon(sl, sl)  # the vocab's own str: a long word keeps no copies
             syms[right] = ""
             after = nxt[right]
             nxt[left] = after

@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 import re
 import sys
+from array import array
 from itertools import chain
 from typing import TypeVar
 
@@ -38,7 +39,8 @@ from gguf import Keys
 
 from ...errors import FormatError
 from ..vocab import TYPE_TO_ATTR, Attr, Vocab
-from .base import Model
+from . import base
+from .base import Model, last_cut_before
 
 SPACE = "\u2581"
 DBL_LOWEST = -sys.float_info.max  # llama.cpp's -DBL_MAX: the score of a position not reached yet
@@ -564,21 +566,36 @@ class UGMModel(Model):
                 s = self._whitespace(mapped, SPACE if self.escape_whitespaces else " ")
                 if len(s) > self.split_limit:
                     ids = self._viterbi(s)
-                else:
-                    if self._cut_all:  # a cut before every U+2581 but the first character
-                        head, *rest = s.split(SPACE)
-                        segs = [SPACE + w for w in rest]
-                        if head:
-                            segs.insert(0, head)
-                    else:
-                        segs = self._cut.split(s)
+                elif len(s) <= base.CHUNK_CHARS:
+                    segs = self._segments(s)
                     ids = self._viterbi(s) if len(segs) == 1 else self._join(segs)
+                else:  # huge: a piece of segments at a time; a run of unknowns across pieces is one
+                    ids = []
+                    for piece in base.pieces(s, self._cut_at):
+                        more = self._join(self._segments(piece))
+                        if ids and more and ids[-1] == self.unk_id == more[0]:
+                            del more[0]
+                        ids += more
         if ids is None:
             ids = self._viterbi_bytes(self._normalize_bytes(_to_bytes(text)))
         if self.unk_id < 0 and -1 in ids:
             raise FormatError(f"this Unigram vocab has no unknown-token id, and no token covers part of {text[:40]!r} "
                               "(llama.cpp would emit the invalid id -1)", key=Keys.Tokenizer.UNK_ID)
         return ids
+
+    def _segments(self, s: str) -> list[str]:
+        """s cut before every U+2581 that no token holds after its left neighbour."""
+        if self._cut_all:  # a cut before every U+2581 but the first character
+            head, *rest = s.split(SPACE)
+            segs = [SPACE + w for w in rest]
+            if head:
+                segs.insert(0, head)
+            return segs
+        return self._cut.split(s)
+
+    def _cut_at(self, s: str, lo: int, hi: int) -> int | None:
+        """The last cut of _segments before a U+2581 in [lo, hi)."""
+        return last_cut_before(SPACE, self._segments, s, lo, hi)
 
     def _join(self, segs: list[str]) -> list[int]:
         """The ids of each segment (cached), joined; an unknown ending one segment absorbs one starting the next."""
@@ -610,10 +627,12 @@ class UGMModel(Model):
         if n == 0:
             return []
         unk, unk_score = self.unk_id, self.unknown_score
-        best = [DBL_LOWEST] * (n + 1)
+        # machine floats and ints past a few thousand characters (a list holds an object per score
+        # and per start: ~60 bytes a character more); tok keeps the vocab's shared int objects.
+        best: list[float] | array = [DBL_LOWEST] * (n + 1) if n < 1 << 12 else array("d", [DBL_LOWEST]) * (n + 1)
         best[0] = 0.0
         tok = [unk] * (n + 1)
-        start = [0] * (n + 1)
+        start: list[int] | array = [0] * (n + 1) if n < 1 << 12 else array("q", [0]) * (n + 1)
         get = self.table.get
         for i in range(n):
             cur = best[i]
@@ -759,10 +778,12 @@ class UGMModel(Model):
             return []
         bt = self._byte_tables()
         table, max_len, unk, unk_score = bt.tokens, bt.max_len, self.unk_id, self.unknown_score
-        best = [DBL_LOWEST] * (n + 1)
+        # machine floats and ints past a few thousand characters (a list holds an object per score
+        # and per start: ~60 bytes a character more); tok keeps the vocab's shared int objects.
+        best: list[float] | array = [DBL_LOWEST] * (n + 1) if n < 1 << 12 else array("d", [DBL_LOWEST]) * (n + 1)
         best[0] = 0.0
         tok = [unk] * (n + 1)
-        start = [0] * (n + 1)
+        start: list[int] | array = [0] * (n + 1) if n < 1 << 12 else array("q", [0]) * (n + 1)
         i = 0
         while i < n:
             units = min(_utf8_len(s[i]), n - i)

@@ -133,6 +133,14 @@ class WPMModel(Model):
     def words(self, text: str) -> list[str]:
         return [w for w in text.translate(self._table).split(" ") if w]
 
+    def cut(self, text: str, lo: int, hi: int) -> int | None:
+        """Just after the last space or newline in [lo, hi) that normalises to a space: the table maps
+        each code point alone, and a space ends every word, so no word spans the cut."""
+        q = max(text.rfind(" ", lo, hi), text.rfind("\n", lo, hi))
+        if q < lo or not text[q].translate(self._table).endswith(" "):
+            return None
+        return q + 1
+
     def encode_word(self, word: str) -> list[int]:
         b = _SPACE_BYTES + word.encode("utf-8", "surrogateescape")
         n, i, max_len, ids = len(b), 0, self._max_len, self._ids
