@@ -424,3 +424,13 @@ def params_or_skip(names: list[str], what: str) -> list:
         return names
     reason = NO_SHARED_REASON if SHARED is None else f"no {what} found under {SHARED}"
     return [pytest.param(None, id="no-shared-data", marks=pytest.mark.skip(reason=reason))]
+
+
+def real_gguf() -> Path:
+    """The real model file MINILLAMA_TEST_GGUF names (CI: SmolLM2-135M-Instruct.Q4_1.gguf), or skip with the reason."""
+    path = os.environ.get("MINILLAMA_TEST_GGUF")
+    if not path:
+        pytest.skip("MINILLAMA_TEST_GGUF is not set (point it at SmolLM2-135M-Instruct.Q4_1.gguf); tests never download")
+    if not Path(path).is_file():
+        pytest.skip(f"MINILLAMA_TEST_GGUF={path} does not exist")
+    return Path(path)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO
+from conftest import real_gguf as _real_gguf
 
 from minillama.chat import (
     ChatSession,
@@ -48,13 +49,6 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _real_gguf() -> Path:
-    path = os.environ.get("MINILLAMA_TEST_GGUF")
-    if not path:
-        pytest.skip("MINILLAMA_TEST_GGUF is not set (point it at SmolLM2-135M-Instruct.Q4_1.gguf); tests never download")
-    if not Path(path).is_file():
-        pytest.skip(f"MINILLAMA_TEST_GGUF={path} does not exist")
-    return Path(path)
 
 
 def _smollm2_gguf() -> Path:

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 from conftest import REPO
+from conftest import real_gguf as _real_gguf
 
 from minillama.errors import ArgumentError, ContextLengthError, FormatError, MinillamaError, UnsupportedError
 from minillama.generate import Sampler
@@ -27,13 +27,6 @@ gguf = pytest.importorskip("gguf")
 EXPECTED = REPO / "tests" / "data" / "smollm2_llamacpp_greedy.json"
 
 
-def _real_gguf() -> Path:
-    path = os.environ.get("MINILLAMA_TEST_GGUF")
-    if not path:
-        pytest.skip("MINILLAMA_TEST_GGUF is not set (point it at SmolLM2-135M-Instruct.Q4_1.gguf); tests never download")
-    if not Path(path).is_file():
-        pytest.skip(f"MINILLAMA_TEST_GGUF={path} does not exist")
-    return Path(path)
 
 
 @functools.cache
