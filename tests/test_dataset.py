@@ -298,3 +298,21 @@ def test_resume_when_kept_documents_arrive_encoded(corpus, tmp_path):
     head = {k: index[k] for k in ("dtype", "byteorder", "n_vocab", "model", "settings", "inputs")}
     writer.finish({**head, "bad_records": 0, "bad_examples": []})
     assert _files(out) == whole
+
+
+def test_block_paragraph_reader_cuts_as_ngram_paragraphs(tmp_path, monkeypatch):
+    """The fast paragraph reader (regex on blocks, for valid UTF-8 files) gives ngram.paragraphs' documents for
+    texts made of blank-line pieces, blocks as small as one byte (cuts and characters straddle them)."""
+    import random
+
+    from minillama.dataset import sources
+    from minillama.ngram import paragraphs
+
+    rnd = random.Random(7)
+    pieces = ["\n", "\n", " ", "\t", "\r", "a", "é", "\f", "\v", "x\n\n", "\n \n", "\n\t\n\n", "日本"]
+    path = tmp_path / "t.txt"
+    for _ in range(1500):
+        text = "".join(rnd.choice(pieces) for _ in range(rnd.randint(0, 80)))
+        path.write_bytes(text.encode())
+        monkeypatch.setattr(sources, "_BLOCK", rnd.choice([1, 2, 3, 5, 8, 13, 1 << 20]))
+        assert list(sources.text_docs(str(path), "paragraph", None)) == paragraphs(text), repr(text)

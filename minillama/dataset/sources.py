@@ -23,9 +23,11 @@ read at all (missing, a Parquet file without the column) always raises.
 
 from __future__ import annotations
 
+import codecs
 import io
 import json
 import os
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -88,12 +90,70 @@ def _lines(path: str, data: bytes | None = None) -> Iterator[tuple[int, bytes, b
                 yield n, raw, False
 
 
+# ngram.paragraphs' cut, as one regex: a blank line with a newline on both sides (non-overlapping matches)
+_PARAGRAPH_CUT = re.compile(r"\n[ \t\r\f\v]*\n")
+_BLOCK = 1 << 20
+
+
+def _valid_utf8(path: str) -> bool:
+    """Whether the whole file is UTF-8 (checked in C, in blocks: no line is looked at)."""
+    dec = codecs.getincrementaldecoder("utf-8")()
+    try:
+        with open(path, "rb") as f:
+            while block := f.read(1 << 22):
+                dec.decode(block)
+        dec.decode(b"", final=True)
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _paragraphs_by_block(path: str) -> Iterator[str]:
+    """The paragraph documents of a UTF-8 file, cut by the regex on 1 MiB blocks (~10x less work per byte
+    than the line reader, the same documents).
+
+    A match of the cut never reads past its own end, and an attempt that fails inside the buffer fails
+    whatever follows, unless it starts at a newline followed only by blanks up to the buffer's end: that
+    one is retried when the next block comes. So the text up to the last match splits as the whole text
+    would, and the rest waits.
+    """
+    dec = codecs.getincrementaldecoder("utf-8")()
+    carry, scan_from = "", 0
+    with open(path, "rb") as f:
+        while True:
+            block = f.read(_BLOCK)
+            text = carry + dec.decode(block, final=not block)
+            cuts = [m.span() for m in _PARAGRAPH_CUT.finditer(text, scan_from)]
+            if block and not cuts:
+                tail = len(text.rstrip(BLANK))
+                carry, scan_from = text, (tail - 1 if tail and text[tail - 1] == "\n" else len(text))
+                continue
+            pos = 0
+            for start, end in cuts:
+                yield from _paragraph(text[pos:start])
+                pos = end
+            if not block:
+                yield from _paragraph(text[pos:])
+                return
+            carry, scan_from = text[pos:], 0
+
+
+def _paragraph(part: str) -> Iterator[str]:
+    """part as a document (ngram.paragraphs: newlines stripped at both ends), if it holds anything."""
+    part = part.strip("\n")
+    if part.strip():
+        yield part
+
+
 def text_docs(path: str, docs: str, bad: BadRecords | None, data: bytes | None = None) -> Iterator[str]:
     """Documents of a text file: per line, per paragraph (ngram.paragraphs' cut, streamed) or the whole file.
 
     A paragraph is cut at a blank line that has a newline on both sides and does not follow another cut
     line: the non-overlapping matches of r"\\n[ \\t\\r\\f\\v]*\\n", found line by line.
     """
+    if docs == "paragraph" and data is None and _valid_utf8(path):  # the common case, without a line loop
+        yield from _paragraphs_by_block(path)
+        return
     buf: list[str] = []
     err: BadRecordError | None = None
     prev_cut = False
