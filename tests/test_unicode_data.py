@@ -19,6 +19,8 @@ import pytest
 from conftest import fail_if_any, get_oracle, load, release_tokenizers, vocab_path
 
 from minillama.tokenizer import pretokenize as pt
+from minillama.tokenizer import regex_translate as rt
+from minillama.tokenizer import tables
 from minillama.tokenizer import unicode_data as ud
 from minillama.tokenizer.unicode import HAN_RANGES, WHITESPACE, category_placeholder, is_han
 
@@ -150,7 +152,7 @@ def test_category_placeholder_follows_the_table():
 # ---------------------------------------------------------------------------------------------------------------------
 
 def test_stand_ins_keep_the_class():
-    for ch, want in pt._STAND_INS.items():
+    for ch, want in rt._STAND_INS.items():
         f = ud.flags(ord(want))
         assert not f & ud.WHITESPACE and want not in "\r\n '" and ord(want) <= 0xFFFF
         if ch == "han":
@@ -166,7 +168,7 @@ def _reference(expr: str):
     regex = pytest.importorskip("regex")
     classes = {r"\p{L}": ud.LETTER_CLASS, r"\p{N}": ud.NUMBER_CLASS, r"\s": ud.WHITESPACE_CLASS,
                r"\p{Han}": ud.ranges_class(HAN_RANGES)}
-    src, out, inside, i = pt._CUSTOM[expr], [], False, 0
+    src, out, inside, i = tables.CUSTOM_SPLITTERS[expr], [], False, 0
     while i < len(src):
         esc = src[i:src.index("}", i) + 1] if src.startswith("\\p", i) else src[i:i + 2]
         if esc in classes:
@@ -195,7 +197,7 @@ def _mixed_texts(n: int, seed: int) -> list[str]:
     return ["".join(rng.choice(pool) for _ in range(rng.randint(0, 40))) for _ in range(n)]
 
 
-@pytest.mark.parametrize("expr", [pt.GPT2, pt.LLAMA3, pt.KIMI_K2], ids=["gpt2", "llama3", "kimi-k2"])
+@pytest.mark.parametrize("expr", [tables.GPT2, tables.LLAMA3, tables.KIMI_K2], ids=["gpt2", "llama3", "kimi-k2"])
 def test_custom_splitters_match_the_exact_regex(expr):
     ref = _reference(expr)
     tok = pt.PreTokenizer((expr,))

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import gc
 import os
-import re
 import threading
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
@@ -56,8 +55,9 @@ from ..fileio import input_path
 from .decode import PieceTable, StreamDecoder, check_id, out_of_range
 from .load import read_metadata
 from .models import Model, make_model
-from .offsets import SPANS, has_surrogates
+from .offsets import SPANS
 from .special import RAW_BYTE, find_special, partition, partition_spans, raw_special_ids
+from .text import as_bytes_text, has_surrogates
 from .vocab import Attr, Vocab
 
 _GC_PAUSE_CHARS = 1 << 14  # texts longer than this encode with the cyclic GC paused
@@ -74,21 +74,6 @@ def default_vocab_path() -> str:
 
 
 _NONE: frozenset[int] = frozenset()
-
-# Surrogates that are not escapes of raw bytes 0x80..0xFF.
-_NOT_ESCAPE = re.compile("[\ud800-\udc7f\udd00-\udfff]")
-
-
-def as_bytes_text(text: str) -> str:
-    """text (which failed a strict UTF-8 encode) as the bytes it stands for, decoded with 'surrogateescape'.
-
-    Surrogates other than U+DC80..U+DCFF become U+FFFD; escapes stand for their raw bytes, and escapes
-    that together form valid UTF-8 become that character, so that every raw byte left is one llama.cpp
-    would also find invalid.
-    """
-    text = _NOT_ESCAPE.sub("\ufffd", text)
-    return text.encode("utf-8", "surrogateescape").decode("utf-8", "surrogateescape")
-
 
 class Tokenizer:
     """A vocab plus its merge model: llama_tokenize / llama_detokenize / llama_token_to_piece in Python."""

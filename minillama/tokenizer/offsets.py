@@ -26,7 +26,6 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from .models import Model
-from .models.base import SURROGATES
 from .vocab import Attr
 
 Span = tuple[int, int]
@@ -195,8 +194,4 @@ SPANS: dict[str, Callable[[Model, Sequence[bytes], str, str, list[int]], list[Sp
 }
 
 
-def has_surrogates(text: str) -> bool:
-    return SURROGATES.search(text) is not None
-
-
-__all__ = ["SPANS", "walk", "has_surrogates"]
+__all__ = ["SPANS", "walk"]

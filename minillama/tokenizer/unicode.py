@@ -13,10 +13,6 @@ from . import unicode_data as ud
 WHITESPACE = frozenset(cp for a, b in ud.code_point_ranges(ud.WHITESPACE) for cp in range(a, b + 1))
 
 
-def is_whitespace(cp: int) -> bool:
-    """llama.cpp's whitespace flag (unicode_set_whitespace)."""
-    return cp in WHITESPACE
-
 # C isspace() in the "C" locale: what std::regex's \s and llama.cpp's l/rstrip of special tokens see.
 C_SPACE = " \t\n\v\f\r"
 

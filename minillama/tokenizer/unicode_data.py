@@ -22,6 +22,7 @@ plus the code points Unicode 15.0 and 15.1 added, as probing llama.cpp itself sh
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Iterable
 
 UNICODE_VERSION = "15.1.0"
 MAX_CODE_POINT = 0x10FFFF
@@ -343,32 +344,8 @@ def flags(cp: int) -> int:
     return _FLAGS[bisect_right(_STARTS, cp) - 1]
 
 
-def is_letter(cp: int) -> bool:
-    return bool(flags(cp) & LETTER)
-
-
-def is_number(cp: int) -> bool:
-    return bool(flags(cp) & NUMBER)
-
-
 def is_whitespace(cp: int) -> bool:
     return bool(flags(cp) & WHITESPACE)
-
-
-def is_punctuation(cp: int) -> bool:
-    return bool(flags(cp) & PUNCTUATION)
-
-
-def is_accent_mark(cp: int) -> bool:
-    return bool(flags(cp) & ACCENT_MARK)
-
-
-def is_symbol(cp: int) -> bool:
-    return bool(flags(cp) & SYMBOL)
-
-
-def is_control(cp: int) -> bool:
-    return bool(flags(cp) & CONTROL)
 
 
 def code_point_ranges(mask: int, lo: int = 0, hi: int = MAX_CODE_POINT) -> list[tuple[int, int]]:
@@ -383,6 +360,17 @@ def code_point_ranges(mask: int, lo: int = 0, hi: int = MAX_CODE_POINT) -> list[
             continue
         if out and out[-1][1] == a - 1:
             out[-1] = (out[-1][0], b)
+        else:
+            out.append((a, b))
+    return out
+
+
+def merge_ranges(ranges: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """(first, last) ranges sorted, with overlapping and adjacent ones joined."""
+    out: list[tuple[int, int]] = []
+    for a, b in sorted(ranges):
+        if out and a <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
         else:
             out.append((a, b))
     return out

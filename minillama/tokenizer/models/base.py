@@ -32,13 +32,13 @@ costs a recomputation. Tables built on first use are built under `self._lock`, o
 from __future__ import annotations
 
 import operator
-import re
 import threading
 from array import array
 from collections.abc import Callable, Iterable, Iterator
 from itertools import chain, compress
 from typing import TypeVar
 
+from ..text import llama_code_points
 from ..vocab import Vocab
 
 # Bounds of one cache generation (two are kept: at most twice these). A word is a pre-token for BPE
@@ -59,46 +59,6 @@ def entry_bytes(word: str, ids: list[int]) -> int:
     return 180 + 4 * len(word) + 8 * len(ids)
 
 T = TypeVar("T")
-
-ESCAPES = re.compile("[\udc80-\udcff]+")
-"""Runs of surrogate escapes (raw bytes 0x80..0xFF that are not valid UTF-8)."""
-
-SURROGATES = re.compile("[\ud800-\udfff]")
-
-
-def _redecode(run: re.Match[str]) -> str:
-    """A run of raw bytes decoded as unicode_cpts_from_utf8 does: a lead byte followed by enough
-    continuation bytes is one code point (overlong forms and surrogates included), anything else one
-    U+FFFD per byte. A code point past U+10FFFF, where llama.cpp aborts, becomes one U+FFFD."""
-    b = run.group().encode("utf-8", "surrogateescape")
-    out: list[str] = []
-    i, n = 0, len(b)
-    while i < n:
-        c = b[i]
-        k = 2 if c & 0xE0 == 0xC0 else 3 if c & 0xF0 == 0xE0 else 4 if c & 0xF8 == 0xF0 else 0
-        if k and i + k <= n and all(b[j] & 0xC0 == 0x80 for j in range(i + 1, i + k)):
-            cp = c & (0x7F >> k)
-            for j in range(i + 1, i + k):
-                cp = cp << 6 | (b[j] & 0x3F)
-            out.append(chr(cp) if cp <= 0x10FFFF else "\ufffd")
-            i += k
-        else:
-            out.append("\ufffd")
-            i += 1
-    return "".join(out)
-
-
-def llama_code_points(text: str) -> str:
-    """The code points llama.cpp's unicode_cpts_from_utf8 reads from text's bytes.
-
-    text holds raw bytes as surrogate escapes (and no other surrogates). Valid UTF-8 is unchanged;
-    each run of raw bytes is decoded as llama.cpp decodes it. The result may hold surrogate code points
-    (from the bytes ED A0 80 and the like), which stand for themselves (re-encode with 'surrogatepass').
-    Runs of raw bytes never reach into valid characters: a valid character starts with a byte that is
-    not a continuation byte, so llama.cpp's decoder reads it the same way.
-    """
-    return ESCAPES.sub(_redecode, text)
-
 
 def links(values: range) -> list[int] | array:
     """The linked list of a long word (merge heaps): a list (fastest), or machine ints past 2**16

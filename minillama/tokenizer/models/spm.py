@@ -32,9 +32,10 @@ from itertools import repeat
 from gguf import Keys
 
 from ...errors import FormatError
+from ..text import SURROGATES
 from ..unicode import byte_token, raw_byte_token
 from ..vocab import Vocab
-from .base import SURROGATES, Model, adjacent_pairs, cut_at_pairs, last_cut_before, links
+from .base import Model, adjacent_pairs, cut_at_pairs, last_cut_before, links
 
 SPACE = "\u2581"
 HEAP_MIN_LEN = 48
