@@ -1,4 +1,4 @@
-"""From ids back to bytes: every token's piece precomputed once in one arena, llama_detokenize's rules.
+"""From ids back to bytes: every token's piece precomputed once in a table, llama_detokenize's rules.
 
 A piece is what llama.cpp's llama_token_to_piece(special=True) gives: byte tokens their byte,
 SPM tokens with U+2581 as spaces, byte-level BPE tokens mapped back through GPT-2's byte table,
@@ -10,25 +10,29 @@ from __future__ import annotations
 import operator
 import re
 
-import numpy as np
-
 from ..errors import ArgumentError, ArgumentTypeError
+from .text import SPACE, to_bytes
 from .unicode import BYTELEVEL_TO_LATIN1
 from .vocab import Attr, Vocab
 
 _SPECIAL = int(Attr.UNKNOWN | Attr.CONTROL)
 _RAW = int(Attr.UNKNOWN | Attr.CONTROL | Attr.USER_DEFINED)
 
-# llama.cpp's clean_up_tokenization_spaces passes, applied in order.
-_CLEAN = (
-    (re.compile(rb" (?=[?!.,])"), b""),
-    (re.compile(rb" ' "), b"'"),
-    (re.compile(rb" (?='(?:[sm]|re|ve))"), b""),
+# llama.cpp's clean_up_tokenization_spaces: three passes, in order, each replacing short byte patterns
+# (leftmost first, none a prefix of another). Decode runs them as regexes, the stream decoder as
+# streaming substitutions (_StreamSub); both are made from this one table.
+CLEAN_SPACES: tuple[dict[bytes, bytes], ...] = (
+    {b" " + bytes((c,)): bytes((c,)) for c in b"?!.,"},   # no space before ? ! . ,
+    {b" ' ": b"'"},                                       # none around a lone '
+    {b" '" + s: b"'" + s for s in (b"s", b"m", b"re", b"ve")},  # none before 's 'm 're 've
 )
 
 
-def _token_bytes(text: str) -> bytes:
-    return text.encode("utf-8", "surrogateescape")
+def _pass_regex(table: dict[bytes, bytes]) -> re.Pattern[bytes]:
+    return re.compile(b"|".join(re.escape(k) for k in sorted(table, key=len, reverse=True)))
+
+
+_CLEAN = tuple((_pass_regex(t), t) for t in CLEAN_SPACES)
 
 
 def _bytelevel_decode(text: str) -> bytes:
@@ -43,7 +47,7 @@ def _bytelevel_decode(text: str) -> bytes:
                 out.append(b)
             else:
                 utf8 = "\ufffd".encode() if 0xDC80 <= ord(ch) <= 0xDCFF else ch.encode("utf-8", "surrogatepass")
-                out += b"[UNK_BYTE_0x" + utf8.hex().encode() + _token_bytes(text) + b"]"
+                out += b"[UNK_BYTE_0x" + utf8.hex().encode() + to_bytes(text) + b"]"
         return bytes(out)
 
 
@@ -55,7 +59,7 @@ def _byte_value(text: str) -> int:
 
     A BYTE token is meant to read <0xXX>; for any other text this is what strtol makes of those two
     characters (leading spaces, a sign, the longest hex prefix, 0 when there is none), mod 256."""
-    m = _STRTOL_HEX.match(_token_bytes(text)[3:5].decode("latin-1"))  # bytes 3 and 4, as in C++
+    m = _STRTOL_HEX.match(to_bytes(text)[3:5].decode("latin-1"))  # bytes 3 and 4, as in C++
     digits = m.group(2) if m else ""
     value = int(digits, 16) if digits else 0
     return (-value if m and m.group(1) == "-" else value) & 0xFF
@@ -65,11 +69,11 @@ def piece_of(vocab: Vocab, i: int) -> bytes:
     """llama_token_to_piece(i, special=True), computed from the vocab."""
     text, attr = vocab.tokens[i], vocab.attrs[i]
     if attr & _RAW:
-        return _token_bytes(text)
+        return to_bytes(text)
     if attr & Attr.NORMAL:
         if vocab.model == "bpe" and not vocab.escape_whitespaces:
             return _bytelevel_decode(text)
-        return _token_bytes(text.replace("\u2581", " "))
+        return to_bytes(text.replace(SPACE, " "))
     if attr & Attr.BYTE:
         return bytes([_byte_value(text)])
     return b""
@@ -108,20 +112,13 @@ def _lookup(table: list[bytes], ids: list[int]) -> tuple[bytes, ...] | list[byte
 
 
 class PieceTable:
-    """All pieces in one bytes arena with offsets, plus the per-id lookups decoding needs."""
+    """Every token's piece as a bytes object, with and without control pieces, so decode is one join."""
 
     def __init__(self, vocab: Vocab) -> None:
         pieces = [piece_of(vocab, i) for i in range(vocab.n_vocab)]
-        self.arena = b"".join(pieces)
-        self.offsets = np.zeros(len(pieces) + 1, np.int64)
-        np.cumsum([len(p) for p in pieces], out=self.offsets[1:])
-        self.pieces = pieces  # the arena's slices, kept as objects so decode is one join
+        self.pieces = pieces
         self.pieces_plain = [b"" if a & _SPECIAL else p for p, a in zip(pieces, vocab.attrs, strict=True)]
         self.vocab = vocab
-
-    def piece(self, i: int) -> bytes:
-        o = self.offsets
-        return self.arena[o[i]:o[i + 1]]
 
     def detokenize(self, ids: list[int], remove_special: bool, unparse_special: bool) -> bytes:
         """llama_detokenize: pieces joined, the dummy prefix space removed, spaces cleaned up."""
@@ -140,8 +137,8 @@ class PieceTable:
         if remove_space and table[ids[0]][:1] == b" ":
             out = out[1:]
         if v.clean_spaces:
-            for rx, repl in _CLEAN:
-                out = rx.sub(repl, out)
+            for rx, table in _CLEAN:
+                out = rx.sub(lambda m, t=table: t[m.group()], out)
         return out
 
 
@@ -180,11 +177,7 @@ class _StreamSub:
 
 def _clean_spaces_stream() -> list[_StreamSub]:
     """The three clean-up passes of llama_detokenize, as streaming substitutions (same order)."""
-    return [
-        _StreamSub({b" " + bytes((c,)): bytes((c,)) for c in b"?!.,"}),
-        _StreamSub({b" ' ": b"'"}),
-        _StreamSub({b" '" + s: b"'" + s for s in (b"s", b"m", b"re", b"ve")}),
-    ]
+    return [_StreamSub(table) for table in CLEAN_SPACES]
 
 
 class StreamDecoder:
@@ -205,12 +198,10 @@ class StreamDecoder:
         self._remove_space = table.vocab.add_space_prefix
         self._subs = _clean_spaces_stream() if table.vocab.clean_spaces else []
         self._utf8 = codecs.getincrementaldecoder("utf-8")("replace")
-        self.ids: list[int] = []
 
     def push(self, token_id: int) -> str:
         """Add one id; return the text that is now complete (possibly '')."""
         token_id = check_id(token_id, self._n)
-        self.ids.append(token_id)
         data = self._pieces[token_id]
         if self._remove_space:
             self._remove_space = False
