@@ -145,12 +145,37 @@ def _refused_class() -> type[Exception]:
 _Refused = _refused_class()
 
 
-def _sandbox() -> Any:
-    """transformers' environment (ImmutableSandboxedEnvironment, trim/lstrip blocks, loopcontrols,
-    raise_exception, tojson, strftime_now) with the limits of the module doc."""
-    import jinja2
-    import jinja2.ext
-    import jinja2.utils
+def _raise_exception(message: str) -> None:
+    """Let a template refuse a conversation (transformers' global `raise_exception`)."""
+    raise _Refused(message)
+
+
+def _tojson(x: Any, ensure_ascii: bool = False, indent: int | None = None,
+            separators: tuple[str, str] | None = None, sort_keys: bool = False) -> str:
+    """transformers' tojson filter: json.dumps without HTML escaping."""
+    if isinstance(indent, int) and indent > MAX_JSON_INDENT:
+        raise ChatTemplateError(f"chat template asks tojson for indent {indent}, more than {MAX_JSON_INDENT}")
+    return _check_value(json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+                                   sort_keys=sort_keys), "a JSON text")
+
+
+def _strftime_now(fmt: str) -> str:
+    """Today's date for templates that print it (transformers' global `strftime_now`)."""
+    return datetime.now().strftime(fmt)
+
+
+class _TemplateDict:
+    """dict() for templates, without attribute access to the type."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> dict:
+        return dict(*args, **kwargs)
+
+    def fromkeys(self, *args: Any, **kwargs: Any) -> dict:
+        return dict.fromkeys(*args, **kwargs)
+
+
+def _limited_sandbox_class() -> type:
+    """ImmutableSandboxedEnvironment with every operation, call, attribute and item checked against the limits."""
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
     class LimitedSandbox(ImmutableSandboxedEnvironment):
@@ -191,34 +216,15 @@ def _sandbox() -> Any:
                 _check_widths(owner)
             return super().wrap_str_format(value)
 
-    def raise_exception(message: str) -> None:
-        """Let a template refuse a conversation (transformers' global of that name)."""
-        raise _Refused(message)
+    return LimitedSandbox
 
-    def tojson(x: Any, ensure_ascii: bool = False, indent: int | None = None,
-               separators: tuple[str, str] | None = None, sort_keys: bool = False) -> str:
-        """transformers' tojson filter: json.dumps without HTML escaping."""
-        if isinstance(indent, int) and indent > MAX_JSON_INDENT:
-            raise ChatTemplateError(f"chat template asks tojson for indent {indent}, more than {MAX_JSON_INDENT}")
-        return _check_value(json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
-                                       sort_keys=sort_keys), "a JSON text")
 
-    def strftime_now(fmt: str) -> str:
-        """Today's date for templates that print it (transformers' global of that name)."""
-        return datetime.now().strftime(fmt)
-
-    class TemplateDict:
-        """dict() for templates, without attribute access to the type."""
-
-        def __call__(self, *args: Any, **kwargs: Any) -> dict:
-            return dict(*args, **kwargs)
-
-        def fromkeys(self, *args: Any, **kwargs: Any) -> dict:
-            return dict.fromkeys(*args, **kwargs)
+def _namespace_class() -> type:
+    """namespace() that refuses underscore-prefixed names (no reaching CPython internals)."""
+    import jinja2.exceptions
+    import jinja2.utils
 
     class TemplateNamespace(jinja2.utils.Namespace):
-        """namespace() that refuses underscore-prefixed names (no reaching CPython internals)."""
-
         def __init__(*args: Any, **kwargs: Any) -> None:
             self, args = args[0], args[1:]
             attrs = dict(*args, **kwargs)
@@ -235,15 +241,20 @@ def _sandbox() -> Any:
             if isinstance(name, str) and name.startswith("_"):
                 raise jinja2.exceptions.SecurityError(f"chat templates cannot set the attribute {name!r}")
 
-    env = LimitedSandbox(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
-    env.filters["tojson"] = tojson
+    return TemplateNamespace
+
+
+def _sandbox() -> Any:
+    """transformers' environment (ImmutableSandboxedEnvironment, trim/lstrip blocks, loopcontrols,
+    raise_exception, tojson, strftime_now) with the limits of the module doc."""
+    import jinja2.ext
+
+    env = _limited_sandbox_class()(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
+    env.filters["tojson"] = _tojson
     for name in ("center", "indent", "wordwrap", "format"):
         env.filters[name] = _checked_filter(env.filters[name], name)
-    env.globals["raise_exception"] = raise_exception
-    env.globals["strftime_now"] = strftime_now
-    env.globals["range"] = _Range
-    env.globals["dict"] = TemplateDict()
-    env.globals["namespace"] = TemplateNamespace
+    env.globals.update(raise_exception=_raise_exception, strftime_now=_strftime_now, range=_Range,
+                       dict=_TemplateDict(), namespace=_namespace_class())
     return env
 
 
