@@ -8,7 +8,7 @@ import subprocess
 import sys
 import textwrap
 
-from conftest import REPO
+from helpers import REPO
 
 MB = 1 << 20
 

@@ -1,6 +1,6 @@
 """The public API contract of minillama.tokenizer.Tokenizer: errors, sniffing, the packaged default vocab.
 
-Uses the small Hugging Face-built GGUF (conftest.hf_bpe) and the package's default vocab; no shared/ needed
+Uses the small Hugging Face-built GGUF (the hf_bpe fixture) and the package's default vocab; no shared/ needed
 (except the llama2.c sniffing test and the oracle test, which skip without it).
 """
 
@@ -13,7 +13,7 @@ import struct
 from pathlib import Path
 
 import pytest
-from conftest import get_oracle, load_file, release_tokenizers, vocab_path, write_gpt2_gguf
+from helpers import get_oracle, load_file, release_tokenizers, vocab_path, write_gpt2_gguf
 
 from minillama.errors import FormatError, MinillamaError, UnsupportedError
 from minillama.tokenizer import Tokenizer, default_vocab_path

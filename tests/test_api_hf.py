@@ -20,7 +20,7 @@ import warnings
 
 import numpy as np
 import pytest
-from conftest import SHARED, load, params_or_skip, read_conformance, require_shared
+from helpers import SHARED, load, params_or_skip, read_conformance, require_shared
 
 from minillama.errors import (
     ArgumentError,
@@ -387,7 +387,7 @@ def test_warning_double_bos():
 
 def test_warning_sentencepiece_normalizer_llamacpp_ignores(tmp_path):
     spm = pytest.importorskip("sentencepiece")
-    from conftest import training_lines
+    from helpers import training_lines
 
     prefix = str(tmp_path / "bpe_nfkc")
     spm.SentencePieceTrainer.train(sentence_iterator=iter(training_lines()), model_prefix=prefix, vocab_size=600, character_coverage=0.98,

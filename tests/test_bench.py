@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import read_conformance, vocab_path
+from helpers import read_conformance, vocab_path
 
 from minillama.bench import bench, format_table
 from minillama.tokenizer import default_vocab_path

@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO
-from conftest import real_gguf as _real_gguf
+from helpers import REPO
+from helpers import real_gguf as _real_gguf
 
 from minillama.chat import (
     ChatSession,

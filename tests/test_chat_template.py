@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import vocab_path
+from helpers import vocab_path
 
 from minillama.chat_template import ChatTemplate
 from minillama.errors import ArgumentError, ChatTemplateRefused, MinillamaError

@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, read_conformance, vocab_path
+from helpers import REPO, read_conformance, vocab_path
 
 from minillama.tokenizer import Tokenizer, default_vocab_path
 

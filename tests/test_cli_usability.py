@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO
 from gguf import GGUFValueType as V
 from gguf import GGUFWriter
+from helpers import REPO
 
 from minillama.errors import ArgumentError, ArgumentTypeError, MinillamaError
 from minillama.tokenizer import Tokenizer, default_vocab_path

@@ -7,7 +7,7 @@ the oracle-backed tests at the bottom ask llama.cpp directly and skip when it is
 from __future__ import annotations
 
 import pytest
-from conftest import (
+from helpers import (
     conformance_vocabs,
     fail_if_any,
     get_oracle,

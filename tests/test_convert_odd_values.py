@@ -10,9 +10,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import REPO
 from gguf import GGUFValueType as V
 from gguf import GGUFWriter
+from helpers import REPO
 
 from minillama.tokenizer import Tokenizer, default_vocab_path
 from minillama.tokenizer.load import read_gguf, read_metadata

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import LLAMACPP_TEST_SEP, REPO, load, require_shared, vocab_path
+from helpers import LLAMACPP_TEST_SEP, REPO, load, require_shared, vocab_path
 
 from minillama import dataset
 from minillama.cli import main

@@ -9,8 +9,8 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import require_shared
 from derived_vocabs import RECIPES
+from helpers import require_shared
 
 from minillama.tokenizer import Tokenizer
 

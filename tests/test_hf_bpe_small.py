@@ -22,7 +22,7 @@ import random
 import re
 
 import pytest
-from conftest import fail_if_any, get_oracle, load_file, release_tokenizers
+from helpers import fail_if_any, get_oracle, load_file, release_tokenizers
 
 STRINGS = [
     "",

@@ -14,8 +14,8 @@ import json
 
 import numpy as np
 import pytest
-from conftest import load, read_conformance, require_shared, vocab_path
 from gguf import Keys
+from helpers import load, read_conformance, require_shared, vocab_path
 from test_api_hf import _hf_bert_from_gguf
 
 from minillama.errors import UnsupportedError
@@ -38,7 +38,7 @@ def unigram_json(model_path: str):
     """A tokenizer.json for a SentencePiece Unigram model, built as transformers' T5Converter builds it."""
     spm = pytest.importorskip("sentencepiece")
     pytest.importorskip("tokenizers")
-    from conftest import sentencepiece_token_type
+    from helpers import sentencepiece_token_type
     from tokenizers import (
         AddedToken,
         Regex,
@@ -167,7 +167,7 @@ def test_hostile_unigram_charsmap(tmp_path):
 @pytest.mark.parametrize("which, vocab", [("bert_json", "ggml-vocab-bert-bge"), ("t5_json", "ggml-vocab-unigram8k")])
 def test_converted_json_is_read_by_llamacpp(which, vocab, request, tmp_path):
     """`minillama convert tokenizer.json out.gguf`: llama.cpp itself gives the conformance ids on the result."""
-    from conftest import get_oracle
+    from helpers import get_oracle
 
     from minillama.tokenizer.write import write_vocab_gguf
 

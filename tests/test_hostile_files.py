@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import SHARED
+from helpers import SHARED
 
 from minillama.errors import FormatError, MinillamaError, UnsupportedError
 from minillama.tokenizer import Tokenizer, Vocab

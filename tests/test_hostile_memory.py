@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import require_shared
+from helpers import require_shared
 from limits import run_limited
 from test_speed_bounds import BASE_TOKENS, _t5_gguf
 

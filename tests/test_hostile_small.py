@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from helpers import REPO
 
 from minillama.errors import ArgumentError, ArgumentTypeError, InputError, MinillamaError
 from minillama.fileio import read_input

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import REPO
+from helpers import REPO
 from limits import run_limited
 
 from minillama.chat_template import ChatTemplate

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from conftest import conformance_vocabs, get_oracle, load, params_or_skip, vocab_path
+from helpers import conformance_vocabs, get_oracle, load, params_or_skip, vocab_path
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 

@@ -14,7 +14,7 @@ import sys
 import textwrap
 
 import pytest
-from conftest import SHARED, get_oracle, load, require_shared, vocab_path
+from helpers import SHARED, get_oracle, load, require_shared, vocab_path
 
 from minillama.tokenizer.models import base
 

@@ -7,7 +7,7 @@ Expected ids are llama.cpp's, from shared/conformance/ggml-vocab-llama-spm.jsonl
 from __future__ import annotations
 
 import pytest
-from conftest import fail_if_any, load, read_conformance, release_tokenizers
+from helpers import fail_if_any, load, read_conformance, release_tokenizers
 
 SPM_CONFORMANCE = "ggml-vocab-llama-spm"
 

@@ -7,7 +7,7 @@ expected ids for one text, from llama_tokenize(add_special=False, parse_special=
 from __future__ import annotations
 
 import pytest
-from conftest import (
+from helpers import (
     LLAMACPP_TEST_SEP,
     SHARED,
     fail_if_any,

@@ -16,7 +16,8 @@ import struct
 
 import numpy as np
 import pytest
-from conftest import (
+from gguf import GGUFValueType, Keys
+from helpers import (
     get_oracle,
     load_file,
     read_conformance,
@@ -25,7 +26,6 @@ from conftest import (
     training_lines,
     vocab_path,
 )
-from gguf import GGUFValueType, Keys
 
 from minillama.cli import main as cli_main
 from minillama.errors import FormatError, UnsupportedError
@@ -491,7 +491,7 @@ def test_pre_tokenizer_table_huggingface(vocab):
 def test_trained_hf_bpe_tokenizer_json(tmp_path):
     """A byte-level BPE trained with Hugging Face tokenizers ([a, b] merges) loads as pre 'gpt-2' and agrees."""
     pytest.importorskip("tokenizers")
-    from conftest import train_hf_bpe
+    from helpers import train_hf_bpe
 
     hf = train_hf_bpe()
     path = tmp_path / "tokenizer.json"

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import REPO
-from conftest import real_gguf as _real_gguf
+from helpers import REPO
+from helpers import real_gguf as _real_gguf
 
 from minillama.errors import ArgumentError, ContextLengthError, FormatError, MinillamaError, UnsupportedError
 from minillama.generate import Sampler

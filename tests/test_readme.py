@@ -24,7 +24,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import REPO, SHARED
+from helpers import REPO, SHARED
 
 README = REPO / "README.md"
 _MARKER = re.compile(r"^<!--\s*readme-test:\s*(.*?)\s*-->\s*$")

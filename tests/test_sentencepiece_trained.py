@@ -19,7 +19,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from conftest import (
+from helpers import (
     fail_if_any,
     get_oracle,
     load_file,

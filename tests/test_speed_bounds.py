@@ -13,7 +13,7 @@ import sys
 import textwrap
 
 import gguf
-from conftest import load, read_conformance
+from helpers import load, read_conformance
 
 from minillama.tokenizer.models import base, ugm
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from conftest import conformance_vocabs, load, params_or_skip, read_conformance
+from helpers import conformance_vocabs, load, params_or_skip, read_conformance
 
 from minillama.tokenizer import Tokenizer, default_vocab_path
 

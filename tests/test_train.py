@@ -14,7 +14,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import (
+from helpers import (
     LLAMACPP_TEST_SEP,
     SHARED,
     TRAINING_PARAGRAPHS,
@@ -42,7 +42,7 @@ TRICKY = [
 
 
 def _chunks() -> list[str]:
-    """Text the test writes: the conftest paragraphs, generated sentences and the tricky strings."""
+    """Text the test writes: the helpers.py paragraphs, generated sentences and the tricky strings."""
     return ["\n".join(training_lines()), "\n".join(TRAINING_PARAGRAPHS), "\n".join(TRICKY)]
 
 

@@ -23,7 +23,7 @@ import time
 
 import gguf
 import pytest
-from conftest import (
+from helpers import (
     fail_if_any,
     get_oracle,
     load,

@@ -25,7 +25,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import (
+from gguf import Keys, TokenType
+from helpers import (
     fail_if_any,
     get_oracle,
     load,
@@ -36,7 +37,6 @@ from conftest import (
     training_lines,
     vocab_path,
 )
-from gguf import Keys, TokenType
 
 from minillama.tokenizer import Tokenizer, Vocab
 
