@@ -18,29 +18,11 @@ from concurrent.futures import Future, ProcessPoolExecutor
 import numpy as np
 
 from ..tokenizer import Tokenizer
-from ..tokenizer.models import base
 from .shards import ShardWriter, doc_digest
 from .sources import BadRecordError, BadRecords, Source
 
 BATCH_CHARS = 1 << 18
 AHEAD = 3
-# Word cache of a dedicated encoding process: 4x a shared tokenizer's (models/base.py), since a data set's
-# distinct words easily pass 65,536 (diverse.txt alone has ~69k) and a cache that keeps starting over
-# recomputes every word (4x slower on the second pass over diverse.txt). Still bounded: flat memory.
-WORKER_CACHE_WORDS = 1 << 18
-
-
-class bigger_word_cache:
-    """Raise the tokenizer word-cache bound to WORKER_CACHE_WORDS while encoding (restored after)."""
-
-    def __enter__(self) -> None:
-        self.before = base.CACHE_MAX_WORDS
-        base.CACHE_MAX_WORDS = max(self.before, WORKER_CACHE_WORDS)
-
-    def __exit__(self, *exc: object) -> None:
-        base.CACHE_MAX_WORDS = self.before
-
-
 def encode_docs(tok: Tokenizer, docs: Sequence[str], add_special: bool, parse_special: bool, sep: Sequence[int],
                 dtype: np.dtype) -> tuple[np.ndarray, np.ndarray, bytes, int]:
     """(id count per document, all ids concatenated, doc_digest()s concatenated, UTF-8 bytes) of a batch.
@@ -67,7 +49,6 @@ _WORKER: dict = {}
 
 def _init_worker(tok: Tokenizer, settings: tuple) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle
-    bigger_word_cache().__enter__()  # for the life of this worker process
     _WORKER["tok"], _WORKER["settings"] = tok, settings
 
 
@@ -135,9 +116,8 @@ def run_local(tok: Tokenizer, source: Source, writer: ShardWriter, settings: tup
             failed.append(exc)
 
     if workers <= 1:
-        with bigger_word_cache():
-            for batch in until_bad():
-                take(encode_docs(tok, batch, *settings))
+        for batch in until_bad():
+            take(encode_docs(tok, batch, *settings))
         if failed:
             raise failed[0]
         return

@@ -31,7 +31,7 @@ import numpy as np
 
 from ..errors import MinillamaError
 from ..tokenizer import Tokenizer
-from .local import bigger_word_cache, encode_docs, tick
+from .local import encode_docs, tick
 from .shards import ShardWriter
 from .sources import BadRecordError, BadRecords, Source, file_format, jsonl_docs, text_docs
 
@@ -96,7 +96,6 @@ class Encoder:
 
     def __init__(self, tok: Tokenizer, settings: tuple) -> None:
         self.tok, self.settings = tok, settings
-        bigger_word_cache().__enter__()  # an actor is a process of its own
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         docs = [t for t, b in zip(batch["text"], batch["bad"]) if not b]
