@@ -67,7 +67,7 @@ def piece_of(vocab: Vocab, i: int) -> bytes:
     if attr & _RAW:
         return _token_bytes(text)
     if attr & Attr.NORMAL:
-        if vocab.model == "bpe" and not vocab.escape_whitespaces:
+        if vocab.kind == "bpe" and not vocab.escape_whitespaces:
             return _bytelevel_decode(text)
         return _token_bytes(text.replace("\u2581", " "))
     if attr & Attr.BYTE:
