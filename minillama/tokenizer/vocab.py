@@ -126,8 +126,17 @@ class Vocab:
         return len(self.tokens)
 
     def __getstate__(self) -> dict[str, Any]:
-        """The fields alone: tables derived at run time (attributes starting with '_') are rebuilt, not pickled."""
-        return {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
+        """The fields alone: tables derived at run time (attributes starting with '_') are rebuilt, not pickled;
+        so is the parsed charsmap when the metadata (pickled anyway) holds its blob."""
+        state = {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
+        if self.charsmap is not None and K.PRECOMPILED_CHARSMAP in self.metadata:
+            del state["charsmap"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if "charsmap" not in state:
+            self.charsmap = _read_charsmap(self.metadata)
 
     @classmethod
     def from_metadata(cls, md: dict[str, Any], source: str = "<memory>") -> Vocab:

@@ -34,6 +34,7 @@ import re
 import sys
 from array import array
 from itertools import chain
+from typing import TypeVar
 
 import numpy as np
 from gguf import Keys
@@ -42,10 +43,42 @@ from ...errors import FormatError
 from ..vocab import Attr, Vocab
 from . import base
 from .base import Model, last_cut_before
-from .ugm_normalize import _NO, _SURROGATE, PREFIX_MAX, SPACE, T, UGMNormalizer, _prefix_table, _to_bytes
+from .ugm_normalize import _NO, _SURROGATE, SPACE, UGMNormalizer, _to_bytes
 
 DBL_LOWEST = -sys.float_info.max  # llama.cpp's -DBL_MAX: the score of a position not reached yet
 UNKNOWN_PENALTY = np.float32(10.0)
+
+T = TypeVar("T", str, bytes)
+
+PREFIX_MAX = 64
+"""Token prefixes are listed up to this many characters (bytes on the byte path); longer tokens are
+found through their first PREFIX_MAX characters, so the tables grow linearly with the vocab's size
+even for a token of 100,000 characters (every prefix of it would take gigabytes)."""
+
+
+def _prefix_table(items: list[tuple[T, object]]) -> tuple[dict[T, object], dict[T, list[tuple[T, object]]]]:
+    """(table, long): table maps every token of at most PREFIX_MAX units to its entry and every shorter
+    prefix of a token to None (unless it is a token itself); long maps the first PREFIX_MAX units of each
+    longer token to those tokens and their entries."""
+    table: dict = {}
+    long: dict = {}
+    for t, entry in items:
+        for k in range(1, min(len(t), PREFIX_MAX + 1)):
+            table.setdefault(t[:k], None)
+        if len(t) > PREFIX_MAX:
+            table.setdefault(t[:PREFIX_MAX], None)
+            long.setdefault(t[:PREFIX_MAX], []).append((t, entry))
+        else:
+            table[t] = entry
+    return table, long
+
+
+class _ByteTables:
+    """Byte-level versions of the token tables, for the exact slow path."""
+
+    def __init__(self, entries: list[tuple[str, tuple[int, float]]]) -> None:
+        self.tokens, self.long = _prefix_table([(_to_bytes(t), e) for t, e in entries])
+        self.max_len = max((len(k) for k in self.tokens), default=0)
 
 
 def _utf8_len(lead: int) -> int:
@@ -105,6 +138,7 @@ class UGMModel(UGMNormalizer, Model):
         self._cut = re.compile(f"(?<={left})(?={SPACE})", re.DOTALL)
         self._cut_all = not keep
 
+        self._bytes: _ByteTables | None = None
         self._init_normalizer(vocab)
 
     # --- Model interface -----------------------------------------------------------------------
@@ -241,6 +275,12 @@ class UGMModel(UGMNormalizer, Model):
             end = start[end]
         out.reverse()
         return out
+
+    def _byte_tables(self) -> _ByteTables:
+        bt = self._bytes
+        if bt is None:
+            bt = self._once("_bytes", lambda: _ByteTables(self.byte_token_entries))
+        return bt
 
     def _viterbi_bytes(self, s: bytes) -> list[int]:
         n = len(s)

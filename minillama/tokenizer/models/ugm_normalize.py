@@ -13,14 +13,12 @@ odd vocabs), and can also say which input byte each output byte comes from (for 
 user-defined tokens are valid UTF-8: characters the charsmap maps on their own are replaced first
 (str.replace, one regex), then a regex finds every place where anything but copying may happen and
 only those are looked at; it returns None where only the byte path is exact (a user-defined prefix or
-charsmap key ending inside a character). The token prefix tables (every prefix of a token -> its
-entry) used by the Viterbi passes are built here too, from the same texts.
+charsmap key ending inside a character).
 """
 
 from __future__ import annotations
 
 import re
-from typing import TypeVar
 
 from ...errors import FormatError
 from ..vocab import Vocab
@@ -29,9 +27,8 @@ from .ugm_charsmap import Charsmap
 SPACE = "\u2581"
 FFFD = "\ufffd".encode()
 
-T = TypeVar("T", str, bytes)
 _SURROGATE = re.compile("[\ud800-\udfff]")
-_NO = object()  # "no such prefix" in the token prefix tables
+_NO = object()  # "no such entry" (the charsmap's single map here, the token prefix tables in ugm.py)
 
 
 def _utf8_valid_len(b: bytes, i: int) -> int:
@@ -56,40 +53,14 @@ def _to_bytes(text: str) -> bytes:
                         for c in text)
 
 
-PREFIX_MAX = 64
-"""Token prefixes are listed up to this many characters (bytes on the byte path); longer tokens are
-found through their first PREFIX_MAX characters, so the tables grow linearly with the vocab's size
-even for a token of 100,000 characters (every prefix of it would take gigabytes)."""
-
-
-def _prefix_table(items: list[tuple[T, object]]) -> tuple[dict[T, object], dict[T, list[tuple[T, object]]]]:
-    """(table, long): table maps every token of at most PREFIX_MAX units to its entry and every shorter
-    prefix of a token to None (unless it is a token itself); long maps the first PREFIX_MAX units of each
-    longer token to those tokens and their entries."""
-    table: dict = {}
-    long: dict = {}
-    for t, entry in items:
-        for k in range(1, min(len(t), PREFIX_MAX + 1)):
-            table.setdefault(t[:k], None)
-        if len(t) > PREFIX_MAX:
-            table.setdefault(t[:PREFIX_MAX], None)
-            long.setdefault(t[:PREFIX_MAX], []).append((t, entry))
-        else:
-            table[t] = entry
-    return table, long
-
-
-class _ByteTables:
-    """Byte-level versions of the token and user-defined tables, for the exact slow path."""
-
-    def __init__(self, model: UGMNormalizer) -> None:
-        self.tokens, self.long = _prefix_table([(_to_bytes(t), e) for t, e in model.byte_token_entries])
-        self.max_len = max((len(k) for k in self.tokens), default=0)
-        self.user: dict[int, dict] = {}
-        for text in model.user_texts:
-            node = self.user
-            for c in _to_bytes(text):
-                node = node.setdefault(c, {})
+def _byte_trie(texts: list[str]) -> dict[int, dict]:
+    """The user-defined texts as a trie over their UTF-8 bytes (surrogate escapes as raw bytes)."""
+    root: dict[int, dict] = {}
+    for text in texts:
+        node = root
+        for c in _to_bytes(text):
+            node = node.setdefault(c, {})
+    return root
 
 
 def _char_class(chars: set[str], ranges: list[tuple[int, int]], astral: bool = False) -> str:
@@ -144,7 +115,7 @@ class UGMNormalizer:
         self.remove_extra_whitespaces = vocab.remove_extra_whitespaces
         self.treat_whitespace_as_suffix = False  # llama.cpp never reads it from a GGUF
         self.charsmap: Charsmap | None = vocab.charsmap
-        self._bytes: _ByteTables | None = None
+        self._user_bytes: dict[int, dict] | None = None
         self._build_fast_normalizer()
 
     # --- fast (str) normalizer ---------------------------------------------------------------
@@ -362,22 +333,22 @@ class UGMNormalizer:
         return out
 
     # --- exact byte-level path -----------------------------------------------------------------
-    def _byte_tables(self) -> _ByteTables:
-        bt = self._bytes
-        if bt is None:
-            bt = self._once("_bytes", lambda: _ByteTables(self))
-        return bt
+    def _user_byte_trie(self) -> dict[int, dict]:
+        trie = self._user_bytes
+        if trie is None:
+            trie = self._once("_user_bytes", lambda: _byte_trie(self.user_texts))  # type: ignore[attr-defined]
+        return trie
 
     def _normalize_bytes(self, b: bytes, src: list[int] | None = None) -> bytes:
         """llm_tokenizer_ugm_session::normalize, byte for byte. With src, also the index in b of the byte
         each output byte comes from (-1 for a space marker no space stands for): character offsets."""
-        bt = self._byte_tables()
+        user = self._user_byte_trie()
         cm = self.charsmap
         mapped = bytearray()
         i, n = 0, len(b)
         while i < n:
             start = i
-            node, k = bt.user, i
+            node, k = user, i
             while k < n and b[k] in node:  # naive_trie::get_longest_prefix: the deepest node, token or not
                 node = node[b[k]]
                 k += 1
