@@ -33,11 +33,6 @@ class Charsmap:
         self.units = np.frombuffer(blob, "<u4", count=n, offset=4).astype(np.int64)
         self._units: list[int] | None = None
         self.replacements = blob[4 + size:]
-        self._blob = blob
-
-    def __reduce__(self) -> tuple:
-        """Pickle as the blob (a Vocab travels to process pools and Ray actors): the arrays are rebuilt."""
-        return type(self), (self._blob,)
 
     # --- the XCDA as llama.cpp reads it -------------------------------------------------------
     @staticmethod
