@@ -250,8 +250,8 @@ def cmd_convert(args: argparse.Namespace) -> int:
         metadata = read_metadata(src)
     vocab = Vocab.from_metadata(metadata, src)  # refuse what minillama itself could not load
     write_vocab_gguf(metadata, out, name=args.name, types=types)
-    pre = f", pre {vocab.pre}" if vocab.model == "bpe" else ""
-    print(f"{out}: {metadata['tokenizer.ggml.model']} ({vocab.model}) vocab of {vocab.n_vocab} tokens{pre}, "
+    pre = f", pre {vocab.pre}" if vocab.kind == "bpe" else ""
+    print(f"{out}: {metadata['tokenizer.ggml.model']} ({vocab.kind}) vocab of {vocab.n_vocab} tokens{pre}, "
           f"{os.path.getsize(out)} bytes, from {src}")
     return 0
 

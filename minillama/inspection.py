@@ -308,7 +308,7 @@ def tokenizer_summary(md: dict[str, Any], source: str) -> dict[str, Any]:
             if isinstance(md.get(key), (bool, np.bool_)):
                 summary["flags"][flag] = bool(md[key])
         return summary
-    summary["type"] = vocab.model
+    summary["type"] = vocab.kind
     if summary["pre"] is None:
         summary["pre"] = vocab.pre  # 'default' when the file names none
     for name in SPECIAL_ORDER:

@@ -36,13 +36,13 @@ def _crafted() -> str:
 
 
 def _chunked(monkeypatch: pytest.MonkeyPatch, tok, text: str, size: int) -> list[int]:
-    tok._model.clear_cache()
+    tok._encoder.clear_cache()
     monkeypatch.setattr(base, "CHUNK_CHARS", size)
     try:
         return tok.encode(text, add_special=False)
     finally:
         monkeypatch.undo()
-        tok._model.clear_cache()
+        tok._encoder.clear_cache()
 
 
 @pytest.mark.parametrize("name", VOCABS)
@@ -54,7 +54,7 @@ def test_chunked_encode_is_unchunked_encode(name: str, monkeypatch: pytest.Monke
         assert _chunked(monkeypatch, tok, text, size) == whole, (name, size)
     # and the pieces really were cut (the test would prove nothing if every text stayed whole)
     monkeypatch.setattr(base, "CHUNK_CHARS", 64)
-    model = tok._model
+    model = tok._encoder
     prepared = model.prepare(text, True)
     if name == "ggml-vocab-falcon":  # its first pattern (punctuation runs) never ends at a newline: no cut
         assert len(list(model.word_chunks(prepared))) == 1

@@ -560,3 +560,34 @@ def test_terminal_escapes_in_names_never_reach_the_terminal(tmp_path) -> None:
             assert report["name"] == evil and report["architecture"] == evil
         else:
             assert "\\x1b" in out and "\\u202e" in out
+
+
+@pytest.mark.parametrize("charsmap, message", [
+    (b"\x08\x00", "precompiled charsmap too small for its xcda size header"),
+    (b"\x08\x00\x00\x00" + b"\x00" * 8, "precompiled charsmap: xcda size 8 does not fit in 12 bytes"),
+    ([1, 2, 3], "precompiled charsmap is an array of int32, expected an int8/uint8 array"),
+])
+def test_bad_unigram_charsmap_fails_at_load(tmp_path: Path, charsmap: bytes | list[int], message: str) -> None:
+    """A Unigram charsmap that is not one fails when the vocab loads, so `minillama inspect` reports it."""
+    from minillama.errors import FormatError
+    from minillama.tokenizer.load import read_metadata
+    from minillama.tokenizer.vocab import Vocab
+
+    path = tmp_path / "t5.gguf"
+    w = gguf.GGUFWriter(str(path), "t5")
+    w.add_tokenizer_model("t5")
+    w.add_token_list([b"<pad>", b"</s>", b"<unk>", b"\xe2\x96\x81a"])
+    w.add_token_scores([0.0, 0.0, 0.0, -1.0])
+    w.add_token_types([3, 3, 2, 1])
+    if isinstance(charsmap, bytes):
+        w.add_precompiled_charsmap(charsmap)
+    else:
+        w.add_array("tokenizer.ggml.precompiled_charsmap", charsmap)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pytest.raises(FormatError, match=re.escape(message)):
+        Vocab.from_metadata(read_metadata(str(path)), str(path))
+    tok = inspect_file(path)["tokenizer"]
+    assert tok["model"] == "t5" and tok["type"] is None and message in tok["error"]

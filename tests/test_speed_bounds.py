@@ -27,7 +27,7 @@ def test_cache_second_pass_never_recomputes_more(monkeypatch):
     first, and words repeated within every generation stay cached."""
     monkeypatch.setattr(base, "CACHE_MAX_WORDS", 50)
     tok = load("ggml-vocab-llama-bpe")
-    model = tok._model
+    model = tok._encoder
     model.clear_cache()
     calls = []
     real = model.encode_word
@@ -46,7 +46,7 @@ def test_cache_second_pass_never_recomputes_more(monkeypatch):
 def test_cache_bounded_in_bytes(monkeypatch):
     monkeypatch.setattr(base, "CACHE_MAX_BYTES", 20_000)
     tok = load("ggml-vocab-llama-spm")
-    model = tok._model
+    model = tok._encoder
     model.clear_cache()
     rng = random.Random(1)
     for _ in range(200):
@@ -60,7 +60,7 @@ def test_cache_bounded_in_bytes(monkeypatch):
 def test_long_words_are_not_cached(monkeypatch):
     monkeypatch.setattr(base, "CACHE_MAX_BYTES", 80_000)  # entries over 10,000 bytes are not cached
     tok = load("ggml-vocab-llama-spm")
-    model = tok._model
+    model = tok._encoder
     model.clear_cache()
     for i in range(20):
         word = "".join(chr(0x61 + (i * 7 + k) % 26) for k in range(1500))
@@ -73,7 +73,7 @@ def test_spm_pair_segments_match_llamacpp():
     """Encoding with the pair cuts equals llama.cpp on the diverse conformance texts (the cut is on)."""
     rows = read_conformance("ggml-vocab-llama-spm", "conformance-diverse")
     tok = load("ggml-vocab-llama-spm")
-    model = tok._model
+    model = tok._encoder
     assert any(len(model.segments(model.prepare(r["text"], True))) > 1 for r in rows[:50])
     bad = [r["text"][:60] for r in rows[:300] if tok.encode(r["text"], add_special=False) != r["ids"]]
     assert not bad
@@ -91,7 +91,7 @@ def test_unigram_segments_equal_whole_viterbi():
     """The per-segment Viterbi with cached segments gives what one Viterbi over the fragment gives."""
     texts = _conformance_texts("ggml-vocab-unigram8k", 300)
     tok = load("ggml-vocab-unigram8k")
-    model = tok._model
+    model = tok._encoder
     assert model.split_limit > 10 ** 6
     for text in texts:
         if not text or "\udc80" <= max(text) or any("\ud800" <= c <= "\udfff" for c in text):

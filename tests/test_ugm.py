@@ -94,14 +94,14 @@ def test_metadata():
 def test_byte_path_matches_conformance(monkeypatch):
     """The exact byte-level path (used for lone surrogates and odd vocabs) alone also gives llama.cpp's ids."""
     tok = load(VOCAB)
-    monkeypatch.setattr(tok._model, "fast_ok", False)
-    tok._model.clear_cache()
+    monkeypatch.setattr(tok._encoder, "fast_ok", False)
+    tok._encoder.clear_cache()
     try:
         rows = read_conformance(VOCAB)
         bad = [(r["text"], got, r["ids"]) for r in rows[:200]
                if (got := tok.encode(r["text"], add_special=False)) != r["ids"]]
     finally:
-        tok._model.clear_cache()
+        tok._encoder.clear_cache()
     fail_if_any(bad, _report("byte path encode", bad, 200, "llama.cpp"))
 
 
@@ -109,7 +109,7 @@ def test_speed_conformance_texts():
     """600 texts (217k characters), both encode flavours: well under the few seconds the project allows."""
     tok = load(VOCAB)
     rows = read_conformance(VOCAB)
-    tok._model.clear_cache()
+    tok._encoder.clear_cache()
     t = time.perf_counter()
     for r in rows:
         tok.encode(r["text"], add_special=False)
@@ -323,13 +323,13 @@ def test_add_special_appends_eos(trained):
 def test_byte_path_matches_sentencepiece(trained, monkeypatch):
     config, sp, path = trained
     tok = load_file(path)
-    monkeypatch.setattr(tok._model, "fast_ok", False)
-    tok._model.clear_cache()
+    monkeypatch.setattr(tok._encoder, "fast_ok", False)
+    tok._encoder.clear_cache()
     try:
         bad = [(s, got, want) for s in _sp_comparable(config, STRINGS + FUZZ)
                if (got := tok.encode(s, add_special=False)) != (want := sp.encode(s))]
     finally:
-        tok._model.clear_cache()
+        tok._encoder.clear_cache()
     fail_if_any(bad, _report("byte path encode", bad, len(STRINGS + FUZZ), "sentencepiece"))
 
 

@@ -195,7 +195,7 @@ def test_greedy_longest_match_and_unk():
 def test_preprocessing_words():
     """Word splitting and normalisation as llm_tokenizer_wpm_session::preprocess does it."""
     tok = _vocab(["▁a"])
-    words = tok._model.words  # type: ignore[attr-defined]
+    words = tok._encoder.words  # type: ignore[attr-defined]
     assert words("Hello,  WORLD!\tfoo\nbar") == ["hello", ",", "world", "!", "foo", "bar"]
     assert words("a$b+c€d") == ["a", "$", "b", "+", "c€d"]  # ASCII symbols split, other symbols do not
     assert words("x中文y") == ["x", "中", "文", "y"]
@@ -210,12 +210,12 @@ def test_preprocessing_words():
 def test_normalizer_options():
     cased = _vocab(["▁Hello", "▁hello", "▁é", "▁e"], **{"tokenizer.ggml.normalizer.lowercase": False})
     assert _pieces(cased, cased.encode("Hello é", add_special=False)) == ["▁Hello", "▁é"]
-    assert cased._model.words("Héllo É") == ["Héllo", "É"]  # type: ignore[attr-defined]
+    assert cased._encoder.words("Héllo É") == ["Héllo", "É"]  # type: ignore[attr-defined]
     lower_only = _vocab(["▁é", "▁e"], **{"tokenizer.ggml.normalizer.strip_accents": False})
-    assert lower_only._model.words("HÉLLO") == ["héllo"]  # type: ignore[attr-defined]
+    assert lower_only._encoder.words("HÉLLO") == ["héllo"]  # type: ignore[attr-defined]
     strip_only = _vocab(["▁e"], **{"tokenizer.ggml.normalizer.lowercase": False,
                                    "tokenizer.ggml.normalizer.strip_accents": True})
-    assert strip_only._model.words("HÉLLO") == ["HELLO"]  # type: ignore[attr-defined]
+    assert strip_only._encoder.words("HÉLLO") == ["HELLO"]  # type: ignore[attr-defined]
 
 
 def test_decode_pieces_and_clean_spaces():

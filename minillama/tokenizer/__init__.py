@@ -75,12 +75,52 @@ def default_vocab_path() -> str:
 
 _NONE: frozenset[int] = frozenset()
 
+def _batch_texts(texts: Iterable[str], num_threads: int | None) -> tuple[list[str], int]:
+    """encode_batch's texts as a list of str and its thread count, both checked."""
+    if isinstance(texts, (str, bytes)):
+        raise ArgumentTypeError(f"encode_batch() takes a sequence of str, got one {type(texts).__name__}")
+    texts = list(texts)
+    for i, t in enumerate(texts):
+        if not isinstance(t, str):
+            raise ArgumentTypeError(f"encode_batch() takes str items, item {i} is {type(t).__name__}")
+    if num_threads is None:
+        num_threads = os.cpu_count() or 1
+    elif isinstance(num_threads, bool) or not isinstance(num_threads, int):
+        raise ArgumentTypeError(f"num_threads must be an int or None, got {type(num_threads).__name__}")
+    elif num_threads < 1:
+        raise ArgumentError(f"num_threads must be at least 1, got {num_threads}")
+    return texts, num_threads
+
+
+def _batch_arrays(out: list[list[int]], pad_to: Literal["longest"] | int | None,
+                  pad_id: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """encode_batch's (ids, attention_mask) arrays: the id lists padded on the right to one width."""
+    lengths = [len(ids) for ids in out]
+    longest = max(lengths, default=0)
+    if pad_to is None:
+        if len(set(lengths)) > 1:
+            raise ArgumentError(f"the texts give {min(lengths)} to {longest} ids: pass pad_to='longest' (or a "
+                                "length) to pad them into one array")
+        width = longest
+    else:
+        width = longest if pad_to == "longest" else int(pad_to)
+        if longest > width:
+            i = lengths.index(longest)
+            raise ArgumentError(f"text {i} gives {longest} ids, more than pad_to={width}: pass truncate={width}")
+    ids_arr = np.full((len(out), width), pad_id if pad_id is not None else 0, np.int32)
+    mask = np.zeros((len(out), width), np.int32)
+    for r, ids in enumerate(out):
+        ids_arr[r, :len(ids)] = ids
+        mask[r, :len(ids)] = 1
+    return ids_arr, mask
+
+
 class Tokenizer:
     """A vocab plus its merge model: llama_tokenize / llama_detokenize / llama_token_to_piece in Python."""
 
     def __init__(self, vocab: Vocab) -> None:
         self.vocab = vocab
-        self._model: Model = make_model(vocab)
+        self._encoder: Model = make_model(vocab)
         self._raw_special = raw_special_ids(vocab)
         self._pieces: PieceTable | None = None
         self._lock = threading.Lock()
@@ -106,8 +146,8 @@ class Tokenizer:
 
     @property
     def model(self) -> str:
-        """Merge model: 'spm' (scores) or 'bpe' (merges)."""
-        return self.vocab.model
+        """The tokenizer kind: 'spm' (SentencePiece scores), 'bpe' (merges), 'wpm' (WordPiece) or 'ugm' (Unigram)."""
+        return self.vocab.kind
 
     @property
     def pre(self) -> str:
@@ -175,7 +215,7 @@ class Tokenizer:
             except UnicodeEncodeError:  # lone surrogates: the rare, slow path
                 text = as_bytes_text(text)
                 escaped = RAW_BYTE.search(text) is not None
-        v, model = self.vocab, self._model
+        v, model = self.vocab, self._encoder
         before, after = model.affixes() if add_special else ((), ())
         out: list[int] = list(before)
         after_special = True
@@ -270,8 +310,8 @@ class Tokenizer:
             raise ArgumentError("encode_with_offsets() needs valid Unicode text; this text holds lone surrogates "
                                 "(use encode() for raw bytes)")
         allowed = self._special_control(text, parse_special, allowed_special, disallowed_special)
-        v, model, pieces = self.vocab, self._model, self.pieces.pieces
-        spans_of = SPANS[v.model]
+        v, model, pieces = self.vocab, self._encoder, self.pieces.pieces
+        spans_of = SPANS[v.kind]
         before, after = model.affixes() if add_special else ((), ())
         ids: list[int] = list(before)
         offsets: list[tuple[int, int]] = [(0, 0)] * len(before)
@@ -296,8 +336,8 @@ class Tokenizer:
     def _completion(self, text: str, add_special: bool, parse_special: bool) -> tuple[list[int], list[int], str]:
         """(stable ids, the trailing ids taken off, the text they stood for): see encode_for_completion."""
         ids, offsets = self.encode_with_offsets(text, add_special, parse_special)
-        n_after = len(self._model.affixes()[1]) if add_special else 0
-        n_before = len(self._model.affixes()[0]) if add_special else 0
+        n_after = len(self._encoder.affixes()[1]) if add_special else 0
+        n_before = len(self._encoder.affixes()[0]) if add_special else 0
         body_end = len(ids) - n_after
         if body_end <= n_before or self.vocab.attrs[ids[body_end - 1]] & int(Attr.CONTROL | Attr.UNKNOWN):
             return ids[:body_end], [], ""
@@ -316,9 +356,9 @@ class Tokenizer:
         """Where the unstable end of text begins: for BPE the last pre-token (the regex piece the next
         characters may extend, as tiktoken's encode_with_unstable), else the last whitespace-separated word
         with the space before it (which SPM tokens carry). frag_start: where the last plain fragment starts."""
-        model = self._model
+        model = self._encoder
         frag = text[frag_start:]
-        if self.vocab.model == "bpe":
+        if self.vocab.kind == "bpe":
             prepared = model.prepare(frag, frag_start > 0)
             words = model.words(prepared)
             if words and len(prepared) == len(frag) and "".join(words) == prepared:
@@ -364,41 +404,14 @@ class Tokenizer:
         pad_id (default: the vocab's pad token; ArgumentError when it has none) to the longest text
         (pad_to="longest") or to pad_to=N ids. Without pad_to all texts must give the same length.
         """
-        if isinstance(texts, (str, bytes)):
-            raise ArgumentTypeError(f"encode_batch() takes a sequence of str, got one {type(texts).__name__}")
-        texts = list(texts)
-        for i, t in enumerate(texts):
-            if not isinstance(t, str):
-                raise ArgumentTypeError(f"encode_batch() takes str items, item {i} is {type(t).__name__}")
-        if num_threads is None:
-            num_threads = os.cpu_count() or 1
-        elif isinstance(num_threads, bool) or not isinstance(num_threads, int):
-            raise ArgumentTypeError(f"num_threads must be an int or None, got {type(num_threads).__name__}")
-        elif num_threads < 1:
-            raise ArgumentError(f"num_threads must be at least 1, got {num_threads}")
+        texts, num_threads = _batch_texts(texts, num_threads)
         if pad_to is not None and not return_array:
             raise ArgumentError("pad_to needs return_array=True (lists need no padding)")
         if pad_id is not None and pad_to is None:
             raise ArgumentError("pad_id is given but pad_to is not: pass pad_to='longest' or a length")
-        before: list[int] = []
-        after: list[int] = []
-        if truncate is not None:
-            if isinstance(truncate, bool) or not isinstance(truncate, int):
-                raise ArgumentTypeError(f"truncate must be an int or None, got {type(truncate).__name__}")
-            if add_special:
-                before, after = self._model.affixes()
-            if truncate < len(before) + len(after):
-                raise ArgumentError(f"truncate={truncate} leaves no room for the {len(before) + len(after)} ids "
-                                    "add_special adds")
+        before, after = self._truncation_affixes(truncate, add_special)
         if pad_to is not None:
-            if pad_id is None:
-                pad_id = self.vocab.special.get("pad")
-                if pad_id is None:
-                    raise ArgumentError("this vocab has no pad token (tokenizer.ggml.padding_token_id): pass "
-                                        "pad_id=<an id> to pad with, e.g. pad_id=tok.eos_id")
-            pad_id = check_id(pad_id, self.vocab.n_vocab)
-            if pad_to != "longest" and (isinstance(pad_to, bool) or not isinstance(pad_to, int) or pad_to < 0):
-                raise ArgumentError(f"pad_to must be None, 'longest' or a length >= 0, got {pad_to!r}")
+            pad_id = self._pad_id(pad_to, pad_id)
         # add_special is applied after truncation so that the affixes are kept
         inner_special = add_special and truncate is None
         num_threads = min(num_threads, len(texts))
@@ -414,24 +427,34 @@ class Tokenizer:
             out = [before + ids[:room] + after for ids in out]
         if not return_array:
             return out
-        lengths = [len(ids) for ids in out]
-        longest = max(lengths, default=0)
-        if pad_to is None:
-            if len(set(lengths)) > 1:
-                raise ArgumentError(f"the texts give {min(lengths)} to {longest} ids: pass pad_to='longest' (or a "
-                                    "length) to pad them into one array")
-            width = longest
-        else:
-            width = longest if pad_to == "longest" else int(pad_to)
-            if longest > width:
-                i = lengths.index(longest)
-                raise ArgumentError(f"text {i} gives {longest} ids, more than pad_to={width}: pass truncate={width}")
-        ids_arr = np.full((len(out), width), pad_id if pad_id is not None else 0, np.int32)
-        mask = np.zeros((len(out), width), np.int32)
-        for r, ids in enumerate(out):
-            ids_arr[r, :len(ids)] = ids
-            mask[r, :len(ids)] = 1
-        return ids_arr, mask
+        return _batch_arrays(out, pad_to, pad_id)
+
+    def _truncation_affixes(self, truncate: int | None, add_special: bool) -> tuple[list[int], list[int]]:
+        """encode_batch's check of truncate, and the ids add_special adds around each truncated text."""
+        before: list[int] = []
+        after: list[int] = []
+        if truncate is None:
+            return before, after
+        if isinstance(truncate, bool) or not isinstance(truncate, int):
+            raise ArgumentTypeError(f"truncate must be an int or None, got {type(truncate).__name__}")
+        if add_special:
+            before, after = self._encoder.affixes()
+        if truncate < len(before) + len(after):
+            raise ArgumentError(f"truncate={truncate} leaves no room for the {len(before) + len(after)} ids "
+                                "add_special adds")
+        return before, after
+
+    def _pad_id(self, pad_to: Literal["longest"] | int, pad_id: int | None) -> int:
+        """encode_batch's padding id (the vocab's pad token by default), pad_to checked."""
+        if pad_id is None:
+            pad_id = self.vocab.special.get("pad")
+            if pad_id is None:
+                raise ArgumentError("this vocab has no pad token (tokenizer.ggml.padding_token_id): pass "
+                                    "pad_id=<an id> to pad with, e.g. pad_id=tok.eos_id")
+        pad_id = check_id(pad_id, self.vocab.n_vocab)
+        if pad_to != "longest" and (isinstance(pad_to, bool) or not isinstance(pad_to, int) or pad_to < 0):
+            raise ArgumentError(f"pad_to must be None, 'longest' or a length >= 0, got {pad_to!r}")
+        return pad_id
 
     # --- vocab ------------------------------------------------------------------------------
     def token_to_id(self, token: str) -> int | None:

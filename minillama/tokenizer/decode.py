@@ -71,7 +71,7 @@ def piece_of(vocab: Vocab, i: int) -> bytes:
     if attr & _RAW:
         return to_bytes(text)
     if attr & Attr.NORMAL:
-        if vocab.model == "bpe" and not vocab.escape_whitespaces:
+        if vocab.kind == "bpe" and not vocab.escape_whitespaces:
             return _bytelevel_decode(text)
         return to_bytes(text.replace(SPACE, " "))
     if attr & Attr.BYTE:

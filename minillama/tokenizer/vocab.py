@@ -11,13 +11,16 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass, field
 from enum import IntFlag
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from gguf import Keys, TokenType
 
 from ..errors import FormatError, MissingPreTokenizerWarning, UnsupportedError
 from .pretokenize import PreSpec, pre_spec
+
+if TYPE_CHECKING:
+    from .models.ugm_charsmap import Charsmap
 
 K = Keys.Tokenizer
 
@@ -42,13 +45,20 @@ TYPE_TO_ATTR = {TokenType.UNKNOWN: Attr.UNKNOWN, TokenType.UNUSED: Attr.UNUSED, 
                 TokenType.CONTROL: Attr.CONTROL, TokenType.USER_DEFINED: Attr.USER_DEFINED,
                 TokenType.BYTE: Attr.BYTE}
 
-# tokenizer.ggml.model -> (minillama model name, default special ids bos, eos, unk, sep, pad, mask).
-MODEL_TYPES: dict[str, tuple[str, dict[str, int | None]]] = {
+# tokenizer.ggml.model -> (Vocab.kind, default special ids bos, eos, unk, sep, pad, mask).
+GGML_MODEL_KINDS: dict[str, tuple[str, dict[str, int | None]]] = {
     "llama": ("spm", {"bos": 1, "eos": 2, "unk": 0, "sep": None, "pad": None, "mask": None}),
     "gpt2": ("bpe", {"bos": 11, "eos": 11, "unk": None, "sep": None, "pad": None, "mask": None}),
     "bert": ("wpm", {"bos": 101, "eos": None, "unk": 100, "sep": 102, "pad": 0, "mask": 103}),
     "t5": ("ugm", {"bos": None, "eos": 1, "unk": 2, "sep": None, "pad": 0, "mask": None}),
 }
+
+SPECIAL_NAMES = ("bos", "eos", "eot", "eom", "unk", "sep", "pad", "mask",
+                 "fim_pre", "fim_suf", "fim_mid", "fim_pad", "fim_rep", "fim_sep")
+
+# GGUF keys of BertNormalizer's options (llama.cpp reads them; gguf-py has no constants for them).
+KEY_LOWERCASE = "tokenizer.ggml.normalizer.lowercase"
+KEY_STRIP_ACCENTS = "tokenizer.ggml.normalizer.strip_accents"
 
 # Special id keys in the order llama.cpp reads them; the later deprecated FIM keys override.
 SPECIAL_ID_KEYS = (
@@ -84,10 +94,13 @@ ALWAYS_RENDERED = ("<|channel|>", "<|message|>", "<|start|>", "<|constrain|>")  
 class Vocab:
     """Everything a tokenizer model needs from a file, with llama.cpp's defaults resolved."""
 
-    model: str                       # 'spm', 'bpe', 'wpm', 'ugm'
+    kind: str                        # the tokenizer: 'spm', 'bpe', 'wpm', 'ugm'
     tokens: list[str]                # token texts (invalid UTF-8 kept as surrogate escapes)
     scores: np.ndarray               # float32, one per token (zeros when the file has none)
     attrs: list[int]                 # Attr bits per token
+    # int32 Attr bits the token types alone give, before the special-token-by-text pass (Unigram builds
+    # its tables from these, as llama.cpp does); None means attrs' NORMAL for every token
+    type_attrs: np.ndarray | None = field(default=None, repr=False)
     merges: list[str] = field(default_factory=list)
     pre: str = ""
     pre_spec: PreSpec | None = None
@@ -100,6 +113,9 @@ class Vocab:
     clean_spaces: bool = False
     escape_whitespaces: bool = True
     ignore_merges: bool = False
+    lowercase: bool = True           # WordPiece: BertNormalizer's lowercase
+    strip_accents: bool = True       # WordPiece: BertNormalizer's strip_accents
+    charsmap: Charsmap | None = field(default=None, repr=False)  # Unigram: the precompiled charsmap, parsed
     eog_ids: frozenset[int] = frozenset()
     special_cache: list[int] = field(default_factory=list)  # control/user-defined/unknown ids, longest first
     token_to_id: dict[str, int] = field(default_factory=dict)
@@ -110,12 +126,17 @@ class Vocab:
         return len(self.tokens)
 
     def __getstate__(self) -> dict[str, Any]:
-        """The fields alone: tables derived at run time (attributes starting with '_') are rebuilt, not pickled."""
-        return {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
+        """The fields alone: tables derived at run time (attributes starting with '_') are rebuilt, not pickled;
+        so is the parsed charsmap when the metadata (pickled anyway) holds its blob."""
+        state = {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
+        if self.charsmap is not None and K.PRECOMPILED_CHARSMAP in self.metadata:
+            del state["charsmap"]
+        return state
 
-    def id_of(self, name: str) -> int | None:
-        """A special id by role name ('bos', 'eos', 'eot', 'unk', 'sep', 'pad', ...), or None."""
-        return self.special.get(name)
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if "charsmap" not in state:
+            self.charsmap = _read_charsmap(self.metadata)
 
     @classmethod
     def from_metadata(cls, md: dict[str, Any], source: str = "<memory>") -> Vocab:
@@ -126,117 +147,169 @@ class Vocab:
         the vocab are ignored, longer score/type arrays are cut to the token count, merges naming
         tokens that do not exist never apply. What llama.cpp refuses (or asserts on) fails here with
         FormatError naming the key: duplicate tokens, score/type arrays shorter than the token list,
-        values of the wrong type, add_bos/add_eos/add_sep set without the token id.
+        values of the wrong type, add_bos/add_eos/add_sep set without the token id, a Unigram
+        precompiled charsmap that is not one, a WordPiece normalizer option that is not a bool.
         """
         if not isinstance(md, dict):
             raise FormatError(f"tokenizer metadata is {type(md).__name__}, expected a dict", path=source)
-        model_key = md.get(K.MODEL)
-        if not isinstance(model_key, str):
-            raise FormatError(f"missing or non-string {K.MODEL}, expected e.g. 'llama' or 'gpt2'", path=source,
-                              key=K.MODEL)
-        if model_key not in MODEL_TYPES:
-            raise UnsupportedError(f"{source}: tokenizer model {K.MODEL} = {model_key!r} is not supported; "
-                                   f"expected one of {', '.join(MODEL_TYPES)}")
-        model, defaults = MODEL_TYPES[model_key]
-        special: dict[str, int | None] = dict.fromkeys(
-            ["bos", "eos", "eot", "eom", "unk", "sep", "pad", "mask",
-             "fim_pre", "fim_suf", "fim_mid", "fim_pad", "fim_rep", "fim_sep"])
+        kind, defaults = _kind(md, source)
+        special: dict[str, int | None] = dict.fromkeys(SPECIAL_NAMES)
         special.update(defaults)
-        pre = md.get(K.PRE, "")
-        if pre is None:
-            pre = ""
-        if not isinstance(pre, str):  # llama.cpp reads the key as a string for every model type
-            raise FormatError(f"{K.PRE} is {type(pre).__name__}, expected a string", path=source, key=K.PRE)
-        spec = None
-        add_bos, add_eos, add_sep = False, False, model == "wpm"
-        add_space_prefix = escape_ws = True
-        clean_spaces = ignore_merges = False
-        if model == "bpe":
-            if not pre:
-                warnings.warn(f"{source}: a BPE vocab without {K.PRE}: llama.cpp falls back to the 'default' "
-                              "pre-tokenizer, which splits most byte-level BPE vocabs differently from the "
-                              "model's own tokenizer (convert it with a llama.cpp that knows its pre-tokenizer)",
-                              MissingPreTokenizerWarning, stacklevel=3)
-            spec = pre_spec(pre)
-            add_space_prefix, escape_ws, clean_spaces = False, spec.escape_whitespaces, spec.clean_spaces
-            ignore_merges, add_sep = spec.ignore_merges, spec.add_sep
-            if spec.add_bos is not None:
-                add_bos = spec.add_bos
-            if spec.no_bos:
-                special["bos"] = None
-        elif model == "spm":
-            add_bos = True
-        elif model == "wpm":
-            add_space_prefix, clean_spaces, add_bos = False, True, True
-        elif model == "ugm":
-            add_eos = True
-        add_space_prefix = read_flag(md, K.ADD_PREFIX, add_space_prefix, source)
-        remove_extra_ws = read_flag(md, K.REMOVE_EXTRA_WS, False, source)
-
-        tokens = md.get(K.LIST)
-        if not isinstance(tokens, list) or not all(type(t) is str for t in tokens):
-            found = "missing" if tokens is None else f"a {type(tokens).__name__}" if not isinstance(tokens, list) \
-                else "an array holding " + next(type(t).__name__ for t in tokens if type(t) is not str)
-            raise FormatError(f"{K.LIST} is {found}, expected an array of strings", path=source, key=K.LIST)
+        pre = _read_pre(md, source)
+        flags, spec = _kind_flags(kind, pre, special, source)
+        flags["add_space_prefix"] = read_flag(md, K.ADD_PREFIX, flags["add_space_prefix"], source)
+        flags["remove_extra_whitespaces"] = read_flag(md, K.REMOVE_EXTRA_WS, False, source)
+        tokens, token_to_id = _read_tokens(md, source)
         n = len(tokens)
-        if n == 0:
-            raise FormatError("the vocab has no tokens", path=source, key=K.LIST)
-        token_to_id = dict(zip(tokens, range(n)))
-        if "" in token_to_id:  # llama.cpp names empty tokens after their id
-            tokens = [t if t else f"[EMPTY_{i}]" for i, t in enumerate(tokens)]
-            token_to_id = dict(zip(tokens, range(n)))
-        if len(token_to_id) != n:
-            seen: dict[str, int] = {}
-            for i, t in enumerate(tokens):
-                j = seen.setdefault(t, i)
-                if j != i:
-                    raise FormatError(f"duplicate token in vocabulary: {t!r} has ids {j} and {i}", path=source,
-                                      key=K.LIST)
         scores = _numeric(md, K.SCORES, n, source, np.float32)
-        types = _numeric(md, K.TOKEN_TYPE, n, source, np.int32)
-        if types is None:
-            attrs = [int(Attr.NORMAL)] * n
-        else:
-            table = np.zeros(8, np.int32)  # type -> attr; out-of-range types are UNDEFINED (0)
-            for t, a in TYPE_TO_ATTR.items():
-                table[int(t)] = int(a)
-            attrs = np.where((types >= 0) & (types < 8), table[np.clip(types, 0, 7)], 0).tolist()
-        merges = md.get(K.MERGES, [])
-        if model == "bpe" and K.MERGES not in md:
-            raise FormatError(f"BPE vocab without {K.MERGES}", path=source, key=K.MERGES)
-        if not isinstance(merges, list) or not all(type(m) is str for m in merges):
-            raise FormatError(f"{K.MERGES} is {type(merges).__name__}, expected an array of strings", path=source,
-                              key=K.MERGES)
-
-        for name in special:  # defaults outside the vocab are disabled
-            if special[name] is not None and not 0 <= special[name] < n:  # type: ignore[operator]
-                special[name] = None
-        for name, key in SPECIAL_ID_KEYS:
-            v = md.get(key)
-            if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < n:
-                special[name] = v
-        add_bos = read_flag(md, K.ADD_BOS, add_bos, source)
-        add_eos = read_flag(md, K.ADD_EOS, add_eos, source)
-        add_sep = read_flag(md, K.ADD_SEP, add_sep, source)
-        if spec is not None and spec.newline_tokens and not add_bos:
-            add_bos = True  # llama.cpp's Gemma 4 workaround
-        for flag, name, key in ((add_bos, "bos", K.ADD_BOS), (add_eos, "eos", K.ADD_EOS), (add_sep, "sep", K.ADD_SEP)):
-            if flag and special[name] is None:
-                raise FormatError(f"{key} is true but the vocab has no {name} token id", path=source, key=key)
-
+        type_attrs = _type_attrs(md, n, source)
+        merges = _read_merges(md, kind, source)
+        _read_special_ids(md, special, n)
+        _read_add_flags(md, flags, spec, special, source)
+        attrs = type_attrs.tolist()
         eog = _find_special_by_text(special, token_to_id, attrs)
-        vocab = cls(model=model, tokens=tokens,
-                    scores=scores if scores is not None else np.zeros(n, np.float32),
-                    attrs=attrs, merges=merges, pre=pre if model == "bpe" else "default", pre_spec=spec,
-                    special=special, add_bos=add_bos, add_eos=add_eos, add_sep=add_sep,
-                    add_space_prefix=add_space_prefix, remove_extra_whitespaces=remove_extra_ws,
-                    clean_spaces=clean_spaces, escape_whitespaces=escape_ws, ignore_merges=ignore_merges,
-                    eog_ids=frozenset(eog), token_to_id=token_to_id, metadata=md)
+        vocab = cls(kind=kind, tokens=tokens, scores=scores if scores is not None else np.zeros(n, np.float32),
+                    attrs=attrs, type_attrs=type_attrs, merges=merges, pre=pre if kind == "bpe" else "default",
+                    pre_spec=spec, special=special, eog_ids=frozenset(eog), token_to_id=token_to_id, metadata=md,
+                    **flags)
         special_mask = np.asarray(attrs, np.int32) & int(Attr.CONTROL | Attr.USER_DEFINED | Attr.UNKNOWN)
         vocab.special_cache = sorted(np.flatnonzero(special_mask).tolist(),
                                      key=lambda i: -len(tokens[i].encode("utf-8", "surrogateescape")))
         _per_model_attrs(vocab, md)
+        if kind == "wpm":  # BertNormalizer options as llama.cpp loads them: strip_accents defaults to lowercase
+            vocab.lowercase = read_flag(md, KEY_LOWERCASE, True)
+            vocab.strip_accents = read_flag(md, KEY_STRIP_ACCENTS, vocab.lowercase)
+        elif kind == "ugm":
+            vocab.charsmap = _read_charsmap(md)
         return vocab
+
+
+def _kind(md: dict[str, Any], source: str) -> tuple[str, dict[str, int | None]]:
+    """The tokenizer kind tokenizer.ggml.model names, and its default special ids."""
+    model_key = md.get(K.MODEL)
+    if not isinstance(model_key, str):
+        raise FormatError(f"missing or non-string {K.MODEL}, expected e.g. 'llama' or 'gpt2'", path=source,
+                          key=K.MODEL)
+    if model_key not in GGML_MODEL_KINDS:
+        raise UnsupportedError(f"{source}: tokenizer model {K.MODEL} = {model_key!r} is not supported; "
+                               f"expected one of {', '.join(GGML_MODEL_KINDS)}")
+    return GGML_MODEL_KINDS[model_key]
+
+
+def _read_pre(md: dict[str, Any], source: str) -> str:
+    pre = md.get(K.PRE, "")
+    if pre is None:
+        pre = ""
+    if not isinstance(pre, str):  # llama.cpp reads the key as a string for every model type
+        raise FormatError(f"{K.PRE} is {type(pre).__name__}, expected a string", path=source, key=K.PRE)
+    return pre
+
+
+def _kind_flags(kind: str, pre: str, special: dict[str, int | None],
+                source: str) -> tuple[dict[str, bool], PreSpec | None]:
+    """The flags' defaults for a kind (a BPE vocab's from its pre-tokenizer, which may also drop bos)."""
+    flags = {"add_bos": kind in ("spm", "wpm"), "add_eos": kind == "ugm", "add_sep": kind == "wpm",
+             "add_space_prefix": kind != "wpm", "escape_whitespaces": True, "clean_spaces": kind == "wpm",
+             "ignore_merges": False}
+    if kind != "bpe":
+        return flags, None
+    if not pre:
+        warnings.warn(f"{source}: a BPE vocab without {K.PRE}: llama.cpp falls back to the 'default' "
+                      "pre-tokenizer, which splits most byte-level BPE vocabs differently from the "
+                      "model's own tokenizer (convert it with a llama.cpp that knows its pre-tokenizer)",
+                      MissingPreTokenizerWarning, stacklevel=4)
+    spec = pre_spec(pre)
+    flags.update(add_space_prefix=False, escape_whitespaces=spec.escape_whitespaces, clean_spaces=spec.clean_spaces,
+                 ignore_merges=spec.ignore_merges, add_sep=spec.add_sep)
+    if spec.add_bos is not None:
+        flags["add_bos"] = spec.add_bos
+    if spec.no_bos:
+        special["bos"] = None
+    return flags, spec
+
+
+def _read_tokens(md: dict[str, Any], source: str) -> tuple[list[str], dict[str, int]]:
+    """The token texts (empty ones named after their id) and text -> id; duplicates are a FormatError."""
+    tokens = md.get(K.LIST)
+    if not isinstance(tokens, list) or not all(type(t) is str for t in tokens):
+        found = "missing" if tokens is None else f"a {type(tokens).__name__}" if not isinstance(tokens, list) \
+            else "an array holding " + next(type(t).__name__ for t in tokens if type(t) is not str)
+        raise FormatError(f"{K.LIST} is {found}, expected an array of strings", path=source, key=K.LIST)
+    n = len(tokens)
+    if n == 0:
+        raise FormatError("the vocab has no tokens", path=source, key=K.LIST)
+    token_to_id = dict(zip(tokens, range(n)))
+    if "" in token_to_id:  # llama.cpp names empty tokens after their id
+        tokens = [t if t else f"[EMPTY_{i}]" for i, t in enumerate(tokens)]
+        token_to_id = dict(zip(tokens, range(n)))
+    if len(token_to_id) != n:
+        seen: dict[str, int] = {}
+        for i, t in enumerate(tokens):
+            j = seen.setdefault(t, i)
+            if j != i:
+                raise FormatError(f"duplicate token in vocabulary: {t!r} has ids {j} and {i}", path=source,
+                                  key=K.LIST)
+    return tokens, token_to_id
+
+
+def _type_attrs(md: dict[str, Any], n: int, source: str) -> np.ndarray:
+    """The Attr bits the token types give (NORMAL without types; types outside the known ones UNDEFINED)."""
+    types = _numeric(md, K.TOKEN_TYPE, n, source, np.int32)
+    if types is None:
+        return np.full(n, int(Attr.NORMAL), np.int32)
+    table = np.zeros(8, np.int32)  # type -> attr; out-of-range types are UNDEFINED (0)
+    for t, a in TYPE_TO_ATTR.items():
+        table[int(t)] = int(a)
+    return np.where((types >= 0) & (types < 8), table[np.clip(types, 0, 7)], 0).astype(np.int32)
+
+
+def _read_merges(md: dict[str, Any], kind: str, source: str) -> list[str]:
+    merges = md.get(K.MERGES, [])
+    if kind == "bpe" and K.MERGES not in md:
+        raise FormatError(f"BPE vocab without {K.MERGES}", path=source, key=K.MERGES)
+    if not isinstance(merges, list) or not all(type(m) is str for m in merges):
+        raise FormatError(f"{K.MERGES} is {type(merges).__name__}, expected an array of strings", path=source,
+                          key=K.MERGES)
+    return merges
+
+
+def _read_special_ids(md: dict[str, Any], special: dict[str, int | None], n: int) -> None:
+    """The file's special ids over the defaults; ids outside the vocab (defaults or not) are ignored."""
+    for name in special:
+        if special[name] is not None and not 0 <= special[name] < n:  # type: ignore[operator]
+            special[name] = None
+    for name, key in SPECIAL_ID_KEYS:
+        v = md.get(key)
+        if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < n:
+            special[name] = v
+
+
+def _read_add_flags(md: dict[str, Any], flags: dict[str, bool], spec: PreSpec | None,
+                    special: dict[str, int | None], source: str) -> None:
+    """add_bos/add_eos/add_sep from the file; one set without its token id is a FormatError."""
+    for flag, key in (("add_bos", K.ADD_BOS), ("add_eos", K.ADD_EOS), ("add_sep", K.ADD_SEP)):
+        flags[flag] = read_flag(md, key, flags[flag], source)
+    if spec is not None and spec.newline_tokens and not flags["add_bos"]:
+        flags["add_bos"] = True  # llama.cpp's Gemma 4 workaround
+    for flag, name, key in (("add_bos", "bos", K.ADD_BOS), ("add_eos", "eos", K.ADD_EOS),
+                            ("add_sep", "sep", K.ADD_SEP)):
+        if flags[flag] and special[name] is None:
+            raise FormatError(f"{key} is true but the vocab has no {name} token id", path=source, key=key)
+
+
+def _read_charsmap(md: dict[str, Any]) -> Charsmap | None:
+    """A Unigram vocab's precompiled charsmap, parsed (None when the file has none or an empty one)."""
+    from .models.ugm_charsmap import Charsmap  # the models package imports this module
+
+    blob = md.get(K.PRECOMPILED_CHARSMAP)
+    if blob is None or (isinstance(blob, np.ndarray) and blob.size == 0):
+        return None
+    arr = blob if isinstance(blob, np.ndarray) else None
+    if arr is None or arr.ndim != 1 or arr.dtype.itemsize != 1 or arr.dtype.kind not in "iu":
+        found = f"an array of {arr.dtype}" if arr is not None else type(blob).__name__
+        raise FormatError(f"precompiled charsmap is {found}, expected an int8/uint8 array",
+                          key=K.PRECOMPILED_CHARSMAP)
+    return Charsmap(np.ascontiguousarray(arr).view(np.uint8).tobytes())
 
 
 def read_flag(md: dict[str, Any], key: str, default: bool, source: str | None = None) -> bool:

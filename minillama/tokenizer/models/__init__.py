@@ -13,14 +13,8 @@ MODELS: dict[str, type[Model]] = {"spm": SPMModel, "bpe": BPEModel, "wpm": WPMMo
 
 
 def make_model(vocab: Vocab) -> Model:
-    """The merge model for a vocab's type."""
-    from ...errors import UnsupportedError
-
-    cls = MODELS.get(vocab.model)
-    if cls is None:
-        raise UnsupportedError(f"tokenizer model {vocab.model!r} is not implemented yet; "
-                               f"implemented: {', '.join(MODELS)}")
-    return cls(vocab)
+    """The merge model for a vocab's kind (Vocab.from_metadata refuses every other kind)."""
+    return MODELS[vocab.kind](vocab)
 
 
 __all__ = ["Model", "make_model", "MODELS", "SPMModel", "BPEModel", "WPMModel", "UGMModel"]

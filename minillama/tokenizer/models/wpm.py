@@ -23,16 +23,12 @@ import unicodedata
 
 from ...errors import FormatError
 from .. import unicode_data as ud
-from ..vocab import Vocab, read_flag
+from ..vocab import Vocab
 from .base import Model
 
 SPACE = "\u2581"
 PREFIX_MAX = 64
 _SPACE_BYTES = SPACE.encode()
-
-# GGUF keys of BertNormalizer's options (llama.cpp reads them; gguf-py has no constants for them).
-KEY_LOWERCASE = "tokenizer.ggml.normalizer.lowercase"
-KEY_STRIP_ACCENTS = "tokenizer.ggml.normalizer.strip_accents"
 
 # llama.cpp's flag -> the class WPM cares about; CONTROL is Cc/Cf/Co/Cs (unassigned code points are not).
 _CLASS = {ud.ACCENT_MARK: "M", ud.PUNCTUATION: "P", ud.SYMBOL: "S", ud.CONTROL: "C"}
@@ -100,9 +96,8 @@ class WPMModel(Model):
 
     def __init__(self, vocab: Vocab) -> None:
         super().__init__(vocab)
-        # BertNormalizer options as llama.cpp loads them: lowercase defaults to true, strip_accents to lowercase.
-        self.lowercase = read_flag(vocab.metadata, KEY_LOWERCASE, True)
-        self.strip_accents = read_flag(vocab.metadata, KEY_STRIP_ACCENTS, self.lowercase)
+        # BertNormalizer options as Vocab loads them: lowercase defaults to true, strip_accents to lowercase.
+        self.lowercase, self.strip_accents = vocab.lowercase, vocab.strip_accents
         self._table = _NormTable(self.lowercase, self.strip_accents)
         # llama.cpp matches byte substrings against token texts: key the vocab by bytes.
         self._ids: dict[bytes, int] = {}
