@@ -40,10 +40,11 @@ import numpy as np
 from gguf import Keys
 
 from ...errors import FormatError
+from ..text import SPACE, SURROGATES, to_bytes, utf8_len
 from ..vocab import Attr, Vocab
 from . import base
 from .base import Model, last_cut_before
-from .ugm_normalize import _NO, _SURROGATE, SPACE, UGMNormalizer, _to_bytes
+from .ugm_normalize import _NO, UGMNormalizer
 
 DBL_LOWEST = -sys.float_info.max  # llama.cpp's -DBL_MAX: the score of a position not reached yet
 UNKNOWN_PENALTY = np.float32(10.0)
@@ -77,13 +78,8 @@ class _ByteTables:
     """Byte-level versions of the token tables, for the exact slow path."""
 
     def __init__(self, entries: list[tuple[str, tuple[int, float]]]) -> None:
-        self.tokens, self.long = _prefix_table([(_to_bytes(t), e) for t, e in entries])
+        self.tokens, self.long = _prefix_table([(to_bytes(t), e) for t, e in entries])
         self.max_len = max((len(k) for k in self.tokens), default=0)
-
-
-def _utf8_len(lead: int) -> int:
-    """unicode_len_utf8: the length a lead byte announces (continuation bytes count as 1)."""
-    return (1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4)[lead >> 4]
 
 
 def _exact_sum_limit(scores: list[float]) -> int:
@@ -131,7 +127,7 @@ class UGMModel(UGMNormalizer, Model):
 
         # str-level tables (fast path): every token prefix -> (id, score) for tokens, None for mere prefixes
         # (surrogates can only match text that is not valid UTF-8: the byte path handles those)
-        self.table, self.long = _prefix_table([(t, e) for t, e in entries if not _SURROGATE.search(t)])
+        self.table, self.long = _prefix_table([(t, e) for t, e in entries if not SURROGATES.search(t)])
         self.split_limit = _exact_sum_limit([e[1] for _, e in entries] + [self.unknown_score])
         keep = {t[k - 1] for t, _ in entries for k in range(1, len(t)) if t[k] == SPACE}
         left = f"[^{''.join(re.escape(c) for c in sorted(keep))}]" if keep else "."
@@ -145,7 +141,7 @@ class UGMModel(UGMNormalizer, Model):
     def encode(self, text: str) -> list[int]:
         """Normalize the fragment, cut it where no token spans (see the module docstring), Viterbi per segment."""
         ids = None
-        if self.fast_ok and not _SURROGATE.search(text):
+        if self.fast_ok and not SURROGATES.search(text):
             mapped = self._normalize_chars(text)
             if mapped is not None:
                 s = self._whitespace(mapped, SPACE if self.escape_whitespaces else " ")
@@ -162,7 +158,7 @@ class UGMModel(UGMNormalizer, Model):
                             del more[0]
                         ids += more
         if ids is None:
-            ids = self._viterbi_bytes(self._normalize_bytes(_to_bytes(text)))
+            ids = self._viterbi_bytes(self._normalize_bytes(to_bytes(text)))
         if self.unk_id < 0 and -1 in ids:
             raise FormatError(f"this Unigram vocab has no unknown-token id, and no token covers part of {text[:40]!r} "
                               "(llama.cpp would emit the invalid id -1)", key=Keys.Tokenizer.UNK_ID)
@@ -296,7 +292,7 @@ class UGMModel(UGMNormalizer, Model):
         start: list[int] | array = [0] * (n + 1) if n < 1 << 12 else array("q", [0]) * (n + 1)
         i = 0
         while i < n:
-            units = min(_utf8_len(s[i]), n - i)
+            units = min(utf8_len(s[i]), n - i)
             cur = best[i]
             single = False
             for j in range(i + 1, min(n, i + max_len) + 1):

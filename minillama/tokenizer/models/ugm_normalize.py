@@ -21,13 +21,13 @@ from __future__ import annotations
 import re
 
 from ...errors import FormatError
+from .. import unicode_data as ud
+from ..text import SPACE, SURROGATES, to_bytes
 from ..vocab import Vocab
 from .ugm_charsmap import Charsmap
 
-SPACE = "\u2581"
 FFFD = "\ufffd".encode()
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
 _NO = object()  # "no such entry" (the charsmap's single map here, the token prefix tables in ugm.py)
 
 
@@ -44,21 +44,12 @@ def _utf8_valid_len(b: bytes, i: int) -> int:
     return k if all(b[i + j] & 0xC0 == 0x80 for j in range(1, k)) else 0
 
 
-def _to_bytes(text: str) -> bytes:
-    """The UTF-8 bytes of text; surrogate escapes (U+DC80..U+DCFF) stand for raw bytes."""
-    try:
-        return text.encode("utf-8", "surrogateescape")
-    except UnicodeEncodeError:
-        return b"".join(c.encode("utf-8", "surrogateescape" if "\udc80" <= c <= "\udcff" else "surrogatepass")
-                        for c in text)
-
-
 def _byte_trie(texts: list[str]) -> dict[int, dict]:
     """The user-defined texts as a trie over their UTF-8 bytes (surrogate escapes as raw bytes)."""
     root: dict[int, dict] = {}
     for text in texts:
         node = root
-        for c in _to_bytes(text):
+        for c in to_bytes(text):
             node = node.setdefault(c, {})
     return root
 
@@ -70,18 +61,12 @@ def _char_class(chars: set[str], ranges: list[tuple[int, int]], astral: bool = F
     that reaches past U+FFFF item by item, but a BMP-only one through a bitmap. With astral=True the
     result is one class of the BMP part and every astral code point (one item after the bitmap), a
     superset the caller narrows down."""
-    spans = sorted([(ord(c), ord(c)) for c in chars] + [(a, min(b, 0x10FFFF)) for a, b in ranges])
-    merged: list[list[int]] = []
-    for a, b in spans:
-        if merged and a <= merged[-1][1] + 1:
-            merged[-1][1] = max(merged[-1][1], b)
-        else:
-            merged.append([a, b])
+    merged = ud.merge_ranges([(ord(c), ord(c)) for c in chars] + [(a, min(b, 0x10FFFF)) for a, b in ranges])
     bmp = [(a, min(b, 0xFFFF)) for a, b in merged if a <= 0xFFFF]
     far = [(max(a, 0x10000), b) for a, b in merged if b > 0xFFFF]
 
     def items(rs: list[tuple[int, int]]) -> str:
-        return "".join(re.escape(chr(a)) if a == b else f"{re.escape(chr(a))}-{re.escape(chr(b))}" for a, b in rs)
+        return ud.ranges_class(rs, literal=True)
 
     if astral:
         return f"[{items(bmp)}{items([(0x10000, 0x10FFFF)])}]"
@@ -175,7 +160,7 @@ class UGMNormalizer:
         children, to notice llama.cpp's byte-wise partial matches (which go to the byte path). Its first
         characters join starts, and every character sharing a first one's lead byte joins ranges.
         False when a user-defined text holds surrogates."""
-        if any(_SURROGATE.search(t) for t in self.user_texts):
+        if any(SURROGATES.search(t) for t in self.user_texts):
             return False
         root: dict = {}
         for t in self.user_texts:
