@@ -1,4 +1,5 @@
-"""Tokenizer tables, as data: llama.cpp's pre-tokenizer patterns and what each `tokenizer.ggml.pre` name means.
+"""Tokenizer tables, as data: pre-tokenizer patterns, what each `tokenizer.ggml.pre` name means, model kinds,
+special-token roles and the keys and texts llama.cpp finds them by.
 
 The patterns are llama.cpp's own regex_exprs (src/llama-vocab.cpp), verbatim; how they run is
 `pretokenize.py`'s business, how they are translated for Python's re `regex_translate.py`'s.
@@ -9,7 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from gguf import Keys
+
 from ..errors import UnsupportedError
+
+K = Keys.Tokenizer
 
 # ---------------------------------------------------------------------------------------------
 # The pattern sets (llama.cpp's regex_exprs, verbatim).
@@ -189,3 +194,54 @@ CUSTOM_SPLITTERS = {
     LLAMA3_ORIGINAL: LLAMA3,
     KIMI_K2: KIMI_K2_SPLITTER,
 }
+
+
+# ---------------------------------------------------------------------------------------------
+# Vocab: model kinds, special-token roles, the keys and texts llama.cpp finds them by.
+# tokenizer.ggml.model -> (Vocab.kind, default special ids bos, eos, unk, sep, pad, mask).
+GGML_MODEL_KINDS: dict[str, tuple[str, dict[str, int | None]]] = {
+    "llama": ("spm", {"bos": 1, "eos": 2, "unk": 0, "sep": None, "pad": None, "mask": None}),
+    "gpt2": ("bpe", {"bos": 11, "eos": 11, "unk": None, "sep": None, "pad": None, "mask": None}),
+    "bert": ("wpm", {"bos": 101, "eos": None, "unk": 100, "sep": 102, "pad": 0, "mask": 103}),
+    "t5": ("ugm", {"bos": None, "eos": 1, "unk": 2, "sep": None, "pad": 0, "mask": None}),
+}
+
+# Special-token roles, in the order llama.cpp lists them.
+SPECIAL_NAMES = ("bos", "eos", "eot", "eom", "unk", "sep", "pad", "mask",
+                 "fim_pre", "fim_suf", "fim_mid", "fim_pad", "fim_rep", "fim_sep")
+
+# GGUF keys of BertNormalizer's options (llama.cpp reads them; gguf-py has no constants for them).
+KEY_LOWERCASE = "tokenizer.ggml.normalizer.lowercase"
+KEY_STRIP_ACCENTS = "tokenizer.ggml.normalizer.strip_accents"
+
+# Special id keys in the order llama.cpp reads them; the later deprecated FIM keys override.
+SPECIAL_ID_KEYS = (
+    ("bos", K.BOS_ID), ("eos", K.EOS_ID), ("eot", K.EOT_ID), ("eom", K.EOM_ID), ("unk", K.UNK_ID),
+    ("sep", K.SEP_ID), ("pad", K.PAD_ID), ("mask", K.MASK_ID), ("fim_pre", K.FIM_PRE_ID),
+    ("fim_suf", K.FIM_SUF_ID), ("fim_mid", K.FIM_MID_ID), ("fim_pad", K.FIM_PAD_ID), ("fim_rep", K.FIM_REP_ID),
+    ("fim_sep", K.FIM_SEP_ID), ("fim_pre", K.PREFIX_ID), ("fim_suf", K.SUFFIX_ID), ("fim_mid", K.MIDDLE_ID),
+)
+
+# Token texts llama.cpp recognises when the file does not name the id (first match in list order).
+SPECIAL_BY_TEXT: dict[str, tuple[str, ...]] = {
+    "eot": ("<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>", "<EOT>",
+            "_<EOT>", "[EOT]", "<｜end▁of▁sentence｜>", "<end_of_utterance>"),
+    "eom": ("<|eom_id|>",),
+    "fim_pre": ("<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>", "<PRE>", "▁<PRE>",
+                "<|code_prefix|>", "<|prefix|>"),
+    "fim_suf": ("<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<｜fim▁hole｜>", "<SUF>", "▁<SUF>",
+                "<|code_suffix|>", "<|suffix|>"),
+    "fim_mid": ("<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>", "<MID>", "▁<MID>",
+                "<|code_middle|>", "<|middle|>"),
+    "fim_pad": ("<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"),
+    "fim_rep": ("<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"),
+    "fim_sep": ("<|file_sep|>",),
+}
+EOG_TEXTS = frozenset((
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>", "<end_of_turn>",
+    "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]", "<|end_of_text|>",
+    "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>", "<｜end▁of▁sentence｜>", "[e~["))
+ALWAYS_RENDERED = ("<|channel|>", "<|message|>", "<|start|>", "<|constrain|>")  # gpt-oss
+
+# The GGUF key of each role's id (the current name; SPECIAL_ID_KEYS also lists the deprecated FIM ones).
+SPECIAL_ID_KEY: dict[str, str] = dict(SPECIAL_ID_KEYS[:len(SPECIAL_NAMES)])

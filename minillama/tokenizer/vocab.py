@@ -17,7 +17,18 @@ import numpy as np
 from gguf import Keys, TokenType
 
 from ..errors import FormatError, MissingPreTokenizerWarning, UnsupportedError
-from .pretokenize import PreSpec, pre_spec
+from .tables import (
+    ALWAYS_RENDERED,
+    EOG_TEXTS,
+    GGML_MODEL_KINDS,
+    KEY_LOWERCASE,
+    KEY_STRIP_ACCENTS,
+    SPECIAL_BY_TEXT,
+    SPECIAL_ID_KEYS,
+    SPECIAL_NAMES,
+    PreSpec,
+    pre_spec,
+)
 
 if TYPE_CHECKING:
     from .models.ugm_charsmap import Charsmap
@@ -44,51 +55,6 @@ class Attr(IntFlag):
 TYPE_TO_ATTR = {TokenType.UNKNOWN: Attr.UNKNOWN, TokenType.UNUSED: Attr.UNUSED, TokenType.NORMAL: Attr.NORMAL,
                 TokenType.CONTROL: Attr.CONTROL, TokenType.USER_DEFINED: Attr.USER_DEFINED,
                 TokenType.BYTE: Attr.BYTE}
-
-# tokenizer.ggml.model -> (Vocab.kind, default special ids bos, eos, unk, sep, pad, mask).
-GGML_MODEL_KINDS: dict[str, tuple[str, dict[str, int | None]]] = {
-    "llama": ("spm", {"bos": 1, "eos": 2, "unk": 0, "sep": None, "pad": None, "mask": None}),
-    "gpt2": ("bpe", {"bos": 11, "eos": 11, "unk": None, "sep": None, "pad": None, "mask": None}),
-    "bert": ("wpm", {"bos": 101, "eos": None, "unk": 100, "sep": 102, "pad": 0, "mask": 103}),
-    "t5": ("ugm", {"bos": None, "eos": 1, "unk": 2, "sep": None, "pad": 0, "mask": None}),
-}
-
-SPECIAL_NAMES = ("bos", "eos", "eot", "eom", "unk", "sep", "pad", "mask",
-                 "fim_pre", "fim_suf", "fim_mid", "fim_pad", "fim_rep", "fim_sep")
-
-# GGUF keys of BertNormalizer's options (llama.cpp reads them; gguf-py has no constants for them).
-KEY_LOWERCASE = "tokenizer.ggml.normalizer.lowercase"
-KEY_STRIP_ACCENTS = "tokenizer.ggml.normalizer.strip_accents"
-
-# Special id keys in the order llama.cpp reads them; the later deprecated FIM keys override.
-SPECIAL_ID_KEYS = (
-    ("bos", K.BOS_ID), ("eos", K.EOS_ID), ("eot", K.EOT_ID), ("eom", K.EOM_ID), ("unk", K.UNK_ID),
-    ("sep", K.SEP_ID), ("pad", K.PAD_ID), ("mask", K.MASK_ID), ("fim_pre", K.FIM_PRE_ID),
-    ("fim_suf", K.FIM_SUF_ID), ("fim_mid", K.FIM_MID_ID), ("fim_pad", K.FIM_PAD_ID), ("fim_rep", K.FIM_REP_ID),
-    ("fim_sep", K.FIM_SEP_ID), ("fim_pre", K.PREFIX_ID), ("fim_suf", K.SUFFIX_ID), ("fim_mid", K.MIDDLE_ID),
-)
-
-# Token texts llama.cpp recognises when the file does not name the id (first match in list order).
-SPECIAL_BY_TEXT: dict[str, tuple[str, ...]] = {
-    "eot": ("<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>", "<EOT>",
-            "_<EOT>", "[EOT]", "<｜end▁of▁sentence｜>", "<end_of_utterance>"),
-    "eom": ("<|eom_id|>",),
-    "fim_pre": ("<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>", "<PRE>", "▁<PRE>",
-                "<|code_prefix|>", "<|prefix|>"),
-    "fim_suf": ("<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<｜fim▁hole｜>", "<SUF>", "▁<SUF>",
-                "<|code_suffix|>", "<|suffix|>"),
-    "fim_mid": ("<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>", "<MID>", "▁<MID>",
-                "<|code_middle|>", "<|middle|>"),
-    "fim_pad": ("<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"),
-    "fim_rep": ("<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"),
-    "fim_sep": ("<|file_sep|>",),
-}
-EOG_TEXTS = frozenset((
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>", "<end_of_turn>",
-    "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]", "<|end_of_text|>",
-    "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>", "<｜end▁of▁sentence｜>", "[e~["))
-ALWAYS_RENDERED = ("<|channel|>", "<|message|>", "<|start|>", "<|constrain|>")  # gpt-oss
-
 
 @dataclass
 class Vocab:
