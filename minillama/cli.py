@@ -233,9 +233,9 @@ def _setup_tokenize(p: argparse.ArgumentParser) -> None:
 
 def cmd_convert(args: argparse.Namespace) -> int:
     """Write the tokenizer of SRC (any file Tokenizer.from_file opens) as a vocab-only GGUF at OUT."""
-    from minillama.tokenizer.load import is_gguf, read_gguf, read_metadata  # lazy: keeps --help fast
+    from minillama.gguf import read_gguf, write_vocab_gguf  # lazy: keeps --help fast
+    from minillama.tokenizer.formats import GGUF, read_metadata
     from minillama.tokenizer.vocab import Vocab
-    from minillama.tokenizer.write import write_vocab_gguf
 
     src, out = args.src, args.out
     if os.path.exists(out) and os.path.samefile(src, out):
@@ -243,7 +243,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
     with open(src, "rb") as f:
         head = f.read(4)
     types = None
-    if is_gguf(head):
+    if GGUF.sniff(head, len(head)):
         gf = read_gguf(src, tensors=False)
         metadata, types = gf.metadata, gf.value_types
     else:
@@ -341,10 +341,12 @@ def _setup_inspect(p: argparse.ArgumentParser) -> None:
 
 def _has_weights(path: str) -> bool:
     """True when path is a GGUF that holds tensors (a model to run, not just a vocab)."""
-    from minillama.tokenizer.load.gguf import is_gguf, read_gguf
+    from minillama.gguf import read_gguf
+    from minillama.tokenizer.formats import GGUF
 
     with open(path, "rb") as f:
-        if not is_gguf(f.read(4)):
+        head = f.read(4)
+        if not GGUF.sniff(head, len(head)):
             return False
     return bool(read_gguf(path).tensors)
 

@@ -17,9 +17,10 @@ import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType, Keys, LlamaFileType, TokenType
 
 from .errors import MinillamaError
-from .fileio import input_path
+from .gguf.dtypes import ARRAY_TYPES, SHORT_NAMES
 
 K = Keys.Tokenizer
+G = Keys.General
 
 ARRAY_HEAD = 8  # array items kept in the report
 STRING_HEAD = 256  # characters kept of a long string value
@@ -27,32 +28,11 @@ ITEM_HEAD = 64  # characters kept of each string inside an array
 TEXT_STRING = 64  # characters of a string shown by render_text
 TEXT_ARRAY_WIDTH = 72  # characters of array items shown by render_text
 
-FORMAT_NAMES = {
-    "gguf": "GGUF",
-    "sentencepiece": "SentencePiece model",
-    "tokenizer.json": "Hugging Face tokenizer.json",
-    "llama2.c": "llama2.c tokenizer.bin",
-}
-
 # Special ids in the order llama.cpp lists them.
 SPECIAL_ORDER = ("bos", "eos", "eot", "eom", "unk", "sep", "pad", "mask",
                  "fim_pre", "fim_suf", "fim_mid", "fim_pad", "fim_rep", "fim_sep")
 _RAW_SPECIAL_KEYS = {"bos": K.BOS_ID, "eos": K.EOS_ID, "eot": K.EOT_ID, "eom": K.EOM_ID, "unk": K.UNK_ID,
                      "sep": K.SEP_ID, "pad": K.PAD_ID, "mask": K.MASK_ID}
-
-_SHORT_TYPES = {
-    GGUFValueType.UINT8: "u8", GGUFValueType.INT8: "i8", GGUFValueType.UINT16: "u16", GGUFValueType.INT16: "i16",
-    GGUFValueType.UINT32: "u32", GGUFValueType.INT32: "i32", GGUFValueType.FLOAT32: "f32",
-    GGUFValueType.BOOL: "bool", GGUFValueType.STRING: "str", GGUFValueType.ARRAY: "arr",
-    GGUFValueType.UINT64: "u64", GGUFValueType.INT64: "i64", GGUFValueType.FLOAT64: "f64",
-}
-_DTYPE_TYPES = {
-    np.dtype("u1"): GGUFValueType.UINT8, np.dtype("i1"): GGUFValueType.INT8, np.dtype("<u2"): GGUFValueType.UINT16,
-    np.dtype("<i2"): GGUFValueType.INT16, np.dtype("<u4"): GGUFValueType.UINT32, np.dtype("<i4"): GGUFValueType.INT32,
-    np.dtype("<f4"): GGUFValueType.FLOAT32, np.dtype("bool"): GGUFValueType.BOOL,
-    np.dtype("<u8"): GGUFValueType.UINT64, np.dtype("<i8"): GGUFValueType.INT64,
-    np.dtype("<f8"): GGUFValueType.FLOAT64,
-}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -64,7 +44,7 @@ def key_value(path: str | os.PathLike[str], key: str) -> Any:
     the keys that are there when it is not."""
     import difflib
 
-    from .tokenizer.load import read_metadata
+    from .tokenizer.formats import read_metadata
 
     md = read_metadata(path)  # a GGUF's own metadata; for other files the GGUF keys they convert to
     if key not in md:
@@ -79,58 +59,36 @@ def key_value(path: str | os.PathLike[str], key: str) -> Any:
 
 def inspect_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The report for a GGUF or tokenizer file: header, metadata, tokenizer summary and tensor table."""
-    path = input_path(path, "model file")
-    with open(path, "rb") as f:
-        head = f.read(64)
-        size = os.fstat(f.fileno()).st_size
-    fmt = detect_format(head, size)
-    if fmt == "gguf":
-        return _inspect_gguf(path, size)
-    from .tokenizer.load import read_metadata  # raises the loaders' FormatError for unrecognised files
-    from .tokenizer.load.hf_json import PADDING_KEY
+    from .tokenizer.formats import GGUF, detect_format, read_head, read_metadata
+    from .tokenizer.formats.hf_json import PADDING_KEY
 
-    md = read_metadata(path)
-    if fmt is None:  # read_metadata knows a format this module does not name yet
-        fmt = "tokenizer"
+    path, head, size = read_head(path)
+    found = detect_format(head, size)
+    if found is GGUF:
+        return _inspect_gguf(path, size)
+    md = read_metadata(path)  # raises the readers' FormatError for unrecognised files
+    fmt = found.name if found is not None else "tokenizer"
     warnings = []
     if md.get(PADDING_KEY):
         warnings.append(f"{md[PADDING_KEY]:,} [PAD] tokens added to reach vocab_size of the config.json beside it, "
                         "as llama.cpp's converter does (the embedding has that many rows)")
     return {
         "path": path, "format": fmt, "version": None, "file_size": size,
-        "architecture": _str_or_none(md.get("general.architecture")) if fmt != "llama2.c" else None,
-        "name": _str_or_none(md.get("general.name")), "file_type": None,
+        "architecture": _str_or_none(md.get(G.ARCHITECTURE)) if fmt != "llama2.c" else None,
+        "name": _str_or_none(md.get(G.NAME)), "file_type": None,
         "alignment": None, "data_offset": None,
         "metadata": None, "tokenizer": tokenizer_summary(md, path), "tensors": None, "totals": None,
         "warnings": warnings,
     }
 
 
-def detect_format(head: bytes, size: int) -> str | None:
-    """The format of a file from its first bytes, in the order read_metadata tries them (None: unknown)."""
-    from .tokenizer.load.gguf import is_gguf
-    from .tokenizer.load.hf_json import looks_like_json
-    from .tokenizer.load.llama2c import looks_like_llama2c
-    from .tokenizer.load.sentencepiece import looks_like_sentencepiece
-
-    if is_gguf(head):
-        return "gguf"
-    if looks_like_sentencepiece(head):
-        return "sentencepiece"
-    if looks_like_json(head):
-        return "tokenizer.json"
-    if looks_like_llama2c(head, size):
-        return "llama2.c"
-    return None
-
-
 def _inspect_gguf(path: str, size: int) -> dict[str, Any]:
     """The report of a GGUF file: everything comes from the header, key/value section and tensor table."""
-    from .tokenizer.load.gguf import read_gguf
+    from .gguf import read_gguf
 
     gf = read_gguf(path, tensors=True)
     md = gf.metadata
-    file_type = md.get("general.file_type")
+    file_type = md.get(G.FILE_TYPE)
     try:
         file_type_name = LlamaFileType(file_type).name if isinstance(file_type, int) else None
     except ValueError:
@@ -149,7 +107,7 @@ def _inspect_gguf(path: str, size: int) -> dict[str, Any]:
     tokenizer = tokenizer_summary(md, path) if (K.MODEL in md or K.LIST in md) else None
     return {
         "path": path, "format": "gguf", "version": gf.version, "file_size": size,
-        "architecture": _str_or_none(md.get("general.architecture")), "name": _str_or_none(md.get("general.name")),
+        "architecture": _str_or_none(md.get(G.ARCHITECTURE)), "name": _str_or_none(md.get(G.NAME)),
         "file_type": file_type_name, "alignment": gf.alignment, "data_offset": gf.data_offset,
         "metadata": [metadata_entry(k, v, gf.value_types.get(k)) for k, v in md.items()],
         "tokenizer": tokenizer, "tensors": tensors, "totals": _totals(tensors), "warnings": warnings,
@@ -188,7 +146,7 @@ def _number(v: Any, vtype: GGUFValueType | None = None) -> Any:
 def _item_type(v: Any) -> GGUFValueType | None:
     """The item type of an array value as read_gguf returns it (None for an empty list)."""
     if isinstance(v, np.ndarray):
-        return _DTYPE_TYPES.get(v.dtype)
+        return ARRAY_TYPES.get(v.dtype)
     if v and isinstance(v[0], str):
         return GGUFValueType.STRING
     if v:
@@ -408,9 +366,9 @@ def _type_label(entry: dict[str, Any]) -> str:
     """The short type of a metadata entry: u32, str, [str], [i32] ..."""
     t = GGUFValueType[entry["type"].upper()]
     if t != GGUFValueType.ARRAY:
-        return _SHORT_TYPES[t]
+        return SHORT_NAMES[t]
     it = entry.get("item_type")
-    return "[" + (_SHORT_TYPES[GGUFValueType[it.upper()]] if it else "?") + "]"
+    return "[" + (SHORT_NAMES[GGUFValueType[it.upper()]] if it else "?") + "]"
 
 
 def _fmt_value(entry: dict[str, Any]) -> str:
@@ -433,7 +391,7 @@ def _fmt_value(entry: dict[str, Any]) -> str:
         if length > TEXT_STRING:
             return quote_text(v, TEXT_STRING) + f" ({length:,} chars)"
         return quote_text(v)
-    if entry["key"] == "general.file_type" and isinstance(v, int):
+    if entry["key"] == G.FILE_TYPE and isinstance(v, int):
         try:
             return f"{v} ({LlamaFileType(v).name})"
         except ValueError:
@@ -459,88 +417,120 @@ def _human_count(n: int) -> str:
     return str(n)
 
 
-def render_text(report: dict[str, Any], color: bool = False) -> str:
-    """The report as an aligned, human-readable listing (ANSI bold/dim when color is True)."""
-    bold = (lambda s: f"\x1b[1m{s}\x1b[0m") if color else (lambda s: s)
-    dim = (lambda s: f"\x1b[2m{s}\x1b[0m") if color else (lambda s: s)
-    lines: list[str] = []
+class _Listing:
+    """The lines of render_text being built, with its styles (ANSI bold/dim when color is True)."""
 
-    def field(label: str, text: str) -> None:
-        lines.append(f"  {label:<14}{text}")
+    def __init__(self, color: bool) -> None:
+        self.color = color
+        self.lines: list[str] = []
 
-    lines.append(bold(_show(report["path"])))
-    fmt = FORMAT_NAMES.get(report["format"], report["format"])
+    def bold(self, s: str) -> str:
+        return f"\x1b[1m{s}\x1b[0m" if self.color else s
+
+    def dim(self, s: str) -> str:
+        return f"\x1b[2m{s}\x1b[0m" if self.color else s
+
+    def field(self, label: str, text: str) -> None:
+        self.lines.append(f"  {label:<14}{text}")
+
+    def section(self, title: str) -> None:
+        self.lines += ["", self.bold(title)]
+
+
+def _format_display(name: str) -> str:
+    """How a report's format is shown: 'GGUF', 'SentencePiece model' ... (the name itself when unknown)."""
+    from .tokenizer.formats import FORMATS
+
+    return next((f.display for f in FORMATS if f.name == name), name)
+
+
+def _header_lines(out: _Listing, report: dict[str, Any]) -> None:
+    """Path, format, architecture, name, file type, tensor totals and warnings."""
+    out.lines.append(out.bold(_show(report["path"])))
+    fmt = _format_display(report["format"])
     if report["version"] is not None:
         fmt += f" v{report['version']}"
-    field("format", f"{fmt}, {report['file_size']:,} bytes ({_human_bytes(report['file_size'])})")
-    if report["architecture"] is not None:
-        field("architecture", _show(report["architecture"]))
-    if report["name"] is not None:
-        field("name", _show(report["name"]))
-    if report["file_type"] is not None:
-        field("file type", _show(str(report["file_type"])))
+    out.field("format", f"{fmt}, {report['file_size']:,} bytes ({_human_bytes(report['file_size'])})")
+    for label, key in (("architecture", "architecture"), ("name", "name"), ("file type", "file_type")):
+        if report[key] is not None:
+            out.field(label, _show(str(report[key])))
     totals = report["totals"]
     if totals is not None and not totals["tensors"]:
-        field("tensors", "none (vocab-only file)")
+        out.field("tensors", "none (vocab-only file)")
     elif totals is not None:
-        field("tensors", f"{totals['tensors']:,}, {totals['parameters']:,} parameters "
-                         f"({_human_count(totals['parameters'])}), {totals['bytes']:,} bytes "
-                         f"({_human_bytes(totals['bytes'])})")
+        out.field("tensors", f"{totals['tensors']:,}, {totals['parameters']:,} parameters "
+                             f"({_human_count(totals['parameters'])}), {totals['bytes']:,} bytes "
+                             f"({_human_bytes(totals['bytes'])})")
     for w in report["warnings"]:
-        field("warning", _show(w))
+        out.field("warning", _show(w))
 
-    entries = report["metadata"]
-    if entries is not None:
-        lines += ["", bold(f"metadata ({len(entries)} keys)")]
-        keys = [_show(e["key"]) for e in entries]
-        width = min(max((len(k) for k in keys), default=0), 44)
-        for key, e in zip(keys, entries):
-            lines.append(f"  {key:<{width}}  {dim(f'{_type_label(e):<5}')}  {_fmt_value(e)}")
 
-    tok = report["tokenizer"]
-    if tok is not None:
-        lines += ["", bold("tokenizer")]
-        model = _show(tok["model"]) if tok["model"] is not None else "?"
-        if tok["type"] is not None:
-            model += f" ({tok['type']})"
-        if tok["pre"]:
-            model += f", pre {_show(tok['pre'])}"
-        field("model", model)
-        if tok["vocab_size"] is not None:
-            merges = f", {tok['merges']:,} merges" if tok["merges"] or tok["type"] == "bpe" else ""
-            field("vocab", f"{tok['vocab_size']:,} tokens{merges}")
-        if tok["error"]:
-            field("error", _show(tok["error"]))
-        specials = list(tok["special"].items())
-        id_width = max((len(str(s["id"])) for _, s in specials), default=0)
-        for k, (name, s) in enumerate(specials):
-            piece = quote_text(s["piece"], 48) if s["piece"] is not None else dim("(out of range)")
-            field("special" if k == 0 else "", f"{name:<8}{s['id']:>{id_width}}  {piece}")
-        if tok["eog"]:
-            field("end of gen", ", ".join(str(i) for i in tok["eog"]))
-        if tok["flags"]:
-            field("flags", ", ".join(f"{k} {_fmt_scalar(v)}" for k, v in tok["flags"].items()))
-        types = tok["token_types"]
-        field("token types", ", ".join(f"{k} {v:,}" for k, v in types.items()) if types else dim("(none in file)"))
+def _metadata_lines(out: _Listing, entries: list[dict[str, Any]]) -> None:
+    """One aligned line per metadata key: key, short type, value."""
+    out.section(f"metadata ({len(entries)} keys)")
+    keys = [_show(e["key"]) for e in entries]
+    width = min(max((len(k) for k in keys), default=0), 44)
+    for key, e in zip(keys, entries):
+        out.lines.append(f"  {key:<{width}}  {out.dim(f'{_type_label(e):<5}')}  {_fmt_value(e)}")
 
-    tensors = report["tensors"]
-    if tensors and totals is not None:
-        lines += ["", bold(f"tensors ({len(tensors):,})")]
-        shapes = [" x ".join(str(d) for d in t["shape"]) for t in tensors]
-        names = [_show(t["name"]) for t in tensors]
-        nw = min(max(len(n) for n in names), 48)
-        tw = max(4, *(len(t["type"]) for t in tensors))
-        sw = max(5, *(len(s) for s in shapes))
-        pw = max(10, len(f"{totals['parameters']:,}"))
-        bw = max(5, len(f"{totals['bytes']:,}"))
-        lines.append(dim(f"  {'name':<{nw}}  {'type':<{tw}}  {'shape':<{sw}}  {'parameters':>{pw}}  "
-                         f"{'bytes':>{bw}}"))
-        for t, name, shape in zip(tensors, names, shapes):
-            nbytes = f"{t['n_bytes']:,}" if t["n_bytes"] is not None else "?"
-            lines.append(f"  {name:<{nw}}  {t['type']:<{tw}}  {shape:<{sw}}  {t['n_elements']:>{pw},}  "
+
+def _tokenizer_lines(out: _Listing, tok: dict[str, Any]) -> None:
+    """Model, vocab size, error, special tokens, end-of-generation ids, flags and token types."""
+    out.section("tokenizer")
+    model = _show(tok["model"]) if tok["model"] is not None else "?"
+    if tok["type"] is not None:
+        model += f" ({tok['type']})"
+    if tok["pre"]:
+        model += f", pre {_show(tok['pre'])}"
+    out.field("model", model)
+    if tok["vocab_size"] is not None:
+        merges = f", {tok['merges']:,} merges" if tok["merges"] or tok["type"] == "bpe" else ""
+        out.field("vocab", f"{tok['vocab_size']:,} tokens{merges}")
+    if tok["error"]:
+        out.field("error", _show(tok["error"]))
+    specials = list(tok["special"].items())
+    id_width = max((len(str(s["id"])) for _, s in specials), default=0)
+    for k, (name, s) in enumerate(specials):
+        piece = quote_text(s["piece"], 48) if s["piece"] is not None else out.dim("(out of range)")
+        out.field("special" if k == 0 else "", f"{name:<8}{s['id']:>{id_width}}  {piece}")
+    if tok["eog"]:
+        out.field("end of gen", ", ".join(str(i) for i in tok["eog"]))
+    if tok["flags"]:
+        out.field("flags", ", ".join(f"{k} {_fmt_scalar(v)}" for k, v in tok["flags"].items()))
+    types = tok["token_types"]
+    out.field("token types", ", ".join(f"{k} {v:,}" for k, v in types.items()) if types else out.dim("(none in file)"))
+
+
+def _tensor_lines(out: _Listing, tensors: list[dict[str, Any]], totals: dict[str, Any]) -> None:
+    """The tensor table: name, type, shape, parameters and bytes per tensor, then the totals."""
+    out.section(f"tensors ({len(tensors):,})")
+    shapes = [" x ".join(str(d) for d in t["shape"]) for t in tensors]
+    names = [_show(t["name"]) for t in tensors]
+    nw = min(max(len(n) for n in names), 48)
+    tw = max(4, *(len(t["type"]) for t in tensors))
+    sw = max(5, *(len(s) for s in shapes))
+    pw = max(10, len(f"{totals['parameters']:,}"))
+    bw = max(5, len(f"{totals['bytes']:,}"))
+    out.lines.append(out.dim(f"  {'name':<{nw}}  {'type':<{tw}}  {'shape':<{sw}}  {'parameters':>{pw}}  "
+                             f"{'bytes':>{bw}}"))
+    for t, name, shape in zip(tensors, names, shapes):
+        nbytes = f"{t['n_bytes']:,}" if t["n_bytes"] is not None else "?"
+        out.lines.append(f"  {name:<{nw}}  {t['type']:<{tw}}  {shape:<{sw}}  {t['n_elements']:>{pw},}  "
                          f"{nbytes:>{bw}}")
-        types = ", ".join(f"{k} {v}" for k, v in totals["types"].items())
-        lines.append(f"  {'total':<{nw}}  by type: {types}")
-        lines.append(f"  {'':<{nw}}  {totals['tensors']:,} tensors, {totals['parameters']:,} parameters, "
+    types = ", ".join(f"{k} {v}" for k, v in totals["types"].items())
+    out.lines.append(f"  {'total':<{nw}}  by type: {types}")
+    out.lines.append(f"  {'':<{nw}}  {totals['tensors']:,} tensors, {totals['parameters']:,} parameters, "
                      f"{totals['bytes']:,} bytes")
-    return "\n".join(lines) + "\n"
+
+
+def render_text(report: dict[str, Any], color: bool = False) -> str:
+    """The report as an aligned, human-readable listing (ANSI bold/dim when color is True)."""
+    out = _Listing(color)
+    _header_lines(out, report)
+    if report["metadata"] is not None:
+        _metadata_lines(out, report["metadata"])
+    if report["tokenizer"] is not None:
+        _tokenizer_lines(out, report["tokenizer"])
+    if report["tensors"] and report["totals"] is not None:
+        _tensor_lines(out, report["tensors"], report["totals"])
+    return "\n".join(out.lines) + "\n"

@@ -52,7 +52,6 @@ import heapq
 import io
 import os
 import re
-import struct
 import sys
 from bisect import bisect_left
 from collections import Counter
@@ -66,7 +65,7 @@ import regex
 from gguf import Keys, TokenType
 
 from .errors import ArgumentError, ArgumentTypeError, FormatError, MinillamaError
-from .fileio import input_path, utf8_error, write_output
+from .fileio import input_path, utf8_error
 from .tokenizer.pretokenize import PATTERNS, PRE_TOKENIZERS, PreTokenizer
 from .tokenizer.unicode import BYTE_TO_CHAR, BYTE_TOKEN, byte_token
 
@@ -167,35 +166,24 @@ class TrainedVocab:
 
     def write_gguf(self, path: str | os.PathLike[str]) -> None:
         """Write the vocab-only GGUF at path, through a temporary file (no half-written file on error)."""
-        from .tokenizer.write import write_vocab_gguf
+        from .gguf.writer import write_vocab_gguf
 
         write_vocab_gguf(self.metadata(), path)
 
     def llama2c_bytes(self) -> bytes:
         """The vocab in llama2.c's tokenizer.bin layout (SPM-style vocabs only)."""
+        from .tokenizer.formats.llama2c import llama2c_bytes
+
         if self.kind != "spm":
             raise MinillamaError("llama2.c's tokenizer.bin holds scores, not merges: only an spm vocab can be "
                                  "written in it (write a byte-level vocab as GGUF)")
-        pieces = []
-        for i, t in enumerate(self.tokens):
-            if i in (1, 2):  # llama2.c's exporter writes bos/eos as "\n<s>\n" and "\n</s>\n"
-                t = f"\n{t}\n"
-            pieces.append(t.replace(SPACE, " ").encode("utf-8"))
-        out = [struct.pack("<i", max(len(p) for p in pieces))]
-        for p, s in zip(pieces, self.scores):
-            out.append(struct.pack("<fi", s, len(p)))
-            out.append(p)
-        return b"".join(out)
+        return llama2c_bytes(self.tokens, self.scores)
 
     def write_llama2c(self, path: str | os.PathLike[str]) -> None:
         """Write llama2.c's tokenizer.bin at path (SPM-style vocabs only), through a temporary file."""
-        data = self.llama2c_bytes()
+        from .tokenizer.formats.llama2c import write_llama2c
 
-        def write(tmp: str) -> None:
-            with open(tmp, "wb") as f:
-                f.write(data)
-
-        write_output(path, write)
+        write_llama2c(path, self.llama2c_bytes())
 
 
 # ---------------------------------------------------------------------------------------------

@@ -180,7 +180,7 @@ def test_offsets_refuse_lone_surrogates():
 @pytest.fixture(scope="module")
 def tiktoken_llama3():
     tiktoken = pytest.importorskip("tiktoken")
-    from minillama.tokenizer.load.hf_json import LLAMA3_REGEX
+    from minillama.tokenizer.formats.hf_json import LLAMA3_REGEX
     from minillama.tokenizer.unicode import BYTELEVEL_TO_LATIN1
 
     path = require_shared("vocab", "llama-3.2-tokenizer.json")
@@ -361,8 +361,8 @@ def test_sampler_constraint():
 # --- warnings -------------------------------------------------------------------------------------------------------
 
 def test_warning_bpe_gguf_without_pre(tmp_path):
-    from minillama.tokenizer.load import read_metadata
-    from minillama.tokenizer.write import write_vocab_gguf
+    from minillama.gguf.writer import write_vocab_gguf
+    from minillama.tokenizer.formats import read_metadata
 
     md = dict(read_metadata(default_vocab_path()))
     with warnings.catch_warnings():

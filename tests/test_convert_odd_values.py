@@ -14,8 +14,9 @@ from gguf import GGUFValueType as V
 from gguf import GGUFWriter
 from helpers import REPO
 
+from minillama.gguf import read_gguf
 from minillama.tokenizer import Tokenizer, default_vocab_path
-from minillama.tokenizer.load import read_gguf, read_metadata
+from minillama.tokenizer.formats import read_metadata
 
 TEXT = "Hello, llamas! naïve 123"
 

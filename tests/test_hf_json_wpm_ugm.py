@@ -20,7 +20,7 @@ from test_api_hf import _hf_bert_from_gguf
 
 from minillama.errors import UnsupportedError
 from minillama.tokenizer import Tokenizer
-from minillama.tokenizer.load import read_metadata
+from minillama.tokenizer.formats import read_metadata
 
 K = Keys.Tokenizer
 
@@ -169,7 +169,7 @@ def test_converted_json_is_read_by_llamacpp(which, vocab, request, tmp_path):
     """`minillama convert tokenizer.json out.gguf`: llama.cpp itself gives the conformance ids on the result."""
     from helpers import get_oracle
 
-    from minillama.tokenizer.write import write_vocab_gguf
+    from minillama.gguf.writer import write_vocab_gguf
 
     _, path = request.getfixturevalue(which)
     out = tmp_path / "converted.gguf"

@@ -101,9 +101,9 @@ def test_ordinary_templates_still_render() -> None:
 
 
 def test_chat_starts_with_a_failing_template(tmp_path: Path) -> None:
+    from minillama.gguf.writer import write_vocab_gguf
     from minillama.tokenizer import default_vocab_path
-    from minillama.tokenizer.load import read_metadata
-    from minillama.tokenizer.write import write_vocab_gguf
+    from minillama.tokenizer.formats import read_metadata
 
     path = tmp_path / "bad-template.gguf"
     md = dict(read_metadata(default_vocab_path()))

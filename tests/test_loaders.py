@@ -29,11 +29,11 @@ from helpers import (
 
 from minillama.cli import main as cli_main
 from minillama.errors import FormatError, UnsupportedError
+from minillama.gguf import read_gguf, write_vocab_gguf
 from minillama.tokenizer import Tokenizer
-from minillama.tokenizer.load import read_gguf, read_hf_json, read_metadata, read_sentencepiece
-from minillama.tokenizer.load.hf_json import PRE_TOKENIZERS, hf_json_metadata, pre_name
-from minillama.tokenizer.load.sentencepiece import parse_model_proto
-from minillama.tokenizer.write import write_vocab_gguf
+from minillama.tokenizer.formats import read_hf_json, read_metadata, read_sentencepiece
+from minillama.tokenizer.formats.hf_json import PRE_TOKENIZERS, hf_json_metadata, pre_name
+from minillama.tokenizer.formats.sentencepiece import parse_model_proto
 
 K = Keys.Tokenizer
 

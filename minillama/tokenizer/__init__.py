@@ -53,7 +53,7 @@ import numpy as np
 from ..errors import ArgumentError, ArgumentTypeError, DoubleBosWarning, MinillamaError
 from ..fileio import input_path
 from .decode import PieceTable, StreamDecoder, check_id, out_of_range
-from .load import read_metadata
+from .formats import read_metadata
 from .models import Model, make_model
 from .offsets import SPANS
 from .special import RAW_BYTE, find_special, partition, partition_spans, raw_special_ids

@@ -109,7 +109,7 @@ def build_charsmap(mapping: dict[str, str]) -> bytes:
 def _gguf(md: dict, path: Path, tensors: dict[str, np.ndarray] | None = None) -> bytes:
     import gguf
 
-    from minillama.tokenizer.write import write_vocab_gguf
+    from minillama.gguf.writer import write_vocab_gguf
 
     if not tensors:
         write_vocab_gguf(md, path)
@@ -225,8 +225,8 @@ class Finding(Exception):
 def exercise(path: str) -> str:
     """Open path as a tokenizer and use it; return an outcome label, raise on an undocumented error."""
     from minillama.errors import MinillamaError
+    from minillama.gguf import is_gguf, read_gguf
     from minillama.tokenizer import Tokenizer
-    from minillama.tokenizer.load import is_gguf, read_gguf
 
     try:
         with open(path, "rb") as f:
@@ -446,10 +446,10 @@ def main(argv: list[str] | None = None) -> int:
         import atheris
 
         with atheris.instrument_imports(include=["minillama"]):  # before anything imports minillama
+            import minillama.gguf  # noqa: F401
             import minillama.tokenizer  # noqa: F401
-            import minillama.tokenizer.load  # noqa: F401
+            import minillama.tokenizer.formats  # noqa: F401
             import minillama.tokenizer.models  # noqa: F401
-            import minillama.tokenizer.write  # noqa: F401
     seeds = seed_files()
     fuzzer = Fuzzer(args.crash_dir, args.slow)
     t0 = time.perf_counter()

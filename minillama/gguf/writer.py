@@ -17,6 +17,7 @@ from gguf import GGUFValueType, GGUFWriter, Keys
 
 from ..errors import FormatError
 from ..fileio import write_output
+from .dtypes import ARRAY_TYPES
 
 K = Keys.Tokenizer
 V = GGUFValueType
@@ -28,9 +29,7 @@ _BOOL_KEYS = {K.ADD_BOS, K.ADD_EOS, K.ADD_SEP, K.ADD_PREFIX, K.REMOVE_EXTRA_WS}
 _UINT_KEYS = {K.BOS_ID, K.EOS_ID, K.UNK_ID, K.SEP_ID, K.PAD_ID, K.MASK_ID, K.EOT_ID, K.EOM_ID, K.FIM_PRE_ID,
               K.FIM_SUF_ID, K.FIM_MID_ID, K.FIM_PAD_ID, K.FIM_REP_ID, K.FIM_SEP_ID, K.PREFIX_ID, K.SUFFIX_ID,
               K.MIDDLE_ID, K.TOKEN_TYPE_COUNT}
-_NP_TYPES = {np.dtype("u1"): V.UINT8, np.dtype("i1"): V.INT8, np.dtype("u2"): V.UINT16, np.dtype("i2"): V.INT16,
-             np.dtype("u4"): V.UINT32, np.dtype("i4"): V.INT32, np.dtype("u8"): V.UINT64, np.dtype("i8"): V.INT64,
-             np.dtype("f4"): V.FLOAT32, np.dtype("f8"): V.FLOAT64, np.dtype("bool"): V.BOOL}
+
 
 def _bytes(s: str) -> bytes:
     return s.encode("utf-8", "surrogateescape")  # tokens read from GGUF keep invalid UTF-8 as surrogates
@@ -102,8 +101,8 @@ def _other_value(key: str, value: Any) -> tuple[Any, GGUFValueType, GGUFValueTyp
                    else V.FLOAT64), None
     if isinstance(value, str):
         return _bytes(value), V.STRING, None
-    if isinstance(value, np.ndarray) and value.ndim == 1 and value.dtype in _NP_TYPES and len(value):
-        return value.tolist(), V.ARRAY, _NP_TYPES[value.dtype]
+    if isinstance(value, np.ndarray) and value.ndim == 1 and value.dtype in ARRAY_TYPES and len(value):
+        return value.tolist(), V.ARRAY, ARRAY_TYPES[value.dtype]
     if isinstance(value, list) and value and all(isinstance(t, str) for t in value):
         return [_bytes(t) for t in value], V.ARRAY, V.STRING
     raise FormatError(f"cannot write {key} = {str(value)[:60]!r} ({type(value).__name__}) to GGUF", key=key)
@@ -117,7 +116,7 @@ def write_vocab_gguf(metadata: Mapping[str, Any], out_path: str | os.PathLike[st
     never replacing a device, FIFO or directory."""
     if not isinstance(metadata.get(K.MODEL), str) or not isinstance(metadata.get(K.LIST), list):
         raise FormatError(f"metadata without {K.MODEL} and {K.LIST}, expected tokenizer metadata")
-    arch = metadata.get("general.architecture")
+    arch = metadata.get(Keys.General.ARCHITECTURE)
     if not isinstance(arch, str) or not arch:
         arch = "llama"
     write_output(out_path, lambda path: _write(metadata, path, arch, name, types or {}))
@@ -126,7 +125,7 @@ def write_vocab_gguf(metadata: Mapping[str, Any], out_path: str | os.PathLike[st
 def _write(metadata: Mapping[str, Any], path: str, arch: str, name: str | None,
            types: Mapping[str, GGUFValueType]) -> None:
     w = GGUFWriter(path, arch)
-    title = name if name is not None else metadata.get("general.name")
+    title = name if name is not None else metadata.get(Keys.General.NAME)
     if isinstance(title, str) and title:
         w.add_key_value(Keys.General.NAME, _bytes(title), V.STRING)
     # the architecture's own keys (hyper-parameters) when the source has them (a GGUF does)

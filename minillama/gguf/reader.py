@@ -15,22 +15,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from gguf import GGUF_MAGIC, GGUFValueType
+from gguf import GGUF_MAGIC, GGUFValueType, Keys
 
-from ...errors import FormatError, UnsupportedError
-from ...fileio import input_path
+from ..errors import FormatError, UnsupportedError
+from ..fileio import input_path
+from .dtypes import FILE_DTYPES
 
 SUPPORTED_VERSIONS = (2, 3)
 
-# numpy dtype and size of each scalar value type (little-endian files only).
-_SCALAR = {
-    GGUFValueType.UINT8: np.dtype("<u1"), GGUFValueType.INT8: np.dtype("<i1"),
-    GGUFValueType.UINT16: np.dtype("<u2"), GGUFValueType.INT16: np.dtype("<i2"),
-    GGUFValueType.UINT32: np.dtype("<u4"), GGUFValueType.INT32: np.dtype("<i4"),
-    GGUFValueType.FLOAT32: np.dtype("<f4"), GGUFValueType.BOOL: np.dtype("u1"),
-    GGUFValueType.UINT64: np.dtype("<u8"), GGUFValueType.INT64: np.dtype("<i8"),
-    GGUFValueType.FLOAT64: np.dtype("<f8"),
-}
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 
@@ -102,7 +94,7 @@ class _Cursor:
             raise self.fail(f"unknown value type {t} for {what}, expected 0..12") from None
 
     def scalar(self, vtype: GGUFValueType) -> Any:
-        dt = _SCALAR[vtype]
+        dt = FILE_DTYPES[vtype]
         self.need(dt.itemsize, vtype.name)
         v = np.frombuffer(self.buf, dt, 1, self.pos)[0].item()
         self.pos += dt.itemsize
@@ -190,7 +182,7 @@ class _Cursor:
                 raise self.fail("arrays nested more than 3 deep")
             self.need(12 * n, f"array of {n} arrays")
             return [self.value(GGUFValueType.ARRAY, depth + 1) for _ in range(n)]
-        dt = _SCALAR[itype]
+        dt = FILE_DTYPES[itype]
         self.need(dt.itemsize * n, f"array of {n} {itype.name}")
         # A copy: metadata must outlive the memory map it was read from.
         arr = np.frombuffer(self.buf, dt, n, self.pos).copy()
@@ -251,7 +243,7 @@ def _parse(buf: memoryview, path: str, want_tensors: bool) -> GGUFFile:
         metadata[key] = c.value(vtype)
         types[key] = vtype
     c.key = None
-    alignment = metadata.get("general.alignment", 32)
+    alignment = metadata.get(Keys.General.ALIGNMENT, 32)
     if not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1):
         raise FormatError(f"general.alignment {alignment!r}, expected a power of two", path=path)
     result = GGUFFile(path, version, metadata, types, alignment=alignment)

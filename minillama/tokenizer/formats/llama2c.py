@@ -1,8 +1,10 @@
-"""Read a llama2.c tokenizer.bin: int32 max_token_length, then per token float32 score, int32 length, bytes.
+"""Read and write a llama2.c tokenizer.bin: int32 max_token_length, then per token float32 score, int32
+length, bytes.
 
 The file carries no token types or special ids; llama2.c's exporter wrote the LLaMA-2 SentencePiece
 vocab with U+2581 turned into spaces and bos/eos as "\\n<s>\\n" / "\\n</s>\\n". This reader undoes that
-and gives GGUF-style metadata for the same vocab: <unk> 0, <s> 1, </s> 2, <0xXX> byte tokens.
+and gives GGUF-style metadata for the same vocab: <unk> 0, <s> 1, </s> 2, <0xXX> byte tokens; the
+writer does it again.
 """
 
 from __future__ import annotations
@@ -15,17 +17,21 @@ import numpy as np
 from gguf import Keys, TokenType
 
 from ...errors import FormatError
+from ...fileio import write_output
 from ..unicode import BYTE_TOKEN
 
 K = Keys.Tokenizer
 _ENTRY = struct.Struct("<fi")
+_HEADER = struct.Struct("<i")
+_BOS_EOS = (1, 2)  # ids of <s> and </s>, which llama2.c's exporter writes as "\n<s>\n" and "\n</s>\n"
+_SPACE = "\u2581"  # SentencePiece's space, a plain space in tokenizer.bin
 
 
 def looks_like_llama2c(head: bytes, size: int) -> bool:
     """A plausible header: a small positive max_token_length followed by a first entry that fits."""
     if len(head) < 12:
         return False
-    max_len, (_, n) = struct.unpack_from("<i", head)[0], _ENTRY.unpack_from(head, 4)
+    max_len, (_, n) = _HEADER.unpack_from(head)[0], _ENTRY.unpack_from(head, 4)
     return 0 < max_len <= 1 << 16 and 0 <= n <= max_len and 12 + n <= size
 
 
@@ -36,7 +42,7 @@ def read_llama2c(path: str | os.PathLike[str], n_vocab: int | None = None) -> di
         data = f.read()
     if len(data) < 4:
         raise FormatError(f"file of {len(data)} bytes, expected a llama2.c tokenizer.bin", path=path, offset=0)
-    max_len = struct.unpack_from("<i", data)[0]
+    max_len = _HEADER.unpack_from(data)[0]
     if not 0 < max_len <= 1 << 16:
         raise FormatError(f"max_token_length {max_len}, expected 1..65536", path=path, offset=0)
     tokens: list[str] = []
@@ -57,7 +63,7 @@ def read_llama2c(path: str | os.PathLike[str], n_vocab: int | None = None) -> di
         raise FormatError("no tokens", path=path, offset=4)
     types = []
     for i, t in enumerate(tokens):
-        if t.strip("\n") in ("<s>", "</s>") and i in (1, 2):
+        if t.strip("\n") in ("<s>", "</s>") and i in _BOS_EOS:
             tokens[i] = t.strip("\n")
             types.append(TokenType.CONTROL)
         elif i == 0 and t == "<unk>":
@@ -65,7 +71,7 @@ def read_llama2c(path: str | os.PathLike[str], n_vocab: int | None = None) -> di
         elif BYTE_TOKEN.fullmatch(t):
             types.append(TokenType.BYTE)
         else:
-            tokens[i] = t.replace(" ", "\u2581")
+            tokens[i] = t.replace(" ", _SPACE)
             types.append(TokenType.NORMAL)
     return {
         "general.architecture": "llama",
@@ -78,3 +84,27 @@ def read_llama2c(path: str | os.PathLike[str], n_vocab: int | None = None) -> di
         K.EOS_ID: 2,
         K.UNK_ID: 0,
     }
+
+
+def llama2c_bytes(tokens: list[str], scores: list[float]) -> bytes:
+    """An SPM-style vocab (U+2581 for spaces, <s>/</s> at 1/2) in llama2.c's tokenizer.bin layout."""
+    pieces = []
+    for i, t in enumerate(tokens):
+        if i in _BOS_EOS:
+            t = f"\n{t}\n"
+        pieces.append(t.replace(_SPACE, " ").encode("utf-8"))
+    out = [_HEADER.pack(max(len(p) for p in pieces))]
+    for p, s in zip(pieces, scores):
+        out.append(_ENTRY.pack(s, len(p)))
+        out.append(p)
+    return b"".join(out)
+
+
+def write_llama2c(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write tokenizer.bin bytes (llama2c_bytes) at path, as minillama.fileio.write_output writes outputs."""
+
+    def write(tmp: str) -> None:
+        with open(tmp, "wb") as f:
+            f.write(data)
+
+    write_output(path, write)

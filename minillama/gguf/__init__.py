@@ -1,0 +1,11 @@
+"""minillama.gguf: the one GGUF layer (reader, vocab-only writer, numpy <-> GGUF value types).
+
+The tokenizer, the embedding, `inspect` and the forward pass all read GGUF files through read_gguf.
+"""
+
+from __future__ import annotations
+
+from .reader import GGUFFile, TensorInfo, is_gguf, read_gguf
+from .writer import write_vocab_gguf
+
+__all__ = ["GGUFFile", "TensorInfo", "is_gguf", "read_gguf", "write_vocab_gguf"]
