@@ -32,6 +32,7 @@ from gguf import Keys, TokenType
 from ...errors import FormatError, UnsupportedError
 
 K = Keys.Tokenizer
+G = Keys.General
 
 # --- pre-tokenizer configurations -----------------------------------------------------------------------------
 # A pre_tokenizer section is reduced to a tuple of steps (see _signature); each known tuple names the
@@ -225,42 +226,15 @@ def _special_vocab(j: dict[str, Any], added: list[dict[str, Any]], n_vocab: int,
         if isinstance(tid, int) and not isinstance(tid, bool) and 0 <= tid < n_vocab and typ not in ids:
             ids[typ] = tid
 
-    get = (tc or {}).get
-    bos, cls, eos, sep = get("bos_token"), get("cls_token"), get("eos_token"), get("sep_token")
-    bos, cls, eos, sep = _content(bos), _content(cls), _content(eos), _content(sep)
-    if not bos and cls and tc:
-        tc["bos_token"] = bos = cls
-    if not eos and sep and tc:
-        tc["eos_token"] = eos = sep
+    bos, cls, eos = _config_specials(tc)
     first = last = None
-    post = j.get("post_processor")
-    if isinstance(post, dict):
-        procs = post.get("processors", [post]) if post.get("type") == "Sequence" else [post]
-        for proc in procs if isinstance(procs, list) else []:
-            if not isinstance(proc, dict):
-                continue
-            if proc.get("type") == "RobertaProcessing":
-                add.update(bos=True, eos=True, sep=True)
-            elif proc.get("type") == "TemplateProcessing":
-                single = proc.get("single") or []
-                if isinstance(single, list) and len(single) > 1:
-                    first = _template_special(single[0])
-                    if first:
-                        if not tc:
-                            bos = first
-                        add["bos"] = first in (bos, cls)
-                    last = _template_special(single[-1])
-                    if last:
-                        if not tc:
-                            eos = last
-                        elif last != eos:
-                            for extra in ("eot", "eom"):
-                                if extra not in types:
-                                    types.append(extra)
-                                    tc[f"{extra}_token"] = eos
-                                    break
-                            tc["eos_token"] = eos = last
-                        add["eos"] = last == eos
+    for proc in _post_processors(j.get("post_processor")):
+        if proc.get("type") == "RobertaProcessing":
+            add.update(bos=True, eos=True, sep=True)
+        elif proc.get("type") == "TemplateProcessing":
+            single = proc.get("single") or []
+            if isinstance(single, list) and len(single) > 1:
+                first, last, bos, eos = _template_ends(single, tc, types, add, bos, cls, eos)
     if tc:
         for typ in types:
             flag = tc.get(f"add_{typ}_token")
@@ -278,6 +252,51 @@ def _special_vocab(j: dict[str, Any], added: list[dict[str, Any]], n_vocab: int,
     return ids, add, first, last
 
 
+def _config_specials(tc: dict[str, Any] | None) -> tuple[str | None, str | None, str | None]:
+    """(bos, cls, eos) texts of tokenizer_config.json; cls stands in for a missing bos and sep for a missing eos
+    (written back into tc, as gguf.SpecialVocab does)."""
+    get = (tc or {}).get
+    bos, cls, eos, sep = (_content(get(f"{typ}_token")) for typ in ("bos", "cls", "eos", "sep"))
+    if not bos and cls and tc:
+        tc["bos_token"] = bos = cls
+    if not eos and sep and tc:
+        tc["eos_token"] = eos = sep
+    return bos, cls, eos
+
+
+def _post_processors(post: Any) -> list[dict[str, Any]]:
+    """The post_processor's steps (the processors of a Sequence, else itself)."""
+    if not isinstance(post, dict):
+        return []
+    procs = post.get("processors", [post]) if post.get("type") == "Sequence" else [post]
+    return [p for p in procs if isinstance(p, dict)] if isinstance(procs, list) else []
+
+
+def _template_ends(single: list[Any], tc: dict[str, Any] | None, types: list[str], add: dict[str, bool],
+                   bos: str | None, cls: str | None,
+                   eos: str | None) -> tuple[str | None, str | None, str | None, str | None]:
+    """(first, last, bos, eos) after a TemplateProcessing 'single' template: its leading special token is bos
+    and sets add_bos, its trailing one eos and add_eos (a trailing token other than tokenizer_config's eos
+    becomes eos, and the old eos eot or eom)."""
+    first = _template_special(single[0])
+    if first:
+        if not tc:
+            bos = first
+        add["bos"] = first in (bos, cls)
+    last = _template_special(single[-1])
+    if last:
+        if not tc:
+            eos = last
+        elif last != eos:
+            extra = next((x for x in ("eot", "eom") if x not in types), None)
+            if extra is not None:
+                types.append(extra)
+                tc[f"{extra}_token"] = eos
+            tc["eos_token"] = eos = last
+        add["eos"] = last == eos
+    return first, last, bos, eos
+
+
 def _template_special(item: Any) -> str | None:
     if isinstance(item, dict) and isinstance(item.get("SpecialToken"), dict):
         tid = item["SpecialToken"].get("id")
@@ -285,21 +304,72 @@ def _template_special(item: Any) -> str | None:
     return None
 
 
+def _fallback_ids(ids: dict[str, int], tokens: list[str], candidates: Iterable[tuple[str, Iterable[Any]]]) -> None:
+    """For each role not in ids, the id of the first of its candidate texts that is a token (if any)."""
+    index = {t: i for i, t in reversed(list(enumerate(tokens)))}
+    for typ, texts in candidates:
+        if typ not in ids:
+            tid = next((index[t] for t in texts if t in index), None)
+            if tid is not None:
+                ids[typ] = tid
+
+
+def _end_first(end: str | None, texts: tuple[str, ...]) -> tuple[str, ...]:
+    """texts, after the template's leading or trailing special token when it has one."""
+    return ((end,) if end else ()) + texts
+
+
 def hf_json_metadata(j: Any, path: str = "<tokenizer.json>", tokenizer_config: dict[str, Any] | None = None,
                      config: dict[str, Any] | None = None, name: str = "") -> dict[str, Any]:
     """GGUF-style metadata for a parsed tokenizer.json (and optional tokenizer_config.json / config.json)."""
+    model, mtype = _model(j, path)
+    if mtype in OTHER_MODELS:
+        md = OTHER_MODELS[mtype](j, model, path, tokenizer_config)
+        if name:
+            md[G.NAME] = name
+        return md
+    _check_bpe(model, mtype, path)
+    pre = pre_name(j.get("pre_tokenizer"), path)
+    vocab = _expect(model.get("vocab"), dict, path, "model.vocab")
+    merges = _merges(model.get("merges", []), path)
+    added = _expect(j.get("added_tokens", []), list, path, "added_tokens")
+    by_id, added_by_id = _bpe_ids(vocab, added, path)
+    n, padding = _bpe_size(by_id, config, path)
+    _no_surrogates(by_id.values(), path, "model.vocab")
+    _no_surrogates(merges, path, "model.merges")
+    tokens, types = _bpe_tokens(by_id, added_by_id, n)
+    ids, add, first, last = _special_vocab(j, list(added_by_id.values()), n, tokenizer_config, config)
+    _fallback_ids(ids, tokens, (("bos", _end_first(first, _BOS_TEXTS)), ("eos", _end_first(last, _EOS_TEXTS))))
+
+    md: dict[str, Any] = {G.ARCHITECTURE: "llama"}
+    if padding:  # said by `inspect` (a key convert does not write: it is about this reading, not the vocab)
+        md[PADDING_KEY] = padding
+    if name:
+        md[G.NAME] = name
+    md.update({K.MODEL: "gpt2", K.PRE: pre, K.LIST: tokens, K.TOKEN_TYPE: np.asarray(types, np.int32),
+               K.MERGES: merges})
+    for typ, tid in ids.items():
+        if typ in _ID_KEYS:
+            md[_ID_KEYS[typ]] = tid
+    for typ, flag in add.items():
+        if typ in _ADD_KEYS:
+            md[_ADD_KEYS[typ]] = flag
+    return md
+
+
+def _model(j: Any, path: str) -> tuple[dict[str, Any], Any]:
+    """The 'model' object of a tokenizer.json and its type (FormatError for other JSON)."""
     _expect(j, dict, path, "tokenizer.json")
     if "model" not in j:
         looks = next((name for name, keys in _OTHER_JSON if keys & j.keys()), "not a tokenizer.json")
         raise _fail(path, f"a JSON file without a 'model' object ({looks}), expected a Hugging Face tokenizer.json",
                     "model")
     model = _expect(j.get("model"), dict, path, "model")
-    mtype = model.get("type", "BPE" if "merges" in model else None)
-    if mtype in OTHER_MODELS:
-        md = OTHER_MODELS[mtype](j, model, path, tokenizer_config)
-        if name:
-            md["general.name"] = name
-        return md
+    return model, model.get("type", "BPE" if "merges" in model else None)
+
+
+def _check_bpe(model: dict[str, Any], mtype: Any, path: str) -> None:
+    """UnsupportedError for a model type or BPE option llama.cpp's converter does not take as a GPT-2 BPE."""
     if mtype != "BPE":
         raise UnsupportedError(f"{path}: tokenizer.json model type {mtype!r} is not supported; expected 'BPE', "
                                "'WordPiece' or 'Unigram'")
@@ -309,11 +379,11 @@ def hf_json_metadata(j: Any, path: str = "<tokenizer.json>", tokenizer_config: d
     for opt in ("continuing_subword_prefix", "end_of_word_suffix"):
         if model.get(opt):
             raise UnsupportedError(f"{path}: BPE with {opt}={model[opt]!r} is not supported")
-    pre = pre_name(j.get("pre_tokenizer"), path)
-    vocab = _expect(model.get("vocab"), dict, path, "model.vocab")
-    merges = _merges(model.get("merges", []), path)
-    added = _expect(j.get("added_tokens", []), list, path, "added_tokens")
 
+
+def _bpe_ids(vocab: dict[str, Any], added: list[Any],
+             path: str) -> tuple[dict[int, str], dict[int, dict[str, Any]]]:
+    """(text of each id, added token of each id), checked: ids are ints >= 0, added tokens have id and content."""
     by_id: dict[int, str] = {}
     for text, tid in vocab.items():
         _expect(tid, int, path, f"model.vocab[{text!r}]")
@@ -331,8 +401,12 @@ def hf_json_metadata(j: Any, path: str = "<tokenizer.json>", tokenizer_config: d
         added_by_id[tid] = a
     if not by_id:
         raise _fail(path, "model.vocab is empty, expected tokens", "model.vocab")
+    return by_id, added_by_id
+
+
+def _bpe_size(by_id: dict[int, str], config: dict[str, Any] | None, path: str) -> tuple[int, int]:
+    """(vocab size, [PAD] tokens added to reach config.json's vocab_size, as llama.cpp's converter does)."""
     n = max(by_id) + 1
-    padding = 0
     if n > 1 << 24 or n > 4 * len(by_id) + 1024:
         raise _fail(path, f"largest token id {n - 1} for {len(by_id)} tokens, expected ids close to 0..{len(by_id) - 1}")
     size = (config or {}).get("vocab_size")
@@ -340,11 +414,14 @@ def hf_json_metadata(j: Any, path: str = "<tokenizer.json>", tokenizer_config: d
         if size - n > MAX_PADDING:
             raise _fail(path, f"config.json beside it has vocab_size {size}, which would add {size - n} [PAD] "
                               f"tokens to the {n} of tokenizer.json; expected at most {MAX_PADDING} more", "vocab_size")
-        padding = size - n
-        n = size  # llama.cpp's converter pads to config.json's vocab_size with [PAD{i}] tokens
+        return size, size - n  # llama.cpp's converter pads to config.json's vocab_size with [PAD{i}] tokens
+    return n, 0
 
-    _no_surrogates(by_id.values(), path, "model.vocab")
-    _no_surrogates(merges, path, "model.merges")
+
+def _bpe_tokens(by_id: dict[int, str], added_by_id: dict[int, dict[str, Any]],
+                n: int) -> tuple[list[str], list[int]]:
+    """Tokens and token types of ids 0..n-1: gaps are [PAD<id>] (UNUSED), added tokens CONTROL when special
+    (or looking special), else USER_DEFINED with U+2581 as spaces."""
     tokens: list[str] = []
     types: list[int] = []
     for i in range(n):
@@ -362,34 +439,7 @@ def hf_json_metadata(j: Any, path: str = "<tokenizer.json>", tokenizer_config: d
         else:
             tokens.append(text)
             types.append(TokenType.NORMAL)
-
-    ids, add, first, last = _special_vocab(j, list(added_by_id.values()), n, tokenizer_config, config)
-    index = {t: i for i, t in reversed(list(enumerate(tokens)))}
-    if "bos" not in ids:
-        for text in ((first,) if first else ()) + _BOS_TEXTS:
-            if text in index:
-                ids["bos"] = index[text]
-                break
-    if "eos" not in ids:
-        for text in ((last,) if last else ()) + _EOS_TEXTS:
-            if text in index:
-                ids["eos"] = index[text]
-                break
-
-    md: dict[str, Any] = {"general.architecture": "llama"}
-    if padding:  # said by `inspect` (a key convert does not write: it is about this reading, not the vocab)
-        md[PADDING_KEY] = padding
-    if name:
-        md["general.name"] = name
-    md.update({K.MODEL: "gpt2", K.PRE: pre, K.LIST: tokens, K.TOKEN_TYPE: np.asarray(types, np.int32),
-               K.MERGES: merges})
-    for typ, tid in ids.items():
-        if typ in _ID_KEYS:
-            md[_ID_KEYS[typ]] = tid
-    for typ, flag in add.items():
-        if typ in _ADD_KEYS:
-            md[_ADD_KEYS[typ]] = flag
-    return md
+    return tokens, types
 
 
 # --- WordPiece and Unigram: what convert_hf_to_gguf.py writes for BERT and T5 models ----------------------------
@@ -397,6 +447,7 @@ def hf_json_metadata(j: Any, path: str = "<tokenizer.json>", tokenizer_config: d
 # BertNormalizer options as GGUF keys (llama.cpp reads them; gguf-py has no constants; models/wpm.py reads them)
 WPM_LOWERCASE = "tokenizer.ggml.normalizer.lowercase"
 WPM_STRIP_ACCENTS = "tokenizer.ggml.normalizer.strip_accents"
+
 
 def _added(j: dict[str, Any], path: str) -> dict[int, dict[str, Any]]:
     """added_tokens by id (checked)."""
@@ -430,6 +481,28 @@ def _wordpiece_metadata(j: dict[str, Any], model: dict[str, Any], path: str,
                         tc: dict[str, Any] | None) -> dict[str, Any]:
     """BertModel.set_vocab: '##' continuations lose their mark, word-initial tokens get a U+2581 phantom
     prefix, '[...]' tokens stay as they are; special added tokens are CONTROL."""
+    raw, added = _wordpiece_vocab(j, model, path)
+    n = len(raw)
+    tokens = [t if t.startswith("[") and t.endswith("]") else t[2:] if t.startswith("##") else "▁" + t
+              for t in raw]
+    types = [TokenType.CONTROL if added.get(i, {}).get("special") else TokenType.NORMAL for i in range(n)]
+    get = (tc or {}).get
+    ids = {"unk": _id_of(raw, get("unk_token") or model.get("unk_token", "[UNK]")),
+           "bos": _id_of(raw, get("cls_token") or "[CLS]"), "sep": _id_of(raw, get("sep_token") or "[SEP]"),
+           "pad": _id_of(raw, get("pad_token") or "[PAD]"), "mask": _id_of(raw, get("mask_token") or "[MASK]")}
+    md: dict[str, Any] = {G.ARCHITECTURE: "bert", K.MODEL: "bert", K.PRE: "default", K.LIST: tokens,
+                          K.TOKEN_TYPE: np.asarray(types, np.int32)}
+    for typ, tid in ids.items():
+        if tid is not None:
+            md[_ID_KEYS[typ]] = tid
+    md[K.ADD_BOS], md[K.ADD_SEP] = ids["bos"] is not None, ids["sep"] is not None
+    md.update(_bert_normalizer(j))
+    return md
+
+
+def _wordpiece_vocab(j: dict[str, Any], model: dict[str, Any],
+                     path: str) -> tuple[list[str], dict[int, dict[str, Any]]]:
+    """(the texts of ids 0..n-1, added tokens by id); the ids must have no gaps."""
     vocab = _expect(model.get("vocab"), dict, path, "model.vocab")
     prefix = model.get("continuing_subword_prefix", "##")
     if prefix != "##":
@@ -444,20 +517,12 @@ def _wordpiece_metadata(j: dict[str, Any], model: dict[str, Any], path: str,
     n = max(by_id, default=-1) + 1
     if n == 0 or n != len(by_id):
         raise _fail(path, f"WordPiece ids are not 0..{len(by_id) - 1} without gaps (largest {n - 1})", "model.vocab")
-    raw = [by_id[i] for i in range(n)]
-    tokens = [t if t.startswith("[") and t.endswith("]") else t[2:] if t.startswith("##") else "▁" + t
-              for t in raw]
-    types = [TokenType.CONTROL if added.get(i, {}).get("special") else TokenType.NORMAL for i in range(n)]
-    get = (tc or {}).get
-    ids = {"unk": _id_of(raw, get("unk_token") or model.get("unk_token", "[UNK]")),
-           "bos": _id_of(raw, get("cls_token") or "[CLS]"), "sep": _id_of(raw, get("sep_token") or "[SEP]"),
-           "pad": _id_of(raw, get("pad_token") or "[PAD]"), "mask": _id_of(raw, get("mask_token") or "[MASK]")}
-    md: dict[str, Any] = {"general.architecture": "bert", K.MODEL: "bert", K.PRE: "default", K.LIST: tokens,
-                          K.TOKEN_TYPE: np.asarray(types, np.int32)}
-    for typ, tid in ids.items():
-        if tid is not None:
-            md[_ID_KEYS[typ]] = tid
-    md[K.ADD_BOS], md[K.ADD_SEP] = ids["bos"] is not None, ids["sep"] is not None
+    return [by_id[i] for i in range(n)], added
+
+
+def _bert_normalizer(j: dict[str, Any]) -> dict[str, Any]:
+    """The BertNormalizer options llama.cpp reads: lowercase when false, strip_accents when set."""
+    md: dict[str, Any] = {}
     for norm in _normalizers(j):
         if norm.get("type") == "BertNormalizer":
             lowercase = norm.get("lowercase", True)
@@ -476,10 +541,31 @@ def _unigram_metadata(j: dict[str, Any], model: dict[str, Any], path: str,
     pieces = _expect(model.get("vocab"), list, path, "model.vocab")
     unk_id = model.get("unk_id")
     added = _added(j, path)
+    tokens, scores, types = _unigram_pieces(pieces, bool(model.get("byte_fallback")), added, unk_id, path)
+    md: dict[str, Any] = {G.ARCHITECTURE: "t5", K.MODEL: "t5", K.PRE: "default", K.LIST: tokens,
+                          K.SCORES: np.asarray(scores, np.float32), K.TOKEN_TYPE: np.asarray(types, np.int32)}
+    md.update(_unigram_normalizer(j, path))
+    add_prefix = _metaspace_prefix(j.get("pre_tokenizer"))
+    if add_prefix is not None:
+        md[K.ADD_PREFIX] = add_prefix
+    if isinstance(unk_id, int) and 0 <= unk_id < len(tokens):
+        md[K.UNK_ID] = unk_id
+    ids, add, first, last = _special_vocab(j, list(added.values()), len(tokens), tc, None)
+    _fallback_ids(ids, tokens, (("bos", _BOS_TEXTS), ("eos", _end_first(last, _EOS_TEXTS)), ("pad", ("<pad>",))))
+    for typ, tid in ids.items():
+        if typ in _ID_KEYS and typ != "unk":
+            md[_ID_KEYS[typ]] = tid
+    md[K.ADD_BOS] = add.get("bos", False)
+    md[K.ADD_EOS] = add.get("eos", True)  # the converter's T5 default (SentencePiece appends </s>)
+    return md
+
+
+def _unigram_pieces(pieces: list[Any], byte_fallback: bool, added: dict[int, dict[str, Any]], unk_id: Any,
+                    path: str) -> tuple[list[str], list[float], list[int]]:
+    """Tokens, scores and token types of model.vocab's [piece, score] pairs (FormatError when empty)."""
     tokens: list[str] = []
     scores: list[float] = []
     types: list[int] = []
-    byte_fallback = bool(model.get("byte_fallback"))
     for i, entry in enumerate(pieces):
         if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], str)
                 and isinstance(entry[1], (int, float)) and not isinstance(entry[1], bool)):
@@ -498,8 +584,12 @@ def _unigram_metadata(j: dict[str, Any], model: dict[str, Any], path: str,
             types.append(TokenType.NORMAL)
     if not tokens:
         raise _fail(path, "model.vocab is empty, expected [piece, score] pairs", "model.vocab")
-    md: dict[str, Any] = {"general.architecture": "t5", K.MODEL: "t5", K.PRE: "default", K.LIST: tokens,
-                          K.SCORES: np.asarray(scores, np.float32), K.TOKEN_TYPE: np.asarray(types, np.int32)}
+    return tokens, scores, types
+
+
+def _unigram_normalizer(j: dict[str, Any], path: str) -> dict[str, Any]:
+    """The precompiled charsmap (when not empty) and remove_extra_whitespaces of the normalizer steps."""
+    md: dict[str, Any] = {}
     remove_extra = False
     for norm in _normalizers(j):
         if norm.get("type") == "Precompiled" and isinstance(norm.get("precompiled_charsmap"), str):
@@ -512,25 +602,16 @@ def _unigram_metadata(j: dict[str, Any], model: dict[str, Any], path: str,
         elif norm.get("type") == "Replace" and norm.get("pattern") == {"Regex": " {2,}"}:
             remove_extra = True
     md[K.REMOVE_EXTRA_WS] = remove_extra
-    pre = j.get("pre_tokenizer")
-    metas = [p for p in ((pre.get("pretokenizers") or []) if isinstance(pre, dict) and pre.get("type") == "Sequence"
-                         else [pre]) if isinstance(p, dict) and p.get("type") == "Metaspace"]
-    if metas:
-        md[K.ADD_PREFIX] = metas[0].get("prepend_scheme", "always") != "never" and \
-            metas[0].get("add_prefix_space", True) is not False
-    if isinstance(unk_id, int) and 0 <= unk_id < len(tokens):
-        md[K.UNK_ID] = unk_id
-    ids, add, first, last = _special_vocab(j, list(added.values()), len(tokens), tc, None)
-    index = {t: i for i, t in reversed(list(enumerate(tokens)))}
-    for typ, texts in (("bos", _BOS_TEXTS), ("eos", ((last,) if last else ()) + _EOS_TEXTS), ("pad", ("<pad>",))):
-        if typ not in ids:
-            ids[typ] = next((index[t] for t in texts if t in index), None)  # type: ignore[assignment]
-    for typ, tid in ids.items():
-        if typ in _ID_KEYS and tid is not None and typ != "unk":
-            md[_ID_KEYS[typ]] = tid
-    md[K.ADD_BOS] = add.get("bos", False)
-    md[K.ADD_EOS] = add.get("eos", True)  # the converter's T5 default (SentencePiece appends </s>)
     return md
+
+
+def _metaspace_prefix(pre: Any) -> bool | None:
+    """add_space_prefix of the first Metaspace pre-tokenizer step (None: there is none)."""
+    steps = (pre.get("pretokenizers") or []) if isinstance(pre, dict) and pre.get("type") == "Sequence" else [pre]
+    metas = [p for p in steps if isinstance(p, dict) and p.get("type") == "Metaspace"]
+    if not metas:
+        return None
+    return metas[0].get("prepend_scheme", "always") != "never" and metas[0].get("add_prefix_space", True) is not False
 
 
 OTHER_MODELS = {"WordPiece": _wordpiece_metadata, "Unigram": _unigram_metadata}
