@@ -9,7 +9,7 @@ For users of Hugging Face tokenizers, tiktoken and transformers: encode_with_off
 disallowed_special, encode_for_completion (token healing), apply_chat_template, token_to_id / id_to_token /
 get_vocab / decode_batch, and encode_batch(return_array=True, pad_to=..., truncate=...).
 
-The pipeline: file -> Vocab (load/, vocab.py) -> special-token split (special.py) -> merge model
+The pipeline: file -> Vocab (formats/, vocab.py) -> special-token split (special.py) -> merge model
 (models/: score-based SPM or rank-based BPE with its pre-tokenizer) -> ids -> pieces (decode.py).
 
 Text is taken as its UTF-8 bytes, which is what llama.cpp tokenizes. A Python str may also hold lone
