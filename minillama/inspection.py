@@ -59,15 +59,14 @@ def key_value(path: str | os.PathLike[str], key: str) -> Any:
 
 def inspect_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The report for a GGUF or tokenizer file: header, metadata, tokenizer summary and tensor table."""
-    from .tokenizer.formats import GGUF, detect_format, read_head, read_metadata
+    from .tokenizer.formats import GGUF, sniff_file  # FormatError for unrecognised files
     from .tokenizer.formats.hf_json import PADDING_KEY
 
-    path, head, size = read_head(path)
-    found = detect_format(head, size)
+    path, found, size = sniff_file(path)
     if found is GGUF:
         return _inspect_gguf(path, size)
-    md = read_metadata(path)  # raises the readers' FormatError for unrecognised files
-    fmt = found.name if found is not None else "tokenizer"
+    md = found.read(path)
+    fmt = found.name
     warnings = []
     if md.get(PADDING_KEY):
         warnings.append(f"{md[PADDING_KEY]:,} [PAD] tokens added to reach vocab_size of the config.json beside it, "

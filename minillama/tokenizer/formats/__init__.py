@@ -49,24 +49,24 @@ def detect_format(head: bytes, size: int) -> Format | None:
     return next((f for f in FORMATS if f.sniff(head, size)), None)
 
 
-def read_head(path: str | os.PathLike[str]) -> tuple[str, bytes, int]:
-    """(path checked as an input file, its first HEAD_BYTES bytes, its size)."""
+def sniff_file(path: str | os.PathLike[str]) -> tuple[str, Format, int]:
+    """(path checked as an input file, its format, its size); FormatError for an empty or unrecognised file."""
     path = input_path(path, "model file")
     with open(path, "rb") as f:
         head = f.read(HEAD_BYTES)
         size = os.fstat(f.fileno()).st_size
-    return path, head, size
-
-
-def read_metadata(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Tokenizer metadata of any supported file, chosen by content (not by name)."""
-    path, head, size = read_head(path)
     if size == 0:
         raise FormatError(f"empty file, expected {EXPECTED}", path=path, offset=0)
     fmt = detect_format(head, size)
     if fmt is None:
         raise FormatError(f"unrecognised file (starts with {head[:8]!r}{_hint(head)}), expected {EXPECTED}",
                           path=path, offset=0)
+    return path, fmt, size
+
+
+def read_metadata(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Tokenizer metadata of any supported file, chosen by content (not by name)."""
+    path, fmt, _ = sniff_file(path)
     return fmt.read(path)
 
 
@@ -86,5 +86,5 @@ def _hint(head: bytes) -> str:
     return next((f"; this looks like {what}" for test, what in _KNOWN_OTHERS if test(head)), "")
 
 
-__all__ = ["FORMATS", "GGUF", "EXPECTED", "Format", "detect_format", "read_head", "read_metadata",
+__all__ = ["FORMATS", "GGUF", "EXPECTED", "Format", "detect_format", "sniff_file", "read_metadata",
            "read_llama2c", "read_sentencepiece", "read_hf_json"]
