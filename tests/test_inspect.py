@@ -570,7 +570,7 @@ def test_terminal_escapes_in_names_never_reach_the_terminal(tmp_path) -> None:
 def test_bad_unigram_charsmap_fails_at_load(tmp_path: Path, charsmap: bytes | list[int], message: str) -> None:
     """A Unigram charsmap that is not one fails when the vocab loads, so `minillama inspect` reports it."""
     from minillama.errors import FormatError
-    from minillama.tokenizer.load import read_metadata
+    from minillama.tokenizer.formats import read_metadata
     from minillama.tokenizer.vocab import Vocab
 
     path = tmp_path / "t5.gguf"

@@ -22,7 +22,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -30,6 +29,8 @@ import numpy as np
 from gguf import Keys, TokenType
 
 from ...errors import FormatError, UnsupportedError
+from ..tables import KEY_LOWERCASE, KEY_STRIP_ACCENTS
+from ..text import SPACE, SURROGATES
 
 K = Keys.Tokenizer
 G = Keys.General
@@ -173,7 +174,6 @@ def _merges(raw: Any, path: str) -> list[str]:
 # models; a padding of more is refused rather than made (16M [PAD] tokens would take gigabytes).
 MAX_PADDING = 1 << 16
 PADDING_KEY = "minillama.config_json_padding"
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 # JSON files found beside a tokenizer.json and passed instead of it, by keys they have.
@@ -183,7 +183,7 @@ _OTHER_JSON = (("a transformers config.json", {"architectures", "model_type", "h
 
 def _no_surrogates(texts: Iterable[str], path: str, key: str) -> None:
     """FormatError when a text holds a lone surrogate (JSON's unpaired \\ud800 escape): it has no UTF-8 form."""
-    bad = _SURROGATE.search("\0".join(texts))
+    bad = SURROGATES.search("\0".join(texts))
     if bad is not None:
         raise _fail(path, f"{key} holds the lone surrogate U+{ord(bad.group()):04X} (a \\u escape with no pair), "
                           "expected text that has a UTF-8 form (Hugging Face tokenizers refuses it too)", key)
@@ -433,7 +433,7 @@ def _bpe_tokens(by_id: dict[int, str], added_by_id: dict[int, dict[str, Any]],
             if added_by_id[i].get("special") or _looks_special(text):
                 types.append(TokenType.CONTROL)
             else:
-                text = text.replace("\u2581", " ")
+                text = text.replace(SPACE, " ")
                 types.append(TokenType.USER_DEFINED)
             tokens.append(text)
         else:
@@ -443,10 +443,6 @@ def _bpe_tokens(by_id: dict[int, str], added_by_id: dict[int, dict[str, Any]],
 
 
 # --- WordPiece and Unigram: what convert_hf_to_gguf.py writes for BERT and T5 models ----------------------------
-
-# BertNormalizer options as GGUF keys (llama.cpp reads them; gguf-py has no constants; models/wpm.py reads them)
-WPM_LOWERCASE = "tokenizer.ggml.normalizer.lowercase"
-WPM_STRIP_ACCENTS = "tokenizer.ggml.normalizer.strip_accents"
 
 
 def _added(j: dict[str, Any], path: str) -> dict[int, dict[str, Any]]:
@@ -483,7 +479,7 @@ def _wordpiece_metadata(j: dict[str, Any], model: dict[str, Any], path: str,
     prefix, '[...]' tokens stay as they are; special added tokens are CONTROL."""
     raw, added = _wordpiece_vocab(j, model, path)
     n = len(raw)
-    tokens = [t if t.startswith("[") and t.endswith("]") else t[2:] if t.startswith("##") else "▁" + t
+    tokens = [t if t.startswith("[") and t.endswith("]") else t[2:] if t.startswith("##") else SPACE + t
               for t in raw]
     types = [TokenType.CONTROL if added.get(i, {}).get("special") else TokenType.NORMAL for i in range(n)]
     get = (tc or {}).get
@@ -527,9 +523,9 @@ def _bert_normalizer(j: dict[str, Any]) -> dict[str, Any]:
         if norm.get("type") == "BertNormalizer":
             lowercase = norm.get("lowercase", True)
             if lowercase is False:
-                md[WPM_LOWERCASE] = False
+                md[KEY_LOWERCASE] = False
             if isinstance(norm.get("strip_accents"), bool):
-                md[WPM_STRIP_ACCENTS] = norm["strip_accents"]
+                md[KEY_STRIP_ACCENTS] = norm["strip_accents"]
     return md
 
 

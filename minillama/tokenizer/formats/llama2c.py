@@ -18,13 +18,14 @@ from gguf import Keys, TokenType
 
 from ...errors import FormatError
 from ...fileio import write_output
+from ..text import SPACE  # a plain space in tokenizer.bin
 from ..unicode import BYTE_TOKEN
 
 K = Keys.Tokenizer
+G = Keys.General
 _ENTRY = struct.Struct("<fi")
 _HEADER = struct.Struct("<i")
 _BOS_EOS = (1, 2)  # ids of <s> and </s>, which llama2.c's exporter writes as "\n<s>\n" and "\n</s>\n"
-_SPACE = "\u2581"  # SentencePiece's space, a plain space in tokenizer.bin
 
 
 def looks_like_llama2c(head: bytes, size: int) -> bool:
@@ -71,11 +72,11 @@ def read_llama2c(path: str | os.PathLike[str], n_vocab: int | None = None) -> di
         elif BYTE_TOKEN.fullmatch(t):
             types.append(TokenType.BYTE)
         else:
-            tokens[i] = t.replace(" ", _SPACE)
+            tokens[i] = t.replace(" ", SPACE)
             types.append(TokenType.NORMAL)
     return {
-        "general.architecture": "llama",
-        "general.name": os.path.basename(path),
+        G.ARCHITECTURE: "llama",
+        G.NAME: os.path.basename(path),
         K.MODEL: "llama",
         K.LIST: tokens,
         K.SCORES: np.asarray(scores, np.float32),
@@ -92,7 +93,7 @@ def llama2c_bytes(tokens: list[str], scores: list[float]) -> bytes:
     for i, t in enumerate(tokens):
         if i in _BOS_EOS:
             t = f"\n{t}\n"
-        pieces.append(t.replace(_SPACE, " ").encode("utf-8"))
+        pieces.append(t.replace(SPACE, " ").encode("utf-8"))
     out = [_HEADER.pack(max(len(p) for p in pieces))]
     for p, s in zip(pieces, scores):
         out.append(_ENTRY.pack(s, len(p)))

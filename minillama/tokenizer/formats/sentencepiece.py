@@ -32,6 +32,7 @@ from gguf import Keys, TokenType
 from ...errors import FormatError, IgnoredNormalizerWarning, UnsupportedError
 
 K = Keys.Tokenizer
+G = Keys.General
 
 # ModelProto.SentencePiece.Type -> gguf.TokenType, the way the converter maps them.
 PIECE_TYPES = {1: TokenType.NORMAL, 2: TokenType.UNKNOWN, 3: TokenType.CONTROL, 4: TokenType.NORMAL,
@@ -247,7 +248,7 @@ def sentencepiece_metadata(model: SentencePieceModel, name: str = "") -> dict[st
     n = len(model.pieces)
     unigram = mtype == 1
     md: dict[str, Any] = {
-        "general.architecture": "t5" if unigram else "llama",
+        G.ARCHITECTURE: "t5" if unigram else "llama",
         K.MODEL: "t5" if unigram else "llama",
         K.PRE: "default",
         K.LIST: list(model.pieces),
@@ -255,7 +256,7 @@ def sentencepiece_metadata(model: SentencePieceModel, name: str = "") -> dict[st
         K.TOKEN_TYPE: np.asarray([int(PIECE_TYPES[t]) for t in model.types], np.int32),
     }
     if name:
-        md["general.name"] = name
+        md[G.NAME] = name
     norm = model.normalizer
     if unigram:
         md[K.ADD_PREFIX] = norm.add_dummy_prefix
