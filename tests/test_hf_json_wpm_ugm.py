@@ -137,6 +137,7 @@ def test_other_models_still_refused(tmp_path):
     ({"type": "Unigram", "vocab": []}, "empty"),
     ({"type": "WordPiece", "vocab": {"a": 0, "b": 5}}, "without gaps"),
     ({"type": "WordPiece", "vocab": {"a": 0, "b": 10 ** 15}}, "without gaps"),
+    ({"type": "WordPiece", "vocab": {"a": -1, "b": 0, "c": 2}}, "without gaps"),  # a KeyError once
     ({"type": "WordPiece", "vocab": {"a": "0"}}, "expected int"),
     ({"type": "WordPiece", "vocab": []}, "expected dict"),
 ])

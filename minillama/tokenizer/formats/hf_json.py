@@ -511,8 +511,9 @@ def _wordpiece_vocab(j: dict[str, Any], model: dict[str, Any],
     for tid, a in added.items():
         by_id[tid] = a["content"]
     n = max(by_id, default=-1) + 1
-    if n == 0 or n != len(by_id):
-        raise _fail(path, f"WordPiece ids are not 0..{len(by_id) - 1} without gaps (largest {n - 1})", "model.vocab")
+    if n == 0 or n != len(by_id) or min(by_id) < 0:
+        raise _fail(path, f"WordPiece ids are not 0..{len(by_id) - 1} without gaps (smallest {min(by_id, default=0)}, "
+                    f"largest {n - 1})", "model.vocab")
     return [by_id[i] for i in range(n)], added
 
 
