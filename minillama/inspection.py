@@ -18,6 +18,7 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType, Keys, Ll
 
 from .errors import MinillamaError
 from .gguf.dtypes import ARRAY_TYPES, SHORT_NAMES
+from .tokenizer.tables import SPECIAL_ID_KEY, SPECIAL_NAMES
 
 K = Keys.Tokenizer
 G = Keys.General
@@ -29,10 +30,6 @@ TEXT_STRING = 64  # characters of a string shown by render_text
 TEXT_ARRAY_WIDTH = 72  # characters of array items shown by render_text
 
 # Special ids in the order llama.cpp lists them.
-SPECIAL_ORDER = ("bos", "eos", "eot", "eom", "unk", "sep", "pad", "mask",
-                 "fim_pre", "fim_suf", "fim_mid", "fim_pad", "fim_rep", "fim_sep")
-_RAW_SPECIAL_KEYS = {"bos": K.BOS_ID, "eos": K.EOS_ID, "eot": K.EOT_ID, "eom": K.EOM_ID, "unk": K.UNK_ID,
-                     "sep": K.SEP_ID, "pad": K.PAD_ID, "mask": K.MASK_ID}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -257,7 +254,7 @@ def tokenizer_summary(md: dict[str, Any], source: str) -> dict[str, Any]:
     except MinillamaError as exc:  # still show what the file says, as it says it
         summary["error"] = str(exc)
         n = summary["vocab_size"] or 0
-        for name, key in _RAW_SPECIAL_KEYS.items():
+        for name, key in SPECIAL_ID_KEY.items():
             v = md.get(key)
             if isinstance(v, int) and not isinstance(v, bool):
                 summary["special"][name] = {"id": v, "piece": tokens[v] if 0 <= v < n else None}
@@ -268,7 +265,7 @@ def tokenizer_summary(md: dict[str, Any], source: str) -> dict[str, Any]:
     summary["type"] = vocab.kind
     if summary["pre"] is None:
         summary["pre"] = vocab.pre  # 'default' when the file names none
-    for name in SPECIAL_ORDER:
+    for name in SPECIAL_NAMES:
         i = vocab.special.get(name)
         if i is not None:
             summary["special"][name] = {"id": i, "piece": _piece(vocab, i)}

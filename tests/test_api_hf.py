@@ -180,7 +180,7 @@ def test_offsets_refuse_lone_surrogates():
 @pytest.fixture(scope="module")
 def tiktoken_llama3():
     tiktoken = pytest.importorskip("tiktoken")
-    from minillama.tokenizer.formats.hf_json import LLAMA3_REGEX
+    from minillama.tokenizer.tables import LLAMA3_ORIGINAL as LLAMA3_REGEX
     from minillama.tokenizer.unicode import BYTELEVEL_TO_LATIN1
 
     path = require_shared("vocab", "llama-3.2-tokenizer.json")

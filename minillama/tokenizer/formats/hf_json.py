@@ -29,7 +29,7 @@ import numpy as np
 from gguf import Keys, TokenType
 
 from ...errors import FormatError, UnsupportedError
-from ..tables import KEY_LOWERCASE, KEY_STRIP_ACCENTS
+from ..tables import KEY_LOWERCASE, KEY_STRIP_ACCENTS, LLAMA3_ORIGINAL, SPECIAL_ID_KEY
 from ..text import SPACE, SURROGATES
 
 K = Keys.Tokenizer
@@ -39,8 +39,6 @@ G = Keys.General
 # A pre_tokenizer section is reduced to a tuple of steps (see _signature); each known tuple names the
 # llama.cpp pre-tokenizer that splits text the same way. Verified against llama.cpp's own ids on the shared
 # conformance texts by building Hugging Face tokenizers from the GGUF test vocabs (tests/test_loaders.py).
-LLAMA3_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-                r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 QWEN2_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 GPT4O_REGEX = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"
@@ -59,7 +57,7 @@ def _isolated(regex: str) -> Step:
 
 PRE_TOKENIZERS: dict[tuple[Step, ...], str] = {
     (_BYTES_REGEX,): "gpt-2",
-    (_isolated(LLAMA3_REGEX), _BYTES_ONLY): "llama-bpe",
+    (_isolated(LLAMA3_ORIGINAL), _BYTES_ONLY): "llama-bpe",
     (_isolated(QWEN2_REGEX), _BYTES_ONLY): "qwen2",
     (_isolated(GPT4O_REGEX), _BYTES_ONLY): "gpt-4o",
     (("Digits", True), _BYTES_REGEX): "starcoder",
@@ -76,8 +74,6 @@ _EOS_TEXTS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endofte
 # ... and for bos when the post_processor names none.
 _BOS_TEXTS = ("<|begin_of_text|>", "<s>", "<bos>", "<|startoftext|>", "<|endoftext|>")
 _SPECIAL_TYPES = ("bos", "eos", "unk", "sep", "pad", "cls", "mask")
-_ID_KEYS = {"bos": K.BOS_ID, "eos": K.EOS_ID, "unk": K.UNK_ID, "sep": K.SEP_ID, "pad": K.PAD_ID,
-            "mask": K.MASK_ID, "eot": K.EOT_ID, "eom": K.EOM_ID}
 _ADD_KEYS = {"bos": K.ADD_BOS, "eos": K.ADD_EOS, "sep": K.ADD_SEP}
 
 
@@ -349,8 +345,8 @@ def hf_json_metadata(j: Any, path: str = "<tokenizer.json>", tokenizer_config: d
     md.update({K.MODEL: "gpt2", K.PRE: pre, K.LIST: tokens, K.TOKEN_TYPE: np.asarray(types, np.int32),
                K.MERGES: merges})
     for typ, tid in ids.items():
-        if typ in _ID_KEYS:
-            md[_ID_KEYS[typ]] = tid
+        if typ in SPECIAL_ID_KEY:
+            md[SPECIAL_ID_KEY[typ]] = tid
     for typ, flag in add.items():
         if typ in _ADD_KEYS:
             md[_ADD_KEYS[typ]] = flag
@@ -490,7 +486,7 @@ def _wordpiece_metadata(j: dict[str, Any], model: dict[str, Any], path: str,
                           K.TOKEN_TYPE: np.asarray(types, np.int32)}
     for typ, tid in ids.items():
         if tid is not None:
-            md[_ID_KEYS[typ]] = tid
+            md[SPECIAL_ID_KEY[typ]] = tid
     md[K.ADD_BOS], md[K.ADD_SEP] = ids["bos"] is not None, ids["sep"] is not None
     md.update(_bert_normalizer(j))
     return md
@@ -550,8 +546,8 @@ def _unigram_metadata(j: dict[str, Any], model: dict[str, Any], path: str,
     ids, add, first, last = _special_vocab(j, list(added.values()), len(tokens), tc, None)
     _fallback_ids(ids, tokens, (("bos", _BOS_TEXTS), ("eos", _end_first(last, _EOS_TEXTS)), ("pad", ("<pad>",))))
     for typ, tid in ids.items():
-        if typ in _ID_KEYS and typ != "unk":
-            md[_ID_KEYS[typ]] = tid
+        if typ in SPECIAL_ID_KEY and typ != "unk":
+            md[SPECIAL_ID_KEY[typ]] = tid
     md[K.ADD_BOS] = add.get("bos", False)
     md[K.ADD_EOS] = add.get("eos", True)  # the converter's T5 default (SentencePiece appends </s>)
     return md

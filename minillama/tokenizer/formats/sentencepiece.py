@@ -38,7 +38,7 @@ G = Keys.General
 PIECE_TYPES = {1: TokenType.NORMAL, 2: TokenType.UNKNOWN, 3: TokenType.CONTROL, 4: TokenType.NORMAL,
                5: TokenType.UNUSED, 6: TokenType.BYTE}
 PIECE_TYPE_NAMES = {1: "NORMAL", 2: "UNKNOWN", 3: "CONTROL", 4: "USER_DEFINED", 5: "UNUSED", 6: "BYTE"}
-MODEL_TYPES = {1: "UNIGRAM", 2: "BPE", 3: "WORD", 4: "CHAR"}
+SP_MODEL_TYPE_NAMES = {1: "UNIGRAM", 2: "BPE", 3: "WORD", 4: "CHAR"}
 
 _WIRE_NAMES = {0: "varint", 1: "fixed64", 2: "length-delimited", 5: "fixed32"}
 _F32 = struct.Struct("<f")
@@ -243,7 +243,7 @@ def sentencepiece_metadata(model: SentencePieceModel, name: str = "") -> dict[st
     """GGUF-style metadata for a parsed model, as convert_hf_to_gguf.py writes it."""
     mtype = model.trainer.model_type
     if mtype not in (1, 2):
-        raise UnsupportedError(f"SentencePiece model_type {mtype} ({MODEL_TYPES.get(mtype, 'unknown')}) is not "
+        raise UnsupportedError(f"SentencePiece model_type {mtype} ({SP_MODEL_TYPE_NAMES.get(mtype, 'unknown')}) is not "
                                "supported; expected UNIGRAM (1) or BPE (2)")
     n = len(model.pieces)
     unigram = mtype == 1
