@@ -56,8 +56,8 @@ from .decode import PieceTable, StreamDecoder, check_id, out_of_range
 from .formats import read_metadata
 from .models import Model, make_model
 from .offsets import SPANS
-from .special import RAW_BYTE, find_special, partition, partition_spans, raw_special_ids
-from .text import as_bytes_text, has_surrogates
+from .special import find_special, partition, partition_spans, raw_special_ids
+from .text import ESCAPES, as_bytes_text, has_surrogates
 from .vocab import Attr, Vocab
 
 _GC_PAUSE_CHARS = 1 << 14  # texts longer than this encode with the cyclic GC paused
@@ -214,7 +214,7 @@ class Tokenizer:
                 text.encode("utf-8")
             except UnicodeEncodeError:  # lone surrogates: the rare, slow path
                 text = as_bytes_text(text)
-                escaped = RAW_BYTE.search(text) is not None
+                escaped = ESCAPES.search(text) is not None
         v, model = self.vocab, self._encoder
         before, after = model.affixes() if add_special else ((), ())
         out: list[int] = list(before)
@@ -233,7 +233,7 @@ class Tokenizer:
                     after_special = True
                 else:
                     frag = model.prepare(frag, after_special)
-                    if escaped or (raw and RAW_BYTE.search(frag)):  # a special token cut a character
+                    if escaped or (raw and ESCAPES.search(frag)):  # a special token cut a character
                         out += model.encode_escaped(frag)
                     else:
                         out += model.encode(frag)

@@ -26,10 +26,10 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from .models import Model
+from .text import SPACE
 from .vocab import Attr
 
 Span = tuple[int, int]
-SPACE = "\u2581"
 
 
 def walk(s: str, lengths: Sequence[int], src: Sequence[int] | None = None,

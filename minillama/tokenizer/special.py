@@ -14,15 +14,14 @@ form `encode` gives raw bytes.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 
+from .text import ESCAPES
 from .unicode import C_SPACE
 from .vocab import Attr, Vocab
 
 PREFIX_CHARS = 3
-RAW_BYTE = re.compile("[\udc80-\udcff]")  # a byte that is not whole UTF-8, as surrogateescape keeps it
 
 
 def _always_matched(vocab: Vocab) -> list[int]:
@@ -46,7 +45,7 @@ def _from_byte_view(view: str) -> str:
 
 def raw_special_ids(vocab: Vocab) -> bool:
     """Whether a special token's text holds bytes that are not whole UTF-8 (then matching works on bytes)."""
-    return any(RAW_BYTE.search(vocab.tokens[i]) for i in vocab.special_cache)
+    return any(ESCAPES.search(vocab.tokens[i]) for i in vocab.special_cache)
 
 
 def partition(vocab: Vocab, text: str, parse_special: bool, allowed: AbstractSet[int] = frozenset(),

@@ -23,10 +23,10 @@ import unicodedata
 
 from ...errors import FormatError
 from .. import unicode_data as ud
+from ..text import SPACE
 from ..vocab import Vocab
 from .base import Model
 
-SPACE = "\u2581"
 PREFIX_MAX = 64
 _SPACE_BYTES = SPACE.encode()
 
