@@ -30,7 +30,7 @@ from .base import Model, links
 
 HEAP_MIN_LEN = 48
 _NO_MERGE = 1 << 62
-# Huge fragments are cut after a newline followed by a non-space (as minillama.train cuts a corpus),
+# Huge fragments are cut after a newline followed by a non-space (as minillama.tokenizer.train cuts a corpus),
 # checked against the words of the text read on _MARGIN characters past the cut.
 _NEWLINE_CUT = re.compile(r"\n(?=\S)")
 _MARGIN = 1 << 12

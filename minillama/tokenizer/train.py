@@ -1,6 +1,6 @@
 """Train a BPE vocab on text and write it as a vocab-only GGUF (and, SPM-style, as a llama2.c tokenizer.bin).
 
-    from minillama.train import train_bpe
+    from minillama.tokenizer.train import train_bpe
     tv = train_bpe(["a.txt", "b.txt"], 8000, kind="bytelevel", pre="llama3", special_tokens=["<|endoftext|>"])
     tv.write_gguf("tok.gguf"); tv.tokenizer().encode("Hello")
 
@@ -65,13 +65,13 @@ import numpy as np
 import regex
 from gguf import Keys, TokenType
 
-from .errors import ArgumentError, ArgumentTypeError, FormatError, MinillamaError
-from .fileio import input_path, utf8_error, write_output
-from .tokenizer.pretokenize import PATTERNS, PRE_TOKENIZERS, PreTokenizer
-from .tokenizer.unicode import BYTE_TO_CHAR, BYTE_TOKEN, byte_token
+from ..errors import ArgumentError, ArgumentTypeError, FormatError, MinillamaError
+from ..fileio import input_path, utf8_error, write_output
+from .pretokenize import PATTERNS, PRE_TOKENIZERS, PreTokenizer
+from .unicode import BYTE_TO_CHAR, BYTE_TOKEN, byte_token
 
 if TYPE_CHECKING:
-    from .tokenizer import Tokenizer
+    from . import Tokenizer
 
 __all__ = ["KINDS", "TrainedVocab", "train_bpe", "count_words", "learn_merges"]
 
@@ -160,14 +160,14 @@ class TrainedVocab:
 
     def tokenizer(self) -> Tokenizer:
         """A minillama Tokenizer over this vocab (what loading the written GGUF gives)."""
-        from .tokenizer import Tokenizer
-        from .tokenizer.vocab import Vocab
+        from . import Tokenizer
+        from .vocab import Vocab
 
         return Tokenizer(Vocab.from_metadata(self.metadata(), "<trained>"))
 
     def write_gguf(self, path: str | os.PathLike[str]) -> None:
         """Write the vocab-only GGUF at path, through a temporary file (no half-written file on error)."""
-        from .tokenizer.write import write_vocab_gguf
+        from .write import write_vocab_gguf
 
         write_vocab_gguf(self.metadata(), path)
 
