@@ -26,7 +26,8 @@ from ..pretokenize import PATTERNS, PreTokenizer
 from ..unicode import byte_encode, byte_token, raw_byte_token
 from ..vocab import Vocab
 from . import base
-from .base import Model, links
+from .base import Model
+from .merge import ids_or_bytes, linked_list
 
 HEAP_MIN_LEN = 48
 _NO_MERGE = 1 << 62
@@ -114,20 +115,14 @@ class BPEModel(Model):
             if i is not None:
                 return [i]
         syms = self._merge_heap(sym_text) if len(sym_text) >= HEAP_MIN_LEN else self._merge_simple(sym_text)
-        ids = list(map(t2i.get, syms))
-        if None not in ids:
-            return ids  # type: ignore[return-value]
-        out: list[int] = []
-        for s, i in zip(syms, ids, strict=True):
-            if i is not None:
-                out.append(i)
-                continue
-            for b in s.encode("utf-8", "surrogatepass"):
-                key = raw_byte_token(b) if self.spec.byte_encode else byte_token(b)
-                j = t2i.get(key)
-                if j is not None:
-                    out.append(j)
-        return out
+        return ids_or_bytes(syms, t2i, self._byte_ids)
+
+    def _byte_ids(self, sym: str) -> list[int]:
+        """A symbol that is no token as the tokens of its single bytes, where those exist (llama.cpp drops
+        the rest)."""
+        get = self.token_to_id.get
+        key = raw_byte_token if self.spec.byte_encode else byte_token
+        return [j for b in sym.encode("utf-8", "surrogatepass") if (j := get(key(b))) is not None]
 
     def _merge_simple(self, text: str) -> list[str]:
         """Lowest-rank pair first, leftmost on ties; pair ranks are kept and only two updated per merge."""
@@ -161,9 +156,7 @@ class BPEModel(Model):
         rank = self.ranks.get
         syms = list(text)
         n = len(syms)
-        nxt = links(range(1, n + 1))
-        nxt[-1] = -1
-        prv = links(range(-1, n - 1))
+        nxt, prv = linked_list(n)
         heap = [r << 32 | i for i, r in enumerate(rank(a + " " + b, -1) for a, b in zip(syms, syms[1:])) if r >= 0]
         heapq.heapify(heap)
         pop, push, low = heapq.heappop, heapq.heappush, (1 << 32) - 1

@@ -34,7 +34,8 @@ from gguf import Keys
 from ...errors import FormatError
 from ..unicode import byte_token, raw_byte_token
 from ..vocab import Vocab
-from .base import SURROGATES, Model, adjacent_pairs, cut_at_pairs, last_cut_before, links
+from .base import SURROGATES, Model, adjacent_pairs, cut_at_pairs, last_cut_before
+from .merge import ids_or_bytes, linked_list
 
 SPACE = "\u2581"
 HEAP_MIN_LEN = 48
@@ -120,16 +121,10 @@ class SPMModel(Model):
         syms = list(word)
         t2i = self.token_to_id
         syms = self._merge_heap(syms, t2i) if len(syms) >= HEAP_MIN_LEN else self._merge_simple(syms, t2i)
-        out = list(map(t2i.get, syms))
-        if None not in out:
-            return out  # type: ignore[return-value]
-        fixed: list[int] = []
-        for s, i in zip(syms, out, strict=True):
-            if i is not None:
-                fixed.append(i)
-            else:
-                fixed += self._bytes_of(s.encode("utf-8", "surrogateescape"))
-        return fixed
+        return ids_or_bytes(syms, t2i, self._utf8_bytes)
+
+    def _utf8_bytes(self, sym: str) -> list[int]:
+        return self._bytes_of(sym.encode("utf-8", "surrogateescape"))
 
     def _encode_raw(self, word: str) -> list[int]:
         """A word holding raw bytes, merged over its bytes exactly as llama.cpp does."""
@@ -143,14 +138,10 @@ class SPMModel(Model):
         if t2i is None:
             t2i = self._once("_latin1", self._build_latin1)
         syms = self._merge_heap(syms, t2i) if len(syms) >= HEAP_MIN_LEN else self._merge_simple(syms, t2i)
-        out: list[int] = []
-        for s in syms:
-            j = t2i.get(s)
-            if j is not None:
-                out.append(j)
-            else:
-                out += self._bytes_of(s.encode("latin-1"))
-        return out
+        return ids_or_bytes(syms, t2i, self._latin1_bytes)
+
+    def _latin1_bytes(self, sym: str) -> list[int]:
+        return self._bytes_of(sym.encode("latin-1"))
 
     def _build_latin1(self) -> dict[str, int]:
         """Token bytes as latin-1 text -> id: the vocab keyed the way the byte path sees symbols."""
@@ -200,9 +191,7 @@ class SPMModel(Model):
         if rank is None:
             rank = self._once("_ranks", self._build_ranks)
         n = len(syms)
-        nxt = links(range(1, n + 1))
-        nxt[-1] = -1
-        prv = links(range(-1, n - 1))
+        nxt, prv = linked_list(n)
         heap = []
         get = t2i.get
         for i in range(n - 1):
