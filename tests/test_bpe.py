@@ -57,12 +57,13 @@ def test_llama3_text_matches_hf(hf):
 # small vocabs written here, checked against llama.cpp
 # ---------------------------------------------------------------------------------------------------------------------
 
-def _bytelevel_vocab(tmp_path, merges: list[tuple[str, str]], drop: str = ""):
-    """A byte-level vocab: <|endoftext|>, the byte characters (less those in drop), then one token per merge."""
-    tokens = ["<|endoftext|>"] + [c for c in sorted(BYTE_TO_CHAR) if c not in drop]
+def _bytelevel_vocab(tmp_path, merges: list[tuple[str, str]], drop: tuple[str, ...] = ()):
+    """A byte-level vocab: <|endoftext|>, the byte characters, then one token per merge, less the tokens in drop."""
+    tokens = ["<|endoftext|>", *sorted(BYTE_TO_CHAR)]
     for a, b in merges:
         if a + b not in tokens:
             tokens.append(a + b)
+    tokens = [t for t in tokens if t not in drop]
     types = [3] + [1] * (len(tokens) - 1)
     tv = TrainedVocab("bytelevel", "gpt-2", tokens, types, [0.0] * len(tokens), [f"{a} {b}" for a, b in merges],
                       {"bos": 0, "eos": 0})
@@ -81,8 +82,11 @@ def test_equal_ranks_leftmost_first_against_llamacpp(tmp_path):
 
 
 def test_symbols_without_token_against_llamacpp(tmp_path):
-    """A vocab without the byte character Ã (0xC3, lead byte of é): é's Ã is no token and is dropped,
-    its © kept, in short and long words."""
-    tok, oracle = _bytelevel_vocab(tmp_path, [("a", "a"), ("©", "a")], drop="Ã")
-    for text in ["é", "aé", "éa", "ééé", "aa" + "é" * 30, "é" * 60, "aé" * 40, "ü", "naïve café"]:
+    """Symbols that are no token: a merge whose result is not in the vocab ("ab", "cd") falls back to the tokens of
+    its single bytes; a byte character missing from the vocab (Ã, 0xC3, lead byte of é) has no such token and is
+    dropped. In short and long words."""
+    tok, oracle = _bytelevel_vocab(tmp_path, [("a", "b"), ("c", "d"), ("ab", "cd"), ("a", "a"), ("©", "a")],
+                                   drop=("ab", "cd", "Ã"))
+    for text in ["ab", "abcd", "cd", "xaby", "ab" * 40, "abcd" * 30, "é", "aé", "ééé", "aa" + "é" * 30, "é" * 60,
+                 "aé" * 40, "ü", "naïve café"]:
         assert tok.encode(text, add_special=False) == oracle.tokenize(text), text
