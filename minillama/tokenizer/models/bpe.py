@@ -27,7 +27,7 @@ from ..unicode import byte_encode, byte_token, raw_byte_token
 from ..vocab import Vocab
 from . import base
 from .base import Model
-from .merge import ids_or_bytes, linked_list
+from .merge import linked_list, with_bytes
 
 HEAP_MIN_LEN = 48
 _NO_MERGE = 1 << 62
@@ -115,7 +115,10 @@ class BPEModel(Model):
             if i is not None:
                 return [i]
         syms = self._merge_heap(sym_text) if len(sym_text) >= HEAP_MIN_LEN else self._merge_simple(sym_text)
-        return ids_or_bytes(syms, t2i, self._byte_ids)
+        ids = list(map(t2i.get, syms))
+        if None not in ids:
+            return ids  # type: ignore[return-value]
+        return with_bytes(syms, ids, self._byte_ids)
 
     def _byte_ids(self, sym: str) -> list[int]:
         """A symbol that is no token as the tokens of its single bytes, where those exist (llama.cpp drops

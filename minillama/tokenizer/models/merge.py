@@ -21,11 +21,10 @@ def linked_list(n: int) -> tuple[list[int] | array, list[int] | array]:
     return nxt, links(range(-1, n - 1))
 
 
-def ids_or_bytes(syms: list[str], t2i: dict[str, int], fallback: Callable[[str], list[int]]) -> list[int]:
-    """The id of each merged symbol; for a symbol that is no token, the ids fallback gives (its bytes)."""
-    ids = list(map(t2i.get, syms))
-    if None not in ids:
-        return ids  # type: ignore[return-value]
+def with_bytes(syms: list[str], ids: list[int | None], fallback: Callable[[str], list[int]]) -> list[int]:
+    """ids (each symbol's id, None for a symbol that is no token) with each None replaced by the ids fallback
+    gives for its symbol (its bytes). Callers return ids themselves when no None is in them: the usual case,
+    kept free of a call."""
     out: list[int] = []
     for s, i in zip(syms, ids, strict=True):
         if i is None:

@@ -35,7 +35,7 @@ from ...errors import FormatError
 from ..unicode import byte_token, raw_byte_token
 from ..vocab import Vocab
 from .base import SURROGATES, Model, adjacent_pairs, cut_at_pairs, last_cut_before
-from .merge import ids_or_bytes, linked_list
+from .merge import linked_list, with_bytes
 
 SPACE = "\u2581"
 HEAP_MIN_LEN = 48
@@ -121,7 +121,10 @@ class SPMModel(Model):
         syms = list(word)
         t2i = self.token_to_id
         syms = self._merge_heap(syms, t2i) if len(syms) >= HEAP_MIN_LEN else self._merge_simple(syms, t2i)
-        return ids_or_bytes(syms, t2i, self._utf8_bytes)
+        ids = list(map(t2i.get, syms))
+        if None not in ids:
+            return ids  # type: ignore[return-value]
+        return with_bytes(syms, ids, self._utf8_bytes)
 
     def _utf8_bytes(self, sym: str) -> list[int]:
         return self._bytes_of(sym.encode("utf-8", "surrogateescape"))
@@ -138,7 +141,10 @@ class SPMModel(Model):
         if t2i is None:
             t2i = self._once("_latin1", self._build_latin1)
         syms = self._merge_heap(syms, t2i) if len(syms) >= HEAP_MIN_LEN else self._merge_simple(syms, t2i)
-        return ids_or_bytes(syms, t2i, self._latin1_bytes)
+        ids = list(map(t2i.get, syms))
+        if None not in ids:
+            return ids  # type: ignore[return-value]
+        return with_bytes(syms, ids, self._latin1_bytes)
 
     def _latin1_bytes(self, sym: str) -> list[int]:
         return self._bytes_of(sym.encode("latin-1"))
