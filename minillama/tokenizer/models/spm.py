@@ -27,6 +27,7 @@ from __future__ import annotations
 import heapq
 import operator
 import re
+from collections.abc import Callable
 from itertools import repeat
 
 from gguf import Keys
@@ -116,15 +117,19 @@ class SPMModel(Model):
             return self._encode_segment(word)
         return self._encode_words(segs, self._encode_segment)
 
-    def _encode_segment(self, word: str) -> list[int]:
-        """Merge one segment (a word no cut applies to) and emit its ids."""
+    def _encode_segment(self, word: str | list[str], t2i: dict[str, int] | None = None,
+                        fallback: Callable[[str], list[int]] | None = None) -> list[int]:
+        """Merge one segment (a word no cut applies to) and emit its ids: by default its characters over the
+        vocab, a symbol that is no token as its UTF-8 bytes; or given symbols over t2i, with fallback."""
         syms = list(word)
-        t2i = self.token_to_id
+        if t2i is None:
+            t2i, fallback = self.token_to_id, self._utf8_bytes
         syms = self._merge_heap(syms, t2i) if len(syms) >= HEAP_MIN_LEN else self._merge_simple(syms, t2i)
         ids = list(map(t2i.get, syms))
         if None not in ids:
             return ids  # type: ignore[return-value]
-        return with_bytes(syms, ids, self._utf8_bytes)
+        assert fallback is not None
+        return with_bytes(syms, ids, fallback)
 
     def _utf8_bytes(self, sym: str) -> list[int]:
         return self._bytes_of(sym.encode("utf-8", "surrogateescape"))
@@ -140,11 +145,7 @@ class SPMModel(Model):
         t2i = self._latin1
         if t2i is None:
             t2i = self._once("_latin1", self._build_latin1)
-        syms = self._merge_heap(syms, t2i) if len(syms) >= HEAP_MIN_LEN else self._merge_simple(syms, t2i)
-        ids = list(map(t2i.get, syms))
-        if None not in ids:
-            return ids  # type: ignore[return-value]
-        return with_bytes(syms, ids, self._latin1_bytes)
+        return self._encode_segment(syms, t2i, self._latin1_bytes)
 
     def _latin1_bytes(self, sym: str) -> list[int]:
         return self._bytes_of(sym.encode("latin-1"))
