@@ -563,7 +563,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     import time
 
     from minillama.fileio import input_path
-    from minillama.train import min_vocab_size, train_bpe
+    from minillama.tokenizer.train import min_vocab_size, train_bpe
 
     for f in args.files:
         if f != "-" and os.path.getsize(input_path(f, "text file")) == 0:

@@ -86,7 +86,7 @@ def test_tokenizer_pickles_to_the_same_ids(name):
 
 
 def test_in_memory_tokenizer_pickles():
-    from minillama.train import train_bpe
+    from minillama.tokenizer.train import train_bpe
 
     corpus = REPO / "minillama" / "data" / "default-corpus.txt"
     tok = train_bpe([str(corpus)], 400, kind="bytelevel", pre="llama3").tokenizer()

@@ -15,7 +15,7 @@ from minillama.errors import ArgumentError, ArgumentTypeError, InputError, Minil
 from minillama.fileio import read_input
 from minillama.ngram import NGramModel
 from minillama.tokenizer import Tokenizer, default_vocab_path
-from minillama.train import train_bpe
+from minillama.tokenizer.train import train_bpe
 
 
 def _cli(*args: str, stdin=None, timeout: float = 60) -> subprocess.CompletedProcess:

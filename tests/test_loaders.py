@@ -269,7 +269,6 @@ def test_protobuf_fields_match_sentencepiece(which, request):
     assert (m.trainer.unk_id, m.trainer.bos_id, m.trainer.eos_id, m.trainer.pad_id) == \
         (sp.unk_id(), sp.bos_id(), sp.eos_id(), sp.pad_id())
     assert m.trainer.model_type == (2 if which == "sp_bpe" else 1)
-    assert m.trainer.byte_fallback == (which == "sp_bpe")
     assert m.normalizer.remove_extra_whitespaces == (which == "sp_unigram")
     assert bool(m.normalizer.precompiled_charsmap) == (which == "sp_unigram")  # nmt_nfkc has one, identity none
     md = read_sentencepiece(path)

@@ -1,4 +1,4 @@
-"""minillama.train: BPE training (byte-level and SPM-style), written as GGUF / llama2.c tokenizer.bin.
+"""minillama.tokenizer.train: BPE training (byte-level and SPM-style), written as GGUF / llama2.c tokenizer.bin.
 
 What is checked: the incremental learner against a from-scratch reference (recount every pair at every step);
 merges against Hugging Face's BpeTrainer; llama.cpp (the oracle) against minillama on the written GGUF; the
@@ -24,10 +24,11 @@ from helpers import (
 )
 
 from minillama import cli
-from minillama import train as T
 from minillama.errors import MinillamaError
 from minillama.tokenizer import Tokenizer
-from minillama.tokenizer.pretokenize import PATTERNS, PRE_TOKENIZERS, PreTokenizer
+from minillama.tokenizer import train as T
+from minillama.tokenizer.pretokenize import PreTokenizer
+from minillama.tokenizer.tables import PATTERNS, PRE_TOKENIZERS
 
 # Strings that are hard to tokenize: every whitespace kind, contractions, digits, code, CJK, emoji, marks, bytes
 # that need fallback, special-token text.
@@ -153,7 +154,7 @@ def test_llamacpp_agrees(written, name):
 
 @pytest.mark.parametrize("name", ["bl-llama3", "bl-qwen2", "spm", "spm.bin"])
 def test_round_trip(written, name):
-    """decode(encode(s)) == s; see minillama.train's docstring for the two llama.cpp exceptions it names."""
+    """decode(encode(s)) == s; see minillama.tokenizer.train's docstring for the two llama.cpp exceptions it names."""
     tok = Tokenizer.from_file(written[name])
     bad = []
     for s in _texts():

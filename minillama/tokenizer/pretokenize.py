@@ -18,15 +18,7 @@ from itertools import accumulate, chain
 
 from . import unicode_data as ud
 from .regex_translate import UCAT, bmp_view, collapse_pattern, ecmascript, exact_custom
-from .tables import (
-    AFMOE_DIGITS,
-    CUSTOM_SPLITTERS,
-    PATTERNS,
-    PRE_TOKENIZERS,
-    TINY_AYA_DIGITS,
-    PreSpec,
-    pre_spec,
-)
+from .tables import AFMOE_DIGITS, CUSTOM_SPLITTERS, TINY_AYA_DIGITS
 from .unicode import COLLAPSE, WIDE
 
 
@@ -185,7 +177,3 @@ class PreTokenizer:
                         young[piece] = words
                     got[i] = words
         return list(chain.from_iterable(got))  # type: ignore[arg-type]
-
-
-# TEMPORARY while the restructuring branches merge: importers move to .tables.
-__all__ = ["PreTokenizer", "PATTERNS", "PRE_TOKENIZERS", "PreSpec", "pre_spec", "MEMO_MAX_CHARS"]

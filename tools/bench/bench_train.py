@@ -1,4 +1,4 @@
-"""minillama.train against Hugging Face tokenizers' BpeTrainer and sentencepiece's trainer.
+"""minillama.tokenizer.train against Hugging Face tokenizers' BpeTrainer and sentencepiece's trainer.
 
     python tools/bench/bench_train.py [--repeat 3] [--vocab-size 8000] [--skip-equality] [--skip-speed]
 
@@ -70,7 +70,7 @@ def hf_tokenizer(pre: str):  # -> tokenizers.Tokenizer
     """An untrained Hugging Face byte-level BPE whose pre-tokenizer splits like minillama's `pre`."""
     from tokenizers import Regex, Tokenizer, models, pre_tokenizers
 
-    from minillama.tokenizer.pretokenize import GPT2, PATTERNS, PRE_TOKENIZERS
+    from minillama.tokenizer.tables import GPT2, PATTERNS, PRE_TOKENIZERS
 
     patterns = PATTERNS[PRE_TOKENIZERS[pre].patterns]
     tk = Tokenizer(models.BPE())
@@ -109,7 +109,7 @@ def read_texts() -> list[str]:
 
 def run_minillama(vocab_size: int, kind: str = "bytelevel") -> dict:
     """minillama end to end (reading, counting, merging)."""
-    from minillama.train import train_bpe
+    from minillama.tokenizer.train import train_bpe
 
     tv = train_bpe([str(p) for p in CORPUS], vocab_size, kind=kind, pre="llama3", special_tokens=[SPECIAL],
                    min_frequency=2, progress=False)
@@ -211,7 +211,7 @@ def run_spm_one(vocab_size: int) -> dict:
 
 def bench_equality(vocab_size: int) -> None:
     """Compare minillama's merges with BpeTrainer's for several pre-tokenizers on the same documents."""
-    from minillama.train import train_bpe
+    from minillama.tokenizer.train import train_bpe
 
     texts = read_texts()
     print(f"\nMerges equality with Hugging Face BpeTrainer ({vocab_size} tokens, min_frequency 2, documents = "

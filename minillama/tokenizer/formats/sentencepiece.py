@@ -6,7 +6,7 @@ three messages llama.cpp's converter uses, by field number (src/sentencepiece_mo
 * ModelProto: 1 pieces (repeated SentencePiece), 2 trainer_spec, 3 normalizer_spec;
 * SentencePiece: 1 piece, 2 score (float), 3 type (NORMAL 1, UNKNOWN 2, CONTROL 3, USER_DEFINED 4,
   UNUSED 5, BYTE 6);
-* TrainerSpec: 3 model_type (UNIGRAM 1, BPE 2), 35 byte_fallback, 40..43 unk/bos/eos/pad ids;
+* TrainerSpec: 3 model_type (UNIGRAM 1, BPE 2), 40..43 unk/bos/eos/pad ids;
 * NormalizerSpec: 2 precompiled_charsmap, 3 add_dummy_prefix, 4 remove_extra_whitespaces,
   5 escape_whitespaces.
 
@@ -49,7 +49,6 @@ class TrainerSpec:
     """The TrainerSpec fields the converter reads (proto2 defaults when absent)."""
 
     model_type: int = 1
-    byte_fallback: bool = False
     unk_id: int = 0
     bos_id: int = 1
     eos_id: int = 2
@@ -205,9 +204,6 @@ def _trainer(w: _Wire, span: tuple[int, int], spec: TrainerSpec) -> None:
         if number in ints:
             w.expect(wire, 0, f"TrainerSpec.{ints[number]}", at)
             setattr(spec, ints[number], _int32(value))
-        elif number == 35:
-            w.expect(wire, 0, "TrainerSpec.byte_fallback", at)
-            spec.byte_fallback = bool(value)
 
 
 def _normalizer(w: _Wire, span: tuple[int, int], spec: NormalizerSpec) -> None:

@@ -22,15 +22,18 @@ from bisect import bisect_left
 from collections.abc import Iterator
 from itertools import accumulate, repeat
 
-from ..pretokenize import PATTERNS, PreTokenizer
+from ..pretokenize import PreTokenizer
+from ..tables import PATTERNS
+from ..text import SPACE
 from ..unicode import byte_encode, byte_token, raw_byte_token
 from ..vocab import Vocab
 from . import base
-from .base import Model, links
+from .base import Model
+from .merge import linked_list, with_bytes
 
 HEAP_MIN_LEN = 48
 _NO_MERGE = 1 << 62
-# Huge fragments are cut after a newline followed by a non-space (as minillama.train cuts a corpus),
+# Huge fragments are cut after a newline followed by a non-space (as minillama.tokenizer.train cuts a corpus),
 # checked against the words of the text read on _MARGIN characters past the cut.
 _NEWLINE_CUT = re.compile(r"\n(?=\S)")
 _MARGIN = 1 << 12
@@ -69,7 +72,7 @@ class BPEModel(Model):
 
     def prepare(self, text: str, after_special: bool) -> str:
         """SPM-style BPE vocabs (gemma4) see spaces as U+2581; byte-level ones see the text as is."""
-        return text.replace(" ", "\u2581") if self.vocab.escape_whitespaces else text
+        return text.replace(" ", SPACE) if self.vocab.escape_whitespaces else text
 
     def words(self, text: str) -> list[str]:
         return self.pretokenizer.split(text)
@@ -117,17 +120,14 @@ class BPEModel(Model):
         ids = list(map(t2i.get, syms))
         if None not in ids:
             return ids  # type: ignore[return-value]
-        out: list[int] = []
-        for s, i in zip(syms, ids, strict=True):
-            if i is not None:
-                out.append(i)
-                continue
-            for b in s.encode("utf-8", "surrogatepass"):
-                key = raw_byte_token(b) if self.spec.byte_encode else byte_token(b)
-                j = t2i.get(key)
-                if j is not None:
-                    out.append(j)
-        return out
+        return with_bytes(syms, ids, self._byte_ids)
+
+    def _byte_ids(self, sym: str) -> list[int]:
+        """A symbol that is no token as the tokens of its single bytes, where those exist (llama.cpp drops
+        the rest)."""
+        get = self.token_to_id.get
+        key = raw_byte_token if self.spec.byte_encode else byte_token
+        return [j for b in sym.encode("utf-8", "surrogatepass") if (j := get(key(b))) is not None]
 
     def _merge_simple(self, text: str) -> list[str]:
         """Lowest-rank pair first, leftmost on ties; pair ranks are kept and only two updated per merge."""
@@ -161,9 +161,7 @@ class BPEModel(Model):
         rank = self.ranks.get
         syms = list(text)
         n = len(syms)
-        nxt = links(range(1, n + 1))
-        nxt[-1] = -1
-        prv = links(range(-1, n - 1))
+        nxt, prv = linked_list(n)
         heap = [r << 32 | i for i, r in enumerate(rank(a + " " + b, -1) for a, b in zip(syms, syms[1:])) if r >= 0]
         heapq.heapify(heap)
         pop, push, low = heapq.heappop, heapq.heappush, (1 << 32) - 1

@@ -27,21 +27,20 @@ from __future__ import annotations
 import heapq
 import operator
 import re
+from collections.abc import Callable
 from itertools import repeat
 
 from gguf import Keys
 
 from ...errors import FormatError
-from ..text import SURROGATES
+from ..text import SPACE, SURROGATES, UTF8_LEN
 from ..unicode import byte_token, raw_byte_token
 from ..vocab import Vocab
-from .base import Model, adjacent_pairs, cut_at_pairs, last_cut_before, links
+from .base import Model, adjacent_pairs, cut_at_pairs, last_cut_before
+from .merge import linked_list, with_bytes
 
-SPACE = "\u2581"
 HEAP_MIN_LEN = 48
 _NO_PAIR = float("-inf")
-# unicode_len_utf8: the length of a symbol by the high four bits of its first byte.
-_UTF8_LEN = (1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4)
 _RAW_LEAD = re.compile("[\udcc0-\udcff]")
 
 
@@ -116,42 +115,38 @@ class SPMModel(Model):
             return self._encode_segment(word)
         return self._encode_words(segs, self._encode_segment)
 
-    def _encode_segment(self, word: str) -> list[int]:
-        """Merge one segment (a word no cut applies to) and emit its ids."""
+    def _encode_segment(self, word: str | list[str], t2i: dict[str, int] | None = None,
+                        fallback: Callable[[str], list[int]] | None = None) -> list[int]:
+        """Merge one segment (a word no cut applies to) and emit its ids: by default its characters over the
+        vocab, a symbol that is no token as its UTF-8 bytes; or given symbols over t2i, with fallback."""
         syms = list(word)
-        t2i = self.token_to_id
+        if t2i is None:
+            t2i, fallback = self.token_to_id, self._utf8_bytes
         syms = self._merge_heap(syms, t2i) if len(syms) >= HEAP_MIN_LEN else self._merge_simple(syms, t2i)
-        out = list(map(t2i.get, syms))
-        if None not in out:
-            return out  # type: ignore[return-value]
-        fixed: list[int] = []
-        for s, i in zip(syms, out, strict=True):
-            if i is not None:
-                fixed.append(i)
-            else:
-                fixed += self._bytes_of(s.encode("utf-8", "surrogateescape"))
-        return fixed
+        ids = list(map(t2i.get, syms))
+        if None not in ids:
+            return ids  # type: ignore[return-value]
+        assert fallback is not None
+        return with_bytes(syms, ids, fallback)
+
+    def _utf8_bytes(self, sym: str) -> list[int]:
+        return self._bytes_of(sym.encode("utf-8", "surrogateescape"))
 
     def _encode_raw(self, word: str) -> list[int]:
         """A word holding raw bytes, merged over its bytes exactly as llama.cpp does."""
         b = word.encode("utf-8", "surrogateescape")
         syms, i, n = [], 0, len(b)
         while i < n:
-            k = min(_UTF8_LEN[b[i] >> 4], n - i)
+            k = min(UTF8_LEN[b[i] >> 4], n - i)
             syms.append(b[i:i + k].decode("latin-1"))
             i += k
         t2i = self._latin1
         if t2i is None:
             t2i = self._once("_latin1", self._build_latin1)
-        syms = self._merge_heap(syms, t2i) if len(syms) >= HEAP_MIN_LEN else self._merge_simple(syms, t2i)
-        out: list[int] = []
-        for s in syms:
-            j = t2i.get(s)
-            if j is not None:
-                out.append(j)
-            else:
-                out += self._bytes_of(s.encode("latin-1"))
-        return out
+        return self._encode_segment(syms, t2i, self._latin1_bytes)
+
+    def _latin1_bytes(self, sym: str) -> list[int]:
+        return self._bytes_of(sym.encode("latin-1"))
 
     def _build_latin1(self) -> dict[str, int]:
         """Token bytes as latin-1 text -> id: the vocab keyed the way the byte path sees symbols."""
@@ -201,9 +196,7 @@ class SPMModel(Model):
         if rank is None:
             rank = self._once("_ranks", self._build_ranks)
         n = len(syms)
-        nxt = links(range(1, n + 1))
-        nxt[-1] = -1
-        prv = links(range(-1, n - 1))
+        nxt, prv = linked_list(n)
         heap = []
         get = t2i.get
         for i in range(n - 1):

@@ -1,6 +1,6 @@
 """Train a BPE vocab on text and write it as a vocab-only GGUF (and, SPM-style, as a llama2.c tokenizer.bin).
 
-    from minillama.train import train_bpe
+    from minillama.tokenizer.train import train_bpe
     tv = train_bpe(["a.txt", "b.txt"], 8000, kind="bytelevel", pre="llama3", special_tokens=["<|endoftext|>"])
     tv.write_gguf("tok.gguf"); tv.tokenizer().encode("Hello")
 
@@ -64,19 +64,20 @@ import numpy as np
 import regex
 from gguf import Keys, TokenType
 
-from .errors import ArgumentError, ArgumentTypeError, FormatError, MinillamaError
-from .fileio import input_path, utf8_error
-from .tokenizer.pretokenize import PATTERNS, PRE_TOKENIZERS, PreTokenizer
-from .tokenizer.unicode import BYTE_TO_CHAR, BYTE_TOKEN, byte_token
+from ..errors import ArgumentError, ArgumentTypeError, FormatError, MinillamaError
+from ..fileio import input_path, utf8_error
+from .pretokenize import PreTokenizer
+from .tables import PATTERNS, PRE_TOKENIZERS
+from .text import SPACE
+from .unicode import BYTE_TO_CHAR, BYTE_TOKEN, byte_token
 
 if TYPE_CHECKING:
-    from .tokenizer import Tokenizer
+    from . import Tokenizer
 
 __all__ = ["KINDS", "TrainedVocab", "train_bpe", "count_words", "learn_merges"]
 
 K = Keys.Tokenizer
 KINDS = ("bytelevel", "spm")
-SPACE = "\u2581"
 SPM_CONTROLS = ("<unk>", "<s>", "</s>")
 DEFAULT_SPECIALS = {"bytelevel": ("<|endoftext|>",), "spm": ()}
 
@@ -159,14 +160,14 @@ class TrainedVocab:
 
     def tokenizer(self) -> Tokenizer:
         """A minillama Tokenizer over this vocab (what loading the written GGUF gives)."""
-        from .tokenizer import Tokenizer
-        from .tokenizer.vocab import Vocab
+        from . import Tokenizer
+        from .vocab import Vocab
 
         return Tokenizer(Vocab.from_metadata(self.metadata(), "<trained>"))
 
     def write_gguf(self, path: str | os.PathLike[str]) -> None:
         """Write the vocab-only GGUF at path, through a temporary file (no half-written file on error)."""
-        from .gguf.writer import write_vocab_gguf
+        from ..gguf.writer import write_vocab_gguf
 
         write_vocab_gguf(self.metadata(), path)
 
@@ -424,99 +425,23 @@ def learn_merges(words: list[list[int]], counts: list[int], tokens: list[str], i
     """
     if n_vocab > _MAX_TOKENS:
         raise MinillamaError(f"vocab_size {n_vocab} is too large (at most {_MAX_TOKENS})")
-    S = _SHIFT
-    canon = list(range(len(tokens)))  # id -> the int object the words hold (list.count/index test identity first)
-    for i in index.values():
-        canon[i] = i
-    pc, initial = _initial_pairs(words, counts)  # pair key -> count (weighted, every window)
-    where: dict[int, list[int]] = {}  # pair key made by a merge -> words that held it (some may no longer)
-    get, wget = pc.get, where.get
-    heap = [(-c << _KEYBITS) + k for k, c in pc.items()]
-    heapq.heapify(heap)
-    pop, push = heapq.heappop, heapq.heappush
+    state = _PairCounts(words, counts, tokens, index)
     threshold = max(1, min_frequency)
     merges: list[tuple[int, int]] = []
     bar = _bar(progress, total=max(0, n_vocab - len(tokens)), desc="merging", unit="merge")
     done = 0
     try:
-        while len(tokens) < n_vocab and heap:
-            e = pop(heap)
-            k = e & _KEYMASK
-            c = -(e >> _KEYBITS)
-            cur = get(k, 0)
-            if c != cur:  # stale entry: the pair lost occurrences since it was pushed
-                if cur > 0:
-                    push(heap, (-cur << _KEYBITS) + k)
-                continue
-            if c < threshold:
+        while len(tokens) < n_vocab:
+            k = state.best(threshold)
+            if k is None:
                 break
-            a, b = canon[k >> S], canon[k & _RIGHT]
+            a, b = state.canon[k >> _SHIFT], state.canon[k & _RIGHT]
             s = tokens[a] + tokens[b]
             if s in banned:
-                pc[k] = _BANNED
+                state.ban(k)
                 continue
-            x = index.get(s)
-            reused = x is not None
-            if x is None:
-                x = len(tokens)
-                tokens.append(s)
-                index[s] = x
-                canon.append(x)
             merges.append((a, b))
-            gained: list[int] = []
-            gain = gained.append
-            xs = x << S
-            same = a == b
-            held = where.pop(k, None)
-            for wi in initial(k) if held is None else held:
-                w = words[wi]
-                na = w.count(a)
-                if not na:
-                    continue
-                c = counts[wi]
-                i = -1
-                while na:
-                    i = w.index(a, i + 1)
-                    na -= 1
-                    if w[i + 1] == b:  # the -1 sentinel ends every word, so w[i + 1] and w[i + 2] exist
-                        left = w[i - 1]  # the sentinel again when i == 0
-                        if left >= 0:
-                            ls = left << S
-                            pc[ls | a] -= c
-                            nk = ls | x
-                            pc[nk] = get(nk, 0) + c
-                            lst = wget(nk)
-                            if lst is None:
-                                where[nk] = [wi]
-                                gain(nk)
-                            else:
-                                if lst[-1] != wi:
-                                    lst.append(wi)
-                                if reused:
-                                    gain(nk)
-                        right = w[i + 2]
-                        if right >= 0:
-                            pc[b << S | right] -= c
-                            nk = xs | right
-                            pc[nk] = get(nk, 0) + c
-                            lst = wget(nk)
-                            if lst is None:
-                                where[nk] = [wi]
-                                gain(nk)
-                            else:
-                                if lst[-1] != wi:
-                                    lst.append(wi)
-                                if reused:
-                                    gain(nk)
-                        w[i] = x
-                        del w[i + 1]
-                        if same:
-                            na -= 1
-            del pc[k]
-            for nk in (sorted(set(gained)) if reused else gained):
-                n = pc[nk]
-                if n > 0:
-                    push(heap, (-n << _KEYBITS) + nk)
+            state.merge(k, a, b, *state.token(s))
             if bar is not None:
                 done += 1
                 if not done & 63:
@@ -526,6 +451,115 @@ def learn_merges(words: list[list[int]], counts: list[int], tokens: list[str], i
             bar.update(done & 63)
             bar.close()
     return merges
+
+
+class _PairCounts:
+    """The pairs of the words being merged: count per pair key, the words holding each, a heap by count.
+
+    The heap holds -count << 48 | key entries; a popped entry whose count is stale is pushed back with
+    its current count (lazy invalidation). where: pair key made by a merge -> the words that held it
+    (some may no longer); the pairs of base symbols come from initial().
+    """
+
+    def __init__(self, words: list[list[int]], counts: list[int], tokens: list[str], index: dict[str, int]) -> None:
+        self.words, self.counts, self.tokens, self.index = words, counts, tokens, index
+        self.canon = list(range(len(tokens)))  # id -> the int object the words hold (list.count/index test identity first)
+        for i in index.values():
+            self.canon[i] = i
+        self.pc, self.initial = _initial_pairs(words, counts)  # pair key -> count (weighted, every window)
+        self.where: dict[int, list[int]] = {}
+        self.heap = [(-c << _KEYBITS) + k for k, c in self.pc.items()]
+        heapq.heapify(self.heap)
+
+    def best(self, threshold: int) -> int | None:
+        """The key of the most frequent pair (ties: smallest left, then right id), None below threshold."""
+        heap, get = self.heap, self.pc.get
+        pop, push = heapq.heappop, heapq.heappush
+        while heap:
+            e = pop(heap)
+            k = e & _KEYMASK
+            c = -(e >> _KEYBITS)
+            cur = get(k, 0)
+            if c != cur:  # stale entry: the pair lost occurrences since it was pushed
+                if cur > 0:
+                    push(heap, (-cur << _KEYBITS) + k)
+                continue
+            return k if c >= threshold else None
+        return None
+
+    def ban(self, k: int) -> None:
+        """The pair k must never merge: no word count brings it back up."""
+        self.pc[k] = _BANNED
+
+    def token(self, s: str) -> tuple[int, bool]:
+        """(id, reused) of the merged string s: its existing token, else a new one."""
+        x = self.index.get(s)
+        if x is not None:
+            return x, True
+        x = len(self.tokens)
+        self.tokens.append(s)
+        self.index[s] = x
+        self.canon.append(x)
+        return x, False
+
+    def merge(self, k: int, a: int, b: int, x: int, reused: bool) -> None:
+        """Rewrite a b as x in every word holding the pair k; move the counts of the neighbouring pairs
+        (left a -> left x, b right -> x right) and push the pairs gained."""
+        S = _SHIFT
+        pc, where, words, counts = self.pc, self.where, self.words, self.counts
+        get, wget = pc.get, where.get
+        gained: list[int] = []
+        gain = gained.append
+        made: list[int] = []  # the pairs this word gains, one per occurrence
+        new = made.append
+        xs = x << S
+        same = a == b
+        held = where.pop(k, None)
+        for wi in self.initial(k) if held is None else held:
+            w = words[wi]
+            na = w.count(a)
+            if not na:
+                continue
+            c = counts[wi]
+            i = -1
+            while na:
+                i = w.index(a, i + 1)
+                na -= 1
+                if w[i + 1] == b:  # the -1 sentinel ends every word, so w[i + 1] and w[i + 2] exist
+                    left = w[i - 1]  # the sentinel again when i == 0
+                    if left >= 0:
+                        ls = left << S
+                        pc[ls | a] -= c
+                        nk = ls | x
+                        pc[nk] = get(nk, 0) + c
+                        new(nk)
+                    right = w[i + 2]
+                    if right >= 0:
+                        pc[b << S | right] -= c
+                        nk = xs | right
+                        pc[nk] = get(nk, 0) + c
+                        new(nk)
+                    w[i] = x
+                    del w[i + 1]
+                    if same:
+                        na -= 1
+            for nk in made:  # the words holding each new pair, each once, in word order
+                lst = wget(nk)
+                if lst is None:
+                    where[nk] = [wi]
+                    gain(nk)
+                else:
+                    if lst[-1] != wi:
+                        lst.append(wi)
+                    if reused:
+                        gain(nk)
+            made.clear()
+        del pc[k]
+        heap, push = self.heap, heapq.heappush
+        for nk in (sorted(set(gained)) if reused else gained):
+            n = pc[nk]
+            if n > 0:
+                push(heap, (-n << _KEYBITS) + nk)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -584,33 +618,13 @@ def _train_spm(counts: Counter[str], vocab_size: int, specials: list[str], min_f
     if budget < 1:
         raise MinillamaError(f"vocab_size {vocab_size} is too small: an spm vocab has {len(fixed)} control and "
                              "byte tokens and at least the U+2581 token")
-    chars: Counter[str] = Counter()
-    for w, c in counts.items():
-        for ch in w:
-            chars[ch] += c
-    chars[SPACE] += 0
+    chars = _char_counts(counts)
     has_nul = chars.pop("\0", None) is not None  # llama.cpp reads token texts as C strings: no NUL token
-    by_freq = sorted(chars.items(), key=lambda kv: (-kv[1], kv[0]))
-    total, kept, acc = sum(chars.values()), [], 0
-    for ch, n in by_freq:  # the most frequent characters that cover character_coverage of the text
-        if kept and acc >= character_coverage * total:
-            break
-        kept.append(ch)
-        acc += n
-    if SPACE not in kept:
-        kept.append(SPACE)
-    if len(kept) > budget:
-        kept = [ch for ch in kept if ch != SPACE][:budget - 1] + [SPACE]
+    kept = _covering_chars(chars, character_coverage, budget)
     alphabet = sorted(kept)
     index = {ch: i for i, ch in enumerate(alphabet)}
     if has_nul or len(kept) < len(chars):  # rare characters (and NUL) become bytes: no merge crosses them
-        rare = regex.compile("[^" + "".join(re.escape(ch) for ch in alphabet) + "]+")
-        split: Counter[str] = Counter()
-        for w, c in counts.items():
-            for part in rare.split(w) if rare.search(w) else (w,):
-                if part:
-                    split[part] += c
-        counts = split
+        counts = _split_at_rare(counts, alphabet)
     words = [[*map(index.__getitem__, w), -1] for w in counts]
     tokens = list(alphabet)
     merges = learn_merges(words, list(counts.values()), tokens, index, budget, min_frequency, frozenset(fixed),
@@ -627,6 +641,44 @@ def _train_spm(counts: Counter[str], vocab_size: int, specials: list[str], min_f
     return TrainedVocab("spm", "default", all_tokens, types, scores,
                         [f"{tokens[a]} {tokens[b]}" for a, b in merges],
                         {"unk": 0, "bos": 1, "eos": 2}, add_bos=True, n_words=len(counts))
+
+
+def _char_counts(counts: Counter[str]) -> Counter[str]:
+    """Character -> occurrences over the counted words (U+2581 always present)."""
+    chars: Counter[str] = Counter()
+    for w, c in counts.items():
+        for ch in w:
+            chars[ch] += c
+    chars[SPACE] += 0
+    return chars
+
+
+def _covering_chars(chars: Counter[str], character_coverage: float, budget: int) -> list[str]:
+    """The most frequent characters that cover character_coverage of the text, U+2581 among them,
+    at most budget of them."""
+    by_freq = sorted(chars.items(), key=lambda kv: (-kv[1], kv[0]))
+    total, kept, acc = sum(chars.values()), [], 0
+    for ch, n in by_freq:
+        if kept and acc >= character_coverage * total:
+            break
+        kept.append(ch)
+        acc += n
+    if SPACE not in kept:
+        kept.append(SPACE)
+    if len(kept) > budget:
+        kept = [ch for ch in kept if ch != SPACE][:budget - 1] + [SPACE]
+    return kept
+
+
+def _split_at_rare(counts: Counter[str], alphabet: list[str]) -> Counter[str]:
+    """The words cut at characters outside alphabet (which become bytes), the pieces counted."""
+    rare = regex.compile("[^" + "".join(re.escape(ch) for ch in alphabet) + "]+")
+    split: Counter[str] = Counter()
+    for w, c in counts.items():
+        for part in rare.split(w) if rare.search(w) else (w,):
+            if part:
+                split[part] += c
+    return split
 
 
 def min_vocab_size(kind: str, specials: Sequence[str] | None = None) -> int:
