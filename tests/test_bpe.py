@@ -10,7 +10,7 @@ token (each byte's token where there is one, the rest dropped).
 from __future__ import annotations
 
 import pytest
-from conftest import get_oracle, load, load_file, require_shared
+from helpers import get_oracle, load, load_file, require_shared
 from merge_words import ALPHABETS, lengths, very_long_words, words
 
 from minillama.tokenizer.models.bpe import HEAP_MIN_LEN

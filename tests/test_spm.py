@@ -10,7 +10,7 @@ scores (tokens of one score, and the same pair at several places: the leftmost m
 from __future__ import annotations
 
 import pytest
-from conftest import get_oracle, load, load_file, require_shared
+from helpers import get_oracle, load, load_file, require_shared
 from merge_words import ALPHABETS, lengths, very_long_words, words
 
 from minillama.tokenizer.models.spm import HEAP_MIN_LEN

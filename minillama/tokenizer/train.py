@@ -173,7 +173,7 @@ class TrainedVocab:
 
     def llama2c_bytes(self) -> bytes:
         """The vocab in llama2.c's tokenizer.bin layout (SPM-style vocabs only)."""
-        from .tokenizer.formats.llama2c import llama2c_bytes
+        from .formats.llama2c import llama2c_bytes
 
         if self.kind != "spm":
             raise MinillamaError("llama2.c's tokenizer.bin holds scores, not merges: only an spm vocab can be "
@@ -182,7 +182,7 @@ class TrainedVocab:
 
     def write_llama2c(self, path: str | os.PathLike[str]) -> None:
         """Write llama2.c's tokenizer.bin at path (SPM-style vocabs only), through a temporary file."""
-        from .tokenizer.formats.llama2c import write_llama2c
+        from .formats.llama2c import write_llama2c
 
         write_llama2c(path, self.llama2c_bytes())
 
