@@ -190,7 +190,7 @@ class Weights:
         or for 2-D a Linear holding the (ne1, ne0) matrix."""
         raw, qtype = self._raw(name, shape)
         out = dequantize(raw, qtype, shape[0])
-        return out.reshape(shape[0]) if len(shape) == 1 else Linear(out, qtype.name)
+        return out.reshape(shape[0]) if len(shape) == 1 else Linear(out)
 
     def embedding(self, name: str, shape: tuple[int, int]) -> Embedding:
         """A 2-D tensor left quantized in the map, its rows read on demand (Embedding.lookup)."""
