@@ -16,6 +16,7 @@ import importlib
 import importlib.util
 import json
 import os
+import struct
 import sys
 from pathlib import Path
 
@@ -410,3 +411,55 @@ def real_gguf() -> Path:
     if not Path(path).is_file():
         pytest.skip(f"MINILLAMA_TEST_GGUF={path} does not exist")
     return Path(path)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# hand-made SentencePiece protobufs, sample texts
+# ---------------------------------------------------------------------------------------------------------------------
+
+def pb_varint(v: int) -> bytes:
+    """A protobuf varint (a negative number as its 64-bit two's complement)."""
+    v &= (1 << 64) - 1
+    out = bytearray()
+    while True:
+        b = v & 0x7F
+        v >>= 7
+        out.append(b | (0x80 if v else 0))
+        if not v:
+            return bytes(out)
+
+
+def pb_field(number: int, wire: int, payload: bytes | int) -> bytes:
+    """One protobuf field: its key, then a varint, a length-delimited payload or fixed bytes."""
+    key = pb_varint(number << 3 | wire)
+    if wire == 0:
+        return key + pb_varint(payload)  # type: ignore[arg-type]
+    if wire == 2:
+        return key + pb_varint(len(payload)) + payload  # type: ignore[arg-type]
+    return key + payload  # type: ignore[operator]
+
+
+def sp_piece(text: str, score: float, ptype: int | None = None) -> bytes:
+    """One ModelProto.pieces entry of a SentencePiece model."""
+    body = pb_field(1, 2, text.encode()) + pb_field(2, 5, struct.pack("<f", score))
+    return pb_field(1, 2, body + (pb_field(3, 0, ptype) if ptype is not None else b""))
+
+
+def tiny_sp_model(*, extra: bytes = b"", trainer: bytes | None = None) -> bytes:
+    """A hand-made 6-piece SentencePiece model (BPE), with extra fields or another trainer spec."""
+    pieces = (sp_piece("<unk>", 0, 2) + sp_piece("<s>", 0, 3) + sp_piece("</s>", 0, 3) + sp_piece("\u2581a", -1.0)
+              + sp_piece("a", -2.0) + sp_piece("\u2581", -3.0))
+    if trainer is None:
+        trainer = pb_field(3, 0, 2) + pb_field(43, 0, -1) + pb_field(35, 0, 1)
+    return pieces + pb_field(2, 2, trainer) + extra + pb_field(3, 2, pb_field(3, 0, 1) + pb_field(4, 0, 0))
+
+
+# Texts for comparing tokenizers: English like the training text, numbers, accents, CJK, emoji, special-looking
+# text, U+2581 itself.
+SAMPLE_STRINGS = [
+    "Hello world", "The quick brown fox jumps over the lazy dog.", "she sells sea shells by the sea shore",
+    "I've been told he's there, but we'll see.", "In 1984, the price was $3.50 per pound.",
+    "Café, naïve, façade, résumé, jalapeño, Zürich", "def main(): return 0", "Once upon a time",
+    "numbers 0 1 2 3 4 5 6 7 8 9 10 100 1000", "x", "é", "日本語", "emoji 🦙🚀", "<s> and </s> are text here",
+    "supercalifragilisticexpialidocious", "the block char \u2581 itself",
+] + [line for line in training_lines(seed=99, n_sentences=60)[-60:]]

@@ -1,4 +1,5 @@
-"""A tiny SentencePiece BPE model, trained here and converted to GGUF the way llama.cpp's convert_hf_to_gguf does
+"""The SentencePiece .model reader: its protobuf fields against sentencepiece's, hand-made and hostile protobufs,
+and a tiny SentencePiece BPE model, trained here and converted to GGUF the way llama.cpp's convert_hf_to_gguf does
 for SPM vocabs: minillama must tokenize and detokenize exactly like sentencepiece (expected values come from
 sentencepiece; llama.cpp itself is consulted too when the oracle is installed).
 
@@ -18,18 +19,31 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 from helpers import (
+    SAMPLE_STRINGS,
     fail_if_any,
     get_oracle,
     load_file,
+    pb_field,
     release_tokenizers,
+    require_shared,
     sentencepiece_token_type,
+    sp_piece,
+    tiny_sp_model,
     training_lines,
 )
 
+from minillama.cli import main as cli_main
+from minillama.errors import FormatError, UnsupportedError
+from minillama.tokenizer import Tokenizer
+from minillama.tokenizer.formats import read_metadata, read_sentencepiece
+from minillama.tokenizer.formats.sentencepiece import parse_model_proto
+
 spm = pytest.importorskip("sentencepiece")
 gguf = pytest.importorskip("gguf")
+K = gguf.Keys.Tokenizer
 
 VOCAB_SIZE = 500
 
@@ -263,3 +277,145 @@ def test_matches_llamacpp_oracle(built, tok):
                 bad.append((f"<token {i}>", f"token_to_piece(special={special}) {tok.token_to_piece(i, special=special)!r}",
                             o.piece(i, special)))
     fail_if_any(bad, _report("encode/decode/token_to_piece", bad, 3 * len(STRINGS + FUZZ), ref="llama.cpp"))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# the protobuf reader on models trained here (no shared/ needed)
+# ---------------------------------------------------------------------------------------------------------------------
+
+def _train_sp(tmp_path, model_type: str, **extra):
+    spm = pytest.importorskip("sentencepiece")
+    path = tmp_path / f"sp-{model_type}.model"
+    with open(path, "wb") as f:
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=iter(training_lines()), model_writer=f, model_type=model_type, vocab_size=400,
+            character_coverage=1.0, num_threads=1, minloglevel=2, **extra)
+    return spm.SentencePieceProcessor(model_file=str(path)), path
+
+
+@pytest.fixture(scope="module")
+def sp_bpe(tmp_path_factory):
+    sp, path = _train_sp(tmp_path_factory.mktemp("sp_bpe"), "bpe", byte_fallback=True, pad_id=3,
+                         normalization_rule_name="identity", remove_extra_whitespaces=False)
+    yield sp, path
+    release_tokenizers()
+
+
+@pytest.fixture(scope="module")
+def sp_unigram(tmp_path_factory):
+    sp, path = _train_sp(tmp_path_factory.mktemp("sp_uni"), "unigram", control_symbols=["<ctl>"])
+    yield sp, path
+    release_tokenizers()
+
+
+@pytest.mark.parametrize("which", ["sp_bpe", "sp_unigram"])
+def test_protobuf_fields_match_sentencepiece(which, request):
+    """Every piece, score and type, and the trainer/normalizer fields, as sentencepiece reports them."""
+    sp, path = request.getfixturevalue(which)
+    m = parse_model_proto(path.read_bytes(), str(path))
+    n = sp.get_piece_size()
+    assert m.pieces == [sp.id_to_piece(i) for i in range(n)]
+    assert np.array_equal(np.asarray(m.scores, np.float32), np.asarray([sp.get_score(i) for i in range(n)], np.float32))
+    for i, t in enumerate(m.types):
+        assert (t == 2) == sp.is_unknown(i) and (t == 3) == sp.is_control(i) and (t == 6) == sp.is_byte(i), i
+    assert (m.trainer.unk_id, m.trainer.bos_id, m.trainer.eos_id, m.trainer.pad_id) == \
+        (sp.unk_id(), sp.bos_id(), sp.eos_id(), sp.pad_id())
+    assert m.trainer.model_type == (2 if which == "sp_bpe" else 1)
+    assert m.normalizer.remove_extra_whitespaces == (which == "sp_unigram")
+    assert bool(m.normalizer.precompiled_charsmap) == (which == "sp_unigram")  # nmt_nfkc has one, identity none
+    md = read_sentencepiece(path)
+    assert md[K.MODEL] == ("llama" if which == "sp_bpe" else "t5")
+    assert md.get(K.PAD_ID) == (3 if which == "sp_bpe" else None)  # pad_id -1 (a 10-byte varint) is left out
+
+
+@pytest.mark.parametrize("which", ["sp_bpe", "sp_unigram"])
+def test_trained_model_tokenizes_like_sentencepiece(which, request):
+    """minillama on the .model == sentencepiece on the same strings, with and without bos/eos."""
+    sp, path = request.getfixturevalue(which)
+    tok = load_file(path)
+    assert tok.model == ("spm" if which == "sp_bpe" else "ugm")
+    bad = []
+    for s in SAMPLE_STRINGS:
+        if tok.encode(s, add_special=False) != sp.encode(s):
+            bad.append((s, tok.encode(s, add_special=False), sp.encode(s)))
+        want = sp.encode(s, add_bos=True) if which == "sp_bpe" else sp.encode(s, add_eos=True)
+        if tok.encode(s, add_special=True) != want:
+            bad.append((s, tok.encode(s, add_special=True), want))
+        ids = sp.encode(s)
+        if which == "sp_bpe" and tok.decode(ids) != sp.decode(ids):
+            bad.append((s, tok.decode(ids), sp.decode(ids)))
+    assert not bad, f"{len(bad)} differ, first: {bad[:3]}"
+
+
+def test_trained_model_converts(sp_bpe, tmp_path, capsys):
+    """A trained .model through `minillama convert` still tokenizes like sentencepiece."""
+    sp, path = sp_bpe
+    out = tmp_path / "sp.gguf"
+    assert cli_main(["convert", str(path), str(out)]) == 0
+    tok = Tokenizer.from_file(out)
+    assert [tok.encode(s, add_special=False) for s in SAMPLE_STRINGS] == [sp.encode(s) for s in SAMPLE_STRINGS]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# hand-made protobuf: wire-format corner cases and hostile input
+# ---------------------------------------------------------------------------------------------------------------------
+
+def test_hand_made_protobuf(tmp_path):
+    """Unknown fields of every wire type are skipped; defaults apply to absent fields; negative ids decode."""
+    unknown = (pb_field(7, 0, 300) + pb_field(8, 1, b"\x00" * 8) + pb_field(9, 5, b"\x00" * 4) + pb_field(10, 2, b"xyz")
+               + pb_field(4, 2, pb_field(1, 2, pb_field(1, 2, b"in") + pb_field(2, 2, b"out"))))  # self_test_data
+    path = tmp_path / "tiny.model"
+    path.write_bytes(tiny_sp_model(extra=unknown))
+    md = read_metadata(path)
+    assert md[K.LIST] == ["<unk>", "<s>", "</s>", "\u2581a", "a", "\u2581"]
+    assert md[K.TOKEN_TYPE].tolist() == [2, 3, 3, 1, 1, 1]  # type absent -> NORMAL
+    assert md[K.SCORES].tolist() == [0, 0, 0, -1, -2, -3]
+    assert (md[K.MODEL], md[K.UNK_ID], md[K.BOS_ID], md[K.EOS_ID]) == ("llama", 0, 1, 2)  # proto2 defaults
+    assert K.PAD_ID not in md
+    tok = Tokenizer.from_file(path)
+    assert tok.encode("a a", add_special=True) == [1, 3, 3]
+
+
+def _hostile_models() -> dict[str, bytes]:
+    good = tiny_sp_model()
+    return {
+        "truncated varint": good[:1] + b"\xff",
+        "truncated piece": good[:9],
+        "no trainer_spec": sp_piece("a", 0.0),
+        "wrong wire type": pb_field(1, 0, 5) + good,
+        "bad piece type": sp_piece("a", 0.0, 9) + good,
+        "field number 0": b"\x0a\x03\x0a\x01a" + b"\x00\x00",
+        "group wire type": good + b"\x0b",
+        "overlong varint": b"\x0a" + b"\xff" * 11,
+        "invalid UTF-8": pb_field(1, 2, pb_field(1, 2, b"\xff\xfe")) + good,
+        "huge length": b"\x0a\xff\xff\xff\xff\x0f\x0a",
+    }
+
+
+@pytest.mark.parametrize("case", list(_hostile_models()))
+def test_hostile_sentencepiece(case, tmp_path):
+    """Garbage .model content -> FormatError that names the SentencePiece expectation and the file."""
+    path = tmp_path / "bad.model"
+    path.write_bytes(_hostile_models()[case])
+    with pytest.raises(FormatError, match="expected a SentencePiece model") as e:
+        read_sentencepiece(path)
+    assert str(path) in str(e.value)
+
+
+def test_truncated_real_model(tmp_path):
+    """Every prefix of a real .model cut inside its pieces, trainer or normalizer spec fails with FormatError."""
+    data = require_shared("vocab", "spm-unigram8k.model").read_bytes()
+    rng = random.Random(5)
+    for cut in [1, 2, 3, 5, 8, 100, 1000] + sorted(rng.sample(range(10, len(data) - 10), 20)):
+        path = tmp_path / f"cut{cut}.model"
+        path.write_bytes(data[:cut])
+        with pytest.raises(FormatError, match="SentencePiece"):
+            read_metadata(path)
+
+
+def test_unsupported_sentencepiece_type(tmp_path):
+    """WORD/CHAR models are valid files but not llama.cpp vocab types."""
+    path = tmp_path / "word.model"
+    path.write_bytes(tiny_sp_model(trainer=pb_field(3, 0, 3)))
+    with pytest.raises(UnsupportedError, match="WORD"):
+        read_metadata(path)
