@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import MinillamaError
+from ..fileio import write_output
 
 FORMAT, VERSION = "minillama-dataset", 1
 INDEX, OFFSETS = "index.json", "doc_offsets.npy"
@@ -57,18 +58,23 @@ def file_sha256(path: str) -> str:
 
 
 def write_atomic(path: str, data: bytes) -> None:
-    """Write data to path through a temporary file and a rename (never a half-written path)."""
-    tmp = path + TMP
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
+    """Write data to path through fileio.write_output (a temporary file and a rename: never half-written)."""
+
+    def write(tmp: str) -> None:
+        with open(tmp, "wb") as f:
+            f.write(data)
+
+    write_output(path, write)
 
 
 def save_npy_atomic(path: str, arr: np.ndarray) -> None:
-    tmp = path + TMP
-    with open(tmp, "wb") as f:
-        np.save(f, arr, allow_pickle=False)
-    os.replace(tmp, path)
+    """np.save arr at path, atomically as write_atomic."""
+
+    def write(tmp: str) -> None:
+        with open(tmp, "wb") as f:  # a file object: np.save would append .npy to a name
+            np.save(f, arr, allow_pickle=False)
+
+    write_output(path, write)
 
 
 class StaleShard(Exception):
