@@ -90,3 +90,31 @@ def test_symbols_without_token_against_llamacpp(tmp_path):
     for text in ["ab", "abcd", "cd", "xaby", "ab" * 40, "abcd" * 30, "é", "aé", "ééé", "aa" + "é" * 30, "é" * 60,
                  "aé" * 40, "ü", "naïve café"]:
         assert tok.encode(text, add_special=False) == oracle.tokenize(text), text
+
+
+@pytest.mark.parametrize("chunk", [3, 1 << 16])
+def test_bucket_queue_pops_in_heap_order(chunk: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The compact merge queue of huge words pops exactly what heapq pops, through pushes of smaller, equal
+    and larger ranks while a rank is being served (the cases llama.cpp's heap handles implicitly)."""
+    import heapq
+    import random
+
+    from minillama.tokenizer.models import merge
+
+    monkeypatch.setattr(merge.BucketQueue, "_CHUNK", chunk)
+    for seed in range(300):
+        rng = random.Random(seed)
+        shift = rng.choice([32, 64])
+        heap: list[int] = []
+        queue = merge.BucketQueue(shift, "i" if shift == 32 else "q")
+        for step in range(300):
+            if not heap or rng.random() < 0.45:
+                key = rng.randrange(5) << shift | rng.randrange(40)
+                heapq.heappush(heap, key)
+                queue.push(key)
+            else:
+                assert queue.pop() == heapq.heappop(heap), (seed, step)
+        while heap:
+            assert queue.pop() == heapq.heappop(heap), seed
+        with pytest.raises(IndexError):
+            queue.pop()

@@ -101,3 +101,28 @@ def test_huge_encode_under_address_space_limit(name: str) -> None:
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert int(out.stdout) > 500_000
+
+
+_RUN_CHILD = textwrap.dedent("""
+    import resource, sys
+    from minillama.tokenizer import Tokenizer
+    tok = Tokenizer.from_file(sys.argv[1])
+    n = int(sys.argv[2])
+    text = "a" * n
+    status = dict(line.split(":", 1) for line in open("/proc/self/status"))
+    mapped = int(status["VmSize"].split()[0]) * 1024
+    limit = mapped + 40 * n + (48 << 20)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    print(len(tok.encode(text)))
+""")
+
+
+@pytest.mark.parametrize("name", ["ggml-vocab-llama-bpe", "ggml-vocab-llama-spm"])
+def test_one_letter_run_under_40_bytes_a_byte(name: str) -> None:
+    """One word of 2,000,000 letters (the merge heaps' worst case) encodes with the address space capped at
+    what is mapped after loading + 40 bytes per letter + 48 MiB (issue 15's bound). The heap of Python ints
+    needed 66-75 bytes a letter; the merge queue keeps entries in machine arrays (models/merge.py)."""
+    out = subprocess.run([sys.executable, "-c", _RUN_CHILD, str(vocab_path(name)), "2000000"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert int(out.stdout) > 100_000

@@ -21,8 +21,10 @@ Huge fragments. A fragment of more than CHUNK_CHARS characters is encoded a piec
 boundary that does not depend on what follows (SPM: a cut of its one-character-context splitter;
 WordPiece: after a space; BPE: after a newline followed by a non-space, checked against the words
 of the text read on past the cut; Unigram: a segment cut), so the ids are the same and the word
-lists of one call stay a few MB. A long word's merge heap keeps the vocab's own token strs and
-4-byte links, so one word of n characters costs about 50-80 bytes a character at its peak.
+lists of one call stay a few MB. A long word's merge keeps the vocab's own token strs and 4-byte
+links, and a word of 65,536 symbols or more queues its pairs in machine arrays (merge.BucketQueue)
+instead of a heap of Python ints, so one word of n characters costs about 25-35 bytes a character
+at its peak (a heap of ints: 66-75).
 
 Thread safety. A get or a set on a dict is atomic under the GIL; two threads encoding the same new
 word both compute the same ids; a generation swap racing with a set at worst loses that entry, which

@@ -15,7 +15,6 @@ llama.cpp decodes them, so a surrogate code point here stands for itself and is 
 
 from __future__ import annotations
 
-import heapq
 import operator
 import re
 from bisect import bisect_left
@@ -29,7 +28,7 @@ from ..unicode import byte_encode, byte_token, raw_byte_token
 from ..vocab import Vocab
 from . import base
 from .base import Model
-from .merge import linked_list, with_bytes
+from .merge import linked_list, merge_queue, with_bytes
 
 HEAP_MIN_LEN = 48
 _NO_MERGE = 1 << 62
@@ -156,18 +155,22 @@ class BPEModel(Model):
 
         A heap entry is one int, rank << 32 | left index (ties: leftmost). An entry is stale when
         the pair now at `left` has another rank: a rank names exactly one (left, right) pair, so
-        an equal rank means the same two strings, which is llama.cpp's staleness test.
+        an equal rank means the same two strings, which is llama.cpp's staleness test. The queue is
+        a heap of those ints, or for a huge word the compact merge.BucketQueue (same order).
         """
         rank = self.ranks.get
         syms = list(text)
         n = len(syms)
         nxt, prv = linked_list(n)
-        heap = [r << 32 | i for i, r in enumerate(rank(a + " " + b, -1) for a, b in zip(syms, syms[1:])) if r >= 0]
-        heapq.heapify(heap)
-        pop, push, low = heapq.heappop, heapq.heappush, (1 << 32) - 1
+        keys = (r << 32 | i for i, r in enumerate(rank(a + " " + b, -1) for a, b in zip(syms, syms[1:])) if r >= 0)
+        pop, push = merge_queue(n, keys, 32)
+        low = (1 << 32) - 1
         canon = self.canonical().get
-        while heap:
-            key = pop(heap)
+        while True:
+            try:
+                key = pop()
+            except IndexError:
+                break
             left = key & low
             right = nxt[left]
             if right < 0 or not syms[left] or rank(syms[left] + " " + syms[right], -1) != key >> 32:
@@ -181,10 +184,10 @@ class BPEModel(Model):
                 prv[after] = left
                 r = rank(syms[left] + " " + syms[after], -1)
                 if r >= 0:
-                    push(heap, r << 32 | left)
+                    push(r << 32 | left)
             before = prv[left]
             if before >= 0:
                 r = rank(syms[before] + " " + syms[left], -1)
                 if r >= 0:
-                    push(heap, r << 32 | before)
+                    push(r << 32 | before)
         return [s for s in syms if s]

@@ -24,7 +24,6 @@ a vocab that has neither for a byte fails with FormatError, where llama.cpp abor
 
 from __future__ import annotations
 
-import heapq
 import operator
 import re
 from collections.abc import Callable
@@ -37,7 +36,7 @@ from ..text import SPACE, SURROGATES, UTF8_LEN
 from ..unicode import byte_token, raw_byte_token
 from ..vocab import Vocab
 from .base import Model, adjacent_pairs, cut_at_pairs, last_cut_before
-from .merge import linked_list, with_bytes
+from .merge import linked_list, merge_queue, with_bytes
 
 HEAP_MIN_LEN = 48
 _NO_PAIR = float("-inf")
@@ -189,25 +188,25 @@ class SPMModel(Model):
         highest; ties of equal scores share a rank), so the smallest entry is llama.cpp's next
         bigram (highest score, then leftmost). Its right symbol is left's current neighbour; the entry
         is stale when either symbol is gone or their sizes no longer add up to size, which is
-        llama.cpp's own test. Entries and links stay small (base.links): a 10 MB word of one letter
-        takes under 1 GB at its peak (about 90 bytes per character) and about 20 s.
+        llama.cpp's own test. Entries and links stay small (base.links, merge.merge_queue): a 10 MB
+        word of one letter takes about 32 bytes per character at its peak.
         """
         rank = self._ranks
         if rank is None:
             rank = self._once("_ranks", self._build_ranks)
         n = len(syms)
         nxt, prv = linked_list(n)
-        heap = []
         get = t2i.get
-        for i in range(n - 1):
-            t = get(syms[i] + syms[i + 1])
-            if t is not None:
-                heap.append(rank[t] << 64 | i << 32 | (len(syms[i]) + len(syms[i + 1])))
-        heapq.heapify(heap)
-        pop, push, low = heapq.heappop, heapq.heappush, (1 << 32) - 1
+        keys = (rank[t] << 64 | i << 32 | (len(syms[i]) + len(syms[i + 1]))
+                for i in range(n - 1) if (t := get(syms[i] + syms[i + 1])) is not None)
+        pop, push = merge_queue(n, keys, 64)
+        low = (1 << 32) - 1
         canon = (self.canonical() if t2i is self.token_to_id else {}).get
-        while heap:
-            key = pop(heap)
+        while True:
+            try:
+                key = pop()
+            except IndexError:
+                break
             left = (key >> 32) & low
             right = nxt[left]
             sl = syms[left]
@@ -225,12 +224,12 @@ class SPMModel(Model):
                 prv[after] = left
                 t = get(sl + syms[after])
                 if t is not None:
-                    push(heap, rank[t] << 64 | left << 32 | (len(sl) + len(syms[after])))
+                    push(rank[t] << 64 | left << 32 | (len(sl) + len(syms[after])))
             before = prv[left]
             if before >= 0:
                 t = get(syms[before] + sl)
                 if t is not None:
-                    push(heap, rank[t] << 64 | before << 32 | (len(syms[before]) + len(sl)))
+                    push(rank[t] << 64 | before << 32 | (len(syms[before]) + len(sl)))
         return [s for s in syms if s]
 
     def _build_ranks(self) -> list[int]:
