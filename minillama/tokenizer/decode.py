@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import operator
 import re
+from collections.abc import Callable
+from functools import partial
 
 from ..errors import ArgumentError, ArgumentTypeError
 from .text import SPACE, to_bytes
@@ -28,11 +30,13 @@ CLEAN_SPACES: tuple[dict[bytes, bytes], ...] = (
 )
 
 
-def _pass_regex(table: dict[bytes, bytes]) -> re.Pattern[bytes]:
-    return re.compile(b"|".join(re.escape(k) for k in sorted(table, key=len, reverse=True)))
+def _pass_sub(table: dict[bytes, bytes]) -> Callable[[bytes], bytes]:
+    """One clean-up pass as a function of bytes: every pattern of table replaced, leftmost first."""
+    rx = re.compile(b"|".join(re.escape(k) for k in sorted(table, key=len, reverse=True)))
+    return partial(rx.sub, lambda m: table[m.group()])
 
 
-_CLEAN = tuple((_pass_regex(t), t) for t in CLEAN_SPACES)
+_CLEAN = tuple(_pass_sub(t) for t in CLEAN_SPACES)
 
 
 def _bytelevel_decode(text: str) -> bytes:
@@ -137,8 +141,8 @@ class PieceTable:
         if remove_space and table[ids[0]][:1] == b" ":
             out = out[1:]
         if v.clean_spaces:
-            for rx, table in _CLEAN:
-                out = rx.sub(lambda m, t=table: t[m.group()], out)
+            for clean in _CLEAN:
+                out = clean(out)
         return out
 
 
