@@ -6,7 +6,7 @@ Runs ../shared/tools/llamacpp_generate.py (llama.cpp in-process through xllamacp
 tests/test_model.py teacher-forces minillama on: prompt, prompt_ids, the generated ids with their top log-probs,
 and whether llama.cpp's report is position-aligned. Made tests/data/smollm2_llamacpp_greedy.json from
 SmolLM2-135M-Instruct.Q4_1.gguf with the defaults, and tests/data/gemma3_llamacpp_greedy.json (read by
-tools/bench/bench_model.py --exactness) from gemma-3-270m-q4_k_m.gguf with tools/gemma_prompts.txt and 32 tokens.
+tools/bench/bench_model.py --exactness) from gemma-3-270m-q4_k_m.gguf with tools/gemma_prompts.txt (10 prompts) and 32 tokens.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """minillama.model against llama.cpp on the same GGUF: prompt processing and generation tokens/s, load time, peak RSS.
 
     python tools/bench/bench_model.py [--models SMOLLM2.gguf GEMMA3.gguf] [--prompt-tokens 128] [--gen 32] [--rounds 2]
-                                     [--exactness DATA.json ...]
+                                     [--exactness DATA.json ...] [--llamacpp-self] [--exactness-only]
 
 Each measurement runs in a fresh child process (so peak RSS is that engine's alone), minillama and llama.cpp
 alternating round after round so that load on the machine hits both alike; the best round of each is kept.
@@ -15,6 +15,9 @@ tools/make_model_expected.py and print the agreement of the argmax with llama.cp
 llama.cpp's top-2 margin is >= 0.5 / >= 0.1, and the mean |difference| between minillama's log-probs and
 llama.cpp's over llama.cpp's top 5 at every position: a finer measure than the counts, which move by whole
 positions (a change that helps the forward pass should lower it on both models).
+--llamacpp-self scores llama.cpp's own forward pass the same way (tools/bench/llamacpp_decode.py: llama_decode
+called directly, the prompt in one batch as minillama takes it, and split as llama.cpp's server splits it): how far
+llama.cpp moves from its own reference numbers, the floor under any comparison. --exactness-only skips the speed runs.
 """
 
 from __future__ import annotations
@@ -92,23 +95,18 @@ def run_child(engine: str, model: str, prompt: str, n_gen: int) -> dict:
     return json.loads(proc.stdout.decode().strip().splitlines()[-1])
 
 
-def exactness(model: str, data: str) -> str:
-    """Agreement of minillama's teacher-forced argmax with llama.cpp's greedy tokens."""
-    from minillama.model import Model
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    x = logits.astype(np.float64)
+    x -= x.max(-1, keepdims=True)
+    return x - np.log(np.exp(x).sum(-1, keepdims=True))
 
-    m = Model.from_file(model)
-    raw = json.loads(Path(data).read_text(encoding="utf-8"))
-    cases = raw["cases"] if isinstance(raw, dict) else raw
+
+def agreement(cases: list[dict], logps: list[np.ndarray]) -> str:
+    """Argmax agreement with llama.cpp's tokens where its top-2 margin is >= 0.5 / >= 0.1, and the mean
+    |log-prob difference| over llama.cpp's top 5."""
     counts = {0.5: [0, 0], 0.1: [0, 0]}
     diffs: list[float] = []
-    for c in cases:
-        if not c["aligned"]:
-            continue
-        gen = [g["id"] for g in c["gen"]]
-        n = len(c["prompt_ids"])
-        logits = m.logits(c["prompt_ids"] + gen[:-1])[n - 1:].astype(np.float64)
-        logits -= logits.max(-1, keepdims=True)
-        logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))  # [positions, n_vocab]
+    for c, logp in zip(cases, logps, strict=True):
         for row, g in zip(logp, c["gen"], strict=True):
             top = g["top"]
             o = int(row.argmax())
@@ -120,6 +118,30 @@ def exactness(model: str, data: str) -> str:
                     cnt[1] += o == g["id"]
     agree = ", ".join(f"margin >= {th}: {ok}/{n} ({100 * ok / max(n, 1):.1f}%)" for th, (n, ok) in counts.items())
     return f"{agree}, mean |log-prob difference| over llama.cpp's top 5: {np.mean(diffs):.4f}"
+
+
+def exactness(model: str, data: str, llamacpp_too: bool = False) -> list[tuple[str, str]]:
+    """Agreement of teacher-forced argmaxes with llama.cpp's greedy tokens (from its server): minillama's,
+    and with llamacpp_too llama.cpp's own, called directly with the prompt in one batch and split as the
+    server splits it (all but the last 4 tokens, then those 4), which shows the reference's noise floor."""
+    from minillama.model import Model
+
+    m = Model.from_file(model)
+    raw = json.loads(Path(data).read_text(encoding="utf-8"))
+    cases = [c for c in (raw["cases"] if isinstance(raw, dict) else raw) if c["aligned"]]
+    sources = {"minillama": []}
+    for c in cases:
+        gen = [g["id"] for g in c["gen"]]
+        n = len(c["prompt_ids"])
+        sources["minillama"].append(log_softmax(m.logits(c["prompt_ids"] + gen[:-1])[n - 1:]))
+    if llamacpp_too:
+        from llamacpp_decode import teacher_forced
+
+        for name, split in (("llama.cpp, prompt in one batch", lambda n: None),
+                            ("llama.cpp, prompt split as its server does", lambda n: n - 4)):
+            sources[name] = [log_softmax(teacher_forced(model, SHARED, c["prompt_ids"], [g["id"] for g in c["gen"]],
+                                                        split(len(c["prompt_ids"])))) for c in cases]
+    return [(name, agreement(cases, logps)) for name, logps in sources.items()]
 
 
 def main() -> int:
@@ -135,10 +157,14 @@ def main() -> int:
     ap.add_argument("--exactness", nargs="*", metavar="DATA.json",
                     default=[str(ROOT / "tests" / "data" / f) for f in EXACTNESS_DATA],
                     help="llama.cpp continuations, one file per model in --models order (default: tests/data's)")
+    ap.add_argument("--llamacpp-self", action="store_true",
+                    help="also score llama.cpp's own teacher-forced argmax (llama_decode, prompt in one batch and "
+                         "split as its server does): the noise floor of the comparison")
+    ap.add_argument("--exactness-only", action="store_true", help="skip the speed runs")
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
     rows = []
-    for model in args.models:
+    for model in [] if args.exactness_only else args.models:
         prompt = prompt_text(model, args.prompt_tokens)
         best: dict[str, dict] = {}
         for _ in range(args.rounds):
@@ -158,7 +184,8 @@ def main() -> int:
         print(f"{name:<36} {'ratio':<10} {'':>6} {mine['pp_tps'] / ref['pp_tps']:>8.2f}x "
               f"{mine['tg_tps'] / ref['tg_tps']:>8.2f}x")
     for model, data in zip(args.models, args.exactness, strict=False):
-        print(f"exactness {Path(model).name}: {exactness(model, data)}")
+        for name, line in exactness(model, data, args.llamacpp_self):
+            print(f"exactness {Path(model).name} {name}: {line}")
     return 0
 
 

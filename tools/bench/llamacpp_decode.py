@@ -1,0 +1,105 @@
+"""llama.cpp's own forward pass, called directly (llama_decode), for measuring llama.cpp against itself.
+
+The reference continuations (../shared/tools/llamacpp_generate.py) come from llama.cpp's server, which
+feeds a prompt to the model in two pieces (all but the last 4 tokens, then those 4; this is how it keeps
+checkpoints of a sliding-window cache) and then one token per step. Teacher-forcing minillama gives it
+the prompt and the continuation in one pass. This module runs llama.cpp both ways on the same ids, so
+the benchmark can show how far llama.cpp's log-probs move with nothing but the way the prompt is split
+into batches: that is the noise floor of any comparison with the server's numbers.
+
+It calls the llama.cpp library inside the xllamacpp wheel through cffi, reusing the declarations of
+../shared/tools/llamacpp_oracle.py. llama_context_params is passed as opaque bytes: its layout changes
+between llama.cpp versions, so the two fields set here are found in the library's own defaults
+(n_threads at its documented place after the batch sizes, cb_eval as the two NULL pointers followed by
+type_k = type_v = F16) and checked before use.
+"""
+
+from __future__ import annotations
+
+import struct
+import sys
+from pathlib import Path
+
+import numpy as np
+
+PARAMS_BYTES = 512  # at least sizeof(llama_context_params); the library reads only its own size
+N_THREADS_AT = 28  # n_ctx, n_batch, n_ubatch, n_seq_max, n_rs_seq, n_outputs_max, n_outputs_max_per_seq, n_threads
+GGML_TYPE_F16 = 1
+
+
+def _lib(shared: Path):
+    """The oracle's cffi handle with the context and decode functions declared too."""
+    sys.path.insert(0, str(shared / "tools"))
+    import llamacpp_oracle as oracle
+
+    ffi = oracle._ffi
+    if not hasattr(oracle, "_decode_declared"):
+        ffi.cdef(f"""
+        struct llama_context;
+        typedef struct {{ char raw[{PARAMS_BYTES}]; }} ctx_params_bytes;
+        typedef struct {{ char raw[256]; }} batch_bytes;
+        ctx_params_bytes llama_context_default_params(void);
+        struct llama_context * llama_init_from_model(struct llama_model * model, ctx_params_bytes params);
+        void llama_free(struct llama_context * ctx);
+        batch_bytes llama_batch_get_one(llama_token * tokens, int32_t n_tokens);
+        int32_t llama_decode(struct llama_context * ctx, batch_bytes batch);
+        float * llama_get_logits_ith(struct llama_context * ctx, int32_t i);
+        """)
+        oracle._decode_declared = True
+    lib = oracle._load()
+    lib.llama_log_set(oracle._quiet, ffi.NULL)
+    return ffi, lib
+
+
+class LlamaCppDecoder:
+    """One llama.cpp context over a model file: decode(ids) appends ids and returns the last position's logits."""
+
+    def __init__(self, path: str, shared: Path, n_ctx: int = 2048, threads: int = 2):
+        self.ffi, self.lib = ffi, lib = _lib(shared)
+        self.model = lib.llama_model_load_from_file(path.encode(), lib.llama_model_default_params())
+        if self.model == ffi.NULL:
+            raise RuntimeError(f"llama.cpp could not load {path}")
+        self.n_vocab = lib.llama_vocab_n_tokens(lib.llama_model_get_vocab(self.model))
+        defaults = lib.llama_context_default_params()
+        raw = bytearray(ffi.buffer(ffi.addressof(defaults), PARAMS_BYTES))
+        n_ctx0, _, _, n_seq_max = struct.unpack_from("<4I", raw, 0)
+        threads0 = struct.unpack_from("<ii", raw, N_THREADS_AT)
+        if n_seq_max != 1 or threads0[0] != threads0[1] or not 0 < threads0[0] <= 512 or n_ctx0 == 0:
+            raise RuntimeError("llama_context_params does not have the expected layout in this llama.cpp")
+        tail = bytes(16) + struct.pack("<ii", GGML_TYPE_F16, GGML_TYPE_F16)  # cb_eval, its user data, type_k, type_v
+        at = raw.find(tail)
+        if at < 0 or at % 8 or raw.find(tail, at + 1) >= 0:
+            raise RuntimeError("llama_context_params does not have the expected layout in this llama.cpp")
+        struct.pack_into("<I", raw, 0, n_ctx)
+        struct.pack_into("<ii", raw, N_THREADS_AT, threads, threads)
+        params = ffi.new("ctx_params_bytes *")
+        ffi.memmove(params.raw, bytes(raw), PARAMS_BYTES)
+        self.ctx = lib.llama_init_from_model(self.model, params[0])
+        if self.ctx == ffi.NULL:
+            raise RuntimeError(f"llama.cpp could not make a context for {path}")
+
+    def decode(self, ids: list[int]) -> np.ndarray:
+        """Run ids (one batch) after what this context has seen; the logits [n_vocab] of the last one."""
+        arr = self.ffi.new(f"llama_token[{len(ids)}]", list(ids))
+        if self.lib.llama_decode(self.ctx, self.lib.llama_batch_get_one(arr, len(ids))) != 0:
+            raise RuntimeError("llama_decode failed")
+        out = self.lib.llama_get_logits_ith(self.ctx, -1)
+        return np.frombuffer(self.ffi.buffer(out, 4 * self.n_vocab), np.float32).copy()
+
+    def close(self) -> None:
+        self.lib.llama_free(self.ctx)
+        self.lib.llama_model_free(self.model)
+
+
+def teacher_forced(path: str, shared: Path, prompt_ids: list[int], gen: list[int], split: int | None) -> np.ndarray:
+    """llama.cpp's logits [len(gen), n_vocab] before each of gen: the prompt in one batch (split None) or in
+    two (prompt_ids[:split], then the rest), then one token per step as in generation."""
+    d = LlamaCppDecoder(path, shared)
+    try:
+        if split:
+            d.decode(prompt_ids[:split])
+        rows = [d.decode(prompt_ids[split or 0:])]
+        rows += [d.decode([g]) for g in gen[:-1]]
+        return np.stack(rows)
+    finally:
+        d.close()
