@@ -17,7 +17,8 @@ from typing import Protocol, TextIO
 
 from .chat_template import ChatTemplate
 from .chat_template import without_bos as strip_bos
-from .generate import Generation, LanguageModel, generate
+from .errors import ContextLengthError, MinillamaError
+from .generate import Generation, LanguageModel, context_length, generate
 from .ngram import DEFAULT_ORDER, NGramModel, read_paragraphs
 from .tokenizer import Tokenizer
 
@@ -120,6 +121,7 @@ class ChatSession:
     def reset(self) -> None:
         """Forget the conversation (and its totals)."""
         self.messages: list[dict[str, str]] = [{"role": "system", "content": self.system}] if self.system else []
+        self.dropped = 0  # exchanges the last reply's prompt left out to fit the model's context
         self.last: Generation | None = None
         self.turns = 0
         self.generated_tokens = 0
@@ -135,14 +137,36 @@ class ChatSession:
         s = self.settings
         seed = None if s.seed is None else s.seed + self.turns
         try:
-            prompt = self.prompt_text()
+            ids = self.fit_context()
         except Exception:
             self.messages.pop()
             raise
-        gen = generate(self.model, self.tok, prompt, s.max_tokens, temperature=s.temperature, top_k=s.top_k,
+        gen = generate(self.model, self.tok, ids, s.max_tokens, temperature=s.temperature, top_k=s.top_k,
                        top_p=s.top_p, seed=seed, stop_at_eog=s.stop_at_eog)
         self.last = gen
         return gen
+
+    def fit_context(self) -> list[int]:
+        """The conversation's prompt ids, its oldest exchanges dropped until the prompt and a reply of
+        max_tokens fit the model's context (the system message and the new message are kept).
+
+        Exchanges go whole (a user message with the reply to it), so the roles still alternate as chat
+        templates require. When the new message alone leaves no room at all, ContextLengthError.
+        """
+        n_ctx = context_length(self.model)
+        self.dropped = 0
+        while True:
+            ids = self.tok.encode(self.prompt_text(), add_special=True, parse_special=True)
+            if len(ids) + self.settings.max_tokens <= n_ctx:
+                return ids
+            first = 1 if self.messages[0]["role"] == "system" else 0
+            if len(self.messages) - first <= 1:  # only the new message is left
+                if len(ids) < n_ctx:
+                    return ids  # the reply stops when the context is full
+                raise ContextLengthError(f"the message takes {len(ids)} tokens with the conversation's format; "
+                                         f"the model's context holds {n_ctx}")
+            del self.messages[first:first + 2]
+            self.dropped += 1
 
     def finish_reply(self, gen: Generation) -> None:
         """Record the reply (as far as it got) in the conversation and the totals."""
@@ -171,7 +195,7 @@ class ChatSession:
             return "No reply yet."
         st = gen.stats
         why = {"eog": f"end-of-generation token {gen.eog_id}", "max_tokens": "--max-tokens",
-               "stopped": "Ctrl-C"}.get(st.stop_reason, st.stop_reason or "running")
+               "context": "the model's full context", "stopped": "Ctrl-C"}.get(st.stop_reason, st.stop_reason or "running")
         rate = self.generated_tokens / self.seconds if self.seconds > 0 else 0.0
         in_context = st.prompt_tokens + len(gen.ids)
         return (f"last reply: {st.generated_tokens} tokens in {st.seconds:.3f} s ({st.tokens_per_second:.1f} "
@@ -253,15 +277,25 @@ def _reply(session: ChatSession, text: str, out: TextIO, safe: bool) -> None:
     try:
         try:
             gen = session.start_reply(text)
+        except ContextLengthError as exc:
+            out.write(f"error: {exc}\n")
+            return
         except Exception as exc:  # e.g. a template's raise_exception()
             out.write(f"error: could not render the conversation: {exc}\n")
             return
+        if session.dropped:
+            n = session.dropped
+            out.write(f"[the oldest {n} exchange{'' if n == 1 else 's'} forgotten to fit the model's context]\n")
         for chunk in gen:
             out.write(chunk.translate(_CONTROL_PICTURES) if safe else chunk)
             out.flush()
         if gen.stats.stop_reason == "max_tokens":  # cut, maybe mid-word: say so
             out.write(f" [cut at --max-tokens {session.settings.max_tokens}]")
+        elif gen.stats.stop_reason == "context":
+            out.write(f" [cut: the model's context of {context_length(session.model)} tokens is full]")
         out.write("\n")
+    except MinillamaError as exc:  # the model failed on this reply: say so, keep the session
+        out.write(f"\nerror: {exc}\n")
     except KeyboardInterrupt:
         if gen is not None:
             gen.close()

@@ -131,7 +131,9 @@ class GenerationStats:
     prompt_tokens: int = 0
     generated_tokens: int = 0  # ids the model produced, a final end-of-generation id included
     seconds: float = 0.0  # from the first request for text to the last token
-    stop_reason: str = ""  # "eog", "max_tokens", or "stopped" (closed or interrupted early); "" while running
+    # "eog", "max_tokens", "context" (the model's context is full), or "stopped" (closed or interrupted
+    # early); "" while running
+    stop_reason: str = ""
     seed: int = 0
 
     @property
@@ -186,9 +188,13 @@ class Generation(Iterator[str]):
         removed, prefix = self.heal
         heal = b"".join(tok.token_to_piece(i) for i in removed)  # bytes the first tokens must spell out
         skip = len(prefix)  # ... and the text they give, already in the prompt: not yielded again
+        n_ctx = context_length(self.model)
         start = time.perf_counter()
         try:
             while stats.generated_tokens < self.max_tokens:
+                if len(context) >= n_ctx:  # as llama.cpp's server without context shift: stop, keep the text
+                    stats.stop_reason = "context"
+                    break
                 if heal:
                     self.sampler.constrain(_healing_mask(tok, heal), fallback=removed[0])
                 token = operator.index(self.model.next_token(context, self.sampler))
@@ -223,6 +229,12 @@ class Generation(Iterator[str]):
         finally:
             if not stats.stop_reason:
                 stats.stop_reason = "stopped"
+
+
+def context_length(model: object) -> int | float:
+    """The most ids the model can take (its `n_ctx`, as minillama.model.Model has), or infinity when it says none."""
+    n_ctx = getattr(model, "n_ctx", None)
+    return n_ctx if isinstance(n_ctx, int) and n_ctx > 0 else float("inf")
 
 
 def _healing_mask(tok: Tokenizer, heal: bytes) -> np.ndarray:

@@ -30,6 +30,7 @@ from minillama.chat import (
     template_of,
     without_bos,
 )
+from minillama.errors import ContextLengthError
 from minillama.ngram import NGramModel
 from minillama.tokenizer import Tokenizer, default_vocab_path
 
@@ -313,6 +314,75 @@ def test_session_prompt_with_template() -> None:
         f"<|im_start|>system\n{SMOLLM_SYSTEM}<|im_end|>\n<|im_start|>user\nHi there!<|im_end|>\n"
         "<|im_start|>assistant\n", add_special=True, parse_special=True)
     assert session.messages[-1]["role"] == "assistant"
+
+
+class _Echo:
+    """A model with a small context whose every reply is one id, then eos."""
+
+    def __init__(self, tok: Tokenizer, n_ctx: int) -> None:
+        self.n_ctx, self.word, self.eos = n_ctx, tok.encode(" ok", add_special=False)[0], tok.eos_id
+        self.calls = 0
+
+    def next_token(self, ids, sampler) -> int:  # noqa: ANN001
+        assert len(ids) <= self.n_ctx
+        self.calls += 1
+        return self.word if self.calls % 2 else self.eos
+
+
+def test_session_forgets_the_oldest_exchanges_to_fit_the_context() -> None:
+    """Past the model's context, whole exchanges go, oldest first; the system message and the new one stay."""
+    tok = Tokenizer.from_file(_smollm2_gguf())
+    fmt = format_for(tok)
+    one = len(tok.encode(fmt.render([{"role": "user", "content": "hello number 1"}]), add_special=True,
+                         parse_special=True))
+    model = _Echo(tok, n_ctx=one + 60)
+    session = ChatSession(tok, model, fmt, Settings(max_tokens=4, seed=0), system="Be brief.")
+    for turn in range(1, 9):
+        gen = session.start_reply(f"hello number {turn}")
+        list(gen)
+        session.finish_reply(gen)
+        # the prompt fits with room for max_tokens, and it is the conversation as kept, rendered
+        assert len(gen.prompt_ids) + 4 <= model.n_ctx
+        assert gen.prompt_ids == tok.encode(without_bos(fmt.render(session.messages[:-1]), fmt, tok),
+                                            add_special=True, parse_special=True)
+        assert session.messages[0] == {"role": "system", "content": "Be brief."}
+        assert session.messages[-2] == {"role": "user", "content": f"hello number {turn}"}
+        roles = [m["role"] for m in session.messages[1:]]
+        assert roles == ["user", "assistant"] * (len(roles) // 2)  # still alternating
+    assert session.dropped >= 1 and len(session.messages) < 1 + 2 * 8
+    kept = [m["content"] for m in session.messages if m["role"] == "user"]
+    assert kept == [f"hello number {t}" for t in range(9 - len(kept), 9)]  # the newest ones
+
+
+def test_session_message_longer_than_the_context() -> None:
+    tok = Tokenizer.from_file(_smollm2_gguf())
+    session = ChatSession(tok, _Echo(tok, n_ctx=40), format_for(tok), Settings(max_tokens=4, seed=0))
+    with pytest.raises(ContextLengthError, match="context holds 40"):
+        session.start_reply("word " * 100)
+    assert session.messages == []  # the message that did not fit is not kept
+    gen = session.start_reply("hi")  # the session goes on
+    list(gen)
+    assert gen.ids and gen.stats.stop_reason == "eog"
+
+
+def test_repl_says_what_the_context_cost() -> None:
+    """The REPL says when exchanges were forgotten and when a message cannot fit, and goes on after it."""
+    import io
+
+    from minillama.chat import run_repl
+
+    tok = Tokenizer.from_file(_smollm2_gguf())
+    fmt = format_for(tok)
+    one = len(tok.encode(fmt.render([{"role": "user", "content": "hello number 1"}]), add_special=True,
+                         parse_special=True))
+    session = ChatSession(tok, _Echo(tok, n_ctx=one + 40), fmt, Settings(max_tokens=4, seed=0), system="Hi.")
+    lines = iter([f"hello number {t}" for t in range(1, 7)] + ["word " * 200, "/exit"])
+    out = io.StringIO()
+    assert run_repl(session, lambda: next(lines), out) == 0
+    text = out.getvalue()
+    assert "forgotten to fit the model's context]" in text
+    assert "error: the message takes" in text and f"the model's context holds {one + 40}" in text
+    assert text.count("ok\n") == 6  # every reply before the error came through
 
 
 def test_template_environment() -> None:

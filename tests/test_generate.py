@@ -114,6 +114,29 @@ def test_stops_at_eog(tok: Tokenizer) -> None:
     assert text == tok.decode(gen.ids)
 
 
+class Bounded(Scripted):
+    """Scripted, with a context of n_ctx ids that it refuses to go past (as minillama.model.Model does)."""
+
+    def __init__(self, ids: Sequence[int], n_ctx: int) -> None:
+        super().__init__(ids)
+        self.n_ctx = n_ctx
+
+    def next_token(self, ids: Sequence[int], sampler: Sampler) -> int:
+        assert len(ids) <= self.n_ctx, "generate went past the model's context"
+        return super().next_token(ids, sampler)
+
+
+def test_stops_when_the_context_is_full(tok: Tokenizer) -> None:
+    a = tok.encode(" the", add_special=False)[0]
+    prompt = tok.encode("the herd", add_special=True)
+    model = Bounded([a] * 20, n_ctx=len(prompt) + 3)
+    gen = generate(model, tok, prompt, 10)
+    text = _run(gen)[1]
+    # three ids fill the context; the fourth request would not fit: stopped, what was made kept
+    assert gen.ids == [a, a, a] and gen.stats.stop_reason == "context" and text == tok.decode([a, a, a])
+    assert [len(c) for c in model.contexts] == [len(prompt), len(prompt) + 1, len(prompt) + 2]
+
+
 def test_max_tokens(lm: NGramModel, tok: Tokenizer) -> None:
     for n in (0, 1, 5, 33):
         gen = generate(Uniform(tok.n_vocab), tok, PROMPT, n, seed=n, stop_at_eog=False)
