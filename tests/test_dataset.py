@@ -418,3 +418,31 @@ def test_a_failing_or_dying_worker_stops_the_run_with_a_clear_error(corpus, tmp_
     with pytest.raises(MinillamaError, match=r"a worker process ended unexpectedly \(exit status 3"):
         dataset.prepare(model, tmp_path / "b", [corpus["txt"]], workers=2)
     assert not [n for n in os.listdir(tmp_path / "b") if n.startswith("shard-") or n == "index.json"]
+
+
+def test_a_bad_byte_deep_in_a_paragraph_file_switches_to_the_line_reader(tmp_path, monkeypatch):
+    """Chunks are checked as UTF-8 block by block; from a bad block on the line reader takes over, past the
+    documents the chunks held: the documents, the bad record's name and its count are the line reader's."""
+    from minillama.dataset import sources
+
+    paras = _paragraphs()[:200]
+    head = "\n\n".join(paras[:150]).encode()
+    text = head + b"\n\nbad \xff byte\nsame paragraph\n\n" + "\n\n".join(paras[150:]).encode() + b"\n"
+    path = tmp_path / "t.txt"
+    path.write_bytes(text)
+    bad_line = head.count(b"\n") + 3
+    for block in (64, 1000, 1 << 20):
+        monkeypatch.setattr(sources, "_BLOCK", block)
+        expected_bad = dataset.BadRecords()
+        expected = list(sources._line_docs(str(path), "paragraph", expected_bad))
+        assert expected == paras  # the bad paragraph is dropped
+        got_bad = dataset.BadRecords()
+        pieces = list(dataset.Source([str(path)], skip_bad=True).pieces(got_bad))
+        assert isinstance(pieces[0], sources.TextChunk) == (block < len(head)) and isinstance(pieces[-1], str)
+        assert [d for p in pieces for d in ([p] if isinstance(p, str) else p.documents())] == expected
+        assert got_bad.examples == expected_bad.examples == [
+            f"{path}, line {bad_line}: expected UTF-8 text, found byte 0xff at column 5 that is not (invalid start byte)"]
+        docs = dataset.Source([str(path)]).documents()
+        assert [next(docs) for _ in range(150)] == paras[:150]
+        with pytest.raises(dataset.BadRecordError, match=f"line {bad_line}: expected UTF-8"):
+            next(docs)

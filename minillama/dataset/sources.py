@@ -4,8 +4,10 @@ Formats, recognised by extension (or forced with fmt=):
 
 * text (any other name): one document per file, per paragraph or per line (`docs=`). Paragraphs are
   cut at blank lines exactly as `minillama.ngram.paragraphs` cuts them (a line of only spaces/tabs/CR
-  between two newlines; each paragraph stripped of newlines; blank paragraphs dropped), but line by
-  line, so a file is never in memory whole. Lines are cut at b"\\n" only.
+  between two newlines; each paragraph stripped of newlines; blank paragraphs dropped), streamed: a
+  file is never in memory whole. Paragraphs of UTF-8 text are cut by that regex, in chunks of whole
+  paragraphs (TextChunk) that an engine's workers split themselves; from a block that is not UTF-8 on,
+  the file is read line by line, which names the bad line. Lines are cut at b"\\n" only.
 * JSONL (.jsonl, .ndjson, .json): one JSON object per line; the document is its `text_field` (a string).
   Blank lines are skipped.
 * Parquet (.parquet, .pq): the `text_field` column, read a batch of rows at a time (pyarrow, imported
@@ -30,6 +32,7 @@ import os
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 
 from ..errors import MinillamaError
 
@@ -100,19 +103,6 @@ _NOT_CONTENT = frozenset(b"\n" + BLANK.encode())
 _BLOCK = 1 << 20
 
 
-def _valid_utf8(path: str) -> bool:
-    """Whether the whole file is UTF-8 (checked in C, in blocks: no line is looked at)."""
-    dec = codecs.getincrementaldecoder("utf-8")()
-    try:
-        with open(path, "rb") as f:
-            while block := f.read(1 << 22):
-                dec.decode(block)
-        dec.decode(b"", final=True)
-    except UnicodeDecodeError:
-        return False
-    return True
-
-
 def split_paragraphs(text: str) -> list[str]:
     """The paragraph documents of text: ngram.paragraphs' cut (blank lines), each stripped of newlines at both
     ends, blank ones dropped."""
@@ -133,7 +123,7 @@ class TextChunk:
     def documents(self) -> list[str]:
         try:
             text = self.data.decode("utf-8")
-        except UnicodeDecodeError as exc:  # the file was checked whole before: it changed while it was read
+        except UnicodeDecodeError as exc:  # checked when read: the file changed meanwhile
             raise BadRecordError(self.path, f"byte {self.start + exc.start}", "expected UTF-8 text, found a byte "
                                  "that is not (the file changed while it was read?)") from None
         return split_paragraphs(text)
@@ -156,17 +146,21 @@ def _last_chunk_end(block: bytes) -> int | None:
 
 
 def paragraph_chunks(path: str, size: int | None = None) -> Iterator[TextChunk]:
-    """A UTF-8 file (paragraph documents) as TextChunks of about size bytes (default _BLOCK), in order.
+    """A file of paragraph documents as TextChunks of about size bytes (default _BLOCK), in order; raises
+    UnicodeDecodeError at the first block that is not UTF-8, before any chunk holding part of it.
 
     Each chunk ends at a cut that _last_chunk_end finds inside one block read from the file, so chunks are cut
     only where the whole file is cut too: the documents of the chunks, in order, are the file's. A cut
     that straddles two blocks is passed over (a later one serves), and a file without any is one chunk.
-    Only bytes are looked at here (the cut is ASCII, so it never splits a character)."""
+    Only bytes are looked at here (the cut is ASCII, so it never splits a character); the UTF-8 check is
+    the decoder's, in C."""
     size = size or _BLOCK
+    check = codecs.getincrementaldecoder("utf-8")().decode
     parts: list[bytes] = []
     start = 0
     with open(path, "rb") as f:
         while block := f.read(size):
+            check(block)
             end = _last_chunk_end(block)
             if end is None:
                 parts.append(block)
@@ -176,9 +170,33 @@ def paragraph_chunks(path: str, size: int | None = None) -> Iterator[TextChunk]:
             yield TextChunk(path, start, data)
             start += len(data)
             parts = [block[end:]]
+    check(b"", True)
     data = b"".join(parts)
     if data:
         yield TextChunk(path, start, data)
+
+
+def paragraph_pieces(path: str, bad: BadRecords | None, size: int | None = None) -> Iterator[str | TextChunk]:
+    """The paragraph documents of a text file: TextChunks (paragraph_chunks) while the file is UTF-8; from
+    a block that is not, the line reader's documents (which name the bad line) past those the chunks hold.
+    The file is read once when it is UTF-8 throughout, with no work per document."""
+    done = 0  # bytes given as chunks
+    try:
+        for chunk in paragraph_chunks(path, size):
+            yield chunk
+            done = chunk.start + len(chunk.data)
+        return
+    except UnicodeDecodeError:
+        pass
+    given = 0  # documents in those chunks: the same chunks read again, not kept
+    try:
+        for chunk in paragraph_chunks(path, size):
+            if chunk.start >= done:
+                break
+            given += len(chunk.documents())
+    except UnicodeDecodeError:
+        pass
+    yield from islice(_line_docs(path, "paragraph", bad), given, None)
 
 
 def text_docs(path: str, docs: str, bad: BadRecords | None, data: bytes | None = None) -> Iterator[str]:
@@ -187,10 +205,18 @@ def text_docs(path: str, docs: str, bad: BadRecords | None, data: bytes | None =
     A paragraph is cut at a blank line that has a newline on both sides and does not follow another cut
     line: the non-overlapping matches of r"\\n[ \\t\\r\\f\\v]*\\n", found line by line.
     """
-    if docs == "paragraph" and data is None and _valid_utf8(path):  # the common case, without a line loop
-        for chunk in paragraph_chunks(path):
-            yield from chunk.documents()
+    if docs == "paragraph" and data is None:  # the common case, without a line loop while the text is UTF-8
+        for piece in paragraph_pieces(path, bad):
+            if isinstance(piece, str):
+                yield piece
+            else:
+                yield from piece.documents()
         return
+    yield from _line_docs(path, docs, bad, data)
+
+
+def _line_docs(path: str, docs: str, bad: BadRecords | None, data: bytes | None = None) -> Iterator[str]:
+    """text_docs, read line by line (any bytes: a line that is not UTF-8 is a bad record)."""
     buf: list[str] = []
     err: BadRecordError | None = None
     prev_cut = False
@@ -324,7 +350,7 @@ class Source:
                 yield from piece.documents()
 
     def pieces(self, bad: BadRecords | None = None, chunk_bytes: int | None = None) -> Iterator[str | TextChunk]:
-        """documents(), where a valid UTF-8 text file read by paragraph comes as TextChunks of about
+        """documents(), where a UTF-8 text file read by paragraph comes as TextChunks of about
         chunk_bytes bytes instead (each splits into its documents by itself): a reader that hands work to other
         processes then does nothing per document."""
         if self.skip_bad and bad is None:
@@ -336,7 +362,7 @@ class Source:
                 yield from jsonl_docs(p, self.text_field, sink)
             elif kind == "parquet":
                 yield from _parquet_docs(p, self.text_field, sink)
-            elif self.docs == "paragraph" and _valid_utf8(p):
-                yield from paragraph_chunks(p, chunk_bytes)
+            elif self.docs == "paragraph":
+                yield from paragraph_pieces(p, sink, chunk_bytes)
             else:
                 yield from text_docs(p, self.docs, sink)
