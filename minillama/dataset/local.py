@@ -128,12 +128,15 @@ class Workers:
         self.inboxes: list[multiprocessing.Queue] = [ctx.Queue() for _ in range(n)]
         self.procs = [ctx.Process(target=_work, args=(i, tok, settings, q, self.results), daemon=True,
                                   name=f"minillama-dataset-{i}") for i, q in enumerate(self.inboxes)]
-        gc.freeze()  # forked workers then leave this process's objects alone (no GC passes, fewer page copies)
+        freeze = gc.get_freeze_count() == 0  # a caller's own frozen objects are left as they are
+        if freeze:
+            gc.freeze()  # forked workers then leave this process's objects alone (no GC passes, fewer page copies)
         try:
             for p in self.procs:
                 p.start()
         finally:
-            gc.unfreeze()
+            if freeze:
+                gc.unfreeze()
         self.in_hand = [0] * n
         self.sent = self.taken = 0
         self.done: dict[int, Encoded] = {}
