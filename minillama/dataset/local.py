@@ -1,8 +1,8 @@
 """The local engine: input read in this process, encoded by worker processes, written in order.
 
 The main process reads the input in order as pieces (sources.Source.pieces): for text files read by
-paragraph, chunks of about a MiB of raw bytes that each split into whole documents by themselves, so
-this process does no work per document there; for other inputs, the documents. It groups them into
+paragraph, chunks of about BATCH_CHARS raw bytes that each split into whole documents by themselves,
+so this process does no work per document there; for other inputs, the documents. It groups them into
 batches of about BATCH_CHARS characters and hands each batch to the worker process with the least
 work in hand. Each worker holds its own Tokenizer (inherited or pickled as its tables), splits chunks
 into documents, encodes them and hashes each document (doc_digest); at most AHEAD batches per worker
@@ -13,8 +13,9 @@ output does not depend on the worker count.
 Workers share what they learn: after each batch a worker sends back the word-cache entries it computed
 (Tokenizer.take_cache_entries), and this process passes them on at once to every other worker, which
 adds them to its cache before it starts its next batch. Without that each worker would compute every
-distinct word of the input itself (about a sixth of the CPU time of diverse.txt's first pass, and
-again in each worker). Ids do not depend on it: an entry is exactly what encoding its word gives.
+distinct word of the input itself (diverse.txt: 69,337 words, about 1.7 CPU s, three quarters of the
+time of a first pass over it, in each worker). Ids do not depend on it: an entry is exactly what
+encoding its word gives.
 
 With workers=1 everything runs in this process.
 """
