@@ -8,6 +8,7 @@ tests) on paragraphs cut by minillama.ngram.paragraphs, an independent implement
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import pickle
 import signal
@@ -94,10 +95,33 @@ def test_in_memory_tokenizer_pickles():
     assert pickle.loads(pickle.dumps(tok)).encode(text) == tok.encode(text)
 
 
+def test_cache_entries_taught_to_another_tokenizer_are_not_computed_again():
+    """take_cache_entries / add_cache_entries (how the local engine's workers share words): the taught tokenizer
+    gives encode()'s ids and computes none of the taught words itself."""
+    tok = load("ggml-vocab-llama-bpe")
+    texts = _paragraphs()[:60]
+    first, second = Tokenizer.from_file(vocab_path("ggml-vocab-llama-bpe")), pickle.loads(pickle.dumps(tok))
+    assert first.take_cache_entries() == [] and second.take_cache_entries() == []
+    expected = [tok.encode(t) for t in texts]
+    assert [first.encode(t) for t in texts] == expected
+    learned = first.take_cache_entries()
+    assert len(learned) > 500 and len({w for w, _ in learned}) == len(learned)
+    assert first.take_cache_entries() == []  # taken once
+    assert all(ids == tok.encode(w, add_special=False) for w, ids in learned[:200])
+    second.add_cache_entries(learned)
+    assert [second.encode(t) for t in texts] == expected
+    assert second.take_cache_entries() == []  # every word came from first
+    assert [second.encode(t) for t in _paragraphs()[60:70]] == [tok.encode(t) for t in _paragraphs()[60:70]]
+    assert second.take_cache_entries()  # new words are recorded again
+
+
 # --- exactness, local engine -----------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("vocab", list(VOCABS))
-def test_paragraph_shards_equal_encode_plus_eos_for_1_and_2_workers(vocab, corpus, tmp_path):
+def test_paragraph_shards_equal_encode_plus_eos_for_1_and_2_workers(vocab, corpus, tmp_path, monkeypatch):
+    from minillama.dataset import local
+
+    monkeypatch.setattr(local, "BATCH_CHARS", 3000)  # many text chunks, many batches per worker
     tok = load(f"ggml-vocab-{vocab}")
     expected = []
     for p in corpus["paras"]:
@@ -354,3 +378,71 @@ def test_block_paragraph_reader_cuts_as_ngram_paragraphs(tmp_path, monkeypatch):
         path.write_bytes(text.encode())
         monkeypatch.setattr(sources, "_BLOCK", rnd.choice([1, 2, 3, 5, 8, 13, 1 << 20]))
         assert list(sources.text_docs(str(path), "paragraph", None)) == paragraphs(text), repr(text)
+
+
+def test_text_chunks_cover_the_file_and_end_at_cuts(tmp_path):
+    """paragraph_chunks: contiguous chunks whose bytes are the file's, each ending right after a paragraph cut
+    (so each splits into whole documents); a chunk whose bytes changed since the check names the byte."""
+    from minillama.dataset import sources
+
+    paras = _paragraphs()
+    text = ("\n\n".join(paras) + "\n \n\n\t\nlast").encode()
+    path = tmp_path / "t.txt"
+    path.write_bytes(text)
+    for size in (7, 100, 4096, 1 << 20):
+        chunks = list(sources.paragraph_chunks(str(path), size))
+        assert b"".join(c.data for c in chunks) == text
+        assert [c.start for c in chunks] == [sum(len(c.data) for c in chunks[:i]) for i in range(len(chunks))]
+        assert all(c.data.endswith(b"\n") for c in chunks[:-1])
+        assert [d for c in chunks for d in c.documents()] == paragraphs(text.decode())
+        if size == 4096:
+            assert len(chunks) > 10
+    with pytest.raises(dataset.BadRecordError, match=r"t.txt, byte 12: expected UTF-8 text"):
+        sources.TextChunk("t.txt", 10, b"ab\xffcd").documents()
+
+
+@pytest.mark.skipif(sys.platform == "win32" or multiprocessing.get_start_method() != "fork",
+                    reason="the fault is put into the workers by forking this process")
+def test_a_failing_or_dying_worker_stops_the_run_with_a_clear_error(corpus, tmp_path, monkeypatch):
+    from minillama.dataset import local
+
+    model = str(vocab_path("ggml-vocab-llama-spm"))
+
+    def fail(*_):
+        raise dataset.BadRecordError("in.txt", "line 3", "a test failure")
+
+    monkeypatch.setattr(local, "encode_pieces", fail)
+    with pytest.raises(dataset.BadRecordError, match="in.txt, line 3: a test failure"):
+        dataset.prepare(model, tmp_path / "a", [corpus["txt"]], workers=2)
+    monkeypatch.setattr(local, "encode_pieces", lambda *_: os._exit(3))
+    with pytest.raises(MinillamaError, match=r"a worker process ended unexpectedly \(exit status 3"):
+        dataset.prepare(model, tmp_path / "b", [corpus["txt"]], workers=2)
+    assert not [n for n in os.listdir(tmp_path / "b") if n.startswith("shard-") or n == "index.json"]
+
+
+def test_a_bad_byte_deep_in_a_paragraph_file_switches_to_the_line_reader(tmp_path, monkeypatch):
+    """Chunks are checked as UTF-8 block by block; from a bad block on the line reader takes over, past the
+    documents the chunks held: the documents, the bad record's name and its count are the line reader's."""
+    from minillama.dataset import sources
+
+    paras = _paragraphs()[:200]
+    head = "\n\n".join(paras[:150]).encode()
+    text = head + b"\n\nbad \xff byte\nsame paragraph\n\n" + "\n\n".join(paras[150:]).encode() + b"\n"
+    path = tmp_path / "t.txt"
+    path.write_bytes(text)
+    bad_line = head.count(b"\n") + 3
+    for block in (64, 1000, 1 << 20):
+        monkeypatch.setattr(sources, "_BLOCK", block)
+        expected_bad = dataset.BadRecords()
+        expected = list(sources._line_docs(str(path), "paragraph", expected_bad))
+        assert expected == paras  # the bad paragraph is dropped
+        got_bad = dataset.BadRecords()
+        pieces = list(dataset.Source([str(path)], skip_bad=True).pieces(got_bad))
+        assert isinstance(pieces[0], sources.TextChunk) == (block < len(head)) and isinstance(pieces[-1], str)
+        assert [d for p in pieces for d in ([p] if isinstance(p, str) else p.documents())] == expected
+        assert got_bad.examples == expected_bad.examples == [
+            f"{path}, line {bad_line}: expected UTF-8 text, found byte 0xff at column 5 that is not (invalid start byte)"]
+        docs = dataset.Source([str(path)]).documents()
+        assert [next(docs) for _ in range(150)] == paras[:150]
+        with pytest.raises(dataset.BadRecordError, match=f"line {bad_line}: expected UTF-8"):
+            next(docs)

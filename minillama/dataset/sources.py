@@ -4,8 +4,10 @@ Formats, recognised by extension (or forced with fmt=):
 
 * text (any other name): one document per file, per paragraph or per line (`docs=`). Paragraphs are
   cut at blank lines exactly as `minillama.ngram.paragraphs` cuts them (a line of only spaces/tabs/CR
-  between two newlines; each paragraph stripped of newlines; blank paragraphs dropped), but line by
-  line, so a file is never in memory whole. Lines are cut at b"\\n" only.
+  between two newlines; each paragraph stripped of newlines; blank paragraphs dropped), streamed: a
+  file is never in memory whole. Paragraphs of UTF-8 text are cut by that regex, in chunks of whole
+  paragraphs (TextChunk) that an engine's workers split themselves; from a block that is not UTF-8 on,
+  the file is read line by line, which names the bad line. Lines are cut at b"\\n" only.
 * JSONL (.jsonl, .ndjson, .json): one JSON object per line; the document is its `text_field` (a string).
   Blank lines are skipped.
 * Parquet (.parquet, .pq): the `text_field` column, read a batch of rows at a time (pyarrow, imported
@@ -30,6 +32,7 @@ import os
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 
 from ..errors import MinillamaError
 
@@ -92,57 +95,108 @@ def _lines(path: str, data: bytes | None = None) -> Iterator[tuple[int, bytes, b
 
 # ngram.paragraphs' cut, as one regex: a blank line with a newline on both sides (non-overlapping matches)
 _PARAGRAPH_CUT = re.compile(r"\n[ \t\r\f\v]*\n")
+_PARAGRAPH_CUT_BYTES = re.compile(_PARAGRAPH_CUT.pattern.encode())
+# A chunk of a file may end at a cut right after a character that no cut can hold (neither a newline nor a
+# blank): no cut of the whole-file scan covers that character, so the scan reaches the newline after it
+# afresh, and the cut it makes there (greedy, ending at the second newline) is this one.
+_NOT_CONTENT = frozenset(b"\n" + BLANK.encode())
 _BLOCK = 1 << 20
 
 
-def _valid_utf8(path: str) -> bool:
-    """Whether the whole file is UTF-8 (checked in C, in blocks: no line is looked at)."""
-    dec = codecs.getincrementaldecoder("utf-8")()
-    try:
-        with open(path, "rb") as f:
-            while block := f.read(1 << 22):
-                dec.decode(block)
-        dec.decode(b"", final=True)
-    except UnicodeDecodeError:
-        return False
-    return True
+def split_paragraphs(text: str) -> list[str]:
+    """The paragraph documents of text: ngram.paragraphs' cut (blank lines), each stripped of newlines at both
+    ends, blank ones dropped."""
+    return [p.strip("\n") for p in _PARAGRAPH_CUT.split(text) if p.strip()]
 
 
-def _paragraphs_by_block(path: str) -> Iterator[str]:
-    """The paragraph documents of a UTF-8 file, cut by the regex on 1 MiB blocks (~10x less work per byte
-    than the line reader, the same documents).
+@dataclass(frozen=True)
+class TextChunk:
+    """A run of whole paragraphs of a UTF-8 text file: bytes start..start+len(data) of path, ending where a
+    paragraph cut of the whole file ends (or at its end). Its documents are the file's documents there, so
+    a chunk is split where it is encoded (an engine's worker), and the reading process does nothing per
+    document."""
 
-    A match of the cut never reads past its own end, and an attempt that fails inside the buffer fails
-    whatever follows, unless it starts at a newline followed only by blanks up to the buffer's end: that
-    one is retried when the next block comes. So the text up to the last match splits as the whole text
-    would, and the rest waits.
-    """
-    dec = codecs.getincrementaldecoder("utf-8")()
-    carry, scan_from = "", 0
+    path: str
+    start: int
+    data: bytes
+
+    def documents(self) -> list[str]:
+        try:
+            text = self.data.decode("utf-8")
+        except UnicodeDecodeError as exc:  # checked when read: the file changed meanwhile
+            raise BadRecordError(self.path, f"byte {self.start + exc.start}", "expected UTF-8 text, found a byte "
+                                 "that is not (the file changed while it was read?)") from None
+        return split_paragraphs(text)
+
+
+def _last_chunk_end(block: bytes) -> int | None:
+    """Where the last cut of block that a chunk may end at ends (None: there is none). The tail is searched
+    first, a window twice as large each time (the regex starts at a newline: a fast scan in C)."""
+    n = len(block)
+    lo = n
+    while lo > 0:
+        lo = max(n - 2 * (n - lo) - 4096, 0)
+        end = None
+        for m in _PARAGRAPH_CUT_BYTES.finditer(block, lo):
+            if m.start() > 0 and block[m.start() - 1] not in _NOT_CONTENT:
+                end = m.end()
+        if end is not None:
+            return end
+    return None
+
+
+def paragraph_chunks(path: str, size: int | None = None) -> Iterator[TextChunk]:
+    """A file of paragraph documents as TextChunks of about size bytes (default _BLOCK), in order; raises
+    UnicodeDecodeError at the first block that is not UTF-8, before any chunk holding part of it.
+
+    Each chunk ends at a cut that _last_chunk_end finds inside one block read from the file, so chunks are cut
+    only where the whole file is cut too: the documents of the chunks, in order, are the file's. A cut
+    that straddles two blocks is passed over (a later one serves), and a file without any is one chunk.
+    Only bytes are looked at here (the cut is ASCII, so it never splits a character); the UTF-8 check is
+    the decoder's, in C."""
+    size = size or _BLOCK
+    check = codecs.getincrementaldecoder("utf-8")().decode
+    parts: list[bytes] = []
+    start = 0
     with open(path, "rb") as f:
-        while True:
-            block = f.read(_BLOCK)
-            text = carry + dec.decode(block, final=not block)
-            cuts = [m.span() for m in _PARAGRAPH_CUT.finditer(text, scan_from)]
-            if block and not cuts:
-                tail = len(text.rstrip(BLANK))
-                carry, scan_from = text, (tail - 1 if tail and text[tail - 1] == "\n" else len(text))
+        while block := f.read(size):
+            check(block)
+            end = _last_chunk_end(block)
+            if end is None:
+                parts.append(block)
                 continue
-            pos = 0
-            for start, end in cuts:
-                yield from _paragraph(text[pos:start])
-                pos = end
-            if not block:
-                yield from _paragraph(text[pos:])
-                return
-            carry, scan_from = text[pos:], 0
+            parts.append(block[:end])
+            data = b"".join(parts)
+            yield TextChunk(path, start, data)
+            start += len(data)
+            parts = [block[end:]]
+    check(b"", True)
+    data = b"".join(parts)
+    if data:
+        yield TextChunk(path, start, data)
 
 
-def _paragraph(part: str) -> Iterator[str]:
-    """part as a document (ngram.paragraphs: newlines stripped at both ends), if it holds anything."""
-    part = part.strip("\n")
-    if part.strip():
-        yield part
+def paragraph_pieces(path: str, bad: BadRecords | None, size: int | None = None) -> Iterator[str | TextChunk]:
+    """The paragraph documents of a text file: TextChunks (paragraph_chunks) while the file is UTF-8; from
+    a block that is not, the line reader's documents (which name the bad line) past those the chunks hold.
+    The file is read once when it is UTF-8 throughout, with no work per document."""
+    done = 0  # bytes given as chunks
+    try:
+        for chunk in paragraph_chunks(path, size):
+            yield chunk
+            done = chunk.start + len(chunk.data)
+        return
+    except UnicodeDecodeError:
+        pass
+    given = 0  # documents in those chunks: the same chunks read again, not kept
+    try:
+        for chunk in paragraph_chunks(path, size):
+            if chunk.start >= done:
+                break
+            given += len(chunk.documents())
+    except UnicodeDecodeError:
+        pass
+    yield from islice(_line_docs(path, "paragraph", bad), given, None)
 
 
 def text_docs(path: str, docs: str, bad: BadRecords | None, data: bytes | None = None) -> Iterator[str]:
@@ -151,9 +205,18 @@ def text_docs(path: str, docs: str, bad: BadRecords | None, data: bytes | None =
     A paragraph is cut at a blank line that has a newline on both sides and does not follow another cut
     line: the non-overlapping matches of r"\\n[ \\t\\r\\f\\v]*\\n", found line by line.
     """
-    if docs == "paragraph" and data is None and _valid_utf8(path):  # the common case, without a line loop
-        yield from _paragraphs_by_block(path)
+    if docs == "paragraph" and data is None:  # the common case, without a line loop while the text is UTF-8
+        for piece in paragraph_pieces(path, bad):
+            if isinstance(piece, str):
+                yield piece
+            else:
+                yield from piece.documents()
         return
+    yield from _line_docs(path, docs, bad, data)
+
+
+def _line_docs(path: str, docs: str, bad: BadRecords | None, data: bytes | None = None) -> Iterator[str]:
+    """text_docs, read line by line (any bytes: a line that is not UTF-8 is a bad record)."""
     buf: list[str] = []
     err: BadRecordError | None = None
     prev_cut = False
@@ -280,6 +343,16 @@ class Source:
 
     def documents(self, bad: BadRecords | None = None) -> Iterator[str]:
         """Every document of every file, in order. bad collects skipped records when skip_bad is set."""
+        for piece in self.pieces(bad):
+            if isinstance(piece, str):
+                yield piece
+            else:
+                yield from piece.documents()
+
+    def pieces(self, bad: BadRecords | None = None, chunk_bytes: int | None = None) -> Iterator[str | TextChunk]:
+        """documents(), where a UTF-8 text file read by paragraph comes as TextChunks of about
+        chunk_bytes bytes instead (each splits into its documents by itself): a reader that hands work to other
+        processes then does nothing per document."""
         if self.skip_bad and bad is None:
             bad = BadRecords()
         sink = bad if self.skip_bad else None
@@ -289,5 +362,7 @@ class Source:
                 yield from jsonl_docs(p, self.text_field, sink)
             elif kind == "parquet":
                 yield from _parquet_docs(p, self.text_field, sink)
+            elif self.docs == "paragraph":
+                yield from paragraph_pieces(p, sink, chunk_bytes)
             else:
                 yield from text_docs(p, self.docs, sink)

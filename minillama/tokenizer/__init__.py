@@ -386,6 +386,17 @@ class Tokenizer:
         ids, _, prefix = self._completion(text, add_special, parse_special)
         return ids, prefix
 
+    def take_cache_entries(self) -> list[tuple[str, list[int]]]:
+        """The word-cache entries (word, ids) this Tokenizer computed since the last call, in order; the
+        first call starts the record and returns []. For process pools: another process's Tokenizer of the
+        same vocab takes them with add_cache_entries instead of computing those words again."""
+        return self._encoder.take_new_entries()
+
+    def add_cache_entries(self, entries: Iterable[tuple[str, list[int]]]) -> None:
+        """Put entries from take_cache_entries() of a Tokenizer of this same vocab into this one's word cache
+        (words it holds already stay). Ids do not change: an entry is what encoding its word computes."""
+        self._encoder.add_entries(entries)
+
     def encode_batch(self, texts: Iterable[str], num_threads: int | None = None, *, add_special: bool = True,
                      parse_special: bool = False, return_array: bool = False,
                      pad_to: Literal["longest"] | int | None = None, truncate: int | None = None,

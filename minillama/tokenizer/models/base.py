@@ -14,7 +14,9 @@ CACHE_MAX_WORDS, it becomes the old one and the previous old one is dropped. So 
 once per generation is never recomputed, memory stays under 2 x CACHE_MAX_BYTES whatever the input
 (an entry over an eighth of CACHE_MAX_BYTES is not cached at all), and a second pass over a corpus never
 does more work than the first. The hot path (every word a hit in the young generation) is one C-level
-map over the young dict.
+map over the young dict. Processes that encode parts of one input (the dataset engine's workers) share
+what they compute: take_new_entries() gives the entries computed since it was last called, and
+add_entries() puts another model's into this cache.
 
 Huge fragments. A fragment of more than CHUNK_CHARS characters is encoded a piece at a time
 (`Model.word_chunks`): each model cuts only where the words of the whole text provably have a
@@ -126,6 +128,7 @@ class Model:
         self._cache: dict[str, list[int]] = {}  # the young generation
         self._old: dict[str, list[int]] = {}
         self._cache_bytes = 0
+        self._new: list[tuple[str, list[int]]] | None = None  # entries computed since take_new_entries()
         self._lock = threading.RLock()  # re-entrant: a table's builder may use another table
         self._canonical: dict[str, str] | None = None
 
@@ -207,20 +210,39 @@ class Model:
                     ids = self._old.get(w)
                     if ids is None:
                         ids = encode(w)
-                    self._remember(w, ids)
+                        if self._remember(w, ids) and self._new is not None:
+                            self._new.append((w, ids))
+                    else:
+                        self._remember(w, ids)
                 got[k] = ids
 
-    def _remember(self, word: str, ids: list[int]) -> None:
-        """Put word -> ids in the young generation, turning it old first when it is full."""
+    def _remember(self, word: str, ids: list[int]) -> bool:
+        """Put word -> ids in the young generation, turning it old first when it is full (False: too
+        large to cache)."""
         size = entry_bytes(word, ids)
         if size > CACHE_MAX_BYTES >> 3:  # one entry stays a small part of a generation
-            return
+            return False
         cache = self._cache
         if self._cache_bytes + size > CACHE_MAX_BYTES or len(cache) >= CACHE_MAX_WORDS:
             self._old, self._cache, self._cache_bytes = cache, {}, 0
             cache = self._cache
         self._cache_bytes += size
         cache[word] = ids
+        return True
+
+    def take_new_entries(self) -> list[tuple[str, list[int]]]:
+        """The cache entries computed (not found) since the last call, in order; the first call starts the
+        record and returns []."""
+        new, self._new = self._new or [], []
+        return new
+
+    def add_entries(self, entries: Iterable[tuple[str, list[int]]]) -> None:
+        """Cache entries that take_new_entries() of a model of this same vocab returned (kept words stay)."""
+        cache = self._cache
+        for word, ids in entries:
+            if word not in cache:
+                self._remember(word, ids)
+                cache = self._cache  # a full generation may have turned old
 
     def clear_cache(self) -> None:
         """Forget every cached word (both generations)."""
