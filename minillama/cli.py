@@ -118,7 +118,7 @@ def format_ids(ids: Iterable[int]) -> str:
 
 
 def check_sampling_flags(args: argparse.Namespace) -> None:
-    """--temperature/--top-k/--top-p/--max-tokens checked before anything loads, errors naming the flags."""
+    """--temperature/--top-k/--top-p/--max-tokens/--threads checked before anything loads, errors naming the flags."""
     import re
 
     from minillama.generate import Sampler
@@ -130,6 +130,8 @@ def check_sampling_flags(args: argparse.Namespace) -> None:
                                     str(exc))) from None
     if args.max_tokens < 1:
         raise MinillamaError(f"expected --max-tokens of at least 1, found {args.max_tokens}")
+    if getattr(args, "threads", None) is not None and args.threads < 1:
+        raise MinillamaError(f"expected --threads of at least 1, found {args.threads}")
 
 
 def _check_order(order: int | None) -> None:
@@ -351,9 +353,9 @@ def _has_weights(path: str) -> bool:
     return bool(read_gguf(path).tensors)
 
 
-def _load_model(path: str) -> Model:
+def _load_model(path: str, threads: int | None = None) -> Model:
     """Model.from_file with a progress bar on a terminal's stderr when loading takes more than a moment."""
-    from minillama.model import Model
+    from minillama.model import DEFAULT_THREADS, Model
 
     bar = None
 
@@ -370,7 +372,7 @@ def _load_model(path: str) -> Model:
         bar.refresh()
 
     try:
-        return Model.from_file(path, progress=progress)
+        return Model.from_file(path, progress=progress, threads=threads or DEFAULT_THREADS)
     finally:
         if bar is not None:
             bar.close()
@@ -383,7 +385,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     check_sampling_flags(args)
     prompt = _read_text(args.prompt)
     tok = _load_tokenizer(args.model)
-    model = _load_model(args.model)
+    model = _load_model(args.model, args.threads)
     gen = generate(model, tok, prompt, args.max_tokens, temperature=args.temperature, top_k=args.top_k,
                    top_p=args.top_p, seed=args.seed, stop_at_eog=not args.ignore_eos)
     out = sys.stdout
@@ -407,6 +409,8 @@ def _add_sampling_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-p", type=float, default=0.95, metavar="P",
                    help="keep the most likely up to probability P (1: all; default: 0.95)")
     p.add_argument("--seed", type=int, metavar="S", help="make the output repeat exactly (default: random)")
+    p.add_argument("-t", "--threads", type=int, metavar="N",
+                   help="threads of the forward pass's matrix products (default: the cores, up to 4)")
 
 
 def _setup_generate(p: argparse.ArgumentParser) -> None:
@@ -430,7 +434,7 @@ def _chat_model(args: argparse.Namespace, tok: Tokenizer, fmt: ChatFormat) -> tu
 
     if args.ngram is None and args.order is None and args.model is not None and _has_weights(args.model):
         start = time.perf_counter()
-        model = _load_model(args.model)
+        model = _load_model(args.model, args.threads)
         return model, (f"{model.hparams.arch} forward pass in numpy ({model.hparams.n_layer} layers, "
                        f"{model.hparams.n_embd} wide), loaded in {time.perf_counter() - start:.1f} s")
     if args.ngram is not None:

@@ -262,7 +262,9 @@ MODEL_COMMANDS = [["tokenize", "--model", "{}", "hi"], ["decode", "--model", "{}
 FILE_COMMANDS = [["tokenize", "-f", "{}"], ["bench", "{}"], ["ngram", "train", "--out", "{out}", "{}"],
                  ["dataset", "--model", "README.md", "--out", "{out}", "--no-progress", "{}"],
                  ["train", "--vocab-size", "300", "--out", "{out}", "{}"]]
-NUMBER_FLAGS = [["chat", "--max-tokens", "{n}"], ["generate", "--model", "{file}", "--max-tokens", "{n}", "hi"], ["chat", "--order", "{n}"], ["chat", "--top-k", "{n}"],
+NUMBER_FLAGS = [["chat", "--max-tokens", "{n}"], ["generate", "--model", "{file}", "--max-tokens", "{n}", "hi"],
+                ["chat", "--threads", "{n}"], ["generate", "--model", "{file}", "-t", "{n}", "hi"],
+                ["chat", "--order", "{n}"], ["chat", "--top-k", "{n}"],
                 ["bench", "--repeat", "{n}"], ["ngram", "train", "--order", "{n}", "--out", "{out}", "{file}"],
                 ["train", "--vocab-size", "{n}", "--out", "{out}", "{file}"],
                 ["train", "--vocab-size", "300", "--min-frequency", "{n}", "--out", "{out}", "{file}"],

