@@ -22,7 +22,15 @@ import random
 import re
 
 import pytest
-from helpers import fail_if_any, get_oracle, load_file, release_tokenizers
+from helpers import (
+    assert_all_equal,
+    fail_if_any,
+    get_oracle,
+    load_file,
+    mismatch_report,
+    piece_mismatches,
+    release_tokenizers,
+)
 
 STRINGS = [
     "",
@@ -109,10 +117,7 @@ def hf(hf_bpe):
 
 
 def _report(what, bad, total, ref="Hugging Face tokenizers"):
-    lines = [f"{what}: {len(bad)} of {total} strings differ from {ref}; first ones:"]
-    for s, got, want in bad[:5]:
-        lines.append(f"  text={s!r}\n    got  {got}\n    want {want}")
-    return "\n".join(lines)
+    return mismatch_report(what, bad, total, ref)
 
 
 def _hf_plain_ids(hf, s: str) -> list[int]:
@@ -139,23 +144,14 @@ def test_fixture_sanity(hf):
 
 @pytest.mark.parametrize("strings", [STRINGS, FUZZ], ids=["handpicked", "fuzz"])
 def test_encode_matches_hf(hf, tok, strings):
-    bad = []
-    for s in strings:
-        got = tok.encode(s, add_special=False)
-        want = hf.encode(s).ids
-        if got != want:
-            bad.append((s, got, want))
-    fail_if_any(bad, _report("encode(add_special=False)", bad, len(strings)))
+    assert_all_equal("encode(add_special=False)", strings, lambda s: tok.encode(s, add_special=False),
+                     lambda s: hf.encode(s).ids, "Hugging Face tokenizers")
 
 
 def test_encode_parse_special_matches_hf(hf, tok):
-    bad = []
-    for s in SPECIAL_STRINGS:
-        got = tok.encode(s, add_special=False, parse_special=True)
-        want = hf.encode(s).ids
-        if got != want:
-            bad.append((s, got, want))
-    fail_if_any(bad, _report("encode(parse_special=True)", bad, len(SPECIAL_STRINGS)))
+    assert_all_equal("encode(parse_special=True)", SPECIAL_STRINGS,
+                     lambda s: tok.encode(s, add_special=False, parse_special=True), lambda s: hf.encode(s).ids,
+                     "Hugging Face tokenizers")
 
 
 def test_special_text_not_parsed_by_default(hf_bpe, hf, tok):
@@ -227,10 +223,6 @@ def test_matches_llamacpp_oracle(hf_bpe, tok):
             got_b, want_b = tok.decode_bytes(ids, unparse_special=unparse), o.detokenize(ids, False, unparse)
             if got_b != want_b:
                 bad.append((s, f"decode_bytes(unparse_special={unparse}) {got_b!r}", want_b))
-    for i in range(o.n_vocab):
-        for special in (True, False):
-            if tok.token_to_piece(i, special=special) != o.piece(i, special):
-                bad.append((f"<token {i}>", f"token_to_piece(special={special}) {tok.token_to_piece(i, special=special)!r}",
-                            o.piece(i, special)))
+    bad += piece_mismatches(tok, o)
     fail_if_any(bad, _report("encode/decode/token_to_piece", bad, len(STRINGS + FUZZ + SPECIAL_STRINGS),
                             ref="llama.cpp"))

@@ -7,7 +7,7 @@ Expected ids are llama.cpp's, from shared/conformance/ggml-vocab-llama-spm.jsonl
 from __future__ import annotations
 
 import pytest
-from helpers import fail_if_any, load, read_conformance, release_tokenizers
+from helpers import assert_all_equal, fail_if_any, load, mismatch_report, read_conformance, release_tokenizers
 
 SPM_CONFORMANCE = "ggml-vocab-llama-spm"
 
@@ -24,10 +24,7 @@ def rows():
 
 
 def _report(what, bad, total):
-    lines = [f"llama2c-tokenizer.bin: {what}: {len(bad)} of {total} cases differ from llama.cpp (llama-spm.gguf):"]
-    for text, got, want in bad[:5]:
-        lines.append(f"  text={text[:120]!r}\n    got  {got[:40]}\n    want {want[:40]}")
-    return "\n".join(lines)
+    return mismatch_report(f"llama2c-tokenizer.bin: {what}", bad, total, "llama.cpp (llama-spm.gguf)")
 
 
 def test_metadata(tok):
@@ -43,12 +40,9 @@ def test_metadata(tok):
 def test_encode_matches_llama_spm(tok, rows, add_special):
     """add_special=False: llama_tokenize(text, False, False); add_special=True: llama_tokenize(text, True, True)."""
     key = "ids_special" if add_special else "ids"
-    bad = []
-    for r in rows:
-        got = tok.encode(r["text"], add_special=add_special, parse_special=add_special)
-        if got != r[key]:
-            bad.append((r["text"], got, r[key]))
-    fail_if_any(bad, _report(f"encode(add_special={add_special}, parse_special={add_special})", bad, len(rows)))
+    assert_all_equal(f"llama2c-tokenizer.bin: encode(add_special={add_special}, parse_special={add_special})", rows,
+                     lambda r: tok.encode(r["text"], add_special=add_special, parse_special=add_special),
+                     lambda r: r[key], "llama.cpp (llama-spm.gguf)", text=lambda r: r["text"])
 
 
 def test_decode_matches_llama_spm(tok, rows):

@@ -23,10 +23,13 @@ import numpy as np
 import pytest
 from helpers import (
     SAMPLE_STRINGS,
+    assert_all_equal,
     fail_if_any,
     get_oracle,
     load_file,
+    mismatch_report,
     pb_field,
+    piece_mismatches,
     release_tokenizers,
     require_shared,
     sentencepiece_token_type,
@@ -188,10 +191,7 @@ def tok(built):
 
 
 def _report(what, bad, total, ref="sentencepiece"):
-    lines = [f"{what}: {len(bad)} of {total} strings differ from {ref}; first ones:"]
-    for s, got, want in bad[:5]:
-        lines.append(f"  text={s!r}\n    got  {got}\n    want {want}")
-    return "\n".join(lines)
+    return mismatch_report(what, bad, total, ref)
 
 
 def test_metadata(sp, tok):
@@ -210,24 +210,14 @@ def test_byte_fallback_is_exercised(sp):
 
 @pytest.mark.parametrize("strings", [STRINGS, FUZZ], ids=["handpicked", "fuzz"])
 def test_encode_matches_sentencepiece(sp, tok, strings):
-    bad = []
-    for s in strings:
-        got = tok.encode(s, add_special=False)
-        want = sp.encode(s)
-        if got != want:
-            bad.append((s, got, want))
-    fail_if_any(bad, _report("encode(add_special=False)", bad, len(strings)))
+    assert_all_equal("encode(add_special=False)", strings, lambda s: tok.encode(s, add_special=False), sp.encode,
+                     "sentencepiece")
 
 
 def test_encode_add_special_matches_sentencepiece(sp, tok):
     """add_special=True prepends BOS (add_bos_token=True), as sentencepiece's add_bos=True does."""
-    bad = []
-    for s in STRINGS:
-        got = tok.encode(s, add_special=True)
-        want = sp.encode(s, add_bos=True)
-        if got != want:
-            bad.append((s, got, want))
-    fail_if_any(bad, _report("encode(add_special=True)", bad, len(STRINGS)))
+    assert_all_equal("encode(add_special=True)", STRINGS, lambda s: tok.encode(s, add_special=True),
+                     lambda s: sp.encode(s, add_bos=True), "sentencepiece")
 
 
 @pytest.mark.parametrize("strings", [STRINGS, FUZZ], ids=["handpicked", "fuzz"])
@@ -271,11 +261,7 @@ def test_matches_llamacpp_oracle(built, tok):
         got_b, want_b = tok.decode_bytes(ids), o.detokenize(ids)
         if got_b != want_b:
             bad.append((s, f"decode_bytes {got_b!r}", want_b))
-    for i in range(o.n_vocab):
-        for special in (True, False):
-            if tok.token_to_piece(i, special=special) != o.piece(i, special):
-                bad.append((f"<token {i}>", f"token_to_piece(special={special}) {tok.token_to_piece(i, special=special)!r}",
-                            o.piece(i, special)))
+    bad += piece_mismatches(tok, o)
     fail_if_any(bad, _report("encode/decode/token_to_piece", bad, 3 * len(STRINGS + FUZZ), ref="llama.cpp"))
 
 

@@ -28,6 +28,7 @@ from helpers import (
     get_oracle,
     load,
     load_file,
+    mismatch_report,
     read_conformance,
     release_tokenizers,
     require_shared,
@@ -52,19 +53,12 @@ def _need_sentencepiece() -> None:
 # llama.cpp's conformance data (shared/)
 # ---------------------------------------------------------------------------------------------------------------------
 
-def _report(what: str, bad: list, total: int, ref: str) -> str:
-    lines = [f"{what}: {len(bad)} of {total} differ from {ref}; first ones:"]
-    for text, got, want in bad[:5]:
-        lines.append(f"  text={str(text)[:120]!r}\n    got  {str(got)[:200]}\n    want {str(want)[:200]}")
-    return "\n".join(lines)
-
-
 def test_conformance_encode():
     tok = load(VOCAB)
     rows = read_conformance(VOCAB)
     bad = [(r["text"], got, r["ids"]) for r in rows
            if (got := tok.encode(r["text"], add_special=False, parse_special=False)) != r["ids"]]
-    fail_if_any(bad, _report("encode(add_special=False, parse_special=False)", bad, len(rows), "llama.cpp"))
+    fail_if_any(bad, mismatch_report("encode(add_special=False, parse_special=False)", bad, len(rows), "llama.cpp"))
 
 
 def test_conformance_encode_special():
@@ -73,14 +67,14 @@ def test_conformance_encode_special():
     rows = read_conformance(VOCAB)
     bad = [(r["text"], got, r["ids_special"]) for r in rows
            if (got := tok.encode(r["text"], add_special=True, parse_special=True)) != r["ids_special"]]
-    fail_if_any(bad, _report("encode(add_special=True, parse_special=True)", bad, len(rows), "llama.cpp"))
+    fail_if_any(bad, mismatch_report("encode(add_special=True, parse_special=True)", bad, len(rows), "llama.cpp"))
 
 
 def test_conformance_decode():
     tok = load(VOCAB)
     rows = read_conformance(VOCAB)
     bad = [(r["text"], got, r["detok_hex"]) for r in rows if (got := tok.decode_bytes(r["ids"]).hex()) != r["detok_hex"]]
-    fail_if_any(bad, _report("decode_bytes", bad, len(rows), "llama.cpp"))
+    fail_if_any(bad, mismatch_report("decode_bytes", bad, len(rows), "llama.cpp"))
 
 
 def test_metadata():
@@ -102,7 +96,7 @@ def test_byte_path_matches_conformance(monkeypatch):
                if (got := tok.encode(r["text"], add_special=False)) != r["ids"]]
     finally:
         tok._encoder.clear_cache()
-    fail_if_any(bad, _report("byte path encode", bad, 200, "llama.cpp"))
+    fail_if_any(bad, mismatch_report("byte path encode", bad, 200, "llama.cpp"))
 
 
 def test_speed_conformance_texts():
@@ -310,7 +304,7 @@ def test_encode_matches_sentencepiece(trained, strings):
     tok = load_file(path)
     strings = _sp_comparable(config, strings)
     bad = [(s, got, want) for s in strings if (got := tok.encode(s, add_special=False)) != (want := sp.encode(s))]
-    fail_if_any(bad, _report("encode(add_special=False)", bad, len(strings), "sentencepiece"))
+    fail_if_any(bad, mismatch_report("encode(add_special=False)", bad, len(strings), "sentencepiece"))
 
 
 def test_add_special_appends_eos(trained):
@@ -330,7 +324,7 @@ def test_byte_path_matches_sentencepiece(trained, monkeypatch):
                if (got := tok.encode(s, add_special=False)) != (want := sp.encode(s))]
     finally:
         tok._encoder.clear_cache()
-    fail_if_any(bad, _report("byte path encode", bad, len(STRINGS + FUZZ), "sentencepiece"))
+    fail_if_any(bad, mismatch_report("byte path encode", bad, len(STRINGS + FUZZ), "sentencepiece"))
 
 
 def test_decode_matches_sentencepiece(trained):
@@ -344,7 +338,7 @@ def test_decode_matches_sentencepiece(trained):
             continue
         if (got := tok.decode(ids)) != (want := sp.decode(ids)):
             bad.append((s, got, want))
-    fail_if_any(bad, _report("decode", bad, len(STRINGS + FUZZ), "sentencepiece"))
+    fail_if_any(bad, mismatch_report("decode", bad, len(STRINGS + FUZZ), "sentencepiece"))
 
 
 def test_trained_matches_llamacpp(trained):
@@ -361,7 +355,7 @@ def test_trained_matches_llamacpp(trained):
         s = b.decode("utf-8", "surrogateescape")  # lone surrogate escapes stand for the raw bytes
         if (got := tok.encode(s, False, False)) != (want := o.tokenize(b, False, False)):
             bad.append((b, got, want))
-    fail_if_any(bad, _report("encode", bad, 2 * len(STRINGS + FUZZ), "llama.cpp"))
+    fail_if_any(bad, mismatch_report("encode", bad, 2 * len(STRINGS + FUZZ), "llama.cpp"))
 
 
 @pytest.fixture(scope="module")
@@ -396,5 +390,5 @@ def test_user_defined_matches_llamacpp(with_user_defined):
         for remove, unparse in ((False, False), (True, True)):
             if (got := tok.decode_bytes([i, i], remove, unparse)) != (want := o.detokenize([i, i], remove, unparse)):
                 bad.append((f"<decode {i}, {i}>", got, want))
-    fail_if_any(bad, _report("encode/decode", bad, 2 * len(strings) + 2 * tok.n_vocab, "llama.cpp"))
+    fail_if_any(bad, mismatch_report("encode/decode", bad, 2 * len(strings) + 2 * tok.n_vocab, "llama.cpp"))
 
