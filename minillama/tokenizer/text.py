@@ -15,6 +15,7 @@ The policy, plainly:
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 SPACE = "\u2581"
 """SentencePiece's visible space, which stands for ' ' inside SPM and Unigram tokens."""
@@ -68,12 +69,10 @@ def raw_byte_token(b: int) -> str:
     return chr(b) if b < 0x80 else chr(0xDC00 + b)
 
 
-def _redecode(run: re.Match[str]) -> str:
-    """A run of raw bytes decoded as unicode_cpts_from_utf8 does: a lead byte followed by enough
-    continuation bytes is one code point (overlong forms and surrogates included), anything else one
-    U+FFFD per byte. A code point past U+10FFFF, where llama.cpp aborts, becomes one U+FFFD."""
-    b = run.group().encode("utf-8", "surrogateescape")
-    out: list[str] = []
+def llama_utf8_cps(b: bytes) -> Iterator[int | None]:
+    """The code points llama.cpp's unicode_cpts_from_utf8 reads from b: a lead byte followed by enough
+    continuation bytes is one code point (overlong forms, surrogates and values past U+10FFFF included),
+    any other byte None (llama.cpp reads U+FFFD for it)."""
     i, n = 0, len(b)
     while i < n:
         c = b[i]
@@ -82,12 +81,18 @@ def _redecode(run: re.Match[str]) -> str:
             cp = c & (0x7F >> k)
             for j in range(i + 1, i + k):
                 cp = cp << 6 | (b[j] & 0x3F)
-            out.append(chr(cp) if cp <= 0x10FFFF else "\ufffd")
+            yield cp
             i += k
         else:
-            out.append("\ufffd")
+            yield None
             i += 1
-    return "".join(out)
+
+
+def _redecode(run: re.Match[str]) -> str:
+    """A run of raw bytes decoded as llama_utf8_cps reads it, each byte it cannot read one U+FFFD; a code
+    point past U+10FFFF, where llama.cpp aborts, becomes one U+FFFD too."""
+    b = run.group().encode("utf-8", "surrogateescape")
+    return "".join("\ufffd" if cp is None or cp > 0x10FFFF else chr(cp) for cp in llama_utf8_cps(b))
 
 
 def llama_code_points(text: str) -> str:
