@@ -136,12 +136,16 @@ def exactness(model: str, data: str, llamacpp_too: bool = False) -> list[tuple[s
         n = len(c["prompt_ids"])
         sources["minillama"].append(log_softmax(m.logits(c["prompt_ids"] + gen[:-1])[n - 1:]))
     if llamacpp_too:
-        from llamacpp_decode import teacher_forced
+        from llamacpp_decode import LlamaCpp
 
-        for name, split in (("llama.cpp, prompt in one batch", lambda n: None),
-                            ("llama.cpp, prompt split as its server does", lambda n: n - 4)):
-            sources[name] = [log_softmax(teacher_forced(model, SHARED, c["prompt_ids"], [g["id"] for g in c["gen"]],
-                                                        split(len(c["prompt_ids"])))) for c in cases]
+        ref = LlamaCpp(model, SHARED)
+        try:
+            for name, split in (("llama.cpp, prompt in one batch", lambda n: None),
+                                ("llama.cpp, prompt split as its server does", lambda n: n - 4)):
+                sources[name] = [log_softmax(ref.teacher_forced(c["prompt_ids"], [g["id"] for g in c["gen"]],
+                                                                split(len(c["prompt_ids"])))) for c in cases]
+        finally:
+            ref.close()
     return [(name, agreement(cases, logps)) for name, logps in sources.items()]
 
 

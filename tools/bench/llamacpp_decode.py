@@ -51,11 +51,12 @@ def _lib(shared: Path):
     return ffi, lib
 
 
-class LlamaCppDecoder:
-    """One llama.cpp context over a model file: decode(ids) appends ids and returns the last position's logits."""
+class LlamaCpp:
+    """A model loaded once in llama.cpp; teacher_forced() runs it in a fresh context each time."""
 
     def __init__(self, path: str, shared: Path, n_ctx: int = 2048, threads: int = 2):
         self.ffi, self.lib = ffi, lib = _lib(shared)
+        self.path = path
         self.model = lib.llama_model_load_from_file(path.encode(), lib.llama_model_default_params())
         if self.model == ffi.NULL:
             raise RuntimeError(f"llama.cpp could not load {path}")
@@ -72,34 +73,31 @@ class LlamaCppDecoder:
             raise RuntimeError("llama_context_params does not have the expected layout in this llama.cpp")
         struct.pack_into("<I", raw, 0, n_ctx)
         struct.pack_into("<ii", raw, N_THREADS_AT, threads, threads)
-        params = ffi.new("ctx_params_bytes *")
-        ffi.memmove(params.raw, bytes(raw), PARAMS_BYTES)
-        self.ctx = lib.llama_init_from_model(self.model, params[0])
-        if self.ctx == ffi.NULL:
-            raise RuntimeError(f"llama.cpp could not make a context for {path}")
+        self.params = ffi.new("ctx_params_bytes *")
+        ffi.memmove(self.params.raw, bytes(raw), PARAMS_BYTES)
 
-    def decode(self, ids: list[int]) -> np.ndarray:
-        """Run ids (one batch) after what this context has seen; the logits [n_vocab] of the last one."""
+    def _decode(self, ctx, ids: list[int]) -> np.ndarray:
+        """Run ids (one batch) after what ctx has seen; the logits [n_vocab] of the last one."""
         arr = self.ffi.new(f"llama_token[{len(ids)}]", list(ids))
-        if self.lib.llama_decode(self.ctx, self.lib.llama_batch_get_one(arr, len(ids))) != 0:
+        if self.lib.llama_decode(ctx, self.lib.llama_batch_get_one(arr, len(ids))) != 0:
             raise RuntimeError("llama_decode failed")
-        out = self.lib.llama_get_logits_ith(self.ctx, -1)
+        out = self.lib.llama_get_logits_ith(ctx, -1)
         return np.frombuffer(self.ffi.buffer(out, 4 * self.n_vocab), np.float32).copy()
 
+    def teacher_forced(self, prompt_ids: list[int], gen: list[int], split: int | None) -> np.ndarray:
+        """llama.cpp's logits [len(gen), n_vocab] before each of gen: the prompt in one batch (split None) or
+        in two (prompt_ids[:split], then the rest), then one token per step as in generation."""
+        ctx = self.lib.llama_init_from_model(self.model, self.params[0])
+        if ctx == self.ffi.NULL:
+            raise RuntimeError(f"llama.cpp could not make a context for {self.path}")
+        try:
+            if split:
+                self._decode(ctx, prompt_ids[:split])
+            rows = [self._decode(ctx, prompt_ids[split or 0:])]
+            rows += [self._decode(ctx, [g]) for g in gen[:-1]]
+            return np.stack(rows)
+        finally:
+            self.lib.llama_free(ctx)
+
     def close(self) -> None:
-        self.lib.llama_free(self.ctx)
         self.lib.llama_model_free(self.model)
-
-
-def teacher_forced(path: str, shared: Path, prompt_ids: list[int], gen: list[int], split: int | None) -> np.ndarray:
-    """llama.cpp's logits [len(gen), n_vocab] before each of gen: the prompt in one batch (split None) or in
-    two (prompt_ids[:split], then the rest), then one token per step as in generation."""
-    d = LlamaCppDecoder(path, shared)
-    try:
-        if split:
-            d.decode(prompt_ids[:split])
-        rows = [d.decode(prompt_ids[split or 0:])]
-        rows += [d.decode([g]) for g in gen[:-1]]
-        return np.stack(rows)
-    finally:
-        d.close()
