@@ -35,7 +35,7 @@ import numpy as np
 
 from ..errors import MinillamaError
 from ..tokenizer import Tokenizer
-from .shards import ShardWriter, doc_digest
+from .shards import ShardWriter, doc_digest, utf8_digest
 from .sources import BadRecordError, BadRecords, Source, TextChunk
 
 Piece = str | TextChunk  # a document, or a chunk of a text file that splits into documents where it is encoded
@@ -64,7 +64,7 @@ def encode_docs(tok: Tokenizer, docs: Sequence[str], add_special: bool, parse_sp
         lens[i] = len(out) - before
         raw = doc.encode("utf-8", "surrogatepass")
         n_bytes += len(raw)
-        digests.append(doc_digest(doc))
+        digests.append(utf8_digest(raw))
     ids = np.frombuffer(array(_TYPECODES[dtype.itemsize], out), dtype.newbyteorder("=")).astype(dtype, copy=False)
     return lens, ids, b"".join(digests), n_bytes
 

@@ -46,7 +46,12 @@ def shard_name(i: int) -> str:
 
 def doc_digest(text: str) -> bytes:
     """A short hash of one document's text (what a resumed run compares instead of tokenizing again)."""
-    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+    return utf8_digest(text.encode("utf-8", "surrogatepass"))
+
+
+def utf8_digest(raw: bytes) -> bytes:
+    """doc_digest of the document whose UTF-8 (surrogatepass) bytes are raw, for callers that have them."""
+    return hashlib.blake2b(raw, digest_size=16).digest()
 
 
 def file_sha256(path: str) -> str:
