@@ -329,12 +329,17 @@ class _Echo:
         return self.word if self.calls % 2 else self.eos
 
 
+def _first_prompt_tokens(tok: Tokenizer, fmt) -> int:  # noqa: ANN001
+    """Tokens of a one-message conversation: the unit the small test contexts are sized in."""
+    return len(tok.encode(fmt.render([{"role": "user", "content": "hello number 1"}]), add_special=True,
+                          parse_special=True))
+
+
 def test_session_forgets_the_oldest_exchanges_to_fit_the_context() -> None:
     """Past the model's context, whole exchanges go, oldest first; the system message and the new one stay."""
     tok = Tokenizer.from_file(_smollm2_gguf())
     fmt = format_for(tok)
-    one = len(tok.encode(fmt.render([{"role": "user", "content": "hello number 1"}]), add_special=True,
-                         parse_special=True))
+    one = _first_prompt_tokens(tok, fmt)
     model = _Echo(tok, n_ctx=one + 60)
     session = ChatSession(tok, model, fmt, Settings(max_tokens=4, seed=0), system="Be brief.")
     for turn in range(1, 9):
@@ -373,8 +378,7 @@ def test_repl_says_what_the_context_cost() -> None:
 
     tok = Tokenizer.from_file(_smollm2_gguf())
     fmt = format_for(tok)
-    one = len(tok.encode(fmt.render([{"role": "user", "content": "hello number 1"}]), add_special=True,
-                         parse_special=True))
+    one = _first_prompt_tokens(tok, fmt)
     session = ChatSession(tok, _Echo(tok, n_ctx=one + 40), fmt, Settings(max_tokens=4, seed=0), system="Hi.")
     lines = iter([f"hello number {t}" for t in range(1, 7)] + ["word " * 200, "/exit"])
     out = io.StringIO()
