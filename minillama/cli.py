@@ -235,13 +235,13 @@ def _setup_tokenize(p: argparse.ArgumentParser) -> None:
 
 def cmd_convert(args: argparse.Namespace) -> int:
     """Write the tokenizer of SRC (any file Tokenizer.from_file opens) as a vocab-only GGUF at OUT."""
+    from minillama.fileio import refuse_input_as_output
     from minillama.gguf import read_gguf, write_vocab_gguf  # lazy: keeps --help fast
     from minillama.tokenizer.formats import GGUF, read_metadata
     from minillama.tokenizer.vocab import Vocab
 
     src, out = args.src, args.out
-    if os.path.exists(out) and os.path.samefile(src, out):
-        raise MinillamaError(f"OUT is the same file as SRC ({src}); choose another output path")
+    refuse_input_as_output(out, [src])
     with open(src, "rb") as f:
         head = f.read(4)
     types = None
@@ -254,7 +254,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
     write_vocab_gguf(metadata, out, name=args.name, types=types)
     pre = f", pre {vocab.pre}" if vocab.kind == "bpe" else ""
     print(f"{out}: {metadata['tokenizer.ggml.model']} ({vocab.kind}) vocab of {vocab.n_vocab} tokens{pre}, "
-          f"{os.path.getsize(out)} bytes, from {src}")
+          f"{os.path.getsize(out):,} bytes, from {src}")
     return 0
 
 
@@ -489,10 +489,12 @@ def _setup_chat(p: argparse.ArgumentParser) -> None:
 
 def cmd_ngram(args: argparse.Namespace) -> int:
     """Build an n-gram placeholder model from text files and save it ('ngram train')."""
+    from minillama.fileio import refuse_input_as_output
     from minillama.ngram import DEFAULT_ORDER, NGramModel
 
     order = args.order if args.order is not None else DEFAULT_ORDER
     _check_order(order)
+    refuse_input_as_output(args.out, [*args.files, args.model])
     tok = _load_tokenizer(args.model)
     if args.chat:
         from minillama.chat import format_for, train_chat_ngram
@@ -566,9 +568,12 @@ def cmd_train(args: argparse.Namespace) -> int:
     """Train a BPE vocab on text files; write it as a GGUF (and a llama2.c tokenizer.bin) only when complete."""
     import time
 
-    from minillama.fileio import input_path
+    from minillama.fileio import input_path, refuse_input_as_output
     from minillama.tokenizer.train import min_vocab_size, train_bpe
 
+    refuse_input_as_output(args.out, args.files)
+    if args.llama2c is not None:
+        refuse_input_as_output(args.llama2c, args.files)
     for f in args.files:
         if f != "-" and os.path.getsize(input_path(f, "text file")) == 0:
             warn(f"{f} is empty: it adds nothing to the training")
@@ -605,7 +610,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         warn(f"stopped at {tv.n_vocab:,} tokens, short of --vocab-size {args.vocab_size:,}: no pair left occurs "
              f"--min-frequency ({args.min_frequency}) times or more in this text")
     pre = f", pre {tv.pre}" if tv.kind == "bytelevel" else ""
-    print(f"{', '.join(written)}: {tv.kind} BPE vocab of {tv.n_vocab:,} tokens ({plural(len(tv.merges), 'merge')}"
+    sizes = ", ".join(f"{path} ({os.path.getsize(path):,} bytes)" for path in written)
+    print(f"{sizes}: {tv.kind} BPE vocab of {tv.n_vocab:,} tokens ({plural(len(tv.merges), 'merge')}"
           f"{pre}) from {plural(tv.n_words, 'distinct word')} in {plural(len(args.files), 'file')}, "
           f"{time.perf_counter() - start:.1f} s")
     return 0
@@ -647,7 +653,8 @@ def cmd_dataset(args: argparse.Namespace) -> int:
                                 separator=args.separator, add_special=not args.no_special,
                                 parse_special=args.parse_special, shard_tokens=args.shard_tokens,
                                 skip_bad=args.skip_bad, ray_address=args.ray_address,
-                                progress=False if args.no_progress else None)
+                                progress=False if args.no_progress else None,
+                                log=lambda line: print(f"{PROG}: {line}", file=sys.stderr))
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted; finished shards are kept, run the same command again to resume",
               file=sys.stderr)

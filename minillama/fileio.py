@@ -11,6 +11,8 @@ it, then renamed over it, keeping the old file's permissions), so an error or Ct
 old file whole; a symlink is followed and its target written the same way, so the link stays a
 link; a character device (/dev/null) is written directly, as any Unix tool does; a directory, FIFO,
 socket or block device is refused with an `OutputError` naming the path as the user typed it.
+An output is never one of the command's own inputs (`refuse_input_as_output`, os.path.samefile: the same
+path, a symlink to it or a hard link of it), so a command cannot replace what it reads.
 """
 
 from __future__ import annotations
@@ -20,12 +22,17 @@ import os
 import stat
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from .errors import ArgumentError, ArgumentTypeError, FormatError, InputError, OutputError
 
-_KINDS = {stat.S_ISDIR: "a directory", stat.S_ISFIFO: "a FIFO (named pipe)", stat.S_ISSOCK: "a socket",
-          stat.S_ISBLK: "a block device"}
+_KINDS = {stat.S_ISREG: "a regular file", stat.S_ISDIR: "a directory", stat.S_ISFIFO: "a FIFO (named pipe)",
+          stat.S_ISSOCK: "a socket", stat.S_ISBLK: "a block device", stat.S_ISCHR: "a character device"}
+
+
+def file_kind(mode: int) -> str:
+    """What a stat mode names, for messages: 'a regular file', 'a directory', 'a FIFO (named pipe)', ..."""
+    return next((name for test, name in _KINDS.items() if test(mode)), "a special file")
 
 
 MAX_READ_BYTES = 1 << 28  # whole-text reads (stdin, a file to tokenize or count); larger data: `minillama dataset`
@@ -47,10 +54,7 @@ def input_path(path: object, what: str = "file") -> str:
     except OSError as e:
         raise InputError(f"cannot read {shown!r}: expected a readable {what}, found {e.strerror}") from None
     if not stat.S_ISREG(st.st_mode):
-        kind = next((name for test, name in _KINDS.items() if test(st.st_mode)), "a device")
-        if stat.S_ISCHR(st.st_mode):
-            kind = "a character device"
-        raise InputError(f"cannot read {shown!r}: expected a regular {what}, found {kind}")
+        raise InputError(f"cannot read {shown!r}: expected a regular {what}, found {file_kind(st.st_mode)}")
     if not os.access(shown, os.R_OK):
         raise InputError(f"cannot read {shown!r}: expected a readable {what}, found no read permission")
     return shown
@@ -88,6 +92,27 @@ def read_text(path: str, what: str = "text file") -> str:
         raise utf8_error(exc, "standard input" if path == "-" else path) from None
 
 
+def refuse_input_as_output(out: str | os.PathLike[str], inputs: Iterable[str | os.PathLike[str] | None]) -> None:
+    """OutputError when out is the same file as one of inputs (os.path.samefile: the same path, through a
+    symlink or a hard link), checked before any work so that a command never replaces what it reads.
+    '-' (standard input), None and paths that do not exist yet are skipped."""
+    shown = os.fspath(out)
+    try:
+        out_st = os.stat(shown)
+    except OSError:  # a new path (or one write_output will refuse with its own message)
+        return
+    for path in inputs:
+        if path is None or os.fspath(path) == "-":
+            continue
+        try:
+            same = os.path.samestat(os.stat(path), out_st)  # os.path.samefile, with out's stat taken once
+        except OSError:
+            continue
+        if same:
+            raise OutputError(f"cannot write {shown!r}: expected an output that is not one of the inputs, found "
+                              f"the same file as the input {os.fspath(path)!r}")
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
@@ -107,8 +132,8 @@ def write_output(path: str | os.PathLike[str], write: Callable[[str], None]) -> 
         write(shown)
         return
     if st is not None and not stat.S_ISREG(st.st_mode):
-        kind = next((name for test, name in _KINDS.items() if test(st.st_mode)), "not a regular file")
-        raise OutputError(f"cannot write {shown!r}: expected a regular file or a new path, found {kind}")
+        raise OutputError(f"cannot write {shown!r}: expected a regular file or a new path, found "
+                          f"{file_kind(st.st_mode)}")
     target = os.path.realpath(shown)
     folder = os.path.dirname(target)
     if not os.path.isdir(folder):

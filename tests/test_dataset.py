@@ -23,9 +23,10 @@ from helpers import LLAMACPP_TEST_SEP, REPO, load, require_shared, vocab_path
 
 from minillama import dataset
 from minillama.cli import main
+from minillama.dataset.shards import file_sha256
 from minillama.errors import MinillamaError
 from minillama.ngram import paragraphs
-from minillama.tokenizer import Tokenizer
+from minillama.tokenizer import Tokenizer, default_vocab_path
 
 N_DOCS = 300  # a subset keeps CI fast; tools/bench/bench_dataset.py runs the full corpus
 VOCABS = {"llama-bpe": "uint32", "llama-spm": "uint16"}
@@ -215,7 +216,7 @@ def test_bad_records_are_named_and_nothing_half_written(tmp_path):
         dataset.prepare(model, out, [f], workers=1, shard_tokens=3)
     left = sorted(os.listdir(out))
     assert "index.json" not in left and not [n for n in left if n.endswith(".tmp")]
-    assert left == ["shard-00000.bin", "shard-00000.docs.npy", "shard-00000.json",
+    assert left == [".lock", ".minillama-dataset", "shard-00000.bin", "shard-00000.docs.npy", "shard-00000.json",
                     "shard-00001.bin", "shard-00001.docs.npy", "shard-00001.json",
                     "shard-00002.bin", "shard-00002.docs.npy", "shard-00002.json"]  # the good data is kept
 
@@ -446,3 +447,171 @@ def test_a_bad_byte_deep_in_a_paragraph_file_switches_to_the_line_reader(tmp_pat
         assert [next(docs) for _ in range(150)] == paras[:150]
         with pytest.raises(dataset.BadRecordError, match=f"line {bad_line}: expected UTF-8"):
             next(docs)
+
+
+# --- the output directory: only our own files, one run at a time, inputs never replaced (issue 21) -----------------
+
+USER_FILES = {"index.json": b'{"my": "own index"}\n', "notes.tmp": b"draft notes\n",
+              "shard-00007.bin.bak": bytes(range(256)), "readme.txt": b"read me\n"}
+
+
+def _text_file(path: Path, n_docs: int = 40) -> Path:
+    path.write_text("\n\n".join(f"document {i}: some words about llamas and tokens" for i in range(n_docs)) + "\n",
+                    encoding="utf-8")
+    return path
+
+
+def _cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-m", "minillama", *args], capture_output=True, text=True, env=env,
+                          timeout=timeout)
+
+
+def _one_error_line(p: subprocess.CompletedProcess) -> str:
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("minillama: error: "), p.stderr
+    return lines[0]
+
+
+def test_a_directory_minillama_did_not_write_is_refused_and_left_byte_for_byte(tmp_path):
+    """Issue 21 item 1: the user's index.json, .tmp, .bak and readme stay as they were, and nothing is added."""
+    from minillama.errors import OutputError
+
+    out = tmp_path / "mine"
+    out.mkdir()
+    for name, data in USER_FILES.items():
+        (out / name).write_bytes(data)
+    src = _text_file(tmp_path / "in.txt")
+    with pytest.raises(OutputError, match=f"cannot write to '{out}': expected a new or empty directory"):
+        dataset.prepare(default_vocab_path(), out, [src], workers=1)
+    line = _one_error_line(_cli("dataset", "--model", default_vocab_path(), "--out", str(out), "--no-progress",
+                                str(src)))
+    assert f"'{out}'" in line and "readme.txt" in line
+    assert _files(out) == USER_FILES
+
+
+def test_a_run_of_ours_removes_only_its_own_files_and_says_what_it_kept(tmp_path):
+    """In its own directory a run (resumed or with new settings) leaves alone what a user put there, and a
+    resumed run says how many finished shards it kept."""
+    model, src, out = default_vocab_path(), _text_file(tmp_path / "in.txt"), tmp_path / "out"
+    index = dataset.prepare(model, out, [src], workers=1, shard_tokens=50)
+    n = len(index["shards"])
+    assert n >= 4
+    user = {"notes.tmp": b"draft", "shard-00007.bin.bak": b"backup", "readme.txt": b"mine",
+            "shard-00001.bin.orig": b"orig", ".shard-00001.json.tmp": b"not a write_output name"}
+    for name, data in user.items():
+        (out / name).write_bytes(data)
+    for name in ("index.json", f"shard-{n - 1:05d}.json", f"shard-{n - 2:05d}.json"):  # as if killed before these
+        (out / name).unlink()
+    p = _cli("dataset", "--model", model, "--out", str(out), "--workers", "1", "--shard-tokens", "50",
+             "--no-progress", str(src))
+    assert p.returncode == 0, p.stderr
+    assert f"{out}: resuming an earlier run: {n - 2} finished shards kept" in p.stderr
+    assert all((out / name).read_bytes() == data for name, data in user.items())
+    dataset.prepare(model, out, [src], workers=1, shard_tokens=80)  # other settings: every shard written again
+    assert all((out / name).read_bytes() == data for name, data in user.items())
+    assert dataset.open(out).index["settings"]["shard_tokens"] == 80
+
+
+def test_a_second_run_on_a_locked_directory_fails_and_changes_nothing(tmp_path):
+    """Issue 21 item 2, with the lock held by this test: a clear error, the holder's files untouched."""
+    import fcntl
+
+    model, out = default_vocab_path(), tmp_path / "out"
+    dataset.prepare(model, out, [_text_file(tmp_path / "a.txt")], workers=1, shard_tokens=50)
+    before = _files(out)
+    with open(out / ".lock", "rb") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        line = _one_error_line(_cli("dataset", "--model", model, "--out", str(out), "--no-progress",
+                                    str(_text_file(tmp_path / "b.txt", 7))))
+    assert f"cannot write to '{out}'" in line and "held by another minillama dataset run" in line
+    assert _files(out) == before
+
+
+def test_two_concurrent_runs_on_one_directory(tmp_path):
+    """Issue 21 item 2 with two real processes: the second fails at once, the first ends with its own data."""
+    model, out = default_vocab_path(), tmp_path / "out"
+    big = _text_file(tmp_path / "big.txt", 300_000)
+    first = subprocess.Popen([sys.executable, "-m", "minillama", "dataset", "--model", model, "--out", str(out),
+                              "--workers", "1", "--shard-tokens", "20000", "--no-progress", str(big)],
+                             env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (out / "shard-00000.json").exists():
+            assert first.poll() is None and time.monotonic() < deadline, "the first run ended before the second began"
+            time.sleep(0.02)
+        second = _cli("dataset", "--model", model, "--out", str(out), "--no-progress",
+                      str(_text_file(tmp_path / "small.txt", 5)))
+        line = _one_error_line(second)
+        assert "held by another minillama dataset run" in line
+        assert first.poll() is None, "the first run ended before the second one's check: make big.txt bigger"
+    finally:
+        stdout, stderr = first.communicate(timeout=300)
+    assert first.returncode == 0, stderr
+    ds = dataset.open(out)
+    assert ds.index["inputs"] == [str(big)] and ds.n_docs == 300_000
+    assert all(file_sha256(str(out / s["file"])) == s["sha256"] for s in ds.index["shards"])
+
+
+def test_an_input_that_is_one_of_the_output_files_is_refused(tmp_path):
+    """Issue 21 item 3 for dataset: an input (or the model) that the run would replace, also through a symlink."""
+    model, out = default_vocab_path(), tmp_path / "out"
+    dataset.prepare(model, out, [_text_file(tmp_path / "a.txt")], workers=1)
+    before = _files(out)
+    (tmp_path / "link.json").symlink_to(out / "index.json")
+    for inp in (str(out / "index.json"), str(tmp_path / "link.json")):
+        line = _one_error_line(_cli("dataset", "--model", model, "--out", str(out), "--docs", "file",
+                                    "--no-progress", inp))
+        assert f"cannot write to '{out}'" in line and f"the input '{inp}'" in line
+    (out / "shard-00099.bin").write_bytes(Path(model).read_bytes())  # a model kept where a shard would go
+    before = _files(out)
+    line = _one_error_line(_cli("dataset", "--model", str(out / "shard-00099.bin"), "--out", str(out),
+                                "--no-progress", str(tmp_path / "a.txt")))
+    assert f"the input '{out / 'shard-00099.bin'}'" in line
+    assert _files(out) == before
+
+
+def test_a_dangling_symlink_out_is_followed(tmp_path):
+    """Issue 21 item 8: --out as a symlink to a directory not made yet writes there and keeps the link (cp's
+    rule for output files, README); a symlink to a file is refused naming what it is."""
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "later")
+    src = _text_file(tmp_path / "in.txt")
+    p = _cli("dataset", "--model", default_vocab_path(), "--out", str(link), "--no-progress", str(src))
+    assert p.returncode == 0, p.stderr
+    assert link.is_symlink() and dataset.open(tmp_path / "later").n_docs == 40
+    (tmp_path / "file.link").symlink_to(src)
+    line = _one_error_line(_cli("dataset", "--model", default_vocab_path(), "--out", str(tmp_path / "file.link"),
+                                "--no-progress", str(src)))
+    assert f"cannot write to '{tmp_path / 'file.link'}': expected a directory, found a regular file" in line
+
+
+def test_workers_are_bounded_before_any_starts(tmp_path, monkeypatch):
+    """Issue 21 item 8: --workers 100000 forked until 'Too many open files'; now an error naming the bound."""
+    from minillama.dataset import local
+
+    def never(*args, **kwargs):
+        raise AssertionError("workers were started")
+
+    monkeypatch.setattr(local, "run_local", never)
+    bound = 4 * (os.cpu_count() or 1)
+    src = _text_file(tmp_path / "in.txt")
+    with pytest.raises(MinillamaError, match=f"expected workers from 1 to {bound} .*found 100000"):
+        dataset.prepare(default_vocab_path(), tmp_path / "out", [src], workers=100_000)
+    assert not (tmp_path / "out").exists()
+    line = _one_error_line(_cli("dataset", "--model", default_vocab_path(), "--out", str(tmp_path / "out"),
+                                "--workers", str(bound + 1), str(src)))
+    assert f"expected workers from 1 to {bound}" in line
+
+
+def test_an_input_that_is_no_regular_file_is_named_for_what_it_is(tmp_path):
+    """Issue 21 item 8: a FIFO, a directory or a device was reported as 'no such file'."""
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    for path, kind in ((fifo, "a FIFO"), (tmp_path, "a directory"), (Path(os.devnull), "a character device")):
+        line = _one_error_line(_cli("dataset", "--model", default_vocab_path(), "--out", str(tmp_path / "out"),
+                                    "--no-progress", str(path), timeout=60))
+        assert f"cannot read '{path}': expected a regular data file, found {kind}" in line
+    assert not (tmp_path / "out").exists()

@@ -21,11 +21,12 @@ import hashlib
 import json
 import os
 import pickle
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from ..errors import MinillamaError
+from ..errors import ArgumentError, MinillamaError
+from ..fileio import input_path
 from ..tokenizer import Tokenizer
-from .shards import Dataset, ShardWriter, StaleShard, dtype_for, file_sha256, open_dataset
+from .shards import Dataset, ShardWriter, StaleShard, claimed_dir, dtype_for, file_sha256, open_dataset
 from .sources import BadRecordError, BadRecords, Source
 
 __all__ = ["prepare", "open", "Dataset", "BadRecordError", "BadRecords", "Source", "resolve_separator", "ENGINES"]
@@ -33,6 +34,16 @@ __all__ = ["prepare", "open", "Dataset", "BadRecordError", "BadRecords", "Source
 ENGINES = ("local", "ray")
 DEFAULT_SHARD_TOKENS = 100_000_000  # as nanoGPT's and llm.c's FineWeb shards
 open = open_dataset  # noqa: A001  (dataset.open(DIR), the name the API promises)
+WORKERS_PER_CORE = 4  # more processes than this add memory and file descriptors, not speed
+MAX_CLUSTER_WORKERS = 1024  # actors on a Ray cluster (ray_address), whose cores this machine cannot count
+
+
+def max_workers(engine: str = "local", ray_address: str | None = None) -> int:
+    """The most workers a run takes: WORKERS_PER_CORE per core of this machine (where local processes and a
+    local Ray's actors run), or MAX_CLUSTER_WORKERS actors on a Ray cluster."""
+    if engine == "ray" and ray_address is not None:
+        return MAX_CLUSTER_WORKERS
+    return WORKERS_PER_CORE * (os.cpu_count() or 1)
 
 
 def resolve_separator(tok: Tokenizer, separator: str | int | Sequence[int], add_special: bool) -> list[int]:
@@ -79,24 +90,30 @@ def prepare(model: str | os.PathLike[str] | Tokenizer, out: str | os.PathLike[st
             workers: int | None = None, engine: str = "local", docs: str = "paragraph", text_field: str = "text",
             fmt: str = "auto", separator: str | int | Sequence[int] = "eos", add_special: bool = True,
             parse_special: bool = False, shard_tokens: int = DEFAULT_SHARD_TOKENS, skip_bad: bool = False,
-            ray_address: str | None = None, progress: bool | None = None) -> dict:
+            ray_address: str | None = None, progress: bool | None = None,
+            log: Callable[[str], None] | None = None) -> dict:
     """Tokenize files into DIR/shard-NNNNN.bin + DIR/index.json + DIR/doc_offsets.npy; returns the index.
 
     model is a model/tokenizer file or a Tokenizer; workers (default: all cores) are processes for
     engine='local' and tokenizer actors for engine='ray' (ray_address: an existing cluster, e.g.
     'auto' or 'ray://head:10001'; None starts a local Ray). progress=None shows a bar on a terminal.
     A bad record raises BadRecordError (file and line/row) unless skip_bad, which counts it in the
-    index instead. Shards already finished by an interrupted run with the same settings are kept.
+    index instead. Shards already finished by an interrupted run with the same settings are kept, and log (if
+    given) is told how many. out must be new, empty or an earlier output of prepare (OutputError otherwise,
+    before anything is written); a second run on the same out fails at once while this one holds its lock.
     """
     if engine not in ENGINES:
         raise MinillamaError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
     if workers is None:
         workers = os.cpu_count() or 1
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise MinillamaError(f"workers must be a whole number of at least 1, got {workers!r}")
+    bound = max_workers(engine, ray_address)
+    if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= bound:
+        per = "on a Ray cluster" if bound == MAX_CLUSTER_WORKERS else \
+            f"{WORKERS_PER_CORE} per core of this machine's {os.cpu_count() or 1}"
+        raise ArgumentError(f"expected workers from 1 to {bound:,} ({per}), found {workers!r}")
     if isinstance(shard_tokens, bool) or not isinstance(shard_tokens, int) or shard_tokens < 1:
         raise MinillamaError(f"shard_tokens must be a whole number of at least 1, got {shard_tokens!r}")
-    files = [os.fspath(f) for f in files]
+    files = [input_path(f, "data file") for f in files]
     source = Source(files, docs=docs, text_field=text_field, fmt=fmt, skip_bad=skip_bad)
     source.check()
     tok, model_id = _model_identity(model)
@@ -107,36 +124,39 @@ def prepare(model: str | os.PathLike[str] | Tokenizer, out: str | os.PathLike[st
                 "separator_ids": sep, "shard_tokens": shard_tokens, "skip_bad": skip_bad}
     head = {"dtype": dtype.name, "byteorder": "little", "n_vocab": tok.n_vocab, "model": model_id, "settings": settings, "inputs": files}
     settings_hash = hashlib.sha256(json.dumps(head, sort_keys=True).encode()).hexdigest()
-    out = os.fspath(out)
-    if os.path.exists(out) and not os.path.isdir(out):
-        raise MinillamaError(f"--out {out}: expected a directory, found a file")
+    shown = os.fspath(out)
     enc = (add_special, parse_special, sep, dtype)
     from tqdm import tqdm
 
-    for _attempt in range(3):
-        writer = ShardWriter(out, dtype, shard_tokens, settings_hash)
-        bad = BadRecords()
-        # disable=None: a bar on a terminal only
-        bar = tqdm(desc="dataset", unit="B", unit_scale=True, unit_divisor=1000, leave=False,
-                   disable=None if progress is None else not progress)
-        try:
-            if engine == "local":
-                from .local import run_local
+    inputs = files if isinstance(model, Tokenizer) else [*files, os.fspath(model)]
+    with claimed_dir(shown, inputs) as out:  # made, marked as ours and locked for this run
+        for attempt in range(3):
+            writer = ShardWriter(out, dtype, shard_tokens, settings_hash)
+            if writer.kept and log is not None and attempt == 0:
+                n = len(writer.kept)
+                log(f"{shown}: resuming an earlier run: {n:,} finished shard{'s' if n > 1 else ''} kept "
+                    f"({writer.skip_docs:,} documents, {sum(r['tokens'] for r in writer.kept):,} tokens)")
+            bad = BadRecords()
+            # disable=None: a bar on a terminal only
+            bar = tqdm(desc="dataset", unit="B", unit_scale=True, unit_divisor=1000, leave=False,
+                       disable=None if progress is None else not progress)
+            try:
+                if engine == "local":
+                    from .local import run_local
 
-                run_local(tok, source, writer, enc, workers, bad, bar)
-            else:
-                from .ray_engine import run_ray
+                    run_local(tok, source, writer, enc, workers, bad, bar)
+                else:
+                    from .ray_engine import run_ray
 
-                run_ray(tok, source, writer, enc, workers, bad, bar, ray_address)
-            index = writer.finish({**head, "bad_records": bad.count, "bad_examples": bad.examples})
-        except StaleShard as stale:  # the input of a kept shard changed: write it (and what follows) again
-            writer.drop_from(stale.shard)
-            continue
-        except BaseException:
-            writer.close_files()
-            raise
-        finally:
-            bar.close()
-        return index
-    raise MinillamaError(f"{out}: the input files keep changing while they are read")
-
+                    run_ray(tok, source, writer, enc, workers, bad, bar, ray_address)
+                index = writer.finish({**head, "bad_records": bad.count, "bad_examples": bad.examples})
+            except StaleShard as stale:  # the input of a kept shard changed: write it (and what follows) again
+                writer.drop_from(stale.shard)
+                continue
+            except BaseException:
+                writer.close_files()
+                raise
+            finally:
+                bar.close()
+            return index
+        raise MinillamaError(f"{shown}: the input files keep changing while they are read")

@@ -10,6 +10,11 @@ Layout of a data set directory (the nanoGPT / llm.c layout plus an index):
                             of all shards concatenated
     index.json              dtype, n_vocab, model file name and sha256, settings, inputs, per shard
                             tokens/docs/first token/first doc/sha256, totals, skipped bad records
+    .minillama-dataset      the marker: this directory is a minillama dataset output (written first)
+    .lock                   flock()ed by the run writing here, so two runs never write it at once
+
+A run writes only into a new or empty directory or one that holds the marker, and there it removes
+only files named as above (its own): anything else a user keeps there stays untouched.
 
 The rule that makes output independent of engine and worker count: documents arrive in input order,
 never split, and a shard ends after the first document that brings it to at least `shard_tokens` ids.
@@ -20,19 +25,30 @@ documents they hold are read again and hashed (not tokenized) to check the input
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
+import re
+import stat
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import MinillamaError
-from ..fileio import write_output
+from ..errors import MinillamaError, OutputError
+from ..fileio import file_kind, write_output
 
 FORMAT, VERSION = "minillama-dataset", 1
 INDEX, OFFSETS = "index.json", "doc_offsets.npy"
+MARKER, LOCK = ".minillama-dataset", ".lock"
 TMP = ".tmp"
+# The names a run writes: shards, their leftovers (".tmp": a shard being written; ".NAME.XXXXXXXX.tmp": a
+# write_output temporary file) and the directory's own files. Nothing else is ever removed.
+_SHARD = re.compile(r"shard-(\d{5,})\.(?:bin|docs\.npy|json)")
+_LEFTOVER = re.compile(r"(?:shard-\d{5,}\.bin|doc_offsets\.npy)\.tmp"
+                       r"|\.(?:shard-\d{5,}\.(?:docs\.npy|json)|index\.json|\.minillama-dataset)\.\w+\.tmp")
 
 
 def dtype_for(n_vocab: int) -> np.dtype:
@@ -82,6 +98,72 @@ def save_npy_atomic(path: str, arr: np.ndarray) -> None:
     write_output(path, write)
 
 
+def own_file(name: str) -> bool:
+    """True for the names a run writes in its output directory (the only files it may remove there)."""
+    return name in (INDEX, OFFSETS, MARKER, LOCK) or bool(_SHARD.fullmatch(name) or _LEFTOVER.fullmatch(name))
+
+
+def _out_dir(out: str) -> str:
+    """The real directory --out names (a symlink is followed, a dangling one to the directory to make, as
+    fileio.write_output follows one); OutputError if it is no directory or a foreign non-empty one."""
+    try:
+        st = os.stat(out)
+    except FileNotFoundError:
+        return os.path.realpath(out)
+    except OSError as e:
+        raise OutputError(f"cannot write to {out!r}: expected a directory, found {e.strerror}") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise OutputError(f"cannot write to {out!r}: expected a directory, found {file_kind(st.st_mode)}")
+    path = os.path.realpath(out)
+    try:
+        names = sorted(os.listdir(path))
+    except OSError as e:
+        raise OutputError(f"cannot write to {out!r}: expected a readable directory, found {e.strerror}") from None
+    if names and MARKER not in names:
+        shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
+        raise OutputError(f"cannot write to {out!r}: expected a new or empty directory, or one written by minillama "
+                          f"dataset (it holds {MARKER}), found {len(names):,} file{'s' if len(names) > 1 else ''} "
+                          f"it did not write ({shown}); nothing was changed, choose another --out")
+    return path
+
+
+def refuse_inputs_inside(out: str, path: str, inputs: Iterable[str]) -> None:
+    """OutputError when an input (a data file, the model) is one of the files a run writes in path (--out as
+    typed: out), which the run would replace or remove."""
+    for f in inputs:
+        real = os.path.realpath(f)
+        if own_file(os.path.basename(real)) and os.path.dirname(real) == path:
+            raise OutputError(f"cannot write to {out!r}: expected inputs outside the files it writes there, found "
+                              f"the input {f!r}, which is its {os.path.basename(real)}")
+
+
+@contextlib.contextmanager
+def claimed_dir(out: str, inputs: Iterable[str] = ()) -> Iterator[str]:
+    """The real directory of --out, made if new, marked as ours and locked for the run (LOCK, flock): a
+    second run on it fails at once with an OutputError instead of writing over this one."""
+    path = _out_dir(out)
+    refuse_inputs_inside(out, path, inputs)
+    try:
+        os.makedirs(path, exist_ok=True)
+        if not os.path.exists(os.path.join(path, MARKER)):
+            write_atomic(os.path.join(path, MARKER), (json.dumps({"format": FORMAT, "version": VERSION}) + "\n").encode())
+        fd = os.open(os.path.join(path, LOCK), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    except OSError as e:
+        raise OutputError(f"cannot write to {out!r}: expected a writable directory, found {e.strerror}") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise OutputError(f"cannot write to {out!r}: expected no other run writing there, found its {LOCK} held "
+                              "by another minillama dataset run; wait for it to end or choose another --out") from None
+        try:
+            yield path
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)  # also for worker processes forked with the descriptor open
+    finally:
+        os.close(fd)
+
+
 class StaleShard(Exception):
     """A kept shard's input text changed since it was written (internal: the run starts that shard again)."""
 
@@ -100,8 +182,8 @@ class ShardWriter:
     def __init__(self, out: str, dtype: np.dtype, shard_tokens: int, settings_hash: str) -> None:
         self.out, self.dtype, self.shard_tokens, self.settings_hash = out, dtype, shard_tokens, settings_hash
         os.makedirs(out, exist_ok=True)
-        for name in os.listdir(out):  # leftovers of a killed run, and an index that is no longer true
-            if name.endswith(TMP) or name in (INDEX, OFFSETS):
+        for name in os.listdir(out):  # leftovers of a killed run of ours, and an index that is no longer true
+            if _LEFTOVER.fullmatch(name) or name in (INDEX, OFFSETS):
                 os.remove(os.path.join(out, name))
         self.kept = self._kept_shards()
         self.skip_docs = sum(r["docs"] for r in self.kept)
@@ -147,7 +229,8 @@ class ShardWriter:
 
     def _remove_from(self, first: int) -> None:
         for name in os.listdir(self.out):
-            if name.startswith("shard-") and name[6:11].isdigit() and int(name[6:11]) >= first:
+            m = _SHARD.fullmatch(name)
+            if m and int(m.group(1)) >= first:
                 os.remove(os.path.join(self.out, name))
 
     def drop_from(self, shard: int) -> None:
