@@ -136,3 +136,62 @@ def test_convert_through_symlink_and_into_fifo(tmp_path: Path) -> None:
     p = _cli("convert", default_vocab_path(), str(fifo))
     assert p.returncode == 2 and "Traceback" not in p.stderr
     assert f"cannot write '{fifo}'" in p.stderr and "FIFO" in p.stderr
+
+
+# --- an output that is one of the inputs (issue 21 item 3) ------------------------------------------------------------
+
+TEXT = "hello llamas and tokens\n\nhello again, llamas\n" * 20
+
+
+def _same_file_cases(tmp_path: Path) -> list[tuple[list[str], str, str]]:
+    """(command, input as typed, output as typed), run in tmp_path: the output is the input itself, a symlink to
+    it or a hard link of it."""
+    (tmp_path / "corpus.txt").write_text(TEXT, encoding="utf-8")
+    (tmp_path / "link.txt").symlink_to("corpus.txt")
+    os.link(tmp_path / "corpus.txt", tmp_path / "hard.txt")
+    (tmp_path / "vocab.gguf").write_bytes(Path(default_vocab_path()).read_bytes())
+    cases = []
+    for out in ("corpus.txt", "link.txt", "hard.txt", "./corpus.txt"):
+        cases += [(["train", "--vocab-size", "300", "--no-progress", "--out", out, "corpus.txt"], "corpus.txt", out),
+                  (["train", "--vocab-size", "300", "--kind", "spm", "--no-progress", "--out", "t.gguf", "--llama2c",
+                    out, "corpus.txt"], "corpus.txt", out),
+                  (["ngram", "train", "--out", out, "corpus.txt"], "corpus.txt", out)]
+    cases += [(["ngram", "train", "--model", "vocab.gguf", "--out", "vocab.gguf", "corpus.txt"], "vocab.gguf",
+               "vocab.gguf"),
+              (["convert", "vocab.gguf", "vocab.gguf"], "vocab.gguf", "vocab.gguf")]
+    return cases
+
+
+def test_no_command_writes_over_its_own_input(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """train --out F F, train --llama2c F ... F, ngram train --out F F (and --model F), convert F F, also through a
+    symlink or a hard link: exit 2 with one line naming both paths as typed; the input byte for byte as it was."""
+    monkeypatch.chdir(tmp_path)
+    for argv, inp, out in _same_file_cases(tmp_path):
+        before = Path(inp).read_bytes()
+        p = _cli(*argv)
+        assert p.returncode == 2, (argv, p.stdout, p.stderr)
+        assert p.stderr == (f"minillama: error: cannot write '{out}': expected an output that is not one of the "
+                            f"inputs, found the same file as the input '{inp}'\n"), (argv, p.stderr)
+        assert Path(inp).read_bytes() == before, argv
+    assert not (tmp_path / "t.gguf").exists()  # refused before training, not after
+
+
+def test_train_and_convert_say_what_they_wrote(tmp_path: Path) -> None:
+    """Issue 21 item 15: each path written, its size in bytes and the vocab size, on stdout."""
+    from minillama.tokenizer import Tokenizer
+
+    src = tmp_path / "corpus.txt"
+    src.write_text(TEXT, encoding="utf-8")
+    out, bin_ = tmp_path / "t.gguf", tmp_path / "t.bin"
+    p = _cli("train", "--vocab-size", "300", "--kind", "spm", "--no-progress", "--out", str(out), "--llama2c",
+             str(bin_), str(src))
+    assert p.returncode == 0, p.stderr
+    n = Tokenizer.from_file(out).n_vocab
+    assert f"{out} ({out.stat().st_size:,} bytes), {bin_} ({bin_.stat().st_size:,} bytes)" in p.stdout
+    assert f"vocab of {n:,} tokens" in p.stdout
+    conv = tmp_path / "c.gguf"
+    p = _cli("convert", default_vocab_path(), str(conv))
+    assert p.returncode == 0, p.stderr
+    n = Tokenizer.from_file(default_vocab_path()).n_vocab
+    assert p.stdout.startswith(f"{conv}: ") and f"vocab of {n} tokens" in p.stdout
+    assert f"{conv.stat().st_size:,} bytes" in p.stdout
