@@ -670,7 +670,7 @@ def _setup_dataset(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, metavar="PATH", help="model or tokenizer file whose ids to write")
     p.add_argument("--out", required=True, metavar="DIR", help="directory for the shards and index.json")
     p.add_argument("--workers", type=int, metavar="N", help="processes (local) or tokenizer actors (ray) "
-                   "(default: all cores)")
+                   "(default: all cores; at most 4 per core, 1,024 with --ray-address)")
     p.add_argument("--engine", choices=("local", "ray"), default="local",
                    help="local: a process pool on this machine; ray: Ray Data on a cluster (pip install "
                    "\"minillama[ray]\") (default: local)")

@@ -7,6 +7,7 @@ tests) on paragraphs cut by minillama.ngram.paragraphs, an independent implement
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing
 import os
@@ -615,3 +616,28 @@ def test_an_input_that_is_no_regular_file_is_named_for_what_it_is(tmp_path):
                                     "--no-progress", str(path), timeout=60))
         assert f"cannot read '{path}': expected a regular data file, found {kind}" in line
     assert not (tmp_path / "out").exists()
+
+
+def test_the_lock_ends_with_the_run_not_with_its_workers(tmp_path):
+    """Workers forked while the run holds DIR/.lock do not hold it: after a kill -9 of the run's own process
+    the directory is free again at once, even while a worker lingers (issue 21 item 7 is about ending those)."""
+    import fcntl
+
+    model, out = default_vocab_path(), tmp_path / "out"
+    big = _text_file(tmp_path / "big.txt", 300_000)
+    run = subprocess.Popen([sys.executable, "-m", "minillama", "dataset", "--model", model, "--out", str(out),
+                            "--workers", "2", "--shard-tokens", "20000", "--no-progress", str(big)],
+                           env={**os.environ, "PYTHONPATH": str(REPO)}, start_new_session=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not (out / "shard-00000.json").exists():
+            assert run.poll() is None and time.monotonic() < deadline, "the run ended before it could be killed"
+            time.sleep(0.02)
+        os.kill(run.pid, signal.SIGKILL)  # the main process only, as the OOM killer does
+        run.wait()
+        with open(out / ".lock", "rb") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError if a worker still held it
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(run.pid, signal.SIGKILL)  # whatever worker is left

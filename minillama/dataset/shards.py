@@ -137,6 +137,21 @@ def refuse_inputs_inside(out: str, path: str, inputs: Iterable[str]) -> None:
                               f"the input {f!r}, which is its {os.path.basename(real)}")
 
 
+_HELD_LOCKS: set[int] = set()  # descriptors of the LOCKs this process holds
+
+
+def _drop_locks_in_child() -> None:
+    """In a forked worker: close the inherited LOCK descriptors (without unlocking them), so that the lock
+    ends with the run's own process and never outlives it in a worker left behind by a kill -9."""
+    for fd in _HELD_LOCKS:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _HELD_LOCKS.clear()
+
+
+os.register_at_fork(after_in_child=_drop_locks_in_child)
+
+
 @contextlib.contextmanager
 def claimed_dir(out: str, inputs: Iterable[str] = ()) -> Iterator[str]:
     """The real directory of --out, made if new, marked as ours and locked for the run (LOCK, flock): a
@@ -156,10 +171,12 @@ def claimed_dir(out: str, inputs: Iterable[str] = ()) -> Iterator[str]:
         except BlockingIOError:
             raise OutputError(f"cannot write to {out!r}: expected no other run writing there, found its {LOCK} held "
                               "by another minillama dataset run; wait for it to end or choose another --out") from None
+        _HELD_LOCKS.add(fd)
         try:
             yield path
         finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)  # also for worker processes forked with the descriptor open
+            _HELD_LOCKS.discard(fd)
+            fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
 
