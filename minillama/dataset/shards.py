@@ -123,7 +123,7 @@ def _out_dir(out: str) -> str:
         shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
         raise OutputError(f"cannot write to {out!r}: expected a new or empty directory, or one written by minillama "
                           f"dataset (it holds {MARKER}), found {len(names):,} file{'s' if len(names) > 1 else ''} "
-                          f"it did not write ({shown}); nothing was changed, choose another --out")
+                          f"and no {MARKER} ({shown}); nothing was changed: choose another --out")
     return path
 
 
