@@ -12,7 +12,8 @@ Every error minillama raises on purpose derives from `MinillamaError`:
   name, a tokenizer model, a tensor type, a GGUF version).
 * `InputError` (also an OSError): an input path that cannot be read (missing, a directory, a FIFO, a
   device, over the size limit).
-* `OutputError`: an output path that cannot be written (a directory, a FIFO, no such directory).
+* `OutputError`: an output path that cannot be written (a directory, a FIFO, no such directory, one of
+  the command's own inputs, a data set directory that another run holds or that minillama did not write).
 * `ArgumentError` (also a ValueError): a bad argument, such as a token id outside the vocab;
   `ArgumentTypeError` (also a TypeError) when it has the wrong type.
 
