@@ -764,6 +764,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # --help, --version and usage errors
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
     try:
+        model = getattr(args, "model", None)
+        if model is not None and os.path.isdir(model):  # a Hugging Face model directory: its tokenizer.json
+            from minillama.tokenizer.formats import model_file
+
+            args.model = model_file(model)
         return COMMANDS[args.command].run(args)
     except BrokenPipeError:
         # The reader went away (e.g. `| head`): stop quietly and keep Python from complaining at exit.

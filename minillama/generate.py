@@ -183,7 +183,7 @@ class Generation(Iterator[str]):
         """Ask the model for each id, stop at eog or max_tokens, stream ids through the tokenizer's decoder."""
         tok, stats = self.tok, self.stats
         n_vocab = tok.n_vocab
-        decoder = tok.stream_decoder(skip_special=True)
+        decoder = tok.stream_decoder(skip_special_tokens=True)
         context = list(self.prompt_ids)
         removed, prefix = self.heal
         heal = b"".join(tok.token_to_piece(i) for i in removed)  # bytes the first tokens must spell out
@@ -269,6 +269,6 @@ def generate(model: LanguageModel, tok: Tokenizer, prompt: str | Sequence[int], 
         prompt_ids = [operator.index(i) for i in prompt]
     sampler = Sampler(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
     # the text the run's stream decoder gives for the healed tokens, which the prompt already holds
-    dec = tok.stream_decoder(skip_special=True)
+    dec = tok.stream_decoder(skip_special_tokens=True)
     seen = "".join(dec.push(i) for i in removed) + dec.flush()
     return Generation(model, tok, prompt_ids, int(max_tokens), sampler, stop_at_eog, heal=(removed, seen))

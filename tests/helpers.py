@@ -46,7 +46,8 @@ SHARED_CANDIDATE = _shared_candidate()
 SHARED: Path | None = SHARED_CANDIDATE if SHARED_CANDIDATE.is_dir() else None
 NO_SHARED_REASON = (
     f"shared reference data not found at {SHARED_CANDIDATE} "
-    "(expected ../shared beside the repository; set MINILLAMA_SHARED to its location)"
+    "(expected ../shared beside the repository; set MINILLAMA_SHARED=/path/to/shared to run these tests, "
+    "see the README's quick start)"
 )
 
 

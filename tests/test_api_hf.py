@@ -20,12 +20,13 @@ import warnings
 
 import numpy as np
 import pytest
-from helpers import SHARED, load, params_or_skip, read_conformance, require_shared
+from helpers import SHARED, load, params_or_skip, read_conformance, require_shared, vocab_path
 
 from minillama.errors import (
     ArgumentError,
     DoubleBosWarning,
     IgnoredNormalizerWarning,
+    MinillamaError,
     MinillamaWarning,
     MissingPreTokenizerWarning,
 )
@@ -401,3 +402,191 @@ def test_warning_sentencepiece_normalizer_llamacpp_ignores(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error", MinillamaWarning)
         Tokenizer.from_file(require_shared("vocab", "llama2-tokenizer.model"))  # identity: no warning
+
+
+# --- the calls HF and tiktoken users reach for: tok(text), batch_decode, skip_special_tokens, ... -----------------
+
+CALL_TEXTS = ["Hello world", "A longer sentence, with punctuation and numbers like 42.", "",
+              "<|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>"]
+
+
+@pytest.fixture(scope="module")
+def llama3_json():
+    """(minillama, HF tokenizers) on llama-3.2-tokenizer.json, <|end_of_text|> as the pad token on both."""
+    hf = _hf_llama3()
+    tok = Tokenizer.from_file(require_shared("vocab", "llama-3.2-tokenizer.json"))
+    assert tok.pad_id is None  # the file names no pad token
+    tok.pad_id = tok.token_to_id("<|end_of_text|>")
+    return tok, hf
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+@pytest.mark.parametrize("max_length", [None, 6])
+def test_call_matches_hf(llama3_json, side, max_length):
+    """tok(texts, padding=True, padding_side=..., truncation=...) is HF tokenizers' encode_batch with
+    enable_padding(direction=...) / enable_truncation (control tokens in the text matched, bos added)."""
+    tok, hf = llama3_json
+    hf.enable_padding(direction=side, pad_id=tok.pad_id, pad_token="<|end_of_text|>")
+    if max_length is not None:
+        hf.enable_truncation(max_length=max_length)
+    else:
+        hf.no_truncation()
+    try:
+        want = hf.encode_batch(CALL_TEXTS)
+        got = tok(CALL_TEXTS, padding=True, padding_side=side, truncation=max_length is not None,
+                  max_length=max_length)
+        assert got.input_ids == [e.ids for e in want]
+        assert got["attention_mask"] == [e.attention_mask for e in want]
+        tok.padding_side = side  # transformers' attribute, the default of every call
+        ids, mask = tok.encode_batch(CALL_TEXTS, parse_special=True, return_array=True, pad_to="longest",
+                                     truncate=max_length, num_threads=1)
+        assert ids.tolist() == [e.ids for e in want] and mask.tolist() == [e.attention_mask for e in want]
+        arrays = tok(CALL_TEXTS, padding=True, return_tensors="np", truncation=max_length is not None,
+                     max_length=max_length)
+        assert arrays["input_ids"].dtype == np.int64 and arrays["input_ids"].tolist() == [e.ids for e in want]
+    finally:
+        tok.padding_side = "right"
+        hf.no_padding()
+        hf.no_truncation()
+    for text in CALL_TEXTS:  # one text: lists, no padding
+        e = hf.encode(text)
+        assert tok(text) == {"input_ids": e.ids, "attention_mask": e.attention_mask}
+        if max_length is not None:
+            hf.enable_truncation(max_length=max_length)
+            assert tok.encode(text, parse_special=True, truncation=True, max_length=max_length) == hf.encode(text).ids
+            hf.no_truncation()
+
+
+def test_call_and_truncation_errors():
+    tok = Tokenizer.from_file(default_vocab_path())
+    with pytest.raises(ArgumentError, match="needs max_length"):
+        tok.encode("Hello", truncation=True)
+    with pytest.raises(ArgumentError, match="pass truncation=True"):
+        tok.encode("Hello", truncation=False, max_length=3)
+    with pytest.raises(ArgumentError, match="no pad token"):
+        tok(["Hello", "Hello, llamas!"], padding=True)
+    with pytest.raises(ArgumentError, match="padding_side must be"):
+        tok(["Hello"], padding_side="center")
+    with pytest.raises(ArgumentError, match="padding=True"):
+        tok(["Hello", "Hello, llamas!"], return_tensors="np")
+    with pytest.raises(ArgumentError, match="out of range"):
+        tok.pad_id = tok.n_vocab
+    tok.pad_id = tok.eos_id
+    assert tok(["Hello", "Hello, llamas!"], padding=True).input_ids[0][-1] == tok.eos_id
+
+
+@pytest.mark.parametrize("skip", [True, False])
+def test_skip_special_tokens_matches_hf(llama3_json, skip):
+    """One name, skip_special_tokens, with HF's meaning in decode, decode_batch, batch_decode and stream_decoder."""
+    tok, hf = llama3_json
+    batch = [hf.encode(t).ids for t in CALL_TEXTS]  # bos and control tokens
+    want = hf.decode_batch(batch, skip_special_tokens=skip)
+    assert tok.batch_decode(batch, skip_special_tokens=skip) == want
+    assert tok.decode_batch(batch, skip_special_tokens=skip) == want
+    assert [tok.decode(ids, skip_special_tokens=skip) for ids in batch] == want
+    for ids, text in zip(batch, want):
+        d = tok.stream_decoder(skip_special_tokens=skip)
+        assert "".join(d.push(i) for i in ids) + d.flush() == text.removeprefix("<|begin_of_text|>" if skip else "")
+    assert tok.batch_decode(batch) == hf.decode_batch(batch, skip_special_tokens=False)  # HF's default
+    with pytest.raises(ArgumentError, match="not both"):
+        tok.decode(batch[0], remove_special=True, skip_special_tokens=skip)
+    with pytest.deprecated_call():
+        tok.stream_decoder(skip_special=skip)
+
+
+def test_token_accessors_match_hf(llama3_json):
+    tok, hf = llama3_json
+    ids = hf.encode(CALL_TEXTS[3]).ids
+    assert tok.convert_ids_to_tokens(ids) == [hf.id_to_token(i) for i in ids]
+    assert tok.convert_ids_to_tokens(ids[1]) == hf.id_to_token(ids[1])
+    special = {i for i, a in hf.get_added_tokens_decoder().items() if a.special}
+    assert tok.convert_ids_to_tokens(ids, skip_special_tokens=True) == [hf.id_to_token(i) for i in ids
+                                                                         if i not in special]
+    assert tok.get_vocab_size() == tok.get_vocab_size(with_added_tokens=True) == hf.get_vocab_size(True)
+    bert = load("ggml-vocab-bert-bge")
+    assert bert.pad_id == bert.token_to_id("[PAD]")
+    phi3 = load("ggml-vocab-phi-3")
+    assert phi3.chat_template == phi3.vocab.metadata["tokenizer.chat_template"]
+    assert tok.chat_template is None
+
+
+def test_chat_template_attribute_is_used():
+    """tok.chat_template = ... (as transformers users set it) is what apply_chat_template renders."""
+    tok = Tokenizer.from_file(default_vocab_path())
+    tok.chat_template = "{% for m in messages %}[{{ m.content }}]{% endfor %}"
+    assert tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False) == "[hi]"
+    tok.chat_template = None
+    with pytest.raises(MinillamaError, match="no chat template"):
+        tok.apply_chat_template([{"role": "user", "content": "hi"}])
+
+
+def test_tiktoken_calls_match_tiktoken(tiktoken_llama3):
+    """encode_ordinary, decode_single_token_bytes (llama3) and eot_token (gpt-2) equal tiktoken's."""
+    tiktoken = pytest.importorskip("tiktoken")
+    from minillama.tokenizer.tables import GPT2
+
+    enc, tok = tiktoken_llama3
+    for text in SPECIAL_TEXTS:
+        assert tok.encode_ordinary(text) == enc.encode_ordinary(text)
+    for i in (0, 1, 220, 12345, 128000, 128009, 128255):
+        assert tok.decode_single_token_bytes(i) == enc.decode_single_token_bytes(i)
+    gpt2 = load("ggml-vocab-gpt-2")
+    from minillama.tokenizer.unicode import BYTELEVEL_TO_LATIN1
+
+    ranks = {t.translate(BYTELEVEL_TO_LATIN1).encode("latin-1"): i for i, t in enumerate(gpt2.vocab.tokens[:50256])}
+    enc2 = tiktoken.Encoding("gpt2", pat_str=GPT2, mergeable_ranks=ranks, special_tokens={"<|endoftext|>": 50256})
+    assert gpt2.eot_token == enc2.eot_token == 50256
+    assert gpt2.encode_ordinary("hi <|endoftext|>") == enc2.encode_ordinary("hi <|endoftext|>")
+
+
+def test_hf_model_directory(tmp_path):
+    """from_file and --model take a Hugging Face model directory (tokenizer.json, tokenizer_config.json and
+    config.json in it, as from_pretrained takes one): HF tokenizers' ids, the config's chat template."""
+    import os
+    import subprocess
+    import sys
+
+    hf = _hf_llama3()
+    model = tmp_path / "Llama-3.2-1B-Instruct"
+    model.mkdir()
+    os.symlink(require_shared("vocab", "llama-3.2-tokenizer.json"), model / "tokenizer.json")
+    template = "{% for m in messages %}<|start_header_id|>{{ m.role }}<|end_header_id|>{{ m.content }}{% endfor %}"
+    (model / "tokenizer_config.json").write_text(json.dumps({"chat_template": template, "bos_token": "<|begin_of_text|>",
+                                                             "eos_token": "<|eot_id|>"}))
+    (model / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "vocab_size": 128256}))
+    tok = Tokenizer.from_file(model)
+    assert tok.encode("Hello world") == hf.encode("Hello world").ids
+    assert tok.chat_template == template
+    out = subprocess.run([sys.executable, "-m", "minillama.cli", "tokenize", "--model", str(model), "--ids",
+                          "Hello world"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and json.loads(out.stdout) == hf.encode("Hello world").ids
+    (tmp_path / "empty").mkdir()
+    out = subprocess.run([sys.executable, "-m", "minillama.cli", "tokenize", "--model", str(tmp_path / "empty"),
+                          "x"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and out.stderr.startswith("minillama: error:")
+    assert f"{tmp_path / 'empty'} is a directory without a tokenizer.json" in out.stderr
+
+
+# --- ignore_merges: llama.cpp's ids by default, HF tokenizers' on request ----------------------------------------
+
+def test_ignore_merges_false_gives_hf_ids_default_gives_llamacpp():
+    """llama-3.2-tokenizer.json says "ignore_merges": false; llama.cpp's llama-bpe takes a word that is a whole
+    token as that token, so some paragraphs (Vietnamese mostly) differ from HF tokenizers. ignore_merges=False
+    gives HF's ids on every paragraph of diverse.txt; the default stays llama.cpp's on conformance-diverse."""
+    hf = _hf_llama3()
+    path = require_shared("vocab", "llama-3.2-tokenizer.json")
+    default, compat = Tokenizer.from_file(path), Tokenizer.from_file(path, ignore_merges=False)
+    text = require_shared("corpus", "diverse.txt").read_text(encoding="utf-8")
+    paragraphs = [p for p in text.split("\n\n") if p.strip()]
+    differ = []
+    for p in paragraphs:
+        want = hf.encode(p, add_special_tokens=False).ids
+        assert compat.encode(p, add_special=False) == want, p[:80]
+        if default.encode(p, add_special=False) != want:
+            differ.append(p)
+    assert differ and any("ệ" in p or "ư" in p for p in differ)  # the issue counted 350 of 16,114, Vietnamese mostly
+    rows = read_conformance("ggml-vocab-llama-bpe", "conformance-diverse")
+    assert all(default.encode(r["text"], add_special=False) == r["ids"] for r in rows)
+    assert any(compat.encode(r["text"], add_special=False) != r["ids"] for r in rows)
+    with pytest.raises(ArgumentError, match="BPE vocabs"):
+        Tokenizer.from_file(vocab_path("ggml-vocab-llama-spm"), ignore_merges=False)

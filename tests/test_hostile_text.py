@@ -191,7 +191,7 @@ def test_random_ids_decode_and_stream(vocab):
     @given(ids=ids_st)
     def prop(ids):
         for skip in (True, False):
-            sd = tok.stream_decoder(skip_special=skip)
+            sd = tok.stream_decoder(skip_special_tokens=skip)
             streamed = "".join(sd.push(i) for i in ids) + sd.flush()
             assert streamed == tok.decode(ids, unparse_special=not skip)
         tok.decode_bytes(ids, remove_special=True, unparse_special=True)

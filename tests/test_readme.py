@@ -121,3 +121,19 @@ def test_marker_scheme(tmp_path, monkeypatch):
     assert code == f"open({str(Path(REPO) / 'minillama/data/default-corpus.txt')!r})"
     with pytest.raises(ValueError):
         prepare("x", "nonsense")
+
+
+def test_readme_serves_a_fresh_clone():
+    """What a newcomer with a fresh clone and the README alone met: how to run the tests that skip
+    (MINILLAMA_SHARED, in the quick start and in the skip reason), install commands that work from a
+    checkout (the package is not on the index: `".[ray]"`, not `"minillama[ray]"`), and documentation
+    sentences rather than a development log."""
+    from helpers import NO_SHARED_REASON
+
+    text = README.read_text(encoding="utf-8")
+    quick_start = text.split("## Command line")[0]
+    assert "MINILLAMA_SHARED" in quick_start and "MINILLAMA_SHARED" in NO_SHARED_REASON
+    installs = re.findall(r"pip install[^`\n]*", text.replace("\n  ", " "))
+    assert installs and not [c for c in installs if "minillama[" in c], installs
+    for phrase in ("this branch", "main at ", "engineer", "of ours", "the issue"):
+        assert phrase not in text.lower(), phrase

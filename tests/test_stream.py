@@ -13,7 +13,7 @@ from minillama.tokenizer import Tokenizer, default_vocab_path
 
 
 def _stream(tok: Tokenizer, ids: list[int], skip_special: bool = True) -> tuple[str, list[str]]:
-    d = tok.stream_decoder(skip_special=skip_special)
+    d = tok.stream_decoder(skip_special_tokens=skip_special)
     parts = [d.push(i) for i in ids]
     parts.append(d.flush())
     return "".join(parts), parts

@@ -12,16 +12,25 @@ transformers (which needs PyTorch to open a GGUF itself) is needed only here:
         ../shared/vocab/ggml-vocab-phi-3.gguf /work/models/gemma-3-270m-q4_k_m.gguf
 
 GGUFs without a template are listed under "without_template".
+
+"apply_chat_template" holds what transformers' own PreTrainedTokenizerBase.apply_chat_template returns -- its
+defaults (tokenize=True, return_dict=True), return_dict=False, continue_final_message, truncation, batches with
+padding -- with every template above on a transformers tokenizer made from a tokenizer.json (--tokenizer-json,
+default ../shared/vocab/llama-3.2-tokenizer.json, with Llama 3.2 Instruct's bos/eos and <|end_of_text|> as pad).
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 from pathlib import Path
 
 OUT = Path(__file__).resolve().parents[1] / "tests" / "data" / "chat_templates.json"
+TOKENIZER_JSON = Path(__file__).resolve().parents[2] / "shared" / "vocab" / "llama-3.2-tokenizer.json"
+# Llama 3.2 Instruct's tokenizer_config.json names these; the pad token is what users set (pad = end of text)
+TOKENIZER_SPECIALS = {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>", "pad_token": "<|end_of_text|>"}
 
 CONVERSATIONS = [
     [{"role": "user", "content": "Hello!"}],
@@ -95,9 +104,68 @@ def render_all(template: str, special: dict[str, str]) -> list[dict]:
     return cases
 
 
+# apply_chat_template calls replayed on each template (messages: one conversation, or "all" of them as a batch)
+CALLS = [
+    {},
+    {"tokenize": False},
+    {"add_generation_prompt": True, "return_dict": False},
+    {"add_generation_prompt": True, "tokenize": False},
+    {"truncation": True, "max_length": 12, "return_dict": False},
+    {"tools": TOOLS, "custom_flag": "yes", "return_dict": False},
+    {"continue_final_message": True, "tokenize": False},
+    {"continue_final_message": True, "return_dict": False},
+]
+BATCH_CALLS = [
+    {"padding": True, "tokenizer_kwargs": {"padding_side": "left"}},
+    {"padding": True, "return_tensors": "np", "add_generation_prompt": True},
+    {"tokenize": False},
+]
+
+
+def _plain_result(out):
+    """A result of apply_chat_template as JSON: text, ids, or a BatchEncoding's lists ("np" arrays as lists)."""
+    if isinstance(out, str) or (isinstance(out, list) and (not out or not hasattr(out[0], "keys"))):
+        return {"value": out.tolist() if hasattr(out, "tolist") else out}
+    if hasattr(out, "keys"):
+        return {"dict": {k: (v.tolist() if hasattr(v, "tolist") else v) for k, v in out.items()},
+                "np": any(hasattr(v, "tolist") for v in out.values())}
+    return {"value": out}
+
+
+def transformers_calls(tokenizer_json: str, templates: list[dict]) -> dict:
+    """What transformers' apply_chat_template returns for CALLS / BATCH_CALLS on each template."""
+    from jinja2 import TemplateError
+    from transformers import PreTrainedTokenizerFast
+
+    hf = PreTrainedTokenizerFast(tokenizer_file=tokenizer_json, **TOKENIZER_SPECIALS)
+    cases = []
+    for entry in templates:
+        runs = [(k, call) for k in range(len(CONVERSATIONS)) for call in CALLS]
+        runs += [("all", call) for call in BATCH_CALLS]
+        for k, call in runs:
+            messages = CONVERSATIONS if k == "all" else CONVERSATIONS[k]
+            if call.get("continue_final_message") and messages[-1]["role"] != "assistant":
+                continue
+            if "custom_flag" in call and "custom_flag" not in entry["source"]:
+                continue  # minillama refuses a keyword the template never reads; transformers ignores it
+            case = {"template": entry["name"], "messages": k, "call": call}
+            try:
+                case.update(_plain_result(hf.apply_chat_template(messages, chat_template=entry["source"], **call)))
+            except (TemplateError, ValueError) as e:
+                case["error"] = str(e)
+            cases.append(case)
+    params = inspect.signature(type(hf).apply_chat_template).parameters.values()
+    signature = [[p.name, None if p.default is inspect.Parameter.empty else p.default] for p in params
+                 if p.name != "self" and p.kind is not inspect.Parameter.VAR_KEYWORD]
+    return {"tokenizer_json": os.path.basename(tokenizer_json), "special_tokens": TOKENIZER_SPECIALS,
+            "signature": signature, "conversations": CONVERSATIONS, "cases": cases}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("gguf", nargs="*", help="GGUF files whose chat template to include")
+    ap.add_argument("--tokenizer-json", default=str(TOKENIZER_JSON),
+                    help="tokenizer.json the apply_chat_template calls tokenize with (default: %(default)s)")
     args = ap.parse_args()
     import transformers
 
@@ -114,6 +182,11 @@ def main() -> None:
     for name, template in HANDWRITTEN.items():
         data["templates"].append({"name": name, "source": template, "special_tokens": special,
                                   "cases": render_all(template, special)})
+    if OUT.is_file():  # GGUFs without a template found by an earlier run (not at hand now) stay listed
+        given = {os.path.basename(p) for p in args.gguf}
+        data["without_template"] += [n for n in json.loads(OUT.read_text(encoding="utf-8")).get("without_template", [])
+                                     if n not in given]
+    data["apply_chat_template"] = transformers_calls(args.tokenizer_json, data["templates"])
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps(data, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
     print(f"wrote {OUT}: {len(data['templates'])} templates, without template: {data['without_template']}")

@@ -6,8 +6,11 @@
     tok.decode(ids); tok.decode_bytes(ids); tok.token_to_piece(ids[0])
 
 For users of Hugging Face tokenizers, tiktoken and transformers: encode_with_offsets, allowed_special /
-disallowed_special, encode_for_completion (token healing), apply_chat_template, token_to_id / id_to_token /
-get_vocab / decode_batch, and encode_batch(return_array=True, pad_to=..., truncate=...).
+disallowed_special, encode_for_completion (token healing), apply_chat_template (transformers' signature and
+defaults), tok(text) (a BatchEncoding), token_to_id / id_to_token / convert_ids_to_tokens / get_vocab /
+get_vocab_size, decode_batch / batch_decode, skip_special_tokens, truncation / max_length, pad_id /
+padding_side, chat_template, encode_batch(return_array=True, pad_to=..., truncate=...), and tiktoken's
+encode_ordinary, eot_token and decode_single_token_bytes.
 
 The pipeline: file -> Vocab (formats/, vocab.py) -> special-token split (special.py) -> merge model
 (models/: score-based SPM or rank-based BPE with its pre-tokenizer) -> ids -> pieces (decode.py).
@@ -50,10 +53,23 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..errors import ArgumentError, ArgumentTypeError, DoubleBosWarning, MinillamaError
+from ..errors import ArgumentError, ArgumentTypeError, DoubleBosWarning, MinillamaError, UnsupportedError
 from ..fileio import input_path
 from .decode import PieceTable, StreamDecoder, check_id, out_of_range
-from .formats import read_metadata
+from .formats import model_file, read_metadata
+from .hf_api import (
+    BatchEncoding,
+    PaddingSide,
+    as_tensors,
+    check_max_length,
+    check_padding_side,
+    check_template_kwargs,
+    conversations,
+    cut_after_final,
+    open_final_message,
+    pad,
+    skip_flags,
+)
 from .models import Model, make_model
 from .offsets import SPANS
 from .special import find_special, partition, partition_spans, raw_special_ids
@@ -65,7 +81,7 @@ _GC_PAUSE_CHARS = 1 << 14  # texts longer than this encode with the cyclic GC pa
 #: tiktoken's allowed_special / disallowed_special: "all", or a collection of token texts.
 SpecialSet = Literal["all"] | Iterable[str]
 
-__all__ = ["Tokenizer", "Vocab", "Attr", "StreamDecoder", "default_vocab_path"]
+__all__ = ["Tokenizer", "Vocab", "Attr", "StreamDecoder", "BatchEncoding", "default_vocab_path"]
 
 
 def default_vocab_path() -> str:
@@ -93,8 +109,8 @@ def _batch_texts(texts: Iterable[str], num_threads: int | None) -> tuple[list[st
 
 
 def _batch_arrays(out: list[list[int]], pad_to: Literal["longest"] | int | None,
-                  pad_id: int | None) -> tuple[np.ndarray, np.ndarray]:
-    """encode_batch's (ids, attention_mask) arrays: the id lists padded on the right to one width."""
+                  pad_id: int | None, side: PaddingSide = "right") -> tuple[np.ndarray, np.ndarray]:
+    """encode_batch's (ids, attention_mask) arrays: the id lists padded to one width on side."""
     lengths = [len(ids) for ids in out]
     longest = max(lengths, default=0)
     if pad_to is None:
@@ -110,8 +126,9 @@ def _batch_arrays(out: list[list[int]], pad_to: Literal["longest"] | int | None,
     ids_arr = np.full((len(out), width), pad_id if pad_id is not None else 0, np.int32)
     mask = np.zeros((len(out), width), np.int32)
     for r, ids in enumerate(out):
-        ids_arr[r, :len(ids)] = ids
-        mask[r, :len(ids)] = 1
+        cols = slice(width - len(ids), width) if side == "left" else slice(0, len(ids))
+        ids_arr[r, cols] = ids
+        mask[r, cols] = 1
     return ids_arr, mask
 
 
@@ -125,6 +142,9 @@ class Tokenizer:
         self._pieces: PieceTable | None = None
         self._lock = threading.Lock()
         self._warn_bos = self._bos_text if vocab.add_bos else ""  # text whose presence means a double bos
+        self.padding_side: PaddingSide = "right"  # transformers' attribute: where padding goes by default
+        self._pad_override: int | None = None  # tok.pad_id = ... (the vocab's pad token otherwise)
+        self._template_override: tuple[str | None] | None = None  # tok.chat_template = ...
 
     def __reduce__(self) -> tuple:
         """Pickle as the vocab's tables alone (process pools, Ray actors): the model, its word caches,
@@ -132,11 +152,23 @@ class Tokenizer:
         return type(self), (self.vocab,)
 
     @classmethod
-    def from_file(cls, path: str | os.PathLike[str]) -> Tokenizer:
+    def from_file(cls, path: str | os.PathLike[str], *, ignore_merges: bool | None = None) -> Tokenizer:
         """Open a GGUF (v2/v3), llama2.c tokenizer.bin, SentencePiece .model or Hugging Face tokenizer.json
-        file, recognised by its content, not its name."""
-        path = input_path(path, "model file")
-        return cls(Vocab.from_metadata(read_metadata(path), path))
+        file, recognised by its content, not its name; or a Hugging Face model directory (its tokenizer.json,
+        with tokenizer_config.json and config.json beside it, as from_pretrained reads one).
+
+        ignore_merges (BPE vocabs only) overrides what llama.cpp's pre-tokenizer decides: None follows
+        llama.cpp (llama-bpe and a few others take a word that is a whole token as that token); False gives
+        Hugging Face tokenizers' ids for a tokenizer.json that says "ignore_merges": false (llama 3's).
+        """
+        path = input_path(model_file(path), "model file")
+        vocab = Vocab.from_metadata(read_metadata(path), path)
+        if ignore_merges is not None:
+            if vocab.kind != "bpe":
+                raise ArgumentError(f"ignore_merges applies to BPE vocabs, expected one; {path} holds a "
+                                    f"{vocab.kind!r} vocab")
+            vocab.ignore_merges = bool(ignore_merges)
+        return cls(vocab)
 
     # --- properties -------------------------------------------------------------------------
     @property
@@ -171,6 +203,36 @@ class Tokenizer:
         return self.vocab.special.get("unk")
 
     @property
+    def pad_id(self) -> int | None:
+        """The padding id: the vocab's pad token unless set (tok.pad_id = tok.eos_id, as transformers users set
+        pad_token); what encode_batch, tok(...) and apply_chat_template pad with."""
+        return self._pad_override if self._pad_override is not None else self.vocab.special.get("pad")
+
+    @pad_id.setter
+    def pad_id(self, token_id: int | None) -> None:
+        self._pad_override = None if token_id is None else check_id(token_id, self.vocab.n_vocab)
+
+    @property
+    def eot_token(self) -> int | None:
+        """tiktoken's eot_token, the end-of-text id: the vocab's eos (llama.cpp's eot_id is end-of-turn)."""
+        return self.vocab.special.get("eos")
+
+    @property
+    def chat_template(self) -> str | None:
+        """The chat template apply_chat_template renders (transformers' tokenizer.chat_template): the file's
+        tokenizer.chat_template unless set; None when there is none."""
+        if self._template_override is not None:
+            return self._template_override[0]
+        source = self.vocab.metadata.get("tokenizer.chat_template")
+        return source if isinstance(source, str) and source.strip() else None
+
+    @chat_template.setter
+    def chat_template(self, source: str | None) -> None:
+        if source is not None and not isinstance(source, str):
+            raise ArgumentTypeError(f"chat_template must be a str or None, got {type(source).__name__}")
+        self._template_override = (source,)
+
+    @property
     def add_bos(self) -> bool:
         """Whether encode(add_special=True) prepends bos."""
         return self.vocab.add_bos
@@ -181,8 +243,12 @@ class Tokenizer:
 
     # --- encoding ---------------------------------------------------------------------------
     def encode(self, text: str, add_special: bool = True, parse_special: bool = False, *,
-               allowed_special: SpecialSet | None = None, disallowed_special: SpecialSet | None = None) -> list[int]:
+               allowed_special: SpecialSet | None = None, disallowed_special: SpecialSet | None = None,
+               truncation: bool = False, max_length: int | None = None) -> list[int]:
         """llama_tokenize(text, add_special, parse_special): ids for text.
+
+        truncation=True, max_length=N (transformers' names) keeps at most N ids, the bos/eos add_special
+        adds included and kept (the text's ids are cut at the end).
 
         allowed_special / disallowed_special follow tiktoken: "all" or a collection of control-token
         texts. Allowed tokens written in the text become their ids; a disallowed one raises
@@ -203,6 +269,9 @@ class Tokenizer:
         """
         if not isinstance(text, str):
             raise ArgumentTypeError(f"encode() takes a str, got {type(text).__name__}")
+        if truncation or max_length is not None:
+            return self._encode_truncated(text, add_special, parse_special, check_max_length(truncation, max_length),
+                                          allowed_special=allowed_special, disallowed_special=disallowed_special)
         allowed: frozenset[int] = _NONE
         if allowed_special is not None or disallowed_special is not None:
             allowed = self._special_control(text, parse_special, allowed_special, disallowed_special)
@@ -243,6 +312,43 @@ class Tokenizer:
                 gc.enable()
         out += after
         return out
+
+    def _encode_truncated(self, text: str, add_special: bool, parse_special: bool, max_length: int | None,
+                          **special: Any) -> list[int]:
+        """encode() cut to max_length ids, the ids add_special adds kept (HF's truncation)."""
+        before, after = self._truncation_affixes(max_length, add_special)
+        if add_special and self._warn_bos and text.startswith(self._warn_bos):
+            self._warn_double_bos()
+        ids = self.encode(text, False, parse_special, **special)
+        if max_length is None:
+            return before + ids + after
+        return before + ids[:max_length - len(before) - len(after)] + after
+
+    def encode_ordinary(self, text: str) -> list[int]:
+        """tiktoken's encode_ordinary: the ids of text with special tokens as plain text and no bos/eos added."""
+        return self.encode(text, add_special=False, parse_special=False)
+
+    def __call__(self, text: str | Sequence[str], *, add_special_tokens: bool = True, padding: bool | str = False,
+                 truncation: bool | None = None, max_length: int | None = None, return_tensors: str | None = None,
+                 padding_side: PaddingSide | None = None, return_attention_mask: bool = True) -> BatchEncoding:
+        """transformers' tokenizer(text): a BatchEncoding of input_ids and attention_mask, for one text (lists of
+        ids) or a list of texts (lists of lists). Control tokens written in the text are matched, as
+        transformers matches added tokens; add_special_tokens adds bos/eos as the vocab says. padding=True /
+        'longest' / 'max_length' pads with pad_id on padding_side (default tok.padding_side); truncation=True
+        with max_length cuts each text's ids; return_tensors='np' gives int64 arrays with a batch axis."""
+        batched = not isinstance(text, str)
+        if batched and (isinstance(text, bytes) or not isinstance(text, Sequence)):
+            raise ArgumentTypeError(f"tokenizer() takes a str or a list of str, got {type(text).__name__}")
+        side = check_padding_side(self.padding_side if padding_side is None else padding_side)
+        cut = check_max_length(truncation, max_length)
+        texts = list(text) if batched else [text]
+        rows = [self._encode_truncated(t, add_special_tokens, True, cut) if cut is not None
+                else self.encode(t, add_special_tokens, True) for t in texts]
+        rows, masks = pad(rows, padding, max_length, self.pad_id, side)
+        enc = {"input_ids": rows if batched else rows[0]}
+        if return_attention_mask:
+            enc["attention_mask"] = masks if batched else masks[0]
+        return BatchEncoding(as_tensors(enc, return_tensors, batched))
 
     def _warn_double_bos(self) -> None:
         warnings.warn(f"the text already starts with the bos text {self._bos_text!r} and add_special=True adds bos "
@@ -400,7 +506,8 @@ class Tokenizer:
     def encode_batch(self, texts: Iterable[str], num_threads: int | None = None, *, add_special: bool = True,
                      parse_special: bool = False, return_array: bool = False,
                      pad_to: Literal["longest"] | int | None = None, truncate: int | None = None,
-                     pad_id: int | None = None) -> list[list[int]] | tuple[np.ndarray, np.ndarray]:
+                     pad_id: int | None = None,
+                     padding_side: PaddingSide | None = None) -> list[list[int]] | tuple[np.ndarray, np.ndarray]:
         """encode() of every text, in order, on a pool of num_threads threads sharing this Tokenizer.
 
         num_threads=None uses os.cpu_count() threads; 1 (or a single text) encodes in this thread.
@@ -411,11 +518,13 @@ class Tokenizer:
 
         For embedding models (as HF tokenizers' enable_truncation/enable_padding): truncate=N keeps at
         most N ids per text, the added bos/eos/[CLS]/[SEP] included and kept; return_array=True returns
-        (ids, attention_mask), two int32 arrays of shape (len(texts), length), padded on the right with
-        pad_id (default: the vocab's pad token; ArgumentError when it has none) to the longest text
-        (pad_to="longest") or to pad_to=N ids. Without pad_to all texts must give the same length.
+        (ids, attention_mask), two int32 arrays of shape (len(texts), length), padded on padding_side
+        ("right", or "left" for generation; default tok.padding_side) with pad_id (default: tok.pad_id;
+        ArgumentError when there is none) to the longest text (pad_to="longest") or to pad_to=N ids. Without
+        pad_to all texts must give the same length.
         """
         texts, num_threads = _batch_texts(texts, num_threads)
+        side = check_padding_side(self.padding_side if padding_side is None else padding_side)
         if pad_to is not None and not return_array:
             raise ArgumentError("pad_to needs return_array=True (lists need no padding)")
         if pad_id is not None and pad_to is None:
@@ -438,7 +547,7 @@ class Tokenizer:
             out = [before + ids[:room] + after for ids in out]
         if not return_array:
             return out
-        return _batch_arrays(out, pad_to, pad_id)
+        return _batch_arrays(out, pad_to, pad_id, side)
 
     def _truncation_affixes(self, truncate: int | None, add_special: bool) -> tuple[list[int], list[int]]:
         """encode_batch's check of truncate, and the ids add_special adds around each truncated text."""
@@ -458,10 +567,10 @@ class Tokenizer:
     def _pad_id(self, pad_to: Literal["longest"] | int, pad_id: int | None) -> int:
         """encode_batch's padding id (the vocab's pad token by default), pad_to checked."""
         if pad_id is None:
-            pad_id = self.vocab.special.get("pad")
+            pad_id = self.pad_id
             if pad_id is None:
                 raise ArgumentError("this vocab has no pad token (tokenizer.ggml.padding_token_id): pass "
-                                    "pad_id=<an id> to pad with, e.g. pad_id=tok.eos_id")
+                                    "pad_id=<an id> to pad with, e.g. pad_id=tok.eos_id, or set tok.pad_id")
         pad_id = check_id(pad_id, self.vocab.n_vocab)
         if pad_to != "longest" and (isinstance(pad_to, bool) or not isinstance(pad_to, int) or pad_to < 0):
             raise ArgumentError(f"pad_to must be None, 'longest' or a length >= 0, got {pad_to!r}")
@@ -479,6 +588,23 @@ class Tokenizer:
     def get_vocab(self) -> dict[str, int]:
         """Every token text with its id (a new dict; HF tokenizers' get_vocab(with_added_tokens=True))."""
         return dict(self.vocab.token_to_id)
+
+    def get_vocab_size(self, with_added_tokens: bool = True) -> int:
+        """HF tokenizers' get_vocab_size(with_added_tokens=True): every token, n_vocab. A GGUF does not record
+        which tokens were added to the model's own, so with_added_tokens=False is refused."""
+        if not with_added_tokens:
+            raise ArgumentError("get_vocab_size(with_added_tokens=False): a GGUF does not record which tokens "
+                                "were added to the model's vocab, expected with_added_tokens=True (n_vocab)")
+        return self.vocab.n_vocab
+
+    def convert_ids_to_tokens(self, ids: int | Iterable[int], skip_special_tokens: bool = False) -> str | list[str]:
+        """transformers' convert_ids_to_tokens: the token text of one id, or of each id in a sequence;
+        skip_special_tokens leaves out control and unknown tokens (bos, eos, <|...|>)."""
+        if not isinstance(ids, (str, bytes)) and not isinstance(ids, Iterable):
+            return self.id_to_token(ids)  # type: ignore[arg-type]
+        mask = int(Attr.CONTROL | Attr.UNKNOWN) if skip_special_tokens else 0
+        tokens, attrs = self.vocab.tokens, self.vocab.attrs
+        return [tokens[i] for i in self._check_ids(ids) if not attrs[check_id(i, self.vocab.n_vocab)] & mask]
 
     # --- decoding ---------------------------------------------------------------------------
     @property
@@ -524,50 +650,102 @@ class Tokenizer:
         table = self.pieces
         return table.pieces[token_id] if special else table.pieces_plain[token_id]
 
-    def decode_bytes(self, ids: Iterable[int], remove_special: bool = False, unparse_special: bool = False) -> bytes:
-        """llama_detokenize(ids, remove_special, unparse_special) as bytes."""
+    def decode_bytes(self, ids: Iterable[int], remove_special: bool = False, unparse_special: bool = False, *,
+                     skip_special_tokens: bool | None = None) -> bytes:
+        """llama_detokenize(ids, remove_special, unparse_special) as bytes.
+
+        skip_special_tokens (HF's name, the same in every decode call and stream_decoder) sets both flags:
+        True drops the added bos/eos and writes control tokens as nothing, False writes every token's text.
+        """
+        remove_special, unparse_special = skip_flags(skip_special_tokens, remove_special, unparse_special)
         return self.pieces.detokenize(self._check_ids(ids), remove_special, unparse_special)
 
-    def decode(self, ids: Iterable[int], remove_special: bool = False, unparse_special: bool = False) -> str:
+    def decode(self, ids: Iterable[int], remove_special: bool = False, unparse_special: bool = False, *,
+               skip_special_tokens: bool | None = None) -> str:
         """decode_bytes as text; bytes that are not valid UTF-8 become U+FFFD."""
-        return self.decode_bytes(ids, remove_special, unparse_special).decode("utf-8", "replace")
+        return self.decode_bytes(ids, remove_special, unparse_special,
+                                 skip_special_tokens=skip_special_tokens).decode("utf-8", "replace")
 
     def decode_batch(self, batch: Iterable[Iterable[int]], remove_special: bool = False,
-                     unparse_special: bool = False) -> list[str]:
+                     unparse_special: bool = False, *, skip_special_tokens: bool | None = None) -> list[str]:
         """decode() of every sequence of ids, in order (rows of an array too)."""
         if isinstance(batch, (str, bytes)):
             raise ArgumentTypeError(f"decode_batch() takes a sequence of id sequences, got {type(batch).__name__}")
-        return [self.decode(ids, remove_special, unparse_special) for ids in batch]
+        return [self.decode(ids, remove_special, unparse_special, skip_special_tokens=skip_special_tokens)
+                for ids in batch]
+
+    def batch_decode(self, sequences: Iterable[Iterable[int]], skip_special_tokens: bool = False) -> list[str]:
+        """transformers' batch_decode: decode() of every sequence, every token's text written out unless
+        skip_special_tokens."""
+        return self.decode_batch(sequences, skip_special_tokens=skip_special_tokens)
+
+    def decode_single_token_bytes(self, token: int) -> bytes:
+        """tiktoken's decode_single_token_bytes: the bytes of one token, a control token's text included."""
+        return self.token_to_piece(token, special=True)
 
     # --- chat -------------------------------------------------------------------------------
-    def apply_chat_template(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True,
-                            tokenize: bool = False, tools: Sequence[Any] | None = None,
-                            chat_template: str | None = None, **kwargs: Any) -> str | list[int]:
-        """The conversation rendered with the vocab's chat template (tokenizer.chat_template), as
-        transformers' apply_chat_template renders it (Jinja2 sandbox; tools and **kwargs reach the
-        template). tokenize=True returns its ids: encoded with control tokens parsed and bos added as
-        the vocab says, but never twice (a template that writes bos itself keeps just that one).
-        chat_template= renders another template instead. MinillamaError when there is none.
-        """
-        from ..chat_template import ChatTemplate, without_bos
+    def apply_chat_template(self, conversation: Sequence[Mapping[str, Any]] | Sequence[Sequence[Mapping[str, Any]]],
+                            tools: Sequence[Any] | None = None, documents: Sequence[Any] | None = None,
+                            chat_template: str | None = None, add_generation_prompt: bool = False,
+                            continue_final_message: bool | str = False, tokenize: bool = True,
+                            sanitize_control_tokens: bool = False, padding: bool | str = False,
+                            truncation: bool = False, max_length: int | None = None,
+                            return_tensors: str | None = None, return_dict: bool = True,
+                            return_assistant_tokens_mask: bool = False,
+                            tokenizer_kwargs: Mapping[str, Any] | None = None,
+                            **kwargs: Any) -> str | list[str] | list[int] | list[list[int]] | BatchEncoding:
+        """transformers 5.23's apply_chat_template: the same parameters, defaults and results.
 
+        The conversation (or a list of them) is rendered with tok.chat_template (or chat_template=) in the
+        Jinja2 sandbox minillama chat uses, with tools, documents, the special-token texts and **kwargs as
+        variables. tokenize=False returns the text; tokenize=True (the default) encodes it as tok(text,
+        add_special_tokens=False, ...) does -- control tokens matched, no bos but the template's own -- and
+        returns a BatchEncoding (return_dict=True, the default) or the ids. continue_final_message leaves the
+        last message open for the model to continue. A keyword argument that is neither a parameter nor a
+        variable the template reads is refused (ArgumentError naming it), as are the options minillama does
+        not implement (sanitize_control_tokens, return_assistant_tokens_mask: UnsupportedError).
+        """
+        from ..chat_template import ChatTemplate
+
+        source = chat_template if chat_template is not None else self.chat_template
+        if source is None:
+            raise MinillamaError("this vocab has no chat template (tokenizer.chat_template): pass chat_template='...' "
+                                 "or set tok.chat_template")
+        for name, value in (("sanitize_control_tokens", sanitize_control_tokens),
+                            ("return_assistant_tokens_mask", return_assistant_tokens_mask)):
+            if value:
+                raise UnsupportedError(f"apply_chat_template({name}=True) is not implemented, expected False")
+        if continue_final_message and add_generation_prompt:
+            raise ArgumentError("continue_final_message and add_generation_prompt exclude each other: the first "
+                                "continues the last message, the second starts a new assistant message")
         # ChatTemplateError when the template does not compile, fails or passes a limit; ChatTemplateRefused
         # (also an ArgumentError) when its raise_exception() refuses the conversation
-        tmpl = ChatTemplate.from_tokenizer(self) if chat_template is None else \
-            ChatTemplate.for_tokenizer(chat_template, self)
-        if tmpl is None:
-            raise MinillamaError("this vocab has no chat template (tokenizer.chat_template): pass chat_template='...'")
-        text = tmpl.render(messages, add_generation_prompt, tools=tools, **kwargs)
+        tmpl = ChatTemplate.for_tokenizer(source, self)
+        check_template_kwargs(kwargs, source)
+        chats, batched = conversations(conversation)
+        rendered = []
+        for chat in chats:
+            final = open_final_message(chat, continue_final_message, source) if continue_final_message else None
+            text = tmpl.render(chat, add_generation_prompt, tools=tools, documents=documents, **kwargs)
+            rendered.append(text if final is None else cut_after_final(text, final))
         if not tokenize:
-            return text
-        return self.encode(without_bos(text, tmpl.bos_token, self), add_special=True, parse_special=True)
+            return rendered if batched else rendered[0]
+        enc = self(rendered if batched else rendered[0], add_special_tokens=False, padding=padding,
+                   truncation=truncation or None, max_length=max_length, return_tensors=return_tensors,
+                   **dict(tokenizer_kwargs or {}))
+        return enc if return_dict else enc["input_ids"]
 
-    def stream_decoder(self, skip_special: bool = True) -> StreamDecoder:
+    def stream_decoder(self, skip_special_tokens: bool = True, *, skip_special: bool | None = None) -> StreamDecoder:
         """A decoder for one generated sequence: push(id) -> new text, flush() -> the rest.
 
-        skip_special=True renders control tokens as nothing, like decode(unparse_special=False).
+        skip_special_tokens=True renders control tokens as nothing, like decode(unparse_special=False).
+        skip_special is its old name, kept as a deprecated alias.
         """
-        return StreamDecoder(self.pieces, skip_special)
+        if skip_special is not None:
+            warnings.warn("stream_decoder(skip_special=...) is deprecated: use skip_special_tokens=..., the name "
+                          "decode and batch_decode take", DeprecationWarning, stacklevel=2)
+            skip_special_tokens = skip_special
+        return StreamDecoder(self.pieces, skip_special_tokens)
 
     def __repr__(self) -> str:
         return f"Tokenizer(model={self.model!r}, pre={self.pre!r}, n_vocab={self.n_vocab})"

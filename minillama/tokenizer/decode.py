@@ -194,10 +194,10 @@ class StreamDecoder:
     equals Tokenizer.decode(ids). Work per token is constant.
     """
 
-    def __init__(self, table: PieceTable, skip_special: bool = True) -> None:
+    def __init__(self, table: PieceTable, skip_special_tokens: bool = True) -> None:
         import codecs
 
-        self._pieces = table.pieces_plain if skip_special else table.pieces
+        self._pieces = table.pieces_plain if skip_special_tokens else table.pieces
         self._n = len(self._pieces)
         self._remove_space = table.vocab.add_space_prefix
         self._subs = _clean_spaces_stream() if table.vocab.clean_spaces else []

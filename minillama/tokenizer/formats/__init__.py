@@ -11,7 +11,7 @@ import os
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from ...errors import FormatError
+from ...errors import FormatError, InputError
 from ...fileio import input_path
 from .gguf import looks_like_gguf, read_gguf_tokenizer
 from .hf_json import looks_like_json, read_hf_json
@@ -64,6 +64,19 @@ def sniff_file(path: str | os.PathLike[str]) -> tuple[str, Format, int]:
     return path, fmt, size
 
 
+def model_file(path: str | os.PathLike[str]) -> str:
+    """The file to read for a model path: path itself, or for a Hugging Face model directory (what
+    from_pretrained takes) the tokenizer.json in it; InputError for a directory without one."""
+    path = os.fspath(path)
+    if not os.path.isdir(path):
+        return path
+    inside = os.path.join(path, "tokenizer.json")
+    if not os.path.isfile(inside):
+        raise InputError(f"{path} is a directory without a tokenizer.json, expected a model file ({EXPECTED}) "
+                         "or a Hugging Face model directory holding tokenizer.json")
+    return inside
+
+
 def read_metadata(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Tokenizer metadata of any supported file, chosen by content (not by name)."""
     path, fmt, _ = sniff_file(path)
@@ -86,5 +99,5 @@ def _hint(head: bytes) -> str:
     return next((f"; this looks like {what}" for test, what in _KNOWN_OTHERS if test(head)), "")
 
 
-__all__ = ["FORMATS", "GGUF", "EXPECTED", "Format", "detect_format", "sniff_file", "read_metadata",
+__all__ = ["FORMATS", "GGUF", "EXPECTED", "Format", "detect_format", "sniff_file", "model_file", "read_metadata",
            "read_llama2c", "read_sentencepiece", "read_hf_json"]

@@ -624,4 +624,22 @@ def read_hf_json(path: str | os.PathLike[str]) -> dict[str, Any]:
     stem = os.path.basename(path)
     stem = stem[:-len(".json")] if stem.endswith(".json") else stem
     stem = stem.removesuffix("tokenizer").rstrip("-_.") or os.path.basename(folder)
-    return hf_json_metadata(j, path, extra.get("tokenizer_config.json"), extra.get("config.json"), stem)
+    md = hf_json_metadata(j, path, extra.get("tokenizer_config.json"), extra.get("config.json"), stem)
+    template = _chat_template(folder, extra.get("tokenizer_config.json"))
+    if template:
+        md[K.CHAT_TEMPLATE] = template
+    return md
+
+
+def _chat_template(folder: str, tc: dict[str, Any] | None) -> str | None:
+    """The chat template beside a tokenizer.json, as transformers' from_pretrained and llama.cpp's converter
+    find it: chat_template.jinja, else tokenizer_config.json's chat_template (a list of named templates: the
+    one named "default")."""
+    jinja = os.path.join(folder, "chat_template.jinja")
+    if os.path.isfile(jinja):
+        with open(jinja, encoding="utf-8", errors="replace") as f:
+            return f.read()
+    value = (tc or {}).get("chat_template")
+    if isinstance(value, list):
+        value = next((t.get("template") for t in value if isinstance(t, dict) and t.get("name") == "default"), None)
+    return value if isinstance(value, str) else None
