@@ -107,21 +107,26 @@ def test_ordinary_templates_still_render() -> None:
     assert tpl.render([{"role": "user", "content": " hi "}]) == "<user>hi012    axxx1024"
 
 
-def test_chat_starts_with_a_failing_template(tmp_path: Path) -> None:
+@pytest.mark.parametrize("source, why", [
+    ("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", "took longer than"),
+    ("{{ lipsum(10 ** 7) }}", "took longer than"),  # issue 21: start-up hung past 20 s
+    ("{% for x in [] %}" * 25 + "{% endfor %}" * 25, "does not compile"),  # issue 21: start-up died
+])
+def test_chat_starts_with_a_failing_template(tmp_path: Path, source: str, why: str) -> None:
     from minillama.gguf.writer import write_vocab_gguf
     from minillama.tokenizer import default_vocab_path
     from minillama.tokenizer.formats import read_metadata
 
     path = tmp_path / "bad-template.gguf"
     md = dict(read_metadata(default_vocab_path()))
-    md["tokenizer.chat_template"] = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
+    md["tokenizer.chat_template"] = source
     write_vocab_gguf(md, path)
     env = dict(os.environ, PYTHONPATH=str(REPO), NO_COLOR="1")
     p = subprocess.run([sys.executable, "-m", "minillama", "chat", "--model", str(path), "--max-tokens", "5",
-                        "--seed", "1"], input=b"hello\n", capture_output=True, env=env, timeout=60)
+                        "--seed", "1"], input=b"hello\n", capture_output=True, env=env, timeout=30)
     out = p.stdout.decode() + p.stderr.decode()
     assert p.returncode == 0 and "Traceback" not in out, out[-2000:]
-    assert "took longer than" in out and "falling back to the simple format" in out
+    assert why in out and "falling back to the simple format" in out
 
 
 # Issue 21 item 5: each construct once, in its own interpreter. 'S' is a string of 4,000,000 characters, just under
