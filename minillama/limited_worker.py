@@ -189,6 +189,7 @@ class LimitedWorker:
         """Answer requests until the pipe closes or the parent dies."""
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's business: it kills us if needed
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # SIGXCPU ends the worker without a core file
         as_soft, as_hard = resource.getrlimit(resource.RLIMIT_AS)
         cpu_hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
         start_size = _address_space()

@@ -101,7 +101,12 @@ def test_hostile_templates_fail_fast_in_bounded_memory() -> None:
     assert len(results) == len(HOSTILE) >= 40
 
 
-def test_ordinary_templates_still_render() -> None:
+@pytest.mark.parametrize("worker", [True, False], ids=["worker", "in-process"])
+def test_ordinary_templates_still_render(worker: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same text from the worker process and, where there is no fork (Windows), in this process."""
+    from minillama import limited_worker
+
+    monkeypatch.setattr(limited_worker, "available", lambda: worker)
     tpl = ChatTemplate("{% for m in messages %}<{{ m['role'] }}>{{ m['content'] | trim }}{% endfor %}"
                        "{% for i in range(3) %}{{ i }}{% endfor %}{{ '%5s' % 'a' }}{{ 'x' * 3 }}{{ 2 ** 10 }}")
     assert tpl.render([{"role": "user", "content": " hi "}]) == "<user>hi012    axxx1024"
