@@ -352,6 +352,7 @@ _compiled: OrderedDict[str, Any] = OrderedDict()  # in the worker: source -> com
 _COMPILED_KEEP = 64
 _KINDS = {"error": ChatTemplateError, "refused": ChatTemplateRefused}
 _worker: limited_worker.LimitedWorker | None = None
+_worker_lock = threading.Lock()
 
 
 def _serve(request: tuple[str, str, dict[str, Any], int]) -> tuple[str, str]:
@@ -376,9 +377,10 @@ def _serve(request: tuple[str, str, dict[str, Any], int]) -> tuple[str, str]:
 def _in_worker(op: str, source: str, variables: dict[str, Any], cap: int) -> str:
     """_serve's answer from the worker process, or the ChatTemplateError that says why there is none."""
     global _worker
-    if _worker is None:
-        _sandbox()  # import Jinja2 before forking: the worker needs nothing it has to import
-        _worker = limited_worker.LimitedWorker(_serve, MAX_RENDER_MEMORY)
+    with _worker_lock:
+        if _worker is None:
+            _sandbox()  # import Jinja2 before forking: the worker needs nothing it has to import
+            _worker = limited_worker.LimitedWorker(_serve, MAX_RENDER_MEMORY)
     doing = "to compile" if op == "compile" else "to render"
     kind, text = _worker.call((op, source, variables, cap), MAX_RENDER_SECONDS, 4 * cap + 4096)
     if kind == "compile":  # a new worker, which has not compiled this template yet
@@ -390,8 +392,8 @@ def _in_worker(op: str, source: str, variables: dict[str, Any], cap: int) -> str
         raise ChatTemplateError(f"chat template took longer than {MAX_RENDER_SECONDS} s {doing} (a loop that "
                                 "does not end?)")
     if kind == limited_worker.DIED:
-        raise ChatTemplateError(f"chat template stopped the render process ({text}): it needs more than "
-                                f"{MAX_RENDER_SECONDS} s of CPU or {MAX_RENDER_MEMORY >> 20} MiB of memory {doing}")
+        raise ChatTemplateError(f"the chat template's render process ended ({text}) {doing} it; a compile or "
+                                f"render may use {MAX_RENDER_SECONDS} s and {MAX_RENDER_MEMORY >> 20} MiB")
     raise _KINDS.get(kind, ChatTemplateError)(text)
 
 

@@ -99,14 +99,24 @@ class LimitedWorker:
     def call(self, request: Any, seconds: float, reply_limit: int) -> tuple[str, str]:
         """handler(request) run in the worker within `seconds` (plus GRACE_SECONDS) of wall clock: its
         (kind, text), or (TIMEOUT, "") / (DIED, how) from here. A reply over reply_limit bytes counts as DIED."""
+        data = pickle.dumps((request, seconds), protocol=pickle.HIGHEST_PROTOCOL)
         with self._lock:
-            if self._pid is None:
-                self._spawn()
-            data = pickle.dumps((request, seconds), protocol=pickle.HIGHEST_PROTOCOL)
+            for attempt in (1, 2):
+                if self._pid is None:
+                    try:
+                        self._spawn()
+                    except OSError as exc:  # no more processes or memory for one
+                        return DIED, f"could not start: {exc}"
+                try:
+                    _write_all(self._to_worker, _LENGTH.pack(len(data)) + data)
+                    break
+                except BrokenPipeError:  # it died while idle (OOM killer, kill): once more with a new one
+                    why = self._stop()
+                    if attempt == 2:
+                        return DIED, why
             try:
-                _write_all(self._to_worker, _LENGTH.pack(len(data)) + data)
                 return self._reply(time.monotonic() + seconds + GRACE_SECONDS, reply_limit)
-            except (BrokenPipeError, EOFError):
+            except EOFError:
                 return DIED, self._stop()
             except BaseException:  # Ctrl-C while waiting: the worker's state is unknown, so it goes
                 self._stop()

@@ -199,8 +199,8 @@ def test_construct_ends_fast_in_bounded_memory(name: str, baseline_peak: int) ->
 
 
 def test_worker_recovers_and_does_not_outlive_its_parent() -> None:
-    """After a render the worker was killed for, the next one renders; a parent killed with SIGKILL leaves no
-    worker behind (the worker notices within a second or two)."""
+    """After a render the worker was killed for, and after the worker was killed while idle, the next render
+    works; a parent killed with SIGKILL leaves no worker behind (the worker notices within a second or two)."""
     code = """
 import os, time
 from minillama import chat_template
@@ -210,7 +210,11 @@ try:
     ChatTemplate("{{ lipsum(10 ** 7) }}").render([])
 except ChatTemplateError as e:
     print("error:", e, flush=True)
-print(ChatTemplate("{{ messages[0]['content'] }}!").render([{"role": "user", "content": "hi"}]), flush=True)
+tpl = ChatTemplate("{{ messages[0]['content'] }}!")
+print(tpl.render([{"role": "user", "content": "hi"}]), flush=True)
+os.kill(chat_template._worker._pid, 9)  # killed while idle (the OOM killer): the next render starts a new one
+time.sleep(0.2)
+print(tpl.render([{"role": "user", "content": "again"}]), flush=True)
 print(chat_template._worker._pid, flush=True)
 time.sleep(60)
 """
@@ -219,6 +223,7 @@ time.sleep(60)
     try:
         assert "took longer than" in p.stdout.readline()
         assert p.stdout.readline() == "hi!\n"
+        assert p.stdout.readline() == "again!\n"
         worker = int(p.stdout.readline())
     finally:
         p.kill()
