@@ -15,7 +15,8 @@ steps (one `join`, `~` or `%*s` can build gigabytes first). So, plainly:
   reused) that the parent kills when a compile or render takes longer than MAX_RENDER_SECONDS of wall
   clock, and whose address space may grow by at most MAX_RENDER_MEMORY per request (RLIMIT_AS; past it
   an allocation fails), with a CPU-time limit (RLIMIT_CPU) for when the parent is gone. These hold for
-  every construct; a render costs about 0.2-0.4 ms more than in-process for it;
+  every construct; a render costs about 0.1-0.3 ms more than in-process for it (a fork per render would
+  cost 13-40 ms in a process holding a model), and a compiled template is kept in the worker;
 * inside the worker, the cheap checks give the precise message when they see the problem first: loops
   over range(), calls, attribute and item look-ups and output chunks check the time budget; what can
   multiply sizes is checked before it runs (`*` on strings and lists, `**` on numbers, padding widths
