@@ -8,16 +8,27 @@ filter without HTML escaping, the `raise_exception` and `strftime_now` globals, 
 `unk_token`, `pad_token` when the vocab has them) and any further keyword arguments.
 
 A chat template comes from the file, so it is untrusted code. The sandbox stops escapes but not a
-template that loops for hours or builds a string of 10 GB. So, plainly:
+template that loops for hours or builds a string of 10 GB, and checks inside one process run only between
+steps (one `join`, `~` or `%*s` can build gigabytes first). So, plainly:
 
-* every render has a time budget (MAX_RENDER_SECONDS); loops over range(), calls, attribute and item
-  look-ups and output chunks check it;
-* what can multiply sizes is checked before it runs: `*` on strings and lists, `**` on numbers,
-  padding widths (center, ljust, rjust, zfill, expandtabs, indent, format widths), replace and join,
-  tojson's indent; any string or list a call returns is checked after;
+* the template is compiled and rendered in a worker process (minillama.limited_worker, forked once and
+  reused) that the parent kills when a compile or render takes longer than MAX_RENDER_SECONDS of wall
+  clock, and whose address space may grow by at most MAX_RENDER_MEMORY per request (RLIMIT_AS; past it
+  an allocation fails), with a CPU-time limit (RLIMIT_CPU) for when the parent is gone. These hold for
+  every construct; a render costs about 0.1-0.3 ms more than in-process for it (a fork per render would
+  cost 13-40 ms in a process holding a model), and a compiled template is kept in the worker;
+* inside the worker, the cheap checks give the precise message when they see the problem first: loops
+  over range(), calls, attribute and item look-ups and output chunks check the time budget; what can
+  multiply sizes is checked before it runs (`*` on strings and lists, `**` on numbers, padding widths
+  (center, ljust, rjust, zfill, expandtabs, indent, format widths), replace and join, tojson's indent);
+  any string or list a call returns is checked after;
 * the rendered text has a length cap (MAX_OUTPUT_CHARS, or 4x the conversation if larger);
-* anything that goes wrong becomes a ChatTemplateError naming the problem (ChatTemplateRefused, also an
-  ArgumentError, when the template's own raise_exception refused the conversation).
+* anything that goes wrong, including a compile error of Python's own compiler (25 nested loops), becomes
+  a ChatTemplateError naming the problem (ChatTemplateRefused, also an ArgumentError, when the template's
+  own raise_exception refused the conversation).
+
+Where fork or resource limits do not exist (Windows) the template runs in this process with the cheap
+checks only.
 """
 
 from __future__ import annotations
@@ -27,12 +38,14 @@ import math
 import re
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from . import limited_worker
 from .errors import ChatTemplateError, ChatTemplateRefused
 
 if TYPE_CHECKING:
@@ -74,6 +87,7 @@ MAX_RENDER_SECONDS = 1.0
 MAX_OUTPUT_CHARS = 1 << 22  # 4 Mi characters (or 4x the conversation's text, if that is more)
 MAX_POWER_BITS = 4096  # a ** b may make a number of at most this many bits
 MAX_JSON_INDENT = 64
+MAX_RENDER_MEMORY = 256 << 20  # a render (or compile) may grow the worker's address space by this much
 _WIDTH = re.compile(r"%[-+ #0]*(\d+)|\{[^{}]*:[^{}]*?(\d+)[^{}]*\}")  # %10s and {:>10} widths
 _PADDING = {"center", "ljust", "rjust", "zfill"}
 
@@ -293,21 +307,112 @@ def _checked_filter(f: Any, name: str) -> Any:
     return checked
 
 
+def _compile(source: str) -> Any:
+    """source compiled in the limited sandbox; any failure (Jinja2's, or Python's compiler refusing 25 nested
+    loops) is a ChatTemplateError."""
+    try:
+        return _sandbox().from_string(source)
+    except MemoryError:
+        raise ChatTemplateError(f"the chat template needs more than {MAX_RENDER_MEMORY >> 20} MiB of memory "
+                                "to compile") from None
+    except Exception as exc:  # noqa: BLE001 - untrusted code: every failure is the template's
+        raise ChatTemplateError(f"the chat template does not compile: {type(exc).__name__}: {exc}") from None
+
+
+def _render_here(template: Any, variables: dict[str, Any], cap: int) -> str:
+    """template rendered in this process with the in-process checks of the module doc."""
+    _limits.deadline, _limits.cap = time.monotonic() + MAX_RENDER_SECONDS, cap
+    try:
+        out: list[str] = []
+        total = 0
+        for chunk in template.generate(**variables):
+            total += len(chunk)
+            if total > cap:
+                raise ChatTemplateError(f"chat template output passed {cap:,} characters")
+            _check_time()
+            out.append(chunk)
+        return "".join(out)
+    except ChatTemplateError:
+        raise
+    except _Refused as exc:
+        raise ChatTemplateRefused(f"the chat template refused the conversation: {exc}") from None
+    except RecursionError:
+        raise ChatTemplateError("chat template recursed too deeply") from None
+    except MemoryError:
+        raise ChatTemplateError(f"chat template needs more than the {MAX_RENDER_MEMORY >> 20} MiB of memory a "
+                                "render may use") from None
+    except Exception as exc:  # noqa: BLE001 - untrusted code: every failure is the template's
+        raise ChatTemplateError(f"chat template failed to render: {type(exc).__name__}: {exc}") from None
+    finally:
+        _limits.deadline = None
+
+
+# -- the render worker: compiles and renders in a limited process (see limited_worker) ------------------------
+
+_compiled: OrderedDict[str, Any] = OrderedDict()  # in the worker: source -> compiled template, newest last
+_COMPILED_KEEP = 64
+_KINDS = {"error": ChatTemplateError, "refused": ChatTemplateRefused}
+_worker: limited_worker.LimitedWorker | None = None
+_worker_lock = threading.Lock()
+
+
+def _serve(request: tuple[str, str, dict[str, Any], int]) -> tuple[str, str]:
+    """The worker's handler: ("compile", source, ...) or ("render", source, variables, cap) -> (kind, text)."""
+    op, source, variables, cap = request
+    try:
+        template = _compiled.pop(source, None)
+        if template is None:
+            if op == "render":  # a new worker: the parent compiles first, under its own time budget
+                return "compile", ""
+            template = _compile(source)
+        _compiled[source] = template
+        while len(_compiled) > _COMPILED_KEEP:
+            _compiled.popitem(last=False)
+        return ("ok", "") if op == "compile" else ("ok", _render_here(template, variables, cap))
+    except ChatTemplateRefused as exc:
+        return "refused", str(exc)
+    except ChatTemplateError as exc:
+        return "error", str(exc)
+
+
+def _in_worker(op: str, source: str, variables: dict[str, Any], cap: int) -> str:
+    """_serve's answer from the worker process, or the ChatTemplateError that says why there is none."""
+    global _worker
+    with _worker_lock:
+        if _worker is None:
+            _sandbox()  # import Jinja2 before forking: the worker needs nothing it has to import
+            _worker = limited_worker.LimitedWorker(_serve, MAX_RENDER_MEMORY)
+    doing = "to compile" if op == "compile" else "to render"
+    kind, text = _worker.call((op, source, variables, cap), MAX_RENDER_SECONDS, 4 * cap + 4096)
+    if kind == "compile":  # a new worker, which has not compiled this template yet
+        _in_worker("compile", source, {}, cap)
+        kind, text = _worker.call((op, source, variables, cap), MAX_RENDER_SECONDS, 4 * cap + 4096)
+    if kind == "ok":
+        return text
+    if kind == limited_worker.TIMEOUT:
+        raise ChatTemplateError(f"chat template took longer than {MAX_RENDER_SECONDS} s {doing} (a loop that "
+                                "does not end?)")
+    if kind == limited_worker.DIED:
+        raise ChatTemplateError(f"the chat template's render process ended ({text}) {doing} it; a compile or "
+                                f"render may use {MAX_RENDER_SECONDS} s and {MAX_RENDER_MEMORY >> 20} MiB")
+    raise _KINDS.get(kind, ChatTemplateError)(text)
+
+
 class ChatTemplate:
-    """A Jinja2 chat template rendered exactly as transformers does (sandboxed, trim/lstrip blocks)."""
+    """A Jinja2 chat template rendered exactly as transformers does (sandboxed, trim/lstrip blocks), in a
+    worker process with time and memory limits."""
 
     def __init__(self, source: str, bos_token: str = "", eos_token: str = "",
                  special_tokens: Mapping[str, str] | None = None) -> None:
-        import jinja2
-
         self.source = source
         self.bos_token = bos_token
         self.eos_token = eos_token
         self.special_tokens = {"bos_token": bos_token, "eos_token": eos_token, **(special_tokens or {})}
-        try:
-            self._template = _sandbox().from_string(source)
-        except (jinja2.TemplateError, RecursionError, MemoryError, ValueError) as exc:
-            raise ChatTemplateError(f"the chat template does not compile: {type(exc).__name__}: {exc}") from None
+        self._template = None  # compiled here only where no worker process can run (no fork)
+        if limited_worker.available():
+            _in_worker("compile", source, {}, MAX_OUTPUT_CHARS)
+        else:
+            self._template = _compile(source)
 
     @classmethod
     def for_tokenizer(cls, source: str, tok: Tokenizer) -> ChatTemplate:
@@ -334,29 +439,9 @@ class ChatTemplate:
                      "add_generation_prompt": add_generation_prompt}
         size = len(json.dumps([variables["messages"], variables["tools"], variables["documents"]], default=str))
         cap = max(MAX_OUTPUT_CHARS, 4 * size)
-        _limits.deadline, _limits.cap = time.monotonic() + MAX_RENDER_SECONDS, cap
-        try:
-            out: list[str] = []
-            total = 0
-            for chunk in self._template.generate(**variables):
-                total += len(chunk)
-                if total > cap:
-                    raise ChatTemplateError(f"chat template output passed {cap:,} characters")
-                _check_time()
-                out.append(chunk)
-            return "".join(out)
-        except ChatTemplateError:
-            raise
-        except _Refused as exc:
-            raise ChatTemplateRefused(f"the chat template refused the conversation: {exc}") from None
-        except RecursionError:
-            raise ChatTemplateError("chat template recursed too deeply") from None
-        except MemoryError:
-            raise ChatTemplateError("chat template ran out of memory") from None
-        except Exception as exc:  # noqa: BLE001 - untrusted code: every failure is the template's
-            raise ChatTemplateError(f"chat template failed to render: {type(exc).__name__}: {exc}") from None
-        finally:
-            _limits.deadline = None
+        if self._template is not None:
+            return _render_here(self._template, variables, cap)
+        return _in_worker("render", self.source, variables, cap)
 
 
 def without_bos(text: str, bos_token: str, tok: Tokenizer) -> str:

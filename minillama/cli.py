@@ -484,7 +484,8 @@ def _setup_chat(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-tokens", type=int, default=256, metavar="N", help="most tokens per reply (default: 256)")
     _add_sampling_args(p)
     p.add_argument("--system", metavar="TEXT", help="a system message to start the conversation with")
-    p.add_argument("--ignore-eos", action="store_true", help="do not stop at end-of-generation tokens")
+    p.add_argument("--ignore-eos", action="store_true", help="do not stop at end-of-generation tokens "
+                   "(nor, without a chat template, where the model starts the next turn)")
 
 
 def cmd_ngram(args: argparse.Namespace) -> int:

@@ -164,6 +164,8 @@ def test_session_default_vocab(term_factory) -> None:
     assert len(re.findall(r"^\s+\d+  '", ids_out, re.M)) == len(ids)  # one line per token with its piece
     text = tok.decode(ids)
     assert text.strip() and text in reply, f"streamed reply {reply!r} does not hold decode(ids) {text!r}"
+    # with seed 7 the placeholder writes "\nAssistant: Part eleven..." (issue 21): the reply ends before it
+    assert "Assistant:" not in reply and "User:" not in reply, reply
 
     stats = t.command("/stats")
     assert re.search(r"last reply: \d+ tokens in [\d.]+ s \([\d.]+ tokens/s\), prompt \d+ tokens", stats), stats
@@ -423,3 +425,60 @@ def test_no_template_simple_format() -> None:
         "User: Hi there!\nAssistant: Hello! How can I help?\nUser: Tell me about llamas.\nAssistant:")
     docs = chat_documents(SimpleFormat(), ["a", "b", "c"])
     assert docs == ["User: a\nAssistant: b\n", "User: b\nAssistant: c\n"]
+
+
+# --- the plain transcript (no chat template) ---------------------------------------------------
+
+class _Script:
+    """A model that writes a fixed text, token by token (then the same text again)."""
+
+    def __init__(self, tok: Tokenizer, text: str, then: list[int] | None = None) -> None:
+        self.ids = tok.encode(text, add_special=False) + (then or [])
+        self.calls = 0
+
+    def next_token(self, ids, sampler) -> int:  # noqa: ANN001
+        self.calls += 1
+        return self.ids[(self.calls - 1) % len(self.ids)]
+
+
+FRANCE = " Paris.\nUser: What is the capital of France?\nAssistant: Paris."
+
+
+def test_transcript_reply_stops_at_the_next_turn() -> None:
+    """Issue 21: without a template, a model that writes on into "\nUser: ..." is stopped there; the
+    marker is neither shown nor kept in the conversation, and no token after it is asked for."""
+    tok = Tokenizer.from_file(default_vocab_path())
+    model = _Script(tok, FRANCE)
+    session = ChatSession(tok, model, SimpleFormat(), Settings(max_tokens=200, seed=0))
+    gen = session.start_reply("What is the capital of France?")
+    chunks = list(gen)
+    session.finish_reply(gen)
+    assert "".join(chunks) == gen.text == " Paris."
+    assert gen.stats.stop_reason == "next_turn"
+    assert model.calls < len(tok.encode(" Paris.\nUser: What", add_special=False))  # it stopped at the marker
+    assert session.messages[-1] == {"role": "assistant", "content": "Paris."}
+    assert tok.decode(gen.ids[:gen.reply_ids]) == " Paris."
+    assert "the transcript's next turn" in session.stats_report()
+    assert "began the next turn (not shown)" in session.tokens_report()
+
+
+def test_transcript_marker_lookalikes_are_shown() -> None:
+    """Text that only begins like a marker ("\nUs...") is held back, then shown whole."""
+    tok = Tokenizer.from_file(default_vocab_path())
+    text = " Paris.\nUsually so. User: not a new line\nUser"
+    session = ChatSession(tok, _Script(tok, text, then=[tok.eos_id]), SimpleFormat(), Settings(seed=0))
+    gen = session.start_reply("What is the capital of France?")
+    assert "".join(gen) == text and gen.stats.stop_reason == "eog"
+
+
+def test_repl_transcript_reply_ends_at_the_next_turn() -> None:
+    import io
+
+    from minillama.chat import run_repl
+
+    tok = Tokenizer.from_file(default_vocab_path())
+    session = ChatSession(tok, _Script(tok, FRANCE), SimpleFormat(), Settings(max_tokens=200, seed=0))
+    lines = iter(["What is the capital of France?", "/exit"])
+    out = io.StringIO()
+    assert run_repl(session, lambda: next(lines), out) == 0
+    assert out.getvalue() == " Paris.\n"

@@ -1,5 +1,10 @@
 """Chat templates from a file are untrusted code: each hostile template fails within 2 s with a ChatTemplateError,
-in bounded memory (checked in a subprocess under RLIMIT_AS), and `chat` starts anyway with the simple format."""
+in bounded memory (checked in a subprocess under RLIMIT_AS), and `chat` starts anyway with the simple format.
+
+The constructs of issue 21 item 5 (loops and calls the in-process checks never saw, compile errors of Python's own
+compiler, strings built before any size check) each run in a fresh interpreter: construction and render together
+end within 2 s, and the peak memory of that process and its render worker grows by less than the stated cap
+(chat_template.MAX_RENDER_MEMORY) plus 64 MiB of slack."""
 
 from __future__ import annotations
 
@@ -7,12 +12,14 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import pytest
 from helpers import REPO
 from limits import run_limited
 
-from minillama.chat_template import ChatTemplate
+from minillama.chat_template import MAX_RENDER_MEMORY, ChatTemplate
 
 HOSTILE = {
     "raise_exception": "{{ raise_exception('no') }}",
@@ -68,7 +75,7 @@ HOSTILE = {
 RUN = """
 import json, time
 from minillama.errors import ChatTemplateError, MinillamaError
-from minillama.chat_template import ChatTemplate
+from minillama.chat_template import MAX_RENDER_MEMORY, ChatTemplate
 cases = json.loads(sys.stdin.read())
 out = {}
 for name, source in cases.items():
@@ -94,24 +101,143 @@ def test_hostile_templates_fail_fast_in_bounded_memory() -> None:
     assert len(results) == len(HOSTILE) >= 40
 
 
-def test_ordinary_templates_still_render() -> None:
+@pytest.mark.parametrize("worker", [True, False], ids=["worker", "in-process"])
+def test_ordinary_templates_still_render(worker: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same text from the worker process and, where there is no fork (Windows), in this process."""
+    from minillama import limited_worker
+
+    monkeypatch.setattr(limited_worker, "available", lambda: worker)
     tpl = ChatTemplate("{% for m in messages %}<{{ m['role'] }}>{{ m['content'] | trim }}{% endfor %}"
                        "{% for i in range(3) %}{{ i }}{% endfor %}{{ '%5s' % 'a' }}{{ 'x' * 3 }}{{ 2 ** 10 }}")
     assert tpl.render([{"role": "user", "content": " hi "}]) == "<user>hi012    axxx1024"
 
 
-def test_chat_starts_with_a_failing_template(tmp_path: Path) -> None:
+@pytest.mark.parametrize("source, why", [
+    ("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", "took longer than"),
+    ("{{ lipsum(10 ** 7) }}", "took longer than"),  # issue 21: start-up hung past 20 s
+    ("{% for x in [] %}" * 25 + "{% endfor %}" * 25, "does not compile"),  # issue 21: start-up died
+])
+def test_chat_starts_with_a_failing_template(tmp_path: Path, source: str, why: str) -> None:
     from minillama.gguf.writer import write_vocab_gguf
     from minillama.tokenizer import default_vocab_path
     from minillama.tokenizer.formats import read_metadata
 
     path = tmp_path / "bad-template.gguf"
     md = dict(read_metadata(default_vocab_path()))
-    md["tokenizer.chat_template"] = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
+    md["tokenizer.chat_template"] = source
     write_vocab_gguf(md, path)
     env = dict(os.environ, PYTHONPATH=str(REPO), NO_COLOR="1")
     p = subprocess.run([sys.executable, "-m", "minillama", "chat", "--model", str(path), "--max-tokens", "5",
-                        "--seed", "1"], input=b"hello\n", capture_output=True, env=env, timeout=60)
+                        "--seed", "1"], input=b"hello\n", capture_output=True, env=env, timeout=30)
     out = p.stdout.decode() + p.stderr.decode()
     assert p.returncode == 0 and "Traceback" not in out, out[-2000:]
-    assert "took longer than" in out and "falling back to the simple format" in out
+    assert why in out and "falling back to the simple format" in out
+
+
+# Issue 21 item 5: each construct once, in its own interpreter. 'S' is a string of 4,000,000 characters, just under
+# the 4 Mi output cap, so every size check that looks at values one at a time lets it through.
+_S = "{% set S = 'a' * 4000000 %}"
+CONSTRUCTS = {
+    "lipsum": "{{ lipsum(10 ** 7) }}",
+    "nested loops over a string": ("{% set s = 'x' * 100000 %}{% for a in s %}{% for b in s %}{% endfor %}"
+                                   "{% endfor %}"),
+    "nested loops over a list": ("{% set l = [0] * 100000 %}{% for a in l %}{% for b in l %}{% endfor %}"
+                                 "{% endfor %}"),
+    "25 nested for loops": "".join(f"{{% for x{i} in [] %}}" for i in range(25)) + "{% endfor %}" * 25,
+    "120 nested ifs": "{% if true %}" * 120 + "{% endif %}" * 120,
+    "~ concatenation": _S + "{% set t = " + " ~ ".join(["S"] * 250) + " %}{{ t | length }}",
+    "+ concatenation": _S + "{% set t = " + " + ".join(["S"] * 100) + " %}{{ t | length }}",
+    "join filter": _S + "{{ ([S] * 250) | join | length }}",
+    "replace filter": "{{ ('a' * 1000000) | replace('a', 'b' * 1000) | length }}",
+    "%*s width": "{{ ('%*s' % (1000000000, 'a')) | length }}",
+    "{:{}} format width": "{{ '{:{}}'.format('a', 1000000000) | length }}",
+}
+
+RUN_ONE = """
+import json, resource, time
+from minillama.errors import ChatTemplateError
+t = time.monotonic()
+try:
+    from minillama.chat_template import ChatTemplate
+    ChatTemplate(sys.stdin.read()).render([{"role": "user", "content": "hi"}])
+    result = "rendered"
+except ChatTemplateError as e:
+    result = "ChatTemplateError: " + str(e)[:300]
+except BaseException as e:
+    result = type(e).__name__ + ": " + str(e)[:300]
+seconds = time.monotonic() - t
+peak = max(resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+print(json.dumps([result, seconds, peak * 1024]))
+"""
+
+BASELINE = """
+import json, resource
+import minillama.chat_template, jinja2.sandbox
+print(json.dumps(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024))
+"""
+
+
+@pytest.fixture(scope="module")
+def baseline_peak() -> int:
+    """Peak memory of an interpreter that has imported minillama.chat_template and Jinja2 (bytes)."""
+    return json.loads(run_limited(BASELINE, mem_mb=4096, timeout=60).stdout)
+
+
+@pytest.mark.parametrize("name", list(CONSTRUCTS))
+def test_construct_ends_fast_in_bounded_memory(name: str, baseline_peak: int) -> None:
+    """ChatTemplateError within 2 s of wall clock (construction included), peak memory under the cap."""
+    start = time.monotonic()
+    try:
+        p = run_limited(RUN_ONE, mem_mb=4096, timeout=20, stdin=CONSTRUCTS[name].encode())
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{name}: still running after {time.monotonic() - start:.0f} s")
+    assert p.returncode == 0, p.stderr.decode()[-2000:]
+    result, seconds, peak = json.loads(p.stdout)
+    assert result.startswith("ChatTemplateError"), result
+    assert seconds < 2.0, (result, seconds)
+    assert peak - baseline_peak < MAX_RENDER_MEMORY + (64 << 20), (result, f"{(peak - baseline_peak) >> 20} MiB")
+
+
+def test_worker_recovers_and_does_not_outlive_its_parent() -> None:
+    """After a render the worker was killed for, and after the worker was killed while idle, the next render
+    works; a parent killed with SIGKILL leaves no worker behind (the worker notices within a second or two)."""
+    code = """
+import os, time
+from minillama import chat_template
+from minillama.chat_template import ChatTemplate
+from minillama.errors import ChatTemplateError
+try:
+    ChatTemplate("{{ lipsum(10 ** 7) }}").render([])
+except ChatTemplateError as e:
+    print("error:", e, flush=True)
+tpl = ChatTemplate("{{ messages[0]['content'] }}!")
+print(tpl.render([{"role": "user", "content": "hi"}]), flush=True)
+os.kill(chat_template._worker._pid, 9)  # killed while idle (the OOM killer): the next render starts a new one
+time.sleep(0.2)
+print(tpl.render([{"role": "user", "content": "again"}]), flush=True)
+print(chat_template._worker._pid, flush=True)
+time.sleep(60)
+"""
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, env=env, text=True)
+    try:
+        assert "took longer than" in p.stdout.readline()
+        assert p.stdout.readline() == "hi!\n"
+        assert p.stdout.readline() == "again!\n"
+        worker = int(p.stdout.readline())
+    finally:
+        p.kill()
+        p.wait()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and _alive(worker):
+        time.sleep(0.1)
+    assert not _alive(worker), f"worker {worker} outlived its parent"
+
+
+def _alive(pid: int) -> bool:
+    """pid is a running process (not a zombie)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
