@@ -33,7 +33,16 @@ from ..errors import MinillamaError
 from ..tokenizer import Tokenizer
 from .local import encode_docs, tick
 from .shards import ShardWriter
-from .sources import BadRecordError, BadRecords, Source, file_format, jsonl_docs, text_docs
+from .sources import (
+    BadRecordError,
+    BadRecords,
+    Source,
+    file_format,
+    jsonl_docs,
+    over_limit,
+    text_docs,
+    too_long,
+)
 
 DOCS_PER_BATCH = 512
 BLOCK_BYTES = 1 << 20
@@ -56,15 +65,14 @@ class _Collect(BadRecords):
         return rows
 
 
-def _split(row: dict[str, Any], names: dict[str, str], fmt: str, docs: str, text_field: str,
-           skip_bad: bool) -> list[dict[str, Any]]:
+def _split(row: dict[str, Any], names: dict[str, str], source: Source) -> list[dict[str, Any]]:
     """One file's bytes -> its documents (and, with skip_bad, its bad records as rows of their own)."""
     path = names.get(row["path"], row["path"])
-    bad = _Collect() if skip_bad else None
-    if file_format(path, fmt) == "jsonl":
-        it = jsonl_docs(path, text_field, bad, data=row["bytes"])
+    bad = _Collect() if source.skip_bad else None
+    if file_format(path, source.fmt) == "jsonl":
+        it = jsonl_docs(path, source.text_field, bad, row["bytes"], source.max_doc_bytes)
     else:
-        it = text_docs(path, docs, bad, data=row["bytes"])
+        it = text_docs(path, source.docs, bad, row["bytes"], source.max_doc_bytes)
     out: list[dict[str, Any]] = []
     for doc in it:
         if bad is not None:
@@ -75,13 +83,15 @@ def _split(row: dict[str, Any], names: dict[str, str], fmt: str, docs: str, text
     return out
 
 
-def _parquet_rows(batch: dict[str, np.ndarray], names: dict[str, str], text_field: str,
-                  skip_bad: bool) -> dict[str, np.ndarray]:
+def _parquet_rows(batch: dict[str, np.ndarray], names: dict[str, str], source: Source) -> dict[str, np.ndarray]:
     texts, bads = [], []
+    text_field, limit = source.text_field, source.max_doc_bytes
     for text, path in zip(batch[text_field], batch["path"]):
-        if text is None:
-            err = BadRecordError(names.get(path, path), "a row", f"column {text_field!r} is null, expected a string")
-            if not skip_bad:
+        if text is None or over_limit(text, limit):
+            name = names.get(path, path)
+            err = (too_long(name, "a row", limit) if text is not None else
+                   BadRecordError(name, "a row", f"column {text_field!r} is null, expected a string"))
+            if not source.skip_bad:
                 raise err
             texts.append(str(err))
             bads.append(True)
@@ -160,13 +170,11 @@ def run_ray(tok: Tokenizer, source: Source, writer: ShardWriter, settings: tuple
             if is_parquet:
                 ds = ray.data.read_parquet([os.path.abspath(p) for p in paths], columns=[source.text_field],
                                            include_paths=True, file_extensions=None, num_cpus=0)
-                ds = ds.map_batches(_parquet_rows, fn_args=(names, source.text_field, source.skip_bad),
-                                    batch_format="numpy", num_cpus=0)
+                ds = ds.map_batches(_parquet_rows, fn_args=(names, source), batch_format="numpy", num_cpus=0)
             else:
                 ds = ray.data.read_binary_files([os.path.abspath(p) for p in paths], include_paths=True,
                                                 num_cpus=0)
-                ds = ds.flat_map(_split, fn_args=(names, source.fmt, source.docs, source.text_field,
-                                                  source.skip_bad), num_cpus=0)
+                ds = ds.flat_map(_split, fn_args=(names, source), num_cpus=0)
             ds = ds.map_batches(Encoder, fn_constructor_args=(tok, settings),
                                 compute=ray.data.ActorPoolStrategy(size=workers),
                                 batch_size=DOCS_PER_BATCH, batch_format="numpy", num_cpus=1)
