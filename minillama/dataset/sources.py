@@ -180,7 +180,7 @@ def paragraph_chunks(path: str, size: int | None = None, limit: int = MAX_DOC_BY
     that straddles two blocks is passed over (a later one serves), and a file without any is one chunk.
     Only bytes are looked at here (the cut is ASCII, so it never splits a character); the UTF-8 check is
     the decoder's, in C. A UTF-8 BOM that starts the file is not text (utf-8-sig). Raises _LongParagraph
-    when more than limit bytes pass without a cut, before holding more."""
+    when a chunk would be longer than limit bytes (it may hold a paragraph over the cap), before holding more."""
     size = size or _BLOCK
     check = codecs.getincrementaldecoder("utf-8")().decode
     parts: list[bytes] = []
@@ -199,12 +199,16 @@ def paragraph_chunks(path: str, size: int | None = None, limit: int = MAX_DOC_BY
                 continue
             parts.append(block[:end])
             data = b"".join(parts)
+            if len(data) > limit:  # it may hold a paragraph over the cap
+                raise _LongParagraph
             yield TextChunk(path, start, data)
             start += len(data)
             parts = [block[end:]]
             held = len(parts[0])
     check(b"", True)
     data = b"".join(parts)
+    if len(data) > limit:
+        raise _LongParagraph
     if data:
         yield TextChunk(path, start, data)
 
@@ -358,10 +362,29 @@ def over_limit(text: str, limit: int) -> bool:
     return len(text) > limit or (len(text) > limit // 4 and len(text.encode("utf-8", "surrogatepass")) > limit)
 
 
+def _parquet_batches(pf, path: str, text_field: str) -> Iterator:
+    """pf's record batches of column text_field; a page pyarrow cannot read (corrupt, cut short) is a
+    MinillamaError naming the file and the row reached, not a bare ArrowInvalid."""
+    import pyarrow as pa
+
+    it = pf.iter_batches(batch_size=4096, columns=[text_field])
+    row = 0
+    while True:
+        try:
+            batch = next(it)
+        except StopIteration:
+            return
+        except (pa.ArrowException, OSError) as exc:
+            raise MinillamaError(f"{path}: expected Parquet pages pyarrow can read, found a damaged one at or after "
+                                 f"row {row} ({exc})") from None
+        row += batch.num_rows
+        yield batch
+
+
 def _parquet_docs(path: str, text_field: str, bad: BadRecords | None, limit: int) -> Iterator[str]:
     pf = parquet_column(path, text_field)
     row = 0
-    for batch in pf.iter_batches(batch_size=4096, columns=[text_field]):
+    for batch in _parquet_batches(pf, path, text_field):
         for text in batch.column(0).to_pylist():
             if text is None or over_limit(text, limit):
                 exc = (too_long(path, f"row {row}", limit) if text is not None else
