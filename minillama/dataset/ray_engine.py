@@ -18,6 +18,13 @@ the same ShardWriter as the local engine cuts shards by its fixed rule: the outp
 
 A resumed run re-encodes everything on the cluster (there is no cheap way to skip rows of a Ray
 dataset by document count) but rewrites only the shards that were not finished.
+
+The actors run with max_restarts=0. Ray Data passes every pool actor its DataContext and map function
+as object-store references, and Ray (2.60, the pinned version) logs an ERROR line on the driver's
+terminal for any actor created with such arguments and restarts allowed (ray-project/ray#53727: such a
+restart fails if the arguments are lost), so every successful run printed one, whatever we pass (a pool
+of an argument-free class prints it too). Without restarts an actor that dies ends the run as a crash
+would: the finished shards are kept and the same command resumes from them.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import warnings
 from typing import Any
 
 import numpy as np
@@ -159,6 +167,8 @@ def run_ray(tok: Tokenizer, source: Source, writer: ShardWriter, settings: tuple
     if started:
         ray.init(address=address, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
     logging.getLogger("ray.data").setLevel(logging.WARNING)  # not a line per pipeline start on the terminal
+    # nor a warning that the progress bars we turn off below are off (the run has its own bar)
+    logging.getLogger("ray.data._internal.progress").setLevel(logging.ERROR)
     ctx = ray.data.DataContext.get_current()
     ctx.execution_options.preserve_order = True
     ctx.enable_progress_bars = False
@@ -175,9 +185,13 @@ def run_ray(tok: Tokenizer, source: Source, writer: ShardWriter, settings: tuple
                 ds = ray.data.read_binary_files([os.path.abspath(p) for p in paths], include_paths=True,
                                                 num_cpus=0)
                 ds = ds.flat_map(_split, fn_args=(names, source), num_cpus=0)
-            ds = ds.map_batches(Encoder, fn_constructor_args=(tok, settings),
-                                compute=ray.data.ActorPoolStrategy(size=workers),
-                                batch_size=DOCS_PER_BATCH, batch_format="numpy", num_cpus=1)
+            with warnings.catch_warnings():
+                # max_restarts (see the module docstring) is a **ray_remote_args keyword, which Ray 2.60 warns is
+                # deprecated and has no named replacement for; the pinned Ray still honours it
+                warnings.filterwarnings("ignore", message="`ray_remote_args` is deprecated")
+                ds = ds.map_batches(Encoder, fn_constructor_args=(tok, settings),
+                                    compute=ray.data.ActorPoolStrategy(size=workers),
+                                    batch_size=DOCS_PER_BATCH, batch_format="numpy", num_cpus=1, max_restarts=0)
             for row in ds.iter_rows():
                 for msg in json.loads(row["bad"]):
                     bad.count += 1
