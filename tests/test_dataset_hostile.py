@@ -23,6 +23,7 @@ import pytest
 from helpers import REPO, require_shared, vocab_path
 
 from minillama import dataset
+from minillama.cli import main
 from minillama.errors import MinillamaError
 from minillama.tokenizer import Tokenizer
 
@@ -112,6 +113,7 @@ def test_sigterm_stops_a_run_as_ctrl_c_does(tmp_path):
 MEASURE = r"""
 import json, resource, sys
 from minillama import dataset
+from minillama.cli import main
 model, out, files = sys.argv[1], sys.argv[2], sys.argv[3:]
 from minillama.tokenizer import Tokenizer
 Tokenizer.from_file(model).encode("warm up")
@@ -143,7 +145,7 @@ def test_long_documents_equal_encode_and_a_huge_one_is_a_bad_record_in_flat_memo
     assert ds.document(1).tolist() == tok.encode(long_doc) + [tok.eos_id]
     assert ds.document(2).tolist() == tok.encode("after it") + [tok.eos_id]
     with pytest.raises(dataset.BadRecordError, match=r"docs\.jsonl, line 3: expected a document of at most "
-                       r"16,777,216 bytes \(max_doc_bytes\), found a longer one"):
+                       r"16,777,216 bytes \(max_doc_bytes, --max-doc-mib\), found a longer one"):
         dataset.prepare(model, tmp_path / "strict", [f], workers=1)
 
 
@@ -164,6 +166,49 @@ def test_the_size_cap_holds_in_every_reader(tmp_path):
     index = dataset.prepare(model, tmp_path / "pq", [tmp_path / "p.parquet"], workers=1, skip_bad=True,
                             max_doc_bytes=1000)
     assert (index["docs"], index["bad_records"]) == (2, 1) and "row 1" in index["bad_examples"][0]
+
+
+def test_cli_max_doc_mib_sets_the_size_cap(tmp_path, capsys, monkeypatch):
+    """--max-doc-mib N caps documents at N MiB (N x 1,048,576 bytes, rounded down): 0.001 is 1,048 bytes. A line of
+    1,049 bytes (525 characters: bytes count) stops the run naming it, --skip-bad skips it, a raised cap encodes it
+    as Tokenizer.encode does; a line of exactly the cap is a document."""
+    model = str(vocab_path("ggml-vocab-llama-spm"))
+    tok = Tokenizer.from_file(model)
+    at_cap, over = "é" * 524, "é" * 524 + "x"
+    assert (len(at_cap.encode()), len(over.encode())) == (1048, 1049)
+    monkeypatch.chdir(tmp_path)
+    Path("t.txt").write_text("\n".join(["keep me", at_cap, over, "and me"]) + "\n", encoding="utf-8")
+    run = ["dataset", "--model", model, "--workers", "1", "--docs", "line", "--no-progress", "--max-doc-mib"]
+
+    assert main([*run, "0.001", "--out", "strict", "t.txt"]) == 2
+    assert capsys.readouterr().err == ("minillama: error: t.txt, line 3: expected a document of at most 1,048 bytes "
+                                       "(max_doc_bytes, --max-doc-mib), found a longer one\n")
+    assert main([*run, "0.001", "--skip-bad", "--out", "skip", "t.txt"]) == 0
+    assert "3 documents, 1 bad records skipped" in capsys.readouterr().out
+    docs = ["keep me", at_cap, "and me"]
+    ds = dataset.open("skip")
+    assert [ds.document(i).tolist() for i in range(3)] == [tok.encode(d) + [tok.eos_id] for d in docs]
+    assert "t.txt, line 3" in json.loads(Path("skip/index.json").read_text())["bad_examples"][0]
+
+    assert main([*run, "0.002", "--out", "raised", "t.txt"]) == 0  # 2,097 bytes
+    docs.insert(2, over)
+    ds = dataset.open("raised")
+    assert [ds.document(i).tolist() for i in range(4)] == [tok.encode(d) + [tok.eos_id] for d in docs]
+    for bad in ("0", "-1", "nan", "inf", "2000000"):
+        assert main([*run, bad, "--out", "never", "t.txt"]) == 2
+        assert capsys.readouterr().err == ("minillama: error: expected --max-doc-mib from 0.000001 (a byte) to "
+                                           f"1,048,576 (1 TiB), found {float(bad):g}\n")
+    assert not os.path.exists("never")
+
+
+def test_prepare_refuses_a_cap_readline_cannot_take(tmp_path):
+    """max_doc_bytes beyond 1 TiB is a MinillamaError (2**63 made the line reader's readline raise OverflowError)."""
+    t = tmp_path / "t.txt"
+    t.write_text("a\n", encoding="utf-8")
+    with pytest.raises(MinillamaError, match=r"max_doc_bytes must be a whole number from 1 to 1,099,511,627,776 "
+                       r"\(1 TiB\), got 9223372036854775808"):
+        dataset.prepare(str(vocab_path("ggml-vocab-llama-spm")), tmp_path / "o", [t], docs="line", max_doc_bytes=2**63)
+    assert not (tmp_path / "o").exists()
 
 
 # --- item 8: readers -------------------------------------------------------------------------------------------------

@@ -110,7 +110,7 @@ def prepare(model: str | os.PathLike[str] | Tokenizer, out: str | os.PathLike[st
     'auto' or 'ray://head:10001'; None starts a local Ray). progress=None shows a bar on a terminal.
     SIGTERM stops a run as Ctrl-C does (KeyboardInterrupt, finished shards kept).
     A bad record raises BadRecordError (file and line/row) unless skip_bad, which counts it in the
-    index instead; so is a document of more than max_doc_bytes bytes of UTF-8 (default 16 MiB: encoding
+    index instead; so is a document of more than max_doc_bytes bytes of UTF-8 (default 16 MiB, at most 1 TiB: encoding
     one takes up to 25-40 bytes of memory a byte). Shards already finished by an interrupted run with the
     same settings are kept.
     """

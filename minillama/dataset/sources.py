@@ -45,6 +45,9 @@ MAX_EXAMPLES = 10  # bad records kept by name in the index
 # 25-40 bytes of memory per byte when the tokenizer finds no cut in it (models/base.py), so without a cap
 # one endless line would take all memory. Such lines are read past in blocks, never held whole.
 MAX_DOC_BYTES = 16 << 20
+# The most max_doc_bytes may be raised to: a document that long would take 25-40 TiB to encode, past any
+# machine's memory (and Python's readline takes no size beyond an index-sized integer).
+DOC_BYTES_CEILING = 1 << 40
 
 
 class BadRecordError(MinillamaError, ValueError):
@@ -111,8 +114,8 @@ def _lines(path: str, data: bytes | None = None, limit: int = MAX_DOC_BYTES
 
 def too_long(path: str, where: str, limit: int) -> BadRecordError:
     """The bad record of a document over the size cap (MAX_DOC_BYTES unless max_doc_bytes says otherwise)."""
-    return BadRecordError(path, where, f"expected a document of at most {limit:,} bytes (max_doc_bytes), found a "
-                          "longer one")
+    return BadRecordError(path, where, f"expected a document of at most {limit:,} bytes (max_doc_bytes, "
+                          "--max-doc-mib), found a longer one")
 
 
 # ngram.paragraphs' cut, as one regex: a blank line with a newline on both sides (non-overlapping matches)
@@ -416,8 +419,10 @@ class Source:
             raise MinillamaError(f"docs must be one of {', '.join(DOC_MODES)}, got {self.docs!r}")
         if self.fmt not in FORMATS:
             raise MinillamaError(f"format must be one of {', '.join(FORMATS)}, got {self.fmt!r}")
-        if isinstance(self.max_doc_bytes, bool) or not isinstance(self.max_doc_bytes, int) or self.max_doc_bytes < 1:
-            raise MinillamaError(f"max_doc_bytes must be a whole number of at least 1, got {self.max_doc_bytes!r}")
+        if (isinstance(self.max_doc_bytes, bool) or not isinstance(self.max_doc_bytes, int)
+                or not 1 <= self.max_doc_bytes <= DOC_BYTES_CEILING):
+            raise MinillamaError(f"max_doc_bytes must be a whole number from 1 to {DOC_BYTES_CEILING:,} (1 TiB), got "
+                                 f"{self.max_doc_bytes!r}")
         for p in self.paths:
             if not os.path.isfile(p):
                 raise MinillamaError(f"{p}: no such file")
