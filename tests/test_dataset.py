@@ -370,6 +370,42 @@ def test_ray_run_prints_no_error_line(corpus, tmp_path):
     assert _files(tmp_path / "ray") == _files(tmp_path / "local")
 
 
+# A tokenizer whose process dies (os._exit, as the OOM killer would end it) on one document, in a Ray run.
+RAY_ACTOR_DIES = """
+import os, sys
+import ray
+from minillama import dataset
+from minillama.errors import MinillamaError
+from minillama.tokenizer import Tokenizer
+
+class Dying(Tokenizer):
+    def encode(self, text, *args, **kwargs):
+        if text == "the process dies here":
+            os._exit(3)
+        return super().encode(text, *args, **kwargs)
+
+ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+try:
+    dataset.prepare(Dying.from_file(sys.argv[1]), sys.argv[2], [sys.argv[3]], engine="ray", workers=1)
+    print("ok")
+except MinillamaError as e:
+    print("MinillamaError: " + str(e))
+finally:
+    ray.shutdown()
+"""
+
+
+def test_ray_actor_that_dies_ends_the_run_with_one_error(tmp_path):
+    """A tokenizer actor whose process dies is not restarted (a document that kills it would kill every restart,
+    forever): the run ends with a MinillamaError that says so."""
+    src = tmp_path / "t.txt"
+    src.write_text("fine\n\nthe process dies here\n\nnever reached\n", encoding="utf-8")
+    p = _ray_process(["-c", RAY_ACTOR_DIES, str(vocab_path("ggml-vocab-llama-spm")), str(tmp_path / "o"), str(src)])
+    last = p.stdout.strip().splitlines()[-1]
+    assert last.startswith("MinillamaError: a Ray tokenizer actor died (") and last.endswith(
+        "the finished shards are kept: run the same command again to resume"), last
+
+
 def test_resume_when_kept_documents_arrive_encoded(corpus, tmp_path):
     """The Ray engine re-encodes a resumed run's kept documents: feed() must skip them inside a batch."""
     from minillama.dataset.local import encode_docs

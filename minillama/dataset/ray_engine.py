@@ -23,8 +23,10 @@ The actors run with max_restarts=0. Ray Data passes every pool actor its DataCon
 as object-store references, and Ray (2.60, the pinned version) logs an ERROR line on the driver's
 terminal for any actor created with such arguments and restarts allowed (ray-project/ray#53727: such a
 restart fails if the arguments are lost), so every successful run printed one, whatever we pass (a pool
-of an argument-free class prints it too). Without restarts an actor that dies ends the run as a crash
-would: the finished shards are kept and the same command resumes from them.
+of an argument-free class prints it too). And with Ray Data's default (restart and retry forever) a
+document whose encoding kills the actor (the OOM killer, a crash) hung the run, restarting it without end.
+Without restarts an actor that dies ends the run with a MinillamaError saying so: the finished shards
+are kept and the same command resumes from them.
 """
 
 from __future__ import annotations
@@ -199,6 +201,10 @@ def run_ray(tok: Tokenizer, source: Source, writer: ShardWriter, settings: tuple
                         bad.examples.append(msg)
                 writer.feed(np.frombuffer(row["lens"], np.int64), np.frombuffer(row["ids"], dtype), row["digests"])
                 tick(progress, int(row["n_bytes"]), writer)
+    except ray.exceptions.RayActorError as exc:  # without restarts (module docstring) a dead actor ends the run
+        raise MinillamaError(f"a Ray tokenizer actor died (its process was killed, ran out of memory or crashed: "
+                             f"{str(exc).splitlines()[0]}); the finished shards are kept: run the same command again "
+                             f"to resume") from exc
     except Exception as exc:
         # Ray wraps a worker's error in its own exceptions (and does not number Parquet rows): when the
         # input holds a bad record, read it here, without encoding, to raise the same error as the local engine.
