@@ -651,6 +651,7 @@ def cmd_dataset(args: argparse.Namespace) -> int:
     try:
         index = dataset.prepare(args.model, args.out, args.files, workers=args.workers, engine=args.engine,
                                 docs=args.docs, text_field=args.text_field, fmt=args.format,
+                                max_doc_bytes=_max_doc_bytes(args.max_doc_mib),
                                 separator=args.separator, add_special=not args.no_special,
                                 parse_special=args.parse_special, shard_tokens=args.shard_tokens,
                                 skip_bad=args.skip_bad, ray_address=args.ray_address,
@@ -664,6 +665,21 @@ def cmd_dataset(args: argparse.Namespace) -> int:
     print(f"{args.out}: {index['tokens']:,} tokens ({index['dtype']}) in {len(index['shards'])} shards, "
           f"{index['docs']:,} documents{bad}, {time.perf_counter() - start:.1f} s")
     return 0
+
+
+def _max_doc_bytes(mib: float | None) -> int:
+    """--max-doc-mib as bytes (MiB x 1,048,576, rounded down), checked with the flag's name; dataset.prepare's
+    default cap when not given."""
+    import math
+
+    from minillama.dataset.sources import DOC_BYTES_CEILING, MAX_DOC_BYTES
+
+    if mib is None:
+        return MAX_DOC_BYTES
+    if not (math.isfinite(mib) and 1 <= mib * (1 << 20) <= DOC_BYTES_CEILING):
+        raise MinillamaError(f"expected --max-doc-mib from 0.000001 (a byte) to {DOC_BYTES_CEILING >> 20:,} (1 TiB), "
+                             f"found {mib:g}")
+    return int(mib * (1 << 20))
 
 
 def _setup_dataset(p: argparse.ArgumentParser) -> None:
@@ -689,6 +705,9 @@ def _setup_dataset(p: argparse.ArgumentParser) -> None:
                    help="a shard ends after the document that brings it to N ids (default: 100,000,000)")
     p.add_argument("--skip-bad", action="store_true",
                    help="skip and count bad records (not UTF-8, missing field, null) instead of stopping")
+    p.add_argument("--max-doc-mib", type=float, metavar="MIB",
+                   help="a longer document (UTF-8) is a bad record: encoding one takes up to 25-40 times its size in "
+                   "memory (default: 16)")
     p.add_argument("--ray-address", metavar="ADDR", help="engine ray: the cluster to join (e.g. auto or "
                    "ray://head:10001; default: start a local Ray)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (it shows only on a terminal)")

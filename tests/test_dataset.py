@@ -12,6 +12,7 @@ import json
 import multiprocessing
 import os
 import pickle
+import re
 import signal
 import subprocess
 import sys
@@ -300,21 +301,25 @@ finally:
 """
 
 
-def _ray_runs(jobs: list[list]) -> list[str]:
-    """Run dataset.prepare(engine="ray") for each (model, source, out dir, workers) in a fresh process with a
-    local Ray; one retry when that process ended before printing any result (Ray ended it), never for a wrong
-    result."""
+def _ray_process(args: list[str]) -> subprocess.CompletedProcess:
+    """Run python ARGS (a Ray driver) in a fresh process; one retry when it ended before printing any result
+    (Ray ended it), never for a wrong result. Returns the successful run."""
     pytest.importorskip("ray", reason='the Ray engine needs pip install "minillama[ray]"')
     env = dict(os.environ, PYTHONPATH=str(REPO))
     for attempt in range(2):
-        p = subprocess.run([sys.executable, "-c", RAY_RUNS, json.dumps(jobs)], capture_output=True, text=True,
-                           env=env, timeout=600)
+        p = subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, timeout=600)
         if p.returncode == 0:
-            return json.loads(p.stdout.strip().splitlines()[-1])
+            return p
         if attempt == 0 and not p.stdout.strip():  # ended before any result: Ray's own failure, retried once
             continue
         raise AssertionError(f"the Ray run failed (exit {p.returncode}): {p.stderr[-3000:]}")
     raise AssertionError("unreachable")
+
+
+def _ray_runs(jobs: list[list]) -> list[str]:
+    """Run dataset.prepare(engine="ray") for each (model, source, out dir, workers) in one fresh process with a
+    local Ray (_ray_process)."""
+    return json.loads(_ray_process(["-c", RAY_RUNS, json.dumps(jobs)]).stdout.strip().splitlines()[-1])
 
 
 def test_ray_engine_gives_the_same_bytes(corpus, tmp_path):
@@ -336,6 +341,71 @@ def test_ray_engine_gives_the_same_bytes(corpus, tmp_path):
     assert dataset.open(tmp_path / "llama-bpe-jsonl-ray").tokens().tolist() == _llamacpp_expected("llama-bpe", tok)
     assert results[2].startswith("MinillamaError: ") and "bad.jsonl, line 2: field 'text' is int, expected a string" \
         in results[2], results[2]
+
+
+# An error-level line as Ray prints them on the driver's stderr: its C++ core's log format, "[date time
+# LEVEL pid tid] file.cc:line: message" with LEVEL E (error), C (critical) or F (fatal), also behind an
+# actor's "(Name pid=N) " prefix; Python logging's "date time\tERROR file.py:line -- message".
+RAY_ERROR_LINE = re.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ [ECF] \d+ \d+\]|\b(ERROR|CRITICAL|FATAL)\b")
+# what every successful `minillama dataset --engine ray` printed before (issue 21, item 15), as Ray 2.60 wrote it
+RAY_ACTOR_RESTART_LINE = (
+    "[2026-11-25 16:48:07,895 E 29719 29719] core_worker.cc:2465: Actor with class name: "
+    "'MapWorker(MapBatches(Encoder))' and ID: 'f16bddfa925ea1bb20e62f5001000000' has constructor arguments in the "
+    "object store and max_restarts > 0. If the arguments in the object store go out of scope or are lost, the "
+    "actor restart will fail. See https://github.com/ray-project/ray/issues/53727 for more details.")
+
+
+def test_ray_run_prints_no_error_line(corpus, tmp_path):
+    """A successful `minillama dataset --engine ray` (a local Ray started for the run) prints its summary and no
+    error-level line: Ray logged one for every pool actor created with restarts allowed."""
+    assert RAY_ERROR_LINE.search(RAY_ACTOR_RESTART_LINE)  # the pattern catches the line the issue reports
+    assert RAY_ERROR_LINE.search("2026-11-25 16:48:07,895\tERROR streaming_executor.py:371 -- failed")
+    src = tmp_path / "small.txt"
+    src.write_text("\n\n".join(corpus["paras"][:40]) + "\n", encoding="utf-8")
+    model = str(vocab_path("ggml-vocab-llama-spm"))
+    p = _ray_process(["-m", "minillama", "dataset", "--model", model, "--out", str(tmp_path / "ray"),
+                      "--engine", "ray", "--workers", "1", "--no-progress", str(src)])
+    assert "40 documents" in p.stdout, p.stdout
+    errors = [line for line in p.stderr.splitlines() if RAY_ERROR_LINE.search(line)]
+    assert errors == [], p.stderr
+    dataset.prepare(model, tmp_path / "local", [str(src)], workers=1)
+    assert _files(tmp_path / "ray") == _files(tmp_path / "local")
+
+
+# A tokenizer whose process dies (os._exit, as the OOM killer would end it) on one document, in a Ray run.
+RAY_ACTOR_DIES = """
+import os, sys
+import ray
+from minillama import dataset
+from minillama.errors import MinillamaError
+from minillama.tokenizer import Tokenizer
+
+class Dying(Tokenizer):
+    def encode(self, text, *args, **kwargs):
+        if text == "the process dies here":
+            os._exit(3)
+        return super().encode(text, *args, **kwargs)
+
+ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+try:
+    dataset.prepare(Dying.from_file(sys.argv[1]), sys.argv[2], [sys.argv[3]], engine="ray", workers=1)
+    print("ok")
+except MinillamaError as e:
+    print("MinillamaError: " + str(e))
+finally:
+    ray.shutdown()
+"""
+
+
+def test_ray_actor_that_dies_ends_the_run_with_one_error(tmp_path):
+    """A tokenizer actor whose process dies is not restarted (a document that kills it would kill every restart,
+    forever): the run ends with a MinillamaError that says so."""
+    src = tmp_path / "t.txt"
+    src.write_text("fine\n\nthe process dies here\n\nnever reached\n", encoding="utf-8")
+    p = _ray_process(["-c", RAY_ACTOR_DIES, str(vocab_path("ggml-vocab-llama-spm")), str(tmp_path / "o"), str(src)])
+    last = p.stdout.strip().splitlines()[-1]
+    assert last.startswith("MinillamaError: a Ray tokenizer actor died (") and last.endswith(
+        "the finished shards are kept: run the same command again to resume"), last
 
 
 def test_resume_when_kept_documents_arrive_encoded(corpus, tmp_path):

@@ -21,13 +21,16 @@ import hashlib
 import json
 import os
 import pickle
-from collections.abc import Callable, Sequence
+import signal
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 
 from ..errors import ArgumentError, MinillamaError
 from ..fileio import input_path
 from ..tokenizer import Tokenizer
 from .shards import Dataset, ShardWriter, StaleShard, claimed_dir, dtype_for, file_sha256, open_dataset
-from .sources import BadRecordError, BadRecords, Source
+from .sources import MAX_DOC_BYTES, BadRecordError, BadRecords, Source
 
 __all__ = ["prepare", "open", "Dataset", "BadRecordError", "BadRecords", "Source", "resolve_separator", "ENGINES"]
 
@@ -86,21 +89,43 @@ def _model_identity(model: str | os.PathLike[str] | Tokenizer) -> tuple[Tokenize
     return tok, {"file": os.path.basename(path), "sha256": file_sha256(path)}
 
 
+def _terminate_as_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+@contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """While inside, SIGTERM (timeout, Slurm, Docker stop) raises KeyboardInterrupt as Ctrl-C does, so a run
+    stops the same way: workers ended, finished shards kept. Only in the main thread, and only where
+    SIGTERM still has its default action (a caller's own handler is left alone)."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+        yield
+        return
+    signal.signal(signal.SIGTERM, _terminate_as_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def prepare(model: str | os.PathLike[str] | Tokenizer, out: str | os.PathLike[str], files: Sequence[str], *,
             workers: int | None = None, engine: str = "local", docs: str = "paragraph", text_field: str = "text",
             fmt: str = "auto", separator: str | int | Sequence[int] = "eos", add_special: bool = True,
             parse_special: bool = False, shard_tokens: int = DEFAULT_SHARD_TOKENS, skip_bad: bool = False,
             ray_address: str | None = None, progress: bool | None = None,
-            log: Callable[[str], None] | None = None) -> dict:
+            log: Callable[[str], None] | None = None, max_doc_bytes: int = MAX_DOC_BYTES) -> dict:
     """Tokenize files into DIR/shard-NNNNN.bin + DIR/index.json + DIR/doc_offsets.npy; returns the index.
 
     model is a model/tokenizer file or a Tokenizer; workers (default: all cores) are processes for
     engine='local' and tokenizer actors for engine='ray' (ray_address: an existing cluster, e.g.
     'auto' or 'ray://head:10001'; None starts a local Ray). progress=None shows a bar on a terminal.
+    SIGTERM stops a run as Ctrl-C does (KeyboardInterrupt, finished shards kept).
     A bad record raises BadRecordError (file and line/row) unless skip_bad, which counts it in the
-    index instead. Shards already finished by an interrupted run with the same settings are kept, and log (if
-    given) is told how many. out must be new, empty or an earlier output of prepare (OutputError otherwise,
-    before anything is written); a second run on the same out fails at once while this one holds its lock.
+    index instead; so is a document of more than max_doc_bytes bytes of UTF-8 (default 16 MiB, at most 1 TiB: encoding
+    one takes up to 25-40 bytes of memory a byte). Shards already finished by an interrupted run with the
+    same settings are kept, and log (if given) is told how many. out must be new, empty or an earlier output
+    of prepare (OutputError otherwise, before anything is written); a second run on the same out fails at
+    once while this one holds its lock.
     """
     if engine not in ENGINES:
         raise MinillamaError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
@@ -114,7 +139,7 @@ def prepare(model: str | os.PathLike[str] | Tokenizer, out: str | os.PathLike[st
     if isinstance(shard_tokens, bool) or not isinstance(shard_tokens, int) or shard_tokens < 1:
         raise MinillamaError(f"shard_tokens must be a whole number of at least 1, got {shard_tokens!r}")
     files = [input_path(f, "data file") for f in files]
-    source = Source(files, docs=docs, text_field=text_field, fmt=fmt, skip_bad=skip_bad)
+    source = Source(files, docs=docs, text_field=text_field, fmt=fmt, skip_bad=skip_bad, max_doc_bytes=max_doc_bytes)
     source.check()
     tok, model_id = _model_identity(model)
     sep = resolve_separator(tok, separator, add_special)
@@ -122,41 +147,56 @@ def prepare(model: str | os.PathLike[str] | Tokenizer, out: str | os.PathLike[st
     settings = {"docs": docs, "format": fmt, "text_field": text_field, "add_special": add_special,
                 "parse_special": parse_special, "separator": separator if isinstance(separator, str) else list(sep),
                 "separator_ids": sep, "shard_tokens": shard_tokens, "skip_bad": skip_bad}
+    if max_doc_bytes != MAX_DOC_BYTES:  # only when set: the default keeps earlier runs' settings hash
+        settings["max_doc_bytes"] = max_doc_bytes
     head = {"dtype": dtype.name, "byteorder": "little", "n_vocab": tok.n_vocab, "model": model_id, "settings": settings, "inputs": files}
     settings_hash = hashlib.sha256(json.dumps(head, sort_keys=True).encode()).hexdigest()
     shown = os.fspath(out)
     enc = (add_special, parse_special, sep, dtype)
+    inputs = files if isinstance(model, Tokenizer) else [*files, os.fspath(model)]
+    with sigterm_as_interrupt(), claimed_dir(shown, inputs) as out_dir:  # made, marked as ours and locked
+        return _run(tok, source, out_dir, shown, head, settings_hash, enc, engine, workers, ray_address, progress,
+                    log)
+
+
+def _run(tok: Tokenizer, source: Source, out: str, shown: str, head: dict, settings_hash: str, enc: tuple,
+         engine: str, workers: int, ray_address: str | None, progress: bool | None,
+         log: Callable[[str], None] | None) -> dict:
+    """prepare()'s run once the settings are checked and out is claimed: encode and write, starting over a
+    kept shard whose input changed (at most 3 times). shown is out as the user typed it, for messages."""
     from tqdm import tqdm
 
-    inputs = files if isinstance(model, Tokenizer) else [*files, os.fspath(model)]
-    with claimed_dir(shown, inputs) as out:  # made, marked as ours and locked for this run
-        for attempt in range(3):
-            writer = ShardWriter(out, dtype, shard_tokens, settings_hash)
-            if writer.kept and log is not None and attempt == 0:
-                n = len(writer.kept)
-                log(f"{shown}: resuming an earlier run: {n:,} finished shard{'s' if n > 1 else ''} kept "
-                    f"({writer.skip_docs:,} documents, {sum(r['tokens'] for r in writer.kept):,} tokens)")
-            bad = BadRecords()
-            # disable=None: a bar on a terminal only
-            bar = tqdm(desc="dataset", unit="B", unit_scale=True, unit_divisor=1000, leave=False,
-                       disable=None if progress is None else not progress)
-            try:
-                if engine == "local":
-                    from .local import run_local
+    dtype = enc[3]
+    # The bar counts the documents' UTF-8 bytes against the input files' sizes: percent and ETA are exact for
+    # text, and a JSONL file's keys and escapes make the end come a little before 100%.
+    total = sum(os.path.getsize(p) for p in source.paths)
+    for attempt in range(3):
+        writer = ShardWriter(out, dtype, head["settings"]["shard_tokens"], settings_hash)
+        if writer.kept and log is not None and attempt == 0:
+            n = len(writer.kept)
+            log(f"{shown}: resuming an earlier run: {n:,} finished shard{'s' if n > 1 else ''} kept "
+                f"({writer.skip_docs:,} documents, {sum(r['tokens'] for r in writer.kept):,} tokens)")
+        bad = BadRecords()
+        # disable=None: a bar on a terminal only
+        bar = tqdm(desc="dataset", total=total, unit="B", unit_scale=True, unit_divisor=1000, leave=False,
+                   disable=None if progress is None else not progress)
+        try:
+            if engine == "local":
+                from .local import run_local
 
-                    run_local(tok, source, writer, enc, workers, bad, bar)
-                else:
-                    from .ray_engine import run_ray
+                run_local(tok, source, writer, enc, workers, bad, bar)
+            else:
+                from .ray_engine import run_ray
 
-                    run_ray(tok, source, writer, enc, workers, bad, bar, ray_address)
-                index = writer.finish({**head, "bad_records": bad.count, "bad_examples": bad.examples})
-            except StaleShard as stale:  # the input of a kept shard changed: write it (and what follows) again
-                writer.drop_from(stale.shard)
-                continue
-            except BaseException:
-                writer.close_files()
-                raise
-            finally:
-                bar.close()
-            return index
-        raise MinillamaError(f"{shown}: the input files keep changing while they are read")
+                run_ray(tok, source, writer, enc, workers, bad, bar, ray_address)
+            index = writer.finish({**head, "bad_records": bad.count, "bad_examples": bad.examples})
+        except StaleShard as stale:  # the input of a kept shard changed: write it (and what follows) again
+            writer.drop_from(stale.shard)
+            continue
+        except BaseException:
+            writer.close_files()
+            raise
+        finally:
+            bar.close()
+        return index
+    raise MinillamaError(f"{shown}: the input files keep changing while they are read")

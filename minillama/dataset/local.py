@@ -6,7 +6,8 @@ so this process does no work per document there; for other inputs, the documents
 batches of about BATCH_CHARS characters and hands each batch to the worker process with the least
 work in hand. Each worker holds its own Tokenizer (inherited or pickled as its tables), splits chunks
 into documents, encodes them and hashes each document (doc_digest); at most AHEAD batches per worker
-are in flight, so memory stays flat however large the input, and results are written in submission
+are in flight, and no more once they hold AHEAD * BATCH_CHARS characters (a long document is in
+flight alone), so memory stays flat however large the input, and results are written in submission
 order whatever finishes first. The writer (shards.ShardWriter) cuts shards by its fixed rule: the
 output does not depend on the worker count.
 
@@ -18,12 +19,18 @@ time of a first pass over it, in each worker). Ids do not depend on it: an entry
 encoding its word gives.
 
 With workers=1 everything runs in this process.
+
+Workers never outlive this process: each asks the kernel for SIGKILL when its parent dies (Linux
+prctl PR_SET_PDEATHSIG) and, wherever that is not available, checks every PARENT_CHECK_S seconds
+while idle whether its parent is still the process that started it.
 """
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import multiprocessing
+import os
 import pickle
 import queue
 import signal
@@ -43,6 +50,8 @@ Encoded = tuple[np.ndarray, np.ndarray, bytes, int]  # encode_docs' result
 
 BATCH_CHARS = 1 << 18
 AHEAD = 4
+PARENT_CHECK_S = 1.0
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
 _TYPECODES = {a.itemsize: a.typecode for a in (array("H"), array("I"))}  # machine arrays of uint16, uint32
 
 
@@ -50,22 +59,23 @@ def encode_docs(tok: Tokenizer, docs: Sequence[str], add_special: bool, parse_sp
                 dtype: np.dtype) -> Encoded:
     """(id count per document, all ids concatenated, doc_digest()s concatenated, UTF-8 bytes) of a batch.
 
-    Each document is tok.encode(doc, add_special, parse_special) followed by the separator ids. The ids go
-    into a machine array at the end (array() from a list of ints takes a third of np.array's time)."""
-    out: list[int] = []
+    Each document is tok.encode(doc, add_special, parse_special) followed by the separator ids. Each
+    document's ids go into a machine array at once (array() from a list of ints takes a third of np.array's
+    time), so a long document costs 2-4 bytes an id here beside encode's own list, not a second list."""
+    out = array(_TYPECODES[dtype.itemsize])
     lens = np.empty(len(docs), np.int64)
     sep = list(sep)
     n_bytes = 0
     digests = []
     for i, doc in enumerate(docs):
         before = len(out)
-        out += tok.encode(doc, add_special, parse_special)
-        out += sep
+        out.extend(tok.encode(doc, add_special, parse_special))  # 2-4 bytes an id kept, not a list's 8
+        out.extend(sep)
         lens[i] = len(out) - before
         raw = doc.encode("utf-8", "surrogatepass")
         n_bytes += len(raw)
         digests.append(utf8_digest(raw))
-    ids = np.frombuffer(array(_TYPECODES[dtype.itemsize], out), dtype.newbyteorder("=")).astype(dtype, copy=False)
+    ids = np.frombuffer(out, dtype.newbyteorder("=")).astype(dtype, copy=False)
     return lens, ids, b"".join(digests), n_bytes
 
 
@@ -86,15 +96,22 @@ def _work(me: int, tok: Tokenizer, settings: tuple, inbox: multiprocessing.Queue
     puts (seq, me, ok, encode_pieces' result or the exception, its new cache entries pickled) on results.
     Everything that has arrived is read before each batch, so entries taught meanwhile are used at once."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    parent = os.getppid()
+    die_with_parent(parent)
     tok.take_cache_entries()  # starts the record
     backlog: deque[tuple[int, list[Piece]]] = deque()
     stop = False
     while backlog or not stop:
         while not stop:
             try:
-                msg = inbox.get(block=not backlog)
+                msg = inbox.get(timeout=PARENT_CHECK_S) if not backlog else inbox.get(block=False)
             except queue.Empty:
-                break
+                if os.getppid() != parent:  # orphaned (the parent died and init took this process over)
+                    os._exit(1)
+                if backlog:
+                    break
+                continue
             if msg is None:
                 stop = True
             elif msg[0] == "teach":
@@ -115,6 +132,17 @@ def _work(me: int, tok: Tokenizer, settings: tuple, inbox: multiprocessing.Queue
                 out = MinillamaError(f"a worker process failed: {type(exc).__name__}: {exc}")
             ok = False
         results.put((seq, me, ok, out, pickle.dumps(tok.take_cache_entries(), pickle.HIGHEST_PROTOCOL)))
+
+
+def die_with_parent(parent: int) -> None:
+    """Have the kernel SIGKILL this process when its parent dies (Linux), and exit now if it already has."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: the getppid() check in _work is what remains
+        pass
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os._exit(1)
 
 
 class Workers:
@@ -138,7 +166,9 @@ class Workers:
         finally:
             if freeze:
                 gc.unfreeze()
-        self.in_hand = [0] * n
+        self.in_hand = [0] * n  # batches
+        self.chars = [0] * n  # their characters (bytes of text chunks)
+        self.size_of: dict[int, int] = {}  # seq -> its characters, until its result is in
         self.sent = self.taken = 0
         self.done: dict[int, Encoded] = {}
 
@@ -147,10 +177,23 @@ class Workers:
         """Batches submitted and not yet returned by next_result()."""
         return self.sent - self.taken
 
+    def _open(self, w: int) -> bool:
+        return not self.in_hand[w] or (self.in_hand[w] < AHEAD and self.chars[w] < AHEAD * BATCH_CHARS)
+
+    def has_room(self) -> bool:
+        """Whether some worker may take another batch: one with nothing in hand, or fewer than AHEAD batches
+        of fewer than AHEAD * BATCH_CHARS characters in all. So long documents are in flight one per worker
+        at most, and memory does not grow with how many of them follow each other."""
+        return any(map(self._open, range(len(self.procs))))
+
     def submit(self, pieces: list[Piece]) -> None:
-        w = self.in_hand.index(min(self.in_hand))
+        """Give a batch to the open worker with the least work in hand (call when has_room())."""
+        w = min(filter(self._open, range(len(self.procs))), key=lambda i: (self.chars[i], self.in_hand[i]))
+        size = sum(map(_size, pieces))
         self.inboxes[w].put(("batch", self.sent, pieces))
         self.in_hand[w] += 1
+        self.chars[w] += size
+        self.size_of[self.sent] = size
         self.sent += 1
 
     def next_result(self) -> Encoded:
@@ -163,6 +206,7 @@ class Workers:
             if not ok:
                 raise out
             self.in_hand[w] -= 1
+            self.chars[w] -= self.size_of.pop(seq)
             self.done[seq] = out
             if len(learned) > 8:  # more than an empty list's pickle
                 for i, inbox in enumerate(self.inboxes):
@@ -277,9 +321,9 @@ def run_local(tok: Tokenizer, source: Source, writer: ShardWriter, settings: tup
     ok = False
     try:
         for batch in until_bad():
-            pool.submit(batch)
-            if pool.pending >= AHEAD * workers:
+            while not pool.has_room():
                 take(pool.next_result())
+            pool.submit(batch)
         while pool.pending:
             take(pool.next_result())
         ok = True

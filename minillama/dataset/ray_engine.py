@@ -18,6 +18,15 @@ the same ShardWriter as the local engine cuts shards by its fixed rule: the outp
 
 A resumed run re-encodes everything on the cluster (there is no cheap way to skip rows of a Ray
 dataset by document count) but rewrites only the shards that were not finished.
+
+The actors run with max_restarts=0. Ray Data passes every pool actor its DataContext and map function
+as object-store references, and Ray (2.60, the pinned version) logs an ERROR line on the driver's
+terminal for any actor created with such arguments and restarts allowed (ray-project/ray#53727: such a
+restart fails if the arguments are lost), so every successful run printed one, whatever we pass (a pool
+of an argument-free class prints it too). And with Ray Data's default (restart and retry forever) a
+document whose encoding kills the actor (the OOM killer, a crash) hung the run, restarting it without end.
+Without restarts an actor that dies ends the run with a MinillamaError saying so: the finished shards
+are kept and the same command resumes from them.
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import warnings
 from typing import Any
 
 import numpy as np
@@ -33,7 +43,16 @@ from ..errors import MinillamaError
 from ..tokenizer import Tokenizer
 from .local import encode_docs, tick
 from .shards import ShardWriter
-from .sources import BadRecordError, BadRecords, Source, file_format, jsonl_docs, text_docs
+from .sources import (
+    BadRecordError,
+    BadRecords,
+    Source,
+    file_format,
+    jsonl_docs,
+    over_limit,
+    text_docs,
+    too_long,
+)
 
 DOCS_PER_BATCH = 512
 BLOCK_BYTES = 1 << 20
@@ -56,15 +75,14 @@ class _Collect(BadRecords):
         return rows
 
 
-def _split(row: dict[str, Any], names: dict[str, str], fmt: str, docs: str, text_field: str,
-           skip_bad: bool) -> list[dict[str, Any]]:
+def _split(row: dict[str, Any], names: dict[str, str], source: Source) -> list[dict[str, Any]]:
     """One file's bytes -> its documents (and, with skip_bad, its bad records as rows of their own)."""
     path = names.get(row["path"], row["path"])
-    bad = _Collect() if skip_bad else None
-    if file_format(path, fmt) == "jsonl":
-        it = jsonl_docs(path, text_field, bad, data=row["bytes"])
+    bad = _Collect() if source.skip_bad else None
+    if file_format(path, source.fmt) == "jsonl":
+        it = jsonl_docs(path, source.text_field, bad, row["bytes"], source.max_doc_bytes)
     else:
-        it = text_docs(path, docs, bad, data=row["bytes"])
+        it = text_docs(path, source.docs, bad, row["bytes"], source.max_doc_bytes)
     out: list[dict[str, Any]] = []
     for doc in it:
         if bad is not None:
@@ -75,13 +93,15 @@ def _split(row: dict[str, Any], names: dict[str, str], fmt: str, docs: str, text
     return out
 
 
-def _parquet_rows(batch: dict[str, np.ndarray], names: dict[str, str], text_field: str,
-                  skip_bad: bool) -> dict[str, np.ndarray]:
+def _parquet_rows(batch: dict[str, np.ndarray], names: dict[str, str], source: Source) -> dict[str, np.ndarray]:
     texts, bads = [], []
+    text_field, limit = source.text_field, source.max_doc_bytes
     for text, path in zip(batch[text_field], batch["path"]):
-        if text is None:
-            err = BadRecordError(names.get(path, path), "a row", f"column {text_field!r} is null, expected a string")
-            if not skip_bad:
+        if text is None or over_limit(text, limit):
+            name = names.get(path, path)
+            err = (too_long(name, "a row", limit) if text is not None else
+                   BadRecordError(name, "a row", f"column {text_field!r} is null, expected a string"))
+            if not source.skip_bad:
                 raise err
             texts.append(str(err))
             bads.append(True)
@@ -149,6 +169,8 @@ def run_ray(tok: Tokenizer, source: Source, writer: ShardWriter, settings: tuple
     if started:
         ray.init(address=address, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
     logging.getLogger("ray.data").setLevel(logging.WARNING)  # not a line per pipeline start on the terminal
+    # nor a warning that the progress bars we turn off below are off (the run has its own bar)
+    logging.getLogger("ray.data._internal.progress").setLevel(logging.ERROR)
     ctx = ray.data.DataContext.get_current()
     ctx.execution_options.preserve_order = True
     ctx.enable_progress_bars = False
@@ -160,16 +182,18 @@ def run_ray(tok: Tokenizer, source: Source, writer: ShardWriter, settings: tuple
             if is_parquet:
                 ds = ray.data.read_parquet([os.path.abspath(p) for p in paths], columns=[source.text_field],
                                            include_paths=True, file_extensions=None, num_cpus=0)
-                ds = ds.map_batches(_parquet_rows, fn_args=(names, source.text_field, source.skip_bad),
-                                    batch_format="numpy", num_cpus=0)
+                ds = ds.map_batches(_parquet_rows, fn_args=(names, source), batch_format="numpy", num_cpus=0)
             else:
                 ds = ray.data.read_binary_files([os.path.abspath(p) for p in paths], include_paths=True,
                                                 num_cpus=0)
-                ds = ds.flat_map(_split, fn_args=(names, source.fmt, source.docs, source.text_field,
-                                                  source.skip_bad), num_cpus=0)
-            ds = ds.map_batches(Encoder, fn_constructor_args=(tok, settings),
-                                compute=ray.data.ActorPoolStrategy(size=workers),
-                                batch_size=DOCS_PER_BATCH, batch_format="numpy", num_cpus=1)
+                ds = ds.flat_map(_split, fn_args=(names, source), num_cpus=0)
+            with warnings.catch_warnings():
+                # max_restarts (see the module docstring) is a **ray_remote_args keyword, which Ray 2.60 warns is
+                # deprecated and has no named replacement for; the pinned Ray still honours it
+                warnings.filterwarnings("ignore", message="`ray_remote_args` is deprecated")
+                ds = ds.map_batches(Encoder, fn_constructor_args=(tok, settings),
+                                    compute=ray.data.ActorPoolStrategy(size=workers),
+                                    batch_size=DOCS_PER_BATCH, batch_format="numpy", num_cpus=1, max_restarts=0)
             for row in ds.iter_rows():
                 for msg in json.loads(row["bad"]):
                     bad.count += 1
@@ -177,6 +201,10 @@ def run_ray(tok: Tokenizer, source: Source, writer: ShardWriter, settings: tuple
                         bad.examples.append(msg)
                 writer.feed(np.frombuffer(row["lens"], np.int64), np.frombuffer(row["ids"], dtype), row["digests"])
                 tick(progress, int(row["n_bytes"]), writer)
+    except ray.exceptions.RayActorError as exc:  # without restarts (module docstring) a dead actor ends the run
+        raise MinillamaError(f"a Ray tokenizer actor died (its process was killed, ran out of memory or crashed: "
+                             f"{str(exc).splitlines()[0]}); the finished shards are kept: run the same command again "
+                             f"to resume") from exc
     except Exception as exc:
         # Ray wraps a worker's error in its own exceptions (and does not number Parquet rows): when the
         # input holds a bad record, read it here, without encoding, to raise the same error as the local engine.

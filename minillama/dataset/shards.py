@@ -39,6 +39,7 @@ import numpy as np
 
 from ..errors import MinillamaError, OutputError
 from ..fileio import file_kind, write_output
+from .index_check import check_index, load_offsets
 
 FORMAT, VERSION = "minillama-dataset", 1
 INDEX, OFFSETS = "index.json", "doc_offsets.npy"
@@ -335,12 +336,14 @@ class ShardWriter:
         self._start_shard()
 
     def close_files(self) -> None:
-        """Close and remove the shard being written (on an error: nothing half-written stays)."""
+        """Close and remove the shard being written (on an error: nothing half-written stays, also when the
+        error, e.g. Ctrl-C or SIGTERM, came between closing it and renaming it)."""
         if self._f is not None:
             self._f.close()
             self._f = None
-            if os.path.exists(self._path + TMP):
-                os.remove(self._path + TMP)
+        path = getattr(self, "_path", None)
+        if path is not None and os.path.exists(path + TMP):
+            os.remove(path + TMP)
 
     def finish(self, index: dict) -> dict:
         """Write the last shard, doc_offsets.npy and index.json (index gets the shard list and totals)."""
@@ -439,20 +442,15 @@ def open_dataset(path: str | os.PathLike[str]) -> Dataset:
     except FileNotFoundError:
         raise MinillamaError(f"{path}: expected a prepared data set, found no {INDEX} (an unfinished run? run "
                              "'minillama dataset' again to resume)") from None
-    except (OSError, ValueError) as exc:
-        raise MinillamaError(f"{path}/{INDEX}: expected the index of a data set, found {exc}") from None
+    except (OSError, ValueError, RecursionError) as exc:
+        raise MinillamaError(f"{path}/{INDEX}: expected the index of a data set, found "
+                             f"{'nesting too deep to read' if isinstance(exc, RecursionError) else exc}") from None
     if not isinstance(index, dict) or index.get("format") != FORMAT:
         raise MinillamaError(f"{path}/{INDEX}: expected format {FORMAT!r}, found {index.get('format')!r}"
                              if isinstance(index, dict) else f"{path}/{INDEX}: expected a JSON object")
-    dtype = np.dtype(index["dtype"]).newbyteorder("<")
-    shards = []
-    for s in index["shards"]:
-        f = os.path.join(path, s["file"])
-        size = os.path.getsize(f)
-        if size != s["tokens"] * dtype.itemsize:
-            raise MinillamaError(f"{f}: expected {s['tokens']} ids ({s['tokens'] * dtype.itemsize} bytes), found "
-                                 f"{size} bytes")
-        shards.append(np.memmap(f, dtype=dtype, mode="r") if size else np.zeros(0, dtype))
-    offsets = np.load(os.path.join(path, index["doc_offsets"]), mmap_mode="r", allow_pickle=False)
+    dtype = check_index(path, index)  # types, bounds, names inside path, sizes: nothing below can fail
+    shards = [np.memmap(os.path.join(path, s["file"]), dtype=dtype, mode="r") if s["tokens"] else np.zeros(0, dtype)
+              for s in index["shards"]]
+    offsets = load_offsets(path, index["docs"], index["tokens"])
     return Dataset(path, index, shards, offsets)
 

@@ -41,6 +41,13 @@ FORMATS = ("auto", "text", "jsonl", "parquet")
 EXTENSIONS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".parquet": "parquet", ".pq": "parquet"}
 BLANK = " \t\r\f\v"  # what a blank line may hold (the class of ngram.paragraphs' regex)
 MAX_EXAMPLES = 10  # bad records kept by name in the index
+# A document longer than this (UTF-8 bytes) is a bad record: encoding holds a document whole, at up to
+# 25-40 bytes of memory per byte when the tokenizer finds no cut in it (models/base.py), so without a cap
+# one endless line would take all memory. Such lines are read past in blocks, never held whole.
+MAX_DOC_BYTES = 16 << 20
+# The most max_doc_bytes may be raised to: a document that long would take 25-40 TiB to encode, past any
+# machine's memory (and Python's readline takes no size beyond an index-sized integer).
+DOC_BYTES_CEILING = 1 << 40
 
 
 class BadRecordError(MinillamaError, ValueError):
@@ -82,15 +89,33 @@ def _utf8(raw: bytes, path: str, where: str) -> str:
                              f"{exc.start + 1} that is not ({exc.reason})") from None
 
 
-def _lines(path: str, data: bytes | None = None) -> Iterator[tuple[int, bytes, bool]]:
+def _lines(path: str, data: bytes | None = None, limit: int = MAX_DOC_BYTES
+           ) -> Iterator[tuple[int, bytes | None, bool]]:
     """(line number, line without its b"\\n", whether a b"\\n" ended it), streamed from the file at path,
-    or from data (the file's bytes, already read: the Ray engine's read_binary_files)."""
+    or from data (the file's bytes, already read: the Ray engine's read_binary_files). A UTF-8 BOM that
+    starts the file is dropped (utf-8-sig). A line of more than limit bytes comes as None, read past in
+    blocks of at most limit bytes."""
     with open(path, "rb") if data is None else io.BytesIO(data) as f:
-        for n, raw in enumerate(f, 1):
-            if raw.endswith(b"\n"):
-                yield n, raw[:-1], True
+        if f.read(3) != codecs.BOM_UTF8:
+            f.seek(0)
+        n = 0
+        while raw := f.readline(limit + 1):
+            n += 1
+            newline = raw.endswith(b"\n")
+            if newline:
+                raw = raw[:-1]
+            if len(raw) > limit:
+                while not newline and (rest := f.readline(limit + 1)):
+                    newline = rest.endswith(b"\n")
+                yield n, None, newline
             else:
-                yield n, raw, False
+                yield n, raw, newline
+
+
+def too_long(path: str, where: str, limit: int) -> BadRecordError:
+    """The bad record of a document over the size cap (MAX_DOC_BYTES unless max_doc_bytes says otherwise)."""
+    return BadRecordError(path, where, f"expected a document of at most {limit:,} bytes (max_doc_bytes, "
+                          "--max-doc-mib), found a longer one")
 
 
 # ngram.paragraphs' cut, as one regex: a blank line with a newline on both sides (non-overlapping matches)
@@ -145,7 +170,11 @@ def _last_chunk_end(block: bytes) -> int | None:
     return None
 
 
-def paragraph_chunks(path: str, size: int | None = None) -> Iterator[TextChunk]:
+class _LongParagraph(Exception):
+    """paragraph_chunks found no cut in more than the size cap: the line reader takes over (and names it)."""
+
+
+def paragraph_chunks(path: str, size: int | None = None, limit: int = MAX_DOC_BYTES) -> Iterator[TextChunk]:
     """A file of paragraph documents as TextChunks of about size bytes (default _BLOCK), in order; raises
     UnicodeDecodeError at the first block that is not UTF-8, before any chunk holding part of it.
 
@@ -153,76 +182,94 @@ def paragraph_chunks(path: str, size: int | None = None) -> Iterator[TextChunk]:
     only where the whole file is cut too: the documents of the chunks, in order, are the file's. A cut
     that straddles two blocks is passed over (a later one serves), and a file without any is one chunk.
     Only bytes are looked at here (the cut is ASCII, so it never splits a character); the UTF-8 check is
-    the decoder's, in C."""
+    the decoder's, in C. A UTF-8 BOM that starts the file is not text (utf-8-sig). Raises _LongParagraph
+    when a chunk would be longer than limit bytes (it may hold a paragraph over the cap), before holding more."""
     size = size or _BLOCK
     check = codecs.getincrementaldecoder("utf-8")().decode
     parts: list[bytes] = []
-    start = 0
+    held = 0
     with open(path, "rb") as f:
+        start = 3 if f.read(3) == codecs.BOM_UTF8 else 0
+        f.seek(start)
         while block := f.read(size):
             check(block)
             end = _last_chunk_end(block)
             if end is None:
                 parts.append(block)
+                held += len(block)
+                if held > limit:
+                    raise _LongParagraph
                 continue
             parts.append(block[:end])
             data = b"".join(parts)
+            if len(data) > limit:  # it may hold a paragraph over the cap
+                raise _LongParagraph
             yield TextChunk(path, start, data)
             start += len(data)
             parts = [block[end:]]
+            held = len(parts[0])
     check(b"", True)
     data = b"".join(parts)
+    if len(data) > limit:
+        raise _LongParagraph
     if data:
         yield TextChunk(path, start, data)
 
 
-def paragraph_pieces(path: str, bad: BadRecords | None, size: int | None = None) -> Iterator[str | TextChunk]:
-    """The paragraph documents of a text file: TextChunks (paragraph_chunks) while the file is UTF-8; from
-    a block that is not, the line reader's documents (which name the bad line) past those the chunks hold.
-    The file is read once when it is UTF-8 throughout, with no work per document."""
+def paragraph_pieces(path: str, bad: BadRecords | None, size: int | None = None,
+                     limit: int = MAX_DOC_BYTES) -> Iterator[str | TextChunk]:
+    """The paragraph documents of a text file: TextChunks (paragraph_chunks) while the file is UTF-8 and
+    cut; from a block that is not UTF-8, or a paragraph over limit bytes, the line reader's documents (which
+    name the bad line) past those the chunks hold. The file is read once when it is UTF-8 throughout and
+    cut, with no work per document."""
     done = 0  # bytes given as chunks
     try:
-        for chunk in paragraph_chunks(path, size):
+        for chunk in paragraph_chunks(path, size, limit):
             yield chunk
             done = chunk.start + len(chunk.data)
         return
-    except UnicodeDecodeError:
+    except (UnicodeDecodeError, _LongParagraph):
         pass
     given = 0  # documents in those chunks: the same chunks read again, not kept
     try:
-        for chunk in paragraph_chunks(path, size):
+        for chunk in paragraph_chunks(path, size, limit):
             if chunk.start >= done:
                 break
             given += len(chunk.documents())
-    except UnicodeDecodeError:
+    except (UnicodeDecodeError, _LongParagraph):
         pass
-    yield from islice(_line_docs(path, "paragraph", bad), given, None)
+    yield from islice(_line_docs(path, "paragraph", bad, limit=limit), given, None)
 
 
-def text_docs(path: str, docs: str, bad: BadRecords | None, data: bytes | None = None) -> Iterator[str]:
+def text_docs(path: str, docs: str, bad: BadRecords | None, data: bytes | None = None,
+              limit: int = MAX_DOC_BYTES) -> Iterator[str]:
     """Documents of a text file: per line, per paragraph (ngram.paragraphs' cut, streamed) or the whole file.
 
     A paragraph is cut at a blank line that has a newline on both sides and does not follow another cut
     line: the non-overlapping matches of r"\\n[ \\t\\r\\f\\v]*\\n", found line by line.
+    A document of more than limit bytes is a bad record.
     """
     if docs == "paragraph" and data is None:  # the common case, without a line loop while the text is UTF-8
-        for piece in paragraph_pieces(path, bad):
+        for piece in paragraph_pieces(path, bad, limit=limit):
             if isinstance(piece, str):
                 yield piece
             else:
                 yield from piece.documents()
         return
-    yield from _line_docs(path, docs, bad, data)
+    yield from _line_docs(path, docs, bad, data, limit)
 
 
-def _line_docs(path: str, docs: str, bad: BadRecords | None, data: bytes | None = None) -> Iterator[str]:
-    """text_docs, read line by line (any bytes: a line that is not UTF-8 is a bad record)."""
+def _line_docs(path: str, docs: str, bad: BadRecords | None, data: bytes | None = None,
+               limit: int = MAX_DOC_BYTES) -> Iterator[str]:
+    """text_docs, read line by line (any bytes: a line that is not UTF-8 is a bad record, and so is a
+    document of more than limit bytes, whose lines are not kept)."""
     buf: list[str] = []
+    held = 0  # bytes of the lines in buf, with their newlines
     err: BadRecordError | None = None
     prev_cut = False
 
     def emit() -> Iterator[str]:
-        nonlocal err
+        nonlocal err, held
         if err is not None:
             if bad is None:
                 raise err
@@ -233,10 +280,14 @@ def _line_docs(path: str, docs: str, bad: BadRecords | None, data: bytes | None 
             if text.strip():
                 yield text
         buf.clear()
+        held = 0
 
-    for n, raw, newline in _lines(path, data):
+    for n, raw, newline in _lines(path, data, limit):
         try:
+            if raw is None or held + len(raw) > limit:
+                raise too_long(path, f"line {n}", limit)
             line = _utf8(raw, path, f"line {n}")
+            held += len(raw) + 1
         except BadRecordError as exc:
             if err is None:
                 err = exc
@@ -253,17 +304,24 @@ def _line_docs(path: str, docs: str, bad: BadRecords | None, data: bytes | None 
     yield from emit()
 
 
-def jsonl_docs(path: str, text_field: str, bad: BadRecords | None, data: bytes | None = None) -> Iterator[str]:
-    for n, raw, _ in _lines(path, data):
-        if not raw.strip():
+def jsonl_docs(path: str, text_field: str, bad: BadRecords | None, data: bytes | None = None,
+               limit: int = MAX_DOC_BYTES) -> Iterator[str]:
+    """The text_field strings of a JSONL file's objects, one a line (a line over limit bytes is a bad record)."""
+    for n, raw, _ in _lines(path, data, limit):
+        if raw is not None and not raw.strip():
             continue
         try:
             where = f"line {n}"
+            if raw is None:
+                raise too_long(path, where, limit)
             line = _utf8(raw, path, where)
             try:
                 rec = json.loads(line)
             except ValueError as exc:
                 raise BadRecordError(path, where, f"expected a JSON object, found invalid JSON ({exc})") from None
+            except RecursionError:
+                raise BadRecordError(path, where, "expected a JSON object, found one nested too deeply to "
+                                     "read") from None
             if not isinstance(rec, dict):
                 raise BadRecordError(path, where, f"expected a JSON object, found a {type(rec).__name__}")
             if text_field not in rec:
@@ -302,13 +360,38 @@ def parquet_column(path: str, text_field: str):
     return pf
 
 
-def _parquet_docs(path: str, text_field: str, bad: BadRecords | None) -> Iterator[str]:
+def over_limit(text: str, limit: int) -> bool:
+    """Whether text is more than limit bytes of UTF-8 (encoded only when it may be)."""
+    return len(text) > limit or (len(text) > limit // 4 and len(text.encode("utf-8", "surrogatepass")) > limit)
+
+
+def _parquet_batches(pf, path: str, text_field: str) -> Iterator:
+    """pf's record batches of column text_field; a page pyarrow cannot read (corrupt, cut short) is a
+    MinillamaError naming the file and the row reached, not a bare ArrowInvalid."""
+    import pyarrow as pa
+
+    it = pf.iter_batches(batch_size=4096, columns=[text_field])
+    row = 0
+    while True:
+        try:
+            batch = next(it)
+        except StopIteration:
+            return
+        except (pa.ArrowException, OSError) as exc:
+            raise MinillamaError(f"{path}: expected Parquet pages pyarrow can read, found a damaged one at or after "
+                                 f"row {row} ({exc})") from None
+        row += batch.num_rows
+        yield batch
+
+
+def _parquet_docs(path: str, text_field: str, bad: BadRecords | None, limit: int) -> Iterator[str]:
     pf = parquet_column(path, text_field)
     row = 0
-    for batch in pf.iter_batches(batch_size=4096, columns=[text_field]):
+    for batch in _parquet_batches(pf, path, text_field):
         for text in batch.column(0).to_pylist():
-            if text is None:
-                exc = BadRecordError(path, f"row {row}", f"column {text_field!r} is null, expected a string")
+            if text is None or over_limit(text, limit):
+                exc = (too_long(path, f"row {row}", limit) if text is not None else
+                       BadRecordError(path, f"row {row}", f"column {text_field!r} is null, expected a string"))
                 if bad is None:
                     raise exc
                 bad.add(exc)
@@ -326,6 +409,7 @@ class Source:
     text_field: str = "text"
     fmt: str = "auto"
     skip_bad: bool = False
+    max_doc_bytes: int = MAX_DOC_BYTES  # a longer document is a bad record
 
     def check(self) -> None:
         """Fail early, before anything is written, on settings or files that cannot work."""
@@ -335,6 +419,10 @@ class Source:
             raise MinillamaError(f"docs must be one of {', '.join(DOC_MODES)}, got {self.docs!r}")
         if self.fmt not in FORMATS:
             raise MinillamaError(f"format must be one of {', '.join(FORMATS)}, got {self.fmt!r}")
+        if (isinstance(self.max_doc_bytes, bool) or not isinstance(self.max_doc_bytes, int)
+                or not 1 <= self.max_doc_bytes <= DOC_BYTES_CEILING):
+            raise MinillamaError(f"max_doc_bytes must be a whole number from 1 to {DOC_BYTES_CEILING:,} (1 TiB), got "
+                                 f"{self.max_doc_bytes!r}")
         for p in self.paths:
             if not os.path.isfile(p):
                 raise MinillamaError(f"{p}: no such file")
@@ -356,13 +444,14 @@ class Source:
         if self.skip_bad and bad is None:
             bad = BadRecords()
         sink = bad if self.skip_bad else None
+        limit = self.max_doc_bytes
         for p in self.paths:
             kind = file_format(p, self.fmt)
             if kind == "jsonl":
-                yield from jsonl_docs(p, self.text_field, sink)
+                yield from jsonl_docs(p, self.text_field, sink, limit=limit)
             elif kind == "parquet":
-                yield from _parquet_docs(p, self.text_field, sink)
+                yield from _parquet_docs(p, self.text_field, sink, limit)
             elif self.docs == "paragraph":
-                yield from paragraph_pieces(p, sink, chunk_bytes)
+                yield from paragraph_pieces(p, sink, chunk_bytes, limit)
             else:
-                yield from text_docs(p, self.docs, sink)
+                yield from text_docs(p, self.docs, sink, limit=limit)
