@@ -172,10 +172,10 @@ class GenerationStats:
         return self.eval_runs / self.eval_seconds if self.eval_runs and self.eval_seconds > 0 else 0.0
 
 
-def _perf_line(label: str, seconds: float, n: int, unit: str) -> str:
-    """One llama_perf_context_print line: time, count, ms per item, items per second."""
+def _perf_line(label: str, seconds: float, n: int, unit: str, rates: bool = True) -> str:
+    """One llama_perf_context_print line: time, count, and (rates) ms per item and items per second."""
     ms = seconds * 1000
-    per = f"({ms / n:8.2f} ms per token, {n / seconds:8.2f} tokens per second)" if n and seconds > 0 else ""
+    per = f"({ms / n:8.2f} ms per token, {n / seconds:8.2f} tokens per second)" if rates and n and seconds > 0 else ""
     return f"{label:>16} = {ms:10.2f} ms / {n:5d} {unit:<6} {per}".rstrip()
 
 
@@ -186,7 +186,7 @@ def perf_lines(stats: GenerationStats) -> list[str]:
     return [_perf_line("prompt eval time", stats.prompt_seconds, stats.prompt_evaluated, "tokens")
             + (f" [{reused} more from the cache]" if reused > 0 else ""),
             _perf_line("eval time", stats.eval_seconds, stats.eval_runs, "runs"),
-            _perf_line("total time", stats.seconds, stats.prompt_evaluated + stats.eval_runs, "tokens"),
+            _perf_line("total time", stats.seconds, stats.prompt_evaluated + stats.eval_runs, "tokens", rates=False),
             f"{'first token':>16} = {stats.prompt_seconds * 1000:10.2f} ms after the request"]
 
 

@@ -7,7 +7,7 @@ holds a core, each of a step's ~200 products waits for a descheduled thread, and
 5 tokens/s with one thread to 1 with two (issue 21, item 9). OpenBLAS reads its spin time only when numpy loads,
 so a library cannot change it. Instead AutoThreads times the two choices it has, one thread and n, separately
 for single-token steps and for batched passes: it starts with n when /proc/stat shows idle cores for them (else
-1), tries the other choice on the second pass and then again after a number of passes that grows with how much
+1), tries the other choice on the ninth pass (a short run keeps its start) and then again after a number of passes that grows with how much
 it lost (20 passes per times-slower, doubling while it keeps losing, at most 512), and runs the faster one in
 between: the tries cost about 5% when the other choice is far slower.
 """
@@ -70,7 +70,7 @@ class _Choice:
         self.best = n if idle_cores() >= n else 1
         self.other = 1 if self.best == n else n
         self.cost: dict[int, float] = {}  # seconds per token, recent
-        self.calls, self.next_try, self.interval = 0, 1, FIRST_INTERVAL
+        self.calls, self.next_try, self.interval = 0, 2 * FIRST_INTERVAL, FIRST_INTERVAL
         self.trying = False
 
     def pick(self) -> int:
