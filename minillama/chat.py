@@ -18,7 +18,7 @@ from typing import Any, Protocol, TextIO
 from .chat_template import ChatTemplate
 from .chat_template import without_bos as strip_bos
 from .errors import ContextLengthError, MinillamaError
-from .generate import Generation, LanguageModel, context_length, generate
+from .generate import Generation, GenerationStats, LanguageModel, context_length, generate, perf_lines
 from .ngram import DEFAULT_ORDER, NGramModel, read_paragraphs
 from .tokenizer import Tokenizer
 
@@ -29,7 +29,7 @@ Type a message and press Enter; the reply streams as it is generated.
   /help     this list
   /reset    forget the conversation
   /tokens   the last reply's token ids and pieces
-  /stats    tokens per second and token counts of the last reply and of the conversation
+  /stats    the last reply's prompt and generation speeds (llama.cpp's timing lines), and the conversation's
   /exit     leave (as does Ctrl-D)
 Ctrl-C stops a reply and returns to the prompt."""
 
@@ -193,6 +193,7 @@ class ChatSession:
         self.turns = 0
         self.generated_tokens = 0
         self.seconds = 0.0
+        self.totals = GenerationStats()  # prompt and generation timings of every reply, summed
 
     def prompt_text(self) -> str:
         """The conversation rendered, without a leading bos text when encoding adds bos itself."""
@@ -245,6 +246,12 @@ class ChatSession:
         self.turns += 1
         self.generated_tokens += gen.stats.generated_tokens
         self.seconds += gen.stats.seconds
+        t, st = self.totals, gen.stats
+        t.prompt_tokens += st.prompt_tokens
+        t.prompt_evaluated += st.prompt_evaluated
+        t.prompt_seconds += st.prompt_seconds
+        t.generated_tokens += st.eval_runs  # summed steps: eval_runs/eval_seconds stay per step
+        t.seconds += st.seconds
 
     def tokens_report(self) -> str:
         """The last reply's ids and, one per line, each id with its piece."""
@@ -273,12 +280,15 @@ class ChatSession:
         why = {"eog": f"end-of-generation token {gen.eog_id}", "max_tokens": "--max-tokens",
                "context": "the model's full context", "stopped": "Ctrl-C",
                "next_turn": "the transcript's next turn"}.get(st.stop_reason, st.stop_reason or "running")
-        rate = self.generated_tokens / self.seconds if self.seconds > 0 else 0.0
+        t = self.totals
+        eval_rate = t.generated_tokens / t.eval_seconds if t.eval_seconds > 0 else 0.0
         in_context = st.prompt_tokens + len(gen.ids)
-        return (f"last reply: {st.generated_tokens} tokens in {st.seconds:.3f} s ({st.tokens_per_second:.1f} "
-                f"tokens/s), prompt {st.prompt_tokens} tokens, stopped by {why}, seed {st.seed}\n"
-                f"conversation: {self.turns} turn{'' if self.turns == 1 else 's'}, {in_context} tokens in context, {self.generated_tokens} "
-                f"tokens generated in {self.seconds:.3f} s ({rate:.1f} tokens/s)")
+        return "\n".join([
+            f"last reply: {st.generated_tokens} tokens, prompt {st.prompt_tokens} tokens, stopped by {why}, "
+            f"seed {st.seed}", *perf_lines(st),
+            f"conversation: {self.turns} turn{'' if self.turns == 1 else 's'}, {in_context} tokens in context, "
+            f"{self.generated_tokens} tokens generated in {self.seconds:.3f} s (prompt {t.prompt_tokens_per_second:.1f} "
+            f"tokens/s, generation {eval_rate:.1f} tokens/s)"])
 
 
 # ---------------------------------------------------------------------------------------------

@@ -124,14 +124,20 @@ def check_sampling_flags(args: argparse.Namespace) -> None:
     from minillama.generate import Sampler
 
     try:
-        Sampler(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+        Sampler(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
     except ValueError as exc:
-        raise MinillamaError(re.sub(r"\b(temperature|top_k|top_p)\b", lambda m: "--" + m.group().replace("_", "-"),
-                                    str(exc))) from None
+        raise MinillamaError(re.sub(r"\b(temperature|top_k|top_p|seed)\b",
+                                    lambda m: "--" + m.group().replace("_", "-"), str(exc))) from None
     if args.max_tokens < 1:
         raise MinillamaError(f"expected --max-tokens of at least 1, found {args.max_tokens}")
-    if getattr(args, "threads", None) is not None and args.threads < 1:
-        raise MinillamaError(f"expected --threads of at least 1, found {args.threads}")
+    threads = getattr(args, "threads", None)
+    if threads is not None:
+        from minillama.model.threads import usable_cores
+
+        cores = usable_cores()  # more threads than cores only wait on each other (-t 100000 was 47x slower)
+        if not 1 <= threads <= cores:
+            raise MinillamaError(f"expected --threads from 1 to {cores} (the cores this process may use), "
+                                 f"found {threads}")
 
 
 def _check_order(order: int | None) -> None:
@@ -354,8 +360,9 @@ def _has_weights(path: str) -> bool:
 
 
 def _load_model(path: str, threads: int | None = None) -> Model:
-    """Model.from_file with a progress bar on a terminal's stderr when loading takes more than a moment."""
-    from minillama.model import DEFAULT_THREADS, Model
+    """Model.from_file with a progress bar on a terminal's stderr when loading takes more than a moment, erased
+    when the model is loaded; threads None: "auto"."""
+    from minillama.model import AUTO, Model
 
     bar = None
 
@@ -368,11 +375,10 @@ def _load_model(path: str, threads: int | None = None) -> Model:
 
             bar = tqdm(total=total, desc=f"loading {os.path.basename(path)}", unit=" weights", unit_scale=True,
                        file=sys.stderr, delay=0.5, leave=False)
-        bar.n = done
-        bar.refresh()
+        bar.update(done - bar.n)  # not n= and refresh(): tqdm erases at close only a bar update() drew
 
     try:
-        return Model.from_file(path, progress=progress, threads=threads or DEFAULT_THREADS)
+        return Model.from_file(path, progress=progress, threads=AUTO if threads is None else threads)
     finally:
         if bar is not None:
             bar.close()
@@ -380,7 +386,7 @@ def _load_model(path: str, threads: int | None = None) -> Model:
 
 def cmd_generate(args: argparse.Namespace) -> int:
     """Stream a GGUF model's continuation of PROMPT to stdout (the numpy forward pass of minillama.model)."""
-    from minillama.generate import generate
+    from minillama.generate import generate, perf_lines
 
     check_sampling_flags(args)
     prompt = _read_text(args.prompt)
@@ -396,9 +402,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
         out.write("\n")  # end the line the continuation left open
     out.flush()
     st = gen.stats
-    if args.verbose:
-        print(f"{st.prompt_tokens} prompt tokens, {st.generated_tokens} generated in {st.seconds:.2f} s "
-              f"({st.tokens_per_second:.1f} tokens/s), stopped by {st.stop_reason}, seed {st.seed}", file=sys.stderr)
+    if args.verbose:  # llama.cpp's llama_perf_context_print lines: prompt processing and generation apart
+        print("\n".join([*perf_lines(st), f"{st.prompt_tokens} prompt tokens, {st.generated_tokens} generated, "
+                                          f"stopped by {st.stop_reason}, seed {st.seed}"]), file=sys.stderr)
     return 0
 
 
@@ -408,9 +414,10 @@ def _add_sampling_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-k", type=int, default=40, metavar="K", help="keep the K most likely (0: all; default: 40)")
     p.add_argument("--top-p", type=float, default=0.95, metavar="P",
                    help="keep the most likely up to probability P (1: all; default: 0.95)")
-    p.add_argument("--seed", type=int, metavar="S", help="make the output repeat exactly (default: random)")
+    p.add_argument("--seed", type=int, metavar="S", help="make the output repeat exactly (default or -1: random)")
     p.add_argument("-t", "--threads", type=int, metavar="N",
-                   help="threads of the forward pass's matrix products (default: the cores, up to 4)")
+                   help="threads of the forward pass's matrix products, at most the cores (default: 1 or up to 4, "
+                        "whichever runs faster now)")
 
 
 def _setup_generate(p: argparse.ArgumentParser) -> None:

@@ -19,9 +19,10 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from .errors import ArgumentError, ArgumentTypeError, FormatError, UnsupportedError
 from .fileio import input_path
-from .gguf.reader import read_gguf
+from .gguf.reader import GGUFFile, TensorInfo, read_gguf
 
-__all__ = ["Embedding", "SUPPORTED_TYPES", "TENSOR_NAME", "dequantize"]
+__all__ = ["Embedding", "SUPPORTED_TYPES", "TENSOR_NAME", "dequantize", "check_tensor", "check_tensor_table",
+           "tensor_layout", "tensor_view"]
 
 TENSOR_NAME = "token_embd.weight"
 
@@ -226,6 +227,76 @@ def dequantize(raw: np.ndarray, ggml_type: GGMLQuantizationType, n_cols: int) ->
 
 
 # ---------------------------------------------------------------------------------------------------------------------
+# Tensor views: the one check of a tensor's type, extent and place in the file (Embedding and minillama.model)
+# ---------------------------------------------------------------------------------------------------------------------
+
+def _describe(info: TensorInfo, qtype: GGMLQuantizationType) -> str:
+    """'token_embd.weight (16 x 64 F32)': the name, the dims outermost first, the type."""
+    dims = " x ".join(str(d) for d in reversed(info.shape)) or "1"
+    return f"{info.name} ({dims} {qtype.name})"
+
+
+def tensor_layout(info: TensorInfo, path: str) -> tuple[GGMLQuantizationType, int, int]:
+    """(ggml type, rows, bytes per row) of a table entry, as ggml computes its size: the type must be one the gguf
+    package knows and a row a whole number of its blocks. Python ints: no dimension can overflow."""
+    try:
+        qtype = GGMLQuantizationType(info.ggml_type)
+    except ValueError:
+        raise UnsupportedError(f"{path}: tensor {info.name} has ggml type {info.ggml_type}, which this gguf "
+                               f"package does not know; supported: {', '.join(SUPPORTED_TYPES)}") from None
+    block, type_size = GGML_QUANT_SIZES[qtype]
+    ne0 = info.shape[0] if info.shape else 1
+    if ne0 % block:
+        raise FormatError(f"{info.name} rows have {ne0} values, expected a multiple of the {qtype.name} block "
+                          f"size {block}", path=path, key=info.name)
+    rows = 1
+    for d in info.shape[1:]:
+        rows *= d
+    return qtype, rows, ne0 // block * type_size
+
+
+def check_tensor(gf: GGUFFile, info: TensorInfo, file_size: int) -> tuple[int, int]:
+    """The byte range [start, end) of a tensor's data after checking, as ggml's gguf reader does, that its
+    offset is a multiple of the file's alignment and that the data lies inside the file."""
+    qtype, rows, row_bytes = tensor_layout(info, gf.path)
+    start = gf.data_offset + info.offset
+    if info.offset % gf.alignment:
+        raise FormatError(f"{info.name} data offset {info.offset} is not a multiple of the alignment "
+                          f"{gf.alignment}", path=gf.path, offset=start, key=info.name)
+    end = start + rows * row_bytes
+    if end > file_size:
+        raise FormatError(f"{_describe(info, qtype)} needs bytes {start}..{end} but the file has {file_size}",
+                          path=gf.path, offset=start, key=info.name)
+    return start, end
+
+
+def check_tensor_table(gf: GGUFFile, file_size: int) -> None:
+    """Every tensor of the file aligned, inside the file and overlapping no other (ggml lays them out one after
+    another): so n tensors can never ask for more bytes than the file holds."""
+    spans = sorted((*check_tensor(gf, info, file_size), info.name) for info in gf.tensors)
+    reach, owner = 0, ""  # the furthest end so far and its tensor: one inside a longer one is caught too
+    for start, end, name in spans:
+        if start < end:  # an empty tensor overlaps nothing
+            if start < reach:
+                raise FormatError(f"tensor {name} (bytes {start}..{end}) overlaps tensor {owner} (which ends at "
+                                  f"byte {reach}); expected each tensor's data apart", path=gf.path, offset=start,
+                                  key=name)
+            reach, owner = end, name
+
+
+def tensor_view(gf: GGUFFile, info: TensorInfo, buf: mmap.mmap, file_size: int) -> tuple[np.ndarray,
+                                                                                         GGMLQuantizationType]:
+    """The tensor's bytes as (rows, row_bytes) uint8 over buf, after check_tensor, for a type minillama can
+    dequantize (the shape against what the caller expects is the caller's check)."""
+    qtype, rows, row_bytes = tensor_layout(info, gf.path)
+    if qtype not in _DEQUANT:
+        raise UnsupportedError(f"{gf.path}: {info.name} is of ggml type {qtype.name} ({int(qtype)}), which "
+                               f"minillama cannot dequantize; supported: {', '.join(SUPPORTED_TYPES)}")
+    start, _ = check_tensor(gf, info, file_size)
+    return np.frombuffer(buf, np.uint8, rows * row_bytes, start).reshape(rows, row_bytes), qtype
+
+
+# ---------------------------------------------------------------------------------------------------------------------
 # Random stub rows: a counter-based hash of (seed, element index), so any row is computed on its own.
 # ---------------------------------------------------------------------------------------------------------------------
 
@@ -291,31 +362,11 @@ class Embedding:
         if n_embd == 0 or n_vocab == 0:
             raise FormatError(f"{TENSOR_NAME} has shape {list(info.shape)}, expected a non-empty table",
                               path=path, key=TENSOR_NAME)
-        try:
-            qtype = GGMLQuantizationType(info.ggml_type)
-        except ValueError:
-            raise UnsupportedError(f"{path}: {TENSOR_NAME} has ggml type {info.ggml_type}, which this gguf "
-                                   f"package does not know; supported: {', '.join(SUPPORTED_TYPES)}") from None
-        if qtype not in _DEQUANT:
-            raise UnsupportedError(f"{path}: {TENSOR_NAME} is of ggml type {qtype.name} ({int(qtype)}), which "
-                                   f"minillama cannot dequantize; supported: {', '.join(SUPPORTED_TYPES)}")
-        block_size, type_size = GGML_QUANT_SIZES[qtype]
-        if n_embd % block_size:
-            raise FormatError(f"{TENSOR_NAME} rows have {n_embd} values, expected a multiple of the "
-                              f"{qtype.name} block size {block_size}", path=path, key=TENSOR_NAME)
-        row_bytes = n_embd // block_size * type_size
-        start, nbytes = gf.data_offset + info.offset, n_vocab * row_bytes
-        if info.offset % gf.alignment:
-            raise FormatError(f"{TENSOR_NAME} data offset {info.offset} is not a multiple of the alignment "
-                              f"{gf.alignment}", path=path, offset=start, key=TENSOR_NAME)
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
-            if start + nbytes > size:
-                raise FormatError(f"{TENSOR_NAME} ({n_vocab} x {n_embd} {qtype.name}) needs bytes {start}.."
-                                  f"{start + nbytes} but the file has {size}", path=path, offset=start,
-                                  key=TENSOR_NAME)
+            check_tensor(gf, info, size)  # before mapping: a bad extent fails without touching the data
             mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        table = np.frombuffer(mm, np.uint8, nbytes, start).reshape(n_vocab, row_bytes)
+        table, qtype = tensor_view(gf, info, mm, size)
         return cls(n_vocab, n_embd, qtype, table=table, mm=mm, path=path)
 
     @classmethod

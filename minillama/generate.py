@@ -4,7 +4,7 @@
     gen = generate(model, tok, "Once upon a time", 64, temperature=0.8, top_k=40, top_p=0.95, seed=1)
     for chunk in gen:
         print(chunk, end="", flush=True)
-    gen.stats.tokens_per_second, gen.ids
+    gen.stats.tokens_per_second, gen.ids   # generation speed; perf_lines(gen.stats): llama.cpp's timing lines
 
 The model protocol (LanguageModel) is one method, ``next_token(ids, sampler) -> int``: the model
 scores the candidates for the token after ``ids`` (the whole sequence so far, prompt included) and
@@ -29,12 +29,12 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 import numpy as np
 from numpy.typing import ArrayLike
 
-from .errors import ArgumentError
+from .errors import ArgumentError, ContextLengthError
 
 if TYPE_CHECKING:
     from .tokenizer import Tokenizer
 
-__all__ = ["LanguageModel", "Sampler", "Generation", "GenerationStats", "generate"]
+__all__ = ["LanguageModel", "Sampler", "Generation", "GenerationStats", "generate", "perf_lines", "RANDOM_SEED"]
 
 
 @runtime_checkable
@@ -46,8 +46,15 @@ class LanguageModel(Protocol):
         ...
 
 
+#: The seed that asks for a random one, as llama.cpp's --seed -1 (LLAMA_DEFAULT_SEED) does; like None.
+RANDOM_SEED = -1
+
+
 class Sampler:
-    """Turns candidate ids and their scores into one id: greedy, temperature, top-k, top-p; seeded, repeatable."""
+    """Turns candidate ids and their scores into one id: greedy, temperature, top-k, top-p; seeded, repeatable.
+
+    seed None or -1 (llama.cpp's "random seed"): a fresh random seed, kept in .seed so the run can be repeated.
+    """
 
     def __init__(self, temperature: float = 0.8, top_k: int = 40, top_p: float = 0.95,
                  seed: int | None = None) -> None:
@@ -57,11 +64,13 @@ class Sampler:
             raise ArgumentError(f"expected top_k >= 0 (0 keeps all), found {top_k}")
         if not 0 < top_p <= 1:
             raise ArgumentError(f"expected top_p in (0, 1] (1 keeps all), found {top_p}")
+        if seed is not None and seed < 0 and seed != RANDOM_SEED:
+            raise ArgumentError(f"expected a seed of 0 or more (or {RANDOM_SEED} for a random one), found {seed}")
         self.temperature = float(temperature)
         self.top_k = int(top_k)
         self.top_p = float(top_p)
         #: The seed in use: the one given, or a fresh random one (recorded so a run can be repeated).
-        self.seed = int(seed) if seed is not None else secrets.randbits(63)
+        self.seed = int(seed) if seed is not None and seed != RANDOM_SEED else secrets.randbits(63)
         self._rng = np.random.Generator(np.random.PCG64(self.seed))
         self._allowed: np.ndarray | None = None  # token healing: bool per id, or None for no constraint
         self._fallback = 0
@@ -126,10 +135,15 @@ class Sampler:
 
 @dataclass
 class GenerationStats:
-    """Counts and timing of one generate() run, updated as it goes."""
+    """Counts and timing of one generate() run, updated as it goes; prompt processing and generation apart, as
+    llama.cpp's llama_perf_context_print reports them (perf_lines)."""
 
     prompt_tokens: int = 0
+    # prompt ids the model actually ran: fewer when its cache already held the start (Model.next_token reports
+    # it as `evaluated`); the prompt's length for a model that does not say
+    prompt_evaluated: int = 0
     generated_tokens: int = 0  # ids the model produced, a final end-of-generation id included
+    prompt_seconds: float = 0.0  # time to the first token: the prompt's pass and the first pick
     seconds: float = 0.0  # from the first request for text to the last token
     # "eog", "max_tokens", "context" (the model's context is full), or "stopped" (closed or interrupted
     # early); "" while running
@@ -137,9 +151,43 @@ class GenerationStats:
     seed: int = 0
 
     @property
+    def eval_runs(self) -> int:
+        """Single-token steps after the first token (each generated token but the first, which the prompt gave)."""
+        return max(self.generated_tokens - 1, 0)
+
+    @property
+    def eval_seconds(self) -> float:
+        """Time spent on those steps."""
+        return max(self.seconds - self.prompt_seconds, 0.0)
+
+    @property
+    def prompt_tokens_per_second(self) -> float:
+        """Prompt ids run per second until the first token (0.0 before it)."""
+        return self.prompt_evaluated / self.prompt_seconds if self.prompt_seconds > 0 else 0.0
+
+    @property
     def tokens_per_second(self) -> float:
-        """Generated tokens per second (0.0 before any time has passed)."""
-        return self.generated_tokens / self.seconds if self.seconds > 0 else 0.0
+        """Generation speed: tokens per second after the first one (prompt processing not folded in; 0.0 before
+        a second token)."""
+        return self.eval_runs / self.eval_seconds if self.eval_runs and self.eval_seconds > 0 else 0.0
+
+
+def _perf_line(label: str, seconds: float, n: int, unit: str, rates: bool = True) -> str:
+    """One llama_perf_context_print line: time, count, and (rates) ms per item and items per second."""
+    ms = seconds * 1000
+    per = f"({ms / n:8.2f} ms per token, {n / seconds:8.2f} tokens per second)" if rates and n and seconds > 0 else ""
+    return f"{label:>16} = {ms:10.2f} ms / {n:5d} {unit:<6} {per}".rstrip()
+
+
+def perf_lines(stats: GenerationStats) -> list[str]:
+    """The run's timings as llama.cpp prints them (llama_perf_context_print): prompt eval, eval, total, plus the
+    time to the first token."""
+    reused = stats.prompt_tokens - stats.prompt_evaluated
+    return [_perf_line("prompt eval time", stats.prompt_seconds, stats.prompt_evaluated, "tokens")
+            + (f" [{reused} more from the cache]" if reused > 0 else ""),
+            _perf_line("eval time", stats.eval_seconds, stats.eval_runs, "runs"),
+            _perf_line("total time", stats.seconds, stats.prompt_evaluated + stats.eval_runs, "tokens", rates=False),
+            f"{'first token':>16} = {stats.prompt_seconds * 1000:10.2f} ms after the request"]
 
 
 @dataclass(eq=False, repr=False)
@@ -160,7 +208,11 @@ class Generation(Iterator[str]):
     stats: GenerationStats = field(default_factory=GenerationStats)
 
     def __post_init__(self) -> None:
-        self.stats.prompt_tokens = len(self.prompt_ids)
+        n_ctx = context_length(self.model)
+        if len(self.prompt_ids) >= n_ctx:  # as llama.cpp: "prompt is too long", not an empty success
+            raise ContextLengthError(f"the prompt has {len(self.prompt_ids)} tokens but the model's context holds "
+                                     f"{n_ctx}: expected at most {n_ctx - 1}, to leave room for a reply")
+        self.stats.prompt_tokens = self.stats.prompt_evaluated = len(self.prompt_ids)
         self.stats.seed = self.sampler.seed
         self._chunks = self._run()
 
@@ -206,6 +258,11 @@ class Generation(Iterator[str]):
                     raise ArgumentError(f"the model returned token id {token}, outside the vocab (0..{n_vocab - 1})")
                 stats.generated_tokens += 1
                 stats.seconds = time.perf_counter() - start
+                if stats.generated_tokens == 1:
+                    stats.prompt_seconds = stats.seconds
+                    evaluated = getattr(self.model, "evaluated", None)
+                    if isinstance(evaluated, int):
+                        stats.prompt_evaluated = evaluated
                 if self.stop_at_eog and tok.is_eog(token):
                     self.eog_id = token
                     stats.stop_reason = "eog"

@@ -5,13 +5,16 @@ conformance tests check against llama.cpp)."""
 from __future__ import annotations
 
 import os
+import re
+import time
 from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
 import pytest
 
-from minillama.generate import Generation, LanguageModel, Sampler, generate
+from minillama.errors import ArgumentError, ContextLengthError
+from minillama.generate import Generation, LanguageModel, Sampler, generate, perf_lines
 from minillama.ngram import NGramModel, default_corpus_path
 from minillama.tokenizer import Tokenizer, default_vocab_path
 
@@ -185,7 +188,8 @@ def test_stats(lm: NGramModel, tok: Tokenizer) -> None:
     assert gen.stats.stop_reason == "" and gen.stats.tokens_per_second == 0.0
     _run(gen)
     st = gen.stats
-    assert st.generated_tokens == 50 and st.seconds > 0 and st.tokens_per_second == pytest.approx(50 / st.seconds)
+    assert st.generated_tokens == 50 and st.seconds > 0
+    assert st.tokens_per_second == pytest.approx(49 / (st.seconds - st.prompt_seconds))  # the prompt not folded in
     gen = generate(Uniform(tok.n_vocab), tok, PROMPT, 50, seed=3, stop_at_eog=False)
     next(gen)
     gen.close()
@@ -246,3 +250,66 @@ def test_sampler_arguments() -> None:
         Sampler().sample_logits([1.0, 2.0], ids=[1])
     with pytest.raises(ValueError, match="NaN"):
         Sampler().sample_logits([1.0, float("nan")])
+
+
+# --- issue 21: --seed -1, a prompt longer than the context, prompt and generation speeds apart ---------------
+
+
+def test_seed_minus_one_is_a_random_seed() -> None:
+    """llama.cpp's --seed -1 (LLAMA_DEFAULT_SEED) asks for a random seed; numpy raised ValueError on it."""
+    seeds = {Sampler(seed=-1).seed for _ in range(4)}
+    assert len(seeds) > 1 and all(0 <= s < 2**63 for s in seeds)
+    with pytest.raises(ArgumentError, match=r"expected a seed of 0 or more \(or -1 for a random one\), found -2"):
+        Sampler(seed=-2)
+
+
+class Contexted(Scripted):
+    """A scripted model with a context of n_ctx ids."""
+
+    def __init__(self, ids: Sequence[int], n_ctx: int) -> None:
+        super().__init__(ids)
+        self.n_ctx = n_ctx
+
+
+def test_prompt_longer_than_the_context_is_an_error(tok: Tokenizer) -> None:
+    """It gave no text and a success; now ContextLengthError naming both lengths, before the model runs."""
+    model = Contexted([5, 6, 7], n_ctx=4)
+    for prompt in ([1, 2, 3, 4, 5], [1, 2, 3, 4]):  # a full context leaves no room for a reply either
+        with pytest.raises(ContextLengthError, match=rf"the prompt has {len(prompt)} tokens but the model's context "
+                                                     r"holds 4: expected at most 3"):
+            generate(model, tok, prompt, 3)
+    assert list(generate(model, tok, [1, 2, 3], 3)) or True  # 3 prompt ids fit
+
+
+class Timed:
+    """A model whose first call (the prompt) takes `prompt_s` and every later call `step_s`; it says it evaluated
+    `evaluated` of the prompt's ids, as Model does when its cache held the rest."""
+
+    def __init__(self, prompt_s: float, step_s: float, evaluated: int) -> None:
+        self.prompt_s, self.step_s, self.calls, self._evaluated = prompt_s, step_s, 0, evaluated
+        self.evaluated = 0
+
+    def next_token(self, ids: Sequence[int], sampler: Sampler) -> int:
+        time.sleep(self.prompt_s if self.calls == 0 else self.step_s)
+        self.evaluated = self._evaluated if self.calls == 0 else 1
+        self.calls += 1
+        return 70
+
+
+def test_prompt_and_generation_speeds_apart(tok: Tokenizer) -> None:
+    """A slow prompt pass no longer drags tokens/s down: prompt eval and eval are timed apart, as llama.cpp does."""
+    gen = generate(Timed(0.3, 0.01, evaluated=8), tok, list(range(1, 11)), 6, stop_at_eog=False)
+    _run(gen)
+    st = gen.stats
+    assert st.prompt_seconds >= 0.3 and st.prompt_evaluated == 8 and st.prompt_tokens == 10
+    assert st.eval_runs == 5 and st.eval_seconds == pytest.approx(st.seconds - st.prompt_seconds)
+    assert st.tokens_per_second == pytest.approx(5 / st.eval_seconds) and st.tokens_per_second > 20
+    assert st.prompt_tokens_per_second == pytest.approx(8 / st.prompt_seconds)
+    lines = perf_lines(st)
+    # llama_perf_context_print's layout: "<label> = <ms> ms / <n> tokens (<ms> ms per token, <n> tokens per second)"
+    assert re.fullmatch(r" *prompt eval time = +[\d.]+ ms / +8 tokens +\( *[\d.]+ ms per token, +[\d.]+ tokens per "
+                        r"second\) \[2 more from the cache\]", lines[0]), lines[0]
+    assert re.fullmatch(r" *eval time = +[\d.]+ ms / +5 runs +\( *[\d.]+ ms per token, +[\d.]+ tokens per second\)",
+                        lines[1]), lines[1]
+    assert re.fullmatch(r" *total time = +[\d.]+ ms / +13 tokens", lines[2]), lines[2]
+    assert re.fullmatch(r" *first token = +[\d.]+ ms after the request", lines[3]), lines[3]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -237,3 +238,89 @@ def test_cli_generate_errors(capsys: pytest.CaptureFixture[str], tmp_path: Path)
     assert "no tensors at all" in err and str(default_vocab_path()) in err and "Traceback" not in err
     assert main(["generate", "--model", str(default_vocab_path()), "--top-p", "0", "hello"]) == 2
     assert "expected --top-p in (0, 1]" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# issue 21: --seed -1, -t bounds, a prompt longer than the context, timings apart, threads under load, the load bar
+# ---------------------------------------------------------------------------------------------------------------------
+
+def test_cli_generate_seed_threads_and_long_prompt(capsys: pytest.CaptureFixture[str]) -> None:
+    from minillama.cli import main
+    from minillama.model.threads import usable_cores
+
+    gguf_path = str(_real_gguf())
+    # --seed -1: a random seed, as llama.cpp's (numpy raised ValueError)
+    assert main(["generate", "--model", gguf_path, "--seed", "-1", "--max-tokens", "2", "-v", "Hello"]) == 0
+    err = capsys.readouterr().err
+    # prompt and generation apart, llama_perf_context_print's lines
+    assert re.search(r"prompt eval time = +[\d.]+ ms / +\d+ tokens \( *[\d.]+ ms per token, +[\d.]+ tokens per second\)",
+                     err), err
+    assert re.search(r"\n +eval time = +[\d.]+ ms / +1 runs", err) and re.search(r"first token = +[\d.]+ ms", err), err
+    assert main(["generate", "--model", gguf_path, "--seed", "-2", "Hello"]) == 2
+    assert "expected a --seed of 0 or more (or -1 for a random one), found -2" in capsys.readouterr().err
+    # -t beyond the cores this process may use (100000 made generation 47x slower)
+    assert main(["generate", "--model", gguf_path, "-t", "100000", "Hello"]) == 2
+    assert f"expected --threads from 1 to {usable_cores()} (the cores this process may use), found 100000" in \
+        capsys.readouterr().err
+    # a prompt longer than the context: exit 2 naming both lengths (it printed nothing and exited 0)
+    n_ctx = _smollm2(gguf_path).n_ctx
+    assert main(["generate", "--model", gguf_path, "a" + " a" * n_ctx]) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and re.search(rf"the prompt has {n_ctx + 1} tokens but the model's context holds {n_ctx}",
+                                       out.err), out.err
+
+
+def test_threads_are_capped_at_the_usable_cores(tmp_path: Path) -> None:
+    from minillama.model.threads import usable_cores
+
+    path = write_tiny(tmp_path / "tiny.gguf")
+    assert Model.from_file(path, threads=100_000).threads == usable_cores()
+    assert Model.from_file(path).threads == "auto"
+    with pytest.raises(ArgumentError, match="expected threads of at least 1"):
+        Model.from_file(path, threads=0)
+
+
+@pytest.mark.parametrize("start_idle, cost, best", [(2, {1: 1.0, 2: 6.0}, 1), (0, {1: 2.0, 2: 1.0}, 2)])
+def test_auto_threads_settle_on_the_faster_choice(monkeypatch: pytest.MonkeyPatch, start_idle: int,
+                                                  cost: dict[int, float], best: int) -> None:
+    """Under load two BLAS threads ran 6x slower than one (1.4 against 18.5 tokens/s): "auto" must end up on the
+    faster choice whichever it starts from, and lose little to trying the other."""
+    from minillama.model import threads
+
+    monkeypatch.setattr(threads, "idle_cores", lambda: start_idle)
+    choice = threads._Choice(2)
+    picks = []
+    for _ in range(1000):
+        n = choice.pick()
+        picks.append(n)
+        choice.record(n, cost[n])
+    assert choice.best == best
+    spent = sum(cost[n] for n in picks)
+    assert spent <= 1.06 * 1000 * cost[best], f"tries cost {spent / (1000 * cost[best]) - 1:.1%}"
+
+
+def test_load_progress_bar_is_erased(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bar drawn while a model loads is cleared before the chat banner (it stayed on the terminal)."""
+    import io
+    import sys
+    import time
+
+    from minillama import cli
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    def slow_load(path, progress=None, threads=None):
+        for done in (100, 500, 1000):
+            progress(done, 1000)
+            time.sleep(0.6)  # past the bar's 0.5 s delay: it is drawn
+        return "model"
+
+    err = Tty()
+    monkeypatch.setattr(sys, "stderr", err)
+    monkeypatch.setattr(Model, "from_file", staticmethod(slow_load))
+    cli._load_model("model.gguf")
+    text = err.getvalue()
+    assert "loading model.gguf" in text  # it was drawn
+    assert text.rsplit("\r", 2)[-2].strip() == "" or text.rsplit("\r", 1)[-1].strip() == "", repr(text[-300:])

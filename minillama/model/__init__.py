@@ -21,10 +21,9 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from types import ModuleType
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
-from threadpoolctl import ThreadpoolController
 
 from ..embedding import Embedding
 from ..errors import ArgumentError, ContextLengthError, UnsupportedError
@@ -32,6 +31,7 @@ from ..generate import Sampler
 from . import gemma3, llama
 from .cache import KVCache
 from .layers import Linear, rmsnorm
+from .threads import AutoThreads, limited, usable_cores
 from .weights import HParams, TensorSpec, Weights
 
 __all__ = ["Model", "ARCHITECTURES"]
@@ -44,14 +44,17 @@ TOKEN_EMBD: TensorSpec = ("token_embd.weight", ("n_embd", "n_vocab"))
 OUTPUT_NORM: TensorSpec = ("output_norm.weight", ("n_embd",))
 OUTPUT: TensorSpec = ("output.weight", ("n_embd", "n_vocab"))
 
-#: numpy's BLAS threads during a forward pass, unless Model.from_file is told otherwise: the machine's cores up to
-#: four, as llama.cpp uses the cores by default. A single-token step is a string of matrix-vector products bound
-#: by memory bandwidth; a second core reads it faster (SmolLM2 16 -> 23 tokens/s, Gemma 3 9 -> 17 here, quiet
-#: machine), more than four gain little on matrices this small. On a machine busy with other work, spinning BLAS
-#: threads slow steps down instead (3-10x seen here): threads=1 then.
-DEFAULT_THREADS = max(1, min(4, os.cpu_count() or 1))
+#: The most BLAS threads the default ("auto") uses: the cores this process may use, up to four, as llama.cpp uses
+#: the cores. A single-token step is a string of matrix-vector products bound by memory bandwidth; a second core
+#: reads it faster on a quiet machine (SmolLM2 16 -> 23 tokens/s, Gemma 3 9 -> 17 here), more than four gain
+#: little on matrices this small. On a busy machine spinning BLAS threads are slower than one (5x seen here), so
+#: "auto" times both and runs the faster (minillama/model/threads.py).
+DEFAULT_THREADS = max(1, min(4, usable_cores()))
 
-_BLAS = ThreadpoolController()
+#: threads="auto": between 1 and DEFAULT_THREADS BLAS threads, whichever is faster now (AutoThreads).
+AUTO = "auto"
+
+Threads = int | Literal["auto"] | None
 
 #: Most tokens one batched pass takes; longer inputs go in chunks of this many.
 CHUNK = 256
@@ -65,24 +68,31 @@ class Model:
 
     def __init__(self, path: str, hp: HParams, arch: ModuleType, embedding: Embedding,
                  layers: list[dict[str, Any]], output_norm: np.ndarray, output: Linear,
-                 threads: int | None = DEFAULT_THREADS) -> None:
+                 threads: Threads = AUTO) -> None:
         """Use from_file; this wires loaded weights together."""
         self.path, self.hparams, self._arch = path, hp, arch
-        #: BLAS threads for the forward pass (None: numpy's default, all cores).
-        self.threads = threads
+        #: BLAS threads for the forward pass: "auto", a number (at most the usable cores), None (numpy's default).
+        self.threads = _check_threads(threads)
+        self._auto = AutoThreads(DEFAULT_THREADS) if self.threads == AUTO else None
         self._embedding, self._layers = embedding, layers
         self._output_norm, self._output = output_norm, output
         self._scale = arch.embed_scale(hp)
         self._cache = self._new_cache()
+        #: Positions the last next_token ran through the model (the rest came from the cache).
+        self.evaluated = 0
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str], *, progress: Progress | None = None,
-                  threads: int | None = DEFAULT_THREADS) -> Model:
+                  threads: Threads = AUTO) -> Model:
         """Load a GGUF model: hyper-parameters from its metadata, every tensor checked and dequantized.
 
-        threads: how many BLAS threads the forward pass uses (None: numpy's default).
+        threads: how many BLAS threads the forward pass uses: "auto" (default) runs 1 or up to DEFAULT_THREADS,
+        whichever its timings say is faster on this machine now; a number is used as given but capped at the
+        cores this process may use (os.sched_getaffinity), since more only wait on each other; None leaves numpy's
+        setting.
         """
         path = os.fspath(path)
+        threads = _check_threads(threads)
         w = Weights(path)
         name = w.arch
         arch = ARCHITECTURES.get(name)
@@ -149,6 +159,7 @@ class Model:
             same += 1
         same = min(same, len(ids) - 1)  # always run at least the last token, for its logits
         cache.truncate(same)
+        self.evaluated = len(ids) - same
         logits = self._forward(ids[same:], same, cache, last_only=True)
         return sampler.sample_logits(logits[-1])
 
@@ -179,10 +190,12 @@ class Model:
         Long inputs go in chunks of CHUNK tokens, each attending to the cache, so attention scores stay
         [H, CHUNK, n] instead of [H, n, n].
         """
-        if self.threads is None:
+        def run() -> np.ndarray:
             return self._chunks(ids, start, cache, last_only)
-        with _BLAS.limit(limits=self.threads, user_api="blas"):
-            return self._chunks(ids, start, cache, last_only)
+
+        if self._auto is not None:
+            return self._auto.run(len(ids), run)
+        return limited(self.threads, run)  # type: ignore[arg-type]
 
     def _chunks(self, ids: list[int], start: int, cache: KVCache, last_only: bool) -> np.ndarray:
         cache.reserve(start + len(ids))
@@ -199,3 +212,12 @@ class Model:
         if last_only:
             x = x[-1:]
         return self._output(rmsnorm(x, self._output_norm, self.hparams.eps))
+
+
+def _check_threads(threads: Threads) -> Threads:
+    """threads as Model uses it: "auto", None, or a count capped at the usable cores; ArgumentError otherwise."""
+    if threads is None or threads == AUTO:
+        return threads
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ArgumentError(f"expected threads of at least 1, \"auto\" or None, found {threads!r}")
+    return min(threads, usable_cores())

@@ -9,16 +9,18 @@ gguf.Keys uses; the table below says which key fills which field and what the de
 
 from __future__ import annotations
 
+import math
 import mmap
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+from gguf import GGMLQuantizationType, GGUFValueType
 
-from ..embedding import SUPPORTED_TYPES, Embedding, dequantize
+from ..embedding import Embedding, check_tensor_table, dequantize, tensor_view
 from ..errors import FormatError, UnsupportedError
 from ..gguf.reader import GGUFFile, TensorInfo, read_gguf
 from .layers import Linear
@@ -80,6 +82,27 @@ HPARAM_KEYS: dict[str, tuple[str, _Default]] = {
     "sliding_window": ("attention.sliding_window", lambda h: 0),
 }
 
+#: LLAMA_MAX_LAYERS: llama.cpp's per-layer arrays hold this many blocks and it refuses a model with more.
+MAX_LAYERS = 512
+_U32 = (1 << 32) - 1  # llama.cpp reads these keys as uint32
+
+#: Integer fields -> (least, most) value. A value must come from an integer GGUF type (ggml refuses 1.5 or NaN
+#: in a key it reads as uint32) and lie within these bounds before anything is sized by it.
+INT_BOUNDS: dict[str, tuple[int, int]] = {
+    "n_layer": (1, MAX_LAYERS), "n_ctx": (1, _U32), "n_embd": (1, _U32), "n_ff": (1, _U32), "n_head": (1, _U32),
+    "n_head_kv": (1, _U32), "head_dim": (1, _U32), "head_dim_v": (1, _U32), "n_rot": (0, _U32),
+    "sliding_window": (0, _U32),
+}
+
+#: Float fields -> least value (finite, and the rope base above 0).
+FLOAT_LEAST: dict[str, tuple[float, bool]] = {"rope_base": (0.0, False), "eps": (0.0, True)}  # (bound, inclusive)
+
+_INT_TYPES = frozenset({GGUFValueType.UINT8, GGUFValueType.INT8, GGUFValueType.UINT16, GGUFValueType.INT16,
+                        GGUFValueType.UINT32, GGUFValueType.INT32, GGUFValueType.UINT64, GGUFValueType.INT64})
+_FLOAT_TYPES = _INT_TYPES | {GGUFValueType.FLOAT32, GGUFValueType.FLOAT64}
+
+_BLOCK = re.compile(r"blk\.(\d+)\.")
+
 #: A tensor the forward pass needs: its GGUF name ("{i}": the layer) and its shape in ggml order, as HParams
 #: field names (ne0 first: [n_in, n_out] for a matrix).
 TensorSpec = tuple[str, tuple[str, ...]]
@@ -98,6 +121,7 @@ class Weights:
                               path=self.path)
         with open(self.path, "rb") as f:
             self._size = os.fstat(f.fileno()).st_size
+            check_tensor_table(self.gguf, self._size)  # every tensor aligned, inside the file, apart
             self._mmap = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
 
     @property
@@ -110,38 +134,69 @@ class Weights:
         return arch
 
     def hparams(self, arch: str) -> HParams:
-        """Read HPARAM_KEYS from "{arch}.*" metadata; n_vocab from the token embedding's shape."""
-        md, h = self.gguf.metadata, {}
+        """Read HPARAM_KEYS from "{arch}.*" metadata, each value checked for its type and bounds before the next
+        default is computed from it; n_vocab from the token embedding's shape. Nothing is sized by a value that
+        has not passed its check, and block_count must match the blk.* tensors the file holds."""
+        md, types, h = self.gguf.metadata, self.gguf.value_types, {}
         for name, (key, default) in HPARAM_KEYS.items():
             full = f"{arch}.{key}"
             value = md.get(full)
-            if value is None:
+            given = value is not None
+            if not given:
                 if default is None:
                     raise FormatError(f"expected metadata key {full!r} (needed to run the model), not found",
                                       path=self.path, key=full)
                 value = default(h)
-            if isinstance(value, list):
+            elif isinstance(value, (list, np.ndarray)):
                 raise UnsupportedError(f"{self.path}: {full} is a per-layer list ({len(value)} values); "
                                        "minillama supports one value for all layers")
-            want = float if name in ("rope_base", "eps") else int
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or (want is int and value < 0):
-                raise FormatError(f"{full} is {value!r}, expected a non-negative number", path=self.path, key=full)
-            h[name] = want(value)
-        for name in ("n_layer", "n_embd", "n_head", "n_head_kv", "head_dim", "head_dim_v", "n_ff", "n_ctx"):
-            if h[name] <= 0:
-                raise FormatError(f"{arch}.{HPARAM_KEYS[name][0]} is {h[name]}, expected a positive number",
-                                  path=self.path, key=f"{arch}.{HPARAM_KEYS[name][0]}")
+            h[name] = self._checked(name, full, value, types.get(full) if given else None)
         if h["n_head"] % h["n_head_kv"]:
             raise FormatError(f"{h['n_head']} query heads cannot share {h['n_head_kv']} key/value heads evenly",
                               path=self.path, key=f"{arch}.attention.head_count_kv")
         if h["n_rot"] > h["head_dim"] or h["n_rot"] % 2:
             raise FormatError(f"rope rotates {h['n_rot']} dims of heads of {h['head_dim']}, expected an even "
                               "number no larger than the head", path=self.path, key=f"{arch}.rope.dimension_count")
+        self._check_blocks(arch, h["n_layer"])
         embd = self.info("token_embd.weight")
-        if len(embd.shape) != 2 or embd.shape[0] != h["n_embd"]:
-            raise FormatError(f"token_embd.weight has shape {list(embd.shape)}, expected [{h['n_embd']}, n_vocab]",
-                              path=self.path, key="token_embd.weight")
+        if len(embd.shape) != 2 or embd.shape[0] != h["n_embd"] or embd.shape[1] == 0:
+            raise FormatError(f"token_embd.weight has shape {list(embd.shape)}, expected [{h['n_embd']}, n_vocab] "
+                              "with n_vocab of at least 1", path=self.path, key="token_embd.weight")
+        tokens = md.get("tokenizer.ggml.tokens")
+        if isinstance(tokens, list) and len(tokens) != embd.shape[1]:
+            raise FormatError(f"the vocab has {len(tokens)} tokens but token_embd.weight has {embd.shape[1]} rows; "
+                              "expected one row per token", path=self.path, key="token_embd.weight")
         return HParams(arch=arch, n_vocab=embd.shape[1], **h)
+
+    def _checked(self, name: str, full: str, value: Any, vtype: GGUFValueType | None) -> int | float:
+        """One hyper-parameter after its type and bounds check (vtype None: a default, computed here)."""
+        given = "" if vtype is not None else " (its default)"
+        if name in INT_BOUNDS:
+            least, most = INT_BOUNDS[name]
+            if vtype is not None and vtype not in _INT_TYPES:
+                raise FormatError(f"{full} is {value!r} of type {vtype.name}, expected an integer type",
+                                  path=self.path, key=full)
+            if not least <= value <= most:
+                raise FormatError(f"{full} is {value}{given}, expected {least}..{most}", path=self.path, key=full)
+            return int(value)
+        if vtype is not None and vtype not in _FLOAT_TYPES:
+            raise FormatError(f"{full} is {value!r} of type {vtype.name}, expected a number", path=self.path, key=full)
+        least, inclusive = FLOAT_LEAST[name]
+        if not (math.isfinite(value) and (value >= least if inclusive else value > least)):
+            raise FormatError(f"{full} is {value}{given}, expected a finite number {'>=' if inclusive else '>'} "
+                              f"{least}", path=self.path, key=full)
+        return float(value)
+
+    def _check_blocks(self, arch: str, n_layer: int) -> None:
+        """block_count must name exactly the blocks whose tensors the file holds (blk.0 .. blk.{n_layer-1})."""
+        found = {int(m.group(1)) for name in self.tensors if (m := _BLOCK.match(name))}
+        if found != set(range(n_layer)):
+            extra = sorted(found - set(range(n_layer)))
+            missing = sorted(set(range(n_layer)) - found)
+            what = (f"tensors of block {extra[0]}" if extra else f"no tensors for block {missing[0]}")
+            raise FormatError(f"{arch}.block_count is {n_layer}, but the file holds tensors for {len(found)} blocks "
+                              f"({what}); expected blk.0..blk.{n_layer - 1}", path=self.path,
+                              key=f"{arch}.block_count")
 
     def has(self, name: str) -> bool:
         """True when the file holds a tensor of that name."""
@@ -162,24 +217,7 @@ class Weights:
         if found[:len(shape)] != shape or any(d != 1 for d in found[len(shape):]):
             raise FormatError(f"tensor {name} has shape {list(info.shape)}, expected {list(shape)}",
                               path=self.path, key=name)
-        try:
-            qtype = GGMLQuantizationType(info.ggml_type)
-        except ValueError:
-            qtype = None
-        if qtype is None or qtype.name not in SUPPORTED_TYPES:
-            raise UnsupportedError(f"{self.path}: tensor {name} has ggml type {info.ggml_type}, which minillama "
-                                   f"cannot dequantize; supported: {', '.join(SUPPORTED_TYPES)}")
-        block, type_size = GGML_QUANT_SIZES[qtype]
-        if shape[0] % block:
-            raise FormatError(f"tensor {name} rows have {shape[0]} values, expected a multiple of the {qtype.name} "
-                              f"block size {block}", path=self.path, key=name)
-        rows = int(np.prod(shape[1:], dtype=np.int64)) if len(shape) > 1 else 1
-        row_bytes = shape[0] // block * type_size
-        start = self.gguf.data_offset + info.offset
-        if start + rows * row_bytes > self._size:
-            raise FormatError(f"tensor {name} needs bytes {start}..{start + rows * row_bytes} but the file has "
-                              f"{self._size}", path=self.path, offset=start, key=name)
-        return np.frombuffer(self._mmap, np.uint8, rows * row_bytes, start).reshape(rows, row_bytes), qtype
+        return tensor_view(self.gguf, info, self._mmap, self._size)
 
     def check(self, name: str, shape: tuple[int, ...]) -> None:
         """FormatError/UnsupportedError unless tensor name exists with this ggml shape, a known type, in the file."""

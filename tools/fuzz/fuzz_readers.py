@@ -271,9 +271,10 @@ def _where(e: BaseException) -> str:
 
 
 class Fuzzer:
-    """Runs inputs through `exercise`, counts outcomes, keeps interesting inputs and findings."""
+    """Runs inputs through a target (`exercise` unless told), counts outcomes, keeps interesting inputs and findings."""
 
-    def __init__(self, crash_dir: Path, slow: float) -> None:
+    def __init__(self, crash_dir: Path, slow: float, target: Callable[[str], str] | None = None) -> None:
+        self.target = target or exercise
         fd, self.path = tempfile.mkstemp(prefix="minillama-fuzz-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
         os.close(fd)
         self.crash_dir, self.slow = crash_dir, slow
@@ -290,7 +291,7 @@ class Fuzzer:
             f.write(data)
         t0 = time.perf_counter()
         try:
-            outcome = exercise(self.path)
+            outcome = self.target(self.path)
         except RecursionError:
             outcome = self._finding(data, "RecursionError")
         except Exception as e:  # noqa: BLE001 -- every undocumented exception is a finding

@@ -1,0 +1,119 @@
+"""How many BLAS threads a forward pass uses: measured as it runs, so a busy machine never makes the default slower
+than one thread.
+
+A second core reads a single-token step's weights faster on a quiet machine (SmolLM2 16 -> 23 tokens/s here), but
+OpenBLAS's threads meet at a barrier after every matrix product and spin while they wait: when another process
+holds a core, each of a step's ~200 products waits for a descheduled thread, and generation collapsed from about
+5 tokens/s with one thread to 1 with two (issue 21, item 9). OpenBLAS reads its spin time only when numpy loads,
+so a library cannot change it. Instead AutoThreads times the two choices it has, one thread and n, separately
+for single-token steps and for batched passes: it starts with n when /proc/stat shows idle cores for them (else
+1), tries the other choice on the ninth pass (a short run keeps its start) and then again after a number of passes that grows with how much
+it lost (20 passes per times-slower, doubling while it keeps losing, at most 512), and runs the faster one in
+between: the tries cost about 5% when the other choice is far slower.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from threadpoolctl import ThreadpoolController
+
+__all__ = ["AutoThreads", "usable_cores", "idle_cores"]
+
+_BLAS = ThreadpoolController()
+R = TypeVar("R")
+
+#: Passes between tries of the other choice: at least FIRST_INTERVAL, and TRIES_PER_LOSS times as many as the
+#: losing choice was slower (a try 6x slower waits 120 passes: about 5% lost to tries), doubling while it keeps
+#: losing, up to MAX_INTERVAL.
+FIRST_INTERVAL = 4
+TRIES_PER_LOSS = 20
+MAX_INTERVAL = 512
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity: a container's or taskset's limit), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def idle_cores() -> int:
+    """Usable cores that no other runnable thread wants right now (/proc/stat's procs_running, less this thread),
+    this thread's own included; all of them where the system does not say."""
+    cores = usable_cores()
+    try:
+        with open("/proc/stat", encoding="ascii") as f:
+            running = next(int(line.split()[1]) for line in f if line.startswith("procs_running"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return cores
+    return max(0, cores - max(running - 1, 0))
+
+
+def limited(threads: int | None, fn: Callable[[], R]) -> R:
+    """fn() with numpy's BLAS limited to threads (None: as numpy set it)."""
+    if threads is None:
+        return fn()
+    with _BLAS.limit(limits=threads, user_api="blas"):
+        return fn()
+
+
+class _Choice:
+    """One kind of pass: the faster of 1 and n threads so far, and when to try the other again."""
+
+    def __init__(self, n: int) -> None:
+        self.best = n if idle_cores() >= n else 1
+        self.other = 1 if self.best == n else n
+        self.cost: dict[int, float] = {}  # seconds per token, recent
+        self.calls, self.next_try, self.interval = 0, 2 * FIRST_INTERVAL, FIRST_INTERVAL
+        self.trying = False
+
+    def pick(self) -> int:
+        self.trying = self.calls >= self.next_try
+        self.calls += 1
+        return self.other if self.trying else self.best
+
+    def record(self, threads: int, per_token: float) -> None:
+        if not self.trying:
+            old = self.cost.get(threads)
+            self.cost[threads] = per_token if old is None else (old + per_token) / 2
+            return
+        self.cost[threads] = per_token  # the other choice's old figure is stale: replace it
+        best = self.cost.get(self.best, math.inf)
+        if per_token < best:
+            self.best, self.other = self.other, self.best
+            self.interval = FIRST_INTERVAL
+        else:
+            loss = math.ceil(TRIES_PER_LOSS * per_token / best) if best > 0 else MAX_INTERVAL
+            self.interval = min(max(2 * self.interval, loss), MAX_INTERVAL)
+        self.next_try = self.calls + self.interval
+
+
+class AutoThreads:
+    """Runs forward passes with 1 or n BLAS threads, whichever its timings say is faster for that kind of pass."""
+
+    def __init__(self, n: int) -> None:
+        self.n = max(1, n)
+        self._choices: dict[bool, _Choice] = {}
+
+    def run(self, tokens: int, fn: Callable[[], R]) -> R:
+        """fn() (a pass over `tokens` tokens) with the thread count chosen for its kind, timed."""
+        if self.n == 1:
+            return limited(1, fn)
+        choice = self._choices.get(tokens > 1)
+        if choice is None:
+            choice = self._choices[tokens > 1] = _Choice(self.n)
+        threads = choice.pick()
+        start = time.perf_counter()
+        out = limited(threads, fn)
+        choice.record(threads, (time.perf_counter() - start) / max(tokens, 1))
+        return out
+
+    def current(self) -> dict[str, int]:
+        """The choice now for each kind of pass seen so far ("step", "batch"), e.g. for -v output."""
+        return {("batch" if batched else "step"): c.best for batched, c in self._choices.items()}

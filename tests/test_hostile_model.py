@@ -1,0 +1,185 @@
+"""Hostile model files (issue 21, item 4): Model.from_file checks a GGUF's hyper-parameters and tensor table as ggml
+and llama.cpp do, before anything is sized by a metadata number, and every bad file is a FormatError.
+
+The files are tiny llama models written with gguf's GGUFWriter, with one key given a hostile value or type, or a
+tensor's data offset patched in the tensor table.
+"""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+from limits import run_limited
+
+from minillama.embedding import Embedding
+from minillama.errors import FormatError
+from minillama.model import Model
+
+gguf = pytest.importorskip("gguf")
+V = gguf.GGUFValueType
+
+D, FF, HEADS, HEADS_KV, VOCAB = 32, 64, 4, 2, 40
+
+#: key (after "llama.") -> (value, GGUF type) of a sound tiny model.
+GOOD_KEYS: dict[str, tuple[object, object]] = {
+    "block_count": (1, V.UINT32), "context_length": (16, V.UINT32), "embedding_length": (D, V.UINT32),
+    "feed_forward_length": (FF, V.UINT32), "attention.head_count": (HEADS, V.UINT32),
+    "attention.head_count_kv": (HEADS_KV, V.UINT32), "attention.layer_norm_rms_epsilon": (1e-5, V.FLOAT32),
+}
+
+
+def block_tensors(il: int) -> dict[str, tuple[int, ...]]:
+    """numpy shapes (ne1, ne0) of block il's tensors."""
+    kv = HEADS_KV * D // HEADS
+    return {f"blk.{il}.attn_norm.weight": (D,), f"blk.{il}.attn_q.weight": (D, D), f"blk.{il}.attn_k.weight": (kv, D),
+            f"blk.{il}.attn_v.weight": (kv, D), f"blk.{il}.attn_output.weight": (D, D),
+            f"blk.{il}.ffn_norm.weight": (D,), f"blk.{il}.ffn_gate.weight": (FF, D),
+            f"blk.{il}.ffn_up.weight": (FF, D), f"blk.{il}.ffn_down.weight": (D, FF)}
+
+
+def write_model(path: Path, keys: dict[str, tuple[object, object]] | None = None, blocks: int = 1,
+                n_vocab: int = VOCAB, tokens: int | None = VOCAB) -> Path:
+    """A tiny llama GGUF: GOOD_KEYS (block_count = blocks) updated by keys, tensors for `blocks` blocks, a token_embd of n_vocab rows and
+    a vocab of `tokens` tokens (None: no tokenizer keys)."""
+    w = gguf.GGUFWriter(str(path), "llama")
+    for key, (value, vtype) in {**GOOD_KEYS, "block_count": (blocks, V.UINT32), **(keys or {})}.items():
+        w.add_key_value(f"llama.{key}", value, vtype)
+    if tokens is not None:
+        w.add_tokenizer_model("llama")
+        w.add_token_list([f"t{i}" for i in range(tokens)])
+    shapes = {"token_embd.weight": (n_vocab, D), "output_norm.weight": (D,)}
+    for il in range(blocks):
+        shapes.update(block_tensors(il))
+    rng = np.random.default_rng(0)
+    for name, shape in shapes.items():
+        w.add_tensor(name, (rng.standard_normal(shape) * 0.1).astype(np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def _offset_at(data: bytes, name: str) -> int:
+    """Where tensor `name`'s data offset (u64) sits in the tensor table."""
+    raw = name.encode()
+    at = data.index(struct.pack("<Q", len(raw)) + raw) + 8 + len(raw)
+    n_dims = struct.unpack_from("<I", data, at)[0]
+    return at + 4 + 8 * n_dims + 4
+
+
+def offset_of(path: Path, name: str) -> int:
+    data = path.read_bytes()
+    return struct.unpack_from("<Q", data, _offset_at(data, name))[0]
+
+
+def set_offset(path: Path, name: str, offset: int) -> None:
+    """Point tensor `name` at another data offset (relative to the data section), in place."""
+    data = bytearray(path.read_bytes())
+    struct.pack_into("<Q", data, _offset_at(bytes(data), name), offset)
+    path.write_bytes(bytes(data))
+
+
+def test_the_tiny_model_loads(tmp_path: Path) -> None:
+    """The baseline the other files are one change away from."""
+    m = Model.from_file(write_model(tmp_path / "ok.gguf", blocks=2))
+    assert m.hparams.n_layer == 2 and m.logits([1, 2]).shape == (2, VOCAB)
+
+
+def test_huge_block_count_fails_before_allocating(tmp_path: Path) -> None:
+    """block_count = 2^31 in a small file: FormatError in a process limited to 512 MB (it built 9 x 2^31 tuples)."""
+    path = write_model(tmp_path / "blocks.gguf", {"block_count": (2**31, V.UINT32)})
+    assert path.stat().st_size < 100_000
+    p = run_limited(f"""
+from minillama.errors import FormatError
+from minillama.model import Model
+try:
+    Model.from_file({str(path)!r})
+except FormatError as e:
+    print("FormatError:", e)
+""", mem_mb=512, timeout=60)
+    assert p.returncode == 0, p.stderr.decode()[-2000:]
+    assert "FormatError: llama.block_count is 2147483648, expected 1..512" in p.stdout.decode()
+
+
+@pytest.mark.parametrize("blocks, n_layer, what", [(2, 1, "tensors of block 1"), (1, 2, "no tensors for block 1")])
+def test_block_count_must_match_the_blk_tensors(tmp_path: Path, blocks: int, n_layer: int, what: str) -> None:
+    """llama.cpp refuses a file whose tensors are not exactly those of block_count blocks."""
+    path = write_model(tmp_path / "m.gguf", {"block_count": (n_layer, V.UINT32)}, blocks=blocks)
+    with pytest.raises(FormatError, match=rf"block_count is {n_layer}, but the file holds tensors for {blocks} "
+                                          rf"blocks \({what}\)") as e:
+        Model.from_file(path)
+    assert str(path) in str(e.value)
+
+
+def test_overlapping_tensors_are_refused(tmp_path: Path) -> None:
+    """Every block pointing at block 0's data made 2,000 layers ask for ~8 GB from a 5.6 MB file."""
+    path = write_model(tmp_path / "overlap.gguf", blocks=2)
+    for name in block_tensors(1):
+        set_offset(path, name, offset_of(path, name.replace("blk.1.", "blk.0.")))
+    with pytest.raises(FormatError, match=r"tensor blk\.[01]\.\w+\.weight \(bytes \d+\.\.\d+\) overlaps tensor "
+                                          r"blk\.[01]\.\w+\.weight"):
+        Model.from_file(path)
+
+
+def test_a_tensor_inside_another_is_refused(tmp_path: Path) -> None:
+    """Not only neighbours: a small tensor placed inside a larger one's bytes overlaps it."""
+    path = write_model(tmp_path / "inside.gguf")
+    set_offset(path, "output_norm.weight", offset_of(path, "token_embd.weight") + 256)
+    with pytest.raises(FormatError, match=r"output_norm\.weight .*overlaps tensor token_embd\.weight"):
+        Model.from_file(path)
+
+
+def test_zero_heads_is_a_format_error(tmp_path: Path) -> None:
+    """head_count = 0 gave ZeroDivisionError (the default head size is n_embd / n_head)."""
+    path = write_model(tmp_path / "heads.gguf", {"attention.head_count": (0, V.UINT32)})
+    with pytest.raises(FormatError, match=r"llama\.attention\.head_count is 0, expected 1\.\.4294967295"):
+        Model.from_file(path)
+
+
+@pytest.mark.parametrize("key, value, vtype, message", [
+    ("block_count", 1.5, V.FLOAT32, r"block_count is 1\.5 of type FLOAT32, expected an integer type"),
+    ("attention.head_count", float("nan"), V.FLOAT32, r"head_count is nan of type FLOAT32, expected an integer"),
+    ("embedding_length", float("inf"), V.FLOAT64, r"embedding_length is inf of type FLOAT64, expected an integer"),
+    ("context_length", 2**63, V.UINT64, r"context_length is 9223372036854775808, expected 1\.\.4294967295"),
+    ("attention.head_count_kv", "2", V.STRING, r"head_count_kv is '2' of type STRING, expected an integer type"),
+    ("attention.layer_norm_rms_epsilon", float("nan"), V.FLOAT32, r"epsilon is nan, expected a finite number >= 0"),
+    ("rope.freq_base", float("inf"), V.FLOAT32, r"freq_base is inf, expected a finite number > 0"),
+])
+def test_hyperparameters_need_their_type_and_bounds(tmp_path: Path, key: str, value: object, vtype: object,
+                                                   message: str) -> None:
+    """NaN, inf, 1.5 or 2^63 in an integer key raised ValueError/OverflowError or were silently truncated."""
+    path = write_model(tmp_path / "key.gguf", {key: (value, vtype)})
+    with pytest.raises(FormatError, match=message) as e:
+        Model.from_file(path)
+    assert f"key 'llama.{key}'" in str(e.value)
+
+
+def test_empty_token_embedding_is_refused(tmp_path: Path) -> None:
+    """A token_embd with 0 rows loaded, and then every prompt failed."""
+    path = write_model(tmp_path / "empty.gguf", n_vocab=0, tokens=None)
+    with pytest.raises(FormatError, match=r"token_embd\.weight has shape \[32, 0\], expected \[32, n_vocab\] "
+                                          "with n_vocab of at least 1"):
+        Model.from_file(path)
+
+
+def test_vocab_size_must_match_token_embd(tmp_path: Path) -> None:
+    """llama.cpp creates token_embd as [n_embd, n_vocab] from the vocab and refuses another shape."""
+    path = write_model(tmp_path / "vocab.gguf", tokens=VOCAB + 3)
+    with pytest.raises(FormatError, match=rf"the vocab has {VOCAB + 3} tokens but token_embd\.weight has {VOCAB} "
+                                          "rows"):
+        Model.from_file(path)
+
+
+def test_unaligned_offsets_fail_in_model_as_in_embedding(tmp_path: Path) -> None:
+    """Model.from_file accepted a token_embd offset that Embedding.from_file refused: now one check for both."""
+    path = write_model(tmp_path / "unaligned.gguf")
+    set_offset(path, "token_embd.weight", offset_of(path, "token_embd.weight") + 4)
+    message = r"token_embd\.weight data offset \d+ is not a multiple of the alignment 32"
+    with pytest.raises(FormatError, match=message):
+        Embedding.from_file(path)
+    with pytest.raises(FormatError, match=message):
+        Model.from_file(path)
