@@ -17,7 +17,12 @@ typedef struct entry {
 } entry;
 
 typedef struct {
-    entry **slots;
+    uint64_t hash; /* beside the pointer: a probe compares it without touching the entry */
+    entry *e;
+} slot;
+
+typedef struct {
+    slot *slots;
     size_t cap, count, bytes;
 } gen;
 
@@ -30,17 +35,19 @@ struct wcache {
 static const uint8_t *key_of(const entry *e) { return (const uint8_t *)(e->ids + e->nids); }
 
 static size_t entry_cost(size_t klen, size_t nids) {
-    return sizeof(entry) + nids * sizeof(int32_t) + klen + 2 * sizeof(entry *);
+    return sizeof(entry) + nids * sizeof(int32_t) + klen + 2 * sizeof(slot);
 }
 
 static uint64_t hash_bytes(const uint8_t *s, size_t n) {
     uint64_t h = 1469598103934665603ULL ^ (uint64_t)n;
     for (size_t i = 0; i < n; i++) h = (h ^ s[i]) * 1099511628211ULL;
-    return h ^ (h >> 29);
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdULL;
+    return h ^ (h >> 33);
 }
 
 static void gen_free(gen *g) {
-    for (size_t i = 0; i < g->cap; i++) free(g->slots[i]);
+    for (size_t i = 0; i < g->cap; i++) free(g->slots[i].e);
     free(g->slots);
     memset(g, 0, sizeof *g);
 }
@@ -49,9 +56,9 @@ static entry *gen_find(const gen *g, uint64_t h, const uint8_t *key, size_t klen
     if (!g->cap) return NULL;
     size_t mask = g->cap - 1;
     for (size_t i = (size_t)h & mask;; i = (i + 1) & mask) {
-        entry *e = g->slots[i];
+        entry *e = g->slots[i].e;
         if (!e) return NULL;
-        if (e->hash == h && e->klen == klen && memcmp(key_of(e), key, klen) == 0) return e;
+        if (g->slots[i].hash == h && e->klen == klen && memcmp(key_of(e), key, klen) == 0) return e;
     }
 }
 
@@ -59,22 +66,22 @@ static entry *gen_find(const gen *g, uint64_t h, const uint8_t *key, size_t klen
 static int gen_insert(gen *g, entry *e) {
     if ((g->count + 1) * 2 > g->cap) {
         size_t cap = g->cap ? g->cap * 2 : 1024;
-        entry **slots = calloc(cap, sizeof *slots);
+        slot *slots = calloc(cap, sizeof *slots);
         if (!slots) return 0;
         for (size_t i = 0; i < g->cap; i++) {
-            entry *x = g->slots[i];
+            entry *x = g->slots[i].e;
             if (!x) continue;
             size_t j = (size_t)x->hash & (cap - 1);
-            while (slots[j]) j = (j + 1) & (cap - 1);
-            slots[j] = x;
+            while (slots[j].e) j = (j + 1) & (cap - 1);
+            slots[j] = g->slots[i];
         }
         free(g->slots);
         g->slots = slots;
         g->cap = cap;
     }
     size_t mask = g->cap - 1, j = (size_t)e->hash & mask;
-    while (g->slots[j]) j = (j + 1) & mask;
-    g->slots[j] = e;
+    while (g->slots[j].e) j = (j + 1) & mask;
+    g->slots[j] = (slot){e->hash, e};
     g->count++;
     g->bytes += entry_cost(e->klen, e->nids);
     return 1;
@@ -151,7 +158,7 @@ void wcache_clear(wcache *c) {
 
 static void gen_scan(const gen *g, wcache_info *info) {
     for (size_t i = 0; i < g->cap; i++) {
-        const entry *e = g->slots[i];
+        const entry *e = g->slots[i].e;
         if (!e) continue;
         size_t cost = entry_cost(e->klen, e->nids);
         if (cost > info->largest_entry) info->largest_entry = cost;

@@ -133,12 +133,10 @@ class Vocab:
             offsets = np.zeros(len(blobs) + 1, np.int64)
             np.cumsum(np.fromiter(map(len, blobs), np.int64, len(blobs)), out=offsets[1:])
             get = self.token_to_id.get
-            rows = np.full((len(self.merges), 3), -1, np.int32)
-            for r, m in enumerate(self.merges):
-                k = m.find(" ", 1)
-                if k > 0:
-                    a, b = m[:k], m[k + 1:]
-                    rows[r] = (get(a, -1), get(b, -1), get(a + b, -1))
+            cuts = [(m, m.find(" ", 1)) for m in self.merges]
+            parts = [(m[:k], m[k + 1:]) if k > 0 else ("", "") for m, k in cuts]  # "" is never a token
+            flat = [i for a, b in parts for i in (get(a, -1), get(b, -1), get(a + b, -1) if a else -1)]
+            rows = np.array(flat, np.int32).reshape(len(parts), 3)
             got = VocabArrays(b"".join(blobs), offsets, rows, np.ascontiguousarray(self.scores, np.float32),
                               np.asarray(self.attrs, np.int32))
             self.__dict__["_arrays"] = got
