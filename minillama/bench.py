@@ -25,6 +25,7 @@ class BenchResult:
     """One model on one text."""
 
     model: str
+    backend: str  # Tokenizer.backend: 'native' (the C core) or 'pure'
     text: str
     text_bytes: int
     n_tokens: int
@@ -97,7 +98,7 @@ def bench(model_path: str, text: str, text_name: str = "text", repeat: int = 5) 
     decode = _best(lambda: tok.decode_bytes(ids), repeat)
     peak, kept = load_memory(model_path)
     encoded = sum(len(d.encode("utf-8", "surrogatepass")) for d in docs)  # the blank lines are not encoded
-    return BenchResult(os.path.basename(model_path), text_name, encoded,
+    return BenchResult(os.path.basename(model_path), tok.backend, text_name, encoded,
                        len(ids), load_s, first, steady, decode, peak, kept)
 
 
@@ -119,6 +120,7 @@ def load_memory(model_path: str) -> tuple[float, float]:
 # (header, how a result shows in that column); numbers right-aligned with thousands separators.
 COLUMNS: tuple[tuple[str, Callable[[BenchResult], str]], ...] = (
     ("model", lambda r: r.model),
+    ("backend", lambda r: r.backend),
     ("text", lambda r: r.text),
     ("tokens", lambda r: f"{r.n_tokens:,}"),
     ("load ms", lambda r: f"{r.load_s * 1e3:,.1f}"),
@@ -137,6 +139,6 @@ def format_table(results: Sequence[BenchResult]) -> str:
     names never cut."""
     rows = [[name for name, _ in COLUMNS]] + [[cell(r) for _, cell in COLUMNS] for r in results]
     widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
-    lines = ["  ".join(v.ljust(w) if i < 2 else v.rjust(w) for i, (v, w) in enumerate(zip(row, widths))).rstrip()
+    lines = ["  ".join(v.ljust(w) if i < 3 else v.rjust(w) for i, (v, w) in enumerate(zip(row, widths))).rstrip()
              for row in rows]
     return "\n".join(lines)

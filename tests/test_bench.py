@@ -10,7 +10,7 @@ from pathlib import Path
 from helpers import read_conformance, vocab_path
 
 from minillama.bench import bench, format_table
-from minillama.tokenizer import default_vocab_path
+from minillama.tokenizer import Tokenizer, default_vocab_path
 
 
 def test_bench_counts_match_the_text(tmp_path: Path) -> None:
@@ -23,6 +23,8 @@ def test_bench_counts_match_the_text(tmp_path: Path) -> None:
     header, row = format_table([r]).splitlines()
     assert header.startswith("model") and row.startswith("default-vocab.gguf")
     assert "load ms  first MB/s" in header  # headers never run together
+    assert header.split()[:2] == ["model", "backend"] and row.split()[1] == r.backend
+    assert r.backend == Tokenizer.from_file(default_vocab_path()).backend
 
 
 def test_bench_token_count_is_llamacpps() -> None:

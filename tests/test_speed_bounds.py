@@ -13,8 +13,9 @@ import sys
 import textwrap
 
 import gguf
-from helpers import load, read_conformance
+from helpers import load, read_conformance, vocab_path
 
+from minillama.tokenizer import Tokenizer
 from minillama.tokenizer.models import base, ugm
 
 
@@ -24,9 +25,11 @@ def _conformance_texts(vocab: str, n: int) -> list[str]:
 
 def test_cache_second_pass_never_recomputes_more(monkeypatch):
     """With a cache far smaller than the text's distinct words, a second pass does no more work than the
-    first, and words repeated within every generation stay cached."""
+    first, and words repeated within every generation stay cached (the Python cache: the native one is
+    tested in test_backend_parity)."""
     monkeypatch.setattr(base, "CACHE_MAX_WORDS", 50)
-    tok = load("ggml-vocab-llama-bpe")
+    monkeypatch.setenv("MINILLAMA_BACKEND", "pure")
+    tok = Tokenizer.from_file(vocab_path("ggml-vocab-llama-bpe"))
     model = tok._encoder
     model.clear_cache()
     calls = []
@@ -40,7 +43,8 @@ def test_cache_second_pass_never_recomputes_more(monkeypatch):
     assert tok.encode(text, add_special=False) == first
     assert len(calls) <= n_first
     assert " the" not in calls  # the hot word was never forgotten in the second pass
-    assert len(model._cache) <= 50 and len(model._old) <= 50
+    info = model.cache_info()
+    assert info["words"] <= 50 and info["old_words"] <= 50
 
 
 def test_cache_bounded_in_bytes(monkeypatch):
@@ -51,10 +55,8 @@ def test_cache_bounded_in_bytes(monkeypatch):
     rng = random.Random(1)
     for _ in range(200):
         tok.encode(" ".join("".join(rng.choice("abcdefgh") for _ in range(30)) for _ in range(20)))
-        assert model._cache_bytes <= 20_000
-        size = sum(base.entry_bytes(w, ids) for w, ids in model._cache.items())
-        assert size == model._cache_bytes
-        assert sum(base.entry_bytes(w, ids) for w, ids in model._old.items()) <= 20_000
+        info = model.cache_info()
+        assert info["bytes"] <= 20_000 and info["old_bytes"] <= 20_000
 
 
 def test_long_words_are_not_cached(monkeypatch):
@@ -65,8 +67,8 @@ def test_long_words_are_not_cached(monkeypatch):
     for i in range(20):
         word = "".join(chr(0x61 + (i * 7 + k) % 26) for k in range(1500))
         tok.encode(word)
-    assert all(base.entry_bytes(w, ids) <= 10_000 for w, ids in model._cache.items())
-    assert not any(len(w) >= 1500 for w in model._cache)
+    info = model.cache_info()
+    assert info["largest_entry"] <= 10_000 and info["longest_word"] < 1500
 
 
 def test_spm_pair_segments_match_llamacpp():

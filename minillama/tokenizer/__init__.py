@@ -187,6 +187,12 @@ class Tokenizer:
         return self.vocab.pre
 
     @property
+    def backend(self) -> str:
+        """Who encodes: 'native' (the compiled core) or 'pure' (Python); chosen when the tokenizer is built,
+        from MINILLAMA_BACKEND=auto|native|pure and whether the core covers this vocab."""
+        return self._encoder.backend
+
+    @property
     def bos_id(self) -> int | None:
         return self.vocab.special.get("bos")
 

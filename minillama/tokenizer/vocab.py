@@ -36,6 +36,26 @@ if TYPE_CHECKING:
 K = Keys.Tokenizer
 
 
+@dataclass(frozen=True)
+class VocabArrays:
+    """A vocab as flat machine arrays, for a compiled backend to read once at load (Vocab.arrays())."""
+
+    token_bytes: bytes          # every token's text as UTF-8 (surrogate escapes as their raw bytes), one blob
+    token_offsets: np.ndarray   # int64, n_vocab + 1: token i is token_bytes[offsets[i]:offsets[i + 1]]
+    merges: np.ndarray          # int32 (n_merges, 3): left id, right id, id of left+right; -1 where that is no token
+    scores: np.ndarray          # float32, one per token
+    attrs: np.ndarray           # int32 Attr bits, one per token
+
+
+def _token_utf8(t: str) -> bytes:
+    """A token's text as bytes: surrogate escapes are the raw bytes they stand for, other lone surrogates
+    (a hostile tokenizer.json) their generalized UTF-8."""
+    try:
+        return t.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return t.encode("utf-8", "surrogatepass")
+
+
 class Attr(IntFlag):
     """llama.cpp's llama_token_attr bits."""
 
@@ -103,6 +123,24 @@ class Vocab:
         self.__dict__.update(state)
         if "charsmap" not in state:
             self.charsmap = _read_charsmap(self.metadata)
+
+    def arrays(self) -> VocabArrays:
+        """The vocab as flat arrays (VocabArrays), built on first use and kept: the tables a compiled backend
+        copies once. Merges are split as llama.cpp splits them, at the first space after position 0."""
+        got = self.__dict__.get("_arrays")
+        if got is None:
+            blobs = [_token_utf8(t) for t in self.tokens]
+            offsets = np.zeros(len(blobs) + 1, np.int64)
+            np.cumsum(np.fromiter(map(len, blobs), np.int64, len(blobs)), out=offsets[1:])
+            get = self.token_to_id.get
+            cuts = [(m, m.find(" ", 1)) for m in self.merges]
+            parts = [(m[:k], m[k + 1:]) if k > 0 else ("", "") for m, k in cuts]  # "" is never a token
+            flat = [i for a, b in parts for i in (get(a, -1), get(b, -1), get(a + b, -1) if a else -1)]
+            rows = np.array(flat, np.int32).reshape(len(parts), 3)
+            got = VocabArrays(b"".join(blobs), offsets, rows, np.ascontiguousarray(self.scores, np.float32),
+                              np.asarray(self.attrs, np.int32))
+            self.__dict__["_arrays"] = got
+        return got
 
     @classmethod
     def from_metadata(cls, md: dict[str, Any], source: str = "<memory>") -> Vocab:

@@ -40,7 +40,7 @@ import threading
 from array import array
 from collections.abc import Callable, Iterable, Iterator
 from itertools import chain, compress
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from ..text import llama_code_points
 from ..vocab import Vocab
@@ -119,8 +119,24 @@ def last_cut_before(mark: str, split: Callable[[str], list[str]], text: str, lo:
     return None
 
 
+class Encoder(Protocol):
+    """What Tokenizer asks of an algorithm, whichever backend runs it (pure Python here, or the native
+    core): the ids of one plain fragment, its preparation, the ids add_special adds, and the cache."""
+
+    backend: str  # "pure" or "native"
+
+    def prepare(self, text: str, after_special: bool) -> str: ...
+    def encode(self, text: str) -> list[int]: ...
+    def encode_escaped(self, text: str) -> list[int]: ...
+    def affixes(self) -> tuple[list[int], list[int]]: ...
+    def cache_info(self) -> dict[str, int]: ...
+    def clear_cache(self) -> None: ...
+
+
 class Model:
     """Turns plain text into ids; subclasses say how text splits into words and how a word merges."""
+
+    backend = "pure"
 
     def __init__(self, vocab: Vocab) -> None:
         self.vocab = vocab
@@ -128,6 +144,7 @@ class Model:
         self._cache: dict[str, list[int]] = {}  # the young generation
         self._old: dict[str, list[int]] = {}
         self._cache_bytes = 0
+        self._old_bytes = 0
         self._new: list[tuple[str, list[int]]] | None = None  # entries computed since take_new_entries()
         self._lock = threading.RLock()  # re-entrant: a table's builder may use another table
         self._canonical: dict[str, str] | None = None
@@ -224,7 +241,7 @@ class Model:
             return False
         cache = self._cache
         if self._cache_bytes + size > CACHE_MAX_BYTES or len(cache) >= CACHE_MAX_WORDS:
-            self._old, self._cache, self._cache_bytes = cache, {}, 0
+            self._old, self._cache, self._old_bytes, self._cache_bytes = cache, {}, self._cache_bytes, 0
             cache = self._cache
         self._cache_bytes += size
         cache[word] = ids
@@ -246,4 +263,14 @@ class Model:
 
     def clear_cache(self) -> None:
         """Forget every cached word (both generations)."""
-        self._cache, self._old, self._cache_bytes = {}, {}, 0
+        self._cache, self._old, self._cache_bytes, self._old_bytes = {}, {}, 0, 0
+
+    def cache_info(self) -> dict[str, int]:
+        """The word cache as numbers, the same keys on every backend: words and estimated bytes of the young
+        and old generations, the largest entry and the longest word (in bytes) held, and the bounds."""
+        young, old = self._cache, self._old
+        held = [*young.items(), *old.items()]
+        return {"words": len(young), "bytes": self._cache_bytes, "old_words": len(old), "old_bytes": self._old_bytes,
+                "largest_entry": max((entry_bytes(w, ids) for w, ids in held), default=0),
+                "longest_word": max((len(w.encode("utf-8", "surrogatepass")) for w, _ in held), default=0),
+                "max_bytes": CACHE_MAX_BYTES, "max_words": CACHE_MAX_WORDS}

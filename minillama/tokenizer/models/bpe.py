@@ -15,16 +15,21 @@ llama.cpp decodes them, so a surrogate code point here stands for itself and is 
 
 from __future__ import annotations
 
+import functools
 import operator
 import re
 from bisect import bisect_left
 from collections.abc import Iterator
 from itertools import accumulate, repeat
+from types import ModuleType
 
+import numpy as np
+
+from .. import unicode_data as ud
 from ..pretokenize import PreTokenizer
-from ..tables import PATTERNS
+from ..tables import GPT2, LLAMA3, PATTERNS
 from ..text import SPACE
-from ..unicode import byte_encode, byte_token, raw_byte_token
+from ..unicode import BYTE_TO_CHAR, byte_encode, byte_token, raw_byte_token
 from ..vocab import Vocab
 from . import base
 from .base import Model
@@ -41,6 +46,8 @@ _MARGIN = 1 << 12
 class BPEModel(Model):
     """llama.cpp's BPE tokenizer over a vocab with merges and a pre-tokenizer."""
 
+    EAGER_RANKS = True
+
     def __init__(self, vocab: Vocab) -> None:
         super().__init__(vocab)
         spec = vocab.pre_spec
@@ -49,7 +56,7 @@ class BPEModel(Model):
         self.pretokenizer = PreTokenizer(PATTERNS[spec.patterns])
         # Built at load, not on first use: every encode needs it, and a first call should not pay
         # for hashing 280k merges (llama3: ~35 ms) on top of its own work.
-        self._ranks: dict[str, int] | None = self._build_ranks()
+        self._ranks: dict[str, int] | None = self._build_ranks() if self.EAGER_RANKS else None
         self._whole_words = vocab.ignore_merges  # a word that is a token is that token
 
     @property
@@ -191,3 +198,76 @@ class BPEModel(Model):
                 if r >= 0:
                     push(r << 32 | before)
         return [s for s in syms if s]
+
+
+# The pre-tokenizers the native core runs itself (llama.cpp's hand-written splitters), by pattern set;
+# any other pattern set is split here with `regex` and merged there (mode 0: words given).
+_NATIVE_SPLITTERS = {(GPT2,): 1, (LLAMA3,): 2}
+# Texts of at least this many UTF-8 bytes go the pure way (the core's offsets are 32-bit).
+_NATIVE_MAX_BYTES = 1 << 31
+
+
+@functools.cache
+def unicode_flags() -> np.ndarray:
+    """llama.cpp's flags of every code point 0..U+10FFFF (uint16), from unicode_data's ranges: the table the
+    native splitters read, built once per process."""
+    starts = np.array([a for a, _ in ud.RANGES] + [ud.MAX_CODE_POINT + 1], np.int64)
+    return np.repeat(np.array([f for _, f in ud.RANGES], np.uint16), np.diff(starts))
+
+
+class NativeBPEModel(BPEModel):
+    """BPEModel whose encode runs in the native core (C): splitting (llama.cpp's GPT-2 and LLaMA-3
+    splitters in C, other patterns here), rank merges and the word cache, with the GIL released. The Python
+    methods it inherits (words, encode_word) stay for offsets and token healing; they give the same ids."""
+
+    backend = "native"
+    EAGER_RANKS = False  # the core has its own table; the Python one is built only if offsets need it
+
+    def __init__(self, vocab: Vocab, core: ModuleType, byte_ids: np.ndarray) -> None:
+        super().__init__(vocab)
+        arrays = vocab.arrays()
+        self._mode = _NATIVE_SPLITTERS.get(PATTERNS[self.spec.patterns], 0)
+        self._core = core.BPE(unicode_flags(), arrays.token_bytes, arrays.token_offsets, arrays.merges, byte_ids,
+                              np.array([ord(c) for c in BYTE_TO_CHAR], np.int32), vocab.ignore_merges,
+                              base.CACHE_MAX_BYTES, base.CACHE_MAX_WORDS)
+
+    @classmethod
+    def build(cls, vocab: Vocab, core: ModuleType) -> NativeBPEModel | None:
+        """The native model of a vocab, or None where the core does not cover it: byte-level vocabs whose merges
+        of two tokens all make a token (so every symbol is a token, or a byte character no merge names)."""
+        spec = vocab.pre_spec
+        if spec is None or not spec.byte_encode or spec.newline_tokens or vocab.escape_whitespaces:
+            return None
+        m = vocab.arrays().merges
+        if ((m[:, 0] >= 0) & (m[:, 1] >= 0) & (m[:, 2] < 0)).any():
+            return None
+        get = vocab.token_to_id.get
+        byte_ids = np.full((256, 3), -1, np.int32)
+        for b, c in enumerate(BYTE_TO_CHAR):  # a byte whose character is no token: its fallback ids, as encode_word
+            i = get(c)
+            fallback = [] if i is not None else [get(raw_byte_token(x)) for x in c.encode("utf-8")]
+            byte_ids[b, :1 + len(fallback)] = [-1 if i is None else i] + [-1 if f is None else f for f in fallback]
+        return cls(vocab, core, byte_ids)
+
+    def encode(self, text: str) -> list[int]:
+        data = text.encode("utf-8", "surrogatepass")  # code points; a surrogate stands for itself
+        if len(data) >= _NATIVE_MAX_BYTES:
+            return super().encode(text)
+        if self._mode:
+            return self._core.encode(data, self._mode, None)
+        if len(text) <= base.CHUNK_CHARS:
+            return self._core.encode(data, 0, np.fromiter(accumulate(map(len, self.words(text))), np.int64))
+        out: list[int] = []
+        for words in self.word_chunks(text):
+            part = "".join(words).encode("utf-8", "surrogatepass")
+            out += self._core.encode(part, 0, np.fromiter(accumulate(map(len, words)), np.int64))
+        return out
+
+    def cache_info(self) -> dict[str, int]:
+        return self._core.cache_info()
+
+    def clear_cache(self) -> None:
+        self._core.clear_cache()
+
+    def add_entries(self, entries: Iterator[tuple[str, list[int]]]) -> None:
+        """Entries from another process are not needed: the core computes a word faster than it is sent."""
