@@ -370,7 +370,8 @@ int bpe_encode(bpe *b, const uint8_t *text, size_t n, int mode, const int64_t *c
             if (!ivec_push(&ends, (int32_t)cp_ends[i])) goto done;
         }
         if ((size_t)prev != ncp) goto done;
-    } else if (!split_words(mode, cps, ncp, flags, &ends)) {
+    } else if (!(mode >= SPLIT_FALCON ? split_multi(mode, cps, ncp, flags, &ends)
+                                      : split_words(mode, cps, ncp, flags, &ends))) {
         goto done;
     }
     free(cps);

@@ -56,4 +56,12 @@ wcache *bpe_cache(bpe *b);
 int bpe_encode(bpe *b, const uint8_t *text, size_t n, int mode, const int64_t *cp_ends, size_t n_ends,
                const uint16_t *flags, ivec *out);
 
+/* pretok_multi.c: pre-tokenizers of several patterns (unicode_regex_split over a pattern list), each pattern
+ * splitting the pieces of the one before into matches and gaps: Falcon's punctuation runs, then GPT-2, then
+ * ASCII digit triples; StarCoder's single numbers, then GPT-2. Same contract as split_words. */
+enum { SPLIT_FALCON = 3, SPLIT_STARCODER = 4, SPLIT_END = 5 };
+#define FLAG_PUNCTUATION 0x0020
+#define FLAG_CATEGORIES 0x00FF
+int split_multi(int mode, const uint32_t *cps, size_t n, const uint16_t *flags, ivec *ends);
+
 #endif

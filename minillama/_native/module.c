@@ -116,7 +116,7 @@ static PyObject *BPE_encode(BPEObject *self, PyObject *args) {
     }
     if (!PyArg_ParseTuple(args, "y*iO", &text, &mode, &ends_obj)) return NULL;
     int has_ends = ends_obj != Py_None;
-    if (mode < SPLIT_WORDS || mode > SPLIT_LLAMA3 || (mode == SPLIT_WORDS) != has_ends) {
+    if (mode < SPLIT_WORDS || mode >= SPLIT_END || (mode == SPLIT_WORDS) != has_ends) {
         PyBuffer_Release(&text);
         PyErr_SetString(PyExc_ValueError, "encode: mode 0 takes word ends, modes 1 and 2 take None");
         return NULL;
@@ -144,6 +144,39 @@ static PyObject *BPE_encode(BPEObject *self, PyObject *args) {
     return res;
 }
 
+/* encode_plain(text: str, mode) -> list[int] | None: encode() of a str whose UTF-8 Python already holds (no
+ * bytes object made per call); None when text has lone surrogates (the caller's raw-byte path handles it). */
+static PyObject *BPE_encode_plain(BPEObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (!self->b) {
+        PyErr_SetString(PyExc_RuntimeError, "BPE is not initialised");
+        return NULL;
+    }
+    if (nargs != 2 || !PyUnicode_Check(args[0]) || !PyLong_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "encode_plain(text: str, mode: int)");
+        return NULL;
+    }
+    long mode = PyLong_AsLong(args[1]);
+    if (mode <= SPLIT_WORDS || mode >= SPLIT_END) {
+        if (!PyErr_Occurred()) PyErr_Format(PyExc_ValueError, "encode_plain: mode %ld is no native splitter", mode);
+        return NULL;
+    }
+    Py_ssize_t n;
+    const char *utf8 = PyUnicode_AsUTF8AndSize(args[0], &n);
+    if (!utf8) {
+        if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError)) return NULL;
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    ivec out = {NULL, 0, 0, 1};
+    int ok;
+    Py_BEGIN_ALLOW_THREADS /* the str stays alive and immutable: args hold it */
+    ok = bpe_encode(self->b, (const uint8_t *)utf8, (size_t)n, (int)mode, NULL, 0, self->flags.buf, &out);
+    Py_END_ALLOW_THREADS
+    PyObject *res = ok ? ids_list(&out) : PyErr_NoMemory();
+    ivec_free(&out);
+    return res;
+}
+
 static PyObject *BPE_cache_info(BPEObject *self, PyObject *unused) {
     (void)unused;
     if (!self->b) return PyDict_New();
@@ -163,8 +196,11 @@ static PyObject *BPE_clear_cache(BPEObject *self, PyObject *unused) {
 
 static PyMethodDef BPE_methods[] = {
     {"encode", (PyCFunction)BPE_encode, METH_VARARGS,
-     "encode(text: bytes, mode: int, ends) -> list[int]: ids of UTF-8 text; mode 1 GPT-2, 2 LLaMA-3 splitter, "
-     "0 words ending at the int64 code point offsets ends."},
+     "encode(text: bytes, mode: int, ends) -> list[int]: ids of UTF-8 text; mode 1 GPT-2, 2 LLaMA-3, 3 Falcon, "
+     "4 StarCoder splitter, 0 words ending at the int64 code point offsets ends."},
+    {"encode_plain", (PyCFunction)(void (*)(void))BPE_encode_plain, METH_FASTCALL,
+     "encode_plain(text: str, mode: int) -> list[int] | None: encode(text's UTF-8, mode, None) for modes >= 1; "
+     "None when text holds lone surrogates."},
     {"cache_info", (PyCFunction)BPE_cache_info, METH_NOARGS, "The word cache as numbers (Model.cache_info)."},
     {"clear_cache", (PyCFunction)BPE_clear_cache, METH_NOARGS, "Forget every cached word."},
     {NULL, NULL, 0, NULL},

@@ -56,11 +56,12 @@ from .decode import PieceTable, StreamDecoder, check_id, out_of_range
 from .formats import read_metadata
 from .models import Model, make_model
 from .offsets import SPANS
-from .special import find_special, partition, partition_spans, raw_special_ids
+from .special import always_matched, find_special, partition, partition_spans, raw_special_ids
 from .text import ESCAPES, as_bytes_text, has_surrogates
 from .vocab import Attr, Vocab
 
 _GC_PAUSE_CHARS = 1 << 14  # texts longer than this encode with the cyclic GC paused
+_RUNS_PER_THREAD = 4  # encode_batch hands each thread about this many runs of texts (balance vs. overhead)
 
 #: tiktoken's allowed_special / disallowed_special: "all", or a collection of token texts.
 SpecialSet = Literal["all"] | Iterable[str]
@@ -125,6 +126,10 @@ class Tokenizer:
         self._pieces: PieceTable | None = None
         self._lock = threading.Lock()
         self._warn_bos = self._bos_text if vocab.add_bos else ""  # text whose presence means a double bos
+        # The fast path of encode (one call into the native core, no special-token search): where the model has
+        # one and no special token is matched in plain text (no user-defined ones, none cutting a character).
+        plain = getattr(self._encoder, "encode_plain", None)
+        self._plain = plain if plain is not None and not always_matched(vocab) and not self._raw_special else None
 
     def __reduce__(self) -> tuple:
         """Pickle as the vocab's tables alone (process pools, Ray actors): the model, its word caches,
@@ -207,6 +212,15 @@ class Tokenizer:
         clean-up of spaces before punctuation in vocabs that ask for it, and for SPM, U+2581 (which
         is its space marker) and the space llama.cpp adds after a special token.
         """
+        plain = self._plain
+        if plain is not None and type(text) is str and not parse_special and allowed_special is None \
+                and disallowed_special is None and (ids := plain(text)) is not None:
+            if add_special:
+                if self._warn_bos and text.startswith(self._warn_bos):
+                    self._warn_double_bos()
+                before, after = self._encoder.affixes()
+                return [*before, *ids, *after]
+            return ids
         if not isinstance(text, str):
             raise ArgumentTypeError(f"encode() takes a str, got {type(text).__name__}")
         allowed: frozenset[int] = _NONE
@@ -410,10 +424,11 @@ class Tokenizer:
         """encode() of every text, in order, on a pool of num_threads threads sharing this Tokenizer.
 
         num_threads=None uses os.cpu_count() threads; 1 (or a single text) encodes in this thread.
-        The threads share one set of caches, so words seen by one are not recomputed by another. The
-        encoding itself is Python code and holds the GIL: threads help mostly callers whose own work
-        between calls waits on I/O, and on free-threaded builds; for CPU-bound batches on a standard
-        build expect about the speed of a plain loop. Results equal [encode(t) for t in texts].
+        The threads share one set of caches, so words seen by one are not recomputed by another. On the
+        native backend (Tokenizer.backend) the core releases the GIL while it encodes, so the threads
+        really run in parallel; the pure-Python path holds the GIL and runs at about the speed of a plain
+        loop (free-threaded builds aside). Each thread takes a few contiguous runs of texts, not one text
+        at a time. Results equal [encode(t) for t in texts].
 
         For embedding models (as HF tokenizers' enable_truncation/enable_padding): truncate=N keeps at
         most N ids per text, the added bos/eos/[CLS]/[SEP] included and kept; return_array=True returns
@@ -435,8 +450,12 @@ class Tokenizer:
         if num_threads <= 1:
             out = [self.encode(t, inner_special, parse_special) for t in texts]
         else:
+            # runs of texts, not single texts: a task per text would cost more than a short text's encode
+            step = -(-len(texts) // (num_threads * _RUNS_PER_THREAD))
+            runs = [texts[i:i + step] for i in range(0, len(texts), step)]
             with ThreadPoolExecutor(max_workers=num_threads, thread_name_prefix="minillama-encode") as pool:
-                out = list(pool.map(lambda t: self.encode(t, inner_special, parse_special), texts))
+                done = pool.map(lambda run: [self.encode(t, inner_special, parse_special) for t in run], runs)
+                out = [ids for part in done for ids in part]
         if truncate is not None:
             if add_special and self._warn_bos and any(t.startswith(self._warn_bos) for t in texts):
                 self._warn_double_bos()

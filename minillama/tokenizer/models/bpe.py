@@ -200,9 +200,10 @@ class BPEModel(Model):
         return [s for s in syms if s]
 
 
-# The pre-tokenizers the native core runs itself (llama.cpp's hand-written splitters), by pattern set;
-# any other pattern set is split here with `regex` and merged there (mode 0: words given).
-_NATIVE_SPLITTERS = {(GPT2,): 1, (LLAMA3,): 2}
+# The pre-tokenizers the native core runs itself, by pattern set: llama.cpp's hand-written splitters (pretok.c)
+# and the pattern lists written for it in C (pretok_multi.c); any other pattern set is split here with `regex`
+# and merged there (mode 0: words given).
+_NATIVE_SPLITTERS = {(GPT2,): 1, (LLAMA3,): 2, PATTERNS["falcon"]: 3, PATTERNS["starcoder"]: 4}
 # Texts of at least this many UTF-8 bytes go the pure way (the core's offsets are 32-bit).
 _NATIVE_MAX_BYTES = 1 << 31
 
@@ -230,6 +231,8 @@ class NativeBPEModel(BPEModel):
         self._core = core.BPE(unicode_flags(), arrays.token_bytes, arrays.token_offsets, arrays.merges, byte_ids,
                               np.array([ord(c) for c in BYTE_TO_CHAR], np.int32), vocab.ignore_merges,
                               base.CACHE_MAX_BYTES, base.CACHE_MAX_WORDS)
+        if not self._mode:
+            self.encode_plain = None  # type: ignore[assignment] - the words are split here: no fast path
 
     @classmethod
     def build(cls, vocab: Vocab, core: ModuleType) -> NativeBPEModel | None:
@@ -248,6 +251,12 @@ class NativeBPEModel(BPEModel):
             fallback = [] if i is not None else [get(raw_byte_token(x)) for x in c.encode("utf-8")]
             byte_ids[b, :1 + len(fallback)] = [-1 if i is None else i] + [-1 if f is None else f for f in fallback]
         return cls(vocab, core, byte_ids)
+
+    def encode_plain(self, text: str) -> list[int] | None:
+        """encode(text) in one call to the core, which reads the str's own UTF-8 (no bytes copy), or None when
+        text holds lone surrogates: Tokenizer.encode's fast path for a plain fragment. Only where the core
+        splits this vocab's pre-tokenizer itself (else the attribute is None)."""
+        return self._core.encode_plain(text, self._mode)
 
     def encode(self, text: str) -> list[int]:
         data = text.encode("utf-8", "surrogatepass")  # code points; a surrogate stands for itself
