@@ -144,22 +144,31 @@ static PyObject *BPE_encode(BPEObject *self, PyObject *args) {
     return res;
 }
 
-/* encode_plain(text: str, mode) -> list[int] | None: encode() of a str whose UTF-8 Python already holds (no
- * bytes object made per call); None when text has lone surrogates (the caller's raw-byte path handles it). */
-static PyObject *BPE_encode_plain(BPEObject *self, PyObject *const *args, Py_ssize_t nargs) {
+/* The mode of a call (text, mode) of encode_plain / encode_many, checked: one of the core's splitters; -1
+ * and an exception set otherwise (signature: the method's, for the message). */
+static long splitter_mode(BPEObject *self, PyObject *const *args, Py_ssize_t nargs, const char *signature) {
     if (!self->b) {
         PyErr_SetString(PyExc_RuntimeError, "BPE is not initialised");
-        return NULL;
+        return -1;
     }
-    if (nargs != 2 || !PyUnicode_Check(args[0]) || !PyLong_Check(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "encode_plain(text: str, mode: int)");
-        return NULL;
+    if (nargs != 2 || !PyLong_Check(args[1])) {
+        PyErr_Format(PyExc_TypeError, "expected %s", signature);
+        return -1;
     }
     long mode = PyLong_AsLong(args[1]);
     if (mode <= SPLIT_WORDS || mode >= SPLIT_END) {
-        if (!PyErr_Occurred()) PyErr_Format(PyExc_ValueError, "encode_plain: mode %ld is no native splitter", mode);
-        return NULL;
+        if (!PyErr_Occurred()) PyErr_Format(PyExc_ValueError, "%s: mode %ld is no native splitter", signature, mode);
+        return -1;
     }
+    return mode;
+}
+
+/* encode_plain(text: str, mode) -> list[int] | None: encode() of a str whose UTF-8 Python already holds (no
+ * bytes object made per call); None when text has lone surrogates (the caller's raw-byte path handles it). */
+static PyObject *BPE_encode_plain(BPEObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    long mode = splitter_mode(self, args, nargs, "encode_plain(text: str, mode: int)");
+    if (mode < 0) return NULL;
+    if (!PyUnicode_Check(args[0])) return PyErr_Format(PyExc_TypeError, "encode_plain: expected a str");
     Py_ssize_t n;
     const char *utf8 = PyUnicode_AsUTF8AndSize(args[0], &n);
     if (!utf8) {
@@ -174,6 +183,71 @@ static PyObject *BPE_encode_plain(BPEObject *self, PyObject *const *args, Py_ssi
     Py_END_ALLOW_THREADS
     PyObject *res = ok ? ids_list(&out) : PyErr_NoMemory();
     ivec_free(&out);
+    return res;
+}
+
+/* encode_many(texts: sequence of str, mode) -> list[list[int] | None]: encode_plain of each text, the GIL
+ * released once for them all (a thread of a batch then never waits for it between texts). */
+static PyObject *BPE_encode_many(BPEObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    long mode = splitter_mode(self, args, nargs, "encode_many(texts: sequence of str, mode: int)");
+    if (mode < 0) return NULL;
+    PyObject *texts = PySequence_Tuple(args[0]); /* owns every item while the GIL is released */
+    if (!texts) return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(texts);
+    const char **utf8 = PyMem_Calloc((size_t)n + 1, sizeof *utf8);
+    Py_ssize_t *lens = PyMem_Calloc((size_t)n + 1, sizeof *lens);
+    size_t *ends = PyMem_Calloc((size_t)n + 1, sizeof *ends);
+    PyObject *res = NULL;
+    if (!utf8 || !lens || !ends) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *t = PyTuple_GET_ITEM(texts, i);
+        if (!PyUnicode_Check(t)) {
+            PyErr_Format(PyExc_TypeError, "encode_many: item %zd is %s, expected str", i, Py_TYPE(t)->tp_name);
+            goto done;
+        }
+        utf8[i] = PyUnicode_AsUTF8AndSize(t, &lens[i]);
+        if (!utf8[i]) {
+            if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError)) goto done;
+            PyErr_Clear(); /* lone surrogates: None, the caller's raw-byte path */
+        }
+    }
+    ivec out = {NULL, 0, 0, 1};
+    int ok = 1;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; ok && i < n; i++) {
+        if (utf8[i])
+            ok = bpe_encode(self->b, (const uint8_t *)utf8[i], (size_t)lens[i], (int)mode, NULL, 0, self->flags.buf,
+                            &out);
+        ends[i] = out.n;
+    }
+    Py_END_ALLOW_THREADS
+    if (!ok) {
+        PyErr_NoMemory();
+        ivec_free(&out);
+        goto done;
+    }
+    res = PyList_New(n);
+    for (Py_ssize_t i = 0; res && i < n; i++) {
+        PyObject *ids;
+        if (utf8[i]) {
+            size_t start = i ? ends[i - 1] : 0;
+            ivec part = {out.v + start, ends[i] - start, ends[i] - start, 1};
+            ids = ids_list(&part);
+        } else {
+            ids = Py_NewRef(Py_None);
+        }
+        if (!ids) Py_CLEAR(res);
+        else PyList_SET_ITEM(res, i, ids);
+    }
+    ivec_free(&out);
+done:
+    PyMem_Free(utf8);
+    PyMem_Free(lens);
+    PyMem_Free(ends);
+    Py_DECREF(texts);
     return res;
 }
 
@@ -201,6 +275,9 @@ static PyMethodDef BPE_methods[] = {
     {"encode_plain", (PyCFunction)(void (*)(void))BPE_encode_plain, METH_FASTCALL,
      "encode_plain(text: str, mode: int) -> list[int] | None: encode(text's UTF-8, mode, None) for modes >= 1; "
      "None when text holds lone surrogates."},
+    {"encode_many", (PyCFunction)(void (*)(void))BPE_encode_many, METH_FASTCALL,
+     "encode_many(texts: sequence of str, mode: int) -> list[list[int] | None]: encode_plain of each, the GIL "
+     "released once for all."},
     {"cache_info", (PyCFunction)BPE_cache_info, METH_NOARGS, "The word cache as numbers (Model.cache_info)."},
     {"clear_cache", (PyCFunction)BPE_clear_cache, METH_NOARGS, "Forget every cached word."},
     {NULL, NULL, 0, NULL},

@@ -264,6 +264,12 @@ class Tokenizer:
         out += after
         return out
 
+    def _encode_run(self, texts: list[str]) -> list[list[int]]:
+        """encode(t, add_special=False) of each text, through the fast path in one call to the core (the GIL
+        released once): encode_batch's work where the fast path applies."""
+        got = self._encoder.encode_many(texts)  # type: ignore[attr-defined]
+        return [ids if ids is not None else self.encode(t, False) for t, ids in zip(texts, got)]
+
     def _warn_double_bos(self) -> None:
         warnings.warn(f"the text already starts with the bos text {self._bos_text!r} and add_special=True adds bos "
                       "as well (pass add_special=False, or strip it)", DoubleBosWarning, stacklevel=3)
@@ -447,15 +453,23 @@ class Tokenizer:
         # add_special is applied after truncation so that the affixes are kept
         inner_special = add_special and truncate is None
         num_threads = min(num_threads, len(texts))
+        fast = self._plain is not None and not parse_special  # the core encodes each run in one call
+        encode_run = self._encode_run if fast else \
+            (lambda run: [self.encode(t, inner_special, parse_special) for t in run])
         if num_threads <= 1:
-            out = [self.encode(t, inner_special, parse_special) for t in texts]
+            out = encode_run(texts)
         else:
             # runs of texts, not single texts: a task per text would cost more than a short text's encode
             step = -(-len(texts) // (num_threads * _RUNS_PER_THREAD))
             runs = [texts[i:i + step] for i in range(0, len(texts), step)]
             with ThreadPoolExecutor(max_workers=num_threads, thread_name_prefix="minillama-encode") as pool:
-                done = pool.map(lambda run: [self.encode(t, inner_special, parse_special) for t in run], runs)
-                out = [ids for part in done for ids in part]
+                out = [ids for part in pool.map(encode_run, runs) for ids in part]
+        if fast and inner_special:  # as encode(t, add_special=True) does
+            if self._warn_bos and any(t.startswith(self._warn_bos) for t in texts):
+                self._warn_double_bos()
+            before, after = self._encoder.affixes()
+            if before or after:
+                out = [[*before, *ids, *after] for ids in out]
         if truncate is not None:
             if add_special and self._warn_bos and any(t.startswith(self._warn_bos) for t in texts):
                 self._warn_double_bos()

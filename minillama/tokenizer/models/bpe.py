@@ -231,8 +231,8 @@ class NativeBPEModel(BPEModel):
         self._core = core.BPE(unicode_flags(), arrays.token_bytes, arrays.token_offsets, arrays.merges, byte_ids,
                               np.array([ord(c) for c in BYTE_TO_CHAR], np.int32), vocab.ignore_merges,
                               base.CACHE_MAX_BYTES, base.CACHE_MAX_WORDS)
-        if not self._mode:
-            self.encode_plain = None  # type: ignore[assignment] - the words are split here: no fast path
+        if not self._mode:  # the words are split here: no fast path
+            self.encode_plain = self.encode_many = None  # type: ignore[assignment]
 
     @classmethod
     def build(cls, vocab: Vocab, core: ModuleType) -> NativeBPEModel | None:
@@ -257,6 +257,10 @@ class NativeBPEModel(BPEModel):
         text holds lone surrogates: Tokenizer.encode's fast path for a plain fragment. Only where the core
         splits this vocab's pre-tokenizer itself (else the attribute is None)."""
         return self._core.encode_plain(text, self._mode)
+
+    def encode_many(self, texts: list[str]) -> list[list[int] | None]:
+        """encode_plain of each text, the GIL released once for all of them (encode_batch's threads)."""
+        return self._core.encode_many(texts, self._mode)
 
     def encode(self, text: str) -> list[int]:
         data = text.encode("utf-8", "surrogatepass")  # code points; a surrogate stands for itself
