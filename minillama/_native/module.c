@@ -251,6 +251,46 @@ done:
     return res;
 }
 
+/* BPE.resolve_merges(token_bytes, token_offsets, merge_text, n_merges) -> bytes | None: the int32 rows
+ * (left, right, result) of Vocab.arrays().merges, resolved in C (merges.c); None when merge_text does not
+ * hold n_merges lines. */
+static PyObject *BPE_resolve_merges(PyObject *unused, PyObject *args) {
+    (void)unused;
+    PyObject *tok_bytes, *tok_off;
+    Py_buffer text, tb, ob;
+    Py_ssize_t n_merges;
+    if (!PyArg_ParseTuple(args, "OOy*n", &tok_bytes, &tok_off, &text, &n_merges)) return NULL;
+    PyObject *res = NULL;
+    if (n_merges < 0 || n_merges > PY_SSIZE_T_MAX / 12) {
+        PyErr_SetString(PyExc_ValueError, "resolve_merges: n_merges out of range");
+        goto f0;
+    }
+    if (!get_array(tok_bytes, &tb, 1, "token_bytes")) goto f0;
+    if (!get_array(tok_off, &ob, 8, "token_offsets")) goto f1;
+    if (ob.len / 8 < 2) {
+        PyErr_SetString(PyExc_ValueError, "resolve_merges: expected n_vocab + 1 >= 2 token offsets");
+        goto f2;
+    }
+    res = PyBytes_FromStringAndSize(NULL, 12 * n_merges);
+    if (!res) goto f2;
+    int ok;
+    Py_BEGIN_ALLOW_THREADS
+    ok = resolve_merges(tb.buf, (size_t)tb.len, ob.buf, (size_t)(ob.len / 8 - 1), text.buf, (size_t)text.len,
+                        (size_t)n_merges, (int32_t *)(void *)PyBytes_AS_STRING(res));
+    Py_END_ALLOW_THREADS
+    if (!ok) {
+        Py_DECREF(res);
+        res = Py_NewRef(Py_None);
+    }
+f2:
+    PyBuffer_Release(&ob);
+f1:
+    PyBuffer_Release(&tb);
+f0:
+    PyBuffer_Release(&text);
+    return res;
+}
+
 static PyObject *BPE_cache_info(BPEObject *self, PyObject *unused) {
     (void)unused;
     if (!self->b) return PyDict_New();
@@ -278,6 +318,9 @@ static PyMethodDef BPE_methods[] = {
     {"encode_many", (PyCFunction)(void (*)(void))BPE_encode_many, METH_FASTCALL,
      "encode_many(texts: sequence of str, mode: int) -> list[list[int] | None]: encode_plain of each, the GIL "
      "released once for all."},
+    {"resolve_merges", (PyCFunction)BPE_resolve_merges, METH_VARARGS | METH_STATIC,
+     "resolve_merges(token_bytes, token_offsets, merge_text: bytes, n_merges) -> bytes | None: the int32 "
+     "(left, right, result) rows of the merges, one a line of merge_text; None when the lines are not n_merges."},
     {"cache_info", (PyCFunction)BPE_cache_info, METH_NOARGS, "The word cache as numbers (Model.cache_info)."},
     {"clear_cache", (PyCFunction)BPE_clear_cache, METH_NOARGS, "Forget every cached word."},
     {NULL, NULL, 0, NULL},
