@@ -11,8 +11,6 @@ typedef struct {
     bpe *b;
     Py_buffer flags; /* kept for the object's life: the splitters read it */
     int has_flags;
-    PyObject **ints; /* the int of every id, made once: a returned list holds references, not new ints */
-    Py_ssize_t n_ints;
 } BPEObject;
 
 /* buf as n items of itemsize bytes, C-contiguous; a TypeError/ValueError naming what otherwise. */
@@ -29,8 +27,6 @@ static int get_array(PyObject *obj, Py_buffer *buf, Py_ssize_t itemsize, const c
 static void BPE_dealloc(BPEObject *self) {
     bpe_free(self->b);
     if (self->has_flags) PyBuffer_Release(&self->flags);
-    for (Py_ssize_t i = 0; i < self->n_ints; i++) Py_XDECREF(self->ints[i]);
-    PyMem_Free(self->ints);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -77,20 +73,6 @@ static int BPE_init(BPEObject *self, PyObject *args, PyObject *kwds) {
         PyErr_SetString(PyExc_ValueError, "BPE tables are inconsistent (offsets, byte ids) or memory ran out");
         goto f5;
     }
-    Py_ssize_t n_vocab = ob.len / 8 - 1;
-    self->ints = PyMem_Calloc((size_t)n_vocab, sizeof(PyObject *));
-    if (!self->ints) {
-        bpe_free(b);
-        PyErr_NoMemory();
-        goto f5;
-    }
-    for (self->n_ints = 0; self->n_ints < n_vocab; self->n_ints++) {
-        self->ints[self->n_ints] = PyLong_FromSsize_t(self->n_ints);
-        if (!self->ints[self->n_ints]) {
-            bpe_free(b);
-            goto f5;
-        }
-    }
     self->b = b;
     self->flags = fb;
     self->has_flags = 1;
@@ -110,12 +92,11 @@ f0:
     return ok ? 0 : -1;
 }
 
-static PyObject *ids_list(BPEObject *self, const ivec *v) {
+static PyObject *ids_list(const ivec *v) {
     PyObject *list = PyList_New((Py_ssize_t)v->n);
     if (!list) return NULL;
     for (size_t i = 0; i < v->n; i++) {
-        int32_t id = v->v[i];
-        PyObject *x = id >= 0 && id < self->n_ints ? Py_NewRef(self->ints[id]) : PyLong_FromLong(id);
+        PyObject *x = PyLong_FromLong(v->v[i]);
         if (!x) {
             Py_DECREF(list);
             return NULL;
@@ -154,7 +135,7 @@ static PyObject *BPE_encode(BPEObject *self, PyObject *args) {
     if (has_ends) PyBuffer_Release(&ends);
     PyObject *res = NULL;
     if (ok)
-        res = ids_list(self, &out);
+        res = ids_list(&out);
     else if (!out.ok)
         PyErr_NoMemory();
     else
@@ -200,7 +181,7 @@ static PyObject *BPE_encode_plain(BPEObject *self, PyObject *const *args, Py_ssi
     Py_BEGIN_ALLOW_THREADS /* the str stays alive and immutable: args hold it */
     ok = bpe_encode(self->b, (const uint8_t *)utf8, (size_t)n, (int)mode, NULL, 0, self->flags.buf, &out);
     Py_END_ALLOW_THREADS
-    PyObject *res = ok ? ids_list(self, &out) : PyErr_NoMemory();
+    PyObject *res = ok ? ids_list(&out) : PyErr_NoMemory();
     ivec_free(&out);
     return res;
 }
@@ -254,7 +235,7 @@ static PyObject *BPE_encode_many(BPEObject *self, PyObject *const *args, Py_ssiz
         if (utf8[i]) {
             size_t start = i ? ends[i - 1] : 0;
             ivec part = {out.v + start, ends[i] - start, ends[i] - start, 1};
-            ids = ids_list(self, &part);
+            ids = ids_list(&part);
         } else {
             ids = Py_NewRef(Py_None);
         }
