@@ -233,8 +233,8 @@ def native_merges(vocab: Vocab, core: ModuleType) -> np.ndarray:
 class NativeBPEModel(BPEModel):
     """BPEModel whose encode runs in the native core (C): splitting (llama.cpp's GPT-2 and LLaMA-3
     splitters and the Falcon and StarCoder pattern lists in C, other patterns here), rank merges and the
-    word cache, with the GIL released. The Python
-    methods it inherits (words, encode_word) stay for offsets and token healing; they give the same ids."""
+    word cache, with the GIL released. The Python methods it inherits (words, encode_word) stay for offsets
+    and token healing; they give the same ids."""
 
     backend = "native"
     EAGER_RANKS = False  # the core has its own table; the Python one is built only if offsets need it
