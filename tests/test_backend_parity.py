@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 from helpers import REPO, conformance_vocabs, params_or_skip, read_conformance, vocab_path
 from hypothesis import HealthCheck, given, settings
@@ -22,6 +23,9 @@ from hypothesis import strategies as st
 from minillama.errors import ArgumentError, MinillamaError, UnsupportedError
 from minillama.tokenizer import Tokenizer
 from minillama.tokenizer.models import base
+from minillama.tokenizer.models.bpe import BPEModel, native_merges
+from minillama.tokenizer.pretokenize import PreTokenizer
+from minillama.tokenizer.vocab import Vocab
 
 PROPERTY = settings(max_examples=120, deadline=None, derandomize=True, database=None,
                     suppress_health_check=[HealthCheck.too_slow])
@@ -90,6 +94,12 @@ def test_parity_offsets(vocab):
 
 _TEXT = st.text(st.characters(codec=None, exclude_categories=()), max_size=200)
 _RAW = st.binary(max_size=120).map(lambda b: b.decode("utf-8", "surrogateescape"))
+# Every general category (the splitters' classes are llama.cpp's categories), with the ASCII the patterns name.
+_CATEGORIES = ("Lu", "Ll", "Lt", "Lm", "Lo", "Mn", "Mc", "Me", "Nd", "Nl", "No", "Pc", "Pd", "Ps", "Pe", "Pi", "Pf",
+               "Po", "Sm", "Sc", "Sk", "So", "Zs", "Zl", "Zp", "Cc", "Cf", "Cs", "Co", "Cn")
+_MIXED = st.text(st.one_of(*(st.characters(categories=[c]) for c in _CATEGORIES),
+                           st.sampled_from(list(" \t\n\r\x0b\x0c0123456789'!\"#$%&()*+,-./:;<=>?@[\\]^_`{|}~sStT"))),
+                 max_size=80)
 _PIECES = st.lists(st.sampled_from(["'s", "'LL", " a", "  ", "\r\n", "\n\n ", "123456", "ß", "é", "日本", "👍🏽",
                                     "\u00a0", "\u3000", "\t", "x" * 60, "ab" * 40, "\ud800", "\udcff", "!!?"]),
                    max_size=40).map("".join)
@@ -97,7 +107,7 @@ _PIECES = st.lists(st.sampled_from(["'s", "'LL", " a", "  ", "\r\n", "\n\n ", "1
 
 @pytest.mark.parametrize("vocab", VOCABS)
 @PROPERTY
-@given(text=st.one_of(_TEXT, _RAW, _PIECES))
+@given(text=st.one_of(_TEXT, _RAW, _PIECES, _MIXED))
 def test_parity_hypothesis(vocab, text):
     native, pure = pair(vocab)
     assert native.encode(text, add_special=False) == pure.encode(text, add_special=False)
@@ -183,3 +193,73 @@ def test_backend_is_read_when_built(monkeypatch):
     tok = Tokenizer.from_file(vocab_path("ggml-vocab-gpt-2"))
     monkeypatch.setenv("MINILLAMA_BACKEND", "native")
     assert tok.backend == "pure"
+
+
+# The vocabs whose pre-tokenizer the core splits itself (pretok.c, pretok_multi.c): no Python regex runs.
+C_SPLIT = ("ggml-vocab-falcon", "ggml-vocab-gpt-2", "ggml-vocab-llama-bpe", "ggml-vocab-mpt", "ggml-vocab-refact",
+           "ggml-vocab-starcoder")
+
+
+@pytest.mark.filterwarnings("ignore::minillama.errors.DoubleBosWarning")
+@pytest.mark.parametrize("vocab", params_or_skip([n for n in C_SPLIT if n in _covered()], "C-split vocabs"))
+def test_core_splits_without_python(vocab, monkeypatch):
+    """Falcon's and StarCoder's pattern lists (punctuation runs / single numbers, then GPT-2, then digit
+    triples) run in C: with Python's splitting disabled, both conformance directories still give llama.cpp's
+    ids, plain and with specials added and parsed."""
+    native, _ = pair(vocab)
+    native._encoder.clear_cache()
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("Python's pre-tokenizer ran")
+
+    monkeypatch.setattr(PreTokenizer, "split", refuse)
+    monkeypatch.setattr(BPEModel, "words", refuse)
+    for directory in ("conformance", "conformance-diverse"):
+        for r in read_conformance(vocab, directory):
+            assert native.encode(r["text"], add_special=False) == r["ids"], r["text"][:60]
+            assert native.encode(r["text"], add_special=True, parse_special=True) == r["ids_special"], r["text"][:60]
+
+
+@pytest.mark.filterwarnings("ignore::minillama.errors.DoubleBosWarning")
+@pytest.mark.parametrize("threads", [1, 2])
+def test_batch_fast_path_is_encode(threads):
+    """encode_batch through the core's encode_many (one call per run of texts) gives llama.cpp's ids, with the
+    bos that add_special adds, and texts with lone surrogates (which the core hands back) the raw-byte way."""
+    native, pure = pair("ggml-vocab-llama-bpe")
+    rows = read_conformance("ggml-vocab-llama-bpe", "conformance-diverse")[:400]
+    texts = [r["text"] for r in rows]
+    bos = native.bos_id
+    assert native.encode_batch(texts, num_threads=threads, add_special=False) == [r["ids"] for r in rows]
+    assert native.encode_batch(texts, num_threads=threads) == [[bos, *r["ids"]] for r in rows]
+    raw = ["ab\udcff cd", "\udcc3\udca9t\u00e9", "plain"]
+    assert native.encode_batch(raw, num_threads=threads) == [pure.encode(t) for t in raw]
+
+
+def _bpe_vocab(tokens: list[str], merges: list[str]) -> Vocab:
+    return Vocab.from_metadata({"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "gpt-2",
+                                "tokenizer.ggml.tokens": tokens, "tokenizer.ggml.merges": merges})
+
+
+def test_core_resolves_merges_as_python():
+    """The core's merge resolution at load (merges.c) gives Vocab.arrays().merges' rows: llama.cpp's split at
+    the first space after position 0, -1 for a part or result that is no token; every shared vocab, and odd
+    merges (no space, a leading or trailing space, unknown parts, multi-byte first characters, a newline or
+    surrogates, where Python's resolution is kept)."""
+    from minillama._native import _core
+    for name in _covered():
+        v = pair(name)[0].vocab
+        assert (native_merges(v, _core) == v.arrays().merges).all(), name
+    odd = [["a", "b", "ab", " ", "é", "é b", "éb", "b ", "\n", "a\nb"],
+           ["a", "b", "ab", "\udcc3\udca9", "é"]]
+    merges = ["a b", "x y", "nospace", " a", "a ", "é b", "é  b", "", "a b c", "b  "]
+    for tokens in odd:
+        for extra in ([], ["a\nb c"], ["\udcc3\udca9 b"]):
+            v = _bpe_vocab(tokens, merges + extra)
+            assert (native_merges(v, _core) == v.arrays().merges).all(), (tokens, extra)
+    offsets = np.array([0, 1, 2], np.int64)  # tokens "a", "b"
+    assert np.frombuffer(_core.BPE.resolve_merges(b"ab", offsets, b"a b\nb a", 2), np.int32).tolist() == \
+        [0, 1, -1, 1, 0, -1]
+    for text, n in ((b"a b", 2), (b"a b\nb a", 1), (b"a b\n", 1), (b"a", 0)):  # lines != n_merges: refused
+        assert _core.BPE.resolve_merges(b"ab", offsets, text, n) is None, (text, n)
+    with pytest.raises(ValueError):
+        _core.BPE.resolve_merges(b"ab", offsets, b"a b", -1)

@@ -28,6 +28,7 @@ struct bpe {
     size_t pair_cap;
     int32_t byte_ids[256];       /* each byte's token, or -(b + 1) for a byte whose character is no token */
     int32_t byte_fallback[256][2]; /* the ids such a byte becomes instead (-1: none), as models/bpe.py */
+    int32_t (*byte_pairs)[2];      /* [a << 8 | b]: rank and result of the pair of bytes a, b (rank -1: none) */
     int ignore_merges;
     tok_slot *toks; /* ignore_merges: a token's raw bytes -> its id */
     size_t tok_cap;
@@ -67,6 +68,13 @@ static inline int32_t pair_rank(const bpe *b, int32_t l, int32_t r, int32_t *res
         }
         if (s->key == EMPTY_KEY) return -1;
     }
+}
+
+/* Start loading the slot where the pair (l, r) is looked for: the two lookups after a merge then wait for
+ * memory once, not twice (the pair table is far larger than the caches). */
+static inline void pair_prefetch(const bpe *b, int32_t l, int32_t r) {
+    uint64_t key = (uint64_t)(uint32_t)l << 32 | (uint32_t)r;
+    __builtin_prefetch(&b->pairs[(size_t)mix(key) & (b->pair_cap - 1)]);
 }
 
 /* The code point of the UTF-8 sequence at s[0..n) and its length in *len, or -1. */
@@ -165,7 +173,7 @@ bpe *bpe_new(const int32_t *merges, size_t n_merges, const int32_t *byte_ids, co
             b->byte_fallback[i][k] = f >= 0 && (size_t)f < n_vocab ? f : -1;
         }
     }
-    b->pair_cap = pow2_at_least(2 * n_merges + 2);
+    b->pair_cap = pow2_at_least(n_merges + n_merges / 2 + 2); /* load <= 2/3: half the memory of 2n */
     b->pairs = malloc(b->pair_cap * sizeof *b->pairs);
     b->cache = wcache_new(cache_max_bytes, cache_max_words);
     if (!b->pairs || !b->cache) {
@@ -183,6 +191,18 @@ bpe *bpe_new(const int32_t *merges, size_t n_merges, const int32_t *byte_ids, co
         if (b->pairs[i].key == key) continue; /* the first of duplicate merges wins */
         b->pairs[i] = (pair_slot){key, (int32_t)m, res};
     }
+    /* The first pairs of every word are pairs of byte tokens: looked up in 256 x 256 (512 KB) instead of the
+     * big pair table (a cache miss each). */
+    b->byte_pairs = malloc(65536 * sizeof *b->byte_pairs);
+    if (!b->byte_pairs) {
+        bpe_free(b);
+        return NULL;
+    }
+    for (int i = 0; i < 65536; i++) {
+        int32_t l = b->byte_ids[i >> 8], r = b->byte_ids[i & 0xFF];
+        b->byte_pairs[i][1] = -1;
+        b->byte_pairs[i][0] = l >= 0 && r >= 0 ? pair_rank(b, l, r, &b->byte_pairs[i][1]) : -1;
+    }
     b->ignore_merges = ignore_merges;
     if (ignore_merges && !build_tokens(b, tok_bytes, tok_len, tok_off, n_vocab, byte_chars)) {
         bpe_free(b);
@@ -194,6 +214,7 @@ bpe *bpe_new(const int32_t *merges, size_t n_merges, const int32_t *byte_ids, co
 void bpe_free(bpe *b) {
     if (!b) return;
     free(b->pairs);
+    free(b->byte_pairs);
     free(b->toks);
     free(b->raw);
     wcache_free(b->cache);
@@ -237,9 +258,13 @@ static void scratch_free(scratch *s) {
 }
 
 /* The plain scan: ranks of every adjacent pair kept, two updated per merge. Leaves n symbols in syms. */
-static size_t merge_simple(const bpe *b, int32_t *syms, int32_t *ranks, int32_t *res, size_t n) {
+static size_t merge_simple(const bpe *b, const uint8_t *w, int32_t *syms, int32_t *ranks, int32_t *res, size_t n) {
     if (n < 2) return n;
-    for (size_t i = 0; i + 1 < n; i++) ranks[i] = pair_rank(b, syms[i], syms[i + 1], &res[i]);
+    for (size_t i = 0; i + 1 < n; i++) {
+        const int32_t *p = b->byte_pairs[w[i] << 8 | w[i + 1]];
+        ranks[i] = p[0];
+        res[i] = p[1];
+    }
     for (;;) {
         size_t best = SIZE_MAX;
         int32_t br = INT32_MAX;
@@ -254,6 +279,8 @@ static size_t merge_simple(const bpe *b, int32_t *syms, int32_t *ranks, int32_t 
         memmove(ranks + best, ranks + best + 1, (n - best - 2) * sizeof *ranks);
         memmove(res + best, res + best + 1, (n - best - 2) * sizeof *res);
         n--;
+        if (best + 1 < n) pair_prefetch(b, syms[best], syms[best + 1]);
+        if (best > 0) pair_prefetch(b, syms[best - 1], syms[best]);
         if (best + 1 < n) ranks[best] = pair_rank(b, syms[best], syms[best + 1], &res[best]);
         if (best > 0) ranks[best - 1] = pair_rank(b, syms[best - 1], syms[best], &res[best - 1]);
         if (n < 2) return n;
@@ -288,7 +315,7 @@ static uint64_t heap_pop(uint64_t *h, size_t *n) {
 
 /* The heap + linked list: a key is rank << 32 | left; stale when the pair at left has another rank now.
  * Every push follows a merge, which removes a symbol, so the heap never holds more than 2n keys. */
-static size_t merge_heap(const bpe *b, scratch *s, size_t n) {
+static size_t merge_heap(const bpe *b, const uint8_t *w, scratch *s, size_t n) {
     int32_t *syms = s->syms, *nxt = s->nxt, *prv = s->prv, res;
     uint64_t *heap = s->heap;
     size_t hn = 0;
@@ -297,7 +324,7 @@ static size_t merge_heap(const bpe *b, scratch *s, size_t n) {
         prv[i] = (int32_t)i - 1;
     }
     for (size_t i = 0; i + 1 < n; i++) {
-        int32_t r = pair_rank(b, syms[i], syms[i + 1], &res);
+        int32_t r = b->byte_pairs[w[i] << 8 | w[i + 1]][0];
         if (r >= 0) heap_push(heap, &hn, (uint64_t)r << 32 | i);
     }
     while (hn) {
@@ -308,14 +335,15 @@ static size_t merge_heap(const bpe *b, scratch *s, size_t n) {
         if (r < 0 || (uint64_t)r != key >> 32) continue;
         syms[left] = res;
         syms[right] = GONE;
-        int32_t after = nxt[right];
+        int32_t after = nxt[right], before = prv[left];
         nxt[left] = after;
+        if (after >= 0) pair_prefetch(b, syms[left], syms[after]);
+        if (before >= 0) pair_prefetch(b, syms[before], syms[left]);
         if (after >= 0) {
             prv[after] = left;
             r = pair_rank(b, syms[left], syms[after], &res);
             if (r >= 0) heap_push(heap, &hn, (uint64_t)r << 32 | (uint32_t)left);
         }
-        int32_t before = prv[left];
         if (before >= 0) {
             r = pair_rank(b, syms[before], syms[left], &res);
             if (r >= 0) heap_push(heap, &hn, (uint64_t)r << 32 | (uint32_t)before);
@@ -330,16 +358,18 @@ static size_t merge_heap(const bpe *b, scratch *s, size_t n) {
 /* The ids of one word (its bytes), appended to out; 0 on allocation failure. */
 static int encode_word(bpe *b, scratch *s, const uint8_t *w, size_t n, ivec *out) {
     if (!n) return 1;
+    /* Answers that need no cache (read-only tables, no lock): a byte that is a token, and with ignore_merges
+     * a word that is a token -- most words of real text; the cache keeps the words that merge. */
+    if (n == 1 && b->byte_ids[w[0]] >= 0) return ivec_push(out, b->byte_ids[w[0]]);
+    int32_t id = b->ignore_merges ? whole_token(b, w, n) : -1;
+    if (id >= 0) return ivec_push(out, id);
     if (wcache_get(b->cache, w, n, out)) return 1;
     if (!out->ok) return 0;
     size_t start = out->n;
-    int32_t id = b->ignore_merges ? whole_token(b, w, n) : -1;
-    if (id >= 0) {
-        if (!ivec_push(out, id)) return 0;
-    } else {
+    {
         if (!scratch_fit(s, n)) return 0;
         for (size_t i = 0; i < n; i++) s->syms[i] = b->byte_ids[w[i]];
-        size_t k = n >= HEAP_MIN_LEN ? merge_heap(b, s, n) : merge_simple(b, s->syms, s->ranks, s->res, n);
+        size_t k = n >= HEAP_MIN_LEN ? merge_heap(b, w, s, n) : merge_simple(b, w, s->syms, s->ranks, s->res, n);
         for (size_t i = 0; i < k; i++) {
             int32_t x = s->syms[i];
             if (x >= 0) {
@@ -370,7 +400,8 @@ int bpe_encode(bpe *b, const uint8_t *text, size_t n, int mode, const int64_t *c
             if (!ivec_push(&ends, (int32_t)cp_ends[i])) goto done;
         }
         if ((size_t)prev != ncp) goto done;
-    } else if (!split_words(mode, cps, ncp, flags, &ends)) {
+    } else if (!(mode >= SPLIT_FALCON ? split_multi(mode, cps, ncp, flags, &ends)
+                                      : split_words(mode, cps, ncp, flags, &ends))) {
         goto done;
     }
     free(cps);

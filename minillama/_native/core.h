@@ -56,4 +56,19 @@ wcache *bpe_cache(bpe *b);
 int bpe_encode(bpe *b, const uint8_t *text, size_t n, int mode, const int64_t *cp_ends, size_t n_ends,
                const uint16_t *flags, ivec *out);
 
+/* pretok_multi.c: pre-tokenizers of several patterns (unicode_regex_split over a pattern list), each pattern
+ * splitting the pieces of the one before into matches and gaps: Falcon's punctuation runs, then GPT-2, then
+ * ASCII digit triples; StarCoder's single numbers, then GPT-2. Same contract as split_words. */
+enum { SPLIT_FALCON = 3, SPLIT_STARCODER = 4, SPLIT_END = 5 };
+#define FLAG_PUNCTUATION 0x0020
+#define FLAG_CATEGORIES 0x00FF
+int split_multi(int mode, const uint32_t *cps, size_t n, const uint16_t *flags, ivec *ends);
+
+/* merges.c: the (left, right, result) ids of each merge, as Vocab.arrays().merges resolves them (split at the
+ * first space after the first byte; -1 where a part is no token), from the tokens' bytes (n_vocab + 1
+ * offsets) and the merges' text, one merge a line ('\n' after each but the last). Rows: 3 x n_merges int32.
+ * 0 when the text does not hold n_merges lines, offsets are out of order, or memory runs out. */
+int resolve_merges(const uint8_t *tok_bytes, size_t tok_len, const int64_t *tok_off, size_t n_vocab,
+                   const uint8_t *text, size_t text_len, size_t n_merges, int32_t *rows);
+
 #endif

@@ -116,7 +116,7 @@ static PyObject *BPE_encode(BPEObject *self, PyObject *args) {
     }
     if (!PyArg_ParseTuple(args, "y*iO", &text, &mode, &ends_obj)) return NULL;
     int has_ends = ends_obj != Py_None;
-    if (mode < SPLIT_WORDS || mode > SPLIT_LLAMA3 || (mode == SPLIT_WORDS) != has_ends) {
+    if (mode < SPLIT_WORDS || mode >= SPLIT_END || (mode == SPLIT_WORDS) != has_ends) {
         PyBuffer_Release(&text);
         PyErr_SetString(PyExc_ValueError, "encode: mode 0 takes word ends, modes 1 and 2 take None");
         return NULL;
@@ -144,6 +144,153 @@ static PyObject *BPE_encode(BPEObject *self, PyObject *args) {
     return res;
 }
 
+/* The mode of a call (text, mode) of encode_plain / encode_many, checked: one of the core's splitters; -1
+ * and an exception set otherwise (signature: the method's, for the message). */
+static long splitter_mode(BPEObject *self, PyObject *const *args, Py_ssize_t nargs, const char *signature) {
+    if (!self->b) {
+        PyErr_SetString(PyExc_RuntimeError, "BPE is not initialised");
+        return -1;
+    }
+    if (nargs != 2 || !PyLong_Check(args[1])) {
+        PyErr_Format(PyExc_TypeError, "expected %s", signature);
+        return -1;
+    }
+    long mode = PyLong_AsLong(args[1]);
+    if (mode <= SPLIT_WORDS || mode >= SPLIT_END) {
+        if (!PyErr_Occurred()) PyErr_Format(PyExc_ValueError, "%s: mode %ld is no native splitter", signature, mode);
+        return -1;
+    }
+    return mode;
+}
+
+/* encode_plain(text: str, mode) -> list[int] | None: encode() of a str whose UTF-8 Python already holds (no
+ * bytes object made per call); None when text has lone surrogates (the caller's raw-byte path handles it). */
+static PyObject *BPE_encode_plain(BPEObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    long mode = splitter_mode(self, args, nargs, "encode_plain(text: str, mode: int)");
+    if (mode < 0) return NULL;
+    if (!PyUnicode_Check(args[0])) return PyErr_Format(PyExc_TypeError, "encode_plain: expected a str");
+    Py_ssize_t n;
+    const char *utf8 = PyUnicode_AsUTF8AndSize(args[0], &n);
+    if (!utf8) {
+        if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError)) return NULL;
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    ivec out = {NULL, 0, 0, 1};
+    int ok;
+    Py_BEGIN_ALLOW_THREADS /* the str stays alive and immutable: args hold it */
+    ok = bpe_encode(self->b, (const uint8_t *)utf8, (size_t)n, (int)mode, NULL, 0, self->flags.buf, &out);
+    Py_END_ALLOW_THREADS
+    PyObject *res = ok ? ids_list(&out) : PyErr_NoMemory();
+    ivec_free(&out);
+    return res;
+}
+
+/* encode_many(texts: sequence of str, mode) -> list[list[int] | None]: encode_plain of each text, the GIL
+ * released once for them all (a thread of a batch then never waits for it between texts). */
+static PyObject *BPE_encode_many(BPEObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    long mode = splitter_mode(self, args, nargs, "encode_many(texts: sequence of str, mode: int)");
+    if (mode < 0) return NULL;
+    PyObject *texts = PySequence_Tuple(args[0]); /* owns every item while the GIL is released */
+    if (!texts) return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(texts);
+    const char **utf8 = PyMem_Calloc((size_t)n + 1, sizeof *utf8);
+    Py_ssize_t *lens = PyMem_Calloc((size_t)n + 1, sizeof *lens);
+    size_t *ends = PyMem_Calloc((size_t)n + 1, sizeof *ends);
+    PyObject *res = NULL;
+    if (!utf8 || !lens || !ends) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *t = PyTuple_GET_ITEM(texts, i);
+        if (!PyUnicode_Check(t)) {
+            PyErr_Format(PyExc_TypeError, "encode_many: item %zd is %s, expected str", i, Py_TYPE(t)->tp_name);
+            goto done;
+        }
+        utf8[i] = PyUnicode_AsUTF8AndSize(t, &lens[i]);
+        if (!utf8[i]) {
+            if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError)) goto done;
+            PyErr_Clear(); /* lone surrogates: None, the caller's raw-byte path */
+        }
+    }
+    ivec out = {NULL, 0, 0, 1};
+    int ok = 1;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; ok && i < n; i++) {
+        if (utf8[i])
+            ok = bpe_encode(self->b, (const uint8_t *)utf8[i], (size_t)lens[i], (int)mode, NULL, 0, self->flags.buf,
+                            &out);
+        ends[i] = out.n;
+    }
+    Py_END_ALLOW_THREADS
+    if (!ok) {
+        PyErr_NoMemory();
+        ivec_free(&out);
+        goto done;
+    }
+    res = PyList_New(n);
+    for (Py_ssize_t i = 0; res && i < n; i++) {
+        PyObject *ids;
+        if (utf8[i]) {
+            size_t start = i ? ends[i - 1] : 0;
+            ivec part = {out.v + start, ends[i] - start, ends[i] - start, 1};
+            ids = ids_list(&part);
+        } else {
+            ids = Py_NewRef(Py_None);
+        }
+        if (!ids) Py_CLEAR(res);
+        else PyList_SET_ITEM(res, i, ids);
+    }
+    ivec_free(&out);
+done:
+    PyMem_Free(utf8);
+    PyMem_Free(lens);
+    PyMem_Free(ends);
+    Py_DECREF(texts);
+    return res;
+}
+
+/* BPE.resolve_merges(token_bytes, token_offsets, merge_text, n_merges) -> bytes | None: the int32 rows
+ * (left, right, result) of Vocab.arrays().merges, resolved in C (merges.c); None when merge_text does not
+ * hold n_merges lines. */
+static PyObject *BPE_resolve_merges(PyObject *unused, PyObject *args) {
+    (void)unused;
+    PyObject *tok_bytes, *tok_off;
+    Py_buffer text, tb, ob;
+    Py_ssize_t n_merges;
+    if (!PyArg_ParseTuple(args, "OOy*n", &tok_bytes, &tok_off, &text, &n_merges)) return NULL;
+    PyObject *res = NULL;
+    if (n_merges < 0 || n_merges > PY_SSIZE_T_MAX / 12) {
+        PyErr_SetString(PyExc_ValueError, "resolve_merges: n_merges out of range");
+        goto f0;
+    }
+    if (!get_array(tok_bytes, &tb, 1, "token_bytes")) goto f0;
+    if (!get_array(tok_off, &ob, 8, "token_offsets")) goto f1;
+    if (ob.len / 8 < 2) {
+        PyErr_SetString(PyExc_ValueError, "resolve_merges: expected n_vocab + 1 >= 2 token offsets");
+        goto f2;
+    }
+    res = PyBytes_FromStringAndSize(NULL, 12 * n_merges);
+    if (!res) goto f2;
+    int ok;
+    Py_BEGIN_ALLOW_THREADS
+    ok = resolve_merges(tb.buf, (size_t)tb.len, ob.buf, (size_t)(ob.len / 8 - 1), text.buf, (size_t)text.len,
+                        (size_t)n_merges, (int32_t *)(void *)PyBytes_AS_STRING(res));
+    Py_END_ALLOW_THREADS
+    if (!ok) {
+        Py_DECREF(res);
+        res = Py_NewRef(Py_None);
+    }
+f2:
+    PyBuffer_Release(&ob);
+f1:
+    PyBuffer_Release(&tb);
+f0:
+    PyBuffer_Release(&text);
+    return res;
+}
+
 static PyObject *BPE_cache_info(BPEObject *self, PyObject *unused) {
     (void)unused;
     if (!self->b) return PyDict_New();
@@ -163,8 +310,17 @@ static PyObject *BPE_clear_cache(BPEObject *self, PyObject *unused) {
 
 static PyMethodDef BPE_methods[] = {
     {"encode", (PyCFunction)BPE_encode, METH_VARARGS,
-     "encode(text: bytes, mode: int, ends) -> list[int]: ids of UTF-8 text; mode 1 GPT-2, 2 LLaMA-3 splitter, "
-     "0 words ending at the int64 code point offsets ends."},
+     "encode(text: bytes, mode: int, ends) -> list[int]: ids of UTF-8 text; mode 1 GPT-2, 2 LLaMA-3, 3 Falcon, "
+     "4 StarCoder splitter, 0 words ending at the int64 code point offsets ends."},
+    {"encode_plain", (PyCFunction)(void (*)(void))BPE_encode_plain, METH_FASTCALL,
+     "encode_plain(text: str, mode: int) -> list[int] | None: encode(text's UTF-8, mode, None) for modes >= 1; "
+     "None when text holds lone surrogates."},
+    {"encode_many", (PyCFunction)(void (*)(void))BPE_encode_many, METH_FASTCALL,
+     "encode_many(texts: sequence of str, mode: int) -> list[list[int] | None]: encode_plain of each, the GIL "
+     "released once for all."},
+    {"resolve_merges", (PyCFunction)BPE_resolve_merges, METH_VARARGS | METH_STATIC,
+     "resolve_merges(token_bytes, token_offsets, merge_text: bytes, n_merges) -> bytes | None: the int32 "
+     "(left, right, result) rows of the merges, one a line of merge_text; None when the lines are not n_merges."},
     {"cache_info", (PyCFunction)BPE_cache_info, METH_NOARGS, "The word cache as numbers (Model.cache_info)."},
     {"clear_cache", (PyCFunction)BPE_clear_cache, METH_NOARGS, "Forget every cached word."},
     {NULL, NULL, 0, NULL},

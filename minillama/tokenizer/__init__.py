@@ -72,11 +72,12 @@ from .hf_api import (
 )
 from .models import Model, make_model
 from .offsets import SPANS
-from .special import find_special, partition, partition_spans, raw_special_ids
+from .special import always_matched, find_special, partition, partition_spans, raw_special_ids
 from .text import ESCAPES, as_bytes_text, has_surrogates
 from .vocab import Attr, Vocab
 
 _GC_PAUSE_CHARS = 1 << 14  # texts longer than this encode with the cyclic GC paused
+_RUNS_PER_THREAD = 4  # encode_batch hands each thread about this many runs of texts (balance vs. overhead)
 
 #: tiktoken's allowed_special / disallowed_special: "all", or a collection of token texts.
 SpecialSet = Literal["all"] | Iterable[str]
@@ -145,6 +146,10 @@ class Tokenizer:
         self.padding_side: PaddingSide = "right"  # transformers' attribute: where padding goes by default
         self._pad_override: int | None = None  # tok.pad_id = ... (the vocab's pad token otherwise)
         self._template_override: tuple[str | None] | None = None  # tok.chat_template = ...
+        # The fast path of encode (one call into the native core, no special-token search): where the model has
+        # one and no special token is matched in plain text (no user-defined ones, none cutting a character).
+        plain = getattr(self._encoder, "encode_plain", None)
+        self._plain = plain if plain is not None and not always_matched(vocab) and not self._raw_special else None
 
     def __reduce__(self) -> tuple:
         """Pickle as the vocab's tables alone (process pools, Ray actors): the model, its word caches,
@@ -273,6 +278,16 @@ class Tokenizer:
         clean-up of spaces before punctuation in vocabs that ask for it, and for SPM, U+2581 (which
         is its space marker) and the space llama.cpp adds after a special token.
         """
+        plain = self._plain
+        if plain is not None and type(text) is str and not parse_special and allowed_special is None \
+                and disallowed_special is None and not truncation and max_length is None \
+                and (ids := plain(text)) is not None:
+            if add_special:
+                if self._warn_bos and text.startswith(self._warn_bos):
+                    self._warn_double_bos()
+                before, after = self._encoder.affixes()
+                return [*before, *ids, *after]
+            return ids
         if not isinstance(text, str):
             raise ArgumentTypeError(f"encode() takes a str, got {type(text).__name__}")
         if truncation or max_length is not None:
@@ -355,6 +370,12 @@ class Tokenizer:
         if return_attention_mask:
             enc["attention_mask"] = masks if batched else masks[0]
         return BatchEncoding(as_tensors(enc, return_tensors, batched))
+
+    def _encode_run(self, texts: list[str]) -> list[list[int]]:
+        """encode(t, add_special=False) of each text, through the fast path in one call to the core (the GIL
+        released once): encode_batch's work where the fast path applies."""
+        got = self._encoder.encode_many(texts)  # type: ignore[attr-defined]
+        return [ids if ids is not None else self.encode(t, False) for t, ids in zip(texts, got)]
 
     def _warn_double_bos(self) -> None:
         warnings.warn(f"the text already starts with the bos text {self._bos_text!r} and add_special=True adds bos "
@@ -517,10 +538,11 @@ class Tokenizer:
         """encode() of every text, in order, on a pool of num_threads threads sharing this Tokenizer.
 
         num_threads=None uses os.cpu_count() threads; 1 (or a single text) encodes in this thread.
-        The threads share one set of caches, so words seen by one are not recomputed by another. The
-        encoding itself is Python code and holds the GIL: threads help mostly callers whose own work
-        between calls waits on I/O, and on free-threaded builds; for CPU-bound batches on a standard
-        build expect about the speed of a plain loop. Results equal [encode(t) for t in texts].
+        The threads share one set of caches, so words seen by one are not recomputed by another. On the
+        native backend (Tokenizer.backend) the core releases the GIL while it encodes, so the threads
+        really run in parallel; the pure-Python path holds the GIL and runs at about the speed of a plain
+        loop (free-threaded builds aside). Each thread takes a few contiguous runs of texts, not one text
+        at a time. Results equal [encode(t) for t in texts].
 
         For embedding models (as HF tokenizers' enable_truncation/enable_padding): truncate=N keeps at
         most N ids per text, the added bos/eos/[CLS]/[SEP] included and kept; return_array=True returns
@@ -541,11 +563,23 @@ class Tokenizer:
         # add_special is applied after truncation so that the affixes are kept
         inner_special = add_special and truncate is None
         num_threads = min(num_threads, len(texts))
+        fast = self._plain is not None and not parse_special  # the core encodes each run in one call
+        encode_run = self._encode_run if fast else \
+            (lambda run: [self.encode(t, inner_special, parse_special) for t in run])
         if num_threads <= 1:
-            out = [self.encode(t, inner_special, parse_special) for t in texts]
+            out = encode_run(texts)
         else:
+            # runs of texts, not single texts: a task per text would cost more than a short text's encode
+            step = -(-len(texts) // (num_threads * _RUNS_PER_THREAD))
+            runs = [texts[i:i + step] for i in range(0, len(texts), step)]
             with ThreadPoolExecutor(max_workers=num_threads, thread_name_prefix="minillama-encode") as pool:
-                out = list(pool.map(lambda t: self.encode(t, inner_special, parse_special), texts))
+                out = [ids for part in pool.map(encode_run, runs) for ids in part]
+        if fast and inner_special:  # as encode(t, add_special=True) does
+            if self._warn_bos and any(t.startswith(self._warn_bos) for t in texts):
+                self._warn_double_bos()
+            before, after = self._encoder.affixes()
+            if before or after:
+                out = [[*before, *ids, *after] for ids in out]
         if truncate is not None:
             if add_special and self._warn_bos and any(t.startswith(self._warn_bos) for t in texts):
                 self._warn_double_bos()

@@ -200,9 +200,10 @@ class BPEModel(Model):
         return [s for s in syms if s]
 
 
-# The pre-tokenizers the native core runs itself (llama.cpp's hand-written splitters), by pattern set;
-# any other pattern set is split here with `regex` and merged there (mode 0: words given).
-_NATIVE_SPLITTERS = {(GPT2,): 1, (LLAMA3,): 2}
+# The pre-tokenizers the native core runs itself, by pattern set: llama.cpp's hand-written splitters (pretok.c)
+# and the pattern lists written for it in C (pretok_multi.c); any other pattern set is split here with `regex`
+# and merged there (mode 0: words given).
+_NATIVE_SPLITTERS = {(GPT2,): 1, (LLAMA3,): 2, PATTERNS["falcon"]: 3, PATTERNS["starcoder"]: 4}
 # Texts of at least this many UTF-8 bytes go the pure way (the core's offsets are 32-bit).
 _NATIVE_MAX_BYTES = 1 << 31
 
@@ -215,21 +216,38 @@ def unicode_flags() -> np.ndarray:
     return np.repeat(np.array([f for _, f in ud.RANGES], np.uint16), np.diff(starts))
 
 
+def native_merges(vocab: Vocab, core: ModuleType) -> np.ndarray:
+    """Vocab.arrays().merges, resolved by the core from the merges' text (~20x faster at load). Where bytes
+    could stand for two texts (a merge or token with lone surrogates) or a merge holds a newline (the line
+    separator), the Python resolution runs instead: it matches texts, the core bytes."""
+    arrays, merges = vocab.arrays(), vocab.merges
+    try:
+        text = "\n".join(merges).encode("utf-8")
+        "".join(vocab.tokens).encode("utf-8")
+    except UnicodeEncodeError:
+        return arrays.merges
+    rows = core.BPE.resolve_merges(arrays.token_bytes, arrays.token_offsets, text, len(merges))
+    return arrays.merges if rows is None else np.frombuffer(rows, np.int32).reshape(len(merges), 3)
+
+
 class NativeBPEModel(BPEModel):
     """BPEModel whose encode runs in the native core (C): splitting (llama.cpp's GPT-2 and LLaMA-3
-    splitters in C, other patterns here), rank merges and the word cache, with the GIL released. The Python
-    methods it inherits (words, encode_word) stay for offsets and token healing; they give the same ids."""
+    splitters and the Falcon and StarCoder pattern lists in C, other patterns here), rank merges and the
+    word cache, with the GIL released. The Python methods it inherits (words, encode_word) stay for offsets
+    and token healing; they give the same ids."""
 
     backend = "native"
     EAGER_RANKS = False  # the core has its own table; the Python one is built only if offsets need it
 
-    def __init__(self, vocab: Vocab, core: ModuleType, byte_ids: np.ndarray) -> None:
+    def __init__(self, vocab: Vocab, core: ModuleType, byte_ids: np.ndarray, merges: np.ndarray) -> None:
         super().__init__(vocab)
         arrays = vocab.arrays()
         self._mode = _NATIVE_SPLITTERS.get(PATTERNS[self.spec.patterns], 0)
-        self._core = core.BPE(unicode_flags(), arrays.token_bytes, arrays.token_offsets, arrays.merges, byte_ids,
+        self._core = core.BPE(unicode_flags(), arrays.token_bytes, arrays.token_offsets, merges, byte_ids,
                               np.array([ord(c) for c in BYTE_TO_CHAR], np.int32), vocab.ignore_merges,
                               base.CACHE_MAX_BYTES, base.CACHE_MAX_WORDS)
+        if not self._mode:  # the words are split here: no fast path
+            self.encode_plain = self.encode_many = None  # type: ignore[assignment]
 
     @classmethod
     def build(cls, vocab: Vocab, core: ModuleType) -> NativeBPEModel | None:
@@ -238,7 +256,7 @@ class NativeBPEModel(BPEModel):
         spec = vocab.pre_spec
         if spec is None or not spec.byte_encode or spec.newline_tokens or vocab.escape_whitespaces:
             return None
-        m = vocab.arrays().merges
+        m = native_merges(vocab, core)
         if ((m[:, 0] >= 0) & (m[:, 1] >= 0) & (m[:, 2] < 0)).any():
             return None
         get = vocab.token_to_id.get
@@ -247,7 +265,17 @@ class NativeBPEModel(BPEModel):
             i = get(c)
             fallback = [] if i is not None else [get(raw_byte_token(x)) for x in c.encode("utf-8")]
             byte_ids[b, :1 + len(fallback)] = [-1 if i is None else i] + [-1 if f is None else f for f in fallback]
-        return cls(vocab, core, byte_ids)
+        return cls(vocab, core, byte_ids, m)
+
+    def encode_plain(self, text: str) -> list[int] | None:
+        """encode(text) in one call to the core, which reads the str's own UTF-8 (no bytes copy), or None when
+        text holds lone surrogates: Tokenizer.encode's fast path for a plain fragment. Only where the core
+        splits this vocab's pre-tokenizer itself (else the attribute is None)."""
+        return self._core.encode_plain(text, self._mode)
+
+    def encode_many(self, texts: list[str]) -> list[list[int] | None]:
+        """encode_plain of each text, the GIL released once for all of them (encode_batch's threads)."""
+        return self._core.encode_many(texts, self._mode)
 
     def encode(self, text: str) -> list[int]:
         data = text.encode("utf-8", "surrogatepass")  # code points; a surrogate stands for itself
