@@ -57,3 +57,62 @@ int bpe_encode(bpe *b, const uint8_t *text, size_t n, int mode, const int64_t *c
                const uint16_t *flags, ivec *out);
 
 #endif
+
+/* ---- Unigram and WordPiece (ugm.c, wpm.c, btrie.c) ---------------------------------------------------- */
+
+/* btrie.c: a trie over bytes (token texts, user-defined texts). Node 0 is the root; a node's children are
+ * found through one open-addressing table keyed by (node, byte); each node holds a value (-1: none). */
+typedef struct {
+    uint64_t key; /* node << 8 | byte, + 1 (0: an empty slot) */
+    int32_t child;
+} btrie_slot;
+
+typedef struct {
+    int32_t *value; /* per node */
+    size_t n_nodes, cap_nodes;
+    btrie_slot *slots;
+    size_t n_slots, mask; /* slots: a power of two, at most half full */
+    int32_t root[256];    /* the root's children directly (-1: none) */
+} btrie;
+
+int btrie_init(btrie *t);
+void btrie_free(btrie *t);
+/* Sets the value of the node of s[0..n) (n >= 1), creating the path; the last insert of a text wins. */
+int btrie_insert(btrie *t, const uint8_t *s, size_t n, int32_t value);
+
+static inline int32_t btrie_child(const btrie *t, int32_t node, uint8_t c) {
+    if (node == 0) return t->root[c];
+    uint64_t key = ((uint64_t)(uint32_t)node << 8 | c) + 1;
+    for (size_t i = (size_t)((key * 0x9E3779B97F4A7C15ULL) >> 20) & t->mask;; i = (i + 1) & t->mask) {
+        if (t->slots[i].key == key) return t->slots[i].child;
+        if (!t->slots[i].key) return -1;
+    }
+}
+
+/* wpm.c: one code point of UTF-8 as llama.cpp's unicode_cpts_from_utf8 reads it: *len bytes (1 and U+FFFD
+ * for a byte that starts no well-formed sequence). n >= 1. */
+uint32_t utf8_next(const uint8_t *s, size_t n, size_t *len);
+
+/* ugm.c: llama.cpp's llm_tokenizer_ugm (normalize: user-defined prefixes, the charsmap's XCDA, U+FFFD for
+ * invalid bytes, the space rules; then the Viterbi pass over a byte trie of the tokens). The tables are
+ * copied. ugm_encode: 1 ok, 0 out of memory, -1 a broken charsmap (the caller's pure path reports it). */
+typedef struct ugm ugm;
+ugm *ugm_new(const uint8_t *tok_bytes, size_t tok_len, const int64_t *tok_off, const int32_t *tok_ids,
+             const double *tok_scores, size_t n_tok, const uint8_t *user_bytes, size_t user_len,
+             const int64_t *user_off, size_t n_user, const uint32_t *units, size_t n_units, const uint8_t *repl,
+             size_t n_repl, int32_t unk_id, double unk_score, int escape_ws, int add_space_prefix,
+             int remove_extra_ws);
+void ugm_free(ugm *u);
+int ugm_encode(const ugm *u, const uint8_t *text, size_t n, ivec *out);
+
+/* wpm.c: llama.cpp's llm_tokenizer_wpm: each code point through norm (0x110000 entries: the code point it
+ * becomes in the low 21 bits, its class above: WPM_KEEP, WPM_SPACE ends a word, WPM_DROP vanishes,
+ * WPM_ALONE is a word of its own), each word behind U+2581 cut greedily into the longest tokens, a word
+ * with a position no token starts at is unk. wpm_encode: 1 ok, 0 out of memory, -1 unk needed but < 0. */
+enum { WPM_KEEP = 0, WPM_SPACE = 1, WPM_DROP = 2, WPM_ALONE = 3 };
+#define WPM_CP_BITS 21
+typedef struct wpm wpm;
+wpm *wpm_new(const uint8_t *tok_bytes, size_t tok_len, const int64_t *tok_off, const int32_t *ids, size_t n_ids,
+             size_t n_vocab, const uint32_t *norm, int32_t unk_id);
+void wpm_free(wpm *w);
+int wpm_encode(const wpm *w, const uint8_t *text, size_t n, ivec *out);

@@ -182,6 +182,194 @@ static PyTypeObject BPEType = {
     .tp_methods = BPE_methods,
 };
 
+/* ==== Unigram (UGM) and WordPiece (WPM): ugm.c, wpm.c ================================================ */
+
+typedef struct {
+    PyObject_HEAD
+    ugm *u;
+} UGMObject;
+
+typedef struct {
+    PyObject_HEAD
+    wpm *w;
+} WPMObject;
+
+static void UGM_dealloc(UGMObject *self) {
+    ugm_free(self->u);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static void WPM_dealloc(WPMObject *self) {
+    wpm_free(self->w);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* Release the first n of bufs. */
+static void release_all(Py_buffer *bufs, int n) {
+    for (int i = 0; i < n; i++) PyBuffer_Release(&bufs[i]);
+}
+
+/* objs[i] as bufs[i] with items of sizes[i] bytes; on failure the ones got are released. */
+static int get_arrays(PyObject **objs, Py_buffer *bufs, const Py_ssize_t *sizes, const char **names, int n) {
+    for (int i = 0; i < n; i++)
+        if (!get_array(objs[i], &bufs[i], sizes[i], names[i])) {
+            release_all(bufs, i);
+            return 0;
+        }
+    return 1;
+}
+
+static int UGM_init(UGMObject *self, PyObject *args, PyObject *kwds) {
+    (void)kwds;
+    PyObject *o[8];
+    int unk, esc, prefix, merge;
+    double unk_score;
+    if (self->u) {
+        PyErr_SetString(PyExc_RuntimeError, "UGM is already initialised");
+        return -1;
+    }
+    if (!PyArg_ParseTuple(args, "OOOOOOOOidppp", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7], &unk,
+                          &unk_score, &esc, &prefix, &merge))
+        return -1;
+    static const Py_ssize_t sizes[8] = {1, 8, 4, 8, 1, 8, 4, 1};
+    static const char *names[8] = {"token_bytes", "token_offsets", "token_ids", "token_scores", "user_bytes",
+                                   "user_offsets", "charsmap_units", "charsmap_replacements"};
+    Py_buffer b[8];
+    if (!get_arrays(o, b, sizes, names, 8)) return -1;
+    size_t n_tok = (size_t)(b[2].len / 4), n_user = (size_t)(b[5].len / 8);
+    if ((size_t)(b[1].len / 8) != n_tok + 1 || (size_t)(b[3].len / 8) != n_tok || n_user == 0) {
+        PyErr_SetString(PyExc_ValueError, "UGM tables: expected n + 1 token offsets for n ids and n scores, and "
+                                          "user offsets");
+        release_all(b, 8);
+        return -1;
+    }
+    ugm *u;
+    Py_BEGIN_ALLOW_THREADS
+    u = ugm_new(b[0].buf, (size_t)b[0].len, b[1].buf, b[2].buf, b[3].buf, n_tok, b[4].buf, (size_t)b[4].len,
+                b[5].buf, n_user - 1, b[6].buf, (size_t)(b[6].len / 4), b[7].buf, (size_t)b[7].len, unk, unk_score,
+                esc, prefix, merge);
+    Py_END_ALLOW_THREADS
+    release_all(b, 8);
+    if (!u) {
+        PyErr_SetString(PyExc_ValueError, "UGM tables are inconsistent (offsets) or memory ran out");
+        return -1;
+    }
+    self->u = u;
+    return 0;
+}
+
+static int WPM_init(WPMObject *self, PyObject *args, PyObject *kwds) {
+    (void)kwds;
+    PyObject *o[4];
+    int unk;
+    if (self->w) {
+        PyErr_SetString(PyExc_RuntimeError, "WPM is already initialised");
+        return -1;
+    }
+    if (!PyArg_ParseTuple(args, "OOOOi", &o[0], &o[1], &o[2], &o[3], &unk)) return -1;
+    static const Py_ssize_t sizes[4] = {1, 8, 4, 4};
+    static const char *names[4] = {"token_bytes", "token_offsets", "token_ids", "norm"};
+    Py_buffer b[4];
+    if (!get_arrays(o, b, sizes, names, 4)) return -1;
+    if (b[1].len / 8 < 1 || b[3].len / 4 != MAX_CODE_POINT + 1) {
+        PyErr_Format(PyExc_ValueError, "WPM tables: expected n_vocab + 1 token offsets and %d norm entries",
+                     MAX_CODE_POINT + 1);
+        release_all(b, 4);
+        return -1;
+    }
+    wpm *w;
+    Py_BEGIN_ALLOW_THREADS
+    w = wpm_new(b[0].buf, (size_t)b[0].len, b[1].buf, b[2].buf, (size_t)(b[2].len / 4), (size_t)(b[1].len / 8 - 1),
+                b[3].buf, unk);
+    Py_END_ALLOW_THREADS
+    release_all(b, 4);
+    if (!w) {
+        PyErr_SetString(PyExc_ValueError, "WPM tables are inconsistent (offsets) or memory ran out");
+        return -1;
+    }
+    self->w = w;
+    return 0;
+}
+
+/* encode(text: bytes) of either: the ids, or None where the pure path must decide (it raises there). */
+static PyObject *run_encode(const void *model, int (*encode)(const void *, const uint8_t *, size_t, ivec *),
+                            PyObject *args) {
+    Py_buffer text;
+    if (!model) {
+        PyErr_SetString(PyExc_RuntimeError, "the encoder is not initialised");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args, "y*", &text)) return NULL;
+    ivec out = {NULL, 0, 0, 1};
+    int r;
+    Py_BEGIN_ALLOW_THREADS
+    r = encode(model, text.buf, (size_t)text.len, &out);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&text);
+    PyObject *res = r > 0 ? ids_list(&out) : r < 0 ? Py_NewRef(Py_None) : PyErr_NoMemory();
+    ivec_free(&out);
+    return res;
+}
+
+static int ugm_encode_any(const void *m, const uint8_t *s, size_t n, ivec *out) { return ugm_encode(m, s, n, out); }
+static int wpm_encode_any(const void *m, const uint8_t *s, size_t n, ivec *out) { return wpm_encode(m, s, n, out); }
+
+static PyObject *UGM_encode(UGMObject *self, PyObject *args) { return run_encode(self->u, ugm_encode_any, args); }
+static PyObject *WPM_encode(WPMObject *self, PyObject *args) { return run_encode(self->w, wpm_encode_any, args); }
+
+static PyMethodDef UGM_methods[] = {
+    {"encode", (PyCFunction)UGM_encode, METH_VARARGS,
+     "encode(text: bytes) -> list[int] | None: the ids of one UTF-8 fragment; None where the charsmap is broken."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMethodDef WPM_methods[] = {
+    {"encode", (PyCFunction)WPM_encode, METH_VARARGS,
+     "encode(text: bytes) -> list[int] | None: the ids of one UTF-8 fragment; None where unk is needed but unset."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject UGMType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "minillama._native._core.UGM",
+    .tp_basicsize = sizeof(UGMObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Unigram (llama.cpp's llm_tokenizer_ugm): normalisation and Viterbi over a vocab's tables.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)UGM_init,
+    .tp_dealloc = (destructor)UGM_dealloc,
+    .tp_methods = UGM_methods,
+};
+
+static PyTypeObject WPMType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "minillama._native._core.WPM",
+    .tp_basicsize = sizeof(WPMObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "WordPiece (llama.cpp's llm_tokenizer_wpm): normalisation and greedy longest match.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)WPM_init,
+    .tp_dealloc = (destructor)WPM_dealloc,
+    .tp_methods = WPM_methods,
+};
+
+/* The two types into module m; -1 on failure. */
+static int add_ugm_wpm(PyObject *m) {
+    PyTypeObject *types[2] = {&UGMType, &WPMType};
+    const char *names[2] = {"UGM", "WPM"};
+    for (int i = 0; i < 2; i++) {
+        if (PyType_Ready(types[i]) < 0) return -1;
+        Py_INCREF(types[i]);
+        if (PyModule_AddObject(m, names[i], (PyObject *)types[i]) < 0) {
+            Py_DECREF(types[i]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* ==== end of Unigram and WordPiece ==================================================================== */
+
 static struct PyModuleDef core_module = {
     PyModuleDef_HEAD_INIT, "_core", "minillama's native tokenizer core (C).", -1, NULL, NULL, NULL, NULL, NULL,
 };
@@ -196,5 +384,6 @@ PyMODINIT_FUNC PyInit__core(void) {
         Py_DECREF(m);
         return NULL;
     }
+    if (add_ugm_wpm(m) < 0) return Py_DECREF(m), NULL;
     return m;
 }
