@@ -144,15 +144,20 @@ static PyObject *BPE_encode(BPEObject *self, PyObject *args) {
     return res;
 }
 
-static PyObject *BPE_cache_info(BPEObject *self, PyObject *unused) {
-    (void)unused;
-    if (!self->b) return PyDict_New();
+/* A word cache's numbers as the dict Model.cache_info gives. */
+static PyObject *cache_dict(wcache *c) {
     wcache_info i;
-    wcache_stats(bpe_cache(self->b), &i);
+    wcache_stats(c, &i);
     return Py_BuildValue("{snsnsnsnsnsnsnsn}", "words", (Py_ssize_t)i.words, "bytes", (Py_ssize_t)i.bytes,
                          "old_words", (Py_ssize_t)i.old_words, "old_bytes", (Py_ssize_t)i.old_bytes,
                          "largest_entry", (Py_ssize_t)i.largest_entry, "longest_word", (Py_ssize_t)i.longest_word,
                          "max_bytes", (Py_ssize_t)i.max_bytes, "max_words", (Py_ssize_t)i.max_words);
+}
+
+static PyObject *BPE_cache_info(BPEObject *self, PyObject *unused) {
+    (void)unused;
+    if (!self->b) return PyDict_New();
+    return cache_dict(bpe_cache(self->b));
 }
 
 static PyObject *BPE_clear_cache(BPEObject *self, PyObject *unused) {
@@ -184,24 +189,47 @@ static PyTypeObject BPEType = {
 
 /* ==== Unigram (UGM) and WordPiece (WPM): ugm.c, wpm.c ================================================ */
 
+/* ids: a tuple of the ints 0..n_vocab - 1 the Python side made once, so an id list holds shared ints instead of
+ * a new int object per id (a first pass over a corpus otherwise spends more on allocating ints than on C). */
 typedef struct {
     PyObject_HEAD
     ugm *u;
+    PyObject *ids;
 } UGMObject;
 
 typedef struct {
     PyObject_HEAD
     wpm *w;
+    PyObject *ids;
 } WPMObject;
 
 static void UGM_dealloc(UGMObject *self) {
     ugm_free(self->u);
+    Py_XDECREF(self->ids);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
 static void WPM_dealloc(WPMObject *self) {
     wpm_free(self->w);
+    Py_XDECREF(self->ids);
     Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* v as a list of the shared ints of ids (a tuple; PyLong_FromLong for an id outside it). */
+static PyObject *shared_ids_list(const ivec *v, PyObject *ids) {
+    PyObject *list = PyList_New((Py_ssize_t)v->n);
+    if (!list) return NULL;
+    Py_ssize_t n_ids = PyTuple_GET_SIZE(ids);
+    for (size_t i = 0; i < v->n; i++) {
+        int32_t id = v->v[i];
+        PyObject *x = id >= 0 && id < n_ids ? Py_NewRef(PyTuple_GET_ITEM(ids, id)) : PyLong_FromLong(id);
+        if (!x) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, x);
+    }
+    return list;
 }
 
 /* Release the first n of bufs. */
@@ -228,8 +256,9 @@ static int UGM_init(UGMObject *self, PyObject *args, PyObject *kwds) {
         PyErr_SetString(PyExc_RuntimeError, "UGM is already initialised");
         return -1;
     }
-    if (!PyArg_ParseTuple(args, "OOOOOOOOidppp", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7], &unk,
-                          &unk_score, &esc, &prefix, &merge))
+    PyObject *ids;
+    if (!PyArg_ParseTuple(args, "OOOOOOOOidpppO!", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7], &unk,
+                          &unk_score, &esc, &prefix, &merge, &PyTuple_Type, &ids))
         return -1;
     static const Py_ssize_t sizes[8] = {1, 8, 4, 8, 1, 8, 4, 1};
     static const char *names[8] = {"token_bytes", "token_offsets", "token_ids", "token_scores", "user_bytes",
@@ -255,6 +284,7 @@ static int UGM_init(UGMObject *self, PyObject *args, PyObject *kwds) {
         return -1;
     }
     self->u = u;
+    self->ids = Py_NewRef(ids);
     return 0;
 }
 
@@ -266,7 +296,15 @@ static int WPM_init(WPMObject *self, PyObject *args, PyObject *kwds) {
         PyErr_SetString(PyExc_RuntimeError, "WPM is already initialised");
         return -1;
     }
-    if (!PyArg_ParseTuple(args, "OOOOi", &o[0], &o[1], &o[2], &o[3], &unk)) return -1;
+    PyObject *ids;
+    Py_ssize_t max_bytes, max_words;
+    if (!PyArg_ParseTuple(args, "OOOOiO!nn", &o[0], &o[1], &o[2], &o[3], &unk, &PyTuple_Type, &ids, &max_bytes,
+                          &max_words))
+        return -1;
+    if (max_bytes < 0 || max_words < 0) {
+        PyErr_SetString(PyExc_ValueError, "cache bounds must be >= 0");
+        return -1;
+    }
     static const Py_ssize_t sizes[4] = {1, 8, 4, 4};
     static const char *names[4] = {"token_bytes", "token_offsets", "token_ids", "norm"};
     Py_buffer b[4];
@@ -280,7 +318,7 @@ static int WPM_init(WPMObject *self, PyObject *args, PyObject *kwds) {
     wpm *w;
     Py_BEGIN_ALLOW_THREADS
     w = wpm_new(b[0].buf, (size_t)b[0].len, b[1].buf, b[2].buf, (size_t)(b[2].len / 4), (size_t)(b[1].len / 8 - 1),
-                b[3].buf, unk);
+                b[3].buf, unk, (size_t)max_bytes, (size_t)max_words);
     Py_END_ALLOW_THREADS
     release_all(b, 4);
     if (!w) {
@@ -288,12 +326,13 @@ static int WPM_init(WPMObject *self, PyObject *args, PyObject *kwds) {
         return -1;
     }
     self->w = w;
+    self->ids = Py_NewRef(ids);
     return 0;
 }
 
 /* encode(text: bytes) of either: the ids, or None where the pure path must decide (it raises there). */
 static PyObject *run_encode(const void *model, int (*encode)(const void *, const uint8_t *, size_t, ivec *),
-                            PyObject *args) {
+                            PyObject *ids, PyObject *args) {
     Py_buffer text;
     if (!model) {
         PyErr_SetString(PyExc_RuntimeError, "the encoder is not initialised");
@@ -306,7 +345,7 @@ static PyObject *run_encode(const void *model, int (*encode)(const void *, const
     r = encode(model, text.buf, (size_t)text.len, &out);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&text);
-    PyObject *res = r > 0 ? ids_list(&out) : r < 0 ? Py_NewRef(Py_None) : PyErr_NoMemory();
+    PyObject *res = r > 0 ? shared_ids_list(&out, ids) : r < 0 ? Py_NewRef(Py_None) : PyErr_NoMemory();
     ivec_free(&out);
     return res;
 }
@@ -314,8 +353,8 @@ static PyObject *run_encode(const void *model, int (*encode)(const void *, const
 static int ugm_encode_any(const void *m, const uint8_t *s, size_t n, ivec *out) { return ugm_encode(m, s, n, out); }
 static int wpm_encode_any(const void *m, const uint8_t *s, size_t n, ivec *out) { return wpm_encode(m, s, n, out); }
 
-static PyObject *UGM_encode(UGMObject *self, PyObject *args) { return run_encode(self->u, ugm_encode_any, args); }
-static PyObject *WPM_encode(WPMObject *self, PyObject *args) { return run_encode(self->w, wpm_encode_any, args); }
+static PyObject *UGM_encode(UGMObject *self, PyObject *args) { return run_encode(self->u, ugm_encode_any, self->ids, args); }
+static PyObject *WPM_encode(WPMObject *self, PyObject *args) { return run_encode(self->w, wpm_encode_any, self->ids, args); }
 
 static PyMethodDef UGM_methods[] = {
     {"encode", (PyCFunction)UGM_encode, METH_VARARGS,
@@ -323,9 +362,23 @@ static PyMethodDef UGM_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+static PyObject *WPM_cache_info(WPMObject *self, PyObject *unused) {
+    (void)unused;
+    if (!self->w) return PyDict_New();
+    return cache_dict(wpm_cache(self->w));
+}
+
+static PyObject *WPM_clear_cache(WPMObject *self, PyObject *unused) {
+    (void)unused;
+    if (self->w) wcache_clear(wpm_cache(self->w));
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef WPM_methods[] = {
     {"encode", (PyCFunction)WPM_encode, METH_VARARGS,
      "encode(text: bytes) -> list[int] | None: the ids of one UTF-8 fragment; None where unk is needed but unset."},
+    {"cache_info", (PyCFunction)WPM_cache_info, METH_NOARGS, "The word cache as numbers (Model.cache_info)."},
+    {"clear_cache", (PyCFunction)WPM_clear_cache, METH_NOARGS, "Forget every cached word."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -61,7 +61,8 @@ ugm *ugm_new(const uint8_t *tok_bytes, size_t tok_len, const int64_t *tok_off, c
     int t_ok = ok && btrie_init(&u->tokens);
     int u_ok = t_ok && btrie_init(&u->user);
     if (!u_ok || !insert_all(&u->tokens, tok_bytes, tok_len, tok_off, n_tok) ||
-        !insert_all(&u->user, user_bytes, user_len, user_off, n_user)) {
+        !insert_all(&u->user, user_bytes, user_len, user_off, n_user) || !btrie_freeze(&u->tokens) ||
+        !btrie_freeze(&u->user)) {
         ugm_free(u);
         return NULL;
     }
@@ -221,7 +222,7 @@ static int viterbi(const ugm *u, const uint8_t *s, size_t n, ivec *out) {
         for (size_t j = i; j < n; j++) {
             node = btrie_child(&u->tokens, node, s[j]);
             if (node < 0) break;
-            int32_t e = u->tokens.value[node];
+            int32_t e = btrie_value(&u->tokens, node);
             if (e >= 0) {
                 if (j + 1 - i == units) single = 1;
                 double v = cur + u->scores[e];

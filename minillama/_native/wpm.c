@@ -12,6 +12,7 @@ struct wpm {
     btrie tokens; /* value: the token id */
     uint32_t *norm;
     int32_t unk;
+    wcache *cache; /* word bytes (behind the prefix) -> ids: a hit is cheaper than a walk down the trie */
 };
 
 uint32_t utf8_next(const uint8_t *s, size_t n, size_t *len) {
@@ -37,15 +38,17 @@ void wpm_free(wpm *w) {
     if (!w) return;
     btrie_free(&w->tokens);
     free(w->norm);
+    wcache_free(w->cache);
     free(w);
 }
 
 wpm *wpm_new(const uint8_t *tok_bytes, size_t tok_len, const int64_t *tok_off, const int32_t *ids, size_t n_ids,
-             size_t n_vocab, const uint32_t *norm, int32_t unk_id) {
+             size_t n_vocab, const uint32_t *norm, int32_t unk_id, size_t cache_max_bytes, size_t cache_max_words) {
     wpm *w = calloc(1, sizeof *w);
     if (!w) return NULL;
     w->norm = malloc((size_t)(MAX_CODE_POINT + 1) * sizeof *w->norm);
-    if (!w->norm || !btrie_init(&w->tokens)) {
+    w->cache = wcache_new(cache_max_bytes, cache_max_words);
+    if (!w->norm || !w->cache || !btrie_init(&w->tokens)) {
         wpm_free(w);
         return NULL;
     }
@@ -59,12 +62,20 @@ wpm *wpm_new(const uint8_t *tok_bytes, size_t tok_len, const int64_t *tok_off, c
             return NULL;
         }
     }
+    if (!btrie_freeze(&w->tokens)) {
+        wpm_free(w);
+        return NULL;
+    }
     w->unk = unk_id;
     return w;
 }
 
-/* The ids of one word (its bytes behind the phantom prefix); 1 ok, 0 no memory, -1 unk needed but < 0. */
+wcache *wpm_cache(wpm *w) { return w->cache; }
+
+/* The ids of one word (its bytes behind the phantom prefix), from the cache or the trie; 1 ok, 0 no memory,
+ * -1 unk needed but < 0. */
 static int encode_word(const wpm *w, const uint8_t *b, size_t n, ivec *out) {
+    if (wcache_get(w->cache, b + 3, n - 3, out)) return 1;
     size_t first = out->n, i = 0;
     while (i < n) {
         int32_t node = 0, tok = -1;
@@ -72,19 +83,22 @@ static int encode_word(const wpm *w, const uint8_t *b, size_t n, ivec *out) {
         for (size_t j = i; j < n; j++) {
             node = btrie_child(&w->tokens, node, b[j]);
             if (node < 0) break;
-            if (w->tokens.value[node] >= 0) {
-                tok = w->tokens.value[node];
+            if (btrie_value(&w->tokens, node) >= 0) {
+                tok = btrie_value(&w->tokens, node);
                 best = j + 1;
             }
         }
         if (tok < 0) {
             out->n = first;
             if (w->unk < 0) return -1;
-            return ivec_push(out, w->unk);
+            if (!ivec_push(out, w->unk)) return 0;
+            wcache_put(w->cache, b + 3, n - 3, &w->unk, 1);
+            return 1;
         }
         if (!ivec_push(out, tok)) return 0;
         i = best;
     }
+    wcache_put(w->cache, b + 3, n - 3, out->v + first, out->n - first);
     return 1;
 }
 

@@ -341,7 +341,7 @@ class NativeUGMModel(UGMModel):
         repl = b"" if cm is None else cm.replacements
         self._core = core.UGM(tok_bytes, tok_off, ids, scores, user_bytes, user_off, units, repl, self.unk_id,
                               self.unknown_score, self.escape_whitespaces, self.add_space_prefix,
-                              self.remove_extra_whitespaces)
+                              self.remove_extra_whitespaces, tuple(range(vocab.n_vocab)))
 
     @classmethod
     def build(cls, vocab: Vocab, core: ModuleType) -> NativeUGMModel | None:

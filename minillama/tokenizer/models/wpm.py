@@ -30,6 +30,7 @@ from ...errors import FormatError
 from .. import unicode_data as ud
 from ..text import SPACE
 from ..vocab import Vocab
+from . import base
 from .base import Model
 from .bpe import unicode_flags
 
@@ -246,7 +247,8 @@ class NativeWPMModel(WPMModel):
         ids = np.fromiter(vocab.token_to_id.values(), np.int32, len(vocab.token_to_id))
         unk = vocab.special.get("unk")
         self._core = core.WPM(arrays.token_bytes, arrays.token_offsets, ids,
-                              norm_table(self.lowercase, self.strip_accents), -1 if unk is None else unk)
+                              norm_table(self.lowercase, self.strip_accents), -1 if unk is None else unk,
+                              tuple(range(vocab.n_vocab)), base.CACHE_MAX_BYTES, base.CACHE_MAX_WORDS)
 
     @classmethod
     def build(cls, vocab: Vocab, core: ModuleType) -> NativeWPMModel:
@@ -259,3 +261,9 @@ class NativeWPMModel(WPMModel):
             return super().encode(text)
         ids = self._core.encode(data)
         return super().encode(text) if ids is None else ids  # None: no unk id, which the pure path reports
+
+    def cache_info(self) -> dict[str, int]:
+        return self._core.cache_info()
+
+    def clear_cache(self) -> None:
+        self._core.clear_cache()
