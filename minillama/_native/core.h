@@ -116,12 +116,11 @@ int ugm_encode(const ugm *u, const uint8_t *text, size_t n, ivec *out);
 /* wpm.c: llama.cpp's llm_tokenizer_wpm: each code point through norm (0x110000 entries: the code point it
  * becomes in the low 21 bits, its class above: WPM_KEEP, WPM_SPACE ends a word, WPM_DROP vanishes,
  * WPM_ALONE is a word of its own), each word behind U+2581 cut greedily into the longest tokens, a word
- * with a position no token starts at is unk; words are cached (cache.c). wpm_encode: 1 ok, 0 out of memory, -1 unk needed but < 0. */
+ * with a position no token starts at is unk. wpm_encode: 1 ok, 0 out of memory, -1 unk needed but < 0. */
 enum { WPM_KEEP = 0, WPM_SPACE = 1, WPM_DROP = 2, WPM_ALONE = 3 };
 #define WPM_CP_BITS 21
 typedef struct wpm wpm;
 wpm *wpm_new(const uint8_t *tok_bytes, size_t tok_len, const int64_t *tok_off, const int32_t *ids, size_t n_ids,
-             size_t n_vocab, const uint32_t *norm, int32_t unk_id, size_t cache_max_bytes, size_t cache_max_words);
+             size_t n_vocab, const uint32_t *norm, int32_t unk_id);
 void wpm_free(wpm *w);
-wcache *wpm_cache(wpm *w);
 int wpm_encode(const wpm *w, const uint8_t *text, size_t n, ivec *out);

@@ -144,20 +144,15 @@ static PyObject *BPE_encode(BPEObject *self, PyObject *args) {
     return res;
 }
 
-/* A word cache's numbers as the dict Model.cache_info gives. */
-static PyObject *cache_dict(wcache *c) {
+static PyObject *BPE_cache_info(BPEObject *self, PyObject *unused) {
+    (void)unused;
+    if (!self->b) return PyDict_New();
     wcache_info i;
-    wcache_stats(c, &i);
+    wcache_stats(bpe_cache(self->b), &i);
     return Py_BuildValue("{snsnsnsnsnsnsnsn}", "words", (Py_ssize_t)i.words, "bytes", (Py_ssize_t)i.bytes,
                          "old_words", (Py_ssize_t)i.old_words, "old_bytes", (Py_ssize_t)i.old_bytes,
                          "largest_entry", (Py_ssize_t)i.largest_entry, "longest_word", (Py_ssize_t)i.longest_word,
                          "max_bytes", (Py_ssize_t)i.max_bytes, "max_words", (Py_ssize_t)i.max_words);
-}
-
-static PyObject *BPE_cache_info(BPEObject *self, PyObject *unused) {
-    (void)unused;
-    if (!self->b) return PyDict_New();
-    return cache_dict(bpe_cache(self->b));
 }
 
 static PyObject *BPE_clear_cache(BPEObject *self, PyObject *unused) {
@@ -297,14 +292,7 @@ static int WPM_init(WPMObject *self, PyObject *args, PyObject *kwds) {
         return -1;
     }
     PyObject *ids;
-    Py_ssize_t max_bytes, max_words;
-    if (!PyArg_ParseTuple(args, "OOOOiO!nn", &o[0], &o[1], &o[2], &o[3], &unk, &PyTuple_Type, &ids, &max_bytes,
-                          &max_words))
-        return -1;
-    if (max_bytes < 0 || max_words < 0) {
-        PyErr_SetString(PyExc_ValueError, "cache bounds must be >= 0");
-        return -1;
-    }
+    if (!PyArg_ParseTuple(args, "OOOOiO!", &o[0], &o[1], &o[2], &o[3], &unk, &PyTuple_Type, &ids)) return -1;
     static const Py_ssize_t sizes[4] = {1, 8, 4, 4};
     static const char *names[4] = {"token_bytes", "token_offsets", "token_ids", "norm"};
     Py_buffer b[4];
@@ -318,7 +306,7 @@ static int WPM_init(WPMObject *self, PyObject *args, PyObject *kwds) {
     wpm *w;
     Py_BEGIN_ALLOW_THREADS
     w = wpm_new(b[0].buf, (size_t)b[0].len, b[1].buf, b[2].buf, (size_t)(b[2].len / 4), (size_t)(b[1].len / 8 - 1),
-                b[3].buf, unk, (size_t)max_bytes, (size_t)max_words);
+                b[3].buf, unk);
     Py_END_ALLOW_THREADS
     release_all(b, 4);
     if (!w) {
@@ -330,21 +318,46 @@ static int WPM_init(WPMObject *self, PyObject *args, PyObject *kwds) {
     return 0;
 }
 
-/* encode(text: bytes) of either: the ids, or None where the pure path must decide (it raises there). */
+/* encode(text) of either: text is bytes (UTF-8 or raw) or a str (its UTF-8: an ASCII str's own buffer, read
+ * in place). The ids, or None where the pure path must decide: a str that has no UTF-8 form (lone
+ * surrogates), or what the encoder refuses (it raises there). */
 static PyObject *run_encode(const void *model, int (*encode)(const void *, const uint8_t *, size_t, ivec *),
                             PyObject *ids, PyObject *args) {
-    Py_buffer text;
+    PyObject *arg, *utf8 = NULL;
+    Py_buffer text = {0};
+    const uint8_t *data;
+    size_t n;
     if (!model) {
         PyErr_SetString(PyExc_RuntimeError, "the encoder is not initialised");
         return NULL;
     }
-    if (!PyArg_ParseTuple(args, "y*", &text)) return NULL;
+    if (!PyArg_ParseTuple(args, "O", &arg)) return NULL;
+    if (PyUnicode_Check(arg)) {
+        if (PyUnicode_IS_COMPACT_ASCII(arg)) {
+            data = PyUnicode_DATA(arg); /* the tuple args holds arg while the GIL is released */
+            n = (size_t)PyUnicode_GET_LENGTH(arg);
+        } else {
+            utf8 = PyUnicode_AsUTF8String(arg);
+            if (!utf8) {
+                if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError)) return NULL;
+                PyErr_Clear();
+                Py_RETURN_NONE;
+            }
+            data = (const uint8_t *)PyBytes_AS_STRING(utf8);
+            n = (size_t)PyBytes_GET_SIZE(utf8);
+        }
+    } else {
+        if (PyObject_GetBuffer(arg, &text, PyBUF_SIMPLE) < 0) return NULL;
+        data = text.buf;
+        n = (size_t)text.len;
+    }
     ivec out = {NULL, 0, 0, 1};
     int r;
     Py_BEGIN_ALLOW_THREADS
-    r = encode(model, text.buf, (size_t)text.len, &out);
+    r = encode(model, data, n, &out);
     Py_END_ALLOW_THREADS
-    PyBuffer_Release(&text);
+    if (text.obj) PyBuffer_Release(&text);
+    Py_XDECREF(utf8);
     PyObject *res = r > 0 ? shared_ids_list(&out, ids) : r < 0 ? Py_NewRef(Py_None) : PyErr_NoMemory();
     ivec_free(&out);
     return res;
@@ -358,27 +371,14 @@ static PyObject *WPM_encode(WPMObject *self, PyObject *args) { return run_encode
 
 static PyMethodDef UGM_methods[] = {
     {"encode", (PyCFunction)UGM_encode, METH_VARARGS,
-     "encode(text: bytes) -> list[int] | None: the ids of one UTF-8 fragment; None where the charsmap is broken."},
+     "encode(text: str | bytes) -> list[int] | None: the ids of one fragment; None where the pure path decides."},
     {NULL, NULL, 0, NULL},
 };
 
-static PyObject *WPM_cache_info(WPMObject *self, PyObject *unused) {
-    (void)unused;
-    if (!self->w) return PyDict_New();
-    return cache_dict(wpm_cache(self->w));
-}
-
-static PyObject *WPM_clear_cache(WPMObject *self, PyObject *unused) {
-    (void)unused;
-    if (self->w) wcache_clear(wpm_cache(self->w));
-    Py_RETURN_NONE;
-}
-
 static PyMethodDef WPM_methods[] = {
     {"encode", (PyCFunction)WPM_encode, METH_VARARGS,
-     "encode(text: bytes) -> list[int] | None: the ids of one UTF-8 fragment; None where unk is needed but unset."},
-    {"cache_info", (PyCFunction)WPM_cache_info, METH_NOARGS, "The word cache as numbers (Model.cache_info)."},
-    {"clear_cache", (PyCFunction)WPM_clear_cache, METH_NOARGS, "Forget every cached word."},
+     "encode(text: str | bytes) -> list[int] | None: the ids of one fragment; None where the pure path decides."},
+
     {NULL, NULL, 0, NULL},
 };
 

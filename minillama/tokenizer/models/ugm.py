@@ -351,7 +351,9 @@ class NativeUGMModel(UGMModel):
         return cls(vocab, core)
 
     def encode(self, text: str) -> list[int]:
-        ids = self._core.encode(to_bytes(text))
+        ids = self._core.encode(text)
+        if ids is None and SURROGATES.search(text):  # raw bytes as surrogate escapes: their bytes
+            ids = self._core.encode(to_bytes(text))
         if ids is None or (self.unk_id < 0 and -1 in ids):
             return super().encode(text)  # a broken charsmap or no unknown token: the pure path raises
         return ids

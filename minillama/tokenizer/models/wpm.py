@@ -30,7 +30,6 @@ from ...errors import FormatError
 from .. import unicode_data as ud
 from ..text import SPACE
 from ..vocab import Vocab
-from . import base
 from .base import Model
 from .bpe import unicode_flags
 
@@ -248,22 +247,14 @@ class NativeWPMModel(WPMModel):
         unk = vocab.special.get("unk")
         self._core = core.WPM(arrays.token_bytes, arrays.token_offsets, ids,
                               norm_table(self.lowercase, self.strip_accents), -1 if unk is None else unk,
-                              tuple(range(vocab.n_vocab)), base.CACHE_MAX_BYTES, base.CACHE_MAX_WORDS)
+                              tuple(range(vocab.n_vocab)))
 
     @classmethod
     def build(cls, vocab: Vocab, core: ModuleType) -> NativeWPMModel:
         return cls(vocab, core)
 
     def encode(self, text: str) -> list[int]:
-        try:
-            data = text.encode("utf-8")
-        except UnicodeEncodeError:  # code points read from raw bytes (encode_escaped): the pure path
-            return super().encode(text)
-        ids = self._core.encode(data)
-        return super().encode(text) if ids is None else ids  # None: no unk id, which the pure path reports
-
-    def cache_info(self) -> dict[str, int]:
-        return self._core.cache_info()
-
-    def clear_cache(self) -> None:
-        self._core.clear_cache()
+        ids = self._core.encode(text)
+        # None: code points read from raw bytes (encode_escaped, no UTF-8 form), or no unk id where one is needed;
+        # the pure path reads the first as llama.cpp does and reports the second
+        return super().encode(text) if ids is None else ids
