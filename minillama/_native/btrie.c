@@ -93,17 +93,52 @@ int btrie_insert(btrie *t, const uint8_t *s, size_t n, int32_t value) {
     return 1;
 }
 
-/* Room for index i in the double array (new cells empty: check -1). */
-static int da_fit(btrie *t, size_t i, size_t *cap) {
-    if (i < *cap) return 1;
-    size_t n = *cap;
+/* The double array under construction, with its free cells in a doubly linked list (so a search for a base
+ * skips the cells in use). */
+typedef struct {
+    btrie *t;
+    size_t cap;
+    int64_t *next, *prev; /* free list links (-1: end); head: the first free cell */
+    int64_t head, tail;
+} builder;
+
+/* Room for index i (new cells empty, check -1, appended to the free list); 0 when memory runs out. */
+static int da_fit(builder *d, size_t i) {
+    if (i < d->cap) return 1;
+    size_t n = d->cap ? d->cap : 1024;
     while (n <= i) n *= 2;
-    btrie_node *d = realloc(t->da, n * sizeof *d);
-    if (!d) return 0;
-    for (size_t k = *cap; k < n; k++) d[k] = (btrie_node){0, -1, -1};
-    t->da = d;
-    *cap = n;
+    btrie_node *a = realloc(d->t->da, n * sizeof *a);
+    if (a) d->t->da = a;
+    int64_t *nx = a ? realloc(d->next, n * sizeof *nx) : NULL;
+    if (nx) d->next = nx;
+    int64_t *pv = nx ? realloc(d->prev, n * sizeof *pv) : NULL;
+    if (!pv) return 0;
+    d->prev = pv;
+    for (size_t k = d->cap; k < n; k++) {
+        a[k] = (btrie_node){0, -1, -1};
+        nx[k] = -1;
+        pv[k] = d->tail;
+        if (d->tail >= 0)
+            nx[d->tail] = (int64_t)k;
+        else
+            d->head = (int64_t)k;
+        d->tail = (int64_t)k;
+    }
+    d->cap = n;
     return 1;
+}
+
+/* Cell i leaves the free list. */
+static void da_take(builder *d, size_t i) {
+    int64_t p = d->prev[i], n = d->next[i];
+    if (p >= 0)
+        d->next[p] = n;
+    else
+        d->head = n;
+    if (n >= 0)
+        d->prev[n] = p;
+    else
+        d->tail = p;
 }
 
 int btrie_freeze(btrie *t) {
@@ -112,11 +147,10 @@ int btrie_freeze(btrie *t) {
     int32_t *first = calloc(n + 1, sizeof *first), *kid = malloc((n + 1) * sizeof *kid);
     uint8_t *label = malloc(n + 1);
     int32_t *where = malloc(n * sizeof *where), *queue = malloc(n * sizeof *queue);
-    size_t cap = 1024;
-    t->da = malloc(cap * sizeof *t->da);
-    int ok = first && kid && label && where && queue && t->da;
+    builder d = {t, 0, NULL, NULL, -1, -1};
+    t->da = NULL;
+    int ok = first && kid && label && where && queue && da_fit(&d, 1023);
     if (ok) {
-        for (size_t k = 0; k < cap; k++) t->da[k] = (btrie_node){0, -1, -1};
         for (int c = 0; c < 256; c++)
             if (t->root[c] >= 0) first[1]++;
         for (size_t i = 0; i < t->n_slots; i++)
@@ -135,10 +169,12 @@ int btrie_freeze(btrie *t) {
             }
         }
         /* depth first (a stack), so that a walk down one text stays in a few cache lines: each node's children
-         * placed at the first base that fits them all */
+         * placed at the first base that fits them all, tried from the first free cells (a bounded number of
+         * them, else past every cell in use, where all is free) */
         where[0] = 0;
         t->da[0] = (btrie_node){0, -2, t->value[0]}; /* the root: no one's child */
-        size_t tail = 1, next_free = 1, top = 1;
+        da_take(&d, 0);
+        size_t tail = 1, top = 1;
         queue[0] = 0;
         while (ok && tail > 0) {
             int32_t s = queue[--tail];
@@ -147,21 +183,24 @@ int btrie_freeze(btrie *t) {
             uint8_t low = 255;
             for (int32_t k = a; k < b; k++)
                 if (label[k] < low) low = label[k];
-            while (next_free < cap && t->da[next_free].check != -1) next_free++;
-            /* the first base from the first free cell that fits, tried a few times, else past every cell used
-             * (a node of many children would otherwise scan the whole array) */
-            size_t base = next_free > low ? next_free - low : 1;
-            for (int tries = 0;; base++, tries++) {
-                if (tries == 64) base = top;
-                if (!da_fit(t, base + 255, &cap)) {
+            size_t base = top;
+            int64_t p = d.head;
+            for (int tries = 0; p >= 0 && tries < 256; p = d.next[p]) {
+                if ((size_t)p < (size_t)low + 1) continue;
+                tries++;
+                size_t cand = (size_t)p - low;
+                if (!da_fit(&d, cand + 255)) {
                     ok = 0;
                     break;
                 }
                 int32_t k = a;
-                while (k < b && t->da[base + label[k]].check == -1) k++;
-                if (k == b) break;
+                while (k < b && t->da[cand + label[k]].check == -1) k++;
+                if (k == b) {
+                    base = cand;
+                    break;
+                }
             }
-            if (!ok || base > INT32_MAX - 256) {
+            if (!ok || base > INT32_MAX - 256 || !da_fit(&d, base + 255)) {
                 ok = 0;
                 break;
             }
@@ -170,13 +209,16 @@ int btrie_freeze(btrie *t) {
             for (int32_t k = a; k < b; k++) {
                 size_t i = base + label[k];
                 t->da[i] = (btrie_node){0, ds, t->value[kid[k]]};
+                da_take(&d, i);
                 where[kid[k]] = (int32_t)i;
                 if (i >= top) top = i + 1;
                 queue[tail++] = kid[k];
             }
         }
-        t->da_size = cap;
+        t->da_size = d.cap;
     }
+    free(d.next);
+    free(d.prev);
     free(first);
     free(kid);
     free(label);

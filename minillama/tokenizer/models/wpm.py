@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import functools
 import unicodedata
-from itertools import chain
 from types import ModuleType
 
 import numpy as np
@@ -188,15 +187,14 @@ _ALL = 0x110000  # every code point, 0..U+10FFFF
 
 @functools.cache
 def nfd_first_table() -> np.ndarray:
-    """nfd_first of every code point (uint32): only those with a canonical decomposition (and the Hangul
-    syllables, decomposed by rule) differ from themselves, so only those ask unicodedata."""
+    """nfd_first of every code point (uint32). A block of code points whose string NFD leaves as it is holds no
+    character that decomposes (NFD only replaces characters by their decompositions and reorders marks), so
+    only the other blocks ask unicodedata one character at a time."""
     table = np.arange(_ALL, dtype=np.uint32)
-    dec = unicodedata.decomposition
-    for cp in chain(range(0x80, 0xAC00), range(0xD7A4, _ALL)):
-        d = dec(chr(cp))
-        if d and d[0] != "<":
-            table[cp] = nfd_first(cp)
-    table[0xAC00:0xD7A4] = [nfd_first(cp) for cp in range(0xAC00, 0xD7A4)]
+    for lo in range(0x80, _ALL, 1024):
+        cps = range(lo, min(lo + 1024, _ALL))
+        if not unicodedata.is_normalized("NFD", "".join(map(chr, cps))):
+            table[lo:lo + len(cps)] = [nfd_first(cp) for cp in cps]
     return table
 
 
