@@ -115,7 +115,7 @@ static int da_fit(builder *d, size_t i) {
     if (!pv) return 0;
     d->prev = pv;
     for (size_t k = d->cap; k < n; k++) {
-        a[k] = (btrie_node){0, -1, -1};
+        a[k] = (btrie_node){0, -1, -1, 0.0f};
         nx[k] = -1;
         pv[k] = d->tail;
         if (d->tail >= 0)
@@ -172,7 +172,7 @@ int btrie_freeze(btrie *t) {
          * placed at the first base that fits them all, tried from the first free cells (a bounded number of
          * them, else past every cell in use, where all is free) */
         where[0] = 0;
-        t->da[0] = (btrie_node){0, -2, t->value[0]}; /* the root: no one's child */
+        t->da[0] = (btrie_node){0, -2, t->value[0], 0.0f}; /* the root: no one's child */
         da_take(&d, 0);
         size_t tail = 1, top = 1;
         queue[0] = 0;
@@ -208,7 +208,7 @@ int btrie_freeze(btrie *t) {
             t->da[ds].base = (int32_t)base;
             for (int32_t k = a; k < b; k++) {
                 size_t i = base + label[k];
-                t->da[i] = (btrie_node){0, ds, t->value[kid[k]]};
+                t->da[i] = (btrie_node){0, ds, t->value[kid[k]], 0.0f};
                 da_take(&d, i);
                 where[kid[k]] = (int32_t)i;
                 if (i >= top) top = i + 1;

@@ -62,9 +62,10 @@ int bpe_encode(bpe *b, const uint8_t *text, size_t n, int mode, const int64_t *c
 
 /* btrie.c: a trie over bytes (token texts, user-defined texts). Built by btrie_insert (children in a hash
  * table keyed by (node, byte)), then btrie_freeze turns it into a double array: node s has the child for
- * byte c at base[s] + c when check there is s, one cache line a step. Node 0 is the root; value -1: none. */
+ * byte c at base[s] + c when check there is s, one cache line a step (a node is 16 bytes). Node 0 is the root; value -1: none. */
 typedef struct {
     int32_t base, check, value;
+    float aux; /* what a user keeps beside the value (Unigram: the token's float32 score) */
 } btrie_node;
 
 typedef struct {
@@ -106,7 +107,7 @@ uint32_t utf8_next(const uint8_t *s, size_t n, size_t *len);
  * copied. ugm_encode: 1 ok, 0 out of memory, -1 a broken charsmap (the caller's pure path reports it). */
 typedef struct ugm ugm;
 ugm *ugm_new(const uint8_t *tok_bytes, size_t tok_len, const int64_t *tok_off, const int32_t *tok_ids,
-             const double *tok_scores, size_t n_tok, const uint8_t *user_bytes, size_t user_len,
+             const float *tok_scores, size_t n_tok, const uint8_t *user_bytes, size_t user_len,
              const int64_t *user_off, size_t n_user, const uint32_t *units, size_t n_units, const uint8_t *repl,
              size_t n_repl, int32_t unk_id, double unk_score, int escape_ws, int add_space_prefix,
              int remove_extra_ws);

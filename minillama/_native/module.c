@@ -255,13 +255,13 @@ static int UGM_init(UGMObject *self, PyObject *args, PyObject *kwds) {
     if (!PyArg_ParseTuple(args, "OOOOOOOOidpppO!", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7], &unk,
                           &unk_score, &esc, &prefix, &merge, &PyTuple_Type, &ids))
         return -1;
-    static const Py_ssize_t sizes[8] = {1, 8, 4, 8, 1, 8, 4, 1};
+    static const Py_ssize_t sizes[8] = {1, 8, 4, 4, 1, 8, 4, 1};
     static const char *names[8] = {"token_bytes", "token_offsets", "token_ids", "token_scores", "user_bytes",
                                    "user_offsets", "charsmap_units", "charsmap_replacements"};
     Py_buffer b[8];
     if (!get_arrays(o, b, sizes, names, 8)) return -1;
     size_t n_tok = (size_t)(b[2].len / 4), n_user = (size_t)(b[5].len / 8);
-    if ((size_t)(b[1].len / 8) != n_tok + 1 || (size_t)(b[3].len / 8) != n_tok || n_user == 0) {
+    if ((size_t)(b[1].len / 8) != n_tok + 1 || (size_t)(b[3].len / 4) != n_tok || n_user == 0) {
         PyErr_SetString(PyExc_ValueError, "UGM tables: expected n + 1 token offsets for n ids and n scores, and "
                                           "user offsets");
         release_all(b, 8);

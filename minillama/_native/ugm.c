@@ -11,10 +11,9 @@
 #include "core.h"
 
 struct ugm {
-    btrie tokens; /* value: index into ids/scores */
-    int32_t *ids;
-    double *scores;
-    btrie user; /* user-defined texts: the deepest node counts, value or not */
+    btrie tokens; /* value: the token id, aux: its score (float32, as the vocab holds it: exact) */
+    btrie user;   /* user-defined texts: the deepest node counts, value or not */
+    uint8_t key_start[256]; /* 0: no charsmap key starts with this byte (the walk is skipped) */
     uint32_t *units;
     size_t n_units;
     uint8_t *repl;
@@ -24,12 +23,12 @@ struct ugm {
     int escape_ws, add_space_prefix, remove_extra_ws;
 };
 
+static uint32_t xcda_base(uint32_t p) { return (p >> 10) << ((p & (1u << 9)) >> 6); }
+
 void ugm_free(ugm *u) {
     if (!u) return;
     btrie_free(&u->tokens);
     btrie_free(&u->user);
-    free(u->ids);
-    free(u->scores);
     free(u->units);
     free(u->repl);
     free(u);
@@ -46,18 +45,16 @@ static int insert_all(btrie *t, const uint8_t *blob, size_t len, const int64_t *
 }
 
 ugm *ugm_new(const uint8_t *tok_bytes, size_t tok_len, const int64_t *tok_off, const int32_t *tok_ids,
-             const double *tok_scores, size_t n_tok, const uint8_t *user_bytes, size_t user_len,
+             const float *tok_scores, size_t n_tok, const uint8_t *user_bytes, size_t user_len,
              const int64_t *user_off, size_t n_user, const uint32_t *units, size_t n_units, const uint8_t *repl,
              size_t n_repl, int32_t unk_id, double unk_score, int escape_ws, int add_space_prefix,
              int remove_extra_ws) {
     if (n_tok > INT32_MAX || n_user > INT32_MAX) return NULL;
     ugm *u = calloc(1, sizeof *u);
     if (!u) return NULL;
-    u->ids = malloc((n_tok + 1) * sizeof *u->ids);
-    u->scores = malloc((n_tok + 1) * sizeof *u->scores);
     u->units = malloc((n_units + 1) * sizeof *u->units);
     u->repl = malloc(n_repl + 1);
-    int ok = u->ids && u->scores && u->units && u->repl;
+    int ok = u->units && u->repl;
     int t_ok = ok && btrie_init(&u->tokens);
     int u_ok = t_ok && btrie_init(&u->user);
     if (!u_ok || !insert_all(&u->tokens, tok_bytes, tok_len, tok_off, n_tok) ||
@@ -66,14 +63,21 @@ ugm *ugm_new(const uint8_t *tok_bytes, size_t tok_len, const int64_t *tok_off, c
         ugm_free(u);
         return NULL;
     }
-    if (n_tok) {
-        memcpy(u->ids, tok_ids, n_tok * sizeof *u->ids);
-        memcpy(u->scores, tok_scores, n_tok * sizeof *u->scores);
+    for (size_t i = 0; i < u->tokens.da_size; i++) { /* entry index -> the id and score themselves */
+        btrie_node *d = &u->tokens.da[i];
+        if (d->check != -1 && d->value >= 0) {
+            d->aux = tok_scores[d->value];
+            d->value = tok_ids[d->value];
+        }
     }
     if (n_units) memcpy(u->units, units, n_units * sizeof *u->units);
     if (n_repl) memcpy(u->repl, repl, n_repl);
     u->n_units = n_units;
     u->n_repl = n_repl;
+    for (int c = 0; c < 256; c++) { /* the first step of the walk, done once: a key may start here */
+        uint32_t node = n_units ? xcda_base(units[0]) ^ (uint32_t)c : 0;
+        u->key_start[c] = n_units && c && (node >= n_units || (units[node] & 0x800000FFu) == (uint32_t)c);
+    }
     u->unk = unk_id;
     u->unk_score = unk_score;
     u->escape_ws = escape_ws;
@@ -104,8 +108,6 @@ static int bbuf_add(bbuf *b, const uint8_t *s, size_t n) {
     b->n += n;
     return 1;
 }
-
-static uint32_t xcda_base(uint32_t p) { return (p >> 10) << ((p & (1u << 9)) >> 6); }
 
 /* The longest charsmap key at s[0..n): its length (0: none) and replacement offset; -1 on an index out of
  * the array (llama.cpp throws there). */
@@ -155,7 +157,7 @@ static int normalize(const ugm *u, const uint8_t *s, size_t n, bbuf *out) {
         if (k > i) {
             piece = s + i;
             piece_len = used = k - i;
-        } else if ((m = charsmap_match(u, s + i, n - i, &offset)) != 0) {
+        } else if (u->key_start[s[i]] && (m = charsmap_match(u, s + i, n - i, &offset)) != 0) {
             if (m < 0 || offset >= u->n_repl) return -1;
             const uint8_t *end = memchr(u->repl + offset, 0, u->n_repl - offset);
             if (!end) return -1;
@@ -222,13 +224,13 @@ static int viterbi(const ugm *u, const uint8_t *s, size_t n, ivec *out) {
         for (size_t j = i; j < n; j++) {
             node = btrie_child(&u->tokens, node, s[j]);
             if (node < 0) break;
-            int32_t e = btrie_value(&u->tokens, node);
-            if (e >= 0) {
+            const btrie_node *d = &u->tokens.da[node];
+            if (d->value >= 0) {
                 if (j + 1 - i == units) single = 1;
-                double v = cur + u->scores[e];
+                double v = cur + (double)d->aux;
                 if (v > best[j + 1]) {
                     best[j + 1] = v;
-                    tok[j + 1] = u->ids[e];
+                    tok[j + 1] = d->value;
                     start[j + 1] = (uint32_t)i;
                 }
             }

@@ -334,7 +334,8 @@ class NativeUGMModel(UGMModel):
         super().__init__(vocab)
         tok_bytes, tok_off = _blob([to_bytes(t) for t, _ in self.byte_token_entries])
         ids = np.array([e[0] for _, e in self.byte_token_entries], np.int32)
-        scores = np.array([e[1] for _, e in self.byte_token_entries], np.float64)
+        # the vocab's float32 scores (or 0.0), which float32 holds exactly
+        scores = np.array([e[1] for _, e in self.byte_token_entries], np.float32)
         user_bytes, user_off = _blob([to_bytes(t) for t in self.user_texts])
         cm = self.charsmap
         units = np.zeros(0, np.uint32) if cm is None else np.ascontiguousarray(cm.units, np.uint32)
