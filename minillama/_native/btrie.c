@@ -88,7 +88,7 @@ int btrie_insert(btrie *t, const uint8_t *s, size_t n, int32_t value) {
         if (next < 0 && (next = add_child(t, node, s[i])) < 0) return 0;
         node = next;
     }
-    if (node == 0) return 1; /* the empty text is no token */
+    if (node == 0 || value < 0) return 1; /* the empty text is no token; value < 0: the path only */
     t->value[node] = value;
     return 1;
 }

@@ -85,7 +85,8 @@ typedef struct {
 
 int btrie_init(btrie *t);
 void btrie_free(btrie *t);
-/* Sets the value of the node of s[0..n) (n >= 1), creating the path; the last insert of a text wins. */
+/* Sets the value of the node of s[0..n) (n >= 1), creating the path; the last insert of a text wins. A value
+ * < 0 creates the path only. */
 int btrie_insert(btrie *t, const uint8_t *s, size_t n, int32_t value);
 /* The double array of the built trie (the build tables are freed); 0 when memory runs out. */
 int btrie_freeze(btrie *t);

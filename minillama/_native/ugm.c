@@ -10,9 +10,23 @@
 
 #include "core.h"
 
+/* Tokens longer than LONG_PREFIX bytes stand in the trie by their first LONG_PREFIX bytes only (a walk
+ * down a 100,000-byte token from every position of a long run would be quadratic); at that node the
+ * Viterbi step compares each of them whole (memcmp), as models/ugm.py does with PREFIX_MAX. */
+#define LONG_PREFIX 64
+
+typedef struct {
+    int32_t node, id; /* the trie node of its first LONG_PREFIX bytes */
+    float score;
+    size_t off, len; /* in the struct's long_bytes */
+} long_tok;
+
 struct ugm {
     btrie tokens; /* value: the token id, aux: its score (float32, as the vocab holds it: exact) */
     btrie user;   /* user-defined texts: the deepest node counts, value or not */
+    long_tok *longs; /* sorted by node */
+    size_t n_longs;
+    uint8_t *long_bytes;
     uint8_t key_start[256]; /* 0: no charsmap key starts with this byte (the walk is skipped) */
     uint32_t *units;
     size_t n_units;
@@ -29,18 +43,54 @@ void ugm_free(ugm *u) {
     if (!u) return;
     btrie_free(&u->tokens);
     btrie_free(&u->user);
+    free(u->longs);
+    free(u->long_bytes);
     free(u->units);
     free(u->repl);
     free(u);
 }
 
-/* Every text i of blob[off[i]..off[i+1]) into t with value i; 0 on bad offsets or no memory. */
-static int insert_all(btrie *t, const uint8_t *blob, size_t len, const int64_t *off, size_t n) {
+/* Every text i of blob[off[i]..off[i+1]) into t with value i, a text longer than max_len by its first max_len
+ * bytes only (and no value); 0 on bad offsets or no memory. */
+static int insert_all(btrie *t, const uint8_t *blob, size_t len, const int64_t *off, size_t n, size_t max_len) {
     for (size_t i = 0; i < n; i++) {
         int64_t s = off[i], e = off[i + 1];
         if (s < 0 || e < s || (uint64_t)e > len) return 0;
-        if (!btrie_insert(t, blob + s, (size_t)(e - s), (int32_t)i)) return 0;
+        size_t k = (size_t)(e - s);
+        if (!btrie_insert(t, blob + s, k > max_len ? max_len : k, k > max_len ? -1 : (int32_t)i)) return 0;
     }
+    return 1;
+}
+
+/* By node, then in the vocab's order (ties of equal scores go to the first, as in models/ugm.py). */
+static int by_node(const void *a, const void *b) {
+    const long_tok *x = a, *y = b;
+    if (x->node != y->node) return (x->node > y->node) - (x->node < y->node);
+    return (x->off > y->off) - (x->off < y->off);
+}
+
+/* The tokens longer than LONG_PREFIX, each with the frozen trie's node of its prefix; 0 when memory runs out. */
+static int collect_longs(ugm *u, const uint8_t *blob, const int64_t *off, const int32_t *ids, const float *scores,
+                         size_t n) {
+    size_t count = 0, bytes = 0;
+    for (size_t i = 0; i < n; i++)
+        if ((size_t)(off[i + 1] - off[i]) > LONG_PREFIX) count++, bytes += (size_t)(off[i + 1] - off[i]);
+    if (!count) return 1;
+    u->longs = malloc(count * sizeof *u->longs);
+    u->long_bytes = malloc(bytes);
+    if (!u->longs || !u->long_bytes) return 0;
+    size_t used = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t len = (size_t)(off[i + 1] - off[i]);
+        if (len <= LONG_PREFIX) continue;
+        int32_t node = 0;
+        for (size_t k = 0; k < LONG_PREFIX && node >= 0; k++) node = btrie_child(&u->tokens, node, blob[off[i] + k]);
+        if (node < 0) return 0; /* inserted above: cannot be */
+        memcpy(u->long_bytes + used, blob + off[i], len);
+        u->longs[u->n_longs++] = (long_tok){node, ids[i], scores[i], used, len};
+        used += len;
+    }
+    qsort(u->longs, u->n_longs, sizeof *u->longs, by_node);
     return 1;
 }
 
@@ -57,9 +107,9 @@ ugm *ugm_new(const uint8_t *tok_bytes, size_t tok_len, const int64_t *tok_off, c
     int ok = u->units && u->repl;
     int t_ok = ok && btrie_init(&u->tokens);
     int u_ok = t_ok && btrie_init(&u->user);
-    if (!u_ok || !insert_all(&u->tokens, tok_bytes, tok_len, tok_off, n_tok) ||
-        !insert_all(&u->user, user_bytes, user_len, user_off, n_user) || !btrie_freeze(&u->tokens) ||
-        !btrie_freeze(&u->user)) {
+    if (!u_ok || !insert_all(&u->tokens, tok_bytes, tok_len, tok_off, n_tok, LONG_PREFIX) ||
+        !insert_all(&u->user, user_bytes, user_len, user_off, n_user, SIZE_MAX) || !btrie_freeze(&u->tokens) ||
+        !btrie_freeze(&u->user) || !collect_longs(u, tok_bytes, tok_off, tok_ids, tok_scores, n_tok)) {
         ugm_free(u);
         return NULL;
     }
@@ -194,6 +244,30 @@ static int normalize(const ugm *u, const uint8_t *s, size_t n, bbuf *out) {
     return 1;
 }
 
+/* The Viterbi step from i for the long tokens whose first LONG_PREFIX bytes end at node (each ends at its
+ * own position, so their order does not matter). */
+static void long_steps(const ugm *u, int32_t node, const uint8_t *s, size_t n, size_t i, double cur, double *best,
+                       int32_t *tok, uint32_t *start) {
+    size_t lo = 0, hi = u->n_longs;
+    while (lo < hi) { /* the first entry of node */
+        size_t mid = lo + (hi - lo) / 2;
+        if (u->longs[mid].node < node)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    for (; lo < u->n_longs && u->longs[lo].node == node; lo++) {
+        const long_tok *t = &u->longs[lo];
+        if (t->len > n - i || memcmp(s + i, u->long_bytes + t->off, t->len) != 0) continue;
+        double v = cur + (double)t->score;
+        if (v > best[i + t->len]) {
+            best[i + t->len] = v;
+            tok[i + t->len] = t->id;
+            start[i + t->len] = (uint32_t)i;
+        }
+    }
+}
+
 /* The Viterbi pass (llm_tokenizer_ugm_session::tokenize) over the normalized bytes. */
 static int viterbi(const ugm *u, const uint8_t *s, size_t n, ivec *out) {
     if (n == 0) return 1;
@@ -233,6 +307,10 @@ static int viterbi(const ugm *u, const uint8_t *s, size_t n, ivec *out) {
                     tok[j + 1] = d->value;
                     start[j + 1] = (uint32_t)i;
                 }
+            }
+            if (j + 1 - i == LONG_PREFIX && u->n_longs) {
+                long_steps(u, node, s, n, i, cur, best, tok, start);
+                break; /* no token goes on in the trie */
             }
         }
         if (!single) {
