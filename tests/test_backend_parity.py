@@ -13,6 +13,7 @@ import functools
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -30,10 +31,15 @@ PROPERTY = settings(max_examples=120, deadline=None, derandomize=True, database=
 
 
 def _build(name: str, backend: str) -> Tokenizer:
+    return _with_backend(backend, lambda: Tokenizer.from_file(vocab_path(name)))
+
+
+def _with_backend(backend: str, make: Callable[[], Tokenizer]) -> Tokenizer:
+    """make() with MINILLAMA_BACKEND=backend (the variable restored afterwards)."""
     old = os.environ.get("MINILLAMA_BACKEND")
     os.environ["MINILLAMA_BACKEND"] = backend
     try:
-        return Tokenizer.from_file(vocab_path(name))
+        return make()
     finally:
         if old is None:
             del os.environ["MINILLAMA_BACKEND"]
@@ -196,15 +202,9 @@ def test_backend_is_read_when_built(monkeypatch):
 
 def _from_metadata(md: dict) -> tuple[Tokenizer, Tokenizer]:
     """(native, pure) tokenizers of one in-memory vocab."""
-    built = []
-    for backend in ("native", "pure"):
-        os.environ["MINILLAMA_BACKEND"] = backend
-        try:
-            built.append(Tokenizer(Vocab.from_metadata(md)))
-        finally:
-            del os.environ["MINILLAMA_BACKEND"]
-    assert [t.backend for t in built] == ["native", "pure"]
-    return built[0], built[1]
+    native, pure = (_with_backend(b, lambda: Tokenizer(Vocab.from_metadata(md))) for b in ("native", "pure"))
+    assert (native.backend, pure.backend) == ("native", "pure")
+    return native, pure
 
 
 def _outcome(tok: Tokenizer, text: str) -> object:
@@ -220,14 +220,8 @@ def _spm_pair(name: str) -> tuple[Tokenizer, Tokenizer]:
     """(native, pure) tokenizers of a SentencePiece .model under shared/vocab."""
     pytest.importorskip("sentencepiece")
     path = require_shared("vocab", name)
-    built = []
-    for backend in ("native", "pure"):
-        os.environ["MINILLAMA_BACKEND"] = backend
-        try:
-            built.append(Tokenizer.from_file(path))
-        finally:
-            del os.environ["MINILLAMA_BACKEND"]
-    return built[0], built[1]
+    native, pure = (_with_backend(b, lambda: Tokenizer.from_file(path)) for b in ("native", "pure"))
+    return native, pure
 
 
 @pytest.mark.parametrize("name", ["spm-unigram8k.model", "spm-unigram-ja-test.model"])
