@@ -13,29 +13,35 @@ import functools
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 
 import numpy as np
 import pytest
-from helpers import REPO, conformance_vocabs, params_or_skip, read_conformance, vocab_path
+from gguf import Keys, TokenType
+from helpers import REPO, conformance_vocabs, params_or_skip, read_conformance, require_shared, vocab_path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from minillama.errors import ArgumentError, MinillamaError, UnsupportedError
-from minillama.tokenizer import Tokenizer
+from minillama.tokenizer import Tokenizer, Vocab, models
 from minillama.tokenizer.models import base
 from minillama.tokenizer.models.bpe import BPEModel, native_merges
 from minillama.tokenizer.pretokenize import PreTokenizer
-from minillama.tokenizer.vocab import Vocab
 
 PROPERTY = settings(max_examples=120, deadline=None, derandomize=True, database=None,
                     suppress_health_check=[HealthCheck.too_slow])
 
 
 def _build(name: str, backend: str) -> Tokenizer:
+    return _with_backend(backend, lambda: Tokenizer.from_file(vocab_path(name)))
+
+
+def _with_backend(backend: str, make: Callable[[], Tokenizer]) -> Tokenizer:
+    """make() with MINILLAMA_BACKEND=backend (the variable restored afterwards)."""
     old = os.environ.get("MINILLAMA_BACKEND")
     os.environ["MINILLAMA_BACKEND"] = backend
     try:
-        return Tokenizer.from_file(vocab_path(name))
+        return make()
     finally:
         if old is None:
             del os.environ["MINILLAMA_BACKEND"]
@@ -50,13 +56,15 @@ def pair(name: str) -> tuple[Tokenizer, Tokenizer]:
 
 
 def _covered() -> list[str]:
-    """The shared vocabs the native core runs (today: every byte-level BPE vocab)."""
+    """The shared vocabs the native core runs (today: every byte-level BPE, WordPiece and Unigram vocab)."""
     return [n for n in conformance_vocabs() if n in NATIVE_VOCABS]
 
 
-# The shared byte-level BPE vocabs: the core covers each of them (a vocab falling back to pure fails below).
+# The shared byte-level BPE, WordPiece and Unigram vocabs: the core covers each of them (a vocab falling back to
+# pure fails below).
 NATIVE_VOCABS = ("ggml-vocab-deepseek-coder", "ggml-vocab-deepseek-llm", "ggml-vocab-falcon", "ggml-vocab-gpt-2",
-                 "ggml-vocab-llama-bpe", "ggml-vocab-mpt", "ggml-vocab-refact", "ggml-vocab-starcoder")
+                 "ggml-vocab-llama-bpe", "ggml-vocab-mpt", "ggml-vocab-refact", "ggml-vocab-starcoder",
+                 "ggml-vocab-bert-bge", "ggml-vocab-unigram8k")
 VOCABS = params_or_skip(_covered(), "byte-level BPE conformance vocabs")
 
 
@@ -113,9 +121,10 @@ def test_parity_hypothesis(vocab, text):
     assert native.encode(text, add_special=False) == pure.encode(text, add_special=False)
 
 
-@pytest.mark.parametrize("vocab", ["ggml-vocab-llama-bpe", "ggml-vocab-gpt-2", "ggml-vocab-falcon"])
+@pytest.mark.parametrize("vocab", ["ggml-vocab-llama-bpe", "ggml-vocab-gpt-2", "ggml-vocab-falcon",
+                                   "ggml-vocab-bert-bge", "ggml-vocab-unigram8k"])
 def test_parity_long_words(vocab):
-    """Words past the plain scan (the heap merge) and a word of 100,000 characters."""
+    """Words past the plain scan (the heap merge), a word of 100,000 characters, runs of raw bytes."""
     native, pure = pair(vocab)
     texts = ["a" * 100_000, "ab" * 3000, "".join(chr(0x61 + i * 7 % 26) for i in range(5000)),
              "日本語" * 700, "\udcff\udcc3" * 300]
@@ -123,10 +132,11 @@ def test_parity_long_words(vocab):
         assert native.encode(t, add_special=False) == pure.encode(t, add_special=False), t[:20]
 
 
-def test_threads_share_one_native_tokenizer():
+@pytest.mark.parametrize("vocab", ["ggml-vocab-llama-bpe", "ggml-vocab-bert-bge", "ggml-vocab-unigram8k"])
+def test_threads_share_one_native_tokenizer(vocab):
     """encode_batch on 2 threads (the GIL released in C, one shared word cache) equals a plain loop."""
-    native, pure = pair("ggml-vocab-llama-bpe")
-    texts = [r["text"] for r in read_conformance("ggml-vocab-llama-bpe", "conformance-diverse")]
+    native, pure = pair(vocab)
+    texts = [r["text"] for r in read_conformance(vocab, "conformance-diverse")]
     native._encoder.clear_cache()
     assert native.encode_batch(texts, num_threads=2, add_special=False) == \
         [pure.encode(t, add_special=False) for t in texts]
@@ -149,8 +159,9 @@ def test_native_cache_bound(monkeypatch):
     assert native._encoder.cache_info()["longest_word"] < 20_000
 
 
-def test_uncovered_vocab_stays_pure():
-    """A vocab the core does not cover (WordPiece today) keeps its Python class, and says so."""
+def test_uncovered_vocab_stays_pure(monkeypatch):
+    """A vocab of a kind the core does not cover keeps its Python class, and says so."""
+    monkeypatch.delitem(models.NATIVE, "wpm")
     assert _build("ggml-vocab-bert-bge", "native").backend == "pure"
 
 
@@ -263,3 +274,137 @@ def test_core_resolves_merges_as_python():
         assert _core.BPE.resolve_merges(b"ab", offsets, text, n) is None, (text, n)
     with pytest.raises(ValueError):
         _core.BPE.resolve_merges(b"ab", offsets, b"a b", -1)
+
+
+# --- Unigram and WordPiece -------------------------------------------------------------------------------------
+
+def _from_metadata(md: dict) -> tuple[Tokenizer, Tokenizer]:
+    """(native, pure) tokenizers of one in-memory vocab."""
+    native, pure = (_with_backend(b, lambda: Tokenizer(Vocab.from_metadata(md))) for b in ("native", "pure"))
+    assert (native.backend, pure.backend) == ("native", "pure")
+    return native, pure
+
+
+def _outcome(tok: Tokenizer, text: str) -> object:
+    """The ids, or the error's type and message."""
+    try:
+        return tok.encode(text, add_special=False)
+    except MinillamaError as e:
+        return type(e).__name__, str(e)
+
+
+@functools.cache
+def _spm_pair(name: str) -> tuple[Tokenizer, Tokenizer]:
+    """(native, pure) tokenizers of a SentencePiece .model under shared/vocab."""
+    pytest.importorskip("sentencepiece")
+    path = require_shared("vocab", name)
+    native, pure = (_with_backend(b, lambda: Tokenizer.from_file(path)) for b in ("native", "pure"))
+    return native, pure
+
+
+@pytest.mark.parametrize("name", ["spm-unigram8k.model", "spm-unigram-ja-test.model"])
+@pytest.mark.parametrize("directory", ["conformance", "conformance-diverse"])
+def test_unigram_sentencepiece_models(name, directory):
+    """Unigram vocabs read by the SentencePiece loader run natively and agree with the pure path on every
+    conformance text; spm-unigram8k.model (the source of ggml-vocab-unigram8k.gguf) gives llama.cpp's ids."""
+    native, pure = _spm_pair(name)
+    assert (native.backend, pure.backend) == ("native", "pure")
+    bad = []
+    for r in read_conformance("ggml-vocab-unigram8k", directory):
+        got = native.encode(r["text"], add_special=False)
+        if got != pure.encode(r["text"], add_special=False) or (name == "spm-unigram8k.model" and got != r["ids"]):
+            bad.append(r["text"][:60])
+    assert not bad, f"{len(bad)} texts differ, first: {bad[:3]}"
+
+
+@pytest.mark.parametrize("name", ["spm-unigram8k.model", "spm-unigram-ja-test.model"])
+@PROPERTY
+@given(text=st.one_of(_TEXT, _RAW, _PIECES))
+def test_unigram_sentencepiece_models_hypothesis(name, text):
+    native, pure = _spm_pair(name)
+    assert native.encode(text, add_special=False) == pure.encode(text, add_special=False)
+
+
+@pytest.mark.slow
+def test_wordpiece_table_is_the_pure_normaliser():
+    """The core's per-code-point table (wpm.norm_table) says, for every code point and every option pair, what
+    the pure path's _NormTable makes of it: a space, dropped, a word of its own, or kept as which code point."""
+    from minillama.tokenizer.models.wpm import _NormTable, norm_table
+    for lowercase in (True, False):
+        for strip_accents in (True, False):
+            table, pure = norm_table(lowercase, strip_accents).tolist(), _NormTable(lowercase, strip_accents)
+            bad = []
+            for cp, e in enumerate(table):
+                v = pure.normalise(cp)
+                want = (1, 0) if v == " " else (2, 0) if v == "" else (3, ord(v[1])) if len(v) == 3 else (0, ord(v))
+                if want != (e >> 21, e & 0x1FFFFF if e >> 21 in (0, 3) else 0):
+                    bad.append(hex(cp))
+            assert not bad, f"lowercase={lowercase} strip_accents={strip_accents}: {len(bad)} differ: {bad[:5]}"
+
+
+_K = Keys.Tokenizer
+
+
+def _bert(words: list[str], **extra) -> dict:
+    """bert metadata: [PAD] [UNK] [CLS] [SEP] [MASK] (control) + words (normal)."""
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    types = [int(TokenType.CONTROL)] * 5 + [int(TokenType.NORMAL)] * len(words)
+    return {_K.MODEL: "bert", _K.LIST: specials + words, _K.TOKEN_TYPE: np.array(types, np.int32), _K.UNK_ID: 1,
+            _K.BOS_ID: 2, _K.SEP_ID: 3, _K.PAD_ID: 0, _K.MASK_ID: 4, **extra}
+
+
+_WPM_WORDS = ["▁un", "▁unaff", "aff", "able", "▁a", "ble", "a", "b", "▁x", "▁é", "▁É", "▁Hello", "▁hello", "▁",
+              "▁中", "é", "\u2581\u2581", "▁ab", "bc", "▁!", "▁,"]
+_WPM_TEXTS = ["unaffable", "unab", "abc", "unz x", "Hello, É é! 中文", "", "   ", "\u2581", "\u2581\u2581 x", "a\x00b",
+              "x\ufffd\u200by", "ÉCOLE", "\udcff\udcc3a", "a\ud800b", "\U000e0080", "é" * 3000]
+
+
+@pytest.mark.parametrize("options", [{}, {"tokenizer.ggml.normalizer.lowercase": False},
+                                     {"tokenizer.ggml.normalizer.strip_accents": False},
+                                     {"tokenizer.ggml.normalizer.lowercase": False,
+                                      "tokenizer.ggml.normalizer.strip_accents": True}])
+def test_wordpiece_options_and_edges(options):
+    """Hand-made WordPiece vocabs, every normaliser option pair: the same ids (or the same error) on both
+    backends, for texts around the edges (greedy failure, unknown words, the U+2581 prefix itself as a token,
+    dropped and raw code points)."""
+    native, pure = _from_metadata(_bert(_WPM_WORDS, **options))
+    for text in _WPM_TEXTS:
+        assert _outcome(native, text) == _outcome(pure, text), text[:20]
+
+
+def test_wordpiece_without_unknown_token():
+    """A word no token covers, in a vocab without [UNK]: the same FormatError on both backends."""
+    md = _bert(["▁a", "b"])
+    del md[_K.UNK_ID]
+    md[_K.LIST] = ["[PAD]", "[NOUNK]", *md[_K.LIST][2:]]
+    native, pure = _from_metadata(md)
+    for text in ["a ab", "a z", "z"]:
+        assert _outcome(native, text) == _outcome(pure, text)
+    assert _outcome(native, "z")[0] == "FormatError"  # type: ignore[index]
+
+
+def _t5(tokens: list[str], scores: list[float], types: list[int] | None = None, **extra) -> dict:
+    types = types or [int(TokenType.CONTROL)] * 2 + [int(TokenType.NORMAL)] * (len(tokens) - 2)
+    return {_K.MODEL: "t5", _K.LIST: tokens, _K.SCORES: np.array(scores, np.float32),
+            _K.TOKEN_TYPE: np.array(types, np.int32), _K.EOS_ID: 1, _K.PAD_ID: 0, **extra}
+
+
+_UGM_TOKENS = ["<pad>", "</s>", "<unk>", "▁a", "b", "▁", "ab", "c", "▁ab", "<user>", "é", "\u2581\u2581", "日本", "日"]
+_UGM_SCORES = [0, 0, 0, -1, -2, -3, -1.5, -4, -2.5, 0, -0.5, -6, -1, -2]
+_UGM_TYPES = [int(TokenType.CONTROL)] * 2 + [int(TokenType.UNKNOWN)] + [int(TokenType.NORMAL)] * 6 + \
+    [int(TokenType.USER_DEFINED)] + [int(TokenType.NORMAL)] * 4
+_UGM_TEXTS = ["ab c", "ab z", "zz zz", "  a  b  ", "", " ", "<user>ab<user>", "<use", "日本日本語", "a\udcffb",
+              "\udcc3\udca9", "a\ud800", "é\u0301", "x" * 5000, "ab " * 2000]
+
+
+@pytest.mark.parametrize("options", [{}, {"tokenizer.ggml.add_space_prefix": False},
+                                     {"tokenizer.ggml.remove_extra_whitespaces": True},
+                                     {"tokenizer.ggml.remove_extra_whitespaces": False,
+                                      "tokenizer.ggml.add_space_prefix": True}])
+def test_unigram_options_and_edges(options):
+    """Hand-made Unigram vocabs (unknown, user-defined and byte-odd texts; the space options): the same ids on
+    both backends, including unknown runs merged and raw bytes read as llama.cpp reads them."""
+    native, pure = _from_metadata(_t5(_UGM_TOKENS, _UGM_SCORES, _UGM_TYPES, **{_K.UNK_ID: 2, **options}))
+    for text in _UGM_TEXTS:
+        assert _outcome(native, text) == _outcome(pure, text), text[:20]
+

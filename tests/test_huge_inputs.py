@@ -117,7 +117,8 @@ _RUN_CHILD = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("name", ["ggml-vocab-llama-bpe", "ggml-vocab-llama-spm"])
+@pytest.mark.parametrize("name", ["ggml-vocab-llama-bpe", "ggml-vocab-llama-spm", "ggml-vocab-bert-bge",
+                                  "ggml-vocab-unigram8k"])
 def test_one_letter_run_under_40_bytes_a_byte(name: str) -> None:
     """One word of 2,000,000 letters (the merge heaps' worst case) encodes with the address space capped at
     what is mapped after loading + 40 bytes per letter + 48 MiB (issue 15's bound). The heap of Python ints

@@ -72,3 +72,72 @@ int resolve_merges(const uint8_t *tok_bytes, size_t tok_len, const int64_t *tok_
                    const uint8_t *text, size_t text_len, size_t n_merges, int32_t *rows);
 
 #endif
+
+/* ---- Unigram and WordPiece (ugm.c, wpm.c, btrie.c) ---------------------------------------------------- */
+
+/* btrie.c: a trie over bytes (token texts, user-defined texts). Built by btrie_insert (children in a hash
+ * table keyed by (node, byte)), then btrie_freeze turns it into a double array: node s has the child for
+ * byte c at base[s] + c when check there is s, one cache line a step (a node is 16 bytes). Node 0 is the root; value -1: none. */
+typedef struct {
+    int32_t base, check, value;
+    float aux; /* what a user keeps beside the value (Unigram: the token's float32 score) */
+} btrie_node;
+
+typedef struct {
+    uint64_t key; /* node << 8 | byte, + 1 (0: an empty slot) */
+    int32_t child;
+} btrie_slot;
+
+typedef struct {
+    int32_t *value; /* building: per node */
+    size_t n_nodes, cap_nodes;
+    btrie_slot *slots;
+    size_t n_slots, mask; /* slots: a power of two, at most half full */
+    int32_t root[256];    /* building: the root's children directly (-1: none) */
+    btrie_node *da;       /* frozen: the double array */
+    size_t da_size;
+} btrie;
+
+int btrie_init(btrie *t);
+void btrie_free(btrie *t);
+/* Sets the value of the node of s[0..n) (n >= 1), creating the path; the last insert of a text wins. A value
+ * < 0 creates the path only. */
+int btrie_insert(btrie *t, const uint8_t *s, size_t n, int32_t value);
+/* The double array of the built trie (the build tables are freed); 0 when memory runs out. */
+int btrie_freeze(btrie *t);
+
+/* The child of frozen node s for byte c, or -1. */
+static inline int32_t btrie_child(const btrie *t, int32_t s, uint8_t c) {
+    size_t i = (size_t)t->da[s].base + c;
+    return i < t->da_size && t->da[i].check == s ? (int32_t)i : -1;
+}
+
+static inline int32_t btrie_value(const btrie *t, int32_t s) { return t->da[s].value; }
+
+/* wpm.c: one code point of UTF-8 as llama.cpp's unicode_cpts_from_utf8 reads it: *len bytes (1 and U+FFFD
+ * for a byte that starts no well-formed sequence). n >= 1. */
+uint32_t utf8_next(const uint8_t *s, size_t n, size_t *len);
+
+/* ugm.c: llama.cpp's llm_tokenizer_ugm (normalize: user-defined prefixes, the charsmap's XCDA, U+FFFD for
+ * invalid bytes, the space rules; then the Viterbi pass over a byte trie of the tokens). The tables are
+ * copied. ugm_encode: 1 ok, 0 out of memory, -1 a broken charsmap (the caller's pure path reports it). */
+typedef struct ugm ugm;
+ugm *ugm_new(const uint8_t *tok_bytes, size_t tok_len, const int64_t *tok_off, const int32_t *tok_ids,
+             const float *tok_scores, size_t n_tok, const uint8_t *user_bytes, size_t user_len,
+             const int64_t *user_off, size_t n_user, const uint32_t *units, size_t n_units, const uint8_t *repl,
+             size_t n_repl, int32_t unk_id, double unk_score, int escape_ws, int add_space_prefix,
+             int remove_extra_ws);
+void ugm_free(ugm *u);
+int ugm_encode(const ugm *u, const uint8_t *text, size_t n, ivec *out);
+
+/* wpm.c: llama.cpp's llm_tokenizer_wpm: each code point through norm (0x110000 entries: the code point it
+ * becomes in the low 21 bits, its class above: WPM_KEEP, WPM_SPACE ends a word, WPM_DROP vanishes,
+ * WPM_ALONE is a word of its own), each word behind U+2581 cut greedily into the longest tokens, a word
+ * with a position no token starts at is unk. wpm_encode: 1 ok, 0 out of memory, -1 unk needed but < 0. */
+enum { WPM_KEEP = 0, WPM_SPACE = 1, WPM_DROP = 2, WPM_ALONE = 3 };
+#define WPM_CP_BITS 21
+typedef struct wpm wpm;
+wpm *wpm_new(const uint8_t *tok_bytes, size_t tok_len, const int64_t *tok_off, const int32_t *ids, size_t n_ids,
+             size_t n_vocab, const uint32_t *norm, int32_t unk_id);
+void wpm_free(wpm *w);
+int wpm_encode(const wpm *w, const uint8_t *text, size_t n, ivec *out);

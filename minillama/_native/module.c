@@ -338,6 +338,247 @@ static PyTypeObject BPEType = {
     .tp_methods = BPE_methods,
 };
 
+/* ==== Unigram (UGM) and WordPiece (WPM): ugm.c, wpm.c ================================================ */
+
+/* ids: a tuple of the ints 0..n_vocab - 1 the Python side made once, so an id list holds shared ints instead of
+ * a new int object per id (a first pass over a corpus otherwise spends more on allocating ints than on C). */
+typedef struct {
+    PyObject_HEAD
+    ugm *u;
+    PyObject *ids;
+} UGMObject;
+
+typedef struct {
+    PyObject_HEAD
+    wpm *w;
+    PyObject *ids;
+} WPMObject;
+
+static void UGM_dealloc(UGMObject *self) {
+    ugm_free(self->u);
+    Py_XDECREF(self->ids);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static void WPM_dealloc(WPMObject *self) {
+    wpm_free(self->w);
+    Py_XDECREF(self->ids);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* v as a list of the shared ints of ids (a tuple; PyLong_FromLong for an id outside it). */
+static PyObject *shared_ids_list(const ivec *v, PyObject *ids) {
+    PyObject *list = PyList_New((Py_ssize_t)v->n);
+    if (!list) return NULL;
+    Py_ssize_t n_ids = PyTuple_GET_SIZE(ids);
+    for (size_t i = 0; i < v->n; i++) {
+        int32_t id = v->v[i];
+        PyObject *x = id >= 0 && id < n_ids ? Py_NewRef(PyTuple_GET_ITEM(ids, id)) : PyLong_FromLong(id);
+        if (!x) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, x);
+    }
+    return list;
+}
+
+/* Release the first n of bufs. */
+static void release_all(Py_buffer *bufs, int n) {
+    for (int i = 0; i < n; i++) PyBuffer_Release(&bufs[i]);
+}
+
+/* objs[i] as bufs[i] with items of sizes[i] bytes; on failure the ones got are released. */
+static int get_arrays(PyObject **objs, Py_buffer *bufs, const Py_ssize_t *sizes, const char **names, int n) {
+    for (int i = 0; i < n; i++)
+        if (!get_array(objs[i], &bufs[i], sizes[i], names[i])) {
+            release_all(bufs, i);
+            return 0;
+        }
+    return 1;
+}
+
+static int UGM_init(UGMObject *self, PyObject *args, PyObject *kwds) {
+    (void)kwds;
+    PyObject *o[8];
+    int unk, esc, prefix, merge;
+    double unk_score;
+    if (self->u) {
+        PyErr_SetString(PyExc_RuntimeError, "UGM is already initialised");
+        return -1;
+    }
+    PyObject *ids;
+    if (!PyArg_ParseTuple(args, "OOOOOOOOidpppO!", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7], &unk,
+                          &unk_score, &esc, &prefix, &merge, &PyTuple_Type, &ids))
+        return -1;
+    static const Py_ssize_t sizes[8] = {1, 8, 4, 4, 1, 8, 4, 1};
+    static const char *names[8] = {"token_bytes", "token_offsets", "token_ids", "token_scores", "user_bytes",
+                                   "user_offsets", "charsmap_units", "charsmap_replacements"};
+    Py_buffer b[8];
+    if (!get_arrays(o, b, sizes, names, 8)) return -1;
+    size_t n_tok = (size_t)(b[2].len / 4), n_user = (size_t)(b[5].len / 8);
+    if ((size_t)(b[1].len / 8) != n_tok + 1 || (size_t)(b[3].len / 4) != n_tok || n_user == 0) {
+        PyErr_SetString(PyExc_ValueError, "UGM tables: expected n + 1 token offsets for n ids and n scores, and "
+                                          "user offsets");
+        release_all(b, 8);
+        return -1;
+    }
+    ugm *u;
+    Py_BEGIN_ALLOW_THREADS
+    u = ugm_new(b[0].buf, (size_t)b[0].len, b[1].buf, b[2].buf, b[3].buf, n_tok, b[4].buf, (size_t)b[4].len,
+                b[5].buf, n_user - 1, b[6].buf, (size_t)(b[6].len / 4), b[7].buf, (size_t)b[7].len, unk, unk_score,
+                esc, prefix, merge);
+    Py_END_ALLOW_THREADS
+    release_all(b, 8);
+    if (!u) {
+        PyErr_SetString(PyExc_ValueError, "UGM tables are inconsistent (offsets) or memory ran out");
+        return -1;
+    }
+    self->u = u;
+    self->ids = Py_NewRef(ids);
+    return 0;
+}
+
+static int WPM_init(WPMObject *self, PyObject *args, PyObject *kwds) {
+    (void)kwds;
+    PyObject *o[4];
+    int unk;
+    if (self->w) {
+        PyErr_SetString(PyExc_RuntimeError, "WPM is already initialised");
+        return -1;
+    }
+    PyObject *ids;
+    if (!PyArg_ParseTuple(args, "OOOOiO!", &o[0], &o[1], &o[2], &o[3], &unk, &PyTuple_Type, &ids)) return -1;
+    static const Py_ssize_t sizes[4] = {1, 8, 4, 4};
+    static const char *names[4] = {"token_bytes", "token_offsets", "token_ids", "norm"};
+    Py_buffer b[4];
+    if (!get_arrays(o, b, sizes, names, 4)) return -1;
+    if (b[1].len / 8 < 1 || b[3].len / 4 != MAX_CODE_POINT + 1) {
+        PyErr_Format(PyExc_ValueError, "WPM tables: expected n_vocab + 1 token offsets and %d norm entries",
+                     MAX_CODE_POINT + 1);
+        release_all(b, 4);
+        return -1;
+    }
+    wpm *w;
+    Py_BEGIN_ALLOW_THREADS
+    w = wpm_new(b[0].buf, (size_t)b[0].len, b[1].buf, b[2].buf, (size_t)(b[2].len / 4), (size_t)(b[1].len / 8 - 1),
+                b[3].buf, unk);
+    Py_END_ALLOW_THREADS
+    release_all(b, 4);
+    if (!w) {
+        PyErr_SetString(PyExc_ValueError, "WPM tables are inconsistent (offsets) or memory ran out");
+        return -1;
+    }
+    self->w = w;
+    self->ids = Py_NewRef(ids);
+    return 0;
+}
+
+/* encode(text) of either: text is bytes (UTF-8 or raw) or a str (its UTF-8: an ASCII str's own buffer, read
+ * in place). The ids, or None where the pure path must decide: a str that has no UTF-8 form (lone
+ * surrogates), or what the encoder refuses (it raises there). */
+static PyObject *run_encode(const void *model, int (*encode)(const void *, const uint8_t *, size_t, ivec *),
+                            PyObject *ids, PyObject *args) {
+    PyObject *arg, *utf8 = NULL;
+    Py_buffer text = {0};
+    const uint8_t *data;
+    size_t n;
+    if (!model) {
+        PyErr_SetString(PyExc_RuntimeError, "the encoder is not initialised");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args, "O", &arg)) return NULL;
+    if (PyUnicode_Check(arg)) {
+        if (PyUnicode_IS_COMPACT_ASCII(arg)) {
+            data = PyUnicode_DATA(arg); /* the tuple args holds arg while the GIL is released */
+            n = (size_t)PyUnicode_GET_LENGTH(arg);
+        } else {
+            utf8 = PyUnicode_AsUTF8String(arg);
+            if (!utf8) {
+                if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError)) return NULL;
+                PyErr_Clear();
+                Py_RETURN_NONE;
+            }
+            data = (const uint8_t *)PyBytes_AS_STRING(utf8);
+            n = (size_t)PyBytes_GET_SIZE(utf8);
+        }
+    } else {
+        if (PyObject_GetBuffer(arg, &text, PyBUF_SIMPLE) < 0) return NULL;
+        data = text.buf;
+        n = (size_t)text.len;
+    }
+    ivec out = {NULL, 0, 0, 1};
+    int r;
+    Py_BEGIN_ALLOW_THREADS
+    r = encode(model, data, n, &out);
+    Py_END_ALLOW_THREADS
+    if (text.obj) PyBuffer_Release(&text);
+    Py_XDECREF(utf8);
+    PyObject *res = r > 0 ? shared_ids_list(&out, ids) : r < 0 ? Py_NewRef(Py_None) : PyErr_NoMemory();
+    ivec_free(&out);
+    return res;
+}
+
+static int ugm_encode_any(const void *m, const uint8_t *s, size_t n, ivec *out) { return ugm_encode(m, s, n, out); }
+static int wpm_encode_any(const void *m, const uint8_t *s, size_t n, ivec *out) { return wpm_encode(m, s, n, out); }
+
+static PyObject *UGM_encode(UGMObject *self, PyObject *args) { return run_encode(self->u, ugm_encode_any, self->ids, args); }
+static PyObject *WPM_encode(WPMObject *self, PyObject *args) { return run_encode(self->w, wpm_encode_any, self->ids, args); }
+
+static PyMethodDef UGM_methods[] = {
+    {"encode", (PyCFunction)UGM_encode, METH_VARARGS,
+     "encode(text: str | bytes) -> list[int] | None: the ids of one fragment; None where the pure path decides."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMethodDef WPM_methods[] = {
+    {"encode", (PyCFunction)WPM_encode, METH_VARARGS,
+     "encode(text: str | bytes) -> list[int] | None: the ids of one fragment; None where the pure path decides."},
+
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject UGMType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "minillama._native._core.UGM",
+    .tp_basicsize = sizeof(UGMObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Unigram (llama.cpp's llm_tokenizer_ugm): normalisation and Viterbi over a vocab's tables.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)UGM_init,
+    .tp_dealloc = (destructor)UGM_dealloc,
+    .tp_methods = UGM_methods,
+};
+
+static PyTypeObject WPMType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "minillama._native._core.WPM",
+    .tp_basicsize = sizeof(WPMObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "WordPiece (llama.cpp's llm_tokenizer_wpm): normalisation and greedy longest match.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)WPM_init,
+    .tp_dealloc = (destructor)WPM_dealloc,
+    .tp_methods = WPM_methods,
+};
+
+/* The two types into module m; -1 on failure. */
+static int add_ugm_wpm(PyObject *m) {
+    PyTypeObject *types[2] = {&UGMType, &WPMType};
+    const char *names[2] = {"UGM", "WPM"};
+    for (int i = 0; i < 2; i++) {
+        if (PyType_Ready(types[i]) < 0) return -1;
+        Py_INCREF(types[i]);
+        if (PyModule_AddObject(m, names[i], (PyObject *)types[i]) < 0) {
+            Py_DECREF(types[i]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* ==== end of Unigram and WordPiece ==================================================================== */
+
 static struct PyModuleDef core_module = {
     PyModuleDef_HEAD_INIT, "_core", "minillama's native tokenizer core (C).", -1, NULL, NULL, NULL, NULL, NULL,
 };
@@ -352,5 +593,6 @@ PyMODINIT_FUNC PyInit__core(void) {
         Py_DECREF(m);
         return NULL;
     }
+    if (add_ugm_wpm(m) < 0) return Py_DECREF(m), NULL;
     return m;
 }

@@ -22,7 +22,10 @@ from .unicode import C_SPACE
 from .vocab import Attr, Vocab
 
 PREFIX_CHARS = 3
-_SKIP = int(Attr.CONTROL | Attr.UNKNOWN)  # matched only with parse_special (an enum `|` per call costs ~1 us)
+# The attribute bits partition_spans tests, as plain ints once (an IntFlag operation per call costs more
+# than the rest of a short text's partition).
+_SKIP = int(Attr.CONTROL | Attr.UNKNOWN)
+_LSTRIP, _RSTRIP = int(Attr.LSTRIP), int(Attr.RSTRIP)
 
 
 def always_matched(vocab: Vocab) -> list[int]:
@@ -76,8 +79,7 @@ def partition_spans(vocab: Vocab, text: str, parse_special: bool, allowed: Abstr
     frags: list[tuple[int, int, int]] = [(0, len(text), -1)]
     tokens = vocab.tokens if tokens is None else tokens
     attrs = vocab.attrs
-    skip = _SKIP
-    lstrip_bit, rstrip_bit = int(Attr.LSTRIP), int(Attr.RSTRIP)
+    skip, lstrip_bit, rstrip_bit = _SKIP, _LSTRIP, _RSTRIP
     # Vocabs hold up to thousands of special tokens that share a few prefixes ("<|reserved_...",
     # "[PAD..."): one search per distinct prefix rules most of them out of a long text at once.
     prefix_in_text: dict[str, bool] = {}

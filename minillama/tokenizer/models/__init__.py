@@ -16,15 +16,16 @@ from ..vocab import Vocab
 from .base import Encoder, Model
 from .bpe import BPEModel, NativeBPEModel
 from .spm import SPMModel
-from .ugm import UGMModel
-from .wpm import WPMModel
+from .ugm import NativeUGMModel, UGMModel
+from .wpm import NativeWPMModel, WPMModel
 
 MODELS: dict[str, type[Model]] = {"spm": SPMModel, "bpe": BPEModel, "wpm": WPMModel, "ugm": UGMModel}
 
 
 BACKENDS = ("auto", "native", "pure")
 # The native class of each kind the core covers (make_model falls back to MODELS where it returns None).
-NATIVE: dict[str, type[NativeBPEModel]] = {"bpe": NativeBPEModel}
+NATIVE: dict[str, type[NativeBPEModel] | type[NativeUGMModel] | type[NativeWPMModel]] = {
+    "bpe": NativeBPEModel, "ugm": NativeUGMModel, "wpm": NativeWPMModel}
 
 
 def backend_choice() -> str:

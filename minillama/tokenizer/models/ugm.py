@@ -34,6 +34,7 @@ import re
 import sys
 from array import array
 from itertools import chain
+from types import ModuleType
 from typing import TypeVar
 
 import numpy as np
@@ -313,3 +314,47 @@ class UGMModel(UGMNormalizer, Model):
                     best[i + units], tok[i + units], start[i + units] = v, unk, i
             i += units
         return self._backtrack(tok, start, n)
+
+
+def _blob(texts: list[bytes]) -> tuple[bytes, np.ndarray]:
+    """texts as one blob and n + 1 int64 offsets."""
+    offsets = np.zeros(len(texts) + 1, np.int64)
+    np.cumsum(np.fromiter(map(len, texts), np.int64, len(texts)), out=offsets[1:])
+    return b"".join(texts), offsets
+
+
+class NativeUGMModel(UGMModel):
+    """UGMModel whose encode runs in the native core (C): the byte-level normalisation and Viterbi of llama.cpp,
+    with the GIL released, from the tables this class builds (its token entries, user-defined texts and the
+    vocab's charsmap). The Python methods it inherits stay for offsets; they give the same ids."""
+
+    backend = "native"
+
+    def __init__(self, vocab: Vocab, core: ModuleType) -> None:
+        super().__init__(vocab)
+        tok_bytes, tok_off = _blob([to_bytes(t) for t, _ in self.byte_token_entries])
+        ids = np.array([e[0] for _, e in self.byte_token_entries], np.int32)
+        # the vocab's float32 scores (or 0.0), which float32 holds exactly
+        scores = np.array([e[1] for _, e in self.byte_token_entries], np.float32)
+        user_bytes, user_off = _blob([to_bytes(t) for t in self.user_texts])
+        cm = self.charsmap
+        units = np.zeros(0, np.uint32) if cm is None else np.ascontiguousarray(cm.units, np.uint32)
+        repl = b"" if cm is None else cm.replacements
+        self._core = core.UGM(tok_bytes, tok_off, ids, scores, user_bytes, user_off, units, repl, self.unk_id,
+                              self.unknown_score, self.escape_whitespaces, self.add_space_prefix,
+                              self.remove_extra_whitespaces, tuple(range(vocab.n_vocab)))
+
+    @classmethod
+    def build(cls, vocab: Vocab, core: ModuleType) -> NativeUGMModel | None:
+        """The native model, or None for a charsmap without units (the pure path reports it)."""
+        if vocab.charsmap is not None and not len(vocab.charsmap.units):
+            return None
+        return cls(vocab, core)
+
+    def encode(self, text: str) -> list[int]:
+        ids = self._core.encode(text)
+        if ids is None and SURROGATES.search(text):  # raw bytes as surrogate escapes: their bytes
+            ids = self._core.encode(to_bytes(text))
+        if ids is None or (self.unk_id < 0 and -1 in ids):
+            return super().encode(text)  # a broken charsmap or no unknown token: the pure path raises
+        return ids

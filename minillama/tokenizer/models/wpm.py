@@ -19,13 +19,18 @@ accent is only dropped because it was never emitted). Lowercasing is the simple 
 
 from __future__ import annotations
 
+import functools
 import unicodedata
+from types import ModuleType
+
+import numpy as np
 
 from ...errors import FormatError
 from .. import unicode_data as ud
 from ..text import SPACE
 from ..vocab import Vocab
 from .base import Model
+from .bpe import unicode_flags
 
 PREFIX_MAX = 64
 _SPACE_BYTES = SPACE.encode()
@@ -174,3 +179,80 @@ class WPMModel(Model):
         if unk is None:
             raise FormatError(f"this WordPiece vocab has no unknown-token id for the word {word!r}")
         return [unk]
+
+
+# --- the native core's tables -------------------------------------------------------------------------
+_ALL = 0x110000  # every code point, 0..U+10FFFF
+
+
+@functools.cache
+def nfd_first_table() -> np.ndarray:
+    """nfd_first of every code point (uint32). A block of code points whose string NFD leaves as it is holds no
+    character that decomposes (NFD only replaces characters by their decompositions and reorders marks), so
+    only the other blocks ask unicodedata one character at a time."""
+    table = np.arange(_ALL, dtype=np.uint32)
+    for lo in range(0x80, _ALL, 1024):
+        cps = range(lo, min(lo + 1024, _ALL))
+        if not unicodedata.is_normalized("NFD", "".join(map(chr, cps))):
+            table[lo:lo + len(cps)] = [nfd_first(cp) for cp in cps]
+    return table
+
+
+@functools.cache
+def lower_table() -> np.ndarray:
+    """to_lower of every code point (uint32), lowercased a block at a time (one character at a time only in a
+    block where some lowercase is longer than its character)."""
+    parts = []
+    for lo in range(0, _ALL, 4096):
+        block = "".join(map(chr, range(lo, min(lo + 4096, _ALL))))
+        low = block.lower()
+        if len(low) != len(block):
+            low = "".join(c.lower()[0] for c in block)
+        parts.append(np.frombuffer(low.encode("utf-32-le", "surrogatepass"), np.uint32))
+    table = np.concatenate(parts)
+    table[:0x41] = np.arange(0x41)
+    return table
+
+
+@functools.cache
+def norm_table(lowercase: bool, strip_accents: bool) -> np.ndarray:
+    """What _NormTable makes of every code point, for the core (uint32): the code point it becomes in the low
+    21 bits, above them 0 (kept), 1 (a space: ends a word), 2 (dropped) or 3 (a word of its own)."""
+    cp = nfd_first_table() if strip_accents else np.arange(_ALL, dtype=np.uint32)
+    flags = unicode_flags()[cp]
+    cat = flags & ud.CATEGORIES
+    out = lower_table()[cp] if lowercase else cp
+    chinese = np.zeros(_ALL, bool)
+    for a, b in CHINESE_RANGES:
+        chinese[a:b + 1] = True
+    drop = (cp == 0) | (cp == 0xFFFD) | (cat == ud.CONTROL) | ((cat == ud.ACCENT_MARK) & strip_accents)
+    alone = (cat == ud.PUNCTUATION) | ((cat == ud.SYMBOL) & (cp < 0x7F)) | chinese[cp]
+    cls = np.where(flags & ud.WHITESPACE, 1, np.where(drop, 2, np.where(alone, 3, 0))).astype(np.uint32)
+    return np.ascontiguousarray(out | cls << 21, np.uint32)
+
+
+class NativeWPMModel(WPMModel):
+    """WPMModel whose encode runs in the native core (C): the per-code-point table above (norm_table) and a
+    greedy longest match over a byte trie of the tokens, with the GIL released. The Python methods it inherits
+    stay for offsets and for text that is not valid UTF-8; they give the same ids."""
+
+    backend = "native"
+
+    def __init__(self, vocab: Vocab, core: ModuleType) -> None:
+        super().__init__(vocab)
+        arrays = vocab.arrays()
+        ids = np.fromiter(vocab.token_to_id.values(), np.int32, len(vocab.token_to_id))
+        unk = vocab.special.get("unk")
+        self._core = core.WPM(arrays.token_bytes, arrays.token_offsets, ids,
+                              norm_table(self.lowercase, self.strip_accents), -1 if unk is None else unk,
+                              tuple(range(vocab.n_vocab)))
+
+    @classmethod
+    def build(cls, vocab: Vocab, core: ModuleType) -> NativeWPMModel:
+        return cls(vocab, core)
+
+    def encode(self, text: str) -> list[int]:
+        ids = self._core.encode(text)
+        # None: code points read from raw bytes (encode_escaped, no UTF-8 form), or no unk id where one is needed;
+        # the pure path reads the first as llama.cpp does and reports the second
+        return super().encode(text) if ids is None else ids
