@@ -10,7 +10,7 @@ import sys
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
-SOURCES = [f"minillama/_native/{name}.c" for name in ("module", "bpe", "pretok", "cache", "utf8")]
+SOURCES = [f"minillama/_native/{name}.c" for name in ("module", "bpe", "pretok", "cache", "utf8", "spm")]
 FLAGS = ["-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", *os.environ.get("MINILLAMA_CFLAGS", "").split()]
 
 

@@ -53,7 +53,9 @@ def _covered() -> list[str]:
 # The shared byte-level BPE vocabs: the core covers each of them (a vocab falling back to pure fails below).
 NATIVE_VOCABS = ("ggml-vocab-deepseek-coder", "ggml-vocab-deepseek-llm", "ggml-vocab-falcon", "ggml-vocab-gpt-2",
                  "ggml-vocab-llama-bpe", "ggml-vocab-mpt", "ggml-vocab-refact", "ggml-vocab-starcoder")
-VOCABS = params_or_skip(_covered(), "byte-level BPE conformance vocabs")
+# The SPM vocabs (llm_tokenizer_spm, spm.c): every one is covered.
+NATIVE_VOCABS += ("ggml-vocab-llama-spm", "ggml-vocab-phi-3")
+VOCABS = params_or_skip(_covered(), "conformance vocabs the native core covers")
 
 
 @pytest.mark.parametrize("vocab", VOCABS)

@@ -56,4 +56,15 @@ wcache *bpe_cache(bpe *b);
 int bpe_encode(bpe *b, const uint8_t *text, size_t n, int mode, const int64_t *cp_ends, size_t n_ends,
                const uint16_t *flags, ivec *out);
 
+/* spm.c: SentencePiece BPE (llm_tokenizer_spm) over the bytes of text (U+2581 for spaces). tok_off: n_vocab + 1
+ * offsets into tok_bytes; scores: one a token; byte_ids: 256 ids (llama.cpp's byte_to_token, -1: none). */
+typedef struct spm spm;
+spm *spm_new(const uint8_t *tok_bytes, size_t tok_len, const int64_t *tok_off, size_t n_vocab, const float *scores,
+             const int32_t *byte_ids, size_t cache_max_bytes, size_t cache_max_words);
+void spm_free(spm *m);
+wcache *spm_cache(spm *m);
+/* The ids of text (n bytes) appended to out. 0 on failure: out->ok == 0 when memory ran out, else a byte that
+ * no token covers has no byte token in this vocab. */
+int spm_encode(spm *m, const uint8_t *text, size_t n, ivec *out);
+
 #endif

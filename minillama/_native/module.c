@@ -182,6 +182,129 @@ static PyTypeObject BPEType = {
     .tp_methods = BPE_methods,
 };
 
+/* ---- SPM: llama.cpp's llm_tokenizer_spm (spm.c) ------------------------------------------------------------ */
+
+typedef struct {
+    PyObject_HEAD
+    spm *m;
+} SPMObject;
+
+static void SPM_dealloc(SPMObject *self) {
+    spm_free(self->m);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int SPM_init(SPMObject *self, PyObject *args, PyObject *kwds) {
+    (void)kwds;
+    PyObject *tok_bytes, *tok_off, *scores, *byte_ids;
+    Py_ssize_t max_bytes, max_words;
+    if (self->m) {
+        PyErr_SetString(PyExc_RuntimeError, "SPM is already initialised");
+        return -1;
+    }
+    if (!PyArg_ParseTuple(args, "OOOOnn", &tok_bytes, &tok_off, &scores, &byte_ids, &max_bytes, &max_words))
+        return -1;
+    if (max_bytes < 0 || max_words < 0) {
+        PyErr_SetString(PyExc_ValueError, "cache bounds must be >= 0");
+        return -1;
+    }
+    Py_buffer tb, ob, sb, bb;
+    int ok = 0;
+    if (!get_array(tok_bytes, &tb, 1, "token_bytes")) return -1;
+    if (!get_array(tok_off, &ob, 8, "token_offsets")) goto s1;
+    if (!get_array(scores, &sb, 4, "scores")) goto s2;
+    if (!get_array(byte_ids, &bb, 4, "byte_ids")) goto s3;
+    if (ob.len / 8 < 2 || sb.len / 4 != ob.len / 8 - 1 || bb.len / 4 != 256) {
+        PyErr_SetString(PyExc_ValueError, "SPM tables: expected n_vocab + 1 >= 2 offsets, n_vocab float32 scores "
+                                          "and 256 byte ids");
+        goto s4;
+    }
+    spm *m;
+    Py_BEGIN_ALLOW_THREADS
+    m = spm_new(tb.buf, (size_t)tb.len, ob.buf, (size_t)(ob.len / 8 - 1), sb.buf, bb.buf, (size_t)max_bytes,
+                (size_t)max_words);
+    Py_END_ALLOW_THREADS
+    if (!m) {
+        PyErr_SetString(PyExc_ValueError, "SPM tables are inconsistent (offsets, byte ids) or memory ran out");
+        goto s4;
+    }
+    self->m = m;
+    ok = 1;
+s4:
+    PyBuffer_Release(&bb);
+s3:
+    PyBuffer_Release(&sb);
+s2:
+    PyBuffer_Release(&ob);
+s1:
+    PyBuffer_Release(&tb);
+    return ok ? 0 : -1;
+}
+
+static PyObject *SPM_encode(SPMObject *self, PyObject *args) {
+    Py_buffer text;
+    if (!self->m) {
+        PyErr_SetString(PyExc_RuntimeError, "SPM is not initialised");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args, "y*", &text)) return NULL;
+    ivec out = {NULL, 0, 0, 1};
+    int ok;
+    Py_BEGIN_ALLOW_THREADS
+    ok = spm_encode(self->m, text.buf, (size_t)text.len, &out);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&text);
+    PyObject *res = NULL;
+    if (ok)
+        res = ids_list(&out);
+    else if (!out.ok)
+        PyErr_NoMemory();
+    else
+        res = Py_NewRef(Py_None); /* a byte with no byte token: the caller raises the vocab's error */
+    ivec_free(&out);
+    return res;
+}
+
+static PyObject *SPM_cache_info(SPMObject *self, PyObject *unused) {
+    (void)unused;
+    if (!self->m) return PyDict_New();
+    wcache_info i;
+    wcache_stats(spm_cache(self->m), &i);
+    return Py_BuildValue("{snsnsnsnsnsnsnsn}", "words", (Py_ssize_t)i.words, "bytes", (Py_ssize_t)i.bytes,
+                         "old_words", (Py_ssize_t)i.old_words, "old_bytes", (Py_ssize_t)i.old_bytes,
+                         "largest_entry", (Py_ssize_t)i.largest_entry, "longest_word", (Py_ssize_t)i.longest_word,
+                         "max_bytes", (Py_ssize_t)i.max_bytes, "max_words", (Py_ssize_t)i.max_words);
+}
+
+static PyObject *SPM_clear_cache(SPMObject *self, PyObject *unused) {
+    (void)unused;
+    if (self->m) wcache_clear(spm_cache(self->m));
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef SPM_methods[] = {
+    {"encode", (PyCFunction)SPM_encode, METH_VARARGS,
+     "encode(text: bytes) -> list[int] | None: ids of the bytes (U+2581 for spaces); None when a byte that no "
+     "token covers has no byte token."},
+    {"cache_info", (PyCFunction)SPM_cache_info, METH_NOARGS, "The word cache as numbers (Model.cache_info)."},
+    {"clear_cache", (PyCFunction)SPM_clear_cache, METH_NOARGS, "Forget every cached word."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject SPMType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "minillama._native._core.SPM",
+    .tp_basicsize = sizeof(SPMObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "SentencePiece BPE (llama.cpp's llm_tokenizer_spm) with its word cache, over a vocab's arrays.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)SPM_init,
+    .tp_dealloc = (destructor)SPM_dealloc,
+    .tp_methods = SPM_methods,
+};
+
+/* ---- end of SPM ------------------------------------------------------------------------------------------ */
+
 static struct PyModuleDef core_module = {
     PyModuleDef_HEAD_INIT, "_core", "minillama's native tokenizer core (C).", -1, NULL, NULL, NULL, NULL, NULL,
 };
@@ -196,5 +319,6 @@ PyMODINIT_FUNC PyInit__core(void) {
         Py_DECREF(m);
         return NULL;
     }
+    if (PyType_Ready(&SPMType) < 0 || PyModule_AddObjectRef(m, "SPM", (PyObject *)&SPMType) < 0) return Py_DECREF(m), NULL;
     return m;
 }

@@ -15,7 +15,7 @@ from ...errors import ArgumentError, UnsupportedError
 from ..vocab import Vocab
 from .base import Encoder, Model
 from .bpe import BPEModel, NativeBPEModel
-from .spm import SPMModel
+from .spm import NativeSPMModel, SPMModel
 from .ugm import UGMModel
 from .wpm import WPMModel
 
@@ -24,7 +24,7 @@ MODELS: dict[str, type[Model]] = {"spm": SPMModel, "bpe": BPEModel, "wpm": WPMMo
 
 BACKENDS = ("auto", "native", "pure")
 # The native class of each kind the core covers (make_model falls back to MODELS where it returns None).
-NATIVE: dict[str, type[NativeBPEModel]] = {"bpe": NativeBPEModel}
+NATIVE: dict[str, type[NativeBPEModel] | type[NativeSPMModel]] = {"bpe": NativeBPEModel, "spm": NativeSPMModel}
 
 
 def backend_choice() -> str:

@@ -26,15 +26,18 @@ from __future__ import annotations
 
 import operator
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from itertools import repeat
+from types import ModuleType
 
+import numpy as np
 from gguf import Keys
 
 from ...errors import FormatError
 from ..text import SPACE, SURROGATES, UTF8_LEN
 from ..unicode import byte_token, raw_byte_token
 from ..vocab import Vocab
+from . import base
 from .base import Model, adjacent_pairs, cut_at_pairs, last_cut_before
 from .merge import linked_list, merge_queue, with_bytes
 
@@ -260,3 +263,52 @@ class SPMModel(Model):
         if i is None:
             i = t2i.get(raw_byte_token(b), -1)
         return i
+
+
+# Texts of at least this many UTF-8 bytes go the pure way (the core's offsets are 32-bit).
+_NATIVE_MAX_BYTES = 1 << 31
+
+
+class NativeSPMModel(SPMModel):
+    """SPMModel whose encode runs in the native core (C, spm.c): the same merges over the text's bytes, the
+    word cut, the word cache and byte fallback, with the GIL released. The Python methods it inherits (words,
+    encode_word) stay for offsets and token healing, and run where the core cannot: text that is no UTF-8 even
+    with surrogate escapes, and a byte the vocab has no token for (the pure path raises the FormatError)."""
+
+    backend = "native"
+
+    def __init__(self, vocab: Vocab, core: ModuleType) -> None:
+        super().__init__(vocab)
+        arrays = vocab.arrays()
+        byte_ids = np.array([self._byte_token(b) for b in range(256)], np.int32)
+        self._core = core.SPM(arrays.token_bytes, arrays.token_offsets, arrays.scores, byte_ids,
+                              base.CACHE_MAX_BYTES, base.CACHE_MAX_WORDS)
+
+    @classmethod
+    def build(cls, vocab: Vocab, core: ModuleType) -> NativeSPMModel:
+        """The native model of an SPM vocab: the core covers every one."""
+        return cls(vocab, core)
+
+    def _native(self, text: str, errors: str) -> list[int] | None:
+        try:
+            data = text.encode("utf-8", errors)
+        except UnicodeEncodeError:  # a lone surrogate outside the escapes: not from Tokenizer.encode
+            return None
+        return self._core.encode(data) if len(data) < _NATIVE_MAX_BYTES else None
+
+    def encode(self, text: str) -> list[int]:
+        ids = self._native(text, "strict")
+        return super().encode(text) if ids is None else ids
+
+    def encode_escaped(self, text: str) -> list[int]:
+        ids = self._native(text, "surrogateescape")
+        return super().encode_escaped(text) if ids is None else ids
+
+    def cache_info(self) -> dict[str, int]:
+        return self._core.cache_info()
+
+    def clear_cache(self) -> None:
+        self._core.clear_cache()
+
+    def add_entries(self, entries: Iterable[tuple[str, list[int]]]) -> None:
+        """Entries from another process are not needed: the core computes a word faster than it is sent."""

@@ -1,0 +1,387 @@
+/* SentencePiece BPE as llama.cpp runs it (llm_tokenizer_spm), over the text's bytes: symbols are cut by the
+ * length each lead byte announces (whatever follows: raw bytes as llama.cpp sees them); while some adjacent
+ * pair of symbols concatenates to a token, the pair whose token has the highest score merges (ties: the
+ * leftmost); each remaining symbol is its token, or (resegment) its bytes as byte tokens. Every merged symbol
+ * is a token, so resegment's rev_merge step never applies to it.
+ *
+ * As models/spm.py: the text is cut into words before each U+2581 symbol whose left neighbour is a character
+ * that no token holds just before U+2581 (no merge can cross there, so both sides merge alone, in the same
+ * order), and words are cached. A word merges by a plain scan when short, by a heap + linked list when long.
+ * Score order is a rank per token (0 for the highest score, equal scores equal ranks, NaN last), as the pure
+ * heap path. The tables are built once from Vocab.arrays(); after that the object is read-only except for
+ * its word cache, which has its own lock, so threads share one. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core.h"
+
+#define SPM_HEAP_MIN 48        /* symbols: a word this long merges by the heap */
+#define SPM_MAX_WORD INT32_MAX /* symbol indexes are int32 */
+
+typedef struct {
+    uint64_t hash;
+    uint32_t off, len;
+    int32_t id;
+} spm_tok;
+
+struct spm {
+    uint8_t *blob; /* every token's bytes */
+    spm_tok *toks; /* bytes -> id, open addressing, len 0 = empty */
+    size_t tok_cap;
+    uint32_t *rank;       /* per token */
+    int32_t byte_ids[256]; /* llama.cpp's byte_to_token, -1 where the vocab has none */
+    uint8_t *keep;         /* bitmap over code points: those some token holds right before U+2581 */
+    wcache *cache;
+};
+
+static const uint8_t LEAD_LEN[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
+
+static uint64_t spm_hash(const uint8_t *s, size_t n) {
+    uint64_t h = 1469598103934665603ULL ^ n;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t x;
+        memcpy(&x, s + i, 8);
+        h = (h ^ x) * 0x100000001b3ULL;
+        h ^= h >> 29;
+    }
+    for (; i < n; i++) h = (h ^ s[i]) * 1099511628211ULL;
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdULL;
+    return h ^ (h >> 33);
+}
+
+/* The id of the token whose bytes are s[0..n), or -1. */
+static inline int32_t spm_lookup(const spm *m, const uint8_t *s, size_t n) {
+    uint64_t h = spm_hash(s, n);
+    size_t mask = m->tok_cap - 1;
+    for (size_t j = (size_t)h & mask; m->toks[j].len; j = (j + 1) & mask) {
+        const spm_tok *t = &m->toks[j];
+        if (t->hash == h && t->len == n && memcmp(m->blob + t->off, s, n) == 0) return t->id;
+    }
+    return -1;
+}
+
+/* The code point of s[0..k) when it is one well-formed-looking sequence (lead announcing k, k - 1
+ * continuation bytes), else -1. The same test on tokens and on text: see spm_new's keep set. */
+static int32_t one_char(const uint8_t *s, size_t k) {
+    if (k == 0 || LEAD_LEN[s[0] >> 4] != k || (k == 1 && s[0] >= 0x80)) return -1;
+    static const uint8_t MASK[5] = {0, 0x7F, 0x1F, 0x0F, 0x07};
+    int32_t cp = s[0] & MASK[k];
+    for (size_t j = 1; j < k; j++) {
+        if ((s[j] & 0xC0) != 0x80) return -1;
+        cp = cp << 6 | (s[j] & 0x3F);
+    }
+    return cp <= MAX_CODE_POINT ? cp : -1;
+}
+
+static int is_space_mark(const uint8_t *s) { return s[0] == 0xE2 && s[1] == 0x96 && s[2] == 0x81; }
+
+typedef struct {
+    float score;
+    int32_t id;
+} scored;
+
+static int by_score(const void *a, const void *b) {
+    float x = ((const scored *)a)->score, y = ((const scored *)b)->score;
+    int nx = isnan(x), ny = isnan(y);
+    if (nx || ny) return nx - ny; /* NaN last */
+    return x > y ? -1 : x < y ? 1 : 0;
+}
+
+/* rank per token: 0 for the highest score, equal scores share a rank, NaN after every number. */
+static int build_ranks(spm *m, const float *scores, size_t n_vocab) {
+    scored *order = malloc(n_vocab * sizeof *order);
+    m->rank = malloc(n_vocab * sizeof *m->rank);
+    if (!order || !m->rank) {
+        free(order);
+        return 0;
+    }
+    for (size_t i = 0; i < n_vocab; i++) order[i] = (scored){scores[i], (int32_t)i};
+    qsort(order, n_vocab, sizeof *order, by_score);
+    uint32_t r = 0;
+    for (size_t i = 0; i < n_vocab; i++) {
+        if (i > 0 && by_score(&order[i - 1], &order[i]) != 0) r++;
+        m->rank[order[i].id] = r;
+    }
+    free(order);
+    return 1;
+}
+
+spm *spm_new(const uint8_t *tok_bytes, size_t tok_len, const int64_t *tok_off, size_t n_vocab, const float *scores,
+             const int32_t *byte_ids, size_t cache_max_bytes, size_t cache_max_words) {
+    if (n_vocab == 0 || n_vocab > INT32_MAX || tok_len >= UINT32_MAX) return NULL;
+    spm *m = calloc(1, sizeof *m);
+    if (!m) return NULL;
+    for (int b = 0; b < 256; b++) {
+        if (byte_ids[b] >= 0 && (size_t)byte_ids[b] >= n_vocab) goto fail;
+        m->byte_ids[b] = byte_ids[b] >= 0 ? byte_ids[b] : -1;
+    }
+    m->blob = malloc(tok_len ? tok_len : 1);
+    m->tok_cap = 16;
+    while (m->tok_cap < 2 * n_vocab) m->tok_cap *= 2;
+    m->toks = calloc(m->tok_cap, sizeof *m->toks);
+    m->keep = calloc((MAX_CODE_POINT + 1) / 8 + 1, 1);
+    m->cache = wcache_new(cache_max_bytes, cache_max_words);
+    if (!m->blob || !m->toks || !m->keep || !m->cache) goto fail;
+    if (tok_len) memcpy(m->blob, tok_bytes, tok_len);
+    for (size_t t = 0; t < n_vocab; t++) {
+        int64_t s = tok_off[t], e = tok_off[t + 1];
+        if (s < 0 || e < s || (uint64_t)e > tok_len) goto fail;
+        size_t len = (size_t)(e - s);
+        const uint8_t *w = m->blob + s;
+        /* every character that precedes U+2581 in this token: no cut may fall after it */
+        for (size_t p = 1; p + 3 <= len; p++) {
+            if (!is_space_mark(w + p)) continue;
+            for (size_t k = 1; k <= 4 && k <= p; k++) {
+                int32_t cp = one_char(w + p - k, k);
+                if (cp >= 0) m->keep[cp >> 3] |= (uint8_t)(1u << (cp & 7));
+            }
+        }
+        if (!len) continue; /* an empty text is never a symbol */
+        uint64_t h = spm_hash(w, len);
+        size_t mask = m->tok_cap - 1, j = (size_t)h & mask, dup = 0;
+        for (; m->toks[j].len; j = (j + 1) & mask)
+            if (m->toks[j].hash == h && m->toks[j].len == len && memcmp(m->blob + m->toks[j].off, w, len) == 0) {
+                dup = 1; /* token texts are unique (Vocab refuses duplicates); keep the first regardless */
+                break;
+            }
+        if (!dup) m->toks[j] = (spm_tok){h, (uint32_t)s, (uint32_t)len, (int32_t)t};
+    }
+    if (build_ranks(m, scores, n_vocab)) return m;
+fail:
+    spm_free(m);
+    return NULL;
+}
+
+void spm_free(spm *m) {
+    if (!m) return;
+    free(m->blob);
+    free(m->toks);
+    free(m->rank);
+    free(m->keep);
+    wcache_free(m->cache);
+    free(m);
+}
+
+wcache *spm_cache(spm *m) { return m->cache; }
+
+/* Scratch space of one encode call, grown to the longest word (in symbols). */
+typedef struct {
+    uint32_t *start;         /* each symbol's first byte in the word */
+    int32_t *nxt, *prv, *id; /* links (heap); each pair's / symbol's token (scan) */
+    uint32_t *rank;          /* each pair's rank (scan) */
+    uint64_t *heap;
+    size_t cap, heap_cap;
+} spm_scratch;
+
+static int fit(spm_scratch *s, size_t n) {
+    if (n <= s->cap) return 1;
+    size_t cap = n < 64 ? 64 : n;
+    void **slots[5] = {(void **)&s->start, (void **)&s->nxt, (void **)&s->prv, (void **)&s->id, (void **)&s->rank};
+    for (int i = 0; i < 5; i++) {
+        void *p = realloc(*slots[i], cap * 4);
+        if (!p) return 0;
+        *slots[i] = p;
+    }
+    s->cap = cap;
+    return 1;
+}
+
+static void scratch_release(spm_scratch *s) {
+    free(s->start);
+    free(s->nxt);
+    free(s->prv);
+    free(s->id);
+    free(s->rank);
+    free(s->heap);
+}
+
+/* Emit symbol w[a..b) with token id (or -1: its bytes as byte tokens). 0: no byte token, or no memory (out->ok
+ * cleared). */
+static int emit(const spm *m, const uint8_t *w, size_t a, size_t b, int32_t id, ivec *out) {
+    if (id >= 0) return ivec_push(out, id);
+    for (size_t i = a; i < b; i++) {
+        int32_t x = m->byte_ids[w[i]];
+        if (x < 0 || !ivec_push(out, x)) return 0;
+    }
+    return 1;
+}
+
+/* The plain scan over n symbols: pair ranks kept, two updated per merge. */
+static int merge_scan(const spm *m, spm_scratch *s, const uint8_t *w, size_t len, size_t n, ivec *out) {
+    uint32_t *st = s->start, *rk = s->rank;
+    int32_t *pid = s->nxt, *sid = s->id; /* pid: the token of pair (i, i + 1); sid: symbol i's token */
+    st[n] = (uint32_t)len;
+    for (size_t i = 0; i + 1 < n; i++) {
+        pid[i] = spm_lookup(m, w + st[i], st[i + 2] - st[i]);
+        rk[i] = pid[i] >= 0 ? m->rank[pid[i]] : UINT32_MAX;
+    }
+    for (size_t i = 0; i < n; i++) sid[i] = -2; /* not looked up yet */
+    while (n > 1) {
+        size_t best = 0;
+        uint32_t br = rk[0];
+        for (size_t i = 1; i + 1 < n; i++)
+            if (rk[i] < br) {
+                br = rk[i];
+                best = i;
+            }
+        if (pid[best] < 0) break;
+        sid[best] = pid[best];
+        /* symbol best + 1 goes: starts, symbol ids and pair data shift left by one */
+        memmove(st + best + 1, st + best + 2, (n - best - 1) * sizeof *st);
+        memmove(sid + best + 1, sid + best + 2, (n - best - 2) * sizeof *sid);
+        memmove(pid + best, pid + best + 1, (n - best - 2) * sizeof *pid);
+        memmove(rk + best, rk + best + 1, (n - best - 2) * sizeof *rk);
+        n--;
+        if (best + 1 < n) {
+            pid[best] = spm_lookup(m, w + st[best], st[best + 2] - st[best]);
+            rk[best] = pid[best] >= 0 ? m->rank[pid[best]] : UINT32_MAX;
+        }
+        if (best > 0) {
+            pid[best - 1] = spm_lookup(m, w + st[best - 1], st[best + 1] - st[best - 1]);
+            rk[best - 1] = pid[best - 1] >= 0 ? m->rank[pid[best - 1]] : UINT32_MAX;
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        int32_t id = sid[i] != -2 ? sid[i] : spm_lookup(m, w + st[i], st[i + 1] - st[i]);
+        if (!emit(m, w, st[i], st[i + 1], id, out)) return 0;
+    }
+    return 1;
+}
+
+static int heap_push64(spm_scratch *s, size_t *hn, uint64_t x, ivec *out) {
+    if (*hn == s->heap_cap) {
+        size_t cap = s->heap_cap ? s->heap_cap + s->heap_cap / 2 : 1024;
+        uint64_t *h = realloc(s->heap, cap * sizeof *h);
+        if (!h) {
+            out->ok = 0;
+            return 0;
+        }
+        s->heap = h;
+        s->heap_cap = cap;
+    }
+    uint64_t *h = s->heap;
+    size_t i = (*hn)++;
+    while (i > 0) {
+        size_t p = (i - 1) / 2;
+        if (h[p] <= x) break;
+        h[i] = h[p];
+        i = p;
+    }
+    h[i] = x;
+    return 1;
+}
+
+static uint64_t heap_pop64(uint64_t *h, size_t *hn) {
+    uint64_t top = h[0], x = h[--*hn];
+    size_t i = 0, m = *hn;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= m) break;
+        if (c + 1 < m && h[c + 1] < h[c]) c++;
+        if (h[c] >= x) break;
+        h[i] = h[c];
+        i = c;
+    }
+    if (m) h[i] = x;
+    return top;
+}
+
+#define GONE UINT32_MAX
+
+/* End of live symbol i: the start of the next live one, or the word's end. */
+static inline uint32_t sym_end(const spm_scratch *s, int32_t i, size_t len) {
+    return s->nxt[i] >= 0 ? s->start[s->nxt[i]] : (uint32_t)len;
+}
+
+/* Push the pair (l, r) when it is a token: key rank << 32 | l, the smallest first (llama.cpp's order). */
+static int push_pair(const spm *m, spm_scratch *s, const uint8_t *w, size_t len, int32_t l, size_t *hn, ivec *out) {
+    if (l < 0 || s->nxt[l] < 0) return 1;
+    int32_t r = s->nxt[l];
+    uint32_t a = s->start[l], b = sym_end(s, r, len);
+    int32_t id = spm_lookup(m, w + a, b - a);
+    return id < 0 || heap_push64(s, hn, (uint64_t)m->rank[id] << 32 | (uint32_t)l, out);
+}
+
+/* The heap + linked list over n symbols. An entry is stale when its left symbol is gone, has no right
+ * neighbour, or the pair there now has another rank; one of equal key and rank names the same merge. */
+static int merge_heap(const spm *m, spm_scratch *s, const uint8_t *w, size_t len, size_t n, ivec *out) {
+    uint32_t *st = s->start;
+    int32_t *nxt = s->nxt, *prv = s->prv;
+    size_t hn = 0;
+    for (size_t i = 0; i < n; i++) {
+        nxt[i] = i + 1 < n ? (int32_t)(i + 1) : -1;
+        prv[i] = (int32_t)i - 1;
+    }
+    for (size_t i = 0; i + 1 < n; i++)
+        if (!push_pair(m, s, w, len, (int32_t)i, &hn, out)) return 0;
+    while (hn) {
+        uint64_t key = heap_pop64(s->heap, &hn);
+        int32_t l = (int32_t)(key & 0xFFFFFFFFu);
+        if (st[l] == GONE) continue;
+        int32_t r = nxt[l];
+        if (r < 0) continue;
+        uint32_t a = st[l], b = sym_end(s, r, len);
+        int32_t id = spm_lookup(m, w + a, b - a);
+        if (id < 0 || m->rank[id] != key >> 32) continue;
+        int32_t after = nxt[r];
+        st[r] = GONE;
+        nxt[l] = after;
+        if (after >= 0) prv[after] = l;
+        if (!push_pair(m, s, w, len, l, &hn, out) || !push_pair(m, s, w, len, prv[l], &hn, out)) return 0;
+    }
+    for (int32_t i = 0; i >= 0; i = nxt[i]) {
+        uint32_t a = st[i], b = sym_end(s, i, len);
+        if (!emit(m, w, a, b, spm_lookup(m, w + a, b - a), out)) return 0;
+    }
+    return 1;
+}
+
+/* The ids of one word (w[0..len), cut at symbol starts), appended to out. */
+static int encode_word(spm *m, spm_scratch *s, const uint8_t *w, size_t len, ivec *out) {
+    if (!len) return 1;
+    if (wcache_get(m->cache, w, len, out)) return 1;
+    if (!out->ok) return 0;
+    size_t n = 0, at = out->n;
+    for (size_t p = 0; p < len; n++) {
+        size_t k = LEAD_LEN[w[p] >> 4];
+        p += k < len - p ? k : len - p;
+    }
+    if (n >= SPM_MAX_WORD || len >= UINT32_MAX || !fit(s, n + 1)) {
+        out->ok = 0; /* counted as memory: Python hands over less than 2 GiB */
+        return 0;
+    }
+    for (size_t p = 0, i = 0; p < len; i++) {
+        s->start[i] = (uint32_t)p;
+        size_t k = LEAD_LEN[w[p] >> 4];
+        p += k < len - p ? k : len - p;
+    }
+    int ok = n >= SPM_HEAP_MIN ? merge_heap(m, s, w, len, n, out) : merge_scan(m, s, w, len, n, out);
+    if (!ok) return 0;
+    wcache_put(m->cache, w, len, out->v + at, out->n - at);
+    return 1;
+}
+
+int spm_encode(spm *m, const uint8_t *text, size_t n, ivec *out) {
+    spm_scratch s = {0};
+    size_t word = 0, prev = 0, p = 0; /* prev: the start of the symbol before p */
+    int ok = 1;
+    while (p < n) {
+        size_t k = LEAD_LEN[text[p] >> 4];
+        if (k > n - p) k = n - p;
+        if (k == 3 && p > word && is_space_mark(text + p)) {
+            int32_t cp = one_char(text + prev, p - prev);
+            if (cp >= 0 && !(m->keep[cp >> 3] & (1u << (cp & 7)))) {
+                if (!(ok = encode_word(m, &s, text + word, p - word, out))) break;
+                word = p;
+            }
+        }
+        prev = p;
+        p += k;
+    }
+    if (ok) ok = encode_word(m, &s, text + word, n - word, out);
+    scratch_release(&s);
+    return ok && out->ok;
+}
