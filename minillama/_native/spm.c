@@ -25,13 +25,24 @@ typedef struct {
     int32_t id;
 } spm_tok;
 
+/* A token of up to 7 bytes, its bytes packed in key with the length in the top byte: a lookup compares one
+ * integer and reads no other memory (most pairs a merge asks about are this short). */
+typedef struct {
+    uint64_t key;
+    int32_t id;
+    uint32_t rank;
+} spm_short;
+
 struct spm {
-    uint8_t *blob; /* every token's bytes */
-    spm_tok *toks; /* bytes -> id, open addressing, len 0 = empty */
-    size_t tok_cap;
+    uint8_t *blob;     /* every token's bytes */
+    spm_tok *toks;     /* tokens of 8 bytes and more: bytes -> id, open addressing, len 0 = empty */
+    spm_short *shorts; /* tokens of 1..7 bytes, key 0 = empty */
+    size_t tok_cap, short_cap;
     uint32_t *rank;       /* per token */
     int32_t byte_ids[256]; /* llama.cpp's byte_to_token, -1 where the vocab has none */
-    uint8_t *keep;         /* bitmap over code points: those some token holds right before U+2581 */
+    uint8_t ascii_pairs[128 * 128 / 8]; /* two ASCII characters some token holds side by side */
+    uint64_t *pairs;                     /* the other such pairs of characters: a << 21 | b, plus 1 (0: empty) */
+    size_t pair_cap, pair_count;
     wcache *cache;
 };
 
@@ -52,15 +63,46 @@ static uint64_t spm_hash(const uint8_t *s, size_t n) {
     return h ^ (h >> 33);
 }
 
-/* The id of the token whose bytes are s[0..n), or -1. */
-static inline int32_t spm_lookup(const spm *m, const uint8_t *s, size_t n) {
+static uint64_t mix64(uint64_t x) {
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    return x ^ (x >> 33);
+}
+
+static inline uint64_t pack7(const uint8_t *s, size_t n) {
+    uint64_t x = (uint64_t)n << 56;
+    for (size_t i = 0; i < n; i++) x |= (uint64_t)s[i] << (8 * i);
+    return x;
+}
+
+/* The id of the token whose bytes are s[0..n) (n >= 1) and its rank in *rank, or -1. */
+static inline int32_t spm_find(const spm *m, const uint8_t *s, size_t n, uint32_t *rank) {
+    if (n <= 7) {
+        uint64_t key = pack7(s, n);
+        size_t mask = m->short_cap - 1;
+        for (size_t j = (size_t)mix64(key) & mask; m->shorts[j].key; j = (j + 1) & mask)
+            if (m->shorts[j].key == key) {
+                *rank = m->shorts[j].rank;
+                return m->shorts[j].id;
+            }
+        return -1;
+    }
     uint64_t h = spm_hash(s, n);
     size_t mask = m->tok_cap - 1;
     for (size_t j = (size_t)h & mask; m->toks[j].len; j = (j + 1) & mask) {
         const spm_tok *t = &m->toks[j];
-        if (t->hash == h && t->len == n && memcmp(m->blob + t->off, s, n) == 0) return t->id;
+        if (t->hash == h && t->len == n && memcmp(m->blob + t->off, s, n) == 0) {
+            *rank = m->rank[t->id];
+            return t->id;
+        }
     }
     return -1;
+}
+
+/* The id of the token whose bytes are s[0..n) (n >= 1), or -1. */
+static inline int32_t spm_lookup(const spm *m, const uint8_t *s, size_t n) {
+    uint32_t rank;
+    return spm_find(m, s, n, &rank);
 }
 
 /* The code point of s[0..k) when it is one well-formed-looking sequence (lead announcing k, k - 1
@@ -109,6 +151,61 @@ static int build_ranks(spm *m, const float *scores, size_t n_vocab) {
     return 1;
 }
 
+/* Whether some token holds the characters a, b side by side. */
+static inline int has_pair(const spm *m, uint32_t a, uint32_t b) {
+    if ((a | b) < 128) return m->ascii_pairs[(a << 7 | b) >> 3] >> (b & 7) & 1;
+    if (!m->pair_cap) return 0;
+    uint64_t key = ((uint64_t)a << 21 | b) + 1;
+    size_t mask = m->pair_cap - 1;
+    for (size_t i = (size_t)mix64(key) & mask; m->pairs[i]; i = (i + 1) & mask)
+        if (m->pairs[i] == key) return 1;
+    return 0;
+}
+
+static int put_pair(spm *m, uint32_t a, uint32_t b) {
+    if ((a | b) < 128) {
+        m->ascii_pairs[(a << 7 | b) >> 3] |= (uint8_t)(1u << (b & 7));
+        return 1;
+    }
+    if ((m->pair_count + 1) * 2 > m->pair_cap) {
+        size_t cap = m->pair_cap ? 2 * m->pair_cap : 4096;
+        uint64_t *t = calloc(cap, sizeof *t);
+        if (!t) return 0;
+        for (size_t i = 0; i < m->pair_cap; i++) {
+            uint64_t k = m->pairs[i];
+            if (!k) continue;
+            size_t j = (size_t)mix64(k) & (cap - 1);
+            while (t[j]) j = (j + 1) & (cap - 1);
+            t[j] = k;
+        }
+        free(m->pairs);
+        m->pairs = t;
+        m->pair_cap = cap;
+    }
+    uint64_t key = ((uint64_t)a << 21 | b) + 1;
+    size_t mask = m->pair_cap - 1, i = (size_t)mix64(key) & mask;
+    for (; m->pairs[i]; i = (i + 1) & mask)
+        if (m->pairs[i] == key) return 1;
+    m->pairs[i] = key;
+    m->pair_count++;
+    return 1;
+}
+
+/* Every two characters (one_char sequences) that token w holds side by side. A superset is safe: a cut is
+ * made only between two characters no token holds side by side, so no merge can cross it. */
+static int add_pairs(spm *m, const uint8_t *w, size_t len) {
+    for (size_t p = 1; p < len; p++) {
+        size_t k2 = LEAD_LEN[w[p] >> 4];
+        int32_t b = k2 <= len - p ? one_char(w + p, k2) : -1;
+        if (b < 0) continue;
+        for (size_t k1 = 1; k1 <= 4 && k1 <= p; k1++) {
+            int32_t a = one_char(w + p - k1, k1);
+            if (a >= 0 && !put_pair(m, (uint32_t)a, (uint32_t)b)) return 0;
+        }
+    }
+    return 1;
+}
+
 spm *spm_new(const uint8_t *tok_bytes, size_t tok_len, const int64_t *tok_off, size_t n_vocab, const float *scores,
              const int32_t *byte_ids, size_t cache_max_bytes, size_t cache_max_words) {
     if (n_vocab == 0 || n_vocab > INT32_MAX || tok_len >= UINT32_MAX) return NULL;
@@ -122,24 +219,25 @@ spm *spm_new(const uint8_t *tok_bytes, size_t tok_len, const int64_t *tok_off, s
     m->tok_cap = 16;
     while (m->tok_cap < 2 * n_vocab) m->tok_cap *= 2;
     m->toks = calloc(m->tok_cap, sizeof *m->toks);
-    m->keep = calloc((MAX_CODE_POINT + 1) / 8 + 1, 1);
+    m->short_cap = m->tok_cap;
+    m->shorts = calloc(m->short_cap, sizeof *m->shorts);
     m->cache = wcache_new(cache_max_bytes, cache_max_words);
-    if (!m->blob || !m->toks || !m->keep || !m->cache) goto fail;
+    if (!m->blob || !m->toks || !m->shorts || !m->cache || !build_ranks(m, scores, n_vocab)) goto fail;
     if (tok_len) memcpy(m->blob, tok_bytes, tok_len);
     for (size_t t = 0; t < n_vocab; t++) {
         int64_t s = tok_off[t], e = tok_off[t + 1];
         if (s < 0 || e < s || (uint64_t)e > tok_len) goto fail;
         size_t len = (size_t)(e - s);
         const uint8_t *w = m->blob + s;
-        /* every character that precedes U+2581 in this token: no cut may fall after it */
-        for (size_t p = 1; p + 3 <= len; p++) {
-            if (!is_space_mark(w + p)) continue;
-            for (size_t k = 1; k <= 4 && k <= p; k++) {
-                int32_t cp = one_char(w + p - k, k);
-                if (cp >= 0) m->keep[cp >> 3] |= (uint8_t)(1u << (cp & 7));
-            }
-        }
+        if (!add_pairs(m, w, len)) goto fail;
         if (!len) continue; /* an empty text is never a symbol */
+        if (len <= 7) {
+            uint64_t key = pack7(w, len);
+            size_t mask = m->short_cap - 1, j = (size_t)mix64(key) & mask;
+            while (m->shorts[j].key && m->shorts[j].key != key) j = (j + 1) & mask;
+            if (!m->shorts[j].key) m->shorts[j] = (spm_short){key, (int32_t)t, m->rank[t]};
+            continue; /* a duplicate text: the first stays, as below */
+        }
         uint64_t h = spm_hash(w, len);
         size_t mask = m->tok_cap - 1, j = (size_t)h & mask, dup = 0;
         for (; m->toks[j].len; j = (j + 1) & mask)
@@ -149,7 +247,7 @@ spm *spm_new(const uint8_t *tok_bytes, size_t tok_len, const int64_t *tok_off, s
             }
         if (!dup) m->toks[j] = (spm_tok){h, (uint32_t)s, (uint32_t)len, (int32_t)t};
     }
-    if (build_ranks(m, scores, n_vocab)) return m;
+    return m;
 fail:
     spm_free(m);
     return NULL;
@@ -159,8 +257,9 @@ void spm_free(spm *m) {
     if (!m) return;
     free(m->blob);
     free(m->toks);
+    free(m->shorts);
     free(m->rank);
-    free(m->keep);
+    free(m->pairs);
     wcache_free(m->cache);
     free(m);
 }
@@ -215,8 +314,8 @@ static int merge_scan(const spm *m, spm_scratch *s, const uint8_t *w, size_t len
     int32_t *pid = s->nxt, *sid = s->id; /* pid: the token of pair (i, i + 1); sid: symbol i's token */
     st[n] = (uint32_t)len;
     for (size_t i = 0; i + 1 < n; i++) {
-        pid[i] = spm_lookup(m, w + st[i], st[i + 2] - st[i]);
-        rk[i] = pid[i] >= 0 ? m->rank[pid[i]] : UINT32_MAX;
+        pid[i] = spm_find(m, w + st[i], st[i + 2] - st[i], &rk[i]);
+        if (pid[i] < 0) rk[i] = UINT32_MAX;
     }
     for (size_t i = 0; i < n; i++) sid[i] = -2; /* not looked up yet */
     while (n > 1) {
@@ -236,12 +335,12 @@ static int merge_scan(const spm *m, spm_scratch *s, const uint8_t *w, size_t len
         memmove(rk + best, rk + best + 1, (n - best - 2) * sizeof *rk);
         n--;
         if (best + 1 < n) {
-            pid[best] = spm_lookup(m, w + st[best], st[best + 2] - st[best]);
-            rk[best] = pid[best] >= 0 ? m->rank[pid[best]] : UINT32_MAX;
+            pid[best] = spm_find(m, w + st[best], st[best + 2] - st[best], &rk[best]);
+            if (pid[best] < 0) rk[best] = UINT32_MAX;
         }
         if (best > 0) {
-            pid[best - 1] = spm_lookup(m, w + st[best - 1], st[best + 1] - st[best - 1]);
-            rk[best - 1] = pid[best - 1] >= 0 ? m->rank[pid[best - 1]] : UINT32_MAX;
+            pid[best - 1] = spm_find(m, w + st[best - 1], st[best + 1] - st[best - 1], &rk[best - 1]);
+            if (pid[best - 1] < 0) rk[best - 1] = UINT32_MAX;
         }
     }
     for (size_t i = 0; i < n; i++) {
@@ -301,8 +400,9 @@ static int push_pair(const spm *m, spm_scratch *s, const uint8_t *w, size_t len,
     if (l < 0 || s->nxt[l] < 0) return 1;
     int32_t r = s->nxt[l];
     uint32_t a = s->start[l], b = sym_end(s, r, len);
-    int32_t id = spm_lookup(m, w + a, b - a);
-    return id < 0 || heap_push64(s, hn, (uint64_t)m->rank[id] << 32 | (uint32_t)l, out);
+    uint32_t rank;
+    int32_t id = spm_find(m, w + a, b - a, &rank);
+    return id < 0 || heap_push64(s, hn, (uint64_t)rank << 32 | (uint32_t)l, out);
 }
 
 /* The heap + linked list over n symbols. An entry is stale when its left symbol is gone, has no right
@@ -324,8 +424,8 @@ static int merge_heap(const spm *m, spm_scratch *s, const uint8_t *w, size_t len
         int32_t r = nxt[l];
         if (r < 0) continue;
         uint32_t a = st[l], b = sym_end(s, r, len);
-        int32_t id = spm_lookup(m, w + a, b - a);
-        if (id < 0 || m->rank[id] != key >> 32) continue;
+        uint32_t rank;
+        if (spm_find(m, w + a, b - a, &rank) < 0 || rank != key >> 32) continue;
         int32_t after = nxt[r];
         st[r] = GONE;
         nxt[l] = after;
@@ -339,12 +439,10 @@ static int merge_heap(const spm *m, spm_scratch *s, const uint8_t *w, size_t len
     return 1;
 }
 
-/* The ids of one word (w[0..len), cut at symbol starts), appended to out. */
-static int encode_word(spm *m, spm_scratch *s, const uint8_t *w, size_t len, ivec *out) {
-    if (!len) return 1;
-    if (wcache_get(m->cache, w, len, out)) return 1;
-    if (!out->ok) return 0;
-    size_t n = 0, at = out->n;
+/* Symbol starts of w[0..len) into s->start (llama.cpp's cut: the length each lead byte announces, whatever
+ * follows); their count, or 0 with out->ok cleared when memory runs out. */
+static size_t symbols(spm_scratch *s, const uint8_t *w, size_t len, ivec *out) {
+    size_t n = 0;
     for (size_t p = 0; p < len; n++) {
         size_t k = LEAD_LEN[w[p] >> 4];
         p += k < len - p ? k : len - p;
@@ -358,8 +456,48 @@ static int encode_word(spm *m, spm_scratch *s, const uint8_t *w, size_t len, ive
         size_t k = LEAD_LEN[w[p] >> 4];
         p += k < len - p ? k : len - p;
     }
-    int ok = n >= SPM_HEAP_MIN ? merge_heap(m, s, w, len, n, out) : merge_scan(m, s, w, len, n, out);
-    if (!ok) return 0;
+    s->start[n] = (uint32_t)len;
+    return n;
+}
+
+/* Merge one segment (no cut applies inside) and append its ids. */
+static int merge_segment(const spm *m, spm_scratch *s, const uint8_t *w, size_t len, ivec *out) {
+    size_t n = symbols(s, w, len, out);
+    if (!n) return 0;
+    return n >= SPM_HEAP_MIN ? merge_heap(m, s, w, len, n, out) : merge_scan(m, s, w, len, n, out);
+}
+
+/* A word whose segments are looked up in the cache too: one too large to be cached whole, whose segments
+ * (the pieces of Japanese text between spaces) recur. */
+#define SEGMENT_CACHE_MIN 256
+
+/* The ids of one word (w[0..len)), appended to out: from the cache, else merged a segment at a time, each
+ * segment ending between two characters that no token holds side by side (no merge crosses there). */
+static int encode_word(spm *m, spm_scratch *s, const uint8_t *w, size_t len, ivec *out) {
+    if (!len) return 1;
+    if (wcache_get(m->cache, w, len, out)) return 1;
+    if (!out->ok) return 0;
+    size_t at = out->n, seg = 0, p = 0;
+    int32_t a = -1;
+    while (p < len) {
+        size_t k = LEAD_LEN[w[p] >> 4];
+        if (k > len - p) k = len - p;
+        int32_t b = one_char(w + p, k);
+        if (a >= 0 && b >= 0 && !has_pair(m, (uint32_t)a, (uint32_t)b)) {
+            if (!(len >= SEGMENT_CACHE_MIN ? encode_word(m, s, w + seg, p - seg, out)
+                                           : merge_segment(m, s, w + seg, p - seg, out)))
+                return 0;
+            seg = p;
+        }
+        a = b;
+        p += k;
+    }
+    if (seg == 0) {
+        if (!merge_segment(m, s, w, len, out)) return 0;
+    } else if (!(len >= SEGMENT_CACHE_MIN ? encode_word(m, s, w + seg, len - seg, out)
+                                          : merge_segment(m, s, w + seg, len - seg, out))) {
+        return 0;
+    }
     wcache_put(m->cache, w, len, out->v + at, out->n - at);
     return 1;
 }
@@ -373,7 +511,7 @@ int spm_encode(spm *m, const uint8_t *text, size_t n, ivec *out) {
         if (k > n - p) k = n - p;
         if (k == 3 && p > word && is_space_mark(text + p)) {
             int32_t cp = one_char(text + prev, p - prev);
-            if (cp >= 0 && !(m->keep[cp >> 3] & (1u << (cp & 7)))) {
+            if (cp >= 0 && !has_pair(m, (uint32_t)cp, 0x2581)) {
                 if (!(ok = encode_word(m, &s, text + word, p - word, out))) break;
                 word = p;
             }
