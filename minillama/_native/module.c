@@ -247,7 +247,7 @@ static PyObject *SPM_encode(SPMObject *self, PyObject *args) {
         PyErr_SetString(PyExc_RuntimeError, "SPM is not initialised");
         return NULL;
     }
-    if (!PyArg_ParseTuple(args, "y*", &text)) return NULL;
+    if (!PyArg_ParseTuple(args, "s*", &text)) return NULL; /* bytes, or a str as its UTF-8 (kept by the str) */
     ivec out = {NULL, 0, 0, 1};
     int ok;
     Py_BEGIN_ALLOW_THREADS
@@ -284,8 +284,8 @@ static PyObject *SPM_clear_cache(SPMObject *self, PyObject *unused) {
 
 static PyMethodDef SPM_methods[] = {
     {"encode", (PyCFunction)SPM_encode, METH_VARARGS,
-     "encode(text: bytes) -> list[int] | None: ids of the bytes (U+2581 for spaces); None when a byte that no "
-     "token covers has no byte token."},
+     "encode(text: bytes | str) -> list[int] | None: ids of the bytes, or of a str's UTF-8 (U+2581 for spaces); "
+     "None when a byte that no token covers has no byte token."},
     {"cache_info", (PyCFunction)SPM_cache_info, METH_NOARGS, "The word cache as numbers (Model.cache_info)."},
     {"clear_cache", (PyCFunction)SPM_clear_cache, METH_NOARGS, "Forget every cached word."},
     {NULL, NULL, 0, NULL},

@@ -19,25 +19,27 @@
 #define SPM_HEAP_MIN 48        /* symbols: a word this long merges by the heap */
 #define SPM_MAX_WORD INT32_MAX /* symbol indexes are int32 */
 
+/* The token tables, open addressing, each a small array of keys probed and a parallel array of values read
+ * on a match: a merge asks about many pairs that are no token, and small key arrays stay in the cache.
+ * Tokens of 1..7 bytes: the key is the bytes packed with the length in the top byte (0: empty), one integer
+ * compared. Longer ones: the key is 32 bits of the hash (0: empty), then bytes compared. */
 typedef struct {
-    uint64_t hash;
-    uint32_t off, len;
-    int32_t id;
-} spm_tok;
-
-/* A token of up to 7 bytes, its bytes packed in key with the length in the top byte: a lookup compares one
- * integer and reads no other memory (most pairs a merge asks about are this short). */
-typedef struct {
-    uint64_t key;
     int32_t id;
     uint32_t rank;
-} spm_short;
+} spm_val;
+
+typedef struct {
+    uint32_t off, len;
+} spm_span;
 
 struct spm {
-    uint8_t *blob;     /* every token's bytes */
-    spm_tok *toks;     /* tokens of 8 bytes and more: bytes -> id, open addressing, len 0 = empty */
-    spm_short *shorts; /* tokens of 1..7 bytes, key 0 = empty */
-    size_t tok_cap, short_cap;
+    uint8_t *blob; /* every token's bytes */
+    uint64_t *short_keys;
+    spm_val *short_vals;
+    uint32_t *long_keys;
+    spm_span *long_spans;
+    spm_val *long_vals;
+    size_t short_cap, long_cap;
     uint32_t *rank;       /* per token */
     int32_t byte_ids[256]; /* llama.cpp's byte_to_token, -1 where the vocab has none */
     uint8_t ascii_pairs[128 * 128 / 8]; /* two ASCII characters some token holds side by side */
@@ -69,31 +71,39 @@ static uint64_t mix64(uint64_t x) {
     return x ^ (x >> 33);
 }
 
+/* s[0..n) (n <= 7) packed with n in the top byte. Every caller's buffer has 8 readable bytes past s (token
+ * blob and word copies are padded), so little-endian machines load them at once. */
 static inline uint64_t pack7(const uint8_t *s, size_t n) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    uint64_t x;
+    memcpy(&x, s, 8);
+    return (x & ((1ULL << (8 * n)) - 1)) | (uint64_t)n << 56;
+#else
     uint64_t x = (uint64_t)n << 56;
     for (size_t i = 0; i < n; i++) x |= (uint64_t)s[i] << (8 * i);
     return x;
+#endif
 }
 
 /* The id of the token whose bytes are s[0..n) (n >= 1) and its rank in *rank, or -1. */
 static inline int32_t spm_find(const spm *m, const uint8_t *s, size_t n, uint32_t *rank) {
+    size_t j;
     if (n <= 7) {
         uint64_t key = pack7(s, n);
         size_t mask = m->short_cap - 1;
-        for (size_t j = (size_t)mix64(key) & mask; m->shorts[j].key; j = (j + 1) & mask)
-            if (m->shorts[j].key == key) {
-                *rank = m->shorts[j].rank;
-                return m->shorts[j].id;
-            }
-        return -1;
+        for (j = (size_t)mix64(key) & mask; m->short_keys[j] != key; j = (j + 1) & mask)
+            if (!m->short_keys[j]) return -1;
+        *rank = m->short_vals[j].rank;
+        return m->short_vals[j].id;
     }
     uint64_t h = spm_hash(s, n);
-    size_t mask = m->tok_cap - 1;
-    for (size_t j = (size_t)h & mask; m->toks[j].len; j = (j + 1) & mask) {
-        const spm_tok *t = &m->toks[j];
-        if (t->hash == h && t->len == n && memcmp(m->blob + t->off, s, n) == 0) {
-            *rank = m->rank[t->id];
-            return t->id;
+    uint32_t key = (uint32_t)(h >> 32) | 1;
+    size_t mask = m->long_cap - 1;
+    for (j = (size_t)h & mask; m->long_keys[j]; j = (j + 1) & mask) {
+        const spm_span *t = &m->long_spans[j];
+        if (m->long_keys[j] == key && t->len == n && memcmp(m->blob + t->off, s, n) == 0) {
+            *rank = m->long_vals[j].rank;
+            return m->long_vals[j].id;
         }
     }
     return -1;
@@ -215,37 +225,46 @@ spm *spm_new(const uint8_t *tok_bytes, size_t tok_len, const int64_t *tok_off, s
         if (byte_ids[b] >= 0 && (size_t)byte_ids[b] >= n_vocab) goto fail;
         m->byte_ids[b] = byte_ids[b] >= 0 ? byte_ids[b] : -1;
     }
-    m->blob = malloc(tok_len ? tok_len : 1);
-    m->tok_cap = 16;
-    while (m->tok_cap < 2 * n_vocab) m->tok_cap *= 2;
-    m->toks = calloc(m->tok_cap, sizeof *m->toks);
-    m->short_cap = m->tok_cap;
-    m->shorts = calloc(m->short_cap, sizeof *m->shorts);
+    m->blob = calloc(tok_len + 8, 1); /* padded for pack7 */
     m->cache = wcache_new(cache_max_bytes, cache_max_words);
-    if (!m->blob || !m->toks || !m->shorts || !m->cache || !build_ranks(m, scores, n_vocab)) goto fail;
+    if (!m->blob || !m->cache || !build_ranks(m, scores, n_vocab)) goto fail;
     if (tok_len) memcpy(m->blob, tok_bytes, tok_len);
+    size_t n_short = 0;
     for (size_t t = 0; t < n_vocab; t++) {
         int64_t s = tok_off[t], e = tok_off[t + 1];
         if (s < 0 || e < s || (uint64_t)e > tok_len) goto fail;
-        size_t len = (size_t)(e - s);
-        const uint8_t *w = m->blob + s;
+        n_short += e - s <= 7;
+    }
+    m->short_cap = m->long_cap = 16;
+    while (m->short_cap < n_short + n_short / 2) m->short_cap *= 2; /* load at most 2/3 */
+    while (m->long_cap < 2 * (n_vocab - n_short)) m->long_cap *= 2;
+    m->short_keys = calloc(m->short_cap, sizeof *m->short_keys);
+    m->short_vals = malloc(m->short_cap * sizeof *m->short_vals);
+    m->long_keys = calloc(m->long_cap, sizeof *m->long_keys);
+    m->long_spans = malloc(m->long_cap * sizeof *m->long_spans);
+    m->long_vals = malloc(m->long_cap * sizeof *m->long_vals);
+    if (!m->short_keys || !m->short_vals || !m->long_keys || !m->long_spans || !m->long_vals) goto fail;
+    for (size_t t = 0; t < n_vocab; t++) {
+        size_t len = (size_t)(tok_off[t + 1] - tok_off[t]);
+        const uint8_t *w = m->blob + tok_off[t];
+        uint32_t rank;
         if (!add_pairs(m, w, len)) goto fail;
-        if (!len) continue; /* an empty text is never a symbol */
+        if (!len || spm_find(m, w, len, &rank) >= 0) continue; /* no empty symbol; of duplicates the first */
+        spm_val v = {(int32_t)t, m->rank[t]};
         if (len <= 7) {
             uint64_t key = pack7(w, len);
             size_t mask = m->short_cap - 1, j = (size_t)mix64(key) & mask;
-            while (m->shorts[j].key && m->shorts[j].key != key) j = (j + 1) & mask;
-            if (!m->shorts[j].key) m->shorts[j] = (spm_short){key, (int32_t)t, m->rank[t]};
-            continue; /* a duplicate text: the first stays, as below */
+            while (m->short_keys[j]) j = (j + 1) & mask;
+            m->short_keys[j] = key;
+            m->short_vals[j] = v;
+        } else {
+            uint64_t h = spm_hash(w, len);
+            size_t mask = m->long_cap - 1, j = (size_t)h & mask;
+            while (m->long_keys[j]) j = (j + 1) & mask;
+            m->long_keys[j] = (uint32_t)(h >> 32) | 1;
+            m->long_spans[j] = (spm_span){(uint32_t)tok_off[t], (uint32_t)len};
+            m->long_vals[j] = v;
         }
-        uint64_t h = spm_hash(w, len);
-        size_t mask = m->tok_cap - 1, j = (size_t)h & mask, dup = 0;
-        for (; m->toks[j].len; j = (j + 1) & mask)
-            if (m->toks[j].hash == h && m->toks[j].len == len && memcmp(m->blob + m->toks[j].off, w, len) == 0) {
-                dup = 1; /* token texts are unique (Vocab refuses duplicates); keep the first regardless */
-                break;
-            }
-        if (!dup) m->toks[j] = (spm_tok){h, (uint32_t)s, (uint32_t)len, (int32_t)t};
     }
     return m;
 fail:
@@ -256,8 +275,11 @@ fail:
 void spm_free(spm *m) {
     if (!m) return;
     free(m->blob);
-    free(m->toks);
-    free(m->shorts);
+    free(m->short_keys);
+    free(m->short_vals);
+    free(m->long_keys);
+    free(m->long_spans);
+    free(m->long_vals);
     free(m->rank);
     free(m->pairs);
     wcache_free(m->cache);
@@ -272,7 +294,8 @@ typedef struct {
     int32_t *nxt, *prv, *id; /* links (heap); each pair's / symbol's token (scan) */
     uint32_t *rank;          /* each pair's rank (scan) */
     uint64_t *heap;
-    size_t cap, heap_cap;
+    uint8_t *buf; /* the segment being merged, 8 zero bytes after it (pack7) */
+    size_t cap, heap_cap, buf_cap;
 } spm_scratch;
 
 static int fit(spm_scratch *s, size_t n) {
@@ -295,6 +318,7 @@ static void scratch_release(spm_scratch *s) {
     free(s->id);
     free(s->rank);
     free(s->heap);
+    free(s->buf);
 }
 
 /* Emit symbol w[a..b) with token id (or -1: its bytes as byte tokens). 0: no byte token, or no memory (out->ok
@@ -439,31 +463,32 @@ static int merge_heap(const spm *m, spm_scratch *s, const uint8_t *w, size_t len
     return 1;
 }
 
-/* Symbol starts of w[0..len) into s->start (llama.cpp's cut: the length each lead byte announces, whatever
- * follows); their count, or 0 with out->ok cleared when memory runs out. */
-static size_t symbols(spm_scratch *s, const uint8_t *w, size_t len, ivec *out) {
-    size_t n = 0;
-    for (size_t p = 0; p < len; n++) {
-        size_t k = LEAD_LEN[w[p] >> 4];
-        p += k < len - p ? k : len - p;
-    }
-    if (n >= SPM_MAX_WORD || len >= UINT32_MAX || !fit(s, n + 1)) {
+/* Merge one segment (no cut applies inside) and append its ids. It is copied into s->buf, padded for pack7;
+ * symbols are llama.cpp's: the length each lead byte announces, whatever follows. */
+static int merge_segment(const spm *m, spm_scratch *s, const uint8_t *seg, size_t len, ivec *out) {
+    if (len >= SPM_MAX_WORD || !fit(s, len + 1)) {
         out->ok = 0; /* counted as memory: Python hands over less than 2 GiB */
         return 0;
     }
-    for (size_t p = 0, i = 0; p < len; i++) {
-        s->start[i] = (uint32_t)p;
+    if (len + 8 > s->buf_cap) {
+        uint8_t *b = realloc(s->buf, len + 8 > 256 ? len + 8 : 256);
+        if (!b) {
+            out->ok = 0;
+            return 0;
+        }
+        s->buf = b;
+        s->buf_cap = len + 8 > 256 ? len + 8 : 256;
+    }
+    uint8_t *w = s->buf;
+    memcpy(w, seg, len);
+    memset(w + len, 0, 8);
+    size_t n = 0;
+    for (size_t p = 0; p < len; n++) {
+        s->start[n] = (uint32_t)p;
         size_t k = LEAD_LEN[w[p] >> 4];
         p += k < len - p ? k : len - p;
     }
     s->start[n] = (uint32_t)len;
-    return n;
-}
-
-/* Merge one segment (no cut applies inside) and append its ids. */
-static int merge_segment(const spm *m, spm_scratch *s, const uint8_t *w, size_t len, ivec *out) {
-    size_t n = symbols(s, w, len, out);
-    if (!n) return 0;
     return n >= SPM_HEAP_MIN ? merge_heap(m, s, w, len, n, out) : merge_scan(m, s, w, len, n, out);
 }
 

@@ -22,6 +22,8 @@ from .unicode import C_SPACE
 from .vocab import Attr, Vocab
 
 PREFIX_CHARS = 3
+# Attr bits as plain ints, computed once (an IntFlag operation costs about a microsecond a call).
+_SKIP, _LSTRIP, _RSTRIP = int(Attr.CONTROL | Attr.UNKNOWN), int(Attr.LSTRIP), int(Attr.RSTRIP)
 
 
 def _always_matched(vocab: Vocab) -> list[int]:
@@ -29,8 +31,7 @@ def _always_matched(vocab: Vocab) -> list[int]:
     the vocab (llama3 has 256 control tokens that a plain encode would otherwise walk past each time)."""
     ids = vocab.__dict__.get("_always_matched")
     if ids is None:
-        skip = int(Attr.CONTROL | Attr.UNKNOWN)
-        ids = vocab.__dict__["_always_matched"] = [i for i in vocab.special_cache if not vocab.attrs[i] & skip]
+        ids = vocab.__dict__["_always_matched"] = [i for i in vocab.special_cache if not vocab.attrs[i] & _SKIP]
     return ids
 
 
@@ -55,6 +56,8 @@ def partition(vocab: Vocab, text: str, parse_special: bool, allowed: AbstractSet
     raw_special: the vocab has a special token that is not whole UTF-8 (see raw_special_ids); the
     search then runs on bytes, as llama.cpp's does.
     """
+    if not (parse_special or allowed or _always_matched(vocab)):
+        return [text] if text else []  # nothing to match: the whole text is plain
     if raw_special and text:
         view = _byte_view(text)
         tokens = {i: _byte_view(vocab.tokens[i]) for i in vocab.special_cache}
@@ -76,8 +79,7 @@ def partition_spans(vocab: Vocab, text: str, parse_special: bool, allowed: Abstr
     frags: list[tuple[int, int, int]] = [(0, len(text), -1)]
     tokens = vocab.tokens if tokens is None else tokens
     attrs = vocab.attrs
-    skip = int(Attr.CONTROL | Attr.UNKNOWN)
-    lstrip_bit, rstrip_bit = int(Attr.LSTRIP), int(Attr.RSTRIP)
+    skip, lstrip_bit, rstrip_bit = _SKIP, _LSTRIP, _RSTRIP
     # Vocabs hold up to thousands of special tokens that share a few prefixes ("<|reserved_...",
     # "[PAD..."): one search per distinct prefix rules most of them out of a long text at once.
     prefix_in_text: dict[str, bool] = {}

@@ -265,8 +265,8 @@ class SPMModel(Model):
         return i
 
 
-# Texts of at least this many UTF-8 bytes go the pure way (the core's offsets are 32-bit).
-_NATIVE_MAX_BYTES = 1 << 31
+# Texts of at least this many characters go the pure way (the core's offsets are 32-bit: 4 bytes a character).
+_NATIVE_MAX_CHARS = 1 << 29
 
 
 class NativeSPMModel(SPMModel):
@@ -289,19 +289,22 @@ class NativeSPMModel(SPMModel):
         """The native model of an SPM vocab: the core covers every one."""
         return cls(vocab, core)
 
-    def _native(self, text: str, errors: str) -> list[int] | None:
-        try:
-            data = text.encode("utf-8", errors)
-        except UnicodeEncodeError:  # a lone surrogate outside the escapes: not from Tokenizer.encode
-            return None
-        return self._core.encode(data) if len(data) < _NATIVE_MAX_BYTES else None
-
     def encode(self, text: str) -> list[int]:
-        ids = self._native(text, "strict")
+        ids = None
+        if len(text) < _NATIVE_MAX_CHARS:
+            try:
+                ids = self._core.encode(text)  # the str's UTF-8, no copy for ASCII
+            except UnicodeEncodeError:  # a lone surrogate: not from Tokenizer.encode, which escapes them
+                pass
         return super().encode(text) if ids is None else ids
 
     def encode_escaped(self, text: str) -> list[int]:
-        ids = self._native(text, "surrogateescape")
+        ids = None
+        if len(text) < _NATIVE_MAX_CHARS:
+            try:
+                ids = self._core.encode(text.encode("utf-8", "surrogateescape"))
+            except UnicodeEncodeError:
+                pass
         return super().encode_escaped(text) if ids is None else ids
 
     def cache_info(self) -> dict[str, int]:
