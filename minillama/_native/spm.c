@@ -19,14 +19,18 @@
 #define SPM_HEAP_MIN 48        /* symbols: a word this long merges by the heap */
 #define SPM_MAX_WORD INT32_MAX /* symbol indexes are int32 */
 
-/* The token tables, open addressing, each a small array of keys probed and a parallel array of values read
- * on a match: a merge asks about many pairs that are no token, and small key arrays stay in the cache.
- * Tokens of 1..7 bytes: the key is the bytes packed with the length in the top byte (0: empty), one integer
- * compared. Longer ones: the key is 32 bits of the hash (0: empty), then bytes compared. */
+/* The token tables, open addressing. Tokens of 1..7 bytes (most of what a merge asks about): the key is the
+ * bytes packed with the length in the top byte (0: empty), one integer compared, id and rank in the same
+ * slot. Longer ones: a small array of 32-bit hash keys (0: empty) probed, then bytes compared. */
 typedef struct {
     int32_t id;
     uint32_t rank;
 } spm_val;
+
+typedef struct {
+    uint64_t key;
+    spm_val val;
+} spm_short;
 
 typedef struct {
     uint32_t off, len;
@@ -34,8 +38,7 @@ typedef struct {
 
 struct spm {
     uint8_t *blob; /* every token's bytes */
-    uint64_t *short_keys;
-    spm_val *short_vals;
+    spm_short *shorts;
     uint32_t *long_keys;
     spm_span *long_spans;
     spm_val *long_vals;
@@ -91,10 +94,10 @@ static inline int32_t spm_find(const spm *m, const uint8_t *s, size_t n, uint32_
     if (n <= 7) {
         uint64_t key = pack7(s, n);
         size_t mask = m->short_cap - 1;
-        for (j = (size_t)mix64(key) & mask; m->short_keys[j] != key; j = (j + 1) & mask)
-            if (!m->short_keys[j]) return -1;
-        *rank = m->short_vals[j].rank;
-        return m->short_vals[j].id;
+        for (j = (size_t)mix64(key) & mask; m->shorts[j].key != key; j = (j + 1) & mask)
+            if (!m->shorts[j].key) return -1;
+        *rank = m->shorts[j].val.rank;
+        return m->shorts[j].val.id;
     }
     uint64_t h = spm_hash(s, n);
     uint32_t key = (uint32_t)(h >> 32) | 1;
@@ -238,12 +241,11 @@ spm *spm_new(const uint8_t *tok_bytes, size_t tok_len, const int64_t *tok_off, s
     m->short_cap = m->long_cap = 16;
     while (m->short_cap < n_short + n_short / 2) m->short_cap *= 2; /* load at most 2/3 */
     while (m->long_cap < 2 * (n_vocab - n_short)) m->long_cap *= 2;
-    m->short_keys = calloc(m->short_cap, sizeof *m->short_keys);
-    m->short_vals = malloc(m->short_cap * sizeof *m->short_vals);
+    m->shorts = calloc(m->short_cap, sizeof *m->shorts);
     m->long_keys = calloc(m->long_cap, sizeof *m->long_keys);
     m->long_spans = malloc(m->long_cap * sizeof *m->long_spans);
     m->long_vals = malloc(m->long_cap * sizeof *m->long_vals);
-    if (!m->short_keys || !m->short_vals || !m->long_keys || !m->long_spans || !m->long_vals) goto fail;
+    if (!m->shorts || !m->long_keys || !m->long_spans || !m->long_vals) goto fail;
     for (size_t t = 0; t < n_vocab; t++) {
         size_t len = (size_t)(tok_off[t + 1] - tok_off[t]);
         const uint8_t *w = m->blob + tok_off[t];
@@ -254,9 +256,8 @@ spm *spm_new(const uint8_t *tok_bytes, size_t tok_len, const int64_t *tok_off, s
         if (len <= 7) {
             uint64_t key = pack7(w, len);
             size_t mask = m->short_cap - 1, j = (size_t)mix64(key) & mask;
-            while (m->short_keys[j]) j = (j + 1) & mask;
-            m->short_keys[j] = key;
-            m->short_vals[j] = v;
+            while (m->shorts[j].key) j = (j + 1) & mask;
+            m->shorts[j] = (spm_short){key, v};
         } else {
             uint64_t h = spm_hash(w, len);
             size_t mask = m->long_cap - 1, j = (size_t)h & mask;
@@ -275,8 +276,7 @@ fail:
 void spm_free(spm *m) {
     if (!m) return;
     free(m->blob);
-    free(m->short_keys);
-    free(m->short_vals);
+    free(m->shorts);
     free(m->long_keys);
     free(m->long_spans);
     free(m->long_vals);
