@@ -187,11 +187,37 @@ static PyTypeObject BPEType = {
 typedef struct {
     PyObject_HEAD
     spm *m;
+    PyObject **ints; /* the int object of each id, made on first use: a result list allocates no ints */
+    Py_ssize_t n_vocab;
 } SPMObject;
 
 static void SPM_dealloc(SPMObject *self) {
     spm_free(self->m);
+    for (Py_ssize_t i = 0; self->ints && i < self->n_vocab; i++) Py_XDECREF(self->ints[i]);
+    PyMem_Free(self->ints);
     Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* ids as a list of the object's shared int objects (ids are < n_vocab: spm.c emits only token ids). */
+static PyObject *spm_ids_list(SPMObject *self, const ivec *v) {
+    PyObject *list = PyList_New((Py_ssize_t)v->n);
+    if (!list) return NULL;
+    for (size_t i = 0; i < v->n; i++) {
+        int32_t id = v->v[i];
+        PyObject *x = id >= 0 && id < self->n_vocab ? self->ints[id] : NULL;
+        if (!x) {
+            x = PyLong_FromLong(id);
+            if (!x) {
+                Py_DECREF(list);
+                return NULL;
+            }
+            if (id >= 0 && id < self->n_vocab) self->ints[id] = Py_NewRef(x);
+        } else {
+            Py_INCREF(x);
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, x);
+    }
+    return list;
 }
 
 static int SPM_init(SPMObject *self, PyObject *args, PyObject *kwds) {
@@ -228,6 +254,13 @@ static int SPM_init(SPMObject *self, PyObject *args, PyObject *kwds) {
         PyErr_SetString(PyExc_ValueError, "SPM tables are inconsistent (offsets, byte ids) or memory ran out");
         goto s4;
     }
+    self->n_vocab = ob.len / 8 - 1;
+    self->ints = PyMem_Calloc((size_t)self->n_vocab, sizeof(PyObject *));
+    if (!self->ints) {
+        spm_free(m);
+        PyErr_NoMemory();
+        goto s4;
+    }
     self->m = m;
     ok = 1;
 s4:
@@ -256,7 +289,7 @@ static PyObject *SPM_encode(SPMObject *self, PyObject *args) {
     PyBuffer_Release(&text);
     PyObject *res = NULL;
     if (ok)
-        res = ids_list(&out);
+        res = spm_ids_list(self, &out);
     else if (!out.ok)
         PyErr_NoMemory();
     else

@@ -7,10 +7,12 @@
  * As models/spm.py: the text is cut into words before each U+2581 symbol whose left neighbour is a character
  * that no token holds just before U+2581 (no merge can cross there, so both sides merge alone, in the same
  * order), and words are cached. A word merges by a plain scan when short, by a heap + linked list when long.
- * Score order is a rank per token (0 for the highest score, equal scores equal ranks, NaN last), as the pure
- * heap path. The tables are built once from Vocab.arrays(); after that the object is read-only except for
+ * Score order is a rank per token (smaller for higher scores, equal scores equal ranks, NaN last), as the
+ * pure heap path. The tables are built once from Vocab.arrays(); after that the object is read-only except for
  * its word cache, which has its own lock, so threads share one. */
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -43,11 +45,13 @@ struct spm {
     spm_span *long_spans;
     spm_val *long_vals;
     size_t short_cap, long_cap;
-    uint32_t *rank;       /* per token */
     int32_t byte_ids[256]; /* llama.cpp's byte_to_token, -1 where the vocab has none */
+    /* Built on the first encode (pairs_lock, pairs_ready), not at load: */
     uint8_t ascii_pairs[128 * 128 / 8]; /* two ASCII characters some token holds side by side */
     uint64_t *pairs;                     /* the other such pairs of characters: a << 21 | b, plus 1 (0: empty) */
     size_t pair_cap, pair_count;
+    pthread_mutex_t pairs_lock;
+    atomic_int pairs_ready; /* 1 built, -1 out of memory */
     wcache *cache;
 };
 
@@ -133,35 +137,15 @@ static int32_t one_char(const uint8_t *s, size_t k) {
 
 static int is_space_mark(const uint8_t *s) { return s[0] == 0xE2 && s[1] == 0x96 && s[2] == 0x81; }
 
-typedef struct {
-    float score;
-    int32_t id;
-} scored;
-
-static int by_score(const void *a, const void *b) {
-    float x = ((const scored *)a)->score, y = ((const scored *)b)->score;
-    int nx = isnan(x), ny = isnan(y);
-    if (nx || ny) return nx - ny; /* NaN last */
-    return x > y ? -1 : x < y ? 1 : 0;
-}
-
-/* rank per token: 0 for the highest score, equal scores share a rank, NaN after every number. */
-static int build_ranks(spm *m, const float *scores, size_t n_vocab) {
-    scored *order = malloc(n_vocab * sizeof *order);
-    m->rank = malloc(n_vocab * sizeof *m->rank);
-    if (!order || !m->rank) {
-        free(order);
-        return 0;
-    }
-    for (size_t i = 0; i < n_vocab; i++) order[i] = (scored){scores[i], (int32_t)i};
-    qsort(order, n_vocab, sizeof *order, by_score);
-    uint32_t r = 0;
-    for (size_t i = 0; i < n_vocab; i++) {
-        if (i > 0 && by_score(&order[i - 1], &order[i]) != 0) r++;
-        m->rank[order[i].id] = r;
-    }
-    free(order);
-    return 1;
+/* A score as a rank: smaller for higher scores, equal for equal scores (-0 is 0), every NaN after every number
+ * and below UINT32_MAX (which the scan uses for "no pair"): the float's bits made to sort as unsigned ints,
+ * reversed. The same order as llama.cpp's comparator on numbers, and as the pure heap's ranks. */
+static uint32_t score_rank(float x) {
+    if (isnan(x)) return UINT32_MAX - 1;
+    if (x == 0) x = 0; /* -0.0 */
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    return u & 0x80000000u ? u : ~u & 0x7FFFFFFFu;
 }
 
 /* Whether some token holds the characters a, b side by side. */
@@ -219,18 +203,50 @@ static int add_pairs(spm *m, const uint8_t *w, size_t len) {
     return 1;
 }
 
+/* The pair tables from every token text (each distinct text is in one of the token tables). */
+static int build_pairs(spm *m) {
+    for (size_t j = 0; j < m->short_cap; j++) {
+        uint64_t key = m->shorts[j].key;
+        uint8_t w[16] = {0};
+        size_t len = (size_t)(key >> 56);
+        for (size_t i = 0; i < len; i++) w[i] = (uint8_t)(key >> (8 * i));
+        if (key && !add_pairs(m, w, len)) return 0;
+    }
+    for (size_t j = 0; j < m->long_cap; j++)
+        if (m->long_keys[j] && !add_pairs(m, m->blob + m->long_spans[j].off, m->long_spans[j].len)) return 0;
+    return 1;
+}
+
+/* 1 once the pair tables are there (built by the first caller, under the lock), 0 when memory ran out. */
+static int pairs_ready(spm *m) {
+    int ready = atomic_load_explicit(&m->pairs_ready, memory_order_acquire);
+    if (ready) return ready > 0;
+    pthread_mutex_lock(&m->pairs_lock);
+    ready = atomic_load_explicit(&m->pairs_ready, memory_order_relaxed);
+    if (!ready) {
+        ready = build_pairs(m) ? 1 : -1;
+        atomic_store_explicit(&m->pairs_ready, ready, memory_order_release);
+    }
+    pthread_mutex_unlock(&m->pairs_lock);
+    return ready > 0;
+}
+
 spm *spm_new(const uint8_t *tok_bytes, size_t tok_len, const int64_t *tok_off, size_t n_vocab, const float *scores,
              const int32_t *byte_ids, size_t cache_max_bytes, size_t cache_max_words) {
     if (n_vocab == 0 || n_vocab > INT32_MAX || tok_len >= UINT32_MAX) return NULL;
     spm *m = calloc(1, sizeof *m);
     if (!m) return NULL;
+    if (pthread_mutex_init(&m->pairs_lock, NULL) != 0) {
+        free(m);
+        return NULL;
+    }
     for (int b = 0; b < 256; b++) {
         if (byte_ids[b] >= 0 && (size_t)byte_ids[b] >= n_vocab) goto fail;
         m->byte_ids[b] = byte_ids[b] >= 0 ? byte_ids[b] : -1;
     }
     m->blob = calloc(tok_len + 8, 1); /* padded for pack7 */
     m->cache = wcache_new(cache_max_bytes, cache_max_words);
-    if (!m->blob || !m->cache || !build_ranks(m, scores, n_vocab)) goto fail;
+    if (!m->blob || !m->cache) goto fail;
     if (tok_len) memcpy(m->blob, tok_bytes, tok_len);
     size_t n_short = 0;
     for (size_t t = 0; t < n_vocab; t++) {
@@ -250,9 +266,8 @@ spm *spm_new(const uint8_t *tok_bytes, size_t tok_len, const int64_t *tok_off, s
         size_t len = (size_t)(tok_off[t + 1] - tok_off[t]);
         const uint8_t *w = m->blob + tok_off[t];
         uint32_t rank;
-        if (!add_pairs(m, w, len)) goto fail;
         if (!len || spm_find(m, w, len, &rank) >= 0) continue; /* no empty symbol; of duplicates the first */
-        spm_val v = {(int32_t)t, m->rank[t]};
+        spm_val v = {(int32_t)t, score_rank(scores[t])};
         if (len <= 7) {
             uint64_t key = pack7(w, len);
             size_t mask = m->short_cap - 1, j = (size_t)mix64(key) & mask;
@@ -280,9 +295,9 @@ void spm_free(spm *m) {
     free(m->long_keys);
     free(m->long_spans);
     free(m->long_vals);
-    free(m->rank);
     free(m->pairs);
     wcache_free(m->cache);
+    pthread_mutex_destroy(&m->pairs_lock);
     free(m);
 }
 
@@ -528,6 +543,10 @@ static int encode_word(spm *m, spm_scratch *s, const uint8_t *w, size_t len, ive
 }
 
 int spm_encode(spm *m, const uint8_t *text, size_t n, ivec *out) {
+    if (!pairs_ready(m)) {
+        out->ok = 0;
+        return 0;
+    }
     spm_scratch s = {0};
     size_t word = 0, prev = 0, p = 0; /* prev: the start of the symbol before p */
     int ok = 1;

@@ -129,7 +129,10 @@ class Vocab:
         copies once. Merges are split as llama.cpp splits them, at the first space after position 0."""
         got = self.__dict__.get("_arrays")
         if got is None:
-            blobs = [_token_utf8(t) for t in self.tokens]
+            try:  # one comprehension, no call a token: the common case
+                blobs = [t.encode("utf-8", "surrogateescape") for t in self.tokens]
+            except UnicodeEncodeError:
+                blobs = [_token_utf8(t) for t in self.tokens]
             offsets = np.zeros(len(blobs) + 1, np.int64)
             np.cumsum(np.fromiter(map(len, blobs), np.int64, len(blobs)), out=offsets[1:])
             get = self.token_to_id.get

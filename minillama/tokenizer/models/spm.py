@@ -57,8 +57,8 @@ class SPMModel(Model):
         self._latin1: dict[str, int] | None = None
         self._ranks: list[int] | None = None
         self._pairs: frozenset[str] | None = None
-        # token text -> score: one dict lookup per candidate pair in the merge loop
-        self._score_of: dict[str, float] = {t: self.scores[i] for t, i in self.token_to_id.items()}
+        # token text -> score: one dict lookup per candidate pair in the merge loop (built on first use)
+        self._score_of: dict[str, float] | None = None
 
     def prepare(self, text: str, after_special: bool) -> str:
         """The dummy space prefix (at the start and after a special token) and the U+2581 space marker."""
@@ -159,7 +159,10 @@ class SPMModel(Model):
         if len(syms) < 2:
             return syms
         if t2i is self.token_to_id:
-            get = self._score_of.get
+            score_of = self._score_of
+            if score_of is None:
+                score_of = self._once("_score_of", self._build_score_of)
+            get = score_of.get
         else:
             scores = self.scores
             get = lambda pair, no: no if (t := t2i.get(pair)) is None else scores[t]  # type: ignore[assignment] # noqa: E731
@@ -183,6 +186,9 @@ class SPMModel(Model):
             if i:
                 ss[i - 1] = get(syms[i - 1] + merged, no)
         return syms
+
+    def _build_score_of(self) -> dict[str, float]:
+        return {t: self.scores[i] for t, i in self.token_to_id.items()}
 
     def _merge_heap(self, syms: list[str], t2i: dict[str, int]) -> list[str]:
         """The heap + linked list merge for long words, O(n log n), in compact form.
