@@ -63,8 +63,8 @@ spm *spm_new(const uint8_t *tok_bytes, size_t tok_len, const int64_t *tok_off, s
              const int32_t *byte_ids, size_t cache_max_bytes, size_t cache_max_words);
 void spm_free(spm *m);
 wcache *spm_cache(spm *m);
-/* The ids of text (n bytes) appended to out. 0 on failure: out->ok == 0 when memory ran out, else a byte that
- * no token covers has no byte token in this vocab. */
-int spm_encode(spm *m, const uint8_t *text, size_t n, ivec *out);
+/* The ids of text (n bytes; valid_utf8: known to be valid UTF-8) appended to out. 0 on failure: out->ok == 0
+ * when memory ran out, else a byte that no token covers has no byte token in this vocab. */
+int spm_encode(spm *m, const uint8_t *text, size_t n, int valid_utf8, ivec *out);
 
 #endif

@@ -275,18 +275,30 @@ s1:
 }
 
 static PyObject *SPM_encode(SPMObject *self, PyObject *args) {
-    Py_buffer text;
+    PyObject *obj;
     if (!self->m) {
         PyErr_SetString(PyExc_RuntimeError, "SPM is not initialised");
         return NULL;
     }
-    if (!PyArg_ParseTuple(args, "s*", &text)) return NULL; /* bytes, or a str as its UTF-8 (kept by the str) */
+    if (!PyArg_ParseTuple(args, "O", &obj)) return NULL;
+    /* a str as its UTF-8 (kept by the str, valid: a lone surrogate raises UnicodeEncodeError), else bytes */
+    Py_buffer text = {0};
+    const char *data;
+    Py_ssize_t len;
+    int valid = PyUnicode_Check(obj);
+    if (valid) {
+        if (!(data = PyUnicode_AsUTF8AndSize(obj, &len))) return NULL;
+    } else {
+        if (PyObject_GetBuffer(obj, &text, PyBUF_SIMPLE) < 0) return NULL;
+        data = text.buf;
+        len = text.len;
+    }
     ivec out = {NULL, 0, 0, 1};
     int ok;
     Py_BEGIN_ALLOW_THREADS
-    ok = spm_encode(self->m, text.buf, (size_t)text.len, &out);
+    ok = spm_encode(self->m, (const uint8_t *)data, (size_t)len, valid, &out);
     Py_END_ALLOW_THREADS
-    PyBuffer_Release(&text);
+    if (!valid) PyBuffer_Release(&text);
     PyObject *res = NULL;
     if (ok)
         res = spm_ids_list(self, &out);

@@ -20,6 +20,7 @@
 
 #define SPM_HEAP_MIN 48        /* symbols: a word this long merges by the heap */
 #define SPM_MAX_WORD INT32_MAX /* symbol indexes are int32 */
+#define SMALL 129              /* small symbols: ASCII and U+2581 */
 
 /* The token tables, open addressing. Tokens of 1..7 bytes (most of what a merge asks about): the key is the
  * bytes packed with the length in the top byte (0: empty), one integer compared, id and rank in the same
@@ -50,6 +51,9 @@ struct spm {
     uint8_t ascii_pairs[128 * 128 / 8]; /* two ASCII characters some token holds side by side */
     uint64_t *pairs;                     /* the other such pairs of characters: a << 21 | b, plus 1 (0: empty) */
     size_t pair_cap, pair_count;
+    /* the symbols ASCII 0..127 and U+2581 (128), indexed directly: their tokens, and the token of each two */
+    int32_t small_ids[SMALL];
+    spm_val small_pairs[SMALL * SMALL];
     pthread_mutex_t pairs_lock;
     atomic_int pairs_ready; /* 1 built, -1 out of memory */
     wcache *cache;
@@ -203,8 +207,37 @@ static int add_pairs(spm *m, const uint8_t *w, size_t len) {
     return 1;
 }
 
-/* The pair tables from every token text (each distinct text is in one of the token tables). */
+/* A small symbol's bytes into b (3 bytes free); its length. */
+static size_t small_bytes(int c, uint8_t *b) {
+    if (c < 128) {
+        b[0] = (uint8_t)c;
+        return 1;
+    }
+    memcpy(b, "\xE2\x96\x81", 3);
+    return 3;
+}
+
+/* The index of the symbol w[a..b) among the small ones, or -1. */
+static inline int small_index(const uint8_t *w, uint32_t a, uint32_t b) {
+    if (b - a == 1 && w[a] < 0x80) return w[a];
+    return b - a == 3 && is_space_mark(w + a) ? 128 : -1;
+}
+
+/* The pair tables from every token text (each distinct text is in one of the token tables), and the small
+ * symbols' tables. */
 static int build_pairs(spm *m) {
+    for (int a = 0; a < SMALL; a++) {
+        uint8_t t[16] = {0};
+        size_t la = small_bytes(a, t);
+        uint32_t rank;
+        m->small_ids[a] = spm_find(m, t, la, &rank);
+        for (int b = 0; b < SMALL; b++) {
+            size_t lb = small_bytes(b, t + la);
+            int32_t id = spm_find(m, t, la + lb, &rank);
+            m->small_pairs[a * SMALL + b] = (spm_val){id, id >= 0 ? rank : UINT32_MAX};
+            memset(t + la, 0, 8);
+        }
+    }
     for (size_t j = 0; j < m->short_cap; j++) {
         uint64_t key = m->shorts[j].key;
         uint8_t w[16] = {0};
@@ -352,11 +385,19 @@ static int merge_scan(const spm *m, spm_scratch *s, const uint8_t *w, size_t len
     uint32_t *st = s->start, *rk = s->rank;
     int32_t *pid = s->nxt, *sid = s->id; /* pid: the token of pair (i, i + 1); sid: symbol i's token */
     st[n] = (uint32_t)len;
+    /* sid first holds each symbol's small index (or -1): pairs of small symbols are read from small_pairs */
+    for (size_t i = 0; i < n; i++) sid[i] = small_index(w, st[i], st[i + 1]);
     for (size_t i = 0; i + 1 < n; i++) {
+        if (sid[i] >= 0 && sid[i + 1] >= 0) {
+            spm_val v = m->small_pairs[sid[i] * SMALL + sid[i + 1]];
+            pid[i] = v.id;
+            rk[i] = v.rank;
+            continue;
+        }
         pid[i] = spm_find(m, w + st[i], st[i + 2] - st[i], &rk[i]);
         if (pid[i] < 0) rk[i] = UINT32_MAX;
     }
-    for (size_t i = 0; i < n; i++) sid[i] = -2; /* not looked up yet */
+    for (size_t i = 0; i < n; i++) sid[i] = sid[i] >= 0 ? m->small_ids[sid[i]] : -2; /* -2: not looked up */
     while (n > 1) {
         size_t best = 0;
         uint32_t br = rk[0];
@@ -542,26 +583,47 @@ static int encode_word(spm *m, spm_scratch *s, const uint8_t *w, size_t len, ive
     return 1;
 }
 
-int spm_encode(spm *m, const uint8_t *text, size_t n, ivec *out) {
+/* Where the words of text[0..n) end: before each U+2581 symbol whose left neighbour is a character that no
+ * token holds before U+2581. Valid UTF-8 (a str's) is searched for U+2581 with memchr; other bytes are
+ * walked a symbol at a time, since a lead byte there may take the next bytes whatever they are. */
+int spm_encode(spm *m, const uint8_t *text, size_t n, int valid_utf8, ivec *out) {
     if (!pairs_ready(m)) {
         out->ok = 0;
         return 0;
     }
     spm_scratch s = {0};
-    size_t word = 0, prev = 0, p = 0; /* prev: the start of the symbol before p */
+    size_t word = 0, p = 0;
     int ok = 1;
-    while (p < n) {
-        size_t k = LEAD_LEN[text[p] >> 4];
-        if (k > n - p) k = n - p;
-        if (k == 3 && p > word && is_space_mark(text + p)) {
-            int32_t cp = one_char(text + prev, p - prev);
-            if (cp >= 0 && !has_pair(m, (uint32_t)cp, 0x2581)) {
-                if (!(ok = encode_word(m, &s, text + word, p - word, out))) break;
-                word = p;
+    if (valid_utf8) {
+        const uint8_t *q;
+        while (ok && p < n && (q = memchr(text + p, 0xE2, n - p)) != NULL) {
+            p = (size_t)(q - text);
+            if (p > word && n - p >= 3 && is_space_mark(q)) {
+                size_t a = p - 1; /* the character before: back over continuation bytes */
+                while (a > word && (text[a] & 0xC0) == 0x80) a--;
+                int32_t cp = one_char(text + a, p - a);
+                if (cp >= 0 && !has_pair(m, (uint32_t)cp, 0x2581)) {
+                    ok = encode_word(m, &s, text + word, p - word, out);
+                    word = p;
+                }
             }
+            p++;
         }
-        prev = p;
-        p += k;
+    } else {
+        size_t prev = 0; /* the start of the symbol before p */
+        while (ok && p < n) {
+            size_t k = LEAD_LEN[text[p] >> 4];
+            if (k > n - p) k = n - p;
+            if (k == 3 && p > word && is_space_mark(text + p)) {
+                int32_t cp = one_char(text + prev, p - prev);
+                if (cp >= 0 && !has_pair(m, (uint32_t)cp, 0x2581)) {
+                    ok = encode_word(m, &s, text + word, p - word, out);
+                    word = p;
+                }
+            }
+            prev = p;
+            p += k;
+        }
     }
     if (ok) ok = encode_word(m, &s, text + word, n - word, out);
     scratch_release(&s);
