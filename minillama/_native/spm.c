@@ -39,8 +39,13 @@ typedef struct {
     uint32_t off, len;
 } spm_span;
 
+/* A one-hash Bloom filter over every token's hash, 16 bits a token: most pairs a merge asks about are no token,
+ * and this small bitset answers them without touching the tables. */
+
 struct spm {
     uint8_t *blob; /* every token's bytes */
+    uint64_t *bloom;
+    size_t bloom_mask; /* words - 1, a power of two */
     spm_short *shorts;
     uint32_t *long_keys;
     spm_span *long_spans;
@@ -100,14 +105,16 @@ static inline uint64_t pack7(const uint8_t *s, size_t n) {
 static inline int32_t spm_find(const spm *m, const uint8_t *s, size_t n, uint32_t *rank) {
     size_t j;
     if (n <= 7) {
-        uint64_t key = pack7(s, n);
+        uint64_t key = pack7(s, n), h = mix64(key);
+        if (!(m->bloom[(h >> 32) & m->bloom_mask] >> (h >> 58) & 1)) return -1;
         size_t mask = m->short_cap - 1;
-        for (j = (size_t)mix64(key) & mask; m->shorts[j].key != key; j = (j + 1) & mask)
+        for (j = (size_t)h & mask; m->shorts[j].key != key; j = (j + 1) & mask)
             if (!m->shorts[j].key) return -1;
         *rank = m->shorts[j].val.rank;
         return m->shorts[j].val.id;
     }
     uint64_t h = spm_hash(s, n);
+    if (!(m->bloom[(h >> 32) & m->bloom_mask] >> (h >> 58) & 1)) return -1;
     uint32_t key = (uint32_t)(h >> 32) | 1;
     size_t mask = m->long_cap - 1;
     for (j = (size_t)h & mask; m->long_keys[j]; j = (j + 1) & mask) {
@@ -291,16 +298,22 @@ spm *spm_new(const uint8_t *tok_bytes, size_t tok_len, const int64_t *tok_off, s
     while (m->short_cap < n_short + n_short / 2) m->short_cap *= 2; /* load at most 2/3 */
     while (m->long_cap < 2 * (n_vocab - n_short)) m->long_cap *= 2;
     m->shorts = calloc(m->short_cap, sizeof *m->shorts);
+    size_t words = 16;
+    while (words * 4 < n_vocab) words *= 2; /* 16 bits or more a token */
+    m->bloom_mask = words - 1;
+    m->bloom = calloc(words, sizeof *m->bloom);
     m->long_keys = calloc(m->long_cap, sizeof *m->long_keys);
     m->long_spans = malloc(m->long_cap * sizeof *m->long_spans);
     m->long_vals = malloc(m->long_cap * sizeof *m->long_vals);
-    if (!m->shorts || !m->long_keys || !m->long_spans || !m->long_vals) goto fail;
+    if (!m->shorts || !m->bloom || !m->long_keys || !m->long_spans || !m->long_vals) goto fail;
     for (size_t t = 0; t < n_vocab; t++) {
         size_t len = (size_t)(tok_off[t + 1] - tok_off[t]);
         const uint8_t *w = m->blob + tok_off[t];
         uint32_t rank;
         if (!len || spm_find(m, w, len, &rank) >= 0) continue; /* no empty symbol; of duplicates the first */
         spm_val v = {(int32_t)t, score_rank(scores[t])};
+        uint64_t bh = len <= 7 ? mix64(pack7(w, len)) : spm_hash(w, len);
+        m->bloom[(bh >> 32) & m->bloom_mask] |= 1ULL << (bh >> 58);
         if (len <= 7) {
             uint64_t key = pack7(w, len);
             size_t mask = m->short_cap - 1, j = (size_t)mix64(key) & mask;
@@ -325,6 +338,7 @@ void spm_free(spm *m) {
     if (!m) return;
     free(m->blob);
     free(m->shorts);
+    free(m->bloom);
     free(m->long_keys);
     free(m->long_spans);
     free(m->long_vals);
