@@ -260,7 +260,7 @@ static size_t merge_simple(const bpe *b, int32_t *syms, int32_t *ranks, int32_t 
     }
 }
 
-static void heap_push(uint64_t *h, size_t *n, uint64_t x) {
+void heap_push(uint64_t *h, size_t *n, uint64_t x) {
     size_t i = (*n)++;
     while (i > 0) {
         size_t p = (i - 1) / 2;
@@ -271,7 +271,7 @@ static void heap_push(uint64_t *h, size_t *n, uint64_t x) {
     h[i] = x;
 }
 
-static uint64_t heap_pop(uint64_t *h, size_t *n) {
+uint64_t heap_pop(uint64_t *h, size_t *n) {
     uint64_t top = h[0], x = h[--*n];
     size_t i = 0, m = *n;
     for (;;) {

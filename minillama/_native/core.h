@@ -56,6 +56,10 @@ wcache *bpe_cache(bpe *b);
 int bpe_encode(bpe *b, const uint8_t *text, size_t n, int mode, const int64_t *cp_ends, size_t n_ends,
                const uint16_t *flags, ivec *out);
 
+/* bpe.c: a binary min-heap of uint64 keys in h[0..*n) (room for the push is the caller's), shared by spm.c. */
+void heap_push(uint64_t *h, size_t *n, uint64_t x);
+uint64_t heap_pop(uint64_t *h, size_t *n);
+
 /* spm.c: SentencePiece BPE (llm_tokenizer_spm) over the bytes of text (U+2581 for spaces). tok_off: n_vocab + 1
  * offsets into tok_bytes; scores: one a token; byte_ids: 256 ids (llama.cpp's byte_to_token, -1: none). */
 typedef struct spm spm;

@@ -144,15 +144,19 @@ static PyObject *BPE_encode(BPEObject *self, PyObject *args) {
     return res;
 }
 
-static PyObject *BPE_cache_info(BPEObject *self, PyObject *unused) {
-    (void)unused;
-    if (!self->b) return PyDict_New();
+/* A word cache as the dict Model.cache_info() gives. */
+static PyObject *cache_dict(wcache *c) {
     wcache_info i;
-    wcache_stats(bpe_cache(self->b), &i);
+    wcache_stats(c, &i);
     return Py_BuildValue("{snsnsnsnsnsnsnsn}", "words", (Py_ssize_t)i.words, "bytes", (Py_ssize_t)i.bytes,
                          "old_words", (Py_ssize_t)i.old_words, "old_bytes", (Py_ssize_t)i.old_bytes,
                          "largest_entry", (Py_ssize_t)i.largest_entry, "longest_word", (Py_ssize_t)i.longest_word,
                          "max_bytes", (Py_ssize_t)i.max_bytes, "max_words", (Py_ssize_t)i.max_words);
+}
+
+static PyObject *BPE_cache_info(BPEObject *self, PyObject *unused) {
+    (void)unused;
+    return self->b ? cache_dict(bpe_cache(self->b)) : PyDict_New();
 }
 
 static PyObject *BPE_clear_cache(BPEObject *self, PyObject *unused) {
@@ -312,13 +316,7 @@ static PyObject *SPM_encode(SPMObject *self, PyObject *args) {
 
 static PyObject *SPM_cache_info(SPMObject *self, PyObject *unused) {
     (void)unused;
-    if (!self->m) return PyDict_New();
-    wcache_info i;
-    wcache_stats(spm_cache(self->m), &i);
-    return Py_BuildValue("{snsnsnsnsnsnsnsn}", "words", (Py_ssize_t)i.words, "bytes", (Py_ssize_t)i.bytes,
-                         "old_words", (Py_ssize_t)i.old_words, "old_bytes", (Py_ssize_t)i.old_bytes,
-                         "largest_entry", (Py_ssize_t)i.largest_entry, "longest_word", (Py_ssize_t)i.longest_word,
-                         "max_bytes", (Py_ssize_t)i.max_bytes, "max_words", (Py_ssize_t)i.max_words);
+    return self->m ? cache_dict(spm_cache(self->m)) : PyDict_New();
 }
 
 static PyObject *SPM_clear_cache(SPMObject *self, PyObject *unused) {

@@ -444,44 +444,6 @@ static int merge_scan(const spm *m, spm_scratch *s, const uint8_t *w, size_t len
     return 1;
 }
 
-static int heap_push64(spm_scratch *s, size_t *hn, uint64_t x, ivec *out) {
-    if (*hn == s->heap_cap) {
-        size_t cap = s->heap_cap ? s->heap_cap + s->heap_cap / 2 : 1024;
-        uint64_t *h = realloc(s->heap, cap * sizeof *h);
-        if (!h) {
-            out->ok = 0;
-            return 0;
-        }
-        s->heap = h;
-        s->heap_cap = cap;
-    }
-    uint64_t *h = s->heap;
-    size_t i = (*hn)++;
-    while (i > 0) {
-        size_t p = (i - 1) / 2;
-        if (h[p] <= x) break;
-        h[i] = h[p];
-        i = p;
-    }
-    h[i] = x;
-    return 1;
-}
-
-static uint64_t heap_pop64(uint64_t *h, size_t *hn) {
-    uint64_t top = h[0], x = h[--*hn];
-    size_t i = 0, m = *hn;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= m) break;
-        if (c + 1 < m && h[c + 1] < h[c]) c++;
-        if (h[c] >= x) break;
-        h[i] = h[c];
-        i = c;
-    }
-    if (m) h[i] = x;
-    return top;
-}
-
 #define GONE UINT32_MAX
 
 /* End of live symbol i: the start of the next live one, or the word's end. */
@@ -490,18 +452,25 @@ static inline uint32_t sym_end(const spm_scratch *s, int32_t i, size_t len) {
 }
 
 /* Push the pair (l, r) when it is a token: key rank << 32 | l, the smallest first (llama.cpp's order). */
-static int push_pair(const spm *m, spm_scratch *s, const uint8_t *w, size_t len, int32_t l, size_t *hn, ivec *out) {
-    if (l < 0 || s->nxt[l] < 0) return 1;
-    int32_t r = s->nxt[l];
-    uint32_t a = s->start[l], b = sym_end(s, r, len);
-    uint32_t rank;
-    int32_t id = spm_find(m, w + a, b - a, &rank);
-    return id < 0 || heap_push64(s, hn, (uint64_t)rank << 32 | (uint32_t)l, out);
+static void push_pair(const spm *m, spm_scratch *s, const uint8_t *w, size_t len, int32_t l, size_t *hn) {
+    if (l < 0 || s->nxt[l] < 0) return;
+    uint32_t a = s->start[l], b = sym_end(s, s->nxt[l], len), rank;
+    if (spm_find(m, w + a, b - a, &rank) >= 0) heap_push(s->heap, hn, (uint64_t)rank << 32 | (uint32_t)l);
 }
 
-/* The heap + linked list over n symbols. An entry is stale when its left symbol is gone, has no right
- * neighbour, or the pair there now has another rank; one of equal key and rank names the same merge. */
+/* The heap (bpe.c's) + linked list over n symbols. An entry is stale when its left symbol is gone, has no right
+ * neighbour, or the pair there now has another rank; one of equal key and rank names the same merge. Every
+ * push but the first n - 1 follows a merge, which follows a pop, so the heap holds fewer than 2n keys. */
 static int merge_heap(const spm *m, spm_scratch *s, const uint8_t *w, size_t len, size_t n, ivec *out) {
+    if (2 * n > s->heap_cap) {
+        uint64_t *h = realloc(s->heap, 2 * n * sizeof *h);
+        if (!h) {
+            out->ok = 0;
+            return 0;
+        }
+        s->heap = h;
+        s->heap_cap = 2 * n;
+    }
     uint32_t *st = s->start;
     int32_t *nxt = s->nxt, *prv = s->prv;
     size_t hn = 0;
@@ -509,10 +478,9 @@ static int merge_heap(const spm *m, spm_scratch *s, const uint8_t *w, size_t len
         nxt[i] = i + 1 < n ? (int32_t)(i + 1) : -1;
         prv[i] = (int32_t)i - 1;
     }
-    for (size_t i = 0; i + 1 < n; i++)
-        if (!push_pair(m, s, w, len, (int32_t)i, &hn, out)) return 0;
+    for (size_t i = 0; i + 1 < n; i++) push_pair(m, s, w, len, (int32_t)i, &hn);
     while (hn) {
-        uint64_t key = heap_pop64(s->heap, &hn);
+        uint64_t key = heap_pop(s->heap, &hn);
         int32_t l = (int32_t)(key & 0xFFFFFFFFu);
         if (st[l] == GONE) continue;
         int32_t r = nxt[l];
@@ -524,7 +492,8 @@ static int merge_heap(const spm *m, spm_scratch *s, const uint8_t *w, size_t len
         st[r] = GONE;
         nxt[l] = after;
         if (after >= 0) prv[after] = l;
-        if (!push_pair(m, s, w, len, l, &hn, out) || !push_pair(m, s, w, len, prv[l], &hn, out)) return 0;
+        push_pair(m, s, w, len, l, &hn);
+        push_pair(m, s, w, len, prv[l], &hn);
     }
     for (int32_t i = 0; i >= 0; i = nxt[i]) {
         uint32_t a = st[i], b = sym_end(s, i, len);
