@@ -6,7 +6,9 @@
  *
  * As models/spm.py: the text is cut into words before each U+2581 symbol whose left neighbour is a character
  * that no token holds just before U+2581 (no merge can cross there, so both sides merge alone, in the same
- * order), and words are cached. A word merges by a plain scan when short, by a heap + linked list when long.
+ * order), and words are cached; a word not in the cache is cut further between every two characters that no
+ * token holds side by side, and each segment merges by a plain scan when short, by a heap + linked list when
+ * long. Token lookups: a Bloom filter, then packed keys for tokens of up to 7 bytes, hashed bytes for longer.
  * Score order is a rank per token (smaller for higher scores, equal scores equal ranks, NaN last), as the
  * pure heap path. The tables are built once from Vocab.arrays(); after that the object is read-only except for
  * its word cache, which has its own lock, so threads share one. */
