@@ -18,7 +18,15 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 from gguf import Keys, TokenType
-from helpers import REPO, conformance_vocabs, params_or_skip, read_conformance, require_shared, vocab_path
+from helpers import (
+    REPO,
+    conformance_vocabs,
+    get_oracle,
+    params_or_skip,
+    read_conformance,
+    require_shared,
+    vocab_path,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -32,8 +40,9 @@ PROPERTY = settings(max_examples=120, deadline=None, derandomize=True, database=
                     suppress_health_check=[HealthCheck.too_slow])
 
 
-def _build(name: str, backend: str) -> Tokenizer:
-    return _with_backend(backend, lambda: Tokenizer.from_file(vocab_path(name)))
+def _build(name: str, backend: str, path: os.PathLike | None = None) -> Tokenizer:
+    """The tokenizer of a shared vocab (or of path) built with MINILLAMA_BACKEND=backend."""
+    return _with_backend(backend, lambda: Tokenizer.from_file(path or vocab_path(name)))
 
 
 def _with_backend(backend: str, make: Callable[[], Tokenizer]) -> Tokenizer:
@@ -56,16 +65,18 @@ def pair(name: str) -> tuple[Tokenizer, Tokenizer]:
 
 
 def _covered() -> list[str]:
-    """The shared vocabs the native core runs (today: every byte-level BPE, WordPiece and Unigram vocab)."""
+    """The shared vocabs the native core runs (every byte-level BPE, SPM, WordPiece and Unigram vocab)."""
     return [n for n in conformance_vocabs() if n in NATIVE_VOCABS]
 
 
-# The shared byte-level BPE, WordPiece and Unigram vocabs: the core covers each of them (a vocab falling back to
+# The shared byte-level BPE, SPM, WordPiece and Unigram vocabs: the core covers each of them (a vocab falling back to
 # pure fails below).
 NATIVE_VOCABS = ("ggml-vocab-deepseek-coder", "ggml-vocab-deepseek-llm", "ggml-vocab-falcon", "ggml-vocab-gpt-2",
                  "ggml-vocab-llama-bpe", "ggml-vocab-mpt", "ggml-vocab-refact", "ggml-vocab-starcoder",
                  "ggml-vocab-bert-bge", "ggml-vocab-unigram8k")
-VOCABS = params_or_skip(_covered(), "byte-level BPE conformance vocabs")
+# The SPM vocabs (llm_tokenizer_spm, spm.c): every one is covered.
+NATIVE_VOCABS += ("ggml-vocab-llama-spm", "ggml-vocab-phi-3")
+VOCABS = params_or_skip(_covered(), "conformance vocabs the native core covers")
 
 
 @pytest.mark.parametrize("vocab", VOCABS)
@@ -259,6 +270,8 @@ def test_core_resolves_merges_as_python():
     from minillama._native import _core
     for name in _covered():
         v = pair(name)[0].vocab
+        if v.kind != "bpe":
+            continue
         assert (native_merges(v, _core) == v.arrays().merges).all(), name
     odd = [["a", "b", "ab", " ", "é", "é b", "éb", "b ", "\n", "a\nb"],
            ["a", "b", "ab", "\udcc3\udca9", "é"]]
@@ -408,3 +421,75 @@ def test_unigram_options_and_edges(options):
     for text in _UGM_TEXTS:
         assert _outcome(native, text) == _outcome(pure, text), text[:20]
 
+
+
+# --- SPM (spm.c) ------------------------------------------------------------------------------------------------
+
+SPM_VOCABS = params_or_skip([n for n in ("ggml-vocab-llama-spm", "ggml-vocab-phi-3") if n in conformance_vocabs()],
+                            "SPM conformance vocabs")
+# Long words (the heap merge), a word of 100,000 characters, runs of spaces, text without spaces (cut only between
+# characters no token holds side by side), and characters no token covers (byte fallback) inside long words.
+_SPM_LONG = ["a" * 100_000, " " * 5000, "ab" * 3000, "".join(chr(0x61 + i * 7 % 26) for i in range(5000)),
+             "日本語の文章です。" * 400, "\u0d9e\U0001f600\ua000" * 300, "ab" * 30 + "\U0001f9ec" + "ba" * 30,
+             "def f(x):\n    return x\n" * 200]
+
+
+@pytest.mark.parametrize("vocab", SPM_VOCABS)
+def test_spm_long_words_match_llamacpp(vocab):
+    """The native SPM encoder gives llama.cpp's ids on long and space-free text, and the pure path agrees."""
+    native, pure = pair(vocab)
+    oracle = get_oracle(vocab_path(vocab))
+    for t in _SPM_LONG:
+        got = native.encode(t, add_special=False)
+        assert got == oracle.tokenize(t), t[:20]
+        assert got == pure.encode(t, add_special=False), t[:20]
+
+
+_RAW_SPM = ["\udcff\udcc3" * 300, "\udce2 a" * 100, "x\udce2\u2581 y" * 50, "\udcc3a b\udcf0abc d" * 40,
+            "a\udce2\udc96\udc81b" * 30, "\udcf0\u2581\u2581 x" * 20]
+
+
+@pytest.mark.parametrize("vocab", SPM_VOCABS)
+def test_spm_raw_bytes_match_llamacpp(vocab):
+    """Raw bytes (surrogate escapes): a lead byte takes the next bytes into its symbol whatever they are, also a
+    U+2581 after it, as llama.cpp cuts symbols; the ids are llama.cpp's for those bytes."""
+    native, pure = pair(vocab)
+    oracle = get_oracle(vocab_path(vocab))
+    for t in _RAW_SPM:
+        got = native.encode(t, add_special=False)
+        assert got == oracle.tokenize(t.encode("utf-8", "surrogateescape")), t[:20]
+        assert got == pure.encode(t, add_special=False), t[:20]
+
+
+@pytest.mark.parametrize("path", ["llama2c-tokenizer.bin", "llama2-tokenizer.model"])
+def test_spm_loaders_run_native(path):
+    """llama2.c's tokenizer.bin and SentencePiece's .model of the llama2 vocab run on the native core, with the
+    ids llama.cpp gives for the GGUF of the same vocab."""
+    tok = _build("", "native", require_shared("vocab", path))
+    assert tok.backend == "native"
+    for r in read_conformance("ggml-vocab-llama-spm")[:300]:
+        assert tok.encode(r["text"], add_special=False) == r["ids"], r["text"][:40]
+
+
+def test_spm_threads_share_one_native_tokenizer():
+    """encode_batch on 2 threads over one native SPM tokenizer (one word cache, GIL released) gives llama.cpp's
+    ids."""
+    native, _ = pair("ggml-vocab-llama-spm")
+    rows = read_conformance("ggml-vocab-llama-spm", "conformance-diverse")
+    native._encoder.clear_cache()
+    assert native.encode_batch([r["text"] for r in rows], num_threads=2, add_special=False) == [r["ids"] for r in rows]
+
+
+def test_spm_native_cache_bound(monkeypatch):
+    """The native SPM word cache holds the bounds Python passes in (models/base.py), in bytes and in words."""
+    monkeypatch.setattr(base, "CACHE_MAX_BYTES", 40_000)
+    monkeypatch.setattr(base, "CACHE_MAX_WORDS", 300)
+    native = _build("ggml-vocab-llama-spm", "native")
+    for r in read_conformance("ggml-vocab-llama-spm", "conformance-diverse")[:300]:
+        assert native.encode(r["text"], add_special=False) == r["ids"]
+        info = native._encoder.cache_info()
+        assert info["bytes"] <= 40_000 and info["old_bytes"] <= 40_000
+        assert info["words"] <= 300 and info["old_words"] <= 300
+    assert info["words"] > 0 and info["old_words"] > 0 and (info["max_bytes"], info["max_words"]) == (40_000, 300)
+    native.encode("x" * 20_000)  # one word larger than an eighth of the bound is never cached
+    assert native._encoder.cache_info()["longest_word"] < 20_000

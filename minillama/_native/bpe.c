@@ -287,7 +287,7 @@ static size_t merge_simple(const bpe *b, const uint8_t *w, int32_t *syms, int32_
     }
 }
 
-static void heap_push(uint64_t *h, size_t *n, uint64_t x) {
+void heap_push(uint64_t *h, size_t *n, uint64_t x) {
     size_t i = (*n)++;
     while (i > 0) {
         size_t p = (i - 1) / 2;
@@ -298,7 +298,7 @@ static void heap_push(uint64_t *h, size_t *n, uint64_t x) {
     h[i] = x;
 }
 
-static uint64_t heap_pop(uint64_t *h, size_t *n) {
+uint64_t heap_pop(uint64_t *h, size_t *n) {
     uint64_t top = h[0], x = h[--*n];
     size_t i = 0, m = *n;
     for (;;) {

@@ -71,7 +71,21 @@ int split_multi(int mode, const uint32_t *cps, size_t n, const uint16_t *flags, 
 int resolve_merges(const uint8_t *tok_bytes, size_t tok_len, const int64_t *tok_off, size_t n_vocab,
                    const uint8_t *text, size_t text_len, size_t n_merges, int32_t *rows);
 
-#endif
+/* bpe.c: a binary min-heap of uint64 keys in h[0..*n) (room for the push is the caller's), shared by spm.c. */
+void heap_push(uint64_t *h, size_t *n, uint64_t x);
+uint64_t heap_pop(uint64_t *h, size_t *n);
+
+/* spm.c: SentencePiece BPE (llm_tokenizer_spm) over the bytes of text (U+2581 for spaces). tok_off: n_vocab + 1
+ * offsets into tok_bytes; scores: one a token; byte_ids: 256 ids (llama.cpp's byte_to_token, -1: none). */
+typedef struct spm spm;
+spm *spm_new(const uint8_t *tok_bytes, size_t tok_len, const int64_t *tok_off, size_t n_vocab, const float *scores,
+             const int32_t *byte_ids, size_t cache_max_bytes, size_t cache_max_words);
+void spm_free(spm *m);
+wcache *spm_cache(spm *m);
+/* The ids of text (n bytes; valid_utf8: known to be valid UTF-8) appended to out. 0 on failure: out->ok == 0
+ * when memory ran out, else a byte that no token covers has no byte token in this vocab. */
+int spm_encode(spm *m, const uint8_t *text, size_t n, int valid_utf8, ivec *out);
+
 
 /* ---- Unigram and WordPiece (ugm.c, wpm.c, btrie.c) ---------------------------------------------------- */
 
@@ -141,3 +155,5 @@ wpm *wpm_new(const uint8_t *tok_bytes, size_t tok_len, const int64_t *tok_off, c
              size_t n_vocab, const uint32_t *norm, int32_t unk_id);
 void wpm_free(wpm *w);
 int wpm_encode(const wpm *w, const uint8_t *text, size_t n, ivec *out);
+
+#endif

@@ -291,15 +291,19 @@ f0:
     return res;
 }
 
-static PyObject *BPE_cache_info(BPEObject *self, PyObject *unused) {
-    (void)unused;
-    if (!self->b) return PyDict_New();
+/* A word cache as the dict Model.cache_info() gives. */
+static PyObject *cache_dict(wcache *c) {
     wcache_info i;
-    wcache_stats(bpe_cache(self->b), &i);
+    wcache_stats(c, &i);
     return Py_BuildValue("{snsnsnsnsnsnsnsn}", "words", (Py_ssize_t)i.words, "bytes", (Py_ssize_t)i.bytes,
                          "old_words", (Py_ssize_t)i.old_words, "old_bytes", (Py_ssize_t)i.old_bytes,
                          "largest_entry", (Py_ssize_t)i.largest_entry, "longest_word", (Py_ssize_t)i.longest_word,
                          "max_bytes", (Py_ssize_t)i.max_bytes, "max_words", (Py_ssize_t)i.max_words);
+}
+
+static PyObject *BPE_cache_info(BPEObject *self, PyObject *unused) {
+    (void)unused;
+    return self->b ? cache_dict(bpe_cache(self->b)) : PyDict_New();
 }
 
 static PyObject *BPE_clear_cache(BPEObject *self, PyObject *unused) {
@@ -579,6 +583,168 @@ static int add_ugm_wpm(PyObject *m) {
 
 /* ==== end of Unigram and WordPiece ==================================================================== */
 
+/* ---- SPM: llama.cpp's llm_tokenizer_spm (spm.c) ------------------------------------------------------------ */
+
+typedef struct {
+    PyObject_HEAD
+    spm *m;
+    PyObject **ints; /* the int object of each id, made on first use: a result list allocates no ints */
+    Py_ssize_t n_vocab;
+} SPMObject;
+
+static void SPM_dealloc(SPMObject *self) {
+    spm_free(self->m);
+    for (Py_ssize_t i = 0; self->ints && i < self->n_vocab; i++) Py_XDECREF(self->ints[i]);
+    PyMem_Free(self->ints);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* ids as a list of the object's shared int objects (ids are < n_vocab: spm.c emits only token ids). */
+static PyObject *spm_ids_list(SPMObject *self, const ivec *v) {
+    PyObject *list = PyList_New((Py_ssize_t)v->n);
+    if (!list) return NULL;
+    for (size_t i = 0; i < v->n; i++) {
+        int32_t id = v->v[i];
+        PyObject *x = id >= 0 && id < self->n_vocab ? self->ints[id] : NULL;
+        if (!x) {
+            x = PyLong_FromLong(id);
+            if (!x) {
+                Py_DECREF(list);
+                return NULL;
+            }
+            if (id >= 0 && id < self->n_vocab) self->ints[id] = Py_NewRef(x);
+        } else {
+            Py_INCREF(x);
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, x);
+    }
+    return list;
+}
+
+static int SPM_init(SPMObject *self, PyObject *args, PyObject *kwds) {
+    (void)kwds;
+    PyObject *tok_bytes, *tok_off, *scores, *byte_ids;
+    Py_ssize_t max_bytes, max_words;
+    if (self->m) {
+        PyErr_SetString(PyExc_RuntimeError, "SPM is already initialised");
+        return -1;
+    }
+    if (!PyArg_ParseTuple(args, "OOOOnn", &tok_bytes, &tok_off, &scores, &byte_ids, &max_bytes, &max_words))
+        return -1;
+    if (max_bytes < 0 || max_words < 0) {
+        PyErr_SetString(PyExc_ValueError, "cache bounds must be >= 0");
+        return -1;
+    }
+    Py_buffer tb, ob, sb, bb;
+    int ok = 0;
+    if (!get_array(tok_bytes, &tb, 1, "token_bytes")) return -1;
+    if (!get_array(tok_off, &ob, 8, "token_offsets")) goto s1;
+    if (!get_array(scores, &sb, 4, "scores")) goto s2;
+    if (!get_array(byte_ids, &bb, 4, "byte_ids")) goto s3;
+    if (ob.len / 8 < 2 || sb.len / 4 != ob.len / 8 - 1 || bb.len / 4 != 256) {
+        PyErr_SetString(PyExc_ValueError, "SPM tables: expected n_vocab + 1 >= 2 offsets, n_vocab float32 scores "
+                                          "and 256 byte ids");
+        goto s4;
+    }
+    spm *m;
+    Py_BEGIN_ALLOW_THREADS
+    m = spm_new(tb.buf, (size_t)tb.len, ob.buf, (size_t)(ob.len / 8 - 1), sb.buf, bb.buf, (size_t)max_bytes,
+                (size_t)max_words);
+    Py_END_ALLOW_THREADS
+    if (!m) {
+        PyErr_SetString(PyExc_ValueError, "SPM tables are inconsistent (offsets, byte ids) or memory ran out");
+        goto s4;
+    }
+    self->n_vocab = ob.len / 8 - 1;
+    self->ints = PyMem_Calloc((size_t)self->n_vocab, sizeof(PyObject *));
+    if (!self->ints) {
+        spm_free(m);
+        PyErr_NoMemory();
+        goto s4;
+    }
+    self->m = m;
+    ok = 1;
+s4:
+    PyBuffer_Release(&bb);
+s3:
+    PyBuffer_Release(&sb);
+s2:
+    PyBuffer_Release(&ob);
+s1:
+    PyBuffer_Release(&tb);
+    return ok ? 0 : -1;
+}
+
+static PyObject *SPM_encode(SPMObject *self, PyObject *args) {
+    PyObject *obj;
+    if (!self->m) {
+        PyErr_SetString(PyExc_RuntimeError, "SPM is not initialised");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args, "O", &obj)) return NULL;
+    /* a str as its UTF-8 (kept by the str, valid: a lone surrogate raises UnicodeEncodeError), else bytes */
+    Py_buffer text = {0};
+    const char *data;
+    Py_ssize_t len;
+    int valid = PyUnicode_Check(obj);
+    if (valid) {
+        if (!(data = PyUnicode_AsUTF8AndSize(obj, &len))) return NULL;
+    } else {
+        if (PyObject_GetBuffer(obj, &text, PyBUF_SIMPLE) < 0) return NULL;
+        data = text.buf;
+        len = text.len;
+    }
+    ivec out = {NULL, 0, 0, 1};
+    int ok;
+    Py_BEGIN_ALLOW_THREADS
+    ok = spm_encode(self->m, (const uint8_t *)data, (size_t)len, valid, &out);
+    Py_END_ALLOW_THREADS
+    if (!valid) PyBuffer_Release(&text);
+    PyObject *res = NULL;
+    if (ok)
+        res = spm_ids_list(self, &out);
+    else if (!out.ok)
+        PyErr_NoMemory();
+    else
+        res = Py_NewRef(Py_None); /* a byte with no byte token: the caller raises the vocab's error */
+    ivec_free(&out);
+    return res;
+}
+
+static PyObject *SPM_cache_info(SPMObject *self, PyObject *unused) {
+    (void)unused;
+    return self->m ? cache_dict(spm_cache(self->m)) : PyDict_New();
+}
+
+static PyObject *SPM_clear_cache(SPMObject *self, PyObject *unused) {
+    (void)unused;
+    if (self->m) wcache_clear(spm_cache(self->m));
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef SPM_methods[] = {
+    {"encode", (PyCFunction)SPM_encode, METH_VARARGS,
+     "encode(text: bytes | str) -> list[int] | None: ids of the bytes, or of a str's UTF-8 (U+2581 for spaces); "
+     "None when a byte that no token covers has no byte token."},
+    {"cache_info", (PyCFunction)SPM_cache_info, METH_NOARGS, "The word cache as numbers (Model.cache_info)."},
+    {"clear_cache", (PyCFunction)SPM_clear_cache, METH_NOARGS, "Forget every cached word."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject SPMType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "minillama._native._core.SPM",
+    .tp_basicsize = sizeof(SPMObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "SentencePiece BPE (llama.cpp's llm_tokenizer_spm) with its word cache, over a vocab's arrays.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)SPM_init,
+    .tp_dealloc = (destructor)SPM_dealloc,
+    .tp_methods = SPM_methods,
+};
+
+/* ---- end of SPM ------------------------------------------------------------------------------------------ */
+
 static struct PyModuleDef core_module = {
     PyModuleDef_HEAD_INIT, "_core", "minillama's native tokenizer core (C).", -1, NULL, NULL, NULL, NULL, NULL,
 };
@@ -594,5 +760,6 @@ PyMODINIT_FUNC PyInit__core(void) {
         return NULL;
     }
     if (add_ugm_wpm(m) < 0) return Py_DECREF(m), NULL;
+    if (PyType_Ready(&SPMType) < 0 || PyModule_AddObjectRef(m, "SPM", (PyObject *)&SPMType) < 0) return Py_DECREF(m), NULL;
     return m;
 }

@@ -22,10 +22,8 @@ from .unicode import C_SPACE
 from .vocab import Attr, Vocab
 
 PREFIX_CHARS = 3
-# The attribute bits partition_spans tests, as plain ints once (an IntFlag operation per call costs more
-# than the rest of a short text's partition).
-_SKIP = int(Attr.CONTROL | Attr.UNKNOWN)
-_LSTRIP, _RSTRIP = int(Attr.LSTRIP), int(Attr.RSTRIP)
+# Attr bits as plain ints, computed once (an IntFlag operation costs about a microsecond a call).
+_SKIP, _LSTRIP, _RSTRIP = int(Attr.CONTROL | Attr.UNKNOWN), int(Attr.LSTRIP), int(Attr.RSTRIP)
 
 
 def always_matched(vocab: Vocab) -> list[int]:
@@ -58,6 +56,8 @@ def partition(vocab: Vocab, text: str, parse_special: bool, allowed: AbstractSet
     raw_special: the vocab has a special token that is not whole UTF-8 (see raw_special_ids); the
     search then runs on bytes, as llama.cpp's does.
     """
+    if not (parse_special or allowed or _always_matched(vocab)):
+        return [text] if text else []  # nothing to match: the whole text is plain
     if raw_special and text:
         view = _byte_view(text)
         tokens = {i: _byte_view(vocab.tokens[i]) for i in vocab.special_cache}

@@ -15,7 +15,7 @@ from ...errors import ArgumentError, UnsupportedError
 from ..vocab import Vocab
 from .base import Encoder, Model
 from .bpe import BPEModel, NativeBPEModel
-from .spm import SPMModel
+from .spm import NativeSPMModel, SPMModel
 from .ugm import NativeUGMModel, UGMModel
 from .wpm import NativeWPMModel, WPMModel
 
@@ -24,8 +24,8 @@ MODELS: dict[str, type[Model]] = {"spm": SPMModel, "bpe": BPEModel, "wpm": WPMMo
 
 BACKENDS = ("auto", "native", "pure")
 # The native class of each kind the core covers (make_model falls back to MODELS where it returns None).
-NATIVE: dict[str, type[NativeBPEModel] | type[NativeUGMModel] | type[NativeWPMModel]] = {
-    "bpe": NativeBPEModel, "ugm": NativeUGMModel, "wpm": NativeWPMModel}
+NATIVE: dict[str, type[NativeBPEModel] | type[NativeSPMModel] | type[NativeUGMModel] | type[NativeWPMModel]] = {
+    "bpe": NativeBPEModel, "spm": NativeSPMModel, "ugm": NativeUGMModel, "wpm": NativeWPMModel}
 
 
 def backend_choice() -> str:

@@ -26,15 +26,18 @@ from __future__ import annotations
 
 import operator
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from itertools import repeat
+from types import ModuleType
 
+import numpy as np
 from gguf import Keys
 
 from ...errors import FormatError
 from ..text import SPACE, SURROGATES, UTF8_LEN
 from ..unicode import byte_token, raw_byte_token
 from ..vocab import Vocab
+from . import base
 from .base import Model, adjacent_pairs, cut_at_pairs, last_cut_before
 from .merge import linked_list, merge_queue, with_bytes
 
@@ -54,8 +57,8 @@ class SPMModel(Model):
         self._latin1: dict[str, int] | None = None
         self._ranks: list[int] | None = None
         self._pairs: frozenset[str] | None = None
-        # token text -> score: one dict lookup per candidate pair in the merge loop
-        self._score_of: dict[str, float] = {t: self.scores[i] for t, i in self.token_to_id.items()}
+        # token text -> score: one dict lookup per candidate pair in the merge loop (built on first use)
+        self._score_of: dict[str, float] | None = None
 
     def prepare(self, text: str, after_special: bool) -> str:
         """The dummy space prefix (at the start and after a special token) and the U+2581 space marker."""
@@ -156,7 +159,10 @@ class SPMModel(Model):
         if len(syms) < 2:
             return syms
         if t2i is self.token_to_id:
-            get = self._score_of.get
+            score_of = self._score_of
+            if score_of is None:
+                score_of = self._once("_score_of", self._build_score_of)
+            get = score_of.get
         else:
             scores = self.scores
             get = lambda pair, no: no if (t := t2i.get(pair)) is None else scores[t]  # type: ignore[assignment] # noqa: E731
@@ -180,6 +186,9 @@ class SPMModel(Model):
             if i:
                 ss[i - 1] = get(syms[i - 1] + merged, no)
         return syms
+
+    def _build_score_of(self) -> dict[str, float]:
+        return {t: self.scores[i] for t, i in self.token_to_id.items()}
 
     def _merge_heap(self, syms: list[str], t2i: dict[str, int]) -> list[str]:
         """The heap + linked list merge for long words, O(n log n), in compact form.
@@ -260,3 +269,55 @@ class SPMModel(Model):
         if i is None:
             i = t2i.get(raw_byte_token(b), -1)
         return i
+
+
+# Texts of at least this many characters go the pure way (the core's offsets are 32-bit: 4 bytes a character).
+_NATIVE_MAX_CHARS = 1 << 29
+
+
+class NativeSPMModel(SPMModel):
+    """SPMModel whose encode runs in the native core (C, spm.c): the same merges over the text's bytes, the
+    word cut, the word cache and byte fallback, with the GIL released. The Python methods it inherits (words,
+    encode_word) stay for offsets and token healing, and run where the core cannot: text that is no UTF-8 even
+    with surrogate escapes, and a byte the vocab has no token for (the pure path raises the FormatError)."""
+
+    backend = "native"
+
+    def __init__(self, vocab: Vocab, core: ModuleType) -> None:
+        super().__init__(vocab)
+        arrays = vocab.arrays()
+        byte_ids = np.array([self._byte_token(b) for b in range(256)], np.int32)
+        self._core = core.SPM(arrays.token_bytes, arrays.token_offsets, arrays.scores, byte_ids,
+                              base.CACHE_MAX_BYTES, base.CACHE_MAX_WORDS)
+
+    @classmethod
+    def build(cls, vocab: Vocab, core: ModuleType) -> NativeSPMModel:
+        """The native model of an SPM vocab: the core covers every one."""
+        return cls(vocab, core)
+
+    def encode(self, text: str) -> list[int]:
+        ids = None
+        if len(text) < _NATIVE_MAX_CHARS:
+            try:
+                ids = self._core.encode(text)  # the str's UTF-8, no copy for ASCII
+            except UnicodeEncodeError:  # a lone surrogate: not from Tokenizer.encode, which escapes them
+                pass
+        return super().encode(text) if ids is None else ids
+
+    def encode_escaped(self, text: str) -> list[int]:
+        ids = None
+        if len(text) < _NATIVE_MAX_CHARS:
+            try:
+                ids = self._core.encode(text.encode("utf-8", "surrogateescape"))
+            except UnicodeEncodeError:
+                pass
+        return super().encode_escaped(text) if ids is None else ids
+
+    def cache_info(self) -> dict[str, int]:
+        return self._core.cache_info()
+
+    def clear_cache(self) -> None:
+        self._core.clear_cache()
+
+    def add_entries(self, entries: Iterable[tuple[str, list[int]]]) -> None:
+        """Entries from another process are not needed: the core computes a word faster than it is sent."""
