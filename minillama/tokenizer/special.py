@@ -56,7 +56,7 @@ def partition(vocab: Vocab, text: str, parse_special: bool, allowed: AbstractSet
     raw_special: the vocab has a special token that is not whole UTF-8 (see raw_special_ids); the
     search then runs on bytes, as llama.cpp's does.
     """
-    if not (parse_special or allowed or _always_matched(vocab)):
+    if not (parse_special or allowed or always_matched(vocab)):
         return [text] if text else []  # nothing to match: the whole text is plain
     if raw_special and text:
         view = _byte_view(text)
