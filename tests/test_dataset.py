@@ -98,9 +98,11 @@ def test_in_memory_tokenizer_pickles():
     assert pickle.loads(pickle.dumps(tok)).encode(text) == tok.encode(text)
 
 
-def test_cache_entries_taught_to_another_tokenizer_are_not_computed_again():
+def test_cache_entries_taught_to_another_tokenizer_are_not_computed_again(monkeypatch):
     """take_cache_entries / add_cache_entries (how the local engine's workers share words): the taught tokenizer
-    gives encode()'s ids and computes none of the taught words itself."""
+    gives encode()'s ids and computes none of the taught words itself. This is the pure path's word cache; the
+    native core keeps its cache in C and records no entries to share (take_cache_entries gives [])."""
+    monkeypatch.setenv("MINILLAMA_BACKEND", "pure")
     tok = load("ggml-vocab-llama-bpe")
     texts = _paragraphs()[:60]
     first, second = Tokenizer.from_file(vocab_path("ggml-vocab-llama-bpe")), pickle.loads(pickle.dumps(tok))

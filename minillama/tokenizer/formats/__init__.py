@@ -67,6 +67,8 @@ def sniff_file(path: str | os.PathLike[str]) -> tuple[str, Format, int]:
 def model_file(path: str | os.PathLike[str]) -> str:
     """The file to read for a model path: path itself, or for a Hugging Face model directory (what
     from_pretrained takes) the tokenizer.json in it; InputError for a directory without one."""
+    if not isinstance(path, (str, os.PathLike)):
+        return path  # not a path at all: input_path names what it got
     path = os.fspath(path)
     if not os.path.isdir(path):
         return path
