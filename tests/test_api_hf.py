@@ -564,7 +564,8 @@ def test_hf_model_directory(tmp_path):
     out = subprocess.run([sys.executable, "-m", "minillama.cli", "tokenize", "--model", str(tmp_path / "empty"),
                           "x"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and out.stderr.startswith("minillama: error:")
-    assert f"{tmp_path / 'empty'} is a directory without a tokenizer.json" in out.stderr
+    assert f"cannot read {str(tmp_path / 'empty')!r}: expected a model file" in out.stderr
+    assert "found a directory without a tokenizer.json" in out.stderr
 
 
 # --- ignore_merges: llama.cpp's ids by default, HF tokenizers' on request ----------------------------------------

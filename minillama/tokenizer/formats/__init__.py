@@ -74,8 +74,8 @@ def model_file(path: str | os.PathLike[str]) -> str:
         return path
     inside = os.path.join(path, "tokenizer.json")
     if not os.path.isfile(inside):
-        raise InputError(f"{path} is a directory without a tokenizer.json, expected a model file ({EXPECTED}) "
-                         "or a Hugging Face model directory holding tokenizer.json")
+        raise InputError(f"cannot read {path!r}: expected a model file ({EXPECTED}) or a Hugging Face model "
+                         "directory holding tokenizer.json, found a directory without a tokenizer.json")
     return inside
 
 
