@@ -28,7 +28,7 @@ from threadpoolctl import ThreadpoolController
 
 from ..embedding import Embedding
 from ..errors import ArgumentError, ContextLengthError, UnsupportedError
-from ..generate import Sampler
+from ..sampling import Sampler
 from . import gemma3, llama
 from .cache import KVCache
 from .layers import Linear, rmsnorm
