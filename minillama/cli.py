@@ -236,7 +236,7 @@ def _setup_tokenize(p: argparse.ArgumentParser) -> None:
 def cmd_convert(args: argparse.Namespace) -> int:
     """Write the tokenizer of SRC (any file Tokenizer.from_file opens) as a vocab-only GGUF at OUT."""
     from minillama.fileio import refuse_input_as_output
-    from minillama.gguf import read_gguf, write_vocab_gguf  # lazy: keeps --help fast
+    from minillama.gguffile import read_gguf, write_vocab_gguf  # lazy: keeps --help fast
     from minillama.tokenizer.formats import GGUF, read_metadata
     from minillama.tokenizer.vocab import Vocab
 
@@ -343,7 +343,7 @@ def _setup_inspect(p: argparse.ArgumentParser) -> None:
 
 def _has_weights(path: str) -> bool:
     """True when path is a GGUF that holds tensors (a model to run, not just a vocab)."""
-    from minillama.gguf import read_gguf
+    from minillama.gguffile import read_gguf
     from minillama.tokenizer.formats import GGUF
 
     with open(path, "rb") as f:

@@ -19,7 +19,7 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from .errors import ArgumentError, ArgumentTypeError, FormatError, UnsupportedError
 from .fileio import input_path
-from .gguf.reader import read_gguf
+from .gguffile.reader import read_gguf
 
 __all__ = ["Embedding", "SUPPORTED_TYPES", "TENSOR_NAME", "dequantize"]
 

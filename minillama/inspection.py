@@ -17,7 +17,7 @@ import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType, Keys, LlamaFileType, TokenType
 
 from .errors import MinillamaError
-from .gguf.dtypes import ARRAY_TYPES, SHORT_NAMES
+from .gguffile.dtypes import ARRAY_TYPES, SHORT_NAMES
 from .tokenizer.tables import SPECIAL_ID_KEY, SPECIAL_NAMES
 
 K = Keys.Tokenizer
@@ -80,7 +80,7 @@ def inspect_file(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 def _inspect_gguf(path: str, size: int) -> dict[str, Any]:
     """The report of a GGUF file: everything comes from the header, key/value section and tensor table."""
-    from .gguf import read_gguf
+    from .gguffile import read_gguf
 
     gf = read_gguf(path, tensors=True)
     md = gf.metadata

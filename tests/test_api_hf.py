@@ -362,7 +362,7 @@ def test_sampler_constraint():
 # --- warnings -------------------------------------------------------------------------------------------------------
 
 def test_warning_bpe_gguf_without_pre(tmp_path):
-    from minillama.gguf.writer import write_vocab_gguf
+    from minillama.gguffile.writer import write_vocab_gguf
     from minillama.tokenizer.formats import read_metadata
 
     md = dict(read_metadata(default_vocab_path()))

@@ -170,7 +170,7 @@ def test_converted_json_is_read_by_llamacpp(which, vocab, request, tmp_path):
     """`minillama convert tokenizer.json out.gguf`: llama.cpp itself gives the conformance ids on the result."""
     from helpers import get_oracle
 
-    from minillama.gguf.writer import write_vocab_gguf
+    from minillama.gguffile.writer import write_vocab_gguf
 
     _, path = request.getfixturevalue(which)
     out = tmp_path / "converted.gguf"

@@ -365,7 +365,7 @@ def test_huge_claims_fail_at_once(tmp_path: Path) -> None:
 
 def test_tensor_table_checked(tmp_path: Path) -> None:
     """read_gguf(tensors=True): counts and names checked against the file, duplicates refused."""
-    from minillama.gguf import read_gguf
+    from minillama.gguffile import read_gguf
 
     data = b"GGUF" + struct.pack("<IQQ", 3, 2, 0)
     one = struct.pack("<Q", 1) + b"t" + struct.pack("<I", 1) + struct.pack("<Q", 4) + struct.pack("<IQ", 0, 0)

@@ -27,7 +27,7 @@ from helpers import (
 
 from minillama.cli import main as cli_main
 from minillama.errors import FormatError, UnsupportedError
-from minillama.gguf import read_gguf, write_vocab_gguf
+from minillama.gguffile import read_gguf, write_vocab_gguf
 from minillama.tokenizer import Tokenizer
 from minillama.tokenizer.formats import read_hf_json, read_metadata
 from minillama.tokenizer.formats.hf_json import PRE_TOKENIZERS, hf_json_metadata, pre_name

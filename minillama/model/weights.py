@@ -20,7 +20,7 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from ..embedding import SUPPORTED_TYPES, Embedding, dequantize
 from ..errors import FormatError, UnsupportedError
-from ..gguf.reader import GGUFFile, TensorInfo, read_gguf
+from ..gguffile.reader import GGUFFile, TensorInfo, read_gguf
 from .layers import Linear
 
 __all__ = ["HParams", "Weights", "TensorSpec"]
