@@ -483,10 +483,10 @@ def test_a_failing_or_dying_worker_stops_the_run_with_a_clear_error(corpus, tmp_
     def fail(*_):
         raise dataset.BadRecordError("in.txt", "line 3", "a test failure")
 
-    monkeypatch.setattr(local, "encode_pieces", fail)
+    monkeypatch.setattr(local, "encode_units", fail)
     with pytest.raises(dataset.BadRecordError, match="in.txt, line 3: a test failure"):
         dataset.prepare(model, tmp_path / "a", [corpus["txt"]], workers=2)
-    monkeypatch.setattr(local, "encode_pieces", lambda *_: os._exit(3))
+    monkeypatch.setattr(local, "encode_units", lambda *_: os._exit(3))
     with pytest.raises(MinillamaError, match=r"a worker process ended unexpectedly \(exit status 3"):
         dataset.prepare(model, tmp_path / "b", [corpus["txt"]], workers=2)
     assert not [n for n in os.listdir(tmp_path / "b") if n.startswith("shard-") or n == "index.json"]
@@ -509,9 +509,9 @@ def test_a_bad_byte_deep_in_a_paragraph_file_switches_to_the_line_reader(tmp_pat
         expected = list(sources._line_docs(str(path), "paragraph", expected_bad))
         assert expected == paras  # the bad paragraph is dropped
         got_bad = dataset.BadRecords()
-        pieces = list(dataset.Source([str(path)], skip_bad=True).pieces(got_bad))
-        assert isinstance(pieces[0], sources.TextChunk) == (block < len(head)) and isinstance(pieces[-1], str)
-        assert [d for p in pieces for d in ([p] if isinstance(p, str) else p.documents())] == expected
+        units = list(dataset.Source([str(path)], skip_bad=True).units(got_bad))
+        assert isinstance(units[0], sources.TextChunk) == (block < len(head)) and isinstance(units[-1], str)
+        assert [d for p in units for d in ([p] if isinstance(p, str) else p.documents())] == expected
         assert got_bad.examples == expected_bad.examples == [
             f"{path}, line {bad_line}: expected UTF-8 text, found byte 0xff at column 5 that is not (invalid start byte)"]
         docs = dataset.Source([str(path)]).documents()
