@@ -763,3 +763,49 @@ class Tokenizer:
                    for var, name in SPECIAL_TOKEN_VARS.items() if self.vocab.special.get(name) is not None}
         return ChatTemplate(source, bos_token=special.get("bos_token", ""), eos_token=special.get("eos_token", ""),
                             special_tokens=special, add_bos=self.add_bos)
+
+
+# --- files: the calls `minillama inspect` and the CLI need, so that they import nothing below this face ------
+
+def sniff_format(path: str | os.PathLike[str]) -> tuple[str, str, int]:
+    """(path checked as an input file, its format's name -- 'gguf', 'sentencepiece', 'tokenizer.json' or
+    'llama2.c' -- and its size), told apart by content; FormatError for an empty or unrecognised file."""
+    from .formats import sniff_file
+
+    path, fmt, size = sniff_file(path)
+    return path, fmt.name, size
+
+
+def format_display(name: str) -> str:
+    """How `inspect` shows a format name ('GGUF', 'SentencePiece model', ...); the name itself when unknown."""
+    from .formats import FORMATS
+
+    return next((f.display for f in FORMATS if f.name == name), name)
+
+
+def special_id_keys() -> dict[str, str]:
+    """Each special-token role and the GGUF key of its id ('bos' -> 'tokenizer.ggml.bos_token_id'), in the
+    order llama.cpp lists them."""
+    from .tables import SPECIAL_ID_KEY
+
+    return dict(SPECIAL_ID_KEY)
+
+
+def vocab_piece(vocab: Vocab, token_id: int) -> bytes:
+    """llama_token_to_piece(token_id, special=True) from a Vocab alone: no Tokenizer (nor encoder) is built,
+    so a vocab whose encoder could not be made still shows its special pieces."""
+    from .decode import piece_of
+
+    return piece_of(vocab, token_id)
+
+
+def padding_added(metadata: Mapping[str, Any]) -> int:
+    """How many [PAD] tokens reading a tokenizer.json added to reach the vocab_size of the config.json beside
+    it, as llama.cpp's converter does (0: none)."""
+    from .formats.hf_json import PADDING_KEY
+
+    return int(metadata.get(PADDING_KEY) or 0)
+
+
+__all__ += ["read_metadata", "model_file", "sniff_format", "format_display", "special_id_keys", "vocab_piece",
+            "padding_added"]
