@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from gguf import GGUFValueType as V
 from gguf import GGUFWriter
-from helpers import REPO
+from support import REPO
 
 from minillama.errors import ArgumentError, ArgumentTypeError, MinillamaError
 from minillama.tokenizer import Tokenizer, default_vocab_path

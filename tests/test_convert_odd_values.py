@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from gguf import GGUFValueType as V
 from gguf import GGUFWriter
-from helpers import REPO
+from support import REPO
 
 from minillama.gguffile import read_gguf
 from minillama.tokenizer import Tokenizer, default_vocab_path

@@ -21,7 +21,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import LLAMACPP_TEST_SEP, REPO, load, require_shared, vocab_path
+from support import REPO
+from support.paths import load, require_shared, vocab_path
+from support.reference import LLAMACPP_TEST_SEP
 
 from minillama import dataset
 from minillama.cli import main

@@ -22,7 +22,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import SHARED
+from support.paths import SHARED
+from support.protobuf import pb_read_varint
 
 from minillama.errors import FormatError, MinillamaError, UnsupportedError
 from minillama.tokenizer import Tokenizer, Vocab
@@ -259,26 +260,15 @@ def _llama2c_cases(data: bytes) -> list[Case]:
     return cases
 
 
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    v = shift = 0
-    while True:
-        c = data[pos]
-        pos += 1
-        v |= (c & 0x7F) << shift
-        shift += 7
-        if c < 0x80:
-            return v, pos
-
-
 def _proto_cases(data: bytes) -> list[Case]:
     fields = []  # (start, length-varint start, payload start, end) of top-level length-delimited fields
     pos = 0
     while pos < len(data):
         start = pos
-        key, pos = _varint(data, pos)
+        key, pos = pb_read_varint(data, pos)
         assert key & 7 == 2
         lpos = pos
-        n, pos = _varint(data, pos)
+        n, pos = pb_read_varint(data, pos)
         fields.append((start, lpos, pos, pos + n))
         pos += n
     pick = fields[:2] + fields[-2:]

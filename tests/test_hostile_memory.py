@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from helpers import require_shared
-from limits import run_limited
-from test_speed_bounds import BASE_TOKENS, _t5_gguf
+from support.fixtures import BASE_TOKENS, t5_gguf
+from support.limits import run_limited
+from support.paths import require_shared
 
 MB = 1 << 20
 
@@ -25,7 +25,7 @@ def reset_peak():
 
 def test_100kb_unigram_file_loads_under_200mb(tmp_path: Path) -> None:
     path = tmp_path / "long.gguf"
-    _t5_gguf(path, BASE_TOKENS + [("x" * 100_000, -4.0, 1)])
+    t5_gguf(path, BASE_TOKENS + [("x" * 100_000, -4.0, 1)])
     assert path.stat().st_size < 110_000
     p = run_limited(PEAK + f"""
 import numpy, gguf, regex  # the imports every load needs, outside the measurement

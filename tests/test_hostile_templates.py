@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import REPO
-from limits import run_limited
+from support import REPO
+from support.limits import run_limited
 
 from minillama.chat_template import MAX_RENDER_MEMORY, ChatTemplate
 

@@ -24,7 +24,8 @@ import re
 from pathlib import Path
 
 import pytest
-from helpers import REPO, SHARED
+from support import REPO
+from support.paths import SHARED
 
 README = REPO / "README.md"
 _MARKER = re.compile(r"^<!--\s*readme-test:\s*(.*?)\s*-->\s*$")
@@ -128,7 +129,7 @@ def test_readme_serves_a_fresh_clone():
     (MINILLAMA_SHARED, in the quick start and in the skip reason), install commands that work from a
     checkout (the package is not on the index: `".[ray]"`, not `"minillama[ray]"`), and documentation
     sentences rather than a development log."""
-    from helpers import NO_SHARED_REASON
+    from support.paths import NO_SHARED_REASON
 
     text = README.read_text(encoding="utf-8")
     quick_start = text.split("## Command line")[0]

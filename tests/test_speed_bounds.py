@@ -13,7 +13,8 @@ import sys
 import textwrap
 
 import gguf
-from helpers import load, read_conformance
+from support.paths import load
+from support.reference import read_conformance
 
 from minillama.tokenizer.models import base, ugm
 

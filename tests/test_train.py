@@ -14,14 +14,10 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from helpers import (
-    LLAMACPP_TEST_SEP,
-    SHARED,
-    TRAINING_PARAGRAPHS,
-    get_oracle,
-    require_shared,
-    training_lines,
-)
+from support.fixtures import TRAINING_PARAGRAPHS, training_lines
+from support.oracle import get_oracle
+from support.paths import SHARED, require_shared
+from support.reference import LLAMACPP_TEST_SEP
 
 from minillama import cli
 from minillama.errors import MinillamaError
