@@ -324,6 +324,7 @@ def _ray_runs(jobs: list[list]) -> list[str]:
     return json.loads(_ray_process(["-c", RAY_RUNS, json.dumps(jobs)]).stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow  # 22-30 s each (--durations, 2 busy cores): a Ray cluster starts
 def test_ray_engine_gives_the_same_bytes(corpus, tmp_path):
     jobs, pairs = [], []
     for vocab, name in (("llama-bpe", "jsonl"), ("llama-spm", "txt")):  # uint32 and uint16, both readers
@@ -357,6 +358,7 @@ RAY_ACTOR_RESTART_LINE = (
     "actor restart will fail. See https://github.com/ray-project/ray/issues/53727 for more details.")
 
 
+@pytest.mark.slow  # 22-30 s each (--durations, 2 busy cores): a Ray cluster starts
 def test_ray_run_prints_no_error_line(corpus, tmp_path):
     """A successful `minillama dataset --engine ray` (a local Ray started for the run) prints its summary and no
     error-level line: Ray logged one for every pool actor created with restarts allowed."""
@@ -399,6 +401,7 @@ finally:
 """
 
 
+@pytest.mark.slow  # 22-30 s each (--durations, 2 busy cores): a Ray cluster starts
 def test_ray_actor_that_dies_ends_the_run_with_one_error(tmp_path):
     """A tokenizer actor whose process dies is not restarted (a document that kills it would kill every restart,
     forever): the run ends with a MinillamaError that says so."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from support.fixtures import BASE_TOKENS, t5_gguf
 from support.limits import run_limited
 from support.paths import require_shared
@@ -41,6 +42,7 @@ print((rss_kib("VmHWM") - base) * 1024)
     assert growth < 200 * MB, f"peak RSS grew by {growth / MB:.0f} MB"
 
 
+@pytest.mark.slow  # the suite's slowest: 150 M characters encoded (209 of 441 s in the review's run)
 def test_long_distinct_words_keep_the_cache_bounded() -> None:
     vocab = require_shared("vocab", "ggml-vocab-llama-spm.gguf")
     p = run_limited(PEAK + f"""
