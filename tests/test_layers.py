@@ -65,6 +65,20 @@ def test_every_part_has_a_layer() -> None:
     assert not {part(m) for m in MODULES} - set(LAYER), "parts missing from LAYERS / docs/design.md"
 
 
+def test_no_part_shadows_a_package_it_imports() -> None:
+    """No module or package of minillama is named like a top-level package the code imports (minillama/gguf/
+    was named like the third-party gguf it reads files with: issue 22)."""
+    outside = set()
+    for path in MODULES.values():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                outside |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                outside.add(node.module.split(".")[0])
+    names = {m.rsplit(".", 1)[-1] for m in MODULES if m != "minillama"}
+    assert not names & outside, sorted(names & outside)
+
+
 def test_no_module_imports_its_own_layer_or_above() -> None:
     """Data flows one way (docs/design.md): the forward pass never imports the generation loop, the
     tokenizer never imports an application, the chat template never imports the tokenizer."""
