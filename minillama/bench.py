@@ -73,14 +73,15 @@ def _best(fn: Callable[[], object], repeat: int) -> float:
     return best
 
 
-def paragraphs(text: str) -> list[str]:
-    """text cut at blank lines (the separators kept out), as perf_ratio.py's diverse scenarios cut it."""
+def cut_at_double_newlines(text: str) -> list[str]:
+    """text cut at each "\n\n" (the separators kept out, no other blank line), as perf_ratio.py's diverse
+    scenarios cut it; not fileio.paragraphs, which also cuts at lines of spaces."""
     return [p for p in text.split("\n\n") if p]
 
 
 def bench(model_path: str, text: str, text_name: str = "text", repeat: int = 5) -> BenchResult:
     """Measure one model on one text (encoded paragraph by paragraph with add_special=False)."""
-    docs = paragraphs(text)
+    docs = cut_at_double_newlines(text)
     t = time.perf_counter()
     tok = Tokenizer.from_file(model_path)
     load_s = time.perf_counter() - t

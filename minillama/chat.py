@@ -69,7 +69,7 @@ class SimpleFormat:
 
 def template_of(tok: Tokenizer) -> ChatTemplate | None:
     """The template in the tokenizer's metadata (`tokenizer.chat_template`), or None when it has none."""
-    return ChatTemplate.from_tokenizer(tok)
+    return tok.build_chat_template()
 
 
 def format_for(tok: Tokenizer) -> ChatFormat:
@@ -79,7 +79,7 @@ def format_for(tok: Tokenizer) -> ChatFormat:
 
 def without_bos(text: str, fmt: ChatFormat, tok: Tokenizer) -> str:
     """Rendered text without a leading bos text when encoding adds bos itself (never two bos)."""
-    return strip_bos(text, getattr(fmt, "bos_token", ""), tok)
+    return strip_bos(text, getattr(fmt, "bos_token", ""), tok.add_bos)
 
 
 def chat_documents(fmt: ChatFormat, texts: Sequence[str]) -> list[str]:

@@ -41,25 +41,15 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from . import limited_worker
 from .errors import ChatTemplateError, ChatTemplateRefused
 
-if TYPE_CHECKING:
-    from .tokenizer import Tokenizer
-
-#: template variable -> the Tokenizer special id it names (transformers' special_tokens_map)
+#: template variable -> the Vocab special id it names (transformers' special_tokens_map)
 SPECIAL_TOKEN_VARS = {"bos_token": "bos", "eos_token": "eos", "unk_token": "unk", "pad_token": "pad"}
-
-
-def piece_text(tok: Tokenizer, token_id: int | None) -> str:
-    """A special token's text (its piece), '' when the vocab has no such token."""
-    if token_id is None:
-        return ""
-    return tok.token_to_piece(token_id, special=True).decode("utf-8", "replace")
 
 
 def _plain(value: Any) -> Any:
@@ -403,32 +393,19 @@ class ChatTemplate:
     worker process with time and memory limits."""
 
     def __init__(self, source: str, bos_token: str = "", eos_token: str = "",
-                 special_tokens: Mapping[str, str] | None = None) -> None:
+                 special_tokens: Mapping[str, str] | None = None, add_bos: bool = False) -> None:
+        """source compiled now (ChatTemplateError if it does not); the special-token texts are template
+        variables; add_bos says whether encoding the rendered text adds bos itself (see without_bos)."""
         self.source = source
         self.bos_token = bos_token
         self.eos_token = eos_token
+        self.add_bos = add_bos
         self.special_tokens = {"bos_token": bos_token, "eos_token": eos_token, **(special_tokens or {})}
         self._template = None  # compiled here only where no worker process can run (no fork)
         if limited_worker.available():
             _in_worker("compile", source, {}, MAX_OUTPUT_CHARS)
         else:
             self._template = _compile(source)
-
-    @classmethod
-    def for_tokenizer(cls, source: str, tok: Tokenizer) -> ChatTemplate:
-        """source with the tokenizer's special token texts (bos_token, eos_token, unk_token, pad_token)."""
-        special = {var: piece_text(tok, tok.vocab.special.get(name)) for var, name in SPECIAL_TOKEN_VARS.items()
-                   if tok.vocab.special.get(name) is not None}
-        return cls(source, bos_token=special.get("bos_token", ""), eos_token=special.get("eos_token", ""),
-                   special_tokens=special)
-
-    @classmethod
-    def from_tokenizer(cls, tok: Tokenizer) -> ChatTemplate | None:
-        """The template in the tokenizer's metadata (`tokenizer.chat_template`), or None when it has none."""
-        source = tok.vocab.metadata.get("tokenizer.chat_template")
-        if not isinstance(source, str) or not source.strip():
-            return None
-        return cls.for_tokenizer(source, tok)
 
     def render(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True,
                tools: Sequence[Any] | None = None, documents: Sequence[Any] | None = None, **kwargs: Any) -> str:
@@ -444,8 +421,8 @@ class ChatTemplate:
         return _in_worker("render", self.source, variables, cap)
 
 
-def without_bos(text: str, bos_token: str, tok: Tokenizer) -> str:
+def without_bos(text: str, bos_token: str, add_bos: bool) -> str:
     """Rendered text without a leading bos text when encoding adds bos itself (never two bos)."""
-    if bos_token and tok.add_bos and text.startswith(bos_token):
+    if bos_token and add_bos and text.startswith(bos_token):
         return text[len(bos_token):]
     return text

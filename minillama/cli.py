@@ -242,16 +242,15 @@ def _setup_tokenize(p: argparse.ArgumentParser) -> None:
 def cmd_convert(args: argparse.Namespace) -> int:
     """Write the tokenizer of SRC (any file Tokenizer.from_file opens) as a vocab-only GGUF at OUT."""
     from minillama.fileio import refuse_input_as_output
-    from minillama.gguf import read_gguf, write_vocab_gguf  # lazy: keeps --help fast
-    from minillama.tokenizer.formats import GGUF, read_metadata
-    from minillama.tokenizer.vocab import Vocab
+    from minillama.gguffile import is_gguf, read_gguf, write_vocab_gguf  # lazy: keeps --help fast
+    from minillama.tokenizer import Vocab, read_metadata
 
     src, out = args.src, args.out
     refuse_input_as_output(out, [src])
     with open(src, "rb") as f:
         head = f.read(4)
     types = None
-    if GGUF.sniff(head, len(head)):
+    if is_gguf(head):
         gf = read_gguf(src, tensors=False)
         metadata, types = gf.metadata, gf.value_types
     else:
@@ -349,12 +348,11 @@ def _setup_inspect(p: argparse.ArgumentParser) -> None:
 
 def _has_weights(path: str) -> bool:
     """True when path is a GGUF that holds tensors (a model to run, not just a vocab)."""
-    from minillama.gguf import read_gguf
-    from minillama.tokenizer.formats import GGUF
+    from minillama.gguffile import is_gguf, read_gguf
 
     with open(path, "rb") as f:
         head = f.read(4)
-        if not GGUF.sniff(head, len(head)):
+        if not is_gguf(head):
             return False
     return bool(read_gguf(path).tensors)
 
@@ -793,7 +791,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         model = getattr(args, "model", None)
         if model is not None and os.path.isdir(model):  # a Hugging Face model directory: its tokenizer.json
-            from minillama.tokenizer.formats import model_file
+            from minillama.tokenizer import model_file
 
             args.model = model_file(model)
         return COMMANDS[args.command].run(args)

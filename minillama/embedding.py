@@ -19,7 +19,7 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from .errors import ArgumentError, ArgumentTypeError, FormatError, UnsupportedError
 from .fileio import input_path
-from .gguf.reader import GGUFFile, TensorInfo, read_gguf
+from .gguffile.reader import GGUFFile, TensorInfo, read_gguf
 
 __all__ = ["Embedding", "SUPPORTED_TYPES", "TENSOR_NAME", "dequantize", "check_tensor", "check_tensor_table",
            "tensor_layout", "tensor_view"]

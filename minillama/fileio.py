@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import stat
 import sys
 import tempfile
@@ -151,3 +152,14 @@ def write_output(path: str | os.PathLike[str], write: Callable[[str], None]) -> 
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.remove(tmp)
+
+
+#: What a blank line may hold besides its newline, and the cut between paragraphs: a line of only these.
+BLANK = " \t\r\f\v"
+PARAGRAPH_CUT = re.compile(r"\n[ \t\r\f\v]*\n")
+
+
+def paragraphs(text: str) -> list[str]:
+    """text cut at blank lines into non-empty paragraphs, each stripped of newlines at both ends: the one
+    paragraph cut (n-gram training documents, `minillama dataset --docs paragraph`)."""
+    return [p.strip("\n") for p in PARAGRAPH_CUT.split(text) if p.strip()]

@@ -17,8 +17,16 @@ import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType, Keys, LlamaFileType, TokenType
 
 from .errors import MinillamaError
-from .gguf.dtypes import ARRAY_TYPES, SHORT_NAMES
-from .tokenizer.tables import SPECIAL_ID_KEY, SPECIAL_NAMES
+from .gguffile.dtypes import ARRAY_TYPES, SHORT_NAMES
+from .tokenizer import (
+    Vocab,
+    format_display,
+    padding_added,
+    read_metadata,
+    sniff_format,
+    special_id_keys,
+    vocab_piece,
+)
 
 K = Keys.Tokenizer
 G = Keys.General
@@ -41,8 +49,6 @@ def key_value(path: str | os.PathLike[str], key: str) -> Any:
     the keys that are there when it is not."""
     import difflib
 
-    from .tokenizer.formats import read_metadata
-
     md = read_metadata(path)  # a GGUF's own metadata; for other files the GGUF keys they convert to
     if key not in md:
         near = difflib.get_close_matches(key, list(md), n=3, cutoff=0.5)
@@ -56,17 +62,13 @@ def key_value(path: str | os.PathLike[str], key: str) -> Any:
 
 def inspect_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The report for a GGUF or tokenizer file: header, metadata, tokenizer summary and tensor table."""
-    from .tokenizer.formats import GGUF, sniff_file  # FormatError for unrecognised files
-    from .tokenizer.formats.hf_json import PADDING_KEY
-
-    path, found, size = sniff_file(path)
-    if found is GGUF:
+    path, fmt, size = sniff_format(path)  # FormatError for unrecognised files
+    if fmt == "gguf":
         return _inspect_gguf(path, size)
-    md = found.read(path)
-    fmt = found.name
+    md = read_metadata(path)
     warnings = []
-    if md.get(PADDING_KEY):
-        warnings.append(f"{md[PADDING_KEY]:,} [PAD] tokens added to reach vocab_size of the config.json beside it, "
+    if padding_added(md):
+        warnings.append(f"{padding_added(md):,} [PAD] tokens added to reach vocab_size of the config.json beside it, "
                         "as llama.cpp's converter does (the embedding has that many rows)")
     return {
         "path": path, "format": fmt, "version": None, "file_size": size,
@@ -80,7 +82,7 @@ def inspect_file(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 def _inspect_gguf(path: str, size: int) -> dict[str, Any]:
     """The report of a GGUF file: everything comes from the header, key/value section and tensor table."""
-    from .gguf import read_gguf
+    from .gguffile import read_gguf
 
     gf = read_gguf(path, tensors=True)
     md = gf.metadata
@@ -215,9 +217,7 @@ def _totals(tensors: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _piece(vocab: Any, i: int) -> str:
     """The text of llama_token_to_piece(i, special=True) (bytes that are not UTF-8 as surrogate escapes)."""
-    from .tokenizer.decode import piece_of
-
-    return piece_of(vocab, i).decode("utf-8", "surrogateescape")
+    return vocab_piece(vocab, i).decode("utf-8", "surrogateescape")
 
 
 def _token_type_counts(md: dict[str, Any]) -> dict[str, int] | None:
@@ -238,8 +238,6 @@ def _token_type_counts(md: dict[str, Any]) -> dict[str, int] | None:
 
 def tokenizer_summary(md: dict[str, Any], source: str) -> dict[str, Any]:
     """Model, pre-tokenizer, sizes, special ids with their pieces, flags and token type counts."""
-    from .tokenizer.vocab import Vocab
-
     tokens = md.get(K.LIST)
     merges = md.get(K.MERGES)
     raw_model = md.get(K.MODEL)
@@ -254,7 +252,7 @@ def tokenizer_summary(md: dict[str, Any], source: str) -> dict[str, Any]:
     except MinillamaError as exc:  # still show what the file says, as it says it
         summary["error"] = str(exc)
         n = summary["vocab_size"] or 0
-        for name, key in SPECIAL_ID_KEY.items():
+        for name, key in special_id_keys().items():
             v = md.get(key)
             if isinstance(v, int) and not isinstance(v, bool):
                 summary["special"][name] = {"id": v, "piece": tokens[v] if 0 <= v < n else None}
@@ -265,7 +263,7 @@ def tokenizer_summary(md: dict[str, Any], source: str) -> dict[str, Any]:
     summary["type"] = vocab.kind
     if summary["pre"] is None:
         summary["pre"] = vocab.pre  # 'default' when the file names none
-    for name in SPECIAL_NAMES:
+    for name in special_id_keys():
         i = vocab.special.get(name)
         if i is not None:
             summary["special"][name] = {"id": i, "piece": _piece(vocab, i)}
@@ -433,17 +431,10 @@ class _Listing:
         self.lines += ["", self.bold(title)]
 
 
-def _format_display(name: str) -> str:
-    """How a report's format is shown: 'GGUF', 'SentencePiece model' ... (the name itself when unknown)."""
-    from .tokenizer.formats import FORMATS
-
-    return next((f.display for f in FORMATS if f.name == name), name)
-
-
 def _header_lines(out: _Listing, report: dict[str, Any]) -> None:
     """Path, format, architecture, name, file type, tensor totals and warnings."""
     out.lines.append(out.bold(_show(report["path"])))
-    fmt = _format_display(report["format"])
+    fmt = format_display(report["format"])
     if report["version"] is not None:
         fmt += f" v{report['version']}"
     out.field("format", f"{fmt}, {report['file_size']:,} bytes ({_human_bytes(report['file_size'])})")

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import zipfile
 import zlib
 from collections.abc import Iterable, Sequence
@@ -48,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .errors import ArgumentError, FormatError
-from .fileio import read_text, write_output
+from .fileio import paragraphs, read_text, write_output
 
 if TYPE_CHECKING:
     from .generate import Sampler
@@ -68,14 +67,6 @@ Context = tuple[int, ...]
 def default_corpus_path() -> str:
     """Path of the package's own text (the default vocab's training corpus), the default n-gram's training text."""
     return str(resources.files("minillama") / "data" / "default-corpus.txt")
-
-
-_BLANK_LINES = re.compile(r"\n[ \t\r\f\v]*\n")
-
-
-def paragraphs(text: str) -> list[str]:
-    """Split text at blank lines into non-empty paragraphs (each a training document, so ends are learned)."""
-    return [p.strip("\n") for p in _BLANK_LINES.split(text) if p.strip()]
 
 
 def read_paragraphs(paths: Iterable[str | os.PathLike[str]]) -> list[str]:

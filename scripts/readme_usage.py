@@ -1,7 +1,7 @@
-"""Print the usage line of every minillama command, as README.md's "Command line" block shows them.
+"""Print the usage line of every minillama command, as docs/cli.md's "Command line" block shows them.
 
-Usage: python scripts/readme_usage.py [--write]   (--write: replace the block in README.md; tests/test_cli_usability.py
-checks README against the same lines)
+Usage: python scripts/readme_usage.py [--write]   (--write: replace the block in docs/cli.md; tests/test_cli_usability.py
+checks docs/cli.md against the same lines)
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ def usage_lines() -> list[str]:
     return lines
 
 
-README = Path(__file__).resolve().parents[1] / "README.md"
-BLOCK = re.compile(r"(## Command line\n\n```\n)(.*?)(```\n)", re.S)
+USAGE_PAGE = Path(__file__).resolve().parents[1] / "docs" / "cli.md"  # the page that holds the usage block
+BLOCK = re.compile(r"(^#{1,2} Command line\n\n```\n)(.*?)(```\n)", re.S | re.M)
 
 
 def wrapped(line: str, width: int = 110) -> str:
@@ -48,17 +48,17 @@ def wrapped(line: str, width: int = 110) -> str:
 
 
 def readme_block(text: str) -> str:
-    """The README's command block."""
+    """The command block of docs/cli.md."""
     m = BLOCK.search(text)
     if m is None:
-        raise SystemExit("README.md has no '## Command line' block")
+        raise SystemExit("docs/cli.md has no '# Command line' block")
     return m.group(2)
 
 
 if __name__ == "__main__":
     block = "".join(wrapped(line) + "\n" for line in usage_lines())
     if "--write" in sys.argv[1:]:
-        text = README.read_text(encoding="utf-8")
-        README.write_text(BLOCK.sub(lambda m: m.group(1) + block + m.group(3), text, count=1), encoding="utf-8")
+        text = USAGE_PAGE.read_text(encoding="utf-8")
+        USAGE_PAGE.write_text(BLOCK.sub(lambda m: m.group(1) + block + m.group(3), text, count=1), encoding="utf-8")
     else:
         print(block, end="")

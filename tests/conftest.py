@@ -1,11 +1,19 @@
-"""The test suite's fixtures; the plain helpers they use live in helpers.py."""
+"""The test suite's fixtures; the plain helpers they use live in tests/support/ (test modules import from
+there, never from each other)."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
-from helpers import HFBpe, release_tokenizers, require_shared, train_hf_bpe, write_gpt2_gguf
+
+# tests/ on sys.path makes `import support` work under any import mode and any working directory.
+if str(Path(__file__).parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).parent))
+
+from support.fixtures import HFBpe, train_hf_bpe, write_gpt2_gguf
+from support.paths import release_tokenizers, require_shared
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,9 @@ import struct
 from pathlib import Path
 
 import pytest
-from helpers import get_oracle, load_file, release_tokenizers, vocab_path, write_gpt2_gguf
+from support.fixtures import write_gpt2_gguf
+from support.oracle import get_oracle
+from support.paths import load_file, release_tokenizers, vocab_path
 
 from minillama.errors import FormatError, MinillamaError, UnsupportedError
 from minillama.tokenizer import Tokenizer, default_vocab_path

@@ -20,7 +20,9 @@ import warnings
 
 import numpy as np
 import pytest
-from helpers import SHARED, load, params_or_skip, read_conformance, require_shared, vocab_path
+from support.fixtures import hf_bert_from_gguf
+from support.paths import SHARED, load, params_or_skip, require_shared, vocab_path
+from support.reference import read_conformance
 
 from minillama.errors import (
     ArgumentError,
@@ -42,26 +44,6 @@ def _hf_llama3():
     from tokenizers import Tokenizer as HF
 
     return HF.from_file(str(require_shared("vocab", "llama-3.2-tokenizer.json")))
-
-
-def _hf_bert_from_gguf(tok: Tokenizer):
-    """An HF BERT (BertNormalizer, BertPreTokenizer, WordPiece) with the GGUF's vocab, its U+2581 phantom
-    prefixes turned back into the '##' continuation marks llama.cpp's converter took off."""
-    pytest.importorskip("tokenizers")
-    from tokenizers import Tokenizer as HF
-    from tokenizers import models, normalizers, pre_tokenizers, processors
-
-    v = tok.vocab
-    special = int(Attr.CONTROL | Attr.UNKNOWN | Attr.USER_DEFINED)
-    vocab = {}
-    for i, t in enumerate(v.tokens):
-        vocab[t if v.attrs[i] & special else t[1:] if t.startswith(SPACE) else "##" + t] = i
-    hf = HF(models.WordPiece(vocab, unk_token="[UNK]"))
-    hf.add_special_tokens([v.tokens[i] for i in range(v.n_vocab) if v.attrs[i] & int(Attr.CONTROL)])
-    hf.normalizer = normalizers.BertNormalizer(lowercase=True)
-    hf.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    hf.post_processor = processors.BertProcessing(("[SEP]", vocab["[SEP]"]), ("[CLS]", vocab["[CLS]"]))
-    return hf
 
 
 def _compare_offsets(tok: Tokenizer, hf, texts: list[str], add_special: bool) -> tuple[int, list]:
@@ -89,7 +71,7 @@ def test_offsets_llama3_match_hf():
 
 def test_offsets_bert_bge_match_hf():
     tok = load("ggml-vocab-bert-bge")
-    hf = _hf_bert_from_gguf(tok)
+    hf = hf_bert_from_gguf(tok)
     # HF keeps spacing and enclosing marks (Mc, Me) that llama.cpp drops: its spans then reach over them
     texts = [r["text"] for r in read_conformance("ggml-vocab-bert-bge")
              if not any(unicodedata.category(c) in ("Mc", "Me") for c in r["text"])]
@@ -261,7 +243,7 @@ BATCH = ["Hello world", "A longer sentence, with punctuation and numbers like 42
 @pytest.mark.parametrize("pad_to, truncate", [("longest", None), (24, None), ("longest", 8), (10, 10), (16, 6)])
 def test_encode_batch_arrays_match_hf(pad_to, truncate):
     tok = load("ggml-vocab-bert-bge")
-    hf = _hf_bert_from_gguf(tok)
+    hf = hf_bert_from_gguf(tok)
     pad = tok.vocab.special["pad"]
     hf.enable_padding(pad_id=pad, pad_token="[PAD]", length=None if pad_to == "longest" else pad_to)
     if truncate is not None:
@@ -362,7 +344,7 @@ def test_sampler_constraint():
 # --- warnings -------------------------------------------------------------------------------------------------------
 
 def test_warning_bpe_gguf_without_pre(tmp_path):
-    from minillama.gguf.writer import write_vocab_gguf
+    from minillama.gguffile.writer import write_vocab_gguf
     from minillama.tokenizer.formats import read_metadata
 
     md = dict(read_metadata(default_vocab_path()))
@@ -388,7 +370,7 @@ def test_warning_double_bos():
 
 def test_warning_sentencepiece_normalizer_llamacpp_ignores(tmp_path):
     spm = pytest.importorskip("sentencepiece")
-    from helpers import training_lines
+    from support.fixtures import training_lines
 
     prefix = str(tmp_path / "bpe_nfkc")
     spm.SentencePieceTrainer.train(sentence_iterator=iter(training_lines()), model_prefix=prefix, vocab_size=600, character_coverage=0.98,

@@ -18,17 +18,12 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 from gguf import Keys, TokenType
-from helpers import (
-    REPO,
-    conformance_vocabs,
-    get_oracle,
-    params_or_skip,
-    read_conformance,
-    require_shared,
-    vocab_path,
-)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support import REPO
+from support.oracle import get_oracle
+from support.paths import params_or_skip, require_shared, vocab_path
+from support.reference import conformance_vocabs, read_conformance
 
 from minillama.errors import ArgumentError, MinillamaError, UnsupportedError
 from minillama.tokenizer import Tokenizer, Vocab, models

@@ -7,7 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from helpers import read_conformance, vocab_path
+from support.paths import vocab_path
+from support.reference import read_conformance
 
 from minillama.bench import bench, format_table
 from minillama.tokenizer import Tokenizer, default_vocab_path

@@ -10,8 +10,9 @@ token (each byte's token where there is one, the rest dropped).
 from __future__ import annotations
 
 import pytest
-from helpers import get_oracle, load, load_file, require_shared
-from merge_words import ALPHABETS, lengths, very_long_words, words
+from support.merge_words import ALPHABETS, lengths, very_long_words, words
+from support.oracle import get_oracle
+from support.paths import load, load_file, require_shared
 
 from minillama.tokenizer.models.bpe import HEAP_MIN_LEN
 from minillama.tokenizer.train import TrainedVocab

@@ -8,17 +8,15 @@ they skip when it is unset or missing. Nothing is downloaded.
 
 from __future__ import annotations
 
-import ast
-import os
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-from helpers import REPO
-from helpers import real_gguf as _real_gguf
+from support import REPO
+from support.paths import real_gguf as _real_gguf
+from support.terminal import PROMPT_READY, Term, clean, terminal_env, tokens_ids
 
 from minillama.chat import (
     ChatSession,
@@ -36,18 +34,6 @@ from minillama.tokenizer import Tokenizer, default_vocab_path
 
 pexpect = pytest.importorskip("pexpect", reason="pexpect (the test extra) drives the chat through a terminal")
 
-ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-Z\\-_]|[\r\x08]")
-PROMPT_READY = "\x1b[?2004h"  # prompt-toolkit turns bracketed paste on each time it shows the prompt
-CPR_REQUEST = "\x1b[6n"  # prompt-toolkit asks where the cursor is; a real terminal answers
-TIMEOUT = 30.0
-
-
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    env.update(PYTHONIOENCODING="utf-8", PYTHONUTF8="1", NO_COLOR="1", TERM="xterm")
-    env.pop("PROMPT_TOOLKIT_NO_CPR", None)
-    return env
 
 
 
@@ -60,78 +46,6 @@ def _smollm2_gguf() -> Path:
         pytest.skip(f"MINILLAMA_TEST_GGUF={path} has another chat template than SmolLM2's ChatML, which this "
                     "test's expected text is")
     return path
-
-
-def clean(text: str) -> str:
-    """Terminal output without escape sequences, carriage returns and backspaces."""
-    return ANSI.sub("", text)
-
-
-class Term:
-    """`python -m minillama chat ...` in a pseudo-terminal: type, and wait for what appears on screen."""
-
-    def __init__(self, *args: str) -> None:
-        self.child = pexpect.spawn(sys.executable, ["-m", "minillama", "chat", *args], env=_env(), cwd=str(REPO),
-                                   encoding="utf-8", codec_errors="replace", dimensions=(40, 160))
-        self.raw = ""
-        self.mark = 0
-        self.eof = False
-
-    def _pump(self, timeout: float) -> None:
-        """Read what the program wrote (answering cursor position requests as a terminal does)."""
-        try:
-            data = self.child.read_nonblocking(1 << 16, timeout=timeout)
-        except pexpect.TIMEOUT:
-            return
-        except pexpect.EOF:
-            self.eof = True
-            return
-        for _ in range(data.count(CPR_REQUEST)):
-            self.child.send("\x1b[1;1R")
-        self.raw += data
-
-    def wait(self, pred, what: str, timeout: float = TIMEOUT) -> str:
-        """Read until pred(raw output since the last send) holds; return that output, cleaned."""
-        deadline = time.monotonic() + timeout
-        while not pred(self.raw[self.mark:]):
-            if self.eof or time.monotonic() > deadline:
-                pytest.fail(f"waited for {what}; the screen since the last input shows:\n"
-                            f"{clean(self.raw[self.mark:])[-3000:]}", pytrace=False)
-            self._pump(0.2)
-        return clean(self.raw[self.mark:])
-
-    def send_line(self, text: str) -> None:
-        self.mark = len(self.raw)
-        self.child.sendline(text)
-
-    def command(self, text: str) -> str:
-        """Type a line and return what was printed before the next prompt."""
-        self.send_line(text)
-        self.wait(lambda s: PROMPT_READY in s, f"the prompt after {text!r}")
-        seg = self.raw[self.mark:]
-        return clean(seg[: seg.index(PROMPT_READY)])
-
-    def ctrl_d(self) -> int:
-        """Press Ctrl-D at the prompt and return the exit status."""
-        self.mark = len(self.raw)
-        self.child.sendcontrol("d")
-        self.wait(lambda s: self.eof, "the program to exit")
-        self.child.close()
-        assert self.child.signalstatus is None
-        return self.child.exitstatus
-
-    def close(self) -> None:
-        if self.child.isalive():
-            self.child.terminate(force=True)
-
-
-def _tokens_ids(out: str) -> list[int]:
-    """The id list printed by /tokens."""
-    for line in out.splitlines():
-        line = line.strip()
-        if line.startswith("[") and line.endswith("]"):
-            return ast.literal_eval(line)
-    raise AssertionError(f"no id list in /tokens output:\n{out}")
 
 
 @pytest.fixture
@@ -159,7 +73,7 @@ def test_session_default_vocab(term_factory) -> None:
 
     reply = t.command("Tell me about the herd")
     ids_out = t.command("/tokens")
-    ids = _tokens_ids(ids_out)
+    ids = tokens_ids(ids_out)
     assert 0 < len(ids) <= 60 and f"last reply: {len(ids)} tokens" in ids_out
     assert len(re.findall(r"^\s+\d+  '", ids_out, re.M)) == len(ids)  # one line per token with its piece
     text = tok.decode(ids)
@@ -213,7 +127,7 @@ def test_real_model_session(term_factory) -> None:
         assert "No chat template" in intro
     message = "What do llamas eat?"
     reply = t.command(message)
-    ids = _tokens_ids(t.command("/tokens"))
+    ids = tokens_ids(t.command("/tokens"))
     assert 0 < len(ids) <= 40
     assert tok.decode(ids) in reply
     stats = t.command("/stats")
@@ -230,7 +144,7 @@ def test_real_model_session(term_factory) -> None:
 
 def run_chat(*args: str, stdin: str = "") -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "minillama", "chat", *args], input=stdin.encode(),
-                          capture_output=True, env=_env(), cwd=str(REPO), timeout=120)
+                          capture_output=True, env=terminal_env(), cwd=str(REPO), timeout=120)
 
 
 def test_piped_input() -> None:
@@ -238,11 +152,11 @@ def test_piped_input() -> None:
     out, err = proc.stdout.decode(), proc.stderr.decode()
     assert proc.returncode == 0 and not err, err
     assert "No chat template" in out and "> hello\n" in out
-    ids = _tokens_ids(out)
+    ids = tokens_ids(out)
     assert Tokenizer.from_file(default_vocab_path()).decode(ids) in out
     assert "conversation: 1 turn," in out
     # the same seed, the same reply
-    assert _tokens_ids(run_chat("--seed", "2", "--max-tokens", "30", stdin="hello\n/tokens\n").stdout.decode()) == ids
+    assert tokens_ids(run_chat("--seed", "2", "--max-tokens", "30", stdin="hello\n/tokens\n").stdout.decode()) == ids
 
 
 def test_ngram_train_then_chat(tmp_path: Path) -> None:
@@ -250,7 +164,7 @@ def test_ngram_train_then_chat(tmp_path: Path) -> None:
     text.write_text("The herd walks along the ridge.\n\nThe herd rests by the river.\n\nLlamas hum.\n", "utf-8")
     out = tmp_path / "herd.ngram.npz"
     proc = subprocess.run([sys.executable, "-m", "minillama", "ngram", "train", "--order", "3", "--out", str(out),
-                           str(text)], capture_output=True, env=_env(), cwd=str(REPO), timeout=120)
+                           str(text)], capture_output=True, env=terminal_env(), cwd=str(REPO), timeout=120)
     assert proc.returncode == 0, proc.stderr.decode()
     assert "3-gram" in proc.stdout.decode() and "3 paragraphs" in proc.stdout.decode()
     lm = NGramModel.load(out, Tokenizer.from_file(default_vocab_path()))

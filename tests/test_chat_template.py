@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import require_shared, vocab_path
+from support.paths import require_shared, vocab_path
 
 from minillama.chat_template import ChatTemplate
 from minillama.errors import ArgumentError, ChatTemplateRefused, MinillamaError, UnsupportedError

@@ -13,7 +13,9 @@ import subprocess
 import sys
 
 import pytest
-from helpers import REPO, read_conformance, vocab_path
+from support import REPO
+from support.paths import vocab_path
+from support.reference import read_conformance
 
 from minillama.tokenizer import Tokenizer, default_vocab_path
 

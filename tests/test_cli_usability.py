@@ -1,5 +1,5 @@
 """The command line as a new user and an attacker meet it (one test per finding of the usability trial), the help
-of every command, a table of bad inputs that must never print a traceback, and README's command block == --help."""
+of every command, a table of bad inputs that must never print a traceback, and docs/cli.md's command block == --help."""
 
 from __future__ import annotations
 
@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 from gguf import GGUFValueType as V
 from gguf import GGUFWriter
-from helpers import REPO
+from support import REPO
 
 from minillama.errors import ArgumentError, ArgumentTypeError, MinillamaError
 from minillama.tokenizer import Tokenizer, default_vocab_path
 
 sys.path.insert(0, str(REPO / "scripts"))
-from readme_usage import readme_block, usage_lines  # noqa: E402
+from readme_usage import USAGE_PAGE, readme_block, usage_lines  # noqa: E402
 
 TEXT = "naïve 日本語 🦙"
 
@@ -222,7 +222,7 @@ def test_reply_cut_by_max_tokens_says_so() -> None:
     assert "[cut at --max-tokens 3]" in out
 
 
-# --- every command's help; README's command block is --help ---------------------------------------------------------
+# --- every command's help; docs/cli.md's command block is --help ---------------------------------------------------------
 
 COMMANDS = [["tokenize"], ["decode"], ["convert"], ["inspect"], ["chat"], ["ngram", "train"], ["generate"], ["bench"],
             ["train"], ["dataset"]]
@@ -237,7 +237,7 @@ def test_help_of_every_command(command: list[str]) -> None:
 
 
 def test_readme_command_block_matches_help() -> None:
-    block = readme_block((REPO / "README.md").read_text(encoding="utf-8"))
+    block = readme_block(USAGE_PAGE.read_text(encoding="utf-8"))
     joined = re.sub(r"\n\s+", " ", block)  # continuation lines
     readme = [re.sub(r"\s+", " ", line).strip() for line in joined.splitlines() if line.strip()]
     assert readme == usage_lines()

@@ -8,7 +8,7 @@ import sys
 import threading
 
 import pytest
-from helpers import SHARED, params_or_skip, vocab_path
+from support.paths import SHARED, params_or_skip, vocab_path
 
 from minillama.errors import ArgumentError, ArgumentTypeError
 from minillama.tokenizer import Tokenizer

@@ -7,16 +7,10 @@ the oracle-backed tests at the bottom ask llama.cpp directly and skip when it is
 from __future__ import annotations
 
 import pytest
-from helpers import (
-    conformance_vocabs,
-    fail_if_any,
-    get_oracle,
-    load,
-    params_or_skip,
-    read_conformance,
-    release_tokenizers,
-    vocab_path,
-)
+from support.oracle import get_oracle
+from support.paths import load, params_or_skip, release_tokenizers, vocab_path
+from support.reference import conformance_vocabs, read_conformance
+from support.report import fail_if_any
 
 VOCABS = conformance_vocabs()  # every model type is implemented: no vocab is left out
 

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from gguf import GGUFValueType as V
 from gguf import GGUFWriter
-from helpers import REPO
+from support import REPO
 
-from minillama.gguf import read_gguf
+from minillama.gguffile import read_gguf
 from minillama.tokenizer import Tokenizer, default_vocab_path
 from minillama.tokenizer.formats import read_metadata
 

@@ -21,7 +21,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import LLAMACPP_TEST_SEP, REPO, load, require_shared, vocab_path
+from support import REPO
+from support.paths import load, require_shared, vocab_path
+from support.reference import LLAMACPP_TEST_SEP
 
 from minillama import dataset
 from minillama.cli import main
@@ -324,6 +326,7 @@ def _ray_runs(jobs: list[list]) -> list[str]:
     return json.loads(_ray_process(["-c", RAY_RUNS, json.dumps(jobs)]).stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow  # 22-30 s each (--durations, 2 busy cores): a Ray cluster starts
 def test_ray_engine_gives_the_same_bytes(corpus, tmp_path):
     jobs, pairs = [], []
     for vocab, name in (("llama-bpe", "jsonl"), ("llama-spm", "txt")):  # uint32 and uint16, both readers
@@ -357,6 +360,7 @@ RAY_ACTOR_RESTART_LINE = (
     "actor restart will fail. See https://github.com/ray-project/ray/issues/53727 for more details.")
 
 
+@pytest.mark.slow  # 22-30 s each (--durations, 2 busy cores): a Ray cluster starts
 def test_ray_run_prints_no_error_line(corpus, tmp_path):
     """A successful `minillama dataset --engine ray` (a local Ray started for the run) prints its summary and no
     error-level line: Ray logged one for every pool actor created with restarts allowed."""
@@ -399,6 +403,7 @@ finally:
 """
 
 
+@pytest.mark.slow  # 22-30 s each (--durations, 2 busy cores): a Ray cluster starts
 def test_ray_actor_that_dies_ends_the_run_with_one_error(tmp_path):
     """A tokenizer actor whose process dies is not restarted (a document that kills it would kill every restart,
     forever): the run ends with a MinillamaError that says so."""
@@ -485,10 +490,10 @@ def test_a_failing_or_dying_worker_stops_the_run_with_a_clear_error(corpus, tmp_
     def fail(*_):
         raise dataset.BadRecordError("in.txt", "line 3", "a test failure")
 
-    monkeypatch.setattr(local, "encode_pieces", fail)
+    monkeypatch.setattr(local, "encode_units", fail)
     with pytest.raises(dataset.BadRecordError, match="in.txt, line 3: a test failure"):
         dataset.prepare(model, tmp_path / "a", [corpus["txt"]], workers=2)
-    monkeypatch.setattr(local, "encode_pieces", lambda *_: os._exit(3))
+    monkeypatch.setattr(local, "encode_units", lambda *_: os._exit(3))
     with pytest.raises(MinillamaError, match=r"a worker process ended unexpectedly \(exit status 3"):
         dataset.prepare(model, tmp_path / "b", [corpus["txt"]], workers=2)
     assert not [n for n in os.listdir(tmp_path / "b") if n.startswith("shard-") or n == "index.json"]
@@ -511,9 +516,9 @@ def test_a_bad_byte_deep_in_a_paragraph_file_switches_to_the_line_reader(tmp_pat
         expected = list(sources._line_docs(str(path), "paragraph", expected_bad))
         assert expected == paras  # the bad paragraph is dropped
         got_bad = dataset.BadRecords()
-        pieces = list(dataset.Source([str(path)], skip_bad=True).pieces(got_bad))
-        assert isinstance(pieces[0], sources.TextChunk) == (block < len(head)) and isinstance(pieces[-1], str)
-        assert [d for p in pieces for d in ([p] if isinstance(p, str) else p.documents())] == expected
+        units = list(dataset.Source([str(path)], skip_bad=True).units(got_bad))
+        assert isinstance(units[0], sources.TextChunk) == (block < len(head)) and isinstance(units[-1], str)
+        assert [d for p in units for d in ([p] if isinstance(p, str) else p.documents())] == expected
         assert got_bad.examples == expected_bad.examples == [
             f"{path}, line {bad_line}: expected UTF-8 text, found byte 0xff at column 5 that is not (invalid start byte)"]
         docs = dataset.Source([str(path)]).documents()

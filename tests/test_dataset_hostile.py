@@ -20,7 +20,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import REPO, require_shared, vocab_path
+from support import REPO
+from support.paths import require_shared, vocab_path
 
 from minillama import dataset
 from minillama.cli import main

@@ -9,8 +9,8 @@ import json
 from pathlib import Path
 
 import pytest
-from derived_vocabs import RECIPES
-from helpers import require_shared
+from support.derived_vocabs import RECIPES
+from support.paths import require_shared
 
 from minillama.tokenizer import Tokenizer
 
@@ -28,7 +28,7 @@ def test_every_recipe_has_expected_ids() -> None:
 
 @pytest.mark.parametrize("name", sorted(RECIPES))
 def test_derived_vocab_matches_llamacpp(name: str, vocab_dir: Path) -> None:
-    from derived_vocabs import build
+    from support.derived_vocabs import build
     tok = Tokenizer.from_file(build(name, require_shared("vocab"), vocab_dir))
     bad = []
     for case in EXPECTED[name]:

@@ -22,15 +22,9 @@ import random
 import re
 
 import pytest
-from helpers import (
-    assert_all_equal,
-    fail_if_any,
-    get_oracle,
-    load_file,
-    mismatch_report,
-    piece_mismatches,
-    release_tokenizers,
-)
+from support.oracle import get_oracle
+from support.paths import load_file, release_tokenizers
+from support.report import assert_all_equal, fail_if_any, mismatch_report, piece_mismatches
 
 STRINGS = [
     "",

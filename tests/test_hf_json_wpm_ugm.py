@@ -15,8 +15,9 @@ import json
 import numpy as np
 import pytest
 from gguf import Keys
-from helpers import load, read_conformance, require_shared, vocab_path
-from test_api_hf import _hf_bert_from_gguf
+from support.fixtures import hf_bert_from_gguf
+from support.paths import load, require_shared, vocab_path
+from support.reference import read_conformance
 
 from minillama.errors import UnsupportedError
 from minillama.tokenizer import Tokenizer
@@ -28,7 +29,7 @@ K = Keys.Tokenizer
 @pytest.fixture(scope="module")
 def bert_json(tmp_path_factory):
     tok = load("ggml-vocab-bert-bge")
-    hf = _hf_bert_from_gguf(tok)
+    hf = hf_bert_from_gguf(tok)
     path = tmp_path_factory.mktemp("bert") / "tokenizer.json"
     hf.save(str(path))
     return hf, path
@@ -38,7 +39,7 @@ def unigram_json(model_path: str):
     """A tokenizer.json for a SentencePiece Unigram model, built as transformers' T5Converter builds it."""
     spm = pytest.importorskip("sentencepiece")
     pytest.importorskip("tokenizers")
-    from helpers import sentencepiece_token_type
+    from support.fixtures import sentencepiece_token_type
     from tokenizers import (
         AddedToken,
         Regex,
@@ -51,7 +52,7 @@ def unigram_json(model_path: str):
     )
 
     sp = spm.SentencePieceProcessor(model_file=model_path)
-    from test_ugm import normalizer_spec
+    from support.protobuf import normalizer_spec
 
     with open(model_path, "rb") as f:
         spec = normalizer_spec(f.read())
@@ -168,9 +169,9 @@ def test_hostile_unigram_charsmap(tmp_path):
 @pytest.mark.parametrize("which, vocab", [("bert_json", "ggml-vocab-bert-bge"), ("t5_json", "ggml-vocab-unigram8k")])
 def test_converted_json_is_read_by_llamacpp(which, vocab, request, tmp_path):
     """`minillama convert tokenizer.json out.gguf`: llama.cpp itself gives the conformance ids on the result."""
-    from helpers import get_oracle
+    from support.oracle import get_oracle
 
-    from minillama.gguf.writer import write_vocab_gguf
+    from minillama.gguffile.writer import write_vocab_gguf
 
     _, path = request.getfixturevalue(which)
     out = tmp_path / "converted.gguf"

@@ -22,7 +22,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import SHARED
+from support.paths import SHARED
+from support.protobuf import pb_read_varint
 
 from minillama.errors import FormatError, MinillamaError, UnsupportedError
 from minillama.tokenizer import Tokenizer, Vocab
@@ -259,26 +260,15 @@ def _llama2c_cases(data: bytes) -> list[Case]:
     return cases
 
 
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    v = shift = 0
-    while True:
-        c = data[pos]
-        pos += 1
-        v |= (c & 0x7F) << shift
-        shift += 7
-        if c < 0x80:
-            return v, pos
-
-
 def _proto_cases(data: bytes) -> list[Case]:
     fields = []  # (start, length-varint start, payload start, end) of top-level length-delimited fields
     pos = 0
     while pos < len(data):
         start = pos
-        key, pos = _varint(data, pos)
+        key, pos = pb_read_varint(data, pos)
         assert key & 7 == 2
         lpos = pos
-        n, pos = _varint(data, pos)
+        n, pos = pb_read_varint(data, pos)
         fields.append((start, lpos, pos, pos + n))
         pos += n
     pick = fields[:2] + fields[-2:]
@@ -365,7 +355,7 @@ def test_huge_claims_fail_at_once(tmp_path: Path) -> None:
 
 def test_tensor_table_checked(tmp_path: Path) -> None:
     """read_gguf(tensors=True): counts and names checked against the file, duplicates refused."""
-    from minillama.gguf import read_gguf
+    from minillama.gguffile import read_gguf
 
     data = b"GGUF" + struct.pack("<IQQ", 3, 2, 0)
     one = struct.pack("<Q", 1) + b"t" + struct.pack("<I", 1) + struct.pack("<Q", 4) + struct.pack("<IQ", 0, 0)

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from limits import run_limited
+from support.limits import run_limited
 
 from minillama.errors import FormatError
 from minillama.tokenizer import Tokenizer

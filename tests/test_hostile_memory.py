@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from helpers import require_shared
-from limits import run_limited
-from test_speed_bounds import BASE_TOKENS, _t5_gguf
+import pytest
+from support.fixtures import BASE_TOKENS, t5_gguf
+from support.limits import run_limited
+from support.paths import require_shared
 
 MB = 1 << 20
 
@@ -25,7 +26,7 @@ def reset_peak():
 
 def test_100kb_unigram_file_loads_under_200mb(tmp_path: Path) -> None:
     path = tmp_path / "long.gguf"
-    _t5_gguf(path, BASE_TOKENS + [("x" * 100_000, -4.0, 1)])
+    t5_gguf(path, BASE_TOKENS + [("x" * 100_000, -4.0, 1)])
     assert path.stat().st_size < 110_000
     p = run_limited(PEAK + f"""
 import numpy, gguf, regex  # the imports every load needs, outside the measurement
@@ -41,6 +42,7 @@ print((rss_kib("VmHWM") - base) * 1024)
     assert growth < 200 * MB, f"peak RSS grew by {growth / MB:.0f} MB"
 
 
+@pytest.mark.slow  # the suite's slowest: 150 M characters encoded (209 of 441 s in the review's run)
 def test_long_distinct_words_keep_the_cache_bounded() -> None:
     vocab = require_shared("vocab", "ggml-vocab-llama-spm.gguf")
     p = run_limited(PEAK + f"""

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from limits import run_limited
+from support.limits import run_limited
 
 LOAD = """
 from minillama.errors import FormatError

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import REPO
+from support import REPO
 
 from minillama.errors import ArgumentError, ArgumentTypeError, InputError, MinillamaError
 from minillama.fileio import read_input

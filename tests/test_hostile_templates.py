@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import REPO
-from limits import run_limited
+from support import REPO
+from support.limits import run_limited
 
 from minillama.chat_template import MAX_RENDER_MEMORY, ChatTemplate
 
@@ -118,7 +118,7 @@ def test_ordinary_templates_still_render(worker: bool, monkeypatch: pytest.Monke
     ("{% for x in [] %}" * 25 + "{% endfor %}" * 25, "does not compile"),  # issue 21: start-up died
 ])
 def test_chat_starts_with_a_failing_template(tmp_path: Path, source: str, why: str) -> None:
-    from minillama.gguf.writer import write_vocab_gguf
+    from minillama.gguffile.writer import write_vocab_gguf
     from minillama.tokenizer import default_vocab_path
     from minillama.tokenizer.formats import read_metadata
 

@@ -17,9 +17,11 @@ from __future__ import annotations
 import re
 
 import pytest
-from helpers import conformance_vocabs, get_oracle, load, params_or_skip, vocab_path
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+from support.oracle import get_oracle
+from support.paths import load, params_or_skip, vocab_path
+from support.reference import conformance_vocabs
 
 from minillama.errors import ArgumentError, ArgumentTypeError, MinillamaError
 from minillama.tokenizer import Attr

@@ -14,7 +14,8 @@ import sys
 import textwrap
 
 import pytest
-from helpers import SHARED, get_oracle, load, require_shared, vocab_path
+from support.oracle import get_oracle
+from support.paths import SHARED, load, require_shared, vocab_path
 
 from minillama.tokenizer.models import base
 

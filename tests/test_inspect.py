@@ -17,7 +17,7 @@ from typing import Any
 import gguf
 import numpy as np
 import pytest
-from helpers import SHARED, load_file, require_shared, vocab_path
+from support.paths import SHARED, load_file, require_shared, vocab_path
 
 from minillama import cli
 from minillama.inspection import ARRAY_HEAD, STRING_HEAD, inspect_file, render_json, render_text, tensor_size
@@ -546,7 +546,7 @@ def test_terminal_escapes_in_names_never_reach_the_terminal(tmp_path) -> None:
     w.write_kv_data_to_file()
     w.write_ti_data_to_file()
     w.close()
-    from helpers import REPO
+    from support import REPO
 
     env = dict(_os.environ, PYTHONPATH=str(REPO), NO_COLOR="1", PYTHONIOENCODING="utf-8")
     for args in ([], ["--json"]):

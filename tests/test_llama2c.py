@@ -7,7 +7,9 @@ Expected ids are llama.cpp's, from shared/conformance/ggml-vocab-llama-spm.jsonl
 from __future__ import annotations
 
 import pytest
-from helpers import assert_all_equal, fail_if_any, load, mismatch_report, read_conformance, release_tokenizers
+from support.paths import load, release_tokenizers
+from support.reference import read_conformance
+from support.report import assert_all_equal, fail_if_any, mismatch_report
 
 SPM_CONFORMANCE = "ggml-vocab-llama-spm"
 

@@ -7,16 +7,9 @@ expected ids for one text, from llama_tokenize(add_special=False, parse_special=
 from __future__ import annotations
 
 import pytest
-from helpers import (
-    LLAMACPP_TEST_SEP,
-    SHARED,
-    fail_if_any,
-    load,
-    params_or_skip,
-    read_llamacpp_inp_out,
-    release_tokenizers,
-    vocab_path,
-)
+from support.paths import SHARED, load, params_or_skip, release_tokenizers, vocab_path
+from support.reference import LLAMACPP_TEST_SEP, read_llamacpp_inp_out
+from support.report import fail_if_any
 
 
 def _inp_out_vocabs() -> list[str]:

@@ -15,19 +15,15 @@ import json
 import numpy as np
 import pytest
 from gguf import GGUFValueType, Keys
-from helpers import (
-    SAMPLE_STRINGS,
-    get_oracle,
-    load_file,
-    read_conformance,
-    require_shared,
-    tiny_sp_model,
-    vocab_path,
-)
+from support.fixtures import SAMPLE_STRINGS
+from support.oracle import get_oracle
+from support.paths import load_file, require_shared, vocab_path
+from support.protobuf import tiny_sp_model
+from support.reference import read_conformance
 
 from minillama.cli import main as cli_main
 from minillama.errors import FormatError, UnsupportedError
-from minillama.gguf import read_gguf, write_vocab_gguf
+from minillama.gguffile import read_gguf, write_vocab_gguf
 from minillama.tokenizer import Tokenizer
 from minillama.tokenizer.formats import read_hf_json, read_metadata
 from minillama.tokenizer.formats.hf_json import PRE_TOKENIZERS, hf_json_metadata, pre_name
@@ -303,7 +299,7 @@ def test_pre_tokenizer_table_huggingface(vocab):
 def test_trained_hf_bpe_tokenizer_json(tmp_path):
     """A byte-level BPE trained with Hugging Face tokenizers ([a, b] merges) loads as pre 'gpt-2' and agrees."""
     pytest.importorskip("tokenizers")
-    from helpers import train_hf_bpe
+    from support.fixtures import train_hf_bpe
 
     hf = train_hf_bpe()
     path = tmp_path / "tokenizer.json"

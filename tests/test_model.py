@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import REPO
-from helpers import real_gguf as _real_gguf
+from support import REPO
+from support.paths import real_gguf as _real_gguf
 
 from minillama.errors import ArgumentError, ContextLengthError, FormatError, MinillamaError, UnsupportedError
 from minillama.generate import Sampler

@@ -6,7 +6,8 @@ depends on the question, arrives in pieces as it is generated, and /tokens and /
 from __future__ import annotations
 
 import pytest
-from test_chat import PROMPT_READY, Term, _real_gguf, _tokens_ids, clean
+from support.paths import real_gguf
+from support.terminal import PROMPT_READY, Term, clean, tokens_ids
 
 from minillama.tokenizer import Tokenizer
 
@@ -26,7 +27,7 @@ def reply_in_pieces(t: Term, text: str) -> tuple[str, int]:
 
 
 def test_real_model_answers_the_question() -> None:
-    gguf = _real_gguf()
+    gguf = real_gguf()
     tok = Tokenizer.from_file(gguf)
     t = Term("--model", str(gguf), "--temperature", "0", "--max-tokens", "40")
     try:
@@ -35,7 +36,7 @@ def test_real_model_answers_the_question() -> None:
         france, reads = reply_in_pieces(t, "What is the capital of France?")
         assert "Paris" in france, france
         assert reads >= 3, f"the reply came in {reads} reads, expected it streamed token by token"
-        ids = _tokens_ids(t.command("/tokens"))
+        ids = tokens_ids(t.command("/tokens"))
         assert tok.decode(ids) in france and ids[-1] == 2  # <|im_end|> ended the reply
         stats = t.command("/stats")
         assert f"last reply: {len(ids)} tokens" in stats and "tokens/s" in stats, stats

@@ -11,7 +11,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from helpers import REPO
+from support import REPO
 
 from minillama.errors import MinillamaError, OutputError
 from minillama.fileio import write_output

@@ -1,6 +1,7 @@
-"""Every ```python block of README.md runs, so the documentation cannot drift from the code.
+"""Every ```python block of README.md and docs/*.md runs, so the documentation cannot drift from the code.
 
-The blocks run in order, in one namespace (a block may use names an earlier one defined), in a temporary
+The blocks of a page run in order, in one namespace per page (a block may use names an earlier one of its
+page defined), in a temporary
 working directory (files they write land there). A block runs as written unless the line right before its
 fence is a marker comment:
 
@@ -24,9 +25,11 @@ import re
 from pathlib import Path
 
 import pytest
-from helpers import REPO, SHARED
+from support import REPO
+from support.paths import SHARED
 
 README = REPO / "README.md"
+PAGES = [README, *sorted((REPO / "docs").glob("*.md"))]
 _MARKER = re.compile(r"^<!--\s*readme-test:\s*(.*?)\s*-->\s*$")
 _SUBST = re.compile(r'"([^"]+)"=(\S+)')
 
@@ -86,29 +89,32 @@ def prepare(code: str, marker: str | None) -> tuple[str | None, str]:
     return code, ""
 
 
-BLOCKS = readme_blocks(README.read_text(encoding="utf-8"))
+BLOCKS = [(p.relative_to(REPO).as_posix(), *b) for p in PAGES for b in readme_blocks(p.read_text(encoding="utf-8"))]
 
 
 @pytest.fixture(scope="module")
-def namespace(tmp_path_factory):
+def namespaces(tmp_path_factory):
+    """One namespace per page, all run in one temporary working directory."""
     cwd = os.getcwd()
     os.chdir(tmp_path_factory.mktemp("readme"))
     try:
-        yield {"__name__": "__readme__"}
+        yield {}
     finally:
         os.chdir(cwd)
 
 
 def test_readme_has_python_blocks():
     assert len(BLOCKS) >= 5
+    assert any(page == "README.md" for page, *_ in BLOCKS)
 
 
-@pytest.mark.parametrize("line, code, marker", BLOCKS, ids=[f"README.md:{b[0]}" for b in BLOCKS])
-def test_readme_block(namespace, line, code, marker, capsys):
+@pytest.mark.parametrize("page, line, code, marker", BLOCKS, ids=[f"{b[0]}:{b[1]}" for b in BLOCKS])
+def test_readme_block(namespaces, page, line, code, marker, capsys):
     run, why = prepare(code, marker)
     if run is None:
-        pytest.skip(f"README.md:{line}: {why}")
-    exec(compile(run, f"README.md:{line}", "exec"), namespace)
+        pytest.skip(f"{page}:{line}: {why}")
+    namespace = namespaces.setdefault(page, {"__name__": "__readme__"})
+    exec(compile(run, f"{page}:{line}", "exec"), namespace)
 
 
 def test_marker_scheme(tmp_path, monkeypatch):
@@ -128,12 +134,13 @@ def test_readme_serves_a_fresh_clone():
     (MINILLAMA_SHARED, in the quick start and in the skip reason), install commands that work from a
     checkout (the package is not on the index: `".[ray]"`, not `"minillama[ray]"`), and documentation
     sentences rather than a development log."""
-    from helpers import NO_SHARED_REASON
+    from support.paths import NO_SHARED_REASON
 
     text = README.read_text(encoding="utf-8")
-    quick_start = text.split("## Command line")[0]
+    quick_start = text.split("## Quick start")[1].split("\n## ")[0]
     assert "MINILLAMA_SHARED" in quick_start and "MINILLAMA_SHARED" in NO_SHARED_REASON
     installs = re.findall(r"pip install[^`\n]*", text.replace("\n  ", " "))
     assert installs and not [c for c in installs if "minillama[" in c], installs
     for phrase in ("this branch", "main at ", "engineer", "of ours", "the issue"):
-        assert phrase not in text.lower(), phrase
+        for page in PAGES:
+            assert phrase not in page.read_text(encoding="utf-8").lower(), (page.name, phrase)

@@ -21,22 +21,11 @@ import random
 
 import numpy as np
 import pytest
-from helpers import (
-    SAMPLE_STRINGS,
-    assert_all_equal,
-    fail_if_any,
-    get_oracle,
-    load_file,
-    mismatch_report,
-    pb_field,
-    piece_mismatches,
-    release_tokenizers,
-    require_shared,
-    sentencepiece_token_type,
-    sp_piece,
-    tiny_sp_model,
-    training_lines,
-)
+from support.fixtures import SAMPLE_STRINGS, sentencepiece_token_type, training_lines
+from support.oracle import get_oracle
+from support.paths import load_file, release_tokenizers, require_shared
+from support.protobuf import pb_field, sp_piece, tiny_sp_model
+from support.report import assert_all_equal, fail_if_any, mismatch_report, piece_mismatches
 
 from minillama.cli import main as cli_main
 from minillama.errors import FormatError, UnsupportedError

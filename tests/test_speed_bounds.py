@@ -13,7 +13,8 @@ import sys
 import textwrap
 
 import gguf
-from helpers import load, read_conformance, vocab_path
+from support.paths import load, vocab_path
+from support.reference import read_conformance
 
 from minillama.tokenizer import Tokenizer
 from minillama.tokenizer.models import base, ugm

@@ -10,8 +10,9 @@ scores (tokens of one score, and the same pair at several places: the leftmost m
 from __future__ import annotations
 
 import pytest
-from helpers import get_oracle, load, load_file, require_shared
-from merge_words import ALPHABETS, lengths, very_long_words, words
+from support.merge_words import ALPHABETS, lengths, very_long_words, words
+from support.oracle import get_oracle
+from support.paths import load, load_file, require_shared
 
 from minillama.tokenizer.models.spm import HEAP_MIN_LEN
 from minillama.tokenizer.train import TrainedVocab

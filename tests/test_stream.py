@@ -7,7 +7,8 @@ from __future__ import annotations
 import random
 
 import pytest
-from helpers import conformance_vocabs, load, params_or_skip, read_conformance
+from support.paths import load, params_or_skip
+from support.reference import conformance_vocabs, read_conformance
 
 from minillama.tokenizer import Tokenizer, default_vocab_path
 

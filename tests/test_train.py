@@ -14,14 +14,10 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from helpers import (
-    LLAMACPP_TEST_SEP,
-    SHARED,
-    TRAINING_PARAGRAPHS,
-    get_oracle,
-    require_shared,
-    training_lines,
-)
+from support.fixtures import TRAINING_PARAGRAPHS, training_lines
+from support.oracle import get_oracle
+from support.paths import SHARED, require_shared
+from support.reference import LLAMACPP_TEST_SEP
 
 from minillama import cli
 from minillama.errors import MinillamaError
@@ -413,6 +409,6 @@ def test_cli_ctrl_c_writes_nothing(tmp_path, monkeypatch, capsys):
     assert cli.main(["train", "--vocab-size", "500", "--out", str(out), str(src)]) == 130
     assert "nothing written" in capsys.readouterr().err
     monkeypatch.undo()
-    monkeypatch.setattr("minillama.gguf.writer.GGUFWriter.write_kv_data_to_file", interrupted)
+    monkeypatch.setattr("minillama.gguffile.writer.GGUFWriter.write_kv_data_to_file", interrupted)
     assert cli.main(["train", "--vocab-size", "500", "--out", str(out), str(src)]) == 130
     assert list(tmp_path.iterdir()) == [src]

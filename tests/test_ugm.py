@@ -23,18 +23,12 @@ import time
 
 import gguf
 import pytest
-from helpers import (
-    fail_if_any,
-    get_oracle,
-    load,
-    load_file,
-    mismatch_report,
-    read_conformance,
-    release_tokenizers,
-    require_shared,
-    sentencepiece_token_type,
-    training_lines,
-)
+from support.fixtures import sentencepiece_token_type, training_lines
+from support.oracle import get_oracle
+from support.paths import load, load_file, release_tokenizers, require_shared
+from support.protobuf import normalizer_spec
+from support.reference import read_conformance
+from support.report import fail_if_any, mismatch_report
 
 try:
     import sentencepiece as spm
@@ -131,53 +125,6 @@ def test_corpus_matches_llamacpp():
 # ---------------------------------------------------------------------------------------------------------------------
 # small unigram models trained here (no shared files needed)
 # ---------------------------------------------------------------------------------------------------------------------
-
-def _varint(buf: bytes, i: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        b = buf[i]
-        i += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, i
-        shift += 7
-
-
-def _proto_fields(buf: bytes):
-    """(field number, value) of a protobuf message: ints for varints, bytes for length-delimited fields."""
-    i = 0
-    while i < len(buf):
-        key, i = _varint(buf, i)
-        field, wire = key >> 3, key & 7
-        if wire == 0:
-            v, i = _varint(buf, i)
-        elif wire == 1:
-            v, i = buf[i:i + 8], i + 8
-        elif wire == 2:
-            n, i = _varint(buf, i)
-            v, i = buf[i:i + n], i + n
-        elif wire == 5:
-            v, i = buf[i:i + 4], i + 4
-        else:
-            raise ValueError(f"unsupported protobuf wire type {wire}")
-        yield field, v
-
-
-def normalizer_spec(model_proto: bytes) -> dict:
-    """ModelProto.normalizer_spec (field 3): precompiled_charsmap (2), add_dummy_prefix (3),
-    remove_extra_whitespaces (4), with sentencepiece's defaults (True) when a flag is absent."""
-    spec = {"precompiled_charsmap": b"", "add_dummy_prefix": True, "remove_extra_whitespaces": True}
-    for field, v in _proto_fields(model_proto):
-        if field == 3:
-            for f, x in _proto_fields(v):
-                if f == 2:
-                    spec["precompiled_charsmap"] = x
-                elif f == 3:
-                    spec["add_dummy_prefix"] = bool(x)
-                elif f == 4:
-                    spec["remove_extra_whitespaces"] = bool(x)
-    return spec
-
 
 def train_unigram(prefix: str, vocab_size: int, **options):
     """A unigram model on training_lines() with T5's special ids (pad 0, eos 1, unk 2, no bos)."""

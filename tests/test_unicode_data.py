@@ -16,7 +16,9 @@ from functools import cache
 from pathlib import Path
 
 import pytest
-from helpers import fail_if_any, get_oracle, load, release_tokenizers, vocab_path
+from support.oracle import get_oracle
+from support.paths import load, release_tokenizers, vocab_path
+from support.report import fail_if_any
 
 from minillama.tokenizer import pretokenize as pt
 from minillama.tokenizer import regex_translate as rt
@@ -277,7 +279,7 @@ def test_flags_against_llamacpp_probes():
     --probe: small GGUF vocabs in which each probe word is a token, so one id means the code point joined the word)."""
     import importlib.util
 
-    from helpers import _oracle_module
+    from support.oracle import _oracle_module
 
     mod = _oracle_module()
     if isinstance(mod, str):

@@ -26,17 +26,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 from gguf import Keys, TokenType
-from helpers import (
-    fail_if_any,
-    get_oracle,
-    load,
-    load_file,
-    read_conformance,
-    read_llamacpp_inp_out,
-    release_tokenizers,
-    training_lines,
-    vocab_path,
-)
+from support.fixtures import training_lines
+from support.oracle import get_oracle
+from support.paths import load, load_file, release_tokenizers, vocab_path
+from support.reference import read_conformance, read_llamacpp_inp_out
+from support.report import fail_if_any
 
 from minillama.tokenizer import Tokenizer, Vocab
 

@@ -16,8 +16,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
 sys.path[:0] = [str(ROOT / "tests"), str(SHARED / "tools")]
 
-from derived_vocabs import RECIPES, build, texts_for  # noqa: E402
 from llamacpp_oracle import Oracle  # noqa: E402
+from support.derived_vocabs import RECIPES, build, texts_for  # noqa: E402
 
 
 def main() -> None:

@@ -1,6 +1,6 @@
 """The local engine: input read in this process, encoded by worker processes, written in order.
 
-The main process reads the input in order as pieces (sources.Source.pieces): for text files read by
+The main process reads the input in order as units (sources.Source.units): for text files read by
 paragraph, chunks of about BATCH_CHARS raw bytes that each split into whole documents by themselves,
 so this process does no work per document there; for other inputs, the documents. It groups them into
 batches of about BATCH_CHARS characters and hands each batch to the worker process with the least
@@ -45,7 +45,7 @@ from ..tokenizer import Tokenizer
 from .shards import ShardWriter, doc_digest, utf8_digest
 from .sources import BadRecordError, BadRecords, Source, TextChunk
 
-Piece = str | TextChunk  # a document, or a chunk of a text file that splits into documents where it is encoded
+Unit = str | TextChunk  # a document, or a chunk of a text file that splits into documents where it is encoded
 Encoded = tuple[np.ndarray, np.ndarray, bytes, int]  # encode_docs' result
 
 BATCH_CHARS = 1 << 18
@@ -79,10 +79,10 @@ def encode_docs(tok: Tokenizer, docs: Sequence[str], add_special: bool, parse_sp
     return lens, ids, b"".join(digests), n_bytes
 
 
-def encode_pieces(tok: Tokenizer, pieces: Sequence[Piece], *settings) -> Encoded:
-    """encode_docs of the documents of pieces, in order (text chunks are split here)."""
+def encode_units(tok: Tokenizer, units: Sequence[Unit], *settings) -> Encoded:
+    """encode_docs of the documents of units, in order (text chunks are split here)."""
     docs: list[str] = []
-    for p in pieces:
+    for p in units:
         if isinstance(p, str):
             docs.append(p)
         else:
@@ -92,15 +92,15 @@ def encode_pieces(tok: Tokenizer, pieces: Sequence[Piece], *settings) -> Encoded
 
 def _work(me: int, tok: Tokenizer, settings: tuple, inbox: multiprocessing.Queue,
           results: multiprocessing.Queue) -> None:
-    """A worker process: takes ("batch", seq, pieces), ("teach", entries pickled) and None (stop) from inbox,
-    puts (seq, me, ok, encode_pieces' result or the exception, its new cache entries pickled) on results.
+    """A worker process: takes ("batch", seq, units), ("teach", entries pickled) and None (stop) from inbox,
+    puts (seq, me, ok, encode_units' result or the exception, its new cache entries pickled) on results.
     Everything that has arrived is read before each batch, so entries taught meanwhile are used at once."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     parent = os.getppid()
     die_with_parent(parent)
     tok.take_cache_entries()  # starts the record
-    backlog: deque[tuple[int, list[Piece]]] = deque()
+    backlog: deque[tuple[int, list[Unit]]] = deque()
     stop = False
     while backlog or not stop:
         while not stop:
@@ -120,9 +120,9 @@ def _work(me: int, tok: Tokenizer, settings: tuple, inbox: multiprocessing.Queue
                 backlog.append(msg[1:])
         if not backlog:
             continue
-        seq, pieces = backlog.popleft()
+        seq, units = backlog.popleft()
         try:
-            out: Encoded | BaseException = encode_pieces(tok, pieces, *settings)
+            out: Encoded | BaseException = encode_units(tok, units, *settings)
             ok = True
         except Exception as exc:  # goes back to the main process, which raises it
             try:
@@ -186,11 +186,11 @@ class Workers:
         at most, and memory does not grow with how many of them follow each other."""
         return any(map(self._open, range(len(self.procs))))
 
-    def submit(self, pieces: list[Piece]) -> None:
+    def submit(self, units: list[Unit]) -> None:
         """Give a batch to the open worker with the least work in hand (call when has_room())."""
         w = min(filter(self._open, range(len(self.procs))), key=lambda i: (self.chars[i], self.in_hand[i]))
-        size = sum(map(_size, pieces))
-        self.inboxes[w].put(("batch", self.sent, pieces))
+        size = sum(map(_size, units))
+        self.inboxes[w].put(("batch", self.sent, units))
         self.in_hand[w] += 1
         self.chars[w] += size
         self.size_of[self.sent] = size
@@ -245,17 +245,17 @@ def tick(progress, n_bytes: int, writer: ShardWriter) -> None:
         progress.set_postfix_str(f"{writer.total_tokens / elapsed:,.0f} tokens/s", refresh=False)
 
 
-def _size(piece: Piece) -> int:
-    return len(piece) if isinstance(piece, str) else len(piece.data)
+def _size(unit: Unit) -> int:
+    return len(unit) if isinstance(unit, str) else len(unit.data)
 
 
-def batches(pieces: Iterator[Piece], batch_chars: int = BATCH_CHARS) -> Iterator[list[Piece]]:
+def batches(units: Iterator[Unit], batch_chars: int = BATCH_CHARS) -> Iterator[list[Unit]]:
     """Pieces grouped into lists of about batch_chars characters (bytes for text chunks), in order. When
-    reading fails, the pieces read so far still come out as a last batch before the error."""
-    batch: list[Piece] = []
+    reading fails, the units read so far still come out as a last batch before the error."""
+    batch: list[Unit] = []
     size = 0
     try:
-        for p in pieces:
+        for p in units:
             batch.append(p)
             size += _size(p)
             if size >= batch_chars:
@@ -269,13 +269,13 @@ def batches(pieces: Iterator[Piece], batch_chars: int = BATCH_CHARS) -> Iterator
         yield batch
 
 
-def skip_kept(pieces: Iterator[Piece], writer: ShardWriter) -> Iterator[Piece]:
-    """pieces past the documents of the shards a resumed run keeps (writer.skip_docs): those are hashed
+def skip_kept(units: Iterator[Unit], writer: ShardWriter) -> Iterator[Unit]:
+    """units past the documents of the shards a resumed run keeps (writer.skip_docs): those are hashed
     (doc_digest, fed to the writer to check the input did not change) instead of encoded. A text chunk
     that straddles the boundary comes out as its remaining documents."""
     left = writer.skip_docs
     digests: list[bytes] = []
-    for p in pieces:
+    for p in units:
         if left:
             docs = [p] if isinstance(p, str) else p.documents()
             digests += map(doc_digest, docs[:left])
@@ -294,7 +294,7 @@ def skip_kept(pieces: Iterator[Piece], writer: ShardWriter) -> Iterator[Piece]:
 def run_local(tok: Tokenizer, source: Source, writer: ShardWriter, settings: tuple, workers: int,
               bad: BadRecords, progress) -> None:
     """Read, encode (on `workers` processes) and write every document of source, in order."""
-    pieces = skip_kept(source.pieces(bad, BATCH_CHARS), writer)
+    units = skip_kept(source.units(bad, BATCH_CHARS), writer)
 
     def take(result: Encoded) -> None:
         lens, ids, digests, n_bytes = result
@@ -303,17 +303,17 @@ def run_local(tok: Tokenizer, source: Source, writer: ShardWriter, settings: tup
 
     failed: list[BadRecordError] = []
 
-    def until_bad() -> Iterator[list[Piece]]:
+    def until_bad() -> Iterator[list[Unit]]:
         """The batches up to a bad record (the last one cut short there); the error is raised after they
         are written, so that the shards they complete are kept."""
         try:
-            yield from batches(pieces)
+            yield from batches(units)
         except BadRecordError as exc:
             failed.append(exc)
 
     if workers <= 1:
         for batch in until_bad():
-            take(encode_pieces(tok, batch, *settings))
+            take(encode_units(tok, batch, *settings))
         if failed:
             raise failed[0]
         return

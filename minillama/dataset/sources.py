@@ -3,7 +3,7 @@
 Formats, recognised by extension (or forced with fmt=):
 
 * text (any other name): one document per file, per paragraph or per line (`docs=`). Paragraphs are
-  cut at blank lines exactly as `minillama.ngram.paragraphs` cuts them (a line of only spaces/tabs/CR
+  cut at blank lines exactly as `minillama.fileio.paragraphs` cuts them (a line of only spaces/tabs/CR
   between two newlines; each paragraph stripped of newlines; blank paragraphs dropped), streamed: a
   file is never in memory whole. Paragraphs of UTF-8 text are cut by that regex, in chunks of whole
   paragraphs (TextChunk) that an engine's workers split themselves; from a block that is not UTF-8 on,
@@ -35,11 +35,11 @@ from dataclasses import dataclass, field
 from itertools import islice
 
 from ..errors import MinillamaError
+from ..fileio import BLANK, PARAGRAPH_CUT, paragraphs
 
 DOC_MODES = ("paragraph", "line", "file")
 FORMATS = ("auto", "text", "jsonl", "parquet")
 EXTENSIONS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".parquet": "parquet", ".pq": "parquet"}
-BLANK = " \t\r\f\v"  # what a blank line may hold (the class of ngram.paragraphs' regex)
 MAX_EXAMPLES = 10  # bad records kept by name in the index
 # A document longer than this (UTF-8 bytes) is a bad record: encoding holds a document whole, at up to
 # 25-40 bytes of memory per byte when the tokenizer finds no cut in it (models/base.py), so without a cap
@@ -118,20 +118,13 @@ def too_long(path: str, where: str, limit: int) -> BadRecordError:
                           "--max-doc-mib), found a longer one")
 
 
-# ngram.paragraphs' cut, as one regex: a blank line with a newline on both sides (non-overlapping matches)
-_PARAGRAPH_CUT = re.compile(r"\n[ \t\r\f\v]*\n")
-_PARAGRAPH_CUT_BYTES = re.compile(_PARAGRAPH_CUT.pattern.encode())
+# fileio.paragraphs' cut, as one regex: a blank line with a newline on both sides (non-overlapping matches)
+_PARAGRAPH_CUT_BYTES = re.compile(PARAGRAPH_CUT.pattern.encode())
 # A chunk of a file may end at a cut right after a character that no cut can hold (neither a newline nor a
 # blank): no cut of the whole-file scan covers that character, so the scan reaches the newline after it
 # afresh, and the cut it makes there (greedy, ending at the second newline) is this one.
 _NOT_CONTENT = frozenset(b"\n" + BLANK.encode())
 _BLOCK = 1 << 20
-
-
-def split_paragraphs(text: str) -> list[str]:
-    """The paragraph documents of text: ngram.paragraphs' cut (blank lines), each stripped of newlines at both
-    ends, blank ones dropped."""
-    return [p.strip("\n") for p in _PARAGRAPH_CUT.split(text) if p.strip()]
 
 
 @dataclass(frozen=True)
@@ -151,7 +144,7 @@ class TextChunk:
         except UnicodeDecodeError as exc:  # checked when read: the file changed meanwhile
             raise BadRecordError(self.path, f"byte {self.start + exc.start}", "expected UTF-8 text, found a byte "
                                  "that is not (the file changed while it was read?)") from None
-        return split_paragraphs(text)
+        return paragraphs(text)
 
 
 def _last_chunk_end(block: bytes) -> int | None:
@@ -216,7 +209,7 @@ def paragraph_chunks(path: str, size: int | None = None, limit: int = MAX_DOC_BY
         yield TextChunk(path, start, data)
 
 
-def paragraph_pieces(path: str, bad: BadRecords | None, size: int | None = None,
+def paragraph_units(path: str, bad: BadRecords | None, size: int | None = None,
                      limit: int = MAX_DOC_BYTES) -> Iterator[str | TextChunk]:
     """The paragraph documents of a text file: TextChunks (paragraph_chunks) while the file is UTF-8 and
     cut; from a block that is not UTF-8, or a paragraph over limit bytes, the line reader's documents (which
@@ -243,18 +236,18 @@ def paragraph_pieces(path: str, bad: BadRecords | None, size: int | None = None,
 
 def text_docs(path: str, docs: str, bad: BadRecords | None, data: bytes | None = None,
               limit: int = MAX_DOC_BYTES) -> Iterator[str]:
-    """Documents of a text file: per line, per paragraph (ngram.paragraphs' cut, streamed) or the whole file.
+    """Documents of a text file: per line, per paragraph (fileio.paragraphs' cut, streamed) or the whole file.
 
     A paragraph is cut at a blank line that has a newline on both sides and does not follow another cut
     line: the non-overlapping matches of r"\\n[ \\t\\r\\f\\v]*\\n", found line by line.
     A document of more than limit bytes is a bad record.
     """
     if docs == "paragraph" and data is None:  # the common case, without a line loop while the text is UTF-8
-        for piece in paragraph_pieces(path, bad, limit=limit):
-            if isinstance(piece, str):
-                yield piece
+        for unit in paragraph_units(path, bad, limit=limit):
+            if isinstance(unit, str):
+                yield unit
             else:
-                yield from piece.documents()
+                yield from unit.documents()
         return
     yield from _line_docs(path, docs, bad, data, limit)
 
@@ -431,13 +424,13 @@ class Source:
 
     def documents(self, bad: BadRecords | None = None) -> Iterator[str]:
         """Every document of every file, in order. bad collects skipped records when skip_bad is set."""
-        for piece in self.pieces(bad):
-            if isinstance(piece, str):
-                yield piece
+        for unit in self.units(bad):
+            if isinstance(unit, str):
+                yield unit
             else:
-                yield from piece.documents()
+                yield from unit.documents()
 
-    def pieces(self, bad: BadRecords | None = None, chunk_bytes: int | None = None) -> Iterator[str | TextChunk]:
+    def units(self, bad: BadRecords | None = None, chunk_bytes: int | None = None) -> Iterator[str | TextChunk]:
         """documents(), where a UTF-8 text file read by paragraph comes as TextChunks of about
         chunk_bytes bytes instead (each splits into its documents by itself): a reader that hands work to other
         processes then does nothing per document."""
@@ -452,6 +445,6 @@ class Source:
             elif kind == "parquet":
                 yield from _parquet_docs(p, self.text_field, sink, limit)
             elif self.docs == "paragraph":
-                yield from paragraph_pieces(p, sink, chunk_bytes, limit)
+                yield from paragraph_units(p, sink, chunk_bytes, limit)
             else:
                 yield from text_docs(p, self.docs, sink, limit=limit)

@@ -27,7 +27,7 @@ import numpy as np
 
 from ..embedding import Embedding
 from ..errors import ArgumentError, ContextLengthError, UnsupportedError
-from ..generate import Sampler
+from ..sampling import Sampler
 from . import gemma3, llama
 from .cache import KVCache
 from .layers import Linear, rmsnorm

@@ -96,10 +96,6 @@ class Linear:
     def __init__(self, w: np.ndarray) -> None:
         self.w = w
 
-    @property
-    def n_out(self) -> int:
-        return self.w.shape[0]
-
     def __call__(self, x: np.ndarray) -> np.ndarray:
         """x w^T (BLAS reads w transposed, no copy)."""
         # x [T, in] -> [T, out]

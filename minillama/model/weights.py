@@ -22,7 +22,7 @@ from gguf import GGMLQuantizationType, GGUFValueType
 
 from ..embedding import Embedding, check_tensor_table, dequantize, tensor_view
 from ..errors import FormatError, UnsupportedError
-from ..gguf.reader import GGUFFile, TensorInfo, read_gguf
+from ..gguffile.reader import GGUFFile, TensorInfo, read_gguf
 from .layers import Linear
 
 __all__ = ["HParams", "Weights", "TensorSpec"]

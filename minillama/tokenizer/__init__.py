@@ -49,7 +49,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -75,6 +75,9 @@ from .offsets import SPANS
 from .special import always_matched, find_special, partition, partition_spans, raw_special_ids
 from .text import ESCAPES, as_bytes_text, has_surrogates
 from .vocab import Attr, Vocab
+
+if TYPE_CHECKING:
+    from ..chat_template import ChatTemplate
 
 _GC_PAUSE_CHARS = 1 << 14  # texts longer than this encode with the cyclic GC paused
 _RUNS_PER_THREAD = 4  # encode_batch hands each thread about this many runs of texts (balance vs. overhead)
@@ -745,8 +748,6 @@ class Tokenizer:
         variable the template reads is refused (ArgumentError naming it), as are the options minillama does
         not implement (sanitize_control_tokens, return_assistant_tokens_mask: UnsupportedError).
         """
-        from ..chat_template import ChatTemplate
-
         source = chat_template if chat_template is not None else self.chat_template
         if source is None:
             raise MinillamaError("this vocab has no chat template (tokenizer.chat_template): pass chat_template='...' "
@@ -760,7 +761,7 @@ class Tokenizer:
                                 "continues the last message, the second starts a new assistant message")
         # ChatTemplateError when the template does not compile, fails or passes a limit; ChatTemplateRefused
         # (also an ArgumentError) when its raise_exception() refuses the conversation
-        tmpl = ChatTemplate.for_tokenizer(source, self)
+        tmpl = self.build_chat_template(source)
         check_template_kwargs(kwargs, source)
         chats, batched = conversations(conversation)
         rendered = []
@@ -789,3 +790,62 @@ class Tokenizer:
 
     def __repr__(self) -> str:
         return f"Tokenizer(model={self.model!r}, pre={self.pre!r}, n_vocab={self.n_vocab})"
+
+    def build_chat_template(self, source: str | None = None) -> ChatTemplate | None:
+        """source (default: tok.chat_template) as a ChatTemplate given this vocab's special-token texts and
+        add_bos, or None when there is no template; ChatTemplateError when it does not compile."""
+        from ..chat_template import SPECIAL_TOKEN_VARS, ChatTemplate
+
+        source = self.chat_template if source is None else source
+        if source is None:
+            return None
+        special = {var: self.token_to_piece(self.vocab.special[name], special=True).decode("utf-8", "replace")
+                   for var, name in SPECIAL_TOKEN_VARS.items() if self.vocab.special.get(name) is not None}
+        return ChatTemplate(source, bos_token=special.get("bos_token", ""), eos_token=special.get("eos_token", ""),
+                            special_tokens=special, add_bos=self.add_bos)
+
+
+# --- files: the calls `minillama inspect` and the CLI need, so that they import nothing below this face ------
+
+def sniff_format(path: str | os.PathLike[str]) -> tuple[str, str, int]:
+    """(path checked as an input file, its format's name -- 'gguf', 'sentencepiece', 'tokenizer.json' or
+    'llama2.c' -- and its size), told apart by content; FormatError for an empty or unrecognised file."""
+    from .formats import sniff_file
+
+    path, fmt, size = sniff_file(path)
+    return path, fmt.name, size
+
+
+def format_display(name: str) -> str:
+    """How `inspect` shows a format name ('GGUF', 'SentencePiece model', ...); the name itself when unknown."""
+    from .formats import FORMATS
+
+    return next((f.display for f in FORMATS if f.name == name), name)
+
+
+def special_id_keys() -> dict[str, str]:
+    """Each special-token role and the GGUF key of its id ('bos' -> 'tokenizer.ggml.bos_token_id'), in the
+    order llama.cpp lists them."""
+    from .tables import SPECIAL_ID_KEY
+
+    return dict(SPECIAL_ID_KEY)
+
+
+def vocab_piece(vocab: Vocab, token_id: int) -> bytes:
+    """llama_token_to_piece(token_id, special=True) from a Vocab alone: no Tokenizer (nor encoder) is built,
+    so a vocab whose encoder could not be made still shows its special pieces."""
+    from .decode import piece_of
+
+    return piece_of(vocab, token_id)
+
+
+def padding_added(metadata: Mapping[str, Any]) -> int:
+    """How many [PAD] tokens reading a tokenizer.json added to reach the vocab_size of the config.json beside
+    it, as llama.cpp's converter does (0: none)."""
+    from .formats.hf_json import PADDING_KEY
+
+    return int(metadata.get(PADDING_KEY) or 0)
+
+
+__all__ += ["read_metadata", "model_file", "sniff_format", "format_display", "special_id_keys", "vocab_piece",
+            "padding_added"]

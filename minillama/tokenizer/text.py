@@ -64,11 +64,6 @@ def as_bytes_text(text: str) -> str:
     return text.encode("utf-8", "surrogateescape").decode("utf-8", "surrogateescape")
 
 
-def raw_byte_token(b: int) -> str:
-    """The vocab key of a token whose text is the single byte b (invalid UTF-8 kept by surrogateescape)."""
-    return chr(b) if b < 0x80 else chr(0xDC00 + b)
-
-
 def llama_utf8_cps(b: bytes) -> Iterator[int | None]:
     """The code points llama.cpp's unicode_cpts_from_utf8 reads from b: a lead byte followed by enough
     continuation bytes is one code point (overlong forms, surrogates and values past U+10FFFF included),

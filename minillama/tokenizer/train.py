@@ -167,7 +167,7 @@ class TrainedVocab:
 
     def write_gguf(self, path: str | os.PathLike[str]) -> None:
         """Write the vocab-only GGUF at path, through a temporary file (no half-written file on error)."""
-        from ..gguf.writer import write_vocab_gguf
+        from ..gguffile.writer import write_vocab_gguf
 
         write_vocab_gguf(self.metadata(), path)
 

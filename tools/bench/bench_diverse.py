@@ -86,11 +86,11 @@ def main() -> int:
     ap.add_argument("--json", help="also write the results here")
     ap.add_argument("--no-peers", action="store_true", help="minillama only")
     args = ap.parse_args()
-    from minillama.bench import paragraphs
+    from minillama.bench import cut_at_double_newlines
     from minillama.tokenizer import Tokenizer
 
     path = SHARED / "corpus" / "diverse.txt"
-    docs = paragraphs(path.read_text(encoding="utf-8"))
+    docs = cut_at_double_newlines(path.read_text(encoding="utf-8"))
     mb = sum(len(d.encode()) for d in docs) / 1e6
     rows = []
     print(f"{path.name}: {len(docs)} paragraphs, {mb:.2f} MB; CPU time, MB/s (higher is faster)")

@@ -27,7 +27,7 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from minillama.embedding import SUPPORTED_TYPES, TENSOR_NAME, Embedding  # noqa: E402
-from minillama.gguf.reader import read_gguf  # noqa: E402
+from minillama.gguffile.reader import read_gguf  # noqa: E402
 
 # Byte offsets of each type's float16 scales (kept finite in synthetic blocks); Q8_K/MXFP4 handled below.
 F16_FIELDS = {"Q4_0": [0], "Q4_1": [0, 2], "Q5_0": [0], "Q5_1": [0, 2], "Q8_0": [0], "Q2_K": [80, 82],

@@ -107,7 +107,7 @@ def seed_models() -> dict[str, bytes]:
 def fields(data: bytes) -> list[Field]:
     """The seed's header fields a hostile file would change: counts, every metadata value type and scalar value,
     array and string lengths, every tensor's dims count, dims, type and offset (a plain walk of a valid file)."""
-    from minillama.gguf.dtypes import FILE_DTYPES, V
+    from minillama.gguffile.dtypes import FILE_DTYPES, V
 
     out: list[Field] = [(8, 8, "u64"), (16, 8, "u64")]
     pos = 24

@@ -48,8 +48,6 @@ from pathlib import Path
 
 import numpy as np
 
-ALLOWED = ("MinillamaError",)  # and its subclasses; checked with isinstance below
-
 # Texts every loaded tokenizer must encode without an undocumented error.
 TEXTS = (
     "Hello world! It's 2024.",
@@ -109,7 +107,7 @@ def build_charsmap(mapping: dict[str, str]) -> bytes:
 def _gguf(md: dict, path: Path, tensors: dict[str, np.ndarray] | None = None) -> bytes:
     import gguf
 
-    from minillama.gguf.writer import write_vocab_gguf
+    from minillama.gguffile.writer import write_vocab_gguf
 
     if not tensors:
         write_vocab_gguf(md, path)
@@ -225,7 +223,7 @@ class Finding(Exception):
 def exercise(path: str) -> str:
     """Open path as a tokenizer and use it; return an outcome label, raise on an undocumented error."""
     from minillama.errors import MinillamaError
-    from minillama.gguf import is_gguf, read_gguf
+    from minillama.gguffile import is_gguf, read_gguf
     from minillama.tokenizer import Tokenizer
 
     try:
@@ -447,7 +445,7 @@ def main(argv: list[str] | None = None) -> int:
         import atheris
 
         with atheris.instrument_imports(include=["minillama"]):  # before anything imports minillama
-            import minillama.gguf  # noqa: F401
+            import minillama.gguffile  # noqa: F401
             import minillama.tokenizer  # noqa: F401
             import minillama.tokenizer.formats  # noqa: F401
             import minillama.tokenizer.models  # noqa: F401

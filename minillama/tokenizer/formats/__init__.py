@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 from ...errors import FormatError, InputError
 from ...fileio import input_path
-from .gguf import looks_like_gguf, read_gguf_tokenizer
+from .gguf_tokenizer import looks_like_gguf, read_gguf_tokenizer
 from .hf_json import looks_like_json, read_hf_json
 from .llama2c import looks_like_llama2c, read_llama2c
 from .sentencepiece import looks_like_sentencepiece, read_sentencepiece

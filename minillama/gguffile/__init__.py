@@ -1,4 +1,4 @@
-"""minillama.gguf: the one GGUF layer (reader, vocab-only writer, numpy <-> GGUF value types).
+"""minillama.gguffile: the one GGUF layer (reader, vocab-only writer, numpy <-> GGUF value types).
 
 The tokenizer, the embedding, `inspect` and the forward pass all read GGUF files through read_gguf.
 """

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import textwrap
 
-from helpers import REPO
+from support import REPO
 
 MB = 1 << 20
 

@@ -1,6 +1,6 @@
 """GGUF as a tokenizer format: the tokenizer metadata of a GGUF file, and the vocab-only GGUF writer.
 
-A thin layer over minillama.gguf, which owns the file format (reader, writer, value types).
+A thin layer over minillama.gguffile, which owns the file format (reader, writer, value types).
 """
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ...gguf.reader import is_gguf, read_gguf
-from ...gguf.writer import write_vocab_gguf
+from ...gguffile.reader import is_gguf, read_gguf
+from ...gguffile.writer import write_vocab_gguf
 
 
 def looks_like_gguf(head: bytes, size: int) -> bool:

@@ -68,7 +68,7 @@ def texts_for(name: str) -> list[str]:
 
 def build(name: str, shared_vocab_dir: Path, out_dir: Path) -> Path:
     """Write the derived vocab `name` into out_dir (once) and return its path."""
-    from minillama.gguf.writer import write_vocab_gguf
+    from minillama.gguffile.writer import write_vocab_gguf
     from minillama.tokenizer.formats import read_metadata
 
     out = out_dir / f"{name}.gguf"
