@@ -10,8 +10,8 @@
         print(chunk, end="")
 
 The forward pass: look up each token's embedding row (the table stays quantized: Embedding.lookup), run
-the architecture's blocks (one file per architecture: llama.py, gemma3.py, built from layers.py), apply
-the final RMSNorm and multiply by the output matrix. Weights are dequantized to float32 once, at load, so
+the architecture's blocks (one file per architecture: llama.py, qwen2.py, qwen3.py, phi3.py, gemma3.py,
+built from layers.py), apply the final RMSNorm and multiply by the output matrix. Weights are dequantized to float32 once, at load, so
 every step is a few BLAS matmuls. next_token keeps a key/value cache and reuses the longest prefix the new
 ids share with the cached ones: a generated token costs one single-token step, a prompt one batched pass.
 """
@@ -28,7 +28,7 @@ import numpy as np
 from ..embedding import Embedding
 from ..errors import ArgumentError, ContextLengthError, UnsupportedError
 from ..generate import Sampler
-from . import gemma3, llama
+from . import gemma3, llama, phi3, qwen2, qwen3
 from .cache import KVCache
 from .layers import Linear, rmsnorm
 from .threads import AutoThreads, limited, usable_cores
@@ -36,8 +36,9 @@ from .weights import HParams, TensorSpec, Weights
 
 __all__ = ["Model", "ARCHITECTURES"]
 
-#: general.architecture -> the module that implements it (LAYER_TENSORS, prepare, embed_scale, blocks).
-ARCHITECTURES: dict[str, ModuleType] = {"llama": llama, "gemma3": gemma3}
+#: general.architecture -> the module that implements it (LAYER_TENSORS, UNSUPPORTED_TENSORS, prepare, embed_scale,
+#: blocks).
+ARCHITECTURES: dict[str, ModuleType] = {"llama": llama, "qwen2": qwen2, "qwen3": qwen3, "phi3": phi3, "gemma3": gemma3}
 
 #: Tensors outside the blocks. output.weight is optional: without it the output matrix is the embedding (tied).
 TOKEN_EMBD: TensorSpec = ("token_embd.weight", ("n_embd", "n_vocab"))
@@ -100,6 +101,10 @@ class Model:
             raise UnsupportedError(f"{path}: architecture {name!r} is not supported; minillama runs "
                                    f"{', '.join(sorted(ARCHITECTURES))}")
         hp = w.hparams(name)
+        for tensor, what in arch.UNSUPPORTED_TENSORS.items():
+            if w.has(tensor):
+                raise UnsupportedError(f"{path}: tensor {tensor} holds {what}, which minillama does not implement "
+                                       f"for {name}; expected a file without it")
         # Check that every tensor is there with its shape before the slow part.
         out_spec = OUTPUT if w.has(OUTPUT[0]) else TOKEN_EMBD
         specs = [(spec, il) for il in range(hp.n_layer) for spec in arch.LAYER_TENSORS.values()] + [(out_spec, None)]

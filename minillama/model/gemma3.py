@@ -37,6 +37,9 @@ LAYER_TENSORS: dict[str, TensorSpec] = {
     "post_ffn_norm": ("blk.{i}.post_ffw_norm.weight", ("n_embd",)),
 }
 
+#: Tensors whose presence means a feature this module does not implement: name -> what it is (UnsupportedError).
+UNSUPPORTED_TENSORS: dict[str, str] = {}
+
 SWA_PATTERN = 6  # layers il with il % 6 < 5 use the sliding window
 ROPE_BASE_SWA = 10000.0
 

@@ -9,6 +9,7 @@ give the logits.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -29,6 +30,9 @@ LAYER_TENSORS: dict[str, TensorSpec] = {
     "w_up": ("blk.{i}.ffn_up.weight", ("n_embd", "n_ff")),
     "w_down": ("blk.{i}.ffn_down.weight", ("n_ff", "n_embd")),
 }
+
+#: Tensors whose presence means a feature this module does not implement: name -> what it is (UnsupportedError).
+UNSUPPORTED_TENSORS: dict[str, str] = {}
 
 
 def prepare(t: dict[str, Any]) -> dict[str, Any]:
@@ -52,16 +56,29 @@ def split_heads(qkv: np.ndarray, hp: HParams) -> tuple[np.ndarray, np.ndarray, n
     return q, k, v
 
 
-def blocks(x: np.ndarray, layers: list[dict[str, Any]], hp: HParams, start: int, cache: KVCache) -> np.ndarray:
-    """Run every block over x [T, d], the tokens at positions start..start+T-1, extending the cache."""
+def project(w: dict[str, Any], h: np.ndarray, hp: HParams) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """q, k, v of the normed stream h [T, d]: one fused matmul, split into heads."""
+    return split_heads(w["wqkv"](h), hp)
+
+
+Rope = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+Project = Callable[[dict[str, Any], np.ndarray, HParams], tuple[np.ndarray, np.ndarray, np.ndarray]]
+
+
+def blocks(x: np.ndarray, layers: list[dict[str, Any]], hp: HParams, start: int, cache: KVCache,
+           rope: Rope = rope_norm, qkv: Project = project) -> np.ndarray:
+    """Run every block over x [T, d], the tokens at positions start..start+T-1, extending the cache.
+
+    rope and qkv are what the llama-like architectures (qwen2, qwen3, phi3) change: the rope pairing and how
+    q, k, v come from the normed stream (biases, per-head norms)."""
     t = x.shape[0]
     q_pos = np.arange(start, start + t)
     k_pos = np.arange(start + t)
     cos, sin = rope_angles(q_pos, hp.n_rot, hp.rope_base)
     scale = 1.0 / np.sqrt(hp.head_dim)
     for il, w in enumerate(layers):
-        q, k, v = split_heads(w["wqkv"](rmsnorm(x, w["attn_norm"], hp.eps)), hp)
-        q, k = rope_norm(q, cos, sin), rope_norm(k, cos, sin)
+        q, k, v = qkv(w, rmsnorm(x, w["attn_norm"], hp.eps), hp)
+        q, k = rope(q, cos, sin), rope(k, cos, sin)
         keys, values = cache.store(il, start, k, v)
         x = x + w["wo"](attention(q, keys, values, q_pos, k_pos, scale))
         x = x + glu_ffn(rmsnorm(x, w["ffn_norm"], hp.eps), w["w_gate_up"], w["w_down"], silu)

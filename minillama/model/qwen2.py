@@ -1,0 +1,47 @@
+"""qwen2 (Qwen2, Qwen2.5): the llama block with biases on the q, k and v projections and "NEOX" rope.
+
+Differences from llama.py, as llama.cpp's src/models/qwen2.cpp computes them: q, k and v each add a bias
+(blk.N.attn_{q,k,v}.bias) after their matmul, and rope pairs dims i and i + n_rot/2 (llama.cpp's
+LLAMA_ROPE_TYPE_NEOX; the converter does not permute Qwen's q/k rows as it does Llama's). The output matrix
+is usually tied to the embedding (small Qwen2 models have no output.weight).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from . import llama
+from .cache import KVCache
+from .layers import Linear, rope_neox
+from .weights import HParams, TensorSpec
+
+#: Tensors of block {i}: field -> (GGUF name, ggml shape as HParams fields, ne0 first).
+LAYER_TENSORS: dict[str, TensorSpec] = {
+    **llama.LAYER_TENSORS,
+    "bq": ("blk.{i}.attn_q.bias", ("q_dim",)),
+    "bk": ("blk.{i}.attn_k.bias", ("k_dim",)),
+    "bv": ("blk.{i}.attn_v.bias", ("v_dim",)),
+}
+
+#: Tensors whose presence means a feature this module does not implement: name -> what it is (UnsupportedError).
+UNSUPPORTED_TENSORS: dict[str, str] = {"rope_freqs.weight": "rope frequency factors"}
+
+embed_scale = llama.embed_scale
+
+
+def prepare(t: dict[str, Any]) -> dict[str, Any]:
+    """llama's fused matrices, plus the three biases side by side to match the fused q/k/v outputs."""
+    return {**llama.prepare(t), "bqkv": np.concatenate([t["bq"], t["bk"], t["bv"]])}
+
+
+def project(w: dict[str, Any], h: np.ndarray, hp: HParams) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """q, k, v of the normed stream: the fused matmul plus its biases, split into heads."""
+    fused: Linear = w["wqkv"]
+    return llama.split_heads(fused(h) + w["bqkv"], hp)
+
+
+def blocks(x: np.ndarray, layers: list[dict[str, Any]], hp: HParams, start: int, cache: KVCache) -> np.ndarray:
+    """Run every block over x [T, d], the tokens at positions start..start+T-1, extending the cache."""
+    return llama.blocks(x, layers, hp, start, cache, rope_neox, project)

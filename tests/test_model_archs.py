@@ -1,0 +1,184 @@
+"""The qwen2, qwen3 and phi3 forward passes against llama.cpp, on tiny synthetic models the tests make themselves.
+
+No real weights of these architectures can be downloaded here, so tools/make_synthetic_arch.py writes one small
+model per architecture with random weights (the same seed always gives the same bytes), and
+tests/data/archs_llamacpp_greedy.json holds llama.cpp's greedy continuations on those files with its top-5
+log-probs (made by the same tool with --expected). Each test first checks that the file it made has the stored
+sha256, so the stored outputs are llama.cpp's on exactly this file; then minillama, teacher-forced on llama.cpp's
+continuation, must pick llama.cpp's token at every position where llama.cpp's top two are 0.5 apart or more.
+Hostile variants of the same files (a tensor missing, a tensor of the wrong shape, long-rope factors) must be a
+clear error naming the tensor.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.util
+import json
+import tempfile
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+import pytest
+from helpers import REPO
+
+from minillama.errors import FormatError, UnsupportedError
+from minillama.generate import Sampler
+from minillama.model import Model
+
+gguf = pytest.importorskip("gguf")
+
+EXPECTED = REPO / "tests" / "data" / "archs_llamacpp_greedy.json"
+ARCHS = ["qwen2", "qwen3", "phi3"]
+
+
+@functools.cache
+def generator() -> ModuleType:
+    """tools/make_synthetic_arch.py as a module."""
+    spec = importlib.util.spec_from_file_location("make_synthetic_arch", REPO / "tools" / "make_synthetic_arch.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@functools.cache
+def _workdir() -> Path:
+    return Path(tempfile.mkdtemp(prefix="minillama-archs-"))
+
+
+@functools.cache
+def model_path(arch: str) -> Path:
+    """The seed-0 synthetic model of arch, made once per test session."""
+    path = _workdir() / f"{arch}.gguf"
+    generator().write_model(arch, path)
+    return path
+
+
+@functools.cache
+def model(arch: str) -> Model:
+    return Model.from_file(model_path(arch))
+
+
+@functools.cache
+def expected(arch: str) -> dict:
+    return json.loads(EXPECTED.read_text(encoding="utf-8"))["archs"][arch]
+
+
+def margin(top: list[list[float]]) -> float:
+    """llama.cpp's log-prob gap between its first and second choice."""
+    return top[0][1] - top[1][1] if len(top) > 1 else float("inf")
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_the_generator_makes_the_file_llamacpp_was_run_on(arch: str) -> None:
+    digest = hashlib.sha256(model_path(arch).read_bytes()).hexdigest()
+    assert digest == expected(arch)["sha256"], (
+        f"tools/make_synthetic_arch.py no longer writes the {arch} model llama.cpp's stored outputs are for; "
+        "rerun it with --expected to remake tests/data/archs_llamacpp_greedy.json")
+    assert model_path(arch).stat().st_size < 1 << 20
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_teacher_forced_argmax_agrees_with_llamacpp(arch: str) -> None:
+    m = model(arch)
+    assert m.hparams.arch == arch
+    seen = agree = 0
+    for case in expected(arch)["cases"]:
+        gen = [g["id"] for g in case["gen"]]
+        n = len(case["prompt_ids"])
+        ours = m.logits(case["prompt_ids"] + gen[:-1])[n - 1:].argmax(-1)
+        for o, g in zip(ours.tolist(), case["gen"], strict=True):
+            if margin(g["top"]) >= 0.5:
+                seen += 1
+                agree += o == g["id"]
+    assert seen >= 100, "too few confident positions for the test to mean anything"
+    assert agree == seen, f"{arch}: argmax differs from llama.cpp at {seen - agree} of {seen} positions (margin >= 0.5)"
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_cached_steps_agree_with_llamacpp(arch: str) -> None:
+    """next_token one token at a time (the KV cache path) makes llama.cpp's confident choices too."""
+    m, greedy = model(arch), Sampler(temperature=0)
+    m.reset()
+    seen = agree = 0
+    for case in expected(arch)["cases"][:2]:
+        ids = list(case["prompt_ids"])
+        for g in case["gen"][:16]:
+            if margin(g["top"]) >= 0.5:
+                seen += 1
+                agree += m.next_token(ids, greedy) == g["id"]
+            ids.append(g["id"])
+    assert seen >= 10 and agree == seen
+
+
+# -- hostile files --------------------------------------------------------------------------------------------------
+
+def rewrite(src: Path, dst: Path, drop: tuple[str, ...] = (), put: dict[str, np.ndarray] | None = None) -> Path:
+    """src with the tensors named in drop left out and those in put replaced (or added) as F32 arrays."""
+    put = dict(put or {})
+    r = gguf.GGUFReader(src)
+    w = gguf.GGUFWriter(str(dst), str(r.fields["general.architecture"].contents()))
+    for field in r.fields.values():
+        if field.name.startswith("GGUF.") or field.name == "general.architecture":
+            continue
+        if field.types[0] == gguf.GGUFValueType.ARRAY:
+            w.add_array(field.name, field.contents())
+        else:
+            w.add_key_value(field.name, field.contents(), field.types[0])
+    for t in r.tensors:
+        if t.name in drop:
+            continue
+        if t.name in put:
+            w.add_tensor(t.name, put.pop(t.name))
+        else:
+            w.add_tensor(t.name, np.asarray(t.data), raw_shape=np.asarray(t.data).shape, raw_dtype=t.tensor_type)
+    for name, value in put.items():
+        w.add_tensor(name, value)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return dst
+
+
+def f32(*shape: int) -> np.ndarray:
+    return np.ones(shape, dtype=np.float32)
+
+
+@pytest.mark.parametrize("arch, tensor", [("qwen2", "blk.1.attn_q.bias"), ("qwen3", "blk.0.attn_k_norm.weight"),
+                                          ("phi3", "blk.1.attn_qkv.weight"), ("phi3", "blk.0.ffn_up.weight")])
+def test_a_missing_tensor_is_named(tmp_path: Path, arch: str, tensor: str) -> None:
+    path = rewrite(model_path(arch), tmp_path / "m.gguf", drop=(tensor,))
+    with pytest.raises(FormatError, match=f"expected a tensor '{tensor}', not found") as e:
+        Model.from_file(path)
+    assert e.value.key == tensor and str(path) in str(e.value)
+
+
+#: (arch, tensor, numpy shape written (n_out, n_in), ggml shape minillama must expect).
+WRONG_SHAPES = [
+    ("qwen2", "blk.0.attn_v.bias", (128,), "[64]"),  # v bias as wide as q's
+    ("qwen3", "blk.1.attn_q_norm.weight", (32,), "[64]"),  # n_embd / n_head instead of key_length
+    ("phi3", "blk.0.ffn_up.weight", (320, 128), "[128, 640]"),  # up alone, without the gate half
+    ("phi3", "blk.1.attn_qkv.weight", (128, 128), "[128, 256]"),  # q rows only
+]
+
+
+@pytest.mark.parametrize("arch, tensor, shape, want", WRONG_SHAPES)
+def test_a_tensor_of_the_wrong_shape_is_named(tmp_path: Path, arch: str, tensor: str, shape: tuple[int, ...],
+                                              want: str) -> None:
+    path = rewrite(model_path(arch), tmp_path / "m.gguf", put={tensor: f32(*shape)})
+    found = str(list(reversed(shape)))
+    with pytest.raises(FormatError, match=f"tensor {tensor} has shape {found}, expected {want}".replace("[", r"\[")):
+        Model.from_file(path)
+
+
+@pytest.mark.parametrize("arch, tensor", [("phi3", "rope_factors_long.weight"), ("phi3", "rope_factors_short.weight"),
+                                          ("qwen2", "rope_freqs.weight"), ("qwen3", "rope_freqs.weight")])
+def test_rope_factors_are_refused_not_ignored(tmp_path: Path, arch: str, tensor: str) -> None:
+    """A long-context model rotates with per-dimension factors; run without them it would be silently wrong."""
+    path = rewrite(model_path(arch), tmp_path / "m.gguf", put={tensor: f32(16)})
+    with pytest.raises(UnsupportedError, match=f"tensor {tensor} holds .*rope.*minillama does not implement"):
+        Model.from_file(path)
