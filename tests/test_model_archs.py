@@ -116,18 +116,24 @@ def test_cached_steps_agree_with_llamacpp(arch: str) -> None:
 
 # -- hostile files --------------------------------------------------------------------------------------------------
 
-def rewrite(src: Path, dst: Path, drop: tuple[str, ...] = (), put: dict[str, np.ndarray] | None = None) -> Path:
-    """src with the tensors named in drop left out and those in put replaced (or added) as F32 arrays."""
-    put = dict(put or {})
+def rewrite(src: Path, dst: Path, drop: tuple[str, ...] = (), put: dict[str, np.ndarray] | None = None,
+            keys: dict[str, tuple[object, object]] | None = None) -> Path:
+    """src with the tensors named in drop left out, those in put replaced (or added) as F32 arrays, and the
+    metadata keys in keys set to (value, GGUF type)."""
+    put, keys = dict(put or {}), dict(keys or {})
     r = gguf.GGUFReader(src)
     w = gguf.GGUFWriter(str(dst), str(r.fields["general.architecture"].contents()))
     for field in r.fields.values():
         if field.name.startswith("GGUF.") or field.name == "general.architecture":
             continue
-        if field.types[0] == gguf.GGUFValueType.ARRAY:
+        if field.name in keys:
+            w.add_key_value(field.name, *keys.pop(field.name))
+        elif field.types[0] == gguf.GGUFValueType.ARRAY:
             w.add_array(field.name, field.contents())
         else:
             w.add_key_value(field.name, field.contents(), field.types[0])
+    for name, (value, vtype) in keys.items():
+        w.add_key_value(name, value, vtype)
     for t in r.tensors:
         if t.name in drop:
             continue
@@ -182,3 +188,29 @@ def test_rope_factors_are_refused_not_ignored(tmp_path: Path, arch: str, tensor:
     path = rewrite(model_path(arch), tmp_path / "m.gguf", put={tensor: f32(16)})
     with pytest.raises(UnsupportedError, match=f"tensor {tensor} holds .*rope.*minillama does not implement"):
         Model.from_file(path)
+
+
+@pytest.mark.parametrize("arch, head", [("qwen2", 32), ("qwen3", 64)])
+def test_qwen_rope_must_turn_whole_heads(tmp_path: Path, arch: str, head: int) -> None:
+    """llama.cpp asserts rope.dimension_count == head size for qwen2/qwen3; a file saying less is refused, not run
+    with part of each head left unrotated."""
+    key = f"{arch}.rope.dimension_count"
+    path = rewrite(model_path(arch), tmp_path / "m.gguf", keys={key: (16, gguf.GGUFValueType.UINT32)})
+    with pytest.raises(FormatError, match=f"{key} is 16, expected {head}") as e:
+        Model.from_file(path)
+    assert e.value.key == key
+
+
+def test_numpy_quantizers_write_llamacpps_bytes() -> None:
+    """Without xllamacpp the generator quantizes with gguf-py; for its types that must be llama.cpp's bytes, or the
+    sha256 check fails on machines without the oracle extra."""
+    pytest.importorskip("xllamacpp")
+    pytest.importorskip("cffi")
+    gen = generator()
+    ref = gen._llamacpp_quantizer()
+    assert ref is not None
+    rng = np.random.default_rng(1)
+    for qtype in sorted(set(gen.TYPES.values())):
+        w = rng.standard_normal((7, 96), dtype=np.float32) * np.float32(0.3)
+        w[0, :32] = 0  # an all-zero block
+        assert np.array_equal(ref(w, qtype), gguf.quants.quantize(w, qtype)), qtype.name

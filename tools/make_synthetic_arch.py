@@ -17,6 +17,7 @@ byte: tests/test_model_archs.py checks its sha256 before comparing with llama.cp
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import os
@@ -36,7 +37,9 @@ N_PREDICT = 32
 
 #: The shapes and settings of each architecture's model (all small; rows are whole Q8_0/Q4_x blocks of 32).
 #: key_length: written only when set (qwen3's heads are wider than n_embd / n_head, as Qwen3's own are).
-#: tied: no output.weight, the embedding is the output matrix. sliding_window: phi3 writes one, as Phi-3's files
+#: tied: no output.weight, the embedding is the output matrix (all False: a tied output on random weights predicts
+#: one of a handful of tokens, whatever the input). n_rot: rope.dimension_count, written only when set (phi3
+#: rotates part of each head, as Phi-4-mini does; qwen2/qwen3 must rotate all of it). sliding_window: phi3 writes one, as Phi-3's files
 #: do, and llama.cpp ignores it for phi3 (SWA disabled), so it is shorter than the test sequences on purpose.
 ARCHS: dict[str, dict[str, Any]] = {
     "qwen2": {"n_embd": 128, "n_layer": 2, "n_head": 4, "n_head_kv": 2, "n_ff": 320, "n_ctx": 4096,
@@ -44,7 +47,7 @@ ARCHS: dict[str, dict[str, Any]] = {
     "qwen3": {"n_embd": 128, "n_layer": 2, "n_head": 4, "n_head_kv": 2, "key_length": 64, "n_ff": 320,
               "n_ctx": 4096, "rope_base": 1000000.0, "eps": 1e-6, "tied": False},
     "phi3": {"n_embd": 128, "n_layer": 2, "n_head": 4, "n_head_kv": 2, "n_ff": 320, "n_ctx": 4096,
-             "rope_base": 10000.0, "eps": 1e-5, "tied": False, "sliding_window": 32},
+             "rope_base": 10000.0, "eps": 1e-5, "tied": False, "sliding_window": 32, "n_rot": 16},
 }
 
 #: Quantization type of each kind of matrix (the norms and biases are F32, as llama.cpp's converter writes them).
@@ -62,6 +65,7 @@ _CDEF = ("size_t ggml_quantize_chunk(int type, const float * src, void * dst, in
          " int64_t n_per_row, const float * imatrix);")
 
 
+@functools.cache
 def _llamacpp_quantizer():
     """llama.cpp's ggml_quantize_chunk from the xllamacpp wheel, or None when it is not installed."""
     try:
@@ -137,6 +141,8 @@ def write_model(arch: str, out: str | os.PathLike[str], seed: int = 0) -> None:
         w.add_key_length(c["key_length"])
         w.add_value_length(c["key_length"])
     w.add_rope_freq_base(c["rope_base"])
+    if "n_rot" in c:
+        w.add_rope_dimension_count(c["n_rot"])
     w.add_layer_norm_rms_eps(c["eps"])
     if "sliding_window" in c:
         w.add_sliding_window(c["sliding_window"])

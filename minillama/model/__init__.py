@@ -26,7 +26,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ..embedding import Embedding
-from ..errors import ArgumentError, ContextLengthError, UnsupportedError
+from ..errors import ArgumentError, ContextLengthError, FormatError, UnsupportedError
 from ..generate import Sampler
 from . import gemma3, llama, phi3, qwen2, qwen3
 from .cache import KVCache
@@ -36,8 +36,8 @@ from .weights import HParams, TensorSpec, Weights
 
 __all__ = ["Model", "ARCHITECTURES"]
 
-#: general.architecture -> the module that implements it (LAYER_TENSORS, UNSUPPORTED_TENSORS, prepare, embed_scale,
-#: blocks).
+#: general.architecture -> the module that implements it (LAYER_TENSORS, UNSUPPORTED_TENSORS, ROPE_WHOLE_HEAD,
+#: prepare, embed_scale, blocks).
 ARCHITECTURES: dict[str, ModuleType] = {"llama": llama, "qwen2": qwen2, "qwen3": qwen3, "phi3": phi3, "gemma3": gemma3}
 
 #: Tensors outside the blocks. output.weight is optional: without it the output matrix is the embedding (tied).
@@ -101,6 +101,10 @@ class Model:
             raise UnsupportedError(f"{path}: architecture {name!r} is not supported; minillama runs "
                                    f"{', '.join(sorted(ARCHITECTURES))}")
         hp = w.hparams(name)
+        if arch.ROPE_WHOLE_HEAD and hp.n_rot != hp.head_dim:
+            key = f"{name}.rope.dimension_count"
+            raise FormatError(f"{key} is {hp.n_rot}, expected {hp.head_dim} (the head size): llama.cpp's {name} "
+                              "rotates whole heads and refuses other values", path=path, key=key)
         for tensor, what in arch.UNSUPPORTED_TENSORS.items():
             if w.has(tensor):
                 raise UnsupportedError(f"{path}: tensor {tensor} holds {what}, which minillama does not implement "

@@ -40,6 +40,9 @@ LAYER_TENSORS: dict[str, TensorSpec] = {
 #: Tensors whose presence means a feature this module does not implement: name -> what it is (UnsupportedError).
 UNSUPPORTED_TENSORS: dict[str, str] = {}
 
+#: True: rope must turn the whole head (rope.dimension_count = head_dim); here it may turn fewer dims.
+ROPE_WHOLE_HEAD = False
+
 SWA_PATTERN = 6  # layers il with il % 6 < 5 use the sliding window
 ROPE_BASE_SWA = 10000.0
 

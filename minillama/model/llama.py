@@ -34,6 +34,9 @@ LAYER_TENSORS: dict[str, TensorSpec] = {
 #: Tensors whose presence means a feature this module does not implement: name -> what it is (UnsupportedError).
 UNSUPPORTED_TENSORS: dict[str, str] = {}
 
+#: True: rope must turn the whole head (rope.dimension_count = head_dim); here it may turn fewer dims.
+ROPE_WHOLE_HEAD = False
+
 
 def prepare(t: dict[str, Any]) -> dict[str, Any]:
     """Fuse q/k/v and gate/up into one matrix each: one matmul instead of three (two) per block."""

@@ -37,6 +37,9 @@ UNSUPPORTED_TENSORS: dict[str, str] = {
     "rope_factors_short.weight": "long-context rope factors (LongRoPE, Phi-3-*-128k / Phi-3.5)",
 }
 
+#: True: rope must turn the whole head (rope.dimension_count = head_dim); here it may turn fewer dims.
+ROPE_WHOLE_HEAD = False
+
 embed_scale = llama.embed_scale
 
 

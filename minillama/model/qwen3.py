@@ -27,6 +27,9 @@ LAYER_TENSORS: dict[str, TensorSpec] = {
 #: Tensors whose presence means a feature this module does not implement: name -> what it is (UnsupportedError).
 UNSUPPORTED_TENSORS: dict[str, str] = {"rope_freqs.weight": "rope frequency factors"}
 
+#: True: rope must turn the whole head (rope.dimension_count = head_dim), as llama.cpp asserts for this arch.
+ROPE_WHOLE_HEAD = True
+
 embed_scale = llama.embed_scale
 
 
