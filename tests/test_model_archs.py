@@ -16,7 +16,6 @@ import functools
 import hashlib
 import importlib.util
 import json
-import tempfile
 from pathlib import Path
 from types import ModuleType
 
@@ -44,22 +43,28 @@ def generator() -> ModuleType:
     return mod
 
 
-@functools.cache
-def _workdir() -> Path:
-    return Path(tempfile.mkdtemp(prefix="minillama-archs-"))
+class Made:
+    """The seed-0 synthetic models, each written once per test module on first use, and loaded once."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self._models: dict[str, Model] = {}
+
+    def path(self, arch: str) -> Path:
+        path = self.directory / f"{arch}.gguf"
+        if not path.exists():
+            generator().write_model(arch, path)
+        return path
+
+    def model(self, arch: str) -> Model:
+        if arch not in self._models:
+            self._models[arch] = Model.from_file(self.path(arch))
+        return self._models[arch]
 
 
-@functools.cache
-def model_path(arch: str) -> Path:
-    """The seed-0 synthetic model of arch, made once per test session."""
-    path = _workdir() / f"{arch}.gguf"
-    generator().write_model(arch, path)
-    return path
-
-
-@functools.cache
-def model(arch: str) -> Model:
-    return Model.from_file(model_path(arch))
+@pytest.fixture(scope="module")
+def made(tmp_path_factory: pytest.TempPathFactory) -> Made:
+    return Made(tmp_path_factory.mktemp("archs"))
 
 
 @functools.cache
@@ -73,17 +78,17 @@ def margin(top: list[list[float]]) -> float:
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-def test_the_generator_makes_the_file_llamacpp_was_run_on(arch: str) -> None:
-    digest = hashlib.sha256(model_path(arch).read_bytes()).hexdigest()
+def test_the_generator_makes_the_file_llamacpp_was_run_on(made: Made, arch: str) -> None:
+    digest = hashlib.sha256(made.path(arch).read_bytes()).hexdigest()
     assert digest == expected(arch)["sha256"], (
         f"tools/make_synthetic_arch.py no longer writes the {arch} model llama.cpp's stored outputs are for; "
         "rerun it with --expected to remake tests/data/archs_llamacpp_greedy.json")
-    assert model_path(arch).stat().st_size < 1 << 20
+    assert made.path(arch).stat().st_size < 1 << 20
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-def test_teacher_forced_argmax_agrees_with_llamacpp(arch: str) -> None:
-    m = model(arch)
+def test_teacher_forced_argmax_agrees_with_llamacpp(made: Made, arch: str) -> None:
+    m = made.model(arch)
     assert m.hparams.arch == arch
     seen = agree = 0
     for case in expected(arch)["cases"]:
@@ -99,9 +104,9 @@ def test_teacher_forced_argmax_agrees_with_llamacpp(arch: str) -> None:
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-def test_cached_steps_agree_with_llamacpp(arch: str) -> None:
+def test_cached_steps_agree_with_llamacpp(made: Made, arch: str) -> None:
     """next_token one token at a time (the KV cache path) makes llama.cpp's confident choices too."""
-    m, greedy = model(arch), Sampler(temperature=0)
+    m, greedy = made.model(arch), Sampler(temperature=0)
     m.reset()
     seen = agree = 0
     for case in expected(arch)["cases"][:2]:
@@ -156,8 +161,8 @@ def f32(*shape: int) -> np.ndarray:
 
 @pytest.mark.parametrize("arch, tensor", [("qwen2", "blk.1.attn_q.bias"), ("qwen3", "blk.0.attn_k_norm.weight"),
                                           ("phi3", "blk.1.attn_qkv.weight"), ("phi3", "blk.0.ffn_up.weight")])
-def test_a_missing_tensor_is_named(tmp_path: Path, arch: str, tensor: str) -> None:
-    path = rewrite(model_path(arch), tmp_path / "m.gguf", drop=(tensor,))
+def test_a_missing_tensor_is_named(made: Made, tmp_path: Path, arch: str, tensor: str) -> None:
+    path = rewrite(made.path(arch), tmp_path / "m.gguf", drop=(tensor,))
     with pytest.raises(FormatError, match=f"expected a tensor '{tensor}', not found") as e:
         Model.from_file(path)
     assert e.value.key == tensor and str(path) in str(e.value)
@@ -173,9 +178,9 @@ WRONG_SHAPES = [
 
 
 @pytest.mark.parametrize("arch, tensor, shape, want", WRONG_SHAPES)
-def test_a_tensor_of_the_wrong_shape_is_named(tmp_path: Path, arch: str, tensor: str, shape: tuple[int, ...],
-                                              want: str) -> None:
-    path = rewrite(model_path(arch), tmp_path / "m.gguf", put={tensor: f32(*shape)})
+def test_a_tensor_of_the_wrong_shape_is_named(made: Made, tmp_path: Path, arch: str, tensor: str,
+                                              shape: tuple[int, ...], want: str) -> None:
+    path = rewrite(made.path(arch), tmp_path / "m.gguf", put={tensor: f32(*shape)})
     found = str(list(reversed(shape)))
     with pytest.raises(FormatError, match=f"tensor {tensor} has shape {found}, expected {want}".replace("[", r"\[")):
         Model.from_file(path)
@@ -183,19 +188,19 @@ def test_a_tensor_of_the_wrong_shape_is_named(tmp_path: Path, arch: str, tensor:
 
 @pytest.mark.parametrize("arch, tensor", [("phi3", "rope_factors_long.weight"), ("phi3", "rope_factors_short.weight"),
                                           ("qwen2", "rope_freqs.weight"), ("qwen3", "rope_freqs.weight")])
-def test_rope_factors_are_refused_not_ignored(tmp_path: Path, arch: str, tensor: str) -> None:
+def test_rope_factors_are_refused_not_ignored(made: Made, tmp_path: Path, arch: str, tensor: str) -> None:
     """A long-context model rotates with per-dimension factors; run without them it would be silently wrong."""
-    path = rewrite(model_path(arch), tmp_path / "m.gguf", put={tensor: f32(16)})
+    path = rewrite(made.path(arch), tmp_path / "m.gguf", put={tensor: f32(16)})
     with pytest.raises(UnsupportedError, match=f"tensor {tensor} holds .*rope.*minillama does not implement"):
         Model.from_file(path)
 
 
 @pytest.mark.parametrize("arch, head", [("qwen2", 32), ("qwen3", 64)])
-def test_qwen_rope_must_turn_whole_heads(tmp_path: Path, arch: str, head: int) -> None:
+def test_qwen_rope_must_turn_whole_heads(made: Made, tmp_path: Path, arch: str, head: int) -> None:
     """llama.cpp asserts rope.dimension_count == head size for qwen2/qwen3; a file saying less is refused, not run
     with part of each head left unrotated."""
     key = f"{arch}.rope.dimension_count"
-    path = rewrite(model_path(arch), tmp_path / "m.gguf", keys={key: (16, gguf.GGUFValueType.UINT32)})
+    path = rewrite(made.path(arch), tmp_path / "m.gguf", keys={key: (16, gguf.GGUFValueType.UINT32)})
     with pytest.raises(FormatError, match=f"{key} is 16, expected {head}") as e:
         Model.from_file(path)
     assert e.value.key == key
