@@ -11,8 +11,8 @@
 
 The forward pass: look up each token's embedding row (the table stays quantized: Embedding.lookup), run
 the architecture's blocks (one file per architecture: llama.py, qwen2.py, qwen3.py, phi3.py, gemma3.py,
-built from layers.py), apply the final RMSNorm and multiply by the output matrix. Weights are dequantized to float32 once, at load, so
-every step is a few BLAS matmuls. next_token keeps a key/value cache and reuses the longest prefix the new
+built from layers.py), apply the final RMSNorm and multiply by the output matrix. Weights are dequantized
+to float32 once, at load, so every step is a few BLAS matmuls. next_token keeps a key/value cache and reuses the longest prefix the new
 ids share with the cached ones: a generated token costs one single-token step, a prompt one batched pass.
 """
 
