@@ -6,8 +6,12 @@ tests/data/archs_llamacpp_greedy.json holds llama.cpp's greedy continuations on 
 log-probs (made by the same tool with --expected). Each test first checks that the file it made has the stored
 sha256, so the stored outputs are llama.cpp's on exactly this file; then minillama, teacher-forced on llama.cpp's
 continuation, must pick llama.cpp's token at every position where llama.cpp's top two are 0.5 apart or more.
-Hostile variants of the same files (a tensor missing, a tensor of the wrong shape, long-rope factors) must be a
-clear error naming the tensor.
+Hostile variants of the same files (a tensor missing, a tensor of the wrong shape, long-rope factors, a tensor
+llama.cpp would not load) must be a clear error naming the tensor.
+
+The llama models: "llama" is shaped like Llama 3.2 (rope base 500000, rope_freqs.weight computed as llama.cpp's
+converter computes llama3 rope scaling, factor 32) and is also run on three prompts of 1,200 tokens, where the
+factors decide the rotation of the slow pairs; "llama-biases" carries every optional bias llama.cpp loads for llama.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from minillama.model import Model
 gguf = pytest.importorskip("gguf")
 
 EXPECTED = REPO / "tests" / "data" / "archs_llamacpp_greedy.json"
-ARCHS = ["qwen2", "qwen3", "phi3"]
+ARCHS = ["qwen2", "qwen3", "phi3", "llama", "llama-biases"]
 
 
 @functools.cache
@@ -89,7 +93,7 @@ def test_the_generator_makes_the_file_llamacpp_was_run_on(made: Made, arch: str)
 @pytest.mark.parametrize("arch", ARCHS)
 def test_teacher_forced_argmax_agrees_with_llamacpp(made: Made, arch: str) -> None:
     m = made.model(arch)
-    assert m.hparams.arch == arch
+    assert m.hparams.arch == generator().ARCHS[arch].get("arch", arch)
     seen = agree = 0
     for case in expected(arch)["cases"]:
         gen = [g["id"] for g in case["gen"]]
@@ -186,13 +190,67 @@ def test_a_tensor_of_the_wrong_shape_is_named(made: Made, tmp_path: Path, arch: 
         Model.from_file(path)
 
 
-@pytest.mark.parametrize("arch, tensor", [("phi3", "rope_factors_long.weight"), ("phi3", "rope_factors_short.weight"),
-                                          ("qwen2", "rope_freqs.weight"), ("qwen3", "rope_freqs.weight")])
+@pytest.mark.parametrize("arch, tensor", [("phi3", "rope_factors_long.weight"), ("phi3", "rope_factors_short.weight")])
 def test_rope_factors_are_refused_not_ignored(made: Made, tmp_path: Path, arch: str, tensor: str) -> None:
     """A long-context model rotates with per-dimension factors; run without them it would be silently wrong."""
     path = rewrite(made.path(arch), tmp_path / "m.gguf", put={tensor: f32(16)})
     with pytest.raises(UnsupportedError, match=f"tensor {tensor} holds .*rope.*minillama does not implement"):
         Model.from_file(path)
+
+
+#: (model, tensor added, its numpy shape): tensors llama.cpp's loader for that architecture does not take, so it
+#: refuses the file ("done_getting_tensors: wrong number of tensors", checked with xllamacpp 2026.10.11549).
+UNUSED = [
+    ("llama", "blk.0.attn_norm.bias", (128,)),  # a bias llama.cpp has no slot for
+    ("llama", "output.bias", (1000,)),
+    ("llama", "blk.1.attn_q_norm.weight", (64,)),  # qwen3's per-head norm
+    ("qwen2", "rope_freqs.weight", (32,)),  # llama.cpp's qwen2 and qwen3 pass no rope factors
+    ("qwen3", "rope_freqs.weight", (32,)),
+    ("qwen2", "blk.0.attn_output.bias", (128,)),
+    ("phi3", "blk.0.ffn_up.bias", (640,)),
+    ("qwen3", "blk.1.extra.weight", (4,)),
+]
+
+
+@pytest.mark.parametrize("arch, tensor, shape", UNUSED)
+def test_a_tensor_llamacpp_would_not_load_is_refused(made: Made, tmp_path: Path, arch: str, tensor: str,
+                                                     shape: tuple[int, ...]) -> None:
+    """llama.cpp refuses a file with a tensor its architecture does not use; minillama accepted it and ran as if it
+    were not there. Now both refuse the same files, and minillama names the tensor."""
+    path = rewrite(made.path(arch), tmp_path / "m.gguf", put={tensor: f32(*shape)})
+    with pytest.raises(FormatError, match=f"tensor {tensor} is not part of a .* model") as e:
+        Model.from_file(path)
+    assert e.value.key == tensor and str(path) in str(e.value)
+
+
+def test_llama_rope_freqs_of_the_wrong_length_is_named(made: Made, tmp_path: Path) -> None:
+    """llama.cpp checks rope_freqs.weight against n_rot/2 (32 for heads of 64): 16 factors are refused."""
+    path = rewrite(made.path("llama"), tmp_path / "m.gguf", put={"rope_freqs.weight": f32(16)})
+    with pytest.raises(FormatError, match=r"tensor rope_freqs.weight has shape \[16\], expected \[32\]"):
+        Model.from_file(path)
+
+
+def test_llama_rope_factors_are_the_converters() -> None:
+    """The generator's rope_freqs for Llama 3.2 (head 64, base 500000, factor 32, low 1, high 4, original 8192), by
+    the converter's definition: 1 below wavelength 8192/4, 32 above 8192, 1 / ((1 - s) / 32 + s) between, with
+    s = (8192 / wavelength - 1) / 3 and wavelength 2 pi * 500000^(2i/64)."""
+    gen = generator()
+    got = gen.llama3_rope_factors(64, 500000.0, gen.LLAMA32_ROPE)
+    wavelen = 2 * np.pi * 500000.0 ** (np.arange(0, 64, 2) / 64)
+    s = (8192 / wavelen - 1) / 3
+    want = np.where(wavelen < 2048, 1.0, np.where(wavelen > 8192, 32.0, 1 / ((1 - s) / 32 + s)))
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    assert (got == 1).sum() == 15 and (got == 32).sum() == 14  # three pairs in the smooth band
+
+
+def test_llama_rope_must_turn_whole_heads(made: Made, tmp_path: Path) -> None:
+    """llama.cpp refuses a llama file whose rope.dimension_count is not the head size ("invalid n_rot: 32,
+    expected 64"); minillama ran it with half of each head unrotated."""
+    key = "llama.rope.dimension_count"
+    path = rewrite(made.path("llama-biases"), tmp_path / "m.gguf", keys={key: (16, gguf.GGUFValueType.UINT32)})
+    with pytest.raises(FormatError, match=f"{key} is 16, expected 32") as e:
+        Model.from_file(path)
+    assert e.value.key == key
 
 
 @pytest.mark.parametrize("arch, head", [("qwen2", 32), ("qwen3", 64)])

@@ -20,6 +20,7 @@ import argparse
 import functools
 import hashlib
 import json
+import math
 import os
 import sys
 import tempfile
@@ -34,6 +35,21 @@ ROOT = Path(__file__).resolve().parents[1]
 VOCAB = ROOT / "minillama" / "data" / "default-vocab.gguf"
 SHARED = Path(os.environ.get("MINILLAMA_SHARED", ROOT.parent / "shared"))
 N_PREDICT = 32
+#: Models with "long_prompts" are also run on prompts of LONG_TOKENS tokens taken at these character offsets of
+#: minillama/data/default-corpus.txt: llama3 rope factors slow down only the pairs whose wavelength exceeds 2048
+#: positions, so they change little before a few hundred positions.
+LONG_AT = (0, 12000, 24000)
+LONG_TOKENS = 1200
+
+#: Llama 3.2's rope_scaling in its config.json (rope_type "llama3"): llama.cpp's converter turns it into the
+#: rope_freqs.weight tensor (llama3_rope_factors), which llama.cpp divides each pair's rotation angle by.
+LLAMA32_ROPE = {"factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 8192}
+
+#: The bias tensors llama.cpp loads, when a file has them, for LLM_ARCH_LLAMA (all optional there): the
+#: llama-biases model has every one, each drawn around 0.
+LLAMA_BIASES = ("attn_q.bias", "attn_k.bias", "attn_v.bias", "attn_output.bias", "ffn_gate.bias", "ffn_up.bias",
+                "ffn_down.bias")
 
 #: The shapes and settings of each architecture's model (all small; rows are whole Q8_0/Q4_x blocks of 32).
 #: key_length: written only when set (qwen3's heads are wider than n_embd / n_head, as Qwen3's own are).
@@ -48,6 +64,11 @@ ARCHS: dict[str, dict[str, Any]] = {
               "n_ctx": 4096, "rope_base": 1000000.0, "eps": 1e-6, "tied": False},
     "phi3": {"n_embd": 128, "n_layer": 2, "n_head": 4, "n_head_kv": 2, "n_ff": 320, "n_ctx": 4096,
              "rope_base": 10000.0, "eps": 1e-5, "tied": False, "sliding_window": 32, "n_rot": 16},
+    "llama": {"n_embd": 128, "n_layer": 2, "n_head": 2, "n_head_kv": 1, "n_ff": 320, "n_ctx": 131072,
+              "rope_base": 500000.0, "eps": 1e-5, "tied": False, "llama3_rope": LLAMA32_ROPE, "qk_gain": 2.0,
+              "long_prompts": True},
+    "llama-biases": {"arch": "llama", "n_embd": 128, "n_layer": 2, "n_head": 4, "n_head_kv": 2, "n_ff": 320,
+                     "n_ctx": 4096, "rope_base": 10000.0, "eps": 1e-5, "tied": False, "biases": LLAMA_BIASES},
 }
 
 #: Quantization type of each kind of matrix (the norms and biases are F32, as llama.cpp's converter writes them).
@@ -96,11 +117,37 @@ def quantize(w: np.ndarray, qtype: T) -> np.ndarray:
     return ref(w, qtype) if ref is not None else gguf.quants.quantize(w, qtype)
 
 
+def llama3_rope_factors(head_dim: int, base: float, scaling: dict[str, float]) -> np.ndarray:
+    """rope_freqs.weight as llama.cpp's convert_hf_to_gguf.py computes it for rope_type "llama3" (LlamaModel's
+    generate_extra_tensors, in torch float32; the same steps in numpy float32 here): 1 for the pairs whose
+    wavelength is under original/high_freq_factor, `factor` for those over original/low_freq_factor, and a
+    smooth blend between."""
+    f32 = np.float32
+    freqs = f32(1.0) / (f32(base) ** (np.arange(0, head_dim, 2, dtype=f32) / f32(head_dim)))
+    factor, low, high = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
+    old = scaling["original_max_position_embeddings"]
+    low_wavelen, high_wavelen = old / low, old / high
+    out = []
+    for freq in freqs:
+        wavelen = f32(2 * math.pi) / freq
+        if wavelen < high_wavelen:
+            out.append(f32(1))
+        elif wavelen > low_wavelen:
+            out.append(f32(factor))
+        else:
+            smooth = (f32(old) / wavelen - f32(low)) / f32(high - low)
+            out.append(f32(1) / ((f32(1) - smooth) / f32(factor) + smooth))
+    return np.array(out, dtype=f32)
+
+
 def layer_tensors(arch: str, c: dict[str, Any]) -> list[tuple[str, str, tuple[int, ...]]]:
-    """(GGUF name after "blk.{i}.", kind, numpy shape (n_out, n_in) or (n,)) of one block, in file order."""
+    """(GGUF name after "blk.{i}.", kind, numpy shape (n_out, n_in) or (n,)) of one block, in file order; each
+    bias in c["biases"] right after its matrix."""
     d, hd = c["n_embd"], c.get("key_length", c["n_embd"] // c["n_head"])
     q, kv, ff = c["n_head"] * hd, c["n_head_kv"] * hd, c["n_ff"]
     attn = {
+        "llama": [("attn_q.weight", "attn", (q, d)), ("attn_k.weight", "attn", (kv, d)),
+                  ("attn_v.weight", "attn", (kv, d))],
         "qwen2": [("attn_q.weight", "attn", (q, d)), ("attn_q.bias", "bias", (q,)),
                   ("attn_k.weight", "attn", (kv, d)), ("attn_k.bias", "bias", (kv,)),
                   ("attn_v.weight", "attn", (kv, d)), ("attn_v.bias", "bias", (kv,))],
@@ -111,13 +158,21 @@ def layer_tensors(arch: str, c: dict[str, Any]) -> list[tuple[str, str, tuple[in
     }[arch]
     ffn = ([("ffn_up.weight", "ffn_up", (2 * ff, d))] if arch == "phi3" else  # gate and up in one matrix
            [("ffn_gate.weight", "ffn_gate", (ff, d)), ("ffn_up.weight", "ffn_up", (ff, d))])
-    return ([("attn_norm.weight", "norm", (d,))] + attn + [("attn_output.weight", "attn", (d, q)),
-            ("ffn_norm.weight", "norm", (d,))] + ffn + [("ffn_down.weight", "ffn_down", (d, ff))])
+    block = ([("attn_norm.weight", "norm", (d,))] + attn + [("attn_output.weight", "attn", (d, q)),
+             ("ffn_norm.weight", "norm", (d,))] + ffn + [("ffn_down.weight", "ffn_down", (d, ff))])
+    biases = c.get("biases", ())
+    out = []
+    for name, kind, shape in block:
+        out.append((name, kind, shape))
+        if name.replace(".weight", ".bias") in biases:
+            out.append((name.replace(".weight", ".bias"), "bias", shape[:1]))
+    return out
 
 
-def write_model(arch: str, out: str | os.PathLike[str], seed: int = 0) -> None:
-    """Write the synthetic `arch` model to out; the same arch and seed always give the same bytes."""
-    c = ARCHS[arch]
+def write_model(name: str, out: str | os.PathLike[str], seed: int = 0) -> None:
+    """Write the synthetic model `name` (a key of ARCHS) to out; the same name and seed always give the same bytes."""
+    c = ARCHS[name]
+    arch = c.get("arch", name)
     rng = np.random.default_rng(seed)
     w = gguf.GGUFWriter(os.fspath(out), arch)
     w.add_name("minillama synthetic test model")  # no arch in it: llama.cpp special-cases names with "phi3"
@@ -160,10 +215,13 @@ def write_model(arch: str, out: str | os.PathLike[str], seed: int = 0) -> None:
             blocks = quantize(x, qtype)
             w.add_tensor(name, blocks, raw_shape=blocks.shape, raw_dtype=qtype)
 
+    if "llama3_rope" in c:  # first, where the converter writes it (generate_extra_tensors)
+        w.add_tensor("rope_freqs.weight", llama3_rope_factors(d // c["n_head"], c["rope_base"], c["llama3_rope"]))
     tensor("token_embd.weight", "token_embd", (n_vocab, d), scale=EMBD_SCALE)
+    gain = {"attn_q.weight": c.get("qk_gain", 1.0), "attn_k.weight": c.get("qk_gain", 1.0)}
     for i in range(c["n_layer"]):
         for name, kind, shape in layer_tensors(arch, c):
-            tensor(f"blk.{i}.{name}", kind, shape)
+            tensor(f"blk.{i}.{name}", kind, shape, gain[name] / np.sqrt(shape[1]) if name in gain else None)
     tensor("output_norm.weight", "norm", (d,))
     if not c["tied"]:
         tensor("output.weight", "output", (n_vocab, d), scale=OUTPUT_SCALE / np.sqrt(d))
@@ -200,8 +258,13 @@ def expected(out: str) -> None:
             write_model(arch, path)
             vocab, ref = Oracle(path), LlamaCpp(path, SHARED)
             cases = []
-            for prompt in prompts:
-                ids = vocab.tokenize(prompt, add_special=True, parse_special=True)
+            todo = [(p, vocab.tokenize(p, add_special=True, parse_special=True)) for p in prompts]
+            if ARCHS[arch].get("long_prompts"):
+                corpus = (ROOT / "minillama" / "data" / "default-corpus.txt").read_text(encoding="utf-8")
+                todo += [(f"default-corpus.txt[{at}:], {LONG_TOKENS} tokens",
+                          vocab.tokenize(corpus[at:at + 8 * LONG_TOKENS], add_special=True,
+                                         parse_special=False)[:LONG_TOKENS]) for at in LONG_AT]
+            for prompt, ids in todo:
                 gen = []
                 for row in ref.greedy(ids, N_PREDICT):
                     lp = _log_softmax(row)

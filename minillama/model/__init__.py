@@ -36,8 +36,8 @@ from .weights import HParams, TensorSpec, Weights
 
 __all__ = ["Model", "ARCHITECTURES"]
 
-#: general.architecture -> the module that implements it (LAYER_TENSORS, UNSUPPORTED_TENSORS, ROPE_WHOLE_HEAD,
-#: prepare, embed_scale, blocks).
+#: general.architecture -> the module that implements it (LAYER_TENSORS, OPTIONAL_TENSORS, UNSUPPORTED_TENSORS,
+#: ROPE_WHOLE_HEAD, prepare, embed_scale, blocks).
 ARCHITECTURES: dict[str, ModuleType] = {"llama": llama, "qwen2": qwen2, "qwen3": qwen3, "phi3": phi3, "gemma3": gemma3}
 
 #: Tensors outside the blocks. output.weight is optional: without it the output matrix is the embedding (tied).
@@ -109,28 +109,40 @@ class Model:
             if w.has(tensor):
                 raise UnsupportedError(f"{path}: tensor {tensor} holds {what}, which minillama does not implement "
                                        f"for {name}; expected a file without it")
-        # Check that every tensor is there with its shape before the slow part.
+        # Check that every tensor is there with its shape before the slow part: each block's required tensors
+        # and the optional ones the file has, as fields of that block.
         out_spec = OUTPUT if w.has(OUTPUT[0]) else TOKEN_EMBD
-        specs = [(spec, il) for il in range(hp.n_layer) for spec in arch.LAYER_TENSORS.values()] + [(out_spec, None)]
+        blocks = [[(field, spec) for field, spec in arch.LAYER_TENSORS.items()]
+                  + [(field, spec) for field, spec in arch.OPTIONAL_TENSORS.items() if w.has(w.spec(spec, hp, il)[0])]
+                  for il in range(hp.n_layer)]
         sizes = []
-        for spec, il in specs:
-            name_shape = w.spec(spec, hp, il)
-            w.check(*name_shape)
-            sizes.append(int(np.prod(name_shape[1])))
+        for il, fields in enumerate(blocks):
+            for _, spec in fields:
+                name_shape = w.spec(spec, hp, il)
+                w.check(*name_shape)
+                sizes.append(int(np.prod(name_shape[1])))
+        w.check(*w.spec(out_spec, hp))
+        _refuse_unused(w, {w.spec(spec, hp, il)[0] for il, fields in enumerate(blocks) for _, spec in fields}
+                       | {TOKEN_EMBD[0], OUTPUT_NORM[0], out_spec[0]}, name)
         embedding = w.embedding(*w.spec(TOKEN_EMBD, hp))
         output_norm = w.load(OUTPUT_NORM, hp)
-        total, done = sum(sizes), 0
-        loaded: list[Any] = []
-        layers, n_fields = [], len(arch.LAYER_TENSORS)
-        for (spec, il), size in zip(specs, sizes, strict=True):
-            loaded.append(w.load(spec, hp, il))
-            if len(loaded) == n_fields:  # a whole block: stack its matrices now, so the parts are freed at once
-                layers.append(arch.prepare(dict(zip(arch.LAYER_TENSORS, loaded, strict=True))))
-                loaded = []
-            done += size
-            if progress is not None:
-                progress(done, total)
-        output = loaded[-1]
+        total, done = sum(sizes) + int(np.prod(w.spec(out_spec, hp)[1])), 0
+        layers: list[dict[str, Any]] = []
+        shared: dict[str, Any] = {}  # a tensor every block names (rope_freqs.weight): loaded once
+        for il, fields in enumerate(blocks):
+            block = {}
+            for field, spec in fields:
+                name, _ = w.spec(spec, hp, il)
+                block[field] = shared[name] if name in shared else w.load(spec, hp, il)
+                if "{i}" not in spec[0]:
+                    shared[name] = block[field]
+                done += int(np.prod(w.spec(spec, hp, il)[1]))
+                if progress is not None:
+                    progress(done, total)
+            layers.append(arch.prepare(block))  # stack the block's matrices now, so the parts are freed at once
+        output = w.load(out_spec, hp)
+        if progress is not None:
+            progress(total, total)
         return cls(path, hp, arch, embedding, layers, output_norm, output, threads)
 
     # -- properties ----------------------------------------------------------------------------------------------
@@ -221,6 +233,18 @@ class Model:
         if last_only:
             x = x[-1:]
         return self._output(rmsnorm(x, self._output_norm, self.hparams.eps))
+
+
+def _refuse_unused(w: Weights, used: set[str], arch: str) -> None:
+    """FormatError naming the file's first tensor the forward pass does not use: llama.cpp refuses such a file
+    ("wrong number of tensors"), so minillama accepts and refuses the same files rather than run a model whose
+    extra tensor may change what it computes."""
+    extra = [t.name for t in w.gguf.tensors if t.name not in used]
+    if extra:
+        raise FormatError(f"tensor {extra[0]} is not part of a {arch} model ({len(extra)} such tensor"
+                          f"{'s' if len(extra) > 1 else ''} in the file); expected only the tensors {arch} uses, "
+                          "as llama.cpp requires (it refuses the file: wrong number of tensors)", path=w.path,
+                          key=extra[0])
 
 
 def _check_threads(threads: Threads) -> Threads:

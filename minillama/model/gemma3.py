@@ -37,6 +37,9 @@ LAYER_TENSORS: dict[str, TensorSpec] = {
     "post_ffn_norm": ("blk.{i}.post_ffw_norm.weight", ("n_embd",)),
 }
 
+#: Tensors of block {i} loaded only when the file has them: none.
+OPTIONAL_TENSORS: dict[str, TensorSpec] = {}
+
 #: Tensors whose presence means a feature this module does not implement: name -> what it is (UnsupportedError).
 UNSUPPORTED_TENSORS: dict[str, str] = {}
 

@@ -14,19 +14,17 @@ import numpy as np
 
 from . import llama
 from .cache import KVCache
-from .layers import Linear, rope_neox
+from .layers import rope_neox
 from .weights import HParams, TensorSpec
 
 #: Tensors of block {i}: field -> (GGUF name, ggml shape as HParams fields, ne0 first).
-LAYER_TENSORS: dict[str, TensorSpec] = {
-    **llama.LAYER_TENSORS,
-    "bq": ("blk.{i}.attn_q.bias", ("q_dim",)),
-    "bk": ("blk.{i}.attn_k.bias", ("k_dim",)),
-    "bv": ("blk.{i}.attn_v.bias", ("v_dim",)),
-}
+LAYER_TENSORS: dict[str, TensorSpec] = {**llama.LAYER_TENSORS, **llama.QKV_BIASES}
+
+#: Tensors of block {i} loaded only when the file has them: none (llama.cpp's qwen2 takes no rope_freqs).
+OPTIONAL_TENSORS: dict[str, TensorSpec] = {}
 
 #: Tensors whose presence means a feature this module does not implement: name -> what it is (UnsupportedError).
-UNSUPPORTED_TENSORS: dict[str, str] = {"rope_freqs.weight": "rope frequency factors"}
+UNSUPPORTED_TENSORS: dict[str, str] = {}
 
 #: True: rope must turn the whole head (rope.dimension_count = head_dim), as llama.cpp asserts for this arch.
 ROPE_WHOLE_HEAD = True
@@ -34,17 +32,9 @@ ROPE_WHOLE_HEAD = True
 embed_scale = llama.embed_scale
 
 
-def prepare(t: dict[str, Any]) -> dict[str, Any]:
-    """llama's fused matrices, plus the three biases side by side to match the fused q/k/v outputs."""
-    return {**llama.prepare(t), "bqkv": np.concatenate([t["bq"], t["bk"], t["bv"]])}
-
-
-def project(w: dict[str, Any], h: np.ndarray, hp: HParams) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """q, k, v of the normed stream: the fused matmul plus its biases, split into heads."""
-    fused: Linear = w["wqkv"]
-    return llama.split_heads(fused(h) + w["bqkv"], hp)
+prepare = llama.prepare  # the fused q/k/v bias and its add are llama's optional-bias code
 
 
 def blocks(x: np.ndarray, layers: list[dict[str, Any]], hp: HParams, start: int, cache: KVCache) -> np.ndarray:
     """Run every block over x [T, d], the tokens at positions start..start+T-1, extending the cache."""
-    return llama.blocks(x, layers, hp, start, cache, rope_neox, project)
+    return llama.blocks(x, layers, hp, start, cache, rope_neox)

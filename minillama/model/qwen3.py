@@ -24,8 +24,12 @@ LAYER_TENSORS: dict[str, TensorSpec] = {
     "k_norm": ("blk.{i}.attn_k_norm.weight", ("head_dim",)),
 }
 
+#: Tensors of block {i} loaded only when the file has them: q/k/v biases (llama.cpp's create_tensor_qkv takes
+#: them for qwen3 too); no rope_freqs (llama.cpp's qwen3 passes no rope factors).
+OPTIONAL_TENSORS: dict[str, TensorSpec] = dict(llama.QKV_BIASES)
+
 #: Tensors whose presence means a feature this module does not implement: name -> what it is (UnsupportedError).
-UNSUPPORTED_TENSORS: dict[str, str] = {"rope_freqs.weight": "rope frequency factors"}
+UNSUPPORTED_TENSORS: dict[str, str] = {}
 
 #: True: rope must turn the whole head (rope.dimension_count = head_dim), as llama.cpp asserts for this arch.
 ROPE_WHOLE_HEAD = True
@@ -34,7 +38,7 @@ embed_scale = llama.embed_scale
 
 
 def prepare(t: dict[str, Any]) -> dict[str, Any]:
-    """llama's fused matrices, plus the two per-head norm weights."""
+    """llama's fused matrices (and q/k/v biases, when any), plus the two per-head norm weights."""
     return {**llama.prepare(t), "q_norm": t["q_norm"], "k_norm": t["k_norm"]}
 
 

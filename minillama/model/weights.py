@@ -64,6 +64,11 @@ class HParams:
         return self.n_head * self.head_dim_v
 
     @property
+    def n_rot_pairs(self) -> int:
+        """Pairs of dims rope turns in each head (the length of rope_freqs.weight)."""
+        return self.n_rot // 2
+
+    @property
     def qkv_dim(self) -> int:
         """Outputs of a fused q/k/v matrix (phi3's attn_qkv)."""
         return self.q_dim + self.k_dim + self.v_dim
