@@ -11,7 +11,8 @@ llama.cpp would not load) must be a clear error naming the tensor.
 
 The llama models: "llama" is shaped like Llama 3.2 (rope base 500000, rope_freqs.weight computed as llama.cpp's
 converter computes llama3 rope scaling, factor 32) and is also run on three prompts of 1,200 tokens, where the
-factors decide the rotation of the slow pairs; "llama-biases" carries every optional bias llama.cpp loads for llama.
+factors decide the rotation of the slow pairs; "llama-biases" carries every optional bias llama.cpp loads for llama,
+and "qwen2-output-bias", "qwen3-biases", "phi3-biases" the optional biases llama.cpp loads for those.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from minillama.model import Model
 gguf = pytest.importorskip("gguf")
 
 EXPECTED = REPO / "tests" / "data" / "archs_llamacpp_greedy.json"
-ARCHS = ["qwen2", "qwen3", "phi3", "llama", "llama-biases"]
+ARCHS = ["qwen2", "qwen3", "phi3", "llama", "llama-biases", "qwen2-output-bias", "qwen3-biases", "phi3-biases"]
 
 
 @functools.cache

@@ -67,6 +67,14 @@ ARCHS: dict[str, dict[str, Any]] = {
     "llama": {"n_embd": 128, "n_layer": 2, "n_head": 2, "n_head_kv": 1, "n_ff": 320, "n_ctx": 131072,
               "rope_base": 500000.0, "eps": 1e-5, "tied": False, "llama3_rope": LLAMA32_ROPE, "qk_gain": 2.0,
               "long_prompts": True},
+    "qwen2-output-bias": {"arch": "qwen2", "n_embd": 128, "n_layer": 2, "n_head": 4, "n_head_kv": 2, "n_ff": 320,
+                          "n_ctx": 4096, "rope_base": 1000000.0, "eps": 1e-6, "tied": False, "output_bias": True},
+    "qwen3-biases": {"arch": "qwen3", "n_embd": 128, "n_layer": 2, "n_head": 4, "n_head_kv": 2, "key_length": 64,
+                     "n_ff": 320, "n_ctx": 4096, "rope_base": 1000000.0, "eps": 1e-6, "tied": False,
+                     "biases": ("attn_q.bias", "attn_k.bias", "attn_v.bias")},
+    "phi3-biases": {"arch": "phi3", "n_embd": 128, "n_layer": 2, "n_head": 4, "n_head_kv": 2, "n_ff": 320,
+                    "n_ctx": 4096, "rope_base": 10000.0, "eps": 1e-5, "tied": False, "n_rot": 16,
+                    "biases": ("attn_qkv.bias",)},
     "llama-biases": {"arch": "llama", "n_embd": 128, "n_layer": 2, "n_head": 4, "n_head_kv": 2, "n_ff": 320,
                      "n_ctx": 4096, "rope_base": 10000.0, "eps": 1e-5, "tied": False, "biases": LLAMA_BIASES},
 }
@@ -207,7 +215,7 @@ def write_model(name: str, out: str | os.PathLike[str], seed: int = 0) -> None:
         if kind == "norm":
             w.add_tensor(name, (1.0 + 0.2 * rng.standard_normal(shape)).astype(np.float32))
         elif kind == "bias":
-            w.add_tensor(name, (0.1 * rng.standard_normal(shape)).astype(np.float32))
+            w.add_tensor(name, ((scale or 0.1) * rng.standard_normal(shape)).astype(np.float32))
         else:
             n_out, n_in = shape
             x = rng.standard_normal(shape, dtype=np.float32) * np.float32(scale or 1.0 / np.sqrt(n_in))
@@ -225,6 +233,8 @@ def write_model(name: str, out: str | os.PathLike[str], seed: int = 0) -> None:
     tensor("output_norm.weight", "norm", (d,))
     if not c["tied"]:
         tensor("output.weight", "output", (n_vocab, d), scale=OUTPUT_SCALE / np.sqrt(d))
+    if c.get("output_bias"):  # as large as the logits' spread, or it would rarely change the top choice
+        tensor("output.bias", "bias", (n_vocab,), scale=OUTPUT_SCALE)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

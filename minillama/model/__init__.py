@@ -37,13 +37,15 @@ from .weights import HParams, TensorSpec, Weights
 __all__ = ["Model", "ARCHITECTURES"]
 
 #: general.architecture -> the module that implements it (LAYER_TENSORS, OPTIONAL_TENSORS, UNSUPPORTED_TENSORS,
-#: ROPE_WHOLE_HEAD, prepare, embed_scale, blocks).
+#: ROPE_WHOLE_HEAD, OUTPUT_BIAS, prepare, embed_scale, blocks).
 ARCHITECTURES: dict[str, ModuleType] = {"llama": llama, "qwen2": qwen2, "qwen3": qwen3, "phi3": phi3, "gemma3": gemma3}
 
 #: Tensors outside the blocks. output.weight is optional: without it the output matrix is the embedding (tied).
 TOKEN_EMBD: TensorSpec = ("token_embd.weight", ("n_embd", "n_vocab"))
 OUTPUT_NORM: TensorSpec = ("output_norm.weight", ("n_embd",))
 OUTPUT: TensorSpec = ("output.weight", ("n_embd", "n_vocab"))
+#: Added to the logits when the file has it and the architecture takes it (OUTPUT_BIAS: qwen2, as llama.cpp).
+OUTPUT_BIAS: TensorSpec = ("output.bias", ("n_vocab",))
 
 #: The most BLAS threads the default ("auto") uses: the cores this process may use, up to four, as llama.cpp uses
 #: the cores. A single-token step is a string of matrix-vector products bound by memory bandwidth; a second core
@@ -69,14 +71,14 @@ class Model:
 
     def __init__(self, path: str, hp: HParams, arch: ModuleType, embedding: Embedding,
                  layers: list[dict[str, Any]], output_norm: np.ndarray, output: Linear,
-                 threads: Threads = AUTO) -> None:
+                 threads: Threads = AUTO, *, output_bias: np.ndarray | None = None) -> None:
         """Use from_file; this wires loaded weights together."""
         self.path, self.hparams, self._arch = path, hp, arch
         #: BLAS threads for the forward pass: "auto", a number (at most the usable cores), None (numpy's default).
         self.threads = _check_threads(threads)
         self._auto = AutoThreads(DEFAULT_THREADS) if self.threads == AUTO else None
         self._embedding, self._layers = embedding, layers
-        self._output_norm, self._output = output_norm, output
+        self._output_norm, self._output, self._output_bias = output_norm, output, output_bias
         self._scale = arch.embed_scale(hp)
         self._cache = self._new_cache()
         #: Positions the last next_token ran through the model (the rest came from the cache).
@@ -112,6 +114,7 @@ class Model:
         # Check that every tensor is there with its shape before the slow part: each block's required tensors
         # and the optional ones the file has, as fields of that block.
         out_spec = OUTPUT if w.has(OUTPUT[0]) else TOKEN_EMBD
+        bias_spec = [OUTPUT_BIAS] if arch.OUTPUT_BIAS and w.has(OUTPUT_BIAS[0]) else []
         blocks = [[(field, spec) for field, spec in arch.LAYER_TENSORS.items()]
                   + [(field, spec) for field, spec in arch.OPTIONAL_TENSORS.items() if w.has(w.spec(spec, hp, il)[0])]
                   for il in range(hp.n_layer)]
@@ -121,9 +124,10 @@ class Model:
                 name_shape = w.spec(spec, hp, il)
                 w.check(*name_shape)
                 sizes.append(int(np.prod(name_shape[1])))
-        w.check(*w.spec(out_spec, hp))
+        for spec in [out_spec, *bias_spec]:
+            w.check(*w.spec(spec, hp))
         _refuse_unused(w, {w.spec(spec, hp, il)[0] for il, fields in enumerate(blocks) for _, spec in fields}
-                       | {TOKEN_EMBD[0], OUTPUT_NORM[0], out_spec[0]}, name)
+                       | {TOKEN_EMBD[0], OUTPUT_NORM[0], out_spec[0], *(s[0] for s in bias_spec)}, name)
         embedding = w.embedding(*w.spec(TOKEN_EMBD, hp))
         output_norm = w.load(OUTPUT_NORM, hp)
         total, done = sum(sizes) + int(np.prod(w.spec(out_spec, hp)[1])), 0
@@ -141,9 +145,10 @@ class Model:
                     progress(done, total)
             layers.append(arch.prepare(block))  # stack the block's matrices now, so the parts are freed at once
         output = w.load(out_spec, hp)
+        output_bias = w.load(bias_spec[0], hp) if bias_spec else None
         if progress is not None:
             progress(total, total)
-        return cls(path, hp, arch, embedding, layers, output_norm, output, threads)
+        return cls(path, hp, arch, embedding, layers, output_norm, output, threads, output_bias=output_bias)
 
     # -- properties ----------------------------------------------------------------------------------------------
 
@@ -232,7 +237,8 @@ class Model:
         cache.ids[start:] = ids
         if last_only:
             x = x[-1:]
-        return self._output(rmsnorm(x, self._output_norm, self.hparams.eps))
+        logits = self._output(rmsnorm(x, self._output_norm, self.hparams.eps))
+        return logits if self._output_bias is None else logits + self._output_bias
 
 
 def _refuse_unused(w: Weights, used: set[str], arch: str) -> None:

@@ -40,6 +40,9 @@ LAYER_TENSORS: dict[str, TensorSpec] = {
 #: Tensors of block {i} loaded only when the file has them: none.
 OPTIONAL_TENSORS: dict[str, TensorSpec] = {}
 
+#: True: output.bias, when the file has it, is added to the logits (not for gemma3).
+OUTPUT_BIAS = False
+
 #: Tensors whose presence means a feature this module does not implement: name -> what it is (UnsupportedError).
 UNSUPPORTED_TENSORS: dict[str, str] = {}
 

@@ -52,6 +52,9 @@ OPTIONAL_TENSORS: dict[str, TensorSpec] = {
     "b_down": ("blk.{i}.ffn_down.bias", ("n_embd",)),
 }
 
+#: True: output.bias, when the file has it, is added to the logits (llama.cpp's llama loads none).
+OUTPUT_BIAS = False
+
 #: Tensors whose presence means a feature this module does not implement: name -> what it is (UnsupportedError).
 UNSUPPORTED_TENSORS: dict[str, str] = {}
 

@@ -35,6 +35,9 @@ LAYER_TENSORS: dict[str, TensorSpec] = {
 #: Tensors of block {i} loaded only when the file has them: the fused q/k/v bias (llama.cpp loads it for phi3).
 OPTIONAL_TENSORS: dict[str, TensorSpec] = {"bqkv": ("blk.{i}.attn_qkv.bias", ("qkv_dim",))}
 
+#: True: output.bias, when the file has it, is added to the logits (llama.cpp's phi3 loads none).
+OUTPUT_BIAS = False
+
 #: Tensors whose presence means a feature this module does not implement: name -> what it is (UnsupportedError).
 UNSUPPORTED_TENSORS: dict[str, str] = {
     "rope_factors_long.weight": "long-context rope factors (LongRoPE, Phi-3-*-128k / Phi-3.5)",

@@ -23,6 +23,9 @@ LAYER_TENSORS: dict[str, TensorSpec] = {**llama.LAYER_TENSORS, **llama.QKV_BIASE
 #: Tensors of block {i} loaded only when the file has them: none (llama.cpp's qwen2 takes no rope_freqs).
 OPTIONAL_TENSORS: dict[str, TensorSpec] = {}
 
+#: True: output.bias, when the file has it, is added to the logits, as llama.cpp's qwen2 does.
+OUTPUT_BIAS = True
+
 #: Tensors whose presence means a feature this module does not implement: name -> what it is (UnsupportedError).
 UNSUPPORTED_TENSORS: dict[str, str] = {}
 

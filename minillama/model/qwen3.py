@@ -28,6 +28,9 @@ LAYER_TENSORS: dict[str, TensorSpec] = {
 #: them for qwen3 too); no rope_freqs (llama.cpp's qwen3 passes no rope factors).
 OPTIONAL_TENSORS: dict[str, TensorSpec] = dict(llama.QKV_BIASES)
 
+#: True: output.bias, when the file has it, is added to the logits (llama.cpp's qwen3 loads none).
+OUTPUT_BIAS = False
+
 #: Tensors whose presence means a feature this module does not implement: name -> what it is (UnsupportedError).
 UNSUPPORTED_TENSORS: dict[str, str] = {}
 
