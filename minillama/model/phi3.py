@@ -1,9 +1,9 @@
 """phi3 (Phi-3 and its kin): the llama block with q/k/v in one matrix, gate and up in one, "NEOX" rope.
 
 Differences from llama.py, as llama.cpp's src/models/phi3.cpp computes them: blk.N.attn_qkv holds the q, k
-and v rows one after the other (split as llama.split_heads does), blk.N.ffn_up holds the gate rows and then
-the up rows (2 * n_ff outputs, SwiGLU: silu of the first half times the second), and rope pairs dims i and
-i + n_rot/2 (LLAMA_ROPE_TYPE_NEOX). llama.cpp scales q by 1/sqrt(head_dim) before q k^T instead of after:
+and v rows one after the other (split as llama.split_heads does; blk.N.attn_qkv.bias is added when the file
+has one), blk.N.ffn_up holds the gate rows and then the up rows (2 * n_ff outputs, SwiGLU: silu of the first
+half times the second), and rope pairs dims i and i + n_rot/2 (LLAMA_ROPE_TYPE_NEOX). llama.cpp scales q by 1/sqrt(head_dim) before q k^T instead of after:
 the same product. Phi-3 files carry attention.sliding_window, but llama.cpp disables sliding-window attention
 for phi3, so every layer here sees the whole context too. rope may turn only the first n_rot dims of each
 head (Phi-4-mini turns 3/4). The long-context variants (Phi-3-*-128k, Phi-3.5, Phi-4-mini) rotate with

@@ -3,7 +3,8 @@
 Differences from llama.py, as llama.cpp's src/models/qwen2.cpp computes them: q, k and v each add a bias
 (blk.N.attn_{q,k,v}.bias) after their matmul, and rope pairs dims i and i + n_rot/2 (llama.cpp's
 LLAMA_ROPE_TYPE_NEOX; the converter does not permute Qwen's q/k rows as it does Llama's). The output matrix
-is usually tied to the embedding (small Qwen2 models have no output.weight).
+is usually tied to the embedding (small Qwen2 models have no output.weight); an output.bias, which llama.cpp
+loads when a file has one, is added to the logits.
 """
 
 from __future__ import annotations

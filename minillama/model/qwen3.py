@@ -4,6 +4,7 @@ Differences from llama.py, as llama.cpp's src/models/qwen3.cpp computes them: af
 each head is RMS-normed with its own weight of head_dim values (blk.N.attn_q_norm / attn_k_norm, the same
 weight for every head), then rope pairs dims i and i + n_rot/2 (LLAMA_ROPE_TYPE_NEOX). The heads may be
 wider than n_embd / n_head (attention.key_length, 128 in Qwen3-0.6B whose n_embd is 1024 with 16 heads).
+q/k/v biases, which Qwen3 does not have but llama.cpp loads when a file does, are added as llama's are.
 """
 
 from __future__ import annotations
