@@ -164,7 +164,7 @@ def f32(*shape: int) -> np.ndarray:
     return np.ones(shape, dtype=np.float32)
 
 
-@pytest.mark.parametrize("arch, tensor", [("qwen2", "blk.1.attn_q.bias"), ("qwen3", "blk.0.attn_k_norm.weight"),
+@pytest.mark.parametrize("arch, tensor", [("qwen2", "blk.1.ffn_gate.weight"), ("qwen3", "blk.0.attn_k_norm.weight"),
                                           ("phi3", "blk.1.attn_qkv.weight"), ("phi3", "blk.0.ffn_up.weight")])
 def test_a_missing_tensor_is_named(made: Made, tmp_path: Path, arch: str, tensor: str) -> None:
     path = rewrite(made.path(arch), tmp_path / "m.gguf", drop=(tensor,))
@@ -222,6 +222,18 @@ def test_a_tensor_llamacpp_would_not_load_is_refused(made: Made, tmp_path: Path,
     with pytest.raises(FormatError, match=f"tensor {tensor} is not part of a .* model") as e:
         Model.from_file(path)
     assert e.value.key == tensor and str(path) in str(e.value)
+
+
+def test_qwen2_without_qkv_biases_runs_as_with_zero_biases(made: Made, tmp_path: Path) -> None:
+    """llama.cpp loads a qwen2 file without attn_{q,k,v}.bias (optional in its loader) and adds nothing: the same
+    as biases of zeros. minillama refused the file."""
+    biases = tuple(f"blk.{i}.attn_{x}.bias" for i in range(2) for x in "qkv")
+    r = gguf.GGUFReader(made.path("qwen2"))
+    zeros = {t.name: np.zeros_like(np.asarray(t.data)) for t in r.tensors if t.name in biases}
+    without = Model.from_file(rewrite(made.path("qwen2"), tmp_path / "without.gguf", drop=biases))
+    zero = Model.from_file(rewrite(made.path("qwen2"), tmp_path / "zero.gguf", put=zeros))
+    ids = expected("qwen2")["cases"][0]["prompt_ids"]
+    np.testing.assert_array_equal(without.logits(ids), zero.logits(ids))
 
 
 def test_llama_rope_freqs_of_the_wrong_length_is_named(made: Made, tmp_path: Path) -> None:

@@ -19,10 +19,11 @@ from .layers import rope_neox
 from .weights import HParams, TensorSpec
 
 #: Tensors of block {i}: field -> (GGUF name, ggml shape as HParams fields, ne0 first).
-LAYER_TENSORS: dict[str, TensorSpec] = {**llama.LAYER_TENSORS, **llama.QKV_BIASES}
+LAYER_TENSORS: dict[str, TensorSpec] = dict(llama.LAYER_TENSORS)
 
-#: Tensors of block {i} loaded only when the file has them: none (llama.cpp's qwen2 takes no rope_freqs).
-OPTIONAL_TENSORS: dict[str, TensorSpec] = {}
+#: Tensors of block {i} loaded only when the file has them: the q/k/v biases (every Qwen2 file has them, but
+#: llama.cpp loads one without them too); no rope_freqs (llama.cpp's qwen2 passes no rope factors).
+OPTIONAL_TENSORS: dict[str, TensorSpec] = dict(llama.QKV_BIASES)
 
 #: True: output.bias, when the file has it, is added to the logits, as llama.cpp's qwen2 does.
 OUTPUT_BIAS = True
