@@ -91,10 +91,9 @@ def test_the_generator_makes_the_file_llamacpp_was_run_on(made: Made, arch: str)
     assert made.path(arch).stat().st_size < 1 << 20
 
 
-@pytest.mark.parametrize("arch", ARCHS)
-def test_teacher_forced_argmax_agrees_with_llamacpp(made: Made, arch: str) -> None:
-    m = made.model(arch)
-    assert m.hparams.arch == generator().ARCHS[arch].get("arch", arch)
+def agreement(m: Model, arch: str) -> tuple[int, int]:
+    """(positions where m's argmax is llama.cpp's, positions where llama.cpp's top two are 0.5 apart or more),
+    teacher-forced on llama.cpp's stored continuations of every prompt for model `arch`."""
     seen = agree = 0
     for case in expected(arch)["cases"]:
         gen = [g["id"] for g in case["gen"]]
@@ -104,6 +103,14 @@ def test_teacher_forced_argmax_agrees_with_llamacpp(made: Made, arch: str) -> No
             if margin(g["top"]) >= 0.5:
                 seen += 1
                 agree += o == g["id"]
+    return agree, seen
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_teacher_forced_argmax_agrees_with_llamacpp(made: Made, arch: str) -> None:
+    m = made.model(arch)
+    assert m.hparams.arch == generator().ARCHS[arch].get("arch", arch)
+    agree, seen = agreement(m, arch)
     assert seen >= 100, "too few confident positions for the test to mean anything"
     assert agree == seen, f"{arch}: argmax differs from llama.cpp at {seen - agree} of {seen} positions (margin >= 0.5)"
 
@@ -128,8 +135,8 @@ def test_cached_steps_agree_with_llamacpp(made: Made, arch: str) -> None:
 
 def rewrite(src: Path, dst: Path, drop: tuple[str, ...] = (), put: dict[str, np.ndarray] | None = None,
             keys: dict[str, tuple[object, object]] | None = None) -> Path:
-    """src with the tensors named in drop left out, those in put replaced (or added) as F32 arrays, and the
-    metadata keys in keys set to (value, GGUF type)."""
+    """src with the tensors named in drop left out, those in put replaced (or added) as F32 arrays (or, given as
+    (raw blocks, ggml type), as they are), and the metadata keys in keys set to (value, GGUF type)."""
     put, keys = dict(put or {}), dict(keys or {})
     r = gguf.GGUFReader(src)
     w = gguf.GGUFWriter(str(dst), str(r.fields["general.architecture"].contents()))
@@ -152,7 +159,10 @@ def rewrite(src: Path, dst: Path, drop: tuple[str, ...] = (), put: dict[str, np.
         else:
             w.add_tensor(t.name, np.asarray(t.data), raw_shape=np.asarray(t.data).shape, raw_dtype=t.tensor_type)
     for name, value in put.items():
-        w.add_tensor(name, value)
+        if isinstance(value, tuple):
+            w.add_tensor(name, value[0], raw_shape=value[0].shape, raw_dtype=value[1])
+        else:
+            w.add_tensor(name, value)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -222,6 +232,37 @@ def test_a_tensor_llamacpp_would_not_load_is_refused(made: Made, tmp_path: Path,
     with pytest.raises(FormatError, match=f"tensor {tensor} is not part of a .* model") as e:
         Model.from_file(path)
     assert e.value.key == tensor and str(path) in str(e.value)
+
+
+def relayout_qkv(src: Path, dst: Path, fuse: bool, n_layer: int = 2) -> Path:
+    """src with each block's q, k and v matrices (and biases) joined into attn_qkv (fuse) or attn_qkv split into
+    attn_q/k/v: the same rows, in the other layout llama.cpp's create_tensor_qkv takes."""
+    r = gguf.GGUFReader(src)
+    t = {x.name: x for x in r.tensors}
+    drop, put = [], {}
+    for i in range(n_layer):
+        for kind in ("weight", "bias"):
+            parts = [f"blk.{i}.attn_{x}.{kind}" for x in "qkv"]
+            fused = f"blk.{i}.attn_qkv.{kind}"
+            if fuse and parts[0] in t:
+                drop += parts
+                put[fused] = (np.concatenate([np.asarray(t[n].data) for n in parts]), t[parts[0]].tensor_type)
+            elif not fuse and fused in t:
+                drop.append(fused)
+                data, n_rows = np.asarray(t[fused].data), [128, 64, 64]  # q, k, v outputs of the phi3 models
+                for name, rows in zip(parts, np.split(data, np.cumsum(n_rows)[:-1]), strict=True):
+                    put[name] = (np.ascontiguousarray(rows), t[fused].tensor_type)
+    return rewrite(src, dst, drop=tuple(drop), put=put)
+
+
+@pytest.mark.parametrize("arch, fuse", [("llama-biases", True), ("qwen3-biases", True), ("phi3-biases", False)])
+def test_the_other_qkv_layout_runs_as_llamacpp_runs_it(made: Made, tmp_path: Path, arch: str, fuse: bool) -> None:
+    """llama.cpp takes a block's q, k and v as attn_q/k/v or as one attn_qkv (with their biases) in every
+    architecture, and computes the same rows either way: on the file relaid out, its greedy outputs are the stored
+    ones (checked once with xllamacpp 2026.10.11549). minillama refused llama/qwen3 files with attn_qkv and phi3
+    files with attn_q/k/v."""
+    agree, seen = agreement(Model.from_file(relayout_qkv(made.path(arch), tmp_path / "m.gguf", fuse)), arch)
+    assert seen >= 100 and agree == seen
 
 
 def test_qwen2_without_qkv_biases_runs_as_with_zero_biases(made: Made, tmp_path: Path) -> None:

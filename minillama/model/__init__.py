@@ -115,9 +115,7 @@ class Model:
         # and the optional ones the file has, as fields of that block.
         out_spec = OUTPUT if w.has(OUTPUT[0]) else TOKEN_EMBD
         bias_spec = [OUTPUT_BIAS] if arch.OUTPUT_BIAS and w.has(OUTPUT_BIAS[0]) else []
-        blocks = [[(field, spec) for field, spec in arch.LAYER_TENSORS.items()]
-                  + [(field, spec) for field, spec in arch.OPTIONAL_TENSORS.items() if w.has(w.spec(spec, hp, il)[0])]
-                  for il in range(hp.n_layer)]
+        blocks = [_block_fields(arch, w, hp, il) for il in range(hp.n_layer)]
         sizes = []
         for il, fields in enumerate(blocks):
             for _, spec in fields:
@@ -239,6 +237,35 @@ class Model:
             x = x[-1:]
         logits = self._output(rmsnorm(x, self._output_norm, self.hparams.eps))
         return logits if self._output_bias is None else logits + self._output_bias
+
+
+def _block_fields(arch: ModuleType, w: Weights, hp: HParams, il: int) -> list[tuple[str, TensorSpec]]:
+    """Block il's tensors as (field, spec): the required ones, in the q/k/v layout the file uses (llama.cpp's
+    create_tensor_qkv takes attn_qkv when the block has it, else attn_q/k/v), and the optional ones it has."""
+    required, optional = dict(arch.LAYER_TENSORS), dict(arch.OPTIONAL_TENSORS)
+    separate = (llama.SEPARATE_QKV, llama.QKV_BIASES)
+    fused = (llama.FUSED_QKV, llama.FUSED_QKV_BIAS)
+    fused_here = w.has(w.spec(llama.FUSED_QKV["wqkv"], hp, il)[0])
+    if fused_here and "wq" in required:
+        required, optional = _swap(required, optional, separate, fused)
+    elif not fused_here and "wqkv" in required and w.has(w.spec(llama.SEPARATE_QKV["wq"], hp, il)[0]):
+        required, optional = _swap(required, optional, fused, separate)
+    return list(required.items()) + [(f, spec) for f, spec in optional.items() if w.has(w.spec(spec, hp, il)[0])]
+
+
+Layout = tuple[dict[str, TensorSpec], dict[str, TensorSpec]]  # q/k/v matrices, their optional biases
+
+
+def _swap(required: dict[str, TensorSpec], optional: dict[str, TensorSpec], old: Layout,
+          new: Layout) -> tuple[dict[str, TensorSpec], dict[str, TensorSpec]]:
+    """required with the q/k/v matrices of layout old replaced, in place, by those of new; optional with old's
+    biases replaced by new's when the architecture takes q/k/v biases at all."""
+    at = list(required).index(next(iter(old[0])))
+    kept = [item for item in required.items() if item[0] not in old[0]]
+    required = dict(kept[:at] + list(new[0].items()) + kept[at:])
+    if old[1].keys() & optional.keys():
+        optional = {**{f: spec for f, spec in optional.items() if f not in old[1]}, **new[1]}
+    return required, optional
 
 
 def _refuse_unused(w: Weights, used: set[str], arch: str) -> None:

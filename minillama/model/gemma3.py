@@ -17,15 +17,13 @@ import numpy as np
 
 from .cache import KVCache
 from .layers import Linear, attention, gelu, glu_ffn, rmsnorm, rope_angles, rope_neox
-from .llama import split_heads
+from .llama import SEPARATE_QKV, fuse_qkv, split_heads
 from .weights import HParams, TensorSpec
 
 #: Tensors of block {i}: field -> (GGUF name, ggml shape as HParams fields, ne0 first).
 LAYER_TENSORS: dict[str, TensorSpec] = {
     "attn_norm": ("blk.{i}.attn_norm.weight", ("n_embd",)),
-    "wq": ("blk.{i}.attn_q.weight", ("n_embd", "q_dim")),
-    "wk": ("blk.{i}.attn_k.weight", ("n_embd", "k_dim")),
-    "wv": ("blk.{i}.attn_v.weight", ("n_embd", "v_dim")),
+    **SEPARATE_QKV,
     "q_norm": ("blk.{i}.attn_q_norm.weight", ("head_dim",)),
     "k_norm": ("blk.{i}.attn_k_norm.weight", ("head_dim",)),
     "wo": ("blk.{i}.attn_output.weight", ("o_dim", "n_embd")),
@@ -55,8 +53,7 @@ ROPE_BASE_SWA = 10000.0
 
 def prepare(t: dict[str, Any]) -> dict[str, Any]:
     """Fuse q/k/v and gate/up into one matrix each."""
-    fused = {"wqkv": Linear.stack([t.pop("wq"), t.pop("wk"), t.pop("wv")]),
-             "w_gate_up": Linear.stack([t.pop("w_gate"), t.pop("w_up")])}
+    fused = {"wqkv": fuse_qkv(t)["wqkv"], "w_gate_up": Linear.stack([t.pop("w_gate"), t.pop("w_up")])}
     return {**t, **fused}
 
 

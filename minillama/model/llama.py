@@ -22,12 +22,21 @@ from .cache import KVCache
 from .layers import Linear, attention, glu_ffn, rmsnorm, rope_angles, rope_norm, silu
 from .weights import HParams, TensorSpec
 
-#: Tensors of block {i}: field -> (GGUF name, ggml shape as HParams fields, ne0 first).
-LAYER_TENSORS: dict[str, TensorSpec] = {
-    "attn_norm": ("blk.{i}.attn_norm.weight", ("n_embd",)),
+#: The two layouts of a block's q, k and v that llama.cpp's loader (create_tensor_qkv) takes in every architecture
+#: here: three matrices, each with an optional bias, or one attn_qkv matrix (q rows, then k, then v) with an
+#: optional attn_qkv.bias. The file decides, block by block (Model.from_file swaps one for the other).
+SEPARATE_QKV: dict[str, TensorSpec] = {
     "wq": ("blk.{i}.attn_q.weight", ("n_embd", "q_dim")),
     "wk": ("blk.{i}.attn_k.weight", ("n_embd", "k_dim")),
     "wv": ("blk.{i}.attn_v.weight", ("n_embd", "v_dim")),
+}
+FUSED_QKV: dict[str, TensorSpec] = {"wqkv": ("blk.{i}.attn_qkv.weight", ("n_embd", "qkv_dim"))}
+FUSED_QKV_BIAS: dict[str, TensorSpec] = {"bqkv": ("blk.{i}.attn_qkv.bias", ("qkv_dim",))}
+
+#: Tensors of block {i}: field -> (GGUF name, ggml shape as HParams fields, ne0 first).
+LAYER_TENSORS: dict[str, TensorSpec] = {
+    "attn_norm": ("blk.{i}.attn_norm.weight", ("n_embd",)),
+    **SEPARATE_QKV,
     "wo": ("blk.{i}.attn_output.weight", ("o_dim", "n_embd")),
     "ffn_norm": ("blk.{i}.ffn_norm.weight", ("n_embd",)),
     "w_gate": ("blk.{i}.ffn_gate.weight", ("n_embd", "n_ff")),
@@ -73,13 +82,23 @@ def fused_bias(t: dict[str, Any], names: list[str], matrices: list[str]) -> np.n
     return np.concatenate(parts)
 
 
+def fuse_qkv(t: dict[str, Any]) -> dict[str, Any]:
+    """t's q, k and v as one matrix "wqkv" and one bias "bqkv" (None without biases), from either layout; the
+    separate fields are taken out of t."""
+    if "wqkv" in t:
+        return {"wqkv": t.pop("wqkv"), "bqkv": t.pop("bqkv", None)}
+    bqkv = fused_bias(t, ["bq", "bk", "bv"], ["wq", "wk", "wv"])
+    for field in ("bq", "bk", "bv"):
+        t.pop(field, None)
+    return {"wqkv": Linear.stack([t.pop("wq"), t.pop("wk"), t.pop("wv")]), "bqkv": bqkv}
+
+
 def prepare(t: dict[str, Any]) -> dict[str, Any]:
     """Fuse q/k/v and gate/up into one matrix each (one matmul instead of three (two) per block), their biases
     likewise; optional tensors the file lacks are None."""
-    return {"attn_norm": t["attn_norm"], "wqkv": Linear.stack([t["wq"], t["wk"], t["wv"]]), "wo": t["wo"],
+    return {"attn_norm": t["attn_norm"], **fuse_qkv(t), "wo": t["wo"],
             "ffn_norm": t["ffn_norm"], "w_gate_up": Linear.stack([t["w_gate"], t["w_up"]]),
-            "w_down": t["w_down"], "bqkv": fused_bias(t, ["bq", "bk", "bv"], ["wq", "wk", "wv"]),
-            "bo": t.get("bo"), "b_gate_up": fused_bias(t, ["b_gate", "b_up"], ["w_gate", "w_up"]),
+            "w_down": t["w_down"], "bo": t.get("bo"), "b_gate_up": fused_bias(t, ["b_gate", "b_up"], ["w_gate", "w_up"]),
             "b_down": t.get("b_down"), "rope_freqs": t.get("rope_freqs")}
 
 

@@ -25,7 +25,7 @@ from .weights import HParams, TensorSpec
 #: Tensors of block {i}: field -> (GGUF name, ggml shape as HParams fields, ne0 first).
 LAYER_TENSORS: dict[str, TensorSpec] = {
     "attn_norm": ("blk.{i}.attn_norm.weight", ("n_embd",)),
-    "wqkv": ("blk.{i}.attn_qkv.weight", ("n_embd", "qkv_dim")),
+    **llama.FUSED_QKV,
     "wo": ("blk.{i}.attn_output.weight", ("o_dim", "n_embd")),
     "ffn_norm": ("blk.{i}.ffn_norm.weight", ("n_embd",)),
     "w_gate_up": ("blk.{i}.ffn_up.weight", ("n_embd", "gate_up_dim")),
@@ -33,7 +33,7 @@ LAYER_TENSORS: dict[str, TensorSpec] = {
 }
 
 #: Tensors of block {i} loaded only when the file has them: the fused q/k/v bias (llama.cpp loads it for phi3).
-OPTIONAL_TENSORS: dict[str, TensorSpec] = {"bqkv": ("blk.{i}.attn_qkv.bias", ("qkv_dim",))}
+OPTIONAL_TENSORS: dict[str, TensorSpec] = dict(llama.FUSED_QKV_BIAS)
 
 #: True: output.bias, when the file has it, is added to the logits (llama.cpp's phi3 loads none).
 OUTPUT_BIAS = False
@@ -51,8 +51,8 @@ embed_scale = llama.embed_scale
 
 
 def prepare(t: dict[str, Any]) -> dict[str, Any]:
-    """The file's matrices are already fused as the forward pass wants them."""
-    return t
+    """The file's matrices are usually fused as the forward pass wants them; q, k and v given apart are stacked."""
+    return {**t, **llama.fuse_qkv(t)}
 
 
 def blocks(x: np.ndarray, layers: list[dict[str, Any]], hp: HParams, start: int, cache: KVCache) -> np.ndarray:
