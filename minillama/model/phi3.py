@@ -52,7 +52,8 @@ embed_scale = llama.embed_scale
 
 def prepare(t: dict[str, Any]) -> dict[str, Any]:
     """The file's matrices are usually fused as the forward pass wants them; q, k and v given apart are stacked."""
-    return {**t, **llama.fuse_qkv(t)}
+    fused = llama.fuse_qkv(t)  # first: it takes the separate matrices out of t
+    return {**t, **fused}
 
 
 def blocks(x: np.ndarray, layers: list[dict[str, Any]], hp: HParams, start: int, cache: KVCache) -> np.ndarray:
