@@ -1,7 +1,7 @@
-"""Tiny qwen2 / qwen3 / phi3 GGUFs with random weights: models of architectures whose real weights cannot be
-downloaded here, small enough (under 1 MB) for a test to make and for llama.cpp to run in a second.
+"""Tiny qwen2 / qwen3 / phi3 / llama GGUFs with random weights: models of architectures whose real weights cannot
+be downloaded here, small enough (under 1 MB) for a test to make and for llama.cpp to run in a second.
 
-    python tools/make_synthetic_arch.py ARCH OUT.gguf [--seed N]        (ARCH: qwen2, qwen3, phi3)
+    python tools/make_synthetic_arch.py NAME OUT.gguf [--seed N]        (NAME: a key of ARCHS)
     python tools/make_synthetic_arch.py --expected tests/data/archs_llamacpp_greedy.json
 
 The vocab is minillama's demo vocab (minillama/data/default-vocab.gguf, 1,000 byte-level BPE tokens; llama.cpp
@@ -11,7 +11,9 @@ the biases around 0, so a forward pass that skips one of them disagrees with lla
 xllamacpp wheel is installed, as ../shared/tools/make_synthetic_model.py does; otherwise gguf-py's numpy
 quantizers, which write the same bytes for these types). The same arch and seed give the same file, byte for
 byte: tests/test_model_archs.py checks its sha256 before comparing with llama.cpp's stored outputs
-(tests/data/archs_llamacpp_greedy.json, made by tools/make_model_expected.py from these files).
+(tests/data/archs_llamacpp_greedy.json, made by --expected from these files). Beside one plain model per
+architecture: "llama" is Llama-3.2-shaped (rope base 500000, rope_freqs.weight as the converter computes llama3
+rope scaling, long prompts), and the "-biases" models carry the optional biases llama.cpp loads.
 """
 
 from __future__ import annotations
