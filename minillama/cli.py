@@ -420,7 +420,8 @@ def _add_sampling_args(p: argparse.ArgumentParser) -> None:
 
 def _setup_generate(p: argparse.ArgumentParser) -> None:
     """Declare the arguments of 'generate'."""
-    p.add_argument("--model", required=True, metavar="PATH", help="GGUF model with weights (llama, gemma3)")
+    p.add_argument("--model", required=True, metavar="PATH",
+                   help="GGUF model with weights (llama, qwen2, qwen3, phi3, gemma3)")
     p.add_argument("--max-tokens", type=int, default=128, metavar="N", help="most tokens to generate (default: 128)")
     _add_sampling_args(p)
     p.add_argument("--ignore-eos", action="store_true", help="do not stop at end-of-generation tokens")
@@ -729,8 +730,8 @@ COMMANDS: dict[str, Subcommand] = {
     "chat": Subcommand("chat with a GGUF model (or an n-gram placeholder), replies streamed token by token", _setup_chat,
                        cmd_chat),
     "ngram": Subcommand("train and save an n-gram placeholder model", _setup_ngram, cmd_ngram),
-    "generate": Subcommand("continue a prompt with a GGUF model (llama, gemma3), streamed", _setup_generate,
-                           cmd_generate),
+    "generate": Subcommand("continue a prompt with a GGUF model (llama, qwen2, qwen3, phi3, gemma3), streamed",
+                           _setup_generate, cmd_generate),
     "bench": Subcommand("measure encode/decode speed, load time and memory on a text", _setup_bench, cmd_bench),
     "train": Subcommand("train a BPE vocab on text files and write it as a vocab-only GGUF", _setup_train,
                         cmd_train),

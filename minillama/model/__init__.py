@@ -10,9 +10,9 @@
         print(chunk, end="")
 
 The forward pass: look up each token's embedding row (the table stays quantized: Embedding.lookup), run
-the architecture's blocks (one file per architecture: llama.py, gemma3.py, built from layers.py), apply
-the final RMSNorm and multiply by the output matrix. Weights are dequantized to float32 once, at load, so
-every step is a few BLAS matmuls. next_token keeps a key/value cache and reuses the longest prefix the new
+the architecture's blocks (one file per architecture: llama.py, qwen2.py, qwen3.py, phi3.py, gemma3.py,
+built from layers.py), apply the final RMSNorm and multiply by the output matrix. Weights are dequantized
+to float32 once, at load, so every step is a few BLAS matmuls. next_token keeps a key/value cache and reuses the longest prefix the new
 ids share with the cached ones: a generated token costs one single-token step, a prompt one batched pass.
 """
 
@@ -26,9 +26,9 @@ from typing import Any, Literal
 import numpy as np
 
 from ..embedding import Embedding
-from ..errors import ArgumentError, ContextLengthError, UnsupportedError
+from ..errors import ArgumentError, ContextLengthError, FormatError, UnsupportedError
 from ..sampling import Sampler
-from . import gemma3, llama
+from . import gemma3, llama, phi3, qwen2, qwen3
 from .cache import KVCache
 from .layers import Linear, rmsnorm
 from .threads import AutoThreads, limited, usable_cores
@@ -36,13 +36,16 @@ from .weights import HParams, TensorSpec, Weights
 
 __all__ = ["Model", "ARCHITECTURES"]
 
-#: general.architecture -> the module that implements it (LAYER_TENSORS, prepare, embed_scale, blocks).
-ARCHITECTURES: dict[str, ModuleType] = {"llama": llama, "gemma3": gemma3}
+#: general.architecture -> the module that implements it (LAYER_TENSORS, OPTIONAL_TENSORS, UNSUPPORTED_TENSORS,
+#: ROPE_WHOLE_HEAD, OUTPUT_BIAS, prepare, embed_scale, blocks).
+ARCHITECTURES: dict[str, ModuleType] = {"llama": llama, "qwen2": qwen2, "qwen3": qwen3, "phi3": phi3, "gemma3": gemma3}
 
 #: Tensors outside the blocks. output.weight is optional: without it the output matrix is the embedding (tied).
 TOKEN_EMBD: TensorSpec = ("token_embd.weight", ("n_embd", "n_vocab"))
 OUTPUT_NORM: TensorSpec = ("output_norm.weight", ("n_embd",))
 OUTPUT: TensorSpec = ("output.weight", ("n_embd", "n_vocab"))
+#: Added to the logits when the file has it and the architecture takes it (OUTPUT_BIAS: qwen2, as llama.cpp).
+OUTPUT_BIAS: TensorSpec = ("output.bias", ("n_vocab",))
 
 #: The most BLAS threads the default ("auto") uses: the cores this process may use, up to four, as llama.cpp uses
 #: the cores. A single-token step is a string of matrix-vector products bound by memory bandwidth; a second core
@@ -68,14 +71,14 @@ class Model:
 
     def __init__(self, path: str, hp: HParams, arch: ModuleType, embedding: Embedding,
                  layers: list[dict[str, Any]], output_norm: np.ndarray, output: Linear,
-                 threads: Threads = AUTO) -> None:
+                 threads: Threads = AUTO, *, output_bias: np.ndarray | None = None) -> None:
         """Use from_file; this wires loaded weights together."""
         self.path, self.hparams, self._arch = path, hp, arch
         #: BLAS threads for the forward pass: "auto", a number (at most the usable cores), None (numpy's default).
         self.threads = _check_threads(threads)
         self._auto = AutoThreads(DEFAULT_THREADS) if self.threads == AUTO else None
         self._embedding, self._layers = embedding, layers
-        self._output_norm, self._output = output_norm, output
+        self._output_norm, self._output, self._output_bias = output_norm, output, output_bias
         self._scale = arch.embed_scale(hp)
         self._cache = self._new_cache()
         #: Positions the last next_token ran through the model (the rest came from the cache).
@@ -100,29 +103,50 @@ class Model:
             raise UnsupportedError(f"{path}: architecture {name!r} is not supported; minillama runs "
                                    f"{', '.join(sorted(ARCHITECTURES))}")
         hp = w.hparams(name)
-        # Check that every tensor is there with its shape before the slow part.
+        if arch.ROPE_WHOLE_HEAD and hp.n_rot != hp.head_dim:
+            key = f"{name}.rope.dimension_count"
+            raise FormatError(f"{key} is {hp.n_rot}, expected {hp.head_dim} (the head size): llama.cpp's {name} "
+                              "rotates whole heads and refuses other values", path=path, key=key)
+        for tensor, what in arch.UNSUPPORTED_TENSORS.items():
+            if w.has(tensor):
+                raise UnsupportedError(f"{path}: tensor {tensor} holds {what}, which minillama does not implement "
+                                       f"for {name}; expected a file without it")
+        # Check that every tensor is there with its shape before the slow part: each block's required tensors
+        # and the optional ones the file has, as fields of that block.
         out_spec = OUTPUT if w.has(OUTPUT[0]) else TOKEN_EMBD
-        specs = [(spec, il) for il in range(hp.n_layer) for spec in arch.LAYER_TENSORS.values()] + [(out_spec, None)]
+        bias_spec = [OUTPUT_BIAS] if arch.OUTPUT_BIAS and w.has(OUTPUT_BIAS[0]) else []
+        blocks = [_block_fields(arch, w, hp, il) for il in range(hp.n_layer)]
         sizes = []
-        for spec, il in specs:
-            name_shape = w.spec(spec, hp, il)
-            w.check(*name_shape)
-            sizes.append(int(np.prod(name_shape[1])))
+        for il, fields in enumerate(blocks):
+            for _, spec in fields:
+                name_shape = w.spec(spec, hp, il)
+                w.check(*name_shape)
+                sizes.append(int(np.prod(name_shape[1])))
+        for spec in [out_spec, *bias_spec]:
+            w.check(*w.spec(spec, hp))
+        _refuse_unused(w, {w.spec(spec, hp, il)[0] for il, fields in enumerate(blocks) for _, spec in fields}
+                       | {TOKEN_EMBD[0], OUTPUT_NORM[0], out_spec[0], *(s[0] for s in bias_spec)}, name)
         embedding = w.embedding(*w.spec(TOKEN_EMBD, hp))
         output_norm = w.load(OUTPUT_NORM, hp)
-        total, done = sum(sizes), 0
-        loaded: list[Any] = []
-        layers, n_fields = [], len(arch.LAYER_TENSORS)
-        for (spec, il), size in zip(specs, sizes, strict=True):
-            loaded.append(w.load(spec, hp, il))
-            if len(loaded) == n_fields:  # a whole block: stack its matrices now, so the parts are freed at once
-                layers.append(arch.prepare(dict(zip(arch.LAYER_TENSORS, loaded, strict=True))))
-                loaded = []
-            done += size
-            if progress is not None:
-                progress(done, total)
-        output = loaded[-1]
-        return cls(path, hp, arch, embedding, layers, output_norm, output, threads)
+        total, done = sum(sizes) + int(np.prod(w.spec(out_spec, hp)[1])), 0
+        layers: list[dict[str, Any]] = []
+        shared: dict[str, Any] = {}  # a tensor every block names (rope_freqs.weight): loaded once
+        for il, fields in enumerate(blocks):
+            block = {}
+            for field, spec in fields:
+                name, _ = w.spec(spec, hp, il)
+                block[field] = shared[name] if name in shared else w.load(spec, hp, il)
+                if "{i}" not in spec[0]:
+                    shared[name] = block[field]
+                done += int(np.prod(w.spec(spec, hp, il)[1]))
+                if progress is not None:
+                    progress(done, total)
+            layers.append(arch.prepare(block))  # stack the block's matrices now, so the parts are freed at once
+        output = w.load(out_spec, hp)
+        output_bias = w.load(bias_spec[0], hp) if bias_spec else None
+        if progress is not None:
+            progress(total, total)
+        return cls(path, hp, arch, embedding, layers, output_norm, output, threads, output_bias=output_bias)
 
     # -- properties ----------------------------------------------------------------------------------------------
 
@@ -211,7 +235,49 @@ class Model:
         cache.ids[start:] = ids
         if last_only:
             x = x[-1:]
-        return self._output(rmsnorm(x, self._output_norm, self.hparams.eps))
+        logits = self._output(rmsnorm(x, self._output_norm, self.hparams.eps))
+        return logits if self._output_bias is None else logits + self._output_bias
+
+
+def _block_fields(arch: ModuleType, w: Weights, hp: HParams, il: int) -> list[tuple[str, TensorSpec]]:
+    """Block il's tensors as (field, spec): the required ones, in the q/k/v layout the file uses (llama.cpp's
+    create_tensor_qkv takes attn_qkv when the block has it, else attn_q/k/v), and the optional ones it has."""
+    required, optional = dict(arch.LAYER_TENSORS), dict(arch.OPTIONAL_TENSORS)
+    separate = (llama.SEPARATE_QKV, llama.QKV_BIASES)
+    fused = (llama.FUSED_QKV, llama.FUSED_QKV_BIAS)
+    fused_here = w.has(w.spec(llama.FUSED_QKV["wqkv"], hp, il)[0])
+    if fused_here and "wq" in required:
+        required, optional = _swap(required, optional, separate, fused)
+    elif not fused_here and "wqkv" in required and w.has(w.spec(llama.SEPARATE_QKV["wq"], hp, il)[0]):
+        required, optional = _swap(required, optional, fused, separate)
+    return list(required.items()) + [(f, spec) for f, spec in optional.items() if w.has(w.spec(spec, hp, il)[0])]
+
+
+Layout = tuple[dict[str, TensorSpec], dict[str, TensorSpec]]  # q/k/v matrices, their optional biases
+
+
+def _swap(required: dict[str, TensorSpec], optional: dict[str, TensorSpec], old: Layout,
+          new: Layout) -> tuple[dict[str, TensorSpec], dict[str, TensorSpec]]:
+    """required with the q/k/v matrices of layout old replaced, in place, by those of new; optional with old's
+    biases replaced by new's when the architecture takes q/k/v biases at all."""
+    at = list(required).index(next(iter(old[0])))
+    kept = [item for item in required.items() if item[0] not in old[0]]
+    required = dict(kept[:at] + list(new[0].items()) + kept[at:])
+    if old[1].keys() & optional.keys():
+        optional = {**{f: spec for f, spec in optional.items() if f not in old[1]}, **new[1]}
+    return required, optional
+
+
+def _refuse_unused(w: Weights, used: set[str], arch: str) -> None:
+    """FormatError naming the file's first tensor the forward pass does not use: llama.cpp refuses such a file
+    ("wrong number of tensors"), so minillama accepts and refuses the same files rather than run a model whose
+    extra tensor may change what it computes."""
+    extra = [t.name for t in w.gguf.tensors if t.name not in used]
+    if extra:
+        raise FormatError(f"tensor {extra[0]} is not part of a {arch} model ({len(extra)} such tensor"
+                          f"{'s' if len(extra) > 1 else ''} in the file); expected only the tensors {arch} uses, "
+                          "as llama.cpp requires (it refuses the file: wrong number of tensors)", path=w.path,
+                          key=extra[0])
 
 
 def _check_threads(threads: Threads) -> Threads:

@@ -17,15 +17,13 @@ import numpy as np
 
 from .cache import KVCache
 from .layers import Linear, attention, gelu, glu_ffn, rmsnorm, rope_angles, rope_neox
-from .llama import split_heads
+from .llama import SEPARATE_QKV, fuse_qkv, split_heads
 from .weights import HParams, TensorSpec
 
 #: Tensors of block {i}: field -> (GGUF name, ggml shape as HParams fields, ne0 first).
 LAYER_TENSORS: dict[str, TensorSpec] = {
     "attn_norm": ("blk.{i}.attn_norm.weight", ("n_embd",)),
-    "wq": ("blk.{i}.attn_q.weight", ("n_embd", "q_dim")),
-    "wk": ("blk.{i}.attn_k.weight", ("n_embd", "k_dim")),
-    "wv": ("blk.{i}.attn_v.weight", ("n_embd", "v_dim")),
+    **SEPARATE_QKV,
     "q_norm": ("blk.{i}.attn_q_norm.weight", ("head_dim",)),
     "k_norm": ("blk.{i}.attn_k_norm.weight", ("head_dim",)),
     "wo": ("blk.{i}.attn_output.weight", ("o_dim", "n_embd")),
@@ -37,14 +35,25 @@ LAYER_TENSORS: dict[str, TensorSpec] = {
     "post_ffn_norm": ("blk.{i}.post_ffw_norm.weight", ("n_embd",)),
 }
 
+#: Tensors of block {i} loaded only when the file has them: none.
+OPTIONAL_TENSORS: dict[str, TensorSpec] = {}
+
+#: True: output.bias, when the file has it, is added to the logits (not for gemma3).
+OUTPUT_BIAS = False
+
+#: Tensors whose presence means a feature this module does not implement: name -> what it is (UnsupportedError).
+UNSUPPORTED_TENSORS: dict[str, str] = {}
+
+#: True: rope must turn the whole head (rope.dimension_count = head_dim); here it may turn fewer dims.
+ROPE_WHOLE_HEAD = False
+
 SWA_PATTERN = 6  # layers il with il % 6 < 5 use the sliding window
 ROPE_BASE_SWA = 10000.0
 
 
 def prepare(t: dict[str, Any]) -> dict[str, Any]:
     """Fuse q/k/v and gate/up into one matrix each."""
-    fused = {"wqkv": Linear.stack([t.pop("wq"), t.pop("wk"), t.pop("wv")]),
-             "w_gate_up": Linear.stack([t.pop("w_gate"), t.pop("w_up")])}
+    fused = {"wqkv": fuse_qkv(t)["wqkv"], "w_gate_up": Linear.stack([t.pop("w_gate"), t.pop("w_up")])}
     return {**t, **fused}
 
 

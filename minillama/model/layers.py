@@ -19,10 +19,16 @@ def rmsnorm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
     return x * (F32(1) / np.sqrt(ms + F32(eps))) * weight
 
 
-def rope_angles(positions: np.ndarray, n_rot: int, base: float) -> tuple[np.ndarray, np.ndarray]:
-    """cos and sin of pos * base^(-2i/n_rot) for i < n_rot/2: the rotation of every pair, per position."""
-    # positions [T] -> cos, sin [T, n_rot/2]
+def rope_angles(positions: np.ndarray, n_rot: int, base: float,
+                factors: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """cos and sin of pos * base^(-2i/n_rot) / factors[i] for i < n_rot/2: the rotation of every pair, per position.
+
+    factors: the file's rope_freqs.weight (Llama 3.x's "llama3" rope scaling), which ggml_rope_ext takes as
+    freq_factors and divides each pair's angle by; None: all 1."""
+    # positions [T], factors [n_rot/2] -> cos, sin [T, n_rot/2]
     inv_freq = np.power(np.float64(base), -np.arange(0, n_rot, 2, dtype=np.float64) / n_rot)
+    if factors is not None:
+        inv_freq = inv_freq / factors.astype(np.float64)
     theta = positions.astype(np.float64)[:, None] * inv_freq[None, :]
     return np.cos(theta).astype(F32), np.sin(theta).astype(F32)
 
@@ -107,9 +113,15 @@ class Linear:
         return Linear(np.concatenate([p.w for p in parts]))
 
 
-def glu_ffn(x: np.ndarray, gate_up: Linear, down: Linear, act) -> np.ndarray:
-    """down(act(gate x) * up x): SwiGLU with act=silu, GeGLU with act=gelu; gate and up stacked in one matrix."""
+def glu_ffn(x: np.ndarray, gate_up: Linear, down: Linear, act, b_gate_up: np.ndarray | None = None,
+            b_down: np.ndarray | None = None) -> np.ndarray:
+    """down(act(gate x) * up x): SwiGLU with act=silu, GeGLU with act=gelu; gate and up stacked in one matrix.
+
+    b_gate_up, b_down: biases added after the matmuls when the file has them (llama.cpp's build_ffn)."""
     # x [T, d], gate_up: d -> 2 * n_ff (gate first), down: n_ff -> d; result [T, d]
     gu = gate_up(x)
+    if b_gate_up is not None:
+        gu = gu + b_gate_up
     n_ff = gu.shape[1] // 2
-    return down(act(gu[:, :n_ff]) * gu[:, n_ff:])
+    out = down(act(gu[:, :n_ff]) * gu[:, n_ff:])
+    return out if b_down is None else out + b_down

@@ -5,10 +5,15 @@ pairs: llama.cpp's converter permuted the q/k rows so that this "NORM" rope matc
 x += softmax(q k^T / sqrt(D), causal) v Wo; then x += W_down(silu(W_gate h) * W_up h) with h = RMSNorm(x).
 The token embedding starts the stream; a final RMSNorm and the output matrix (or the embedding, when tied)
 give the logits.
+
+Optional tensors, used when the file has them, as llama.cpp's LLM_ARCH_LLAMA loads them: rope_freqs.weight
+(Llama 3.x: llama3 rope scaling baked into per-pair factors that divide each pair's angle, ggml_rope_ext's
+freq_factors), and biases on the q, k, v and output projections and on the three feed-forward matrices.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -17,12 +22,21 @@ from .cache import KVCache
 from .layers import Linear, attention, glu_ffn, rmsnorm, rope_angles, rope_norm, silu
 from .weights import HParams, TensorSpec
 
-#: Tensors of block {i}: field -> (GGUF name, ggml shape as HParams fields, ne0 first).
-LAYER_TENSORS: dict[str, TensorSpec] = {
-    "attn_norm": ("blk.{i}.attn_norm.weight", ("n_embd",)),
+#: The two layouts of a block's q, k and v that llama.cpp's loader (create_tensor_qkv) takes in every architecture
+#: here: three matrices, each with an optional bias, or one attn_qkv matrix (q rows, then k, then v) with an
+#: optional attn_qkv.bias. The file decides, block by block (Model.from_file swaps one for the other).
+SEPARATE_QKV: dict[str, TensorSpec] = {
     "wq": ("blk.{i}.attn_q.weight", ("n_embd", "q_dim")),
     "wk": ("blk.{i}.attn_k.weight", ("n_embd", "k_dim")),
     "wv": ("blk.{i}.attn_v.weight", ("n_embd", "v_dim")),
+}
+FUSED_QKV: dict[str, TensorSpec] = {"wqkv": ("blk.{i}.attn_qkv.weight", ("n_embd", "qkv_dim"))}
+FUSED_QKV_BIAS: dict[str, TensorSpec] = {"bqkv": ("blk.{i}.attn_qkv.bias", ("qkv_dim",))}
+
+#: Tensors of block {i}: field -> (GGUF name, ggml shape as HParams fields, ne0 first).
+LAYER_TENSORS: dict[str, TensorSpec] = {
+    "attn_norm": ("blk.{i}.attn_norm.weight", ("n_embd",)),
+    **SEPARATE_QKV,
     "wo": ("blk.{i}.attn_output.weight", ("o_dim", "n_embd")),
     "ffn_norm": ("blk.{i}.ffn_norm.weight", ("n_embd",)),
     "w_gate": ("blk.{i}.ffn_gate.weight", ("n_embd", "n_ff")),
@@ -30,12 +44,62 @@ LAYER_TENSORS: dict[str, TensorSpec] = {
     "w_down": ("blk.{i}.ffn_down.weight", ("n_ff", "n_embd")),
 }
 
+#: Tensors of block {i} loaded only when the file has them (llama.cpp: TENSOR_NOT_REQUIRED). rope_freqs.weight
+#: has no block number: one tensor serves every layer, as llama.cpp duplicates it into each.
+ROPE_FREQS: TensorSpec = ("rope_freqs.weight", ("n_rot_pairs",))
+QKV_BIASES: dict[str, TensorSpec] = {
+    "bq": ("blk.{i}.attn_q.bias", ("q_dim",)),
+    "bk": ("blk.{i}.attn_k.bias", ("k_dim",)),
+    "bv": ("blk.{i}.attn_v.bias", ("v_dim",)),
+}
+OPTIONAL_TENSORS: dict[str, TensorSpec] = {
+    "rope_freqs": ROPE_FREQS,
+    **QKV_BIASES,
+    "bo": ("blk.{i}.attn_output.bias", ("n_embd",)),
+    "b_gate": ("blk.{i}.ffn_gate.bias", ("n_ff",)),
+    "b_up": ("blk.{i}.ffn_up.bias", ("n_ff",)),
+    "b_down": ("blk.{i}.ffn_down.bias", ("n_embd",)),
+}
+
+#: True: output.bias, when the file has it, is added to the logits (llama.cpp's llama loads none).
+OUTPUT_BIAS = False
+
+#: Tensors whose presence means a feature this module does not implement: name -> what it is (UnsupportedError).
+UNSUPPORTED_TENSORS: dict[str, str] = {}
+
+#: True: rope must turn the whole head (rope.dimension_count = head_dim), as llama.cpp requires for llama
+#: ("invalid n_rot").
+ROPE_WHOLE_HEAD = True
+
+
+def fused_bias(t: dict[str, Any], names: list[str], matrices: list[str]) -> np.ndarray | None:
+    """The biases `names` side by side, to add to the fused matmul of `matrices`: zeros for one the file lacks,
+    None when it has none of them."""
+    if all(t.get(n) is None for n in names):
+        return None
+    parts = [t[n] if t.get(n) is not None else np.zeros(t[m].n_out, dtype=np.float32)
+             for n, m in zip(names, matrices, strict=True)]
+    return np.concatenate(parts)
+
+
+def fuse_qkv(t: dict[str, Any]) -> dict[str, Any]:
+    """t's q, k and v as one matrix "wqkv" and one bias "bqkv" (None without biases), from either layout; the
+    separate fields are taken out of t."""
+    if "wqkv" in t:
+        return {"wqkv": t.pop("wqkv"), "bqkv": t.pop("bqkv", None)}
+    bqkv = fused_bias(t, ["bq", "bk", "bv"], ["wq", "wk", "wv"])
+    for field in ("bq", "bk", "bv"):
+        t.pop(field, None)
+    return {"wqkv": Linear.stack([t.pop("wq"), t.pop("wk"), t.pop("wv")]), "bqkv": bqkv}
+
 
 def prepare(t: dict[str, Any]) -> dict[str, Any]:
-    """Fuse q/k/v and gate/up into one matrix each: one matmul instead of three (two) per block."""
-    return {"attn_norm": t["attn_norm"], "wqkv": Linear.stack([t["wq"], t["wk"], t["wv"]]), "wo": t["wo"],
+    """Fuse q/k/v and gate/up into one matrix each (one matmul instead of three (two) per block), their biases
+    likewise; optional tensors the file lacks are None."""
+    return {"attn_norm": t["attn_norm"], **fuse_qkv(t), "wo": t["wo"],
             "ffn_norm": t["ffn_norm"], "w_gate_up": Linear.stack([t["w_gate"], t["w_up"]]),
-            "w_down": t["w_down"]}
+            "w_down": t["w_down"], "bo": t.get("bo"), "b_gate_up": fused_bias(t, ["b_gate", "b_up"], ["w_gate", "w_up"]),
+            "b_down": t.get("b_down"), "rope_freqs": t.get("rope_freqs")}
 
 
 def embed_scale(hp: HParams) -> float | None:
@@ -52,17 +116,39 @@ def split_heads(qkv: np.ndarray, hp: HParams) -> tuple[np.ndarray, np.ndarray, n
     return q, k, v
 
 
-def blocks(x: np.ndarray, layers: list[dict[str, Any]], hp: HParams, start: int, cache: KVCache) -> np.ndarray:
-    """Run every block over x [T, d], the tokens at positions start..start+T-1, extending the cache."""
+def project(w: dict[str, Any], h: np.ndarray, hp: HParams) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """q, k, v of the normed stream h [T, d]: one fused matmul (plus the q/k/v biases, when any), split into heads."""
+    qkv = w["wqkv"](h)
+    if w.get("bqkv") is not None:
+        qkv = qkv + w["bqkv"]
+    return split_heads(qkv, hp)
+
+
+Rope = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+Project = Callable[[dict[str, Any], np.ndarray, HParams], tuple[np.ndarray, np.ndarray, np.ndarray]]
+
+
+def blocks(x: np.ndarray, layers: list[dict[str, Any]], hp: HParams, start: int, cache: KVCache,
+           rope: Rope = rope_norm, qkv: Project = project) -> np.ndarray:
+    """Run every block over x [T, d], the tokens at positions start..start+T-1, extending the cache.
+
+    rope and qkv are what the llama-like architectures (qwen2, qwen3, phi3) change: the rope pairing and how
+    q, k, v come from the normed stream (biases, per-head norms)."""
     t = x.shape[0]
     q_pos = np.arange(start, start + t)
     k_pos = np.arange(start + t)
-    cos, sin = rope_angles(q_pos, hp.n_rot, hp.rope_base)
+    angles: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # id of the layer's rope factors -> (cos, sin)
     scale = 1.0 / np.sqrt(hp.head_dim)
     for il, w in enumerate(layers):
-        q, k, v = split_heads(w["wqkv"](rmsnorm(x, w["attn_norm"], hp.eps)), hp)
-        q, k = rope_norm(q, cos, sin), rope_norm(k, cos, sin)
+        factors = w.get("rope_freqs")
+        if id(factors) not in angles:  # once: every layer shares the file's one rope_freqs (or None)
+            angles[id(factors)] = rope_angles(q_pos, hp.n_rot, hp.rope_base, factors)
+        cos, sin = angles[id(factors)]
+        q, k, v = qkv(w, rmsnorm(x, w["attn_norm"], hp.eps), hp)
+        q, k = rope(q, cos, sin), rope(k, cos, sin)
         keys, values = cache.store(il, start, k, v)
-        x = x + w["wo"](attention(q, keys, values, q_pos, k_pos, scale))
-        x = x + glu_ffn(rmsnorm(x, w["ffn_norm"], hp.eps), w["w_gate_up"], w["w_down"], silu)
+        out = w["wo"](attention(q, keys, values, q_pos, k_pos, scale))
+        x = x + (out if w.get("bo") is None else out + w["bo"])
+        x = x + glu_ffn(rmsnorm(x, w["ffn_norm"], hp.eps), w["w_gate_up"], w["w_down"], silu, w.get("b_gate_up"),
+                        w.get("b_down"))
     return x

@@ -63,6 +63,21 @@ class HParams:
     def o_dim(self) -> int:
         return self.n_head * self.head_dim_v
 
+    @property
+    def n_rot_pairs(self) -> int:
+        """Pairs of dims rope turns in each head (the length of rope_freqs.weight)."""
+        return self.n_rot // 2
+
+    @property
+    def qkv_dim(self) -> int:
+        """Outputs of a fused q/k/v matrix (phi3's attn_qkv)."""
+        return self.q_dim + self.k_dim + self.v_dim
+
+    @property
+    def gate_up_dim(self) -> int:
+        """Outputs of a fused gate/up matrix (phi3's ffn_up: gate first, then up)."""
+        return 2 * self.n_ff
+
 
 _Default = Callable[[dict[str, Any]], Any] | None
 

@@ -23,6 +23,9 @@ from pathlib import Path
 import numpy as np
 
 PARAMS_BYTES = 512  # at least sizeof(llama_context_params); the library reads only its own size
+#: Where the cb_eval/type_k/type_v pattern is looked for: within the struct's real size. The bytes past it (up to
+#: PARAMS_BYTES) are whatever the return buffer held and may repeat the pattern by chance.
+SEARCH_BYTES = 128
 N_THREADS_AT = 28  # n_ctx, n_batch, n_ubatch, n_seq_max, n_rs_seq, n_outputs_max, n_outputs_max_per_seq, n_threads
 GGML_TYPE_F16 = 1
 
@@ -68,8 +71,8 @@ class LlamaCpp:
         if n_seq_max != 1 or threads0[0] != threads0[1] or not 0 < threads0[0] <= 512 or n_ctx0 == 0:
             raise RuntimeError("llama_context_params does not have the expected layout in this llama.cpp")
         tail = bytes(16) + struct.pack("<ii", GGML_TYPE_F16, GGML_TYPE_F16)  # cb_eval, its user data, type_k, type_v
-        at = raw.find(tail)
-        if at < 0 or at % 8 or raw.find(tail, at + 1) >= 0:
+        at = raw.find(tail, 0, SEARCH_BYTES)
+        if at < 0 or at % 8 or raw.find(tail, at + 1, SEARCH_BYTES) >= 0:
             raise RuntimeError("llama_context_params does not have the expected layout in this llama.cpp")
         struct.pack_into("<I", raw, 0, n_ctx)
         struct.pack_into("<ii", raw, N_THREADS_AT, threads, threads)
@@ -96,6 +99,21 @@ class LlamaCpp:
             rows = [self._decode(ctx, prompt_ids[split or 0:])]
             rows += [self._decode(ctx, [g]) for g in gen[:-1]]
             return np.stack(rows)
+        finally:
+            self.lib.llama_free(ctx)
+
+    def greedy(self, prompt_ids: list[int], n: int) -> list[np.ndarray]:
+        """llama.cpp's greedy continuation of prompt_ids (the prompt in one batch, then one token per step):
+        the logits [n_vocab] before each of the n tokens, whose argmaxes are the tokens. Unlike the server it
+        reports every step, also tokens that end inside a UTF-8 character."""
+        ctx = self.lib.llama_init_from_model(self.model, self.params[0])
+        if ctx == self.ffi.NULL:
+            raise RuntimeError(f"llama.cpp could not make a context for {self.path}")
+        try:
+            rows = [self._decode(ctx, list(prompt_ids))]
+            while len(rows) < n:
+                rows.append(self._decode(ctx, [int(rows[-1].argmax())]))
+            return rows
         finally:
             self.lib.llama_free(ctx)
 

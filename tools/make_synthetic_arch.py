@@ -1,0 +1,309 @@
+"""Tiny qwen2 / qwen3 / phi3 / llama GGUFs with random weights: models of architectures whose real weights cannot
+be downloaded here, small enough (under 1 MB) for a test to make and for llama.cpp to run in a second.
+
+    python tools/make_synthetic_arch.py NAME OUT.gguf [--seed N]        (NAME: a key of ARCHS)
+    python tools/make_synthetic_arch.py --expected tests/data/archs_llamacpp_greedy.json
+
+The vocab is minillama's demo vocab (minillama/data/default-vocab.gguf, 1,000 byte-level BPE tokens; llama.cpp
+loads it). The weights are Gaussian, scaled so activations stay in range; norm weights are drawn around 1 and
+the biases around 0, so a forward pass that skips one of them disagrees with llama.cpp. Matrices are quantized
+(Q8_0, Q4_0, Q4_1, Q5_1: the types llama.cpp's own ggml_quantize_chunk writes, called through cffi when the
+xllamacpp wheel is installed, as ../shared/tools/make_synthetic_model.py does; otherwise gguf-py's numpy
+quantizers, which write the same bytes for these types). The same arch and seed give the same file, byte for
+byte: tests/test_model_archs.py checks its sha256 before comparing with llama.cpp's stored outputs
+(tests/data/archs_llamacpp_greedy.json, made by --expected from these files). Beside one plain model per
+architecture: "llama" is Llama-3.2-shaped (rope base 500000, rope_freqs.weight as the converter computes llama3
+rope scaling, long prompts), and the "-biases" models carry the optional biases llama.cpp loads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import hashlib
+import json
+import math
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import gguf
+import numpy as np
+
+T = gguf.GGMLQuantizationType
+ROOT = Path(__file__).resolve().parents[1]
+VOCAB = ROOT / "minillama" / "data" / "default-vocab.gguf"
+SHARED = Path(os.environ.get("MINILLAMA_SHARED", ROOT.parent / "shared"))
+N_PREDICT = 32
+#: Models with "long_prompts" are also run on prompts of LONG_TOKENS tokens taken at these character offsets of
+#: minillama/data/default-corpus.txt: llama3 rope factors slow down only the pairs whose wavelength exceeds 2048
+#: positions, so they change little before a few hundred positions.
+LONG_AT = (0, 12000, 24000)
+LONG_TOKENS = 1200
+
+#: Llama 3.2's rope_scaling in its config.json (rope_type "llama3"): llama.cpp's converter turns it into the
+#: rope_freqs.weight tensor (llama3_rope_factors), which llama.cpp divides each pair's rotation angle by.
+LLAMA32_ROPE = {"factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 8192}
+
+#: The bias tensors llama.cpp loads, when a file has them, for LLM_ARCH_LLAMA (all optional there): the
+#: llama-biases model has every one, each drawn around 0.
+LLAMA_BIASES = ("attn_q.bias", "attn_k.bias", "attn_v.bias", "attn_output.bias", "ffn_gate.bias", "ffn_up.bias",
+                "ffn_down.bias")
+
+#: The shapes and settings of each architecture's model (all small; rows are whole Q8_0/Q4_x blocks of 32).
+#: key_length: written only when set (qwen3's heads are wider than n_embd / n_head, as Qwen3's own are).
+#: tied: no output.weight, the embedding is the output matrix (all False: a tied output on random weights predicts
+#: one of a handful of tokens, whatever the input). n_rot: rope.dimension_count, written only when set (phi3
+#: rotates part of each head, as Phi-4-mini does; qwen2/qwen3 must rotate all of it). sliding_window: phi3 writes one, as Phi-3's files
+#: do, and llama.cpp ignores it for phi3 (SWA disabled), so it is shorter than the test sequences on purpose.
+ARCHS: dict[str, dict[str, Any]] = {
+    "qwen2": {"n_embd": 128, "n_layer": 2, "n_head": 4, "n_head_kv": 2, "n_ff": 320, "n_ctx": 4096,
+              "rope_base": 1000000.0, "eps": 1e-6, "tied": False},
+    "qwen3": {"n_embd": 128, "n_layer": 2, "n_head": 4, "n_head_kv": 2, "key_length": 64, "n_ff": 320,
+              "n_ctx": 4096, "rope_base": 1000000.0, "eps": 1e-6, "tied": False},
+    "phi3": {"n_embd": 128, "n_layer": 2, "n_head": 4, "n_head_kv": 2, "n_ff": 320, "n_ctx": 4096,
+             "rope_base": 10000.0, "eps": 1e-5, "tied": False, "sliding_window": 32, "n_rot": 16},
+    "llama": {"n_embd": 128, "n_layer": 2, "n_head": 2, "n_head_kv": 1, "n_ff": 320, "n_ctx": 131072,
+              "rope_base": 500000.0, "eps": 1e-5, "tied": False, "llama3_rope": LLAMA32_ROPE, "qk_gain": 2.0,
+              "long_prompts": True},
+    "qwen2-output-bias": {"arch": "qwen2", "n_embd": 128, "n_layer": 2, "n_head": 4, "n_head_kv": 2, "n_ff": 320,
+                          "n_ctx": 4096, "rope_base": 1000000.0, "eps": 1e-6, "tied": False, "output_bias": True},
+    "qwen3-biases": {"arch": "qwen3", "n_embd": 128, "n_layer": 2, "n_head": 4, "n_head_kv": 2, "key_length": 64,
+                     "n_ff": 320, "n_ctx": 4096, "rope_base": 1000000.0, "eps": 1e-6, "tied": False,
+                     "biases": ("attn_q.bias", "attn_k.bias", "attn_v.bias")},
+    "phi3-biases": {"arch": "phi3", "n_embd": 128, "n_layer": 2, "n_head": 4, "n_head_kv": 2, "n_ff": 320,
+                    "n_ctx": 4096, "rope_base": 10000.0, "eps": 1e-5, "tied": False, "n_rot": 16,
+                    "biases": ("attn_qkv.bias",)},
+    "llama-biases": {"arch": "llama", "n_embd": 128, "n_layer": 2, "n_head": 4, "n_head_kv": 2, "n_ff": 320,
+                     "n_ctx": 4096, "rope_base": 10000.0, "eps": 1e-5, "tied": False, "biases": LLAMA_BIASES},
+}
+
+#: Quantization type of each kind of matrix (the norms and biases are F32, as llama.cpp's converter writes them).
+TYPES: dict[str, T] = {"token_embd": T.Q8_0, "output": T.Q8_0, "attn": T.Q8_0, "ffn_up": T.Q4_0,
+                       "ffn_gate": T.Q4_1, "ffn_down": T.Q5_1}
+
+#: Scale of the output matrix's rows: logits with a spread of a few units, so llama.cpp's top choice is
+#: usually clear of the second (the test compares at margins >= 0.5).
+OUTPUT_SCALE = 3.0
+#: Scale of the embedding rows: small beside what the blocks add, so that a tied output matrix does not simply
+#: predict the last token again (its own row dominating the final state).
+EMBD_SCALE = 0.25
+
+_CDEF = ("size_t ggml_quantize_chunk(int type, const float * src, void * dst, int64_t start, int64_t nrows,"
+         " int64_t n_per_row, const float * imatrix);")
+
+
+@functools.cache
+def _llamacpp_quantizer():
+    """llama.cpp's ggml_quantize_chunk from the xllamacpp wheel, or None when it is not installed."""
+    try:
+        import cffi
+        import xllamacpp
+    except ImportError:
+        return None
+    ffi = cffi.FFI()
+    ffi.cdef(_CDEF)
+    lib = ffi.dlopen(os.path.join(os.path.dirname(xllamacpp.__file__), "xllamacpp.abi3.so"))
+
+    def quantize(w: np.ndarray, qtype: T) -> np.ndarray:
+        rows, n = w.shape
+        bs, ts = gguf.GGML_QUANT_SIZES[qtype]
+        out = np.empty((rows, n // bs * ts), dtype=np.uint8)
+        k = lib.ggml_quantize_chunk(int(qtype), ffi.cast("float *", w.ctypes.data), ffi.cast("void *", out.ctypes.data),
+                                    0, rows, n, ffi.NULL)
+        assert k == out.nbytes, (k, out.nbytes)
+        return out
+
+    return quantize
+
+
+def quantize(w: np.ndarray, qtype: T) -> np.ndarray:
+    """w (rows, n) float32 as the raw blocks of qtype: llama.cpp's quantizer when installed, else gguf-py's."""
+    w = np.ascontiguousarray(w, dtype=np.float32)
+    ref = _llamacpp_quantizer()
+    return ref(w, qtype) if ref is not None else gguf.quants.quantize(w, qtype)
+
+
+def llama3_rope_factors(head_dim: int, base: float, scaling: dict[str, float]) -> np.ndarray:
+    """rope_freqs.weight as llama.cpp's convert_hf_to_gguf.py computes it for rope_type "llama3" (LlamaModel's
+    generate_extra_tensors, in torch float32; the same steps in numpy float32 here): 1 for the pairs whose
+    wavelength is under original/high_freq_factor, `factor` for those over original/low_freq_factor, and a
+    smooth blend between."""
+    f32 = np.float32
+    freqs = f32(1.0) / (f32(base) ** (np.arange(0, head_dim, 2, dtype=f32) / f32(head_dim)))
+    factor, low, high = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
+    old = scaling["original_max_position_embeddings"]
+    low_wavelen, high_wavelen = old / low, old / high
+    out = []
+    for freq in freqs:
+        wavelen = f32(2 * math.pi) / freq
+        if wavelen < high_wavelen:
+            out.append(f32(1))
+        elif wavelen > low_wavelen:
+            out.append(f32(factor))
+        else:
+            smooth = (f32(old) / wavelen - f32(low)) / f32(high - low)
+            out.append(f32(1) / ((f32(1) - smooth) / f32(factor) + smooth))
+    return np.array(out, dtype=f32)
+
+
+def layer_tensors(arch: str, c: dict[str, Any]) -> list[tuple[str, str, tuple[int, ...]]]:
+    """(GGUF name after "blk.{i}.", kind, numpy shape (n_out, n_in) or (n,)) of one block, in file order; each
+    bias in c["biases"] right after its matrix."""
+    d, hd = c["n_embd"], c.get("key_length", c["n_embd"] // c["n_head"])
+    q, kv, ff = c["n_head"] * hd, c["n_head_kv"] * hd, c["n_ff"]
+    attn = {
+        "llama": [("attn_q.weight", "attn", (q, d)), ("attn_k.weight", "attn", (kv, d)),
+                  ("attn_v.weight", "attn", (kv, d))],
+        "qwen2": [("attn_q.weight", "attn", (q, d)), ("attn_q.bias", "bias", (q,)),
+                  ("attn_k.weight", "attn", (kv, d)), ("attn_k.bias", "bias", (kv,)),
+                  ("attn_v.weight", "attn", (kv, d)), ("attn_v.bias", "bias", (kv,))],
+        "qwen3": [("attn_q.weight", "attn", (q, d)), ("attn_q_norm.weight", "norm", (hd,)),
+                  ("attn_k.weight", "attn", (kv, d)), ("attn_k_norm.weight", "norm", (hd,)),
+                  ("attn_v.weight", "attn", (kv, d))],
+        "phi3": [("attn_qkv.weight", "attn", (q + 2 * kv, d))],
+    }[arch]
+    ffn = ([("ffn_up.weight", "ffn_up", (2 * ff, d))] if arch == "phi3" else  # gate and up in one matrix
+           [("ffn_gate.weight", "ffn_gate", (ff, d)), ("ffn_up.weight", "ffn_up", (ff, d))])
+    block = ([("attn_norm.weight", "norm", (d,))] + attn + [("attn_output.weight", "attn", (d, q)),
+             ("ffn_norm.weight", "norm", (d,))] + ffn + [("ffn_down.weight", "ffn_down", (d, ff))])
+    biases = c.get("biases", ())
+    out = []
+    for name, kind, shape in block:
+        out.append((name, kind, shape))
+        if name.replace(".weight", ".bias") in biases:
+            out.append((name.replace(".weight", ".bias"), "bias", shape[:1]))
+    return out
+
+
+def write_model(name: str, out: str | os.PathLike[str], seed: int = 0) -> None:
+    """Write the synthetic model `name` (a key of ARCHS) to out; the same name and seed always give the same bytes."""
+    c = ARCHS[name]
+    arch = c.get("arch", name)
+    rng = np.random.default_rng(seed)
+    w = gguf.GGUFWriter(os.fspath(out), arch)
+    w.add_name("minillama synthetic test model")  # no arch in it: llama.cpp special-cases names with "phi3"
+    src = gguf.GGUFReader(VOCAB)
+    for field in src.fields.values():  # the whole tokenizer, as the vocab file has it
+        if field.name.startswith("tokenizer."):
+            vt = field.types[0]
+            if vt == gguf.GGUFValueType.ARRAY:
+                w.add_array(field.name, field.contents())
+            else:
+                w.add_key_value(field.name, field.contents(), vt)
+    n_vocab = len(src.fields["tokenizer.ggml.tokens"].data)
+    d = c["n_embd"]
+    w.add_context_length(c["n_ctx"])
+    w.add_embedding_length(d)
+    w.add_block_count(c["n_layer"])
+    w.add_feed_forward_length(c["n_ff"])
+    w.add_head_count(c["n_head"])
+    w.add_head_count_kv(c["n_head_kv"])
+    if "key_length" in c:
+        w.add_key_length(c["key_length"])
+        w.add_value_length(c["key_length"])
+    w.add_rope_freq_base(c["rope_base"])
+    if "n_rot" in c:
+        w.add_rope_dimension_count(c["n_rot"])
+    w.add_layer_norm_rms_eps(c["eps"])
+    if "sliding_window" in c:
+        w.add_sliding_window(c["sliding_window"])
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
+
+    def tensor(name: str, kind: str, shape: tuple[int, ...], scale: float | None = None) -> None:
+        if kind == "norm":
+            w.add_tensor(name, (1.0 + 0.2 * rng.standard_normal(shape)).astype(np.float32))
+        elif kind == "bias":
+            w.add_tensor(name, ((scale or 0.1) * rng.standard_normal(shape)).astype(np.float32))
+        else:
+            n_out, n_in = shape
+            x = rng.standard_normal(shape, dtype=np.float32) * np.float32(scale or 1.0 / np.sqrt(n_in))
+            qtype = TYPES[kind]
+            blocks = quantize(x, qtype)
+            w.add_tensor(name, blocks, raw_shape=blocks.shape, raw_dtype=qtype)
+
+    if "llama3_rope" in c:  # first, where the converter writes it (generate_extra_tensors)
+        w.add_tensor("rope_freqs.weight", llama3_rope_factors(d // c["n_head"], c["rope_base"], c["llama3_rope"]))
+    tensor("token_embd.weight", "token_embd", (n_vocab, d), scale=EMBD_SCALE)
+    gain = {"attn_q.weight": c.get("qk_gain", 1.0), "attn_k.weight": c.get("qk_gain", 1.0)}
+    for i in range(c["n_layer"]):
+        for name, kind, shape in layer_tensors(arch, c):
+            tensor(f"blk.{i}.{name}", kind, shape, gain[name] / np.sqrt(shape[1]) if name in gain else None)
+    tensor("output_norm.weight", "norm", (d,))
+    if not c["tied"]:
+        tensor("output.weight", "output", (n_vocab, d), scale=OUTPUT_SCALE / np.sqrt(d))
+    if c.get("output_bias"):  # as large as the logits' spread, or it would rarely change the top choice
+        tensor("output.bias", "bias", (n_vocab,), scale=OUTPUT_SCALE)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def sha256(path: str | os.PathLike[str]) -> str:
+    """The file's sha256, hex."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def _log_softmax(logits: np.ndarray) -> np.ndarray:
+    x = logits.astype(np.float64)
+    x -= x.max()
+    return x - np.log(np.exp(x).sum())
+
+
+def expected(out: str) -> None:
+    """llama.cpp's greedy continuations on every architecture's seed-0 model, written to out as JSON."""
+    sys.path.insert(0, str(ROOT / "tools" / "bench"))
+    sys.path.insert(0, str(SHARED / "tools"))
+    from llamacpp_decode import LlamaCpp
+    from llamacpp_oracle import Oracle
+
+    prompts = [line.rstrip("\n").replace("\\n", "\n")
+               for line in (ROOT / "tools" / "model_prompts.txt").read_text(encoding="utf-8").splitlines() if line]
+    data: dict[str, Any] = {"n_predict": N_PREDICT, "archs": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        for arch in ARCHS:
+            path = os.path.join(tmp, f"{arch}.gguf")
+            write_model(arch, path)
+            vocab, ref = Oracle(path), LlamaCpp(path, SHARED)
+            cases = []
+            todo = [(p, vocab.tokenize(p, add_special=True, parse_special=True)) for p in prompts]
+            if ARCHS[arch].get("long_prompts"):
+                corpus = (ROOT / "minillama" / "data" / "default-corpus.txt").read_text(encoding="utf-8")
+                todo += [(f"default-corpus.txt[{at}:], {LONG_TOKENS} tokens",
+                          vocab.tokenize(corpus[at:at + 8 * LONG_TOKENS], add_special=True,
+                                         parse_special=False)[:LONG_TOKENS]) for at in LONG_AT]
+            for prompt, ids in todo:
+                gen = []
+                for row in ref.greedy(ids, N_PREDICT):
+                    lp = _log_softmax(row)
+                    top = np.argsort(-lp, kind="stable")[:5]
+                    gen.append({"id": int(top[0]), "top": [[int(i), round(float(lp[i]), 5)] for i in top]})
+                cases.append({"prompt": prompt, "prompt_ids": ids, "aligned": True, "gen": gen})
+            ref.close()
+            data["archs"][arch] = {"sha256": sha256(path), "cases": cases}
+    Path(out).write_text(json.dumps(data, ensure_ascii=False, separators=(",", ":")) + "\n", encoding="utf-8")
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("arch", nargs="?", choices=ARCHS)
+    ap.add_argument("out", nargs="?")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--expected", metavar="OUT.json", help="write llama.cpp's outputs on every arch's model")
+    a = ap.parse_args(argv)
+    if a.expected:
+        expected(a.expected)
+        return 0
+    if not (a.arch and a.out):
+        ap.error("expected ARCH and OUT.gguf (or --expected OUT.json)")
+    write_model(a.arch, a.out, a.seed)
+    print(f"{a.out}: {os.path.getsize(a.out) / 1e3:.0f} kB", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
