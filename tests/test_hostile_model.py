@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from limits import run_limited
+from support.limits import run_limited
 
 from minillama.embedding import Embedding
 from minillama.errors import FormatError

@@ -26,7 +26,7 @@ from types import ModuleType
 
 import numpy as np
 import pytest
-from helpers import REPO
+from support import REPO
 
 from minillama.errors import FormatError, UnsupportedError
 from minillama.generate import Sampler
