@@ -22,9 +22,10 @@ from __future__ import annotations
 import operator
 import secrets
 import time
-from collections.abc import Iterator, Sequence
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -34,7 +35,7 @@ from .errors import ArgumentError, ContextLengthError
 if TYPE_CHECKING:
     from .tokenizer import Tokenizer
 
-__all__ = ["LanguageModel", "Sampler", "Generation", "GenerationStats", "generate", "perf_lines", "RANDOM_SEED"]
+__all__ = ["LanguageModel", "Sampler", "TokenLogprob", "StopAt", "Generation", "GenerationStats", "generate", "perf_lines", "RANDOM_SEED"]
 
 
 @runtime_checkable
@@ -50,30 +51,72 @@ class LanguageModel(Protocol):
 RANDOM_SEED = -1
 
 
+@dataclass(frozen=True)
+class TokenLogprob:
+    """The chosen token's log-probability and the top alternatives', from the log-softmax of the model's raw
+    scores (before logit_bias, penalties, constraints and temperature), as llama.cpp's server and OpenAI
+    report them."""
+
+    id: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()  # (id, logprob), most likely first
+
+
 class Sampler:
-    """Turns candidate ids and their scores into one id: greedy, temperature, top-k, top-p; seeded, repeatable.
+    """Turns candidate ids and their scores into one id, as llama.cpp's sampler chain does; seeded, repeatable.
+
+    The chain, in llama.cpp's order (common_sampler's default): logit_bias (added to the scores), the allowed
+    set (token healing, a JSON grammar), penalties (repeat, frequency, presence over the last repeat_last_n
+    accepted ids, prompt included as llama-server does), top_k, top_p, min_p, temperature, then one draw
+    from a seeded numpy PCG64 generator. temperature <= 0 (or top_k == 1) is greedy: the highest score
+    after bias and penalties, the first candidate among equals.
 
     seed None or -1 (llama.cpp's "random seed"): a fresh random seed, kept in .seed so the run can be repeated.
+    n_probs > 0 records, after each draw, the chosen id's log-probability and the n_probs best (last_logprob).
     """
 
     def __init__(self, temperature: float = 0.8, top_k: int = 40, top_p: float = 0.95,
-                 seed: int | None = None) -> None:
+                 seed: int | None = None, *, min_p: float = 0.0, repeat_penalty: float = 1.0,
+                 repeat_last_n: int = 64, presence_penalty: float = 0.0, frequency_penalty: float = 0.0,
+                 logit_bias: Mapping[int, float] | None = None, n_probs: int = 0) -> None:
         if not temperature >= 0:
             raise ArgumentError(f"expected temperature >= 0 (0 is greedy), found {temperature}")
         if top_k < 0:
             raise ArgumentError(f"expected top_k >= 0 (0 keeps all), found {top_k}")
         if not 0 < top_p <= 1:
             raise ArgumentError(f"expected top_p in (0, 1] (1 keeps all), found {top_p}")
+        if not 0 <= min_p <= 1:
+            raise ArgumentError(f"expected min_p in [0, 1] (0 keeps all), found {min_p}")
+        if not repeat_penalty > 0:
+            raise ArgumentError(f"expected repeat_penalty > 0 (1 is off), found {repeat_penalty}")
+        if repeat_last_n < -1:
+            raise ArgumentError(f"expected repeat_last_n >= 0 (or -1 for the whole context), found {repeat_last_n}")
+        for name, value in (("presence_penalty", presence_penalty), ("frequency_penalty", frequency_penalty)):
+            if not np.isfinite(value):
+                raise ArgumentError(f"expected a finite {name}, found {value}")
+        if n_probs < 0:
+            raise ArgumentError(f"expected n_probs >= 0, found {n_probs}")
         if seed is not None and seed < 0 and seed != RANDOM_SEED:
             raise ArgumentError(f"expected a seed of 0 or more (or {RANDOM_SEED} for a random one), found {seed}")
         self.temperature = float(temperature)
         self.top_k = int(top_k)
         self.top_p = float(top_p)
+        self.min_p = float(min_p)
+        self.repeat_penalty = float(repeat_penalty)
+        self.repeat_last_n = int(repeat_last_n)
+        self.presence_penalty = float(presence_penalty)
+        self.frequency_penalty = float(frequency_penalty)
+        self.logit_bias = _check_bias(logit_bias)
+        self.n_probs = int(n_probs)
         #: The seed in use: the one given, or a fresh random one (recorded so a run can be repeated).
         self.seed = int(seed) if seed is not None and seed != RANDOM_SEED else secrets.randbits(63)
         self._rng = np.random.Generator(np.random.PCG64(self.seed))
-        self._allowed: np.ndarray | None = None  # token healing: bool per id, or None for no constraint
+        self._allowed: np.ndarray | None = None  # token healing, grammar: bool per id, or None for no constraint
         self._fallback = 0
+        # ids the penalties look at: the last repeat_last_n accepted (-1: all of them, the whole context)
+        self._recent: deque[int] = deque(maxlen=None if self.repeat_last_n < 0 else self.repeat_last_n)
+        #: After each draw with n_probs > 0: the chosen id's log-probability and the best n_probs (else None).
+        self.last_logprob: TokenLogprob | None = None
 
     def constrain(self, allowed: np.ndarray | None, fallback: int = 0) -> None:
         """Sample only ids i with allowed[i] (None lifts the constraint); when the model offers none of
@@ -81,16 +124,50 @@ class Sampler:
         self._allowed = None if allowed is None else np.asarray(allowed, dtype=bool)
         self._fallback = int(fallback)
 
+    def accept(self, ids: Iterable[int]) -> None:
+        """Record ids as part of the sequence (llama_sampler_accept), for the penalties' window."""
+        if self._recent.maxlen != 0:
+            self._recent.extend(int(i) for i in ids)
+
     @property
     def greedy(self) -> bool:
         """True when sampling always takes the most likely candidate."""
         return self.temperature <= 0 or self.top_k == 1
+
+    @property
+    def penalizes(self) -> bool:
+        """True when any penalty is on (llama.cpp skips the penalties sampler otherwise)."""
+        return self.repeat_last_n != 0 and (self.repeat_penalty != 1.0 or self.frequency_penalty != 0.0
+                                            or self.presence_penalty != 0.0)
 
     def sample_probs(self, probs: ArrayLike, ids: ArrayLike | None = None) -> int:
         """Pick one id given candidate probabilities (zeros are never picked); ids default to 0..n-1."""
         p = np.asarray(probs, dtype=np.float64)
         with np.errstate(divide="ignore"):
             return self.sample_logits(np.log(p), ids)
+
+    def adjust(self, x: np.ndarray, cand: np.ndarray) -> np.ndarray:
+        """The scores after logit_bias and the penalties (llama_sampler_logit_bias, llama_sampler_penalties).
+
+        Penalties, for a candidate seen c > 0 times in the window: its score s becomes s * repeat_penalty when
+        s <= 0, else s / repeat_penalty; then s - c * frequency_penalty - presence_penalty.
+        """
+        if self.logit_bias:
+            x = x.copy()
+            for i, b in self.logit_bias.items():
+                x[cand == i] += b
+        if self.penalizes and self._recent:
+            seen, counts = np.unique(np.fromiter(self._recent, np.int64, len(self._recent)), return_counts=True)
+            pos = np.searchsorted(seen, cand)
+            pos[pos == seen.size] = 0
+            hit = seen[pos] == cand
+            if hit.any():
+                x = x.copy()
+                c = counts[pos[hit]].astype(np.float64)
+                s = x[hit]
+                s = np.where(s <= 0, s * self.repeat_penalty, s / self.repeat_penalty)
+                x[hit] = s - c * self.frequency_penalty - self.presence_penalty
+        return x
 
     def sample_logits(self, logits: ArrayLike, ids: ArrayLike | None = None) -> int:
         """Pick one id given candidate logits (-inf never picked); ids default to 0..n-1."""
@@ -100,6 +177,15 @@ class Sampler:
             raise ArgumentError(f"{x.size} scores for {cand.size} candidate ids")
         if np.isnan(x).any():
             raise ArgumentError("the model's scores contain NaN")
+        raw = x
+        x = self.adjust(x, cand)
+        choice = self._choose(x, cand)
+        if self.n_probs:
+            self.last_logprob = _logprob(raw, cand, choice, self.n_probs)
+        return choice
+
+    def _choose(self, x: np.ndarray, cand: np.ndarray) -> int:
+        """The chain after bias and penalties: the allowed set, top_k, top_p, min_p, temperature, the draw."""
         keep = x > -np.inf
         allowed = self._allowed
         if allowed is not None:
@@ -124,13 +210,43 @@ class Sampler:
             cum = np.cumsum(p / p.sum())
             n = min(int(np.searchsorted(cum, self.top_p)) + 1, xs.size)
             order, xs = order[:n], xs[:n]
+        if self.min_p > 0.0:  # llama_sampler_min_p: keep scores >= the best + log(min_p), at least one
+            n = max(int(np.count_nonzero(xs >= xs[0] + np.log(self.min_p))), 1)
+            order, xs = order[:n], xs[:n]
         w = np.exp((xs - xs[0]) / self.temperature)
         cum = np.cumsum(w)
         i = int(np.searchsorted(cum, self._rng.random() * cum[-1], side="right"))
         return int(cand[order[min(i, order.size - 1)]])
 
     def __repr__(self) -> str:
-        return f"Sampler(temperature={self.temperature}, top_k={self.top_k}, top_p={self.top_p}, seed={self.seed})"
+        return (f"Sampler(temperature={self.temperature}, top_k={self.top_k}, top_p={self.top_p}, "
+                f"min_p={self.min_p}, seed={self.seed})")
+
+
+def _check_bias(bias: Mapping[int, float] | None) -> dict[int, float]:
+    """logit_bias as {id: finite or -inf float} (OpenAI's keys may be strings of ids)."""
+    out: dict[int, float] = {}
+    for k, v in (bias or {}).items():
+        try:
+            i, b = int(k), float(v)
+        except (TypeError, ValueError):
+            raise ArgumentError(f"expected logit_bias entries token id -> number, found {k!r}: {v!r}") from None
+        if i < 0 or np.isnan(b) or b == np.inf:
+            raise ArgumentError(f"expected logit_bias entries id >= 0 -> a number (-inf bans), found {k!r}: {v!r}")
+        out[i] = b
+    return out
+
+
+def _logprob(x: np.ndarray, cand: np.ndarray, choice: int, n: int) -> TokenLogprob:
+    """log_softmax of the raw scores x: the chosen id's value and the n best (id, value), best first."""
+    finite = x > -np.inf
+    m = x[finite].max() if finite.any() else 0.0
+    lse = m + np.log(np.exp(x[finite] - m).sum()) if finite.any() else 0.0
+    lp = x - lse
+    top = np.argsort(-lp, kind="stable")[:n]
+    at = np.flatnonzero(cand == choice)
+    chosen = float(lp[at[0]]) if at.size else -np.inf
+    return TokenLogprob(int(choice), chosen, tuple((int(cand[j]), float(lp[j])) for j in top))
 
 
 @dataclass
@@ -202,7 +318,11 @@ class Generation(Iterator[str]):
     stop_at_eog: bool = True
     # token healing: (the prompt's ids taken off, the text they decode to); nothing to heal by default
     heal: tuple[list[int], str] = field(default_factory=lambda: ([], ""))
+    # constrained output (a JSON grammar): allowed ids before each pick, told each id picked; None: free
+    constraint: Constraint | None = None
     ids: list[int] = field(default_factory=list)  # the generated ids that were decoded (no final eog)
+    # with sampler.n_probs > 0: one TokenLogprob per generated id, the final eog included
+    logprobs: list[TokenLogprob] = field(default_factory=list)
     eog_id: int | None = None  # the end-of-generation id that stopped the run, if one did
     text: str = ""  # the chunks yielded so far, joined
     stats: GenerationStats = field(default_factory=GenerationStats)
@@ -214,6 +334,7 @@ class Generation(Iterator[str]):
                                      f"{n_ctx}: expected at most {n_ctx - 1}, to leave room for a reply")
         self.stats.prompt_tokens = self.stats.prompt_evaluated = len(self.prompt_ids)
         self.stats.seed = self.sampler.seed
+        self.sampler.accept(self.prompt_ids)  # the penalties see the prompt, as llama-server's sampler does
         self._chunks = self._run()
 
     def __next__(self) -> str:
@@ -249,7 +370,15 @@ class Generation(Iterator[str]):
                     break
                 if heal:
                     self.sampler.constrain(_healing_mask(tok, heal), fallback=removed[0])
+                elif self.constraint is not None:
+                    self.sampler.constrain(self.constraint.allowed(), fallback=_first_eog(tok))
+                self.sampler.last_logprob = None
                 token = operator.index(self.model.next_token(context, self.sampler))
+                if self.sampler.last_logprob is not None:
+                    self.logprobs.append(self.sampler.last_logprob)
+                if self.constraint is not None:
+                    self.constraint.accept(token)
+                self.sampler.accept((token,))
                 if heal:
                     self.sampler.constrain(None)
                     piece = tok.token_to_piece(token) if 0 <= token < n_vocab else b""
@@ -288,6 +417,81 @@ class Generation(Iterator[str]):
                 stats.stop_reason = "stopped"
 
 
+class StopAt(Iterator[str]):
+    """A Generation whose text ends before the first stop string it writes: the run stops there (stats.stop_reason
+    is `reason`), the stop string is not shown, and nothing after it is generated.
+
+    Stop strings are matched on the decoded text, so one split over several tokens is found; text that could be
+    the start of one is held back until it is clear. Everything else is the Generation's (ids, stats...).
+    """
+
+    def __init__(self, gen: Generation, markers: Sequence[str], reason: str = "stop_string") -> None:
+        self.gen, self.markers, self.reason = gen, tuple(m for m in markers if m), reason
+        self.text = ""  # the chunks yielded so far, joined (the reply without the stop string)
+        self.reply_ids: int | None = None  # when a stop string ended the run: how many of gen.ids the reply holds
+        self._chunks = self._run()
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "gen":  # not set yet: no delegation loop
+            raise AttributeError(name)
+        return getattr(self.gen, name)
+
+    def __next__(self) -> str:
+        return next(self._chunks)
+
+    def close(self) -> None:
+        """Stop early, as Generation.close."""
+        self._chunks.close()
+        self.gen.close()
+
+    def _run(self) -> Iterator[str]:
+        held = ""  # decoded text not yielded yet: it may begin a stop string
+        ends: list[tuple[int, int]] = []  # (length of text + held after a chunk, ids generated by then)
+        for chunk in self.gen:
+            held += chunk
+            ends.append((len(self.text) + len(held), len(self.gen.ids)))
+            at = min((i for i in (held.find(m) for m in self.markers) if i >= 0), default=-1)
+            if at >= 0:
+                self.reply_ids = max([n for end, n in ends if end <= len(self.text) + at], default=0)
+                self.gen.stats.stop_reason = self.reason
+                self.gen.close()
+                held = held[:at]
+                break
+            keep = _marker_start(held, self.markers)
+            out, held = held[:len(held) - keep], held[len(held) - keep:]
+            if out:
+                self.text += out
+                yield out
+        if held:
+            self.text += held
+            yield held
+
+
+def _marker_start(text: str, markers: Sequence[str]) -> int:
+    """The length of the longest end of text that is the beginning of a marker (0 when none is)."""
+    for k in range(min(len(text), max(map(len, markers), default=1) - 1), 0, -1):
+        if any(m.startswith(text[-k:]) for m in markers):
+            return k
+    return 0
+
+
+class Constraint(Protocol):
+    """What constrains the tokens generate() may pick, e.g. a JSON grammar (minillama.constrain)."""
+
+    def allowed(self) -> np.ndarray:
+        """A bool per vocab id: which ids may come next."""
+        ...
+
+    def accept(self, token: int) -> None:
+        """Advance past the id just picked."""
+        ...
+
+
+def _first_eog(tok: Tokenizer) -> int:
+    """An end-of-generation id (eos, else eot, else 0): what a constraint that allows nothing falls back to."""
+    return next((i for i in (tok.eos_id, tok.eot_id) if i is not None), 0)
+
+
 def context_length(model: object) -> int | float:
     """The most ids the model can take (its `n_ctx`, as minillama.model.Model has), or infinity when it says none."""
     n_ctx = getattr(model, "n_ctx", None)
@@ -302,7 +506,10 @@ def _healing_mask(tok: Tokenizer, heal: bytes) -> np.ndarray:
 
 def generate(model: LanguageModel, tok: Tokenizer, prompt: str | Sequence[int], max_tokens: int, *,
              temperature: float = 0.8, top_k: int = 40, top_p: float = 0.95, seed: int | None = None,
-             stop_at_eog: bool = True, heal: bool = False) -> Generation:
+             stop_at_eog: bool = True, heal: bool = False, min_p: float = 0.0, repeat_penalty: float = 1.0,
+             repeat_last_n: int = 64, presence_penalty: float = 0.0, frequency_penalty: float = 0.0,
+             logit_bias: Mapping[int, float] | None = None, logprobs: int = 0,
+             constraint: Constraint | None = None) -> Generation:
     """Stream the text model writes after prompt, up to max_tokens ids or an end-of-generation id.
 
     A str prompt is encoded with add_special=True (bos as the vocab says) and parse_special=True (chat
@@ -315,7 +522,15 @@ def generate(model: LanguageModel, tok: Tokenizer, prompt: str | Sequence[int], 
     LanguageModel works; when the model offers no fitting candidate, the prompt's own token is used.
     Then generation.ids starts with the healed tokens, and the chunks (and generation.text) hold only
     the text after the prompt.
+
+    min_p, repeat_penalty (over the last repeat_last_n ids, prompt included; -1 all), presence_penalty,
+    frequency_penalty and logit_bias ({id: added score}) are llama.cpp's samplers (see Sampler for the order).
+    logprobs=N > 0 records each generated id's log-probability and the N best (generation.logprobs).
+    constraint (e.g. minillama.constrain.JsonConstraint) limits each pick to the ids it allows.
+    Stop strings: wrap the result in StopAt(generation, ["\n\n"]).
     """
+    if heal and constraint is not None:
+        raise ArgumentError("expected either heal=True or a constraint, found both")
     removed: list[int] = []
     if isinstance(prompt, str):
         if heal:
@@ -324,8 +539,11 @@ def generate(model: LanguageModel, tok: Tokenizer, prompt: str | Sequence[int], 
             prompt_ids = tok.encode(prompt, add_special=True, parse_special=True)
     else:
         prompt_ids = [operator.index(i) for i in prompt]
-    sampler = Sampler(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+    sampler = Sampler(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, min_p=min_p,
+                      repeat_penalty=repeat_penalty, repeat_last_n=repeat_last_n, presence_penalty=presence_penalty,
+                      frequency_penalty=frequency_penalty, logit_bias=logit_bias, n_probs=logprobs)
     # the text the run's stream decoder gives for the healed tokens, which the prompt already holds
     dec = tok.stream_decoder(skip_special_tokens=True)
     seen = "".join(dec.push(i) for i in removed) + dec.flush()
-    return Generation(model, tok, prompt_ids, int(max_tokens), sampler, stop_at_eog, heal=(removed, seen))
+    return Generation(model, tok, prompt_ids, int(max_tokens), sampler, stop_at_eog, heal=(removed, seen),
+                      constraint=constraint)

@@ -34,7 +34,7 @@ from .layers import Linear, rmsnorm
 from .threads import AutoThreads, limited, usable_cores
 from .weights import HParams, TensorSpec, Weights
 
-__all__ = ["Model", "ARCHITECTURES"]
+__all__ = ["Model", "Session", "ARCHITECTURES"]
 
 #: general.architecture -> the module that implements it (LAYER_TENSORS, prepare, embed_scale, blocks).
 ARCHITECTURES: dict[str, ModuleType] = {"llama": llama, "gemma3": gemma3}
@@ -77,9 +77,7 @@ class Model:
         self._embedding, self._layers = embedding, layers
         self._output_norm, self._output = output_norm, output
         self._scale = arch.embed_scale(hp)
-        self._cache = self._new_cache()
-        #: Positions the last next_token ran through the model (the rest came from the cache).
-        self.evaluated = 0
+        self._default = Session(self)  # what next_token uses: one sequence, as before sessions existed
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str], *, progress: Progress | None = None,
@@ -148,9 +146,106 @@ class Model:
         ids = self._check(ids)
         return self._forward(ids, 0, self._new_cache(), last_only=False)
 
+    def hidden(self, ids: Sequence[int]) -> np.ndarray:
+        """The final hidden state (after the output norm, before the output matrix) of every position of ids,
+        [len(ids), n_embd] float32 (a fresh causal pass): what llama.cpp pools into embeddings (t_embd)."""
+        ids = self._check(ids)
+        return self._forward(ids, 0, self._new_cache(), last_only=False, hidden=True)
+
     def next_token(self, ids: Sequence[int], sampler: Sampler) -> int:
         """The sampler's choice of the token after ids; reuses the cache for the prefix ids share with the last call."""
-        ids = self._check(ids)
+        return self._default.next_token(ids, sampler)
+
+    @property
+    def evaluated(self) -> int:
+        """Positions the last next_token ran through the model (the rest came from the cache)."""
+        return self._default.evaluated
+
+    def session(self, n_ctx: int | None = None) -> Session:
+        """A sequence of its own (its own KV cache) on this model: threads may each drive one at once."""
+        return Session(self, n_ctx)
+
+    def reset(self) -> None:
+        """Forget the cached sequence (and free the cache's memory)."""
+        self._default.reset()
+
+    def _new_cache(self) -> KVCache:
+        hp = self.hparams
+        return KVCache(hp.n_layer, hp.n_head_kv, hp.head_dim, hp.head_dim_v)
+
+    def _check(self, ids: Sequence[int], n_ctx: int | None = None) -> list[int]:
+        """ids as a list of ints within the vocab and the context (n_ctx, at most the model's)."""
+        out = [int(i) for i in ids]
+        n_ctx = self.n_ctx if n_ctx is None else n_ctx
+        if not out:
+            raise ArgumentError("expected at least one token id (a prompt), got none")
+        if len(out) > n_ctx:
+            raise ContextLengthError(f"{len(out)} tokens do not fit the model's context of {n_ctx} tokens "
+                                     f"({self.path})")
+        bad = next((i for i in out if not 0 <= i < self.n_vocab), None)
+        if bad is not None:
+            raise ArgumentError(f"token id {bad} is out of range for this model (expected 0..{self.n_vocab - 1})")
+        return out
+
+    def _forward(self, ids: list[int], start: int, cache: KVCache, last_only: bool, hidden: bool = False,
+                 auto: AutoThreads | None = None) -> np.ndarray:
+        """Run ids (at positions start..) through the model, extending cache; logits of every (or the last) one.
+
+        Long inputs go in chunks of CHUNK tokens, each attending to the cache, so attention scores stay
+        [H, CHUNK, n] instead of [H, n, n].
+        """
+        def run() -> np.ndarray:
+            return self._chunks(ids, start, cache, last_only, hidden)
+
+        auto = self._auto if auto is None else auto
+        if auto is not None:
+            return auto.run(len(ids), run)
+        return limited(self.threads, run)  # type: ignore[arg-type]
+
+    def _chunks(self, ids: list[int], start: int, cache: KVCache, last_only: bool, hidden: bool) -> np.ndarray:
+        cache.reserve(start + len(ids))
+        out = [self._run(ids[i:i + CHUNK], start + i, cache, last_only, hidden) for i in range(0, len(ids), CHUNK)]
+        return out[-1] if last_only else np.concatenate(out)
+
+    def _run(self, ids: list[int], start: int, cache: KVCache, last_only: bool, hidden: bool) -> np.ndarray:
+        """One chunk of the forward pass: embedding, blocks, final norm, output matrix (not when hidden)."""
+        x = self._embedding.lookup(np.asarray(ids, dtype=np.intp))
+        if self._scale is not None:
+            x *= np.float32(self._scale)
+        x = self._arch.blocks(x, self._layers, self.hparams, start, cache)
+        cache.ids[start:] = ids
+        if last_only:
+            x = x[-1:]
+        x = rmsnorm(x, self._output_norm, self.hparams.eps)
+        return x if hidden else self._output(x)
+
+
+class Session:
+    """One sequence on a Model: its own KV cache, so threads can each drive a session of one loaded model at once.
+
+    The model's weights are only read; everything a step writes is the session's (its cache, its thread timings).
+    n_ctx caps the context below the model's (None: the model's).
+    """
+
+    def __init__(self, model: Model, n_ctx: int | None = None) -> None:
+        if n_ctx is not None and not 0 < n_ctx:
+            raise ArgumentError(f"expected n_ctx of at least 1, found {n_ctx}")
+        self.model = model
+        #: Most tokens this session's sequence may hold.
+        self.n_ctx = model.n_ctx if n_ctx is None else min(int(n_ctx), model.n_ctx)
+        self._auto = AutoThreads(DEFAULT_THREADS) if model.threads == AUTO else None
+        self._cache = model._new_cache()
+        #: Positions the last next_token ran through the model (the rest came from the cache).
+        self.evaluated = 0
+
+    @property
+    def n_vocab(self) -> int:
+        """Number of tokens the model scores."""
+        return self.model.n_vocab
+
+    def logits_next(self, ids: Sequence[int]) -> np.ndarray:
+        """Scores [n_vocab] of the token after ids; reuses the cache for the prefix ids share with the last call."""
+        ids = self.model._check(ids, self.n_ctx)
         cache = self._cache
         same = 0
         for a, b in zip(cache.ids, ids, strict=False):
@@ -160,58 +255,15 @@ class Model:
         same = min(same, len(ids) - 1)  # always run at least the last token, for its logits
         cache.truncate(same)
         self.evaluated = len(ids) - same
-        logits = self._forward(ids[same:], same, cache, last_only=True)
-        return sampler.sample_logits(logits[-1])
+        return self.model._forward(ids[same:], same, cache, last_only=True, auto=self._auto)[-1]
+
+    def next_token(self, ids: Sequence[int], sampler: Sampler) -> int:
+        """The sampler's choice of the token after ids (the LanguageModel protocol)."""
+        return sampler.sample_logits(self.logits_next(ids))
 
     def reset(self) -> None:
         """Forget the cached sequence (and free the cache's memory)."""
-        self._cache = self._new_cache()
-
-    def _new_cache(self) -> KVCache:
-        hp = self.hparams
-        return KVCache(hp.n_layer, hp.n_head_kv, hp.head_dim, hp.head_dim_v)
-
-    def _check(self, ids: Sequence[int]) -> list[int]:
-        """ids as a list of ints within the vocab and the context."""
-        out = [int(i) for i in ids]
-        if not out:
-            raise ArgumentError("expected at least one token id (a prompt), got none")
-        if len(out) > self.n_ctx:
-            raise ContextLengthError(f"{len(out)} tokens do not fit the model's context of {self.n_ctx} tokens "
-                                     f"({self.path})")
-        bad = next((i for i in out if not 0 <= i < self.n_vocab), None)
-        if bad is not None:
-            raise ArgumentError(f"token id {bad} is out of range for this model (expected 0..{self.n_vocab - 1})")
-        return out
-
-    def _forward(self, ids: list[int], start: int, cache: KVCache, last_only: bool) -> np.ndarray:
-        """Run ids (at positions start..) through the model, extending cache; logits of every (or the last) one.
-
-        Long inputs go in chunks of CHUNK tokens, each attending to the cache, so attention scores stay
-        [H, CHUNK, n] instead of [H, n, n].
-        """
-        def run() -> np.ndarray:
-            return self._chunks(ids, start, cache, last_only)
-
-        if self._auto is not None:
-            return self._auto.run(len(ids), run)
-        return limited(self.threads, run)  # type: ignore[arg-type]
-
-    def _chunks(self, ids: list[int], start: int, cache: KVCache, last_only: bool) -> np.ndarray:
-        cache.reserve(start + len(ids))
-        out = [self._run(ids[i:i + CHUNK], start + i, cache, last_only) for i in range(0, len(ids), CHUNK)]
-        return out[-1] if last_only else np.concatenate(out)
-
-    def _run(self, ids: list[int], start: int, cache: KVCache, last_only: bool) -> np.ndarray:
-        """One chunk of the forward pass: embedding, blocks, final norm, output matrix."""
-        x = self._embedding.lookup(np.asarray(ids, dtype=np.intp))
-        if self._scale is not None:
-            x *= np.float32(self._scale)
-        x = self._arch.blocks(x, self._layers, self.hparams, start, cache)
-        cache.ids[start:] = ids
-        if last_only:
-            x = x[-1:]
-        return self._output(rmsnorm(x, self._output_norm, self.hparams.eps))
+        self._cache = self.model._new_cache()
 
 
 def _check_threads(threads: Threads) -> Threads:
