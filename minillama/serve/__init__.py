@@ -78,7 +78,7 @@ def serve(model: str, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, par
 
     sock = listen(host, port)  # first: a port in use fails before the model loads
     try:
-        llm = Llama(model, threads=threads)
+        llm = Llama(model, threads=threads, model_name=os.path.basename(model))
         tokenizers = {model: llm.tokenizer}
         for path in vocabs:
             tokenizers[path] = Tokenizer.from_file(path)
@@ -88,7 +88,11 @@ def serve(model: str, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, par
         log(f"minillama serve: listening on http://{_url_host(bound[0])}:{bound[1]} ({model}, {parallel} slot"
             f"{'s' if parallel > 1 else ''}{', API key required' if api_key else ''}); Ctrl-C stops")
         config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=5)
-        uvicorn.Server(config).run(sockets=[sock])
+        try:
+            uvicorn.Server(config).run(sockets=[sock])
+        except KeyboardInterrupt:  # Ctrl-C (SIGINT), the way to stop a server: uvicorn has shut down cleanly
+            pass
+        log("minillama serve: stopped")
     finally:
         sock.close()
 

@@ -10,6 +10,7 @@ against the endpoint's table (minillama/serve/params.py), hands them to the Llam
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import json
 import logging
@@ -48,7 +49,8 @@ def create_app(llm: Any, *, parallel: int = 1, api_key: str | None = None,
                max_body: int = MAX_BODY) -> Starlette:
     """The server's ASGI app for one loaded model.
 
-    llm: a minillama.api.Llama; each of the `parallel` slots gets its own session (llm.session()).
+    llm: a minillama.api.Llama; each of the `parallel` slots gets its own session (llm.session(), a KV cache of
+    its own), which every request run in that slot uses (session=).
     vocabs: name -> Tokenizer, the tokenizers /tokenize and the playground offer (the model's own first).
     """
     pool = SlotPool(llm.session, parallel)
@@ -77,9 +79,9 @@ def create_app(llm: Any, *, parallel: int = 1, api_key: str | None = None,
         kwargs = await read_body(request, fields)
         stream = bool(kwargs.pop("stream", False))
         if not stream:
-            result = await pool.call(task, lambda s: getattr(s, method)(**kwargs))
+            result = await pool.call(task, lambda s: getattr(llm, method)(session=s, **kwargs))
             return JSONResponse(result)
-        chunks = pool.stream(task, lambda s: getattr(s, method)(**kwargs, stream=True))
+        chunks = pool.stream(task, lambda s: getattr(llm, method)(session=s, stream=True, **kwargs))
         try:  # the first chunk before the 200: a prompt too long for the context is still a 400
             first = await chunks.__anext__()
         except StopAsyncIteration:
@@ -97,7 +99,7 @@ def create_app(llm: Any, *, parallel: int = 1, api_key: str | None = None,
 
     async def embeddings(request: Request) -> Response:
         kwargs = await read_body(request, params.EMBEDDING)
-        return JSONResponse(await pool.call("embedding", lambda s: s.create_embedding(**kwargs)))
+        return JSONResponse(await pool.call("embedding", lambda s: llm.create_embedding(**kwargs)))
 
     # -- tokenizers ----------------------------------------------------------------------------------------------
 
@@ -130,7 +132,9 @@ def create_app(llm: Any, *, parallel: int = 1, api_key: str | None = None,
         if bad is not None:
             raise ApiError(400, f"expected token ids from 0 to {tok.n_vocab - 1}, found {bad}", param="tokens",
                            code="invalid_token")
-        data = await run_in_threadpool(tok.decode_bytes, kw["tokens"])
+        # control tokens shown as their text, as llama.cpp's /detokenize does
+        data = await run_in_threadpool(lambda: tok.decode_bytes(kw["tokens"], remove_special=False,
+                                                                unparse_special=True))
         return JSONResponse({"content": data.decode("utf-8", "replace")})
 
     # -- state ---------------------------------------------------------------------------------------------------
@@ -158,9 +162,22 @@ def create_app(llm: Any, *, parallel: int = 1, api_key: str | None = None,
     app = Starlette(routes=[Route(path, _guarded(fn, None if path in PUBLIC else api_key), methods=[method])
                             for path, fn, method in routes],
                     exception_handlers={HTTPException: _http_error, Exception: _server_error},
-                    on_shutdown=[pool.close])
+                    lifespan=_closing(pool))
     app.state.pool = pool
     return app
+
+
+def _closing(pool: SlotPool) -> Callable[[Starlette], Any]:
+    """The app's lifespan: at shutdown, cancel what the slots run and stop their threads."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            pool.close()
+
+    return lifespan
 
 
 def _guarded(handler: Handler, api_key: str | None) -> Handler:

@@ -94,9 +94,9 @@ _CONTROLS = {name: _f(t) for name, t in {
     "presence_penalty": "number", "frequency_penalty": "number", "logit_bias": "object of token id -> number",
     "response_format": "object", "stream": "boolean"}.items()}
 # OpenAI fields accepted and not passed on: the model name (one model is served), the end user's id, n and
-# best_of when 1 (one choice per request), stream_options (usage is always in the last chunk).
+# best_of when 1 (one choice per request).
 _OPENAI = {"model": _f("string", None), "user": _f("string", None), "n": _f("1", None),
-           "stream_options": _f("object", None)}
+           "stream_options": _f("object")}
 
 COMPLETION: dict[str, Field] = {"prompt": _f("string, array of strings or array of token ids", required=True),
                                 **_CONTROLS, **_OPENAI, "best_of": _f("1", None), "logprobs": _f("integer"),
