@@ -64,10 +64,8 @@ def write_tiny_chat_model(path: Path) -> Path:
         scale = 1.0 if name.endswith("norm.weight") else 0.5
         arr = np.ones(shape, np.float32) if scale == 1.0 else (rng.standard_normal(shape) * scale).astype(np.float32)
         w.add_tensor(name, arr)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    for step in (w.write_header_to_file, w.write_kv_data_to_file, w.write_tensors_to_file, w.close):
+        step()
     return path
 
 
