@@ -48,6 +48,15 @@ POOL = {"mean": lambda h: h.mean(axis=0), "cls": lambda h: h[0], "last": lambda 
 MAX_LOGPROBS, MAX_TOP_LOGPROBS = 5, 20
 
 
+def token_text(piece: bytes) -> str:
+    """A token's text in logprobs: its UTF-8, or for a piece that is not whole UTF-8 (part of a character)
+    "bytes:\\xNN..." as OpenAI writes such tokens, so different byte tokens never share a name."""
+    try:
+        return piece.decode("utf-8")
+    except UnicodeDecodeError:
+        return "bytes:" + "".join(f"\\x{b:02x}" for b in piece)
+
+
 @dataclass
 class _Run:
     """One request's generation: the Generation, its stop strings wrapper, and what to report."""
@@ -65,6 +74,16 @@ class _Run:
     @property
     def finish_reason(self) -> str | None:
         return FINISH_REASONS.get(self.gen.stats.stop_reason)
+
+    def text_offsets(self, n: int) -> list[int]:
+        """Where the text of each of the first n generated ids starts in the reply (decoded as the stream is)."""
+        if not hasattr(self, "_offsets"):
+            self._offsets: list[int] = []
+            self._chars, self._dec = 0, self.gen.tok.stream_decoder(skip_special_tokens=True)
+        for i in self.gen.ids[len(self._offsets):n]:
+            self._offsets.append(self._chars)
+            self._chars += len(self._dec.push(i))
+        return self._offsets
 
     def usage(self) -> dict[str, int]:
         n = self.gen.stats.generated_tokens
@@ -317,27 +336,26 @@ class Llama:
         return _Run(gen, chunks, len(ids))
 
     def _piece(self, token: int) -> str:
-        return self.tokenizer.token_to_piece(token).decode("utf-8", "replace")
+        return token_text(self.tokenizer.token_to_piece(token))
 
     def _completion_logprobs(self, run: _Run, ids: list[int], n: int, offset: int,
                              start: int = 0) -> dict[str, Any]:
-        """The completions API's logprobs of ids[start:] (tokens, token_logprobs, top_logprobs, text_offset)."""
+        """The completions API's logprobs of ids[start:] (tokens, token_logprobs, top_logprobs, text_offset: where
+        each token's text starts in the choice's text, offset being the echoed prompt's length)."""
         out: dict[str, list[Any]] = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
-        pos = offset + sum(len(self._piece(i)) for i in ids[:start])
-        for i, lp in zip(ids[start:], run.gen.logprobs[start:len(ids)], strict=False):
-            piece = self._piece(i)
-            out["tokens"].append(piece)
+        starts = run.text_offsets(len(ids))
+        for k, (i, lp) in enumerate(zip(ids[start:], run.gen.logprobs[start:len(ids)], strict=False), start):
+            out["tokens"].append(self._piece(i))
             out["token_logprobs"].append(lp.logprob)
             out["top_logprobs"].append({self._piece(t): v for t, v in lp.top[:n]} if n else None)
-            out["text_offset"].append(pos)
-            pos += len(piece)
+            out["text_offset"].append(offset + starts[k])
         return out
 
     def _chat_logprobs(self, gen: Generation, ids: list[int], n: int, start: int = 0) -> list[dict[str, Any]]:
         """The chat API's logprobs.content entries of ids[start:]."""
         def entry(token: int, logprob: float) -> dict[str, Any]:
             piece = self.tokenizer.token_to_piece(token)
-            return {"token": piece.decode("utf-8", "replace"), "logprob": logprob, "bytes": list(piece)}
+            return {"token": token_text(piece), "logprob": logprob, "bytes": list(piece)}
 
         return [{**entry(i, lp.logprob), "top_logprobs": [entry(t, v) for t, v in lp.top[:n]]}
                 for i, lp in zip(ids[start:], gen.logprobs[start:len(ids)], strict=False)]
