@@ -611,3 +611,71 @@ def test_smollm2_chat_stream_and_json(smollm2_server: Server) -> None:
         max_tokens=60, temperature=0,
         response_format={"type": "json_schema", "json_schema": {"name": "capital", "schema": schema}})
     jsonschema.validate(json.loads(r.choices[0].message.content), schema)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# the documentation: README's examples run, docs/serve.md's defaults are the API's
+# ---------------------------------------------------------------------------------------------------------------------
+
+def _readme_serving_blocks() -> dict[str, str]:
+    """The fenced blocks of README's "Serving over HTTP" section by fence ("", "sh", "python")."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    section = text.split("## Serving over HTTP\n", 1)[1].split("\n## ", 1)[0]
+    return {m.group(1): m.group(2) for m in re.finditer(r"```(\w*)\n(.*?)```", section, re.S)}
+
+
+def test_readme_server_examples(server: Server, capsys: pytest.CaptureFixture[str]) -> None:
+    """README's start command parses, its curl example and its openai example run against a server."""
+    import shlex
+
+    from minillama.cli import build_parser
+
+    blocks = _readme_serving_blocks()
+    args = build_parser().parse_args(shlex.split(blocks[""])[1:])
+    assert (args.command, args.parallel, args.host, args.port) == ("serve", 4, "127.0.0.1", 8080)
+    if shutil.which("curl") is None:
+        pytest.skip("curl is not installed")
+    curl = subprocess.run(["bash", "-c", blocks["sh"].replace("http://127.0.0.1:8080", server.url)],
+                          capture_output=True, text=True, timeout=120)
+    assert curl.returncode == 0, curl.stderr
+    reply = json.loads(curl.stdout)
+    assert reply["object"] == "chat.completion" and reply["usage"]["completion_tokens"] >= 1
+    exec(compile(blocks["python"].replace("http://127.0.0.1:8080", server.url), "README.md", "exec"), {})
+    printed = capsys.readouterr().out
+    want, _ = _chat_messages(server, [{"role": "user", "content": "Name three llamas."}], max_tokens=32,
+                             temperature=0)
+    assert printed == want + "\n"
+
+
+def _chat_messages(server: Server, messages: list[dict], **kw) -> tuple[str, str | None]:
+    r = server.client().chat.completions.create(model="tiny", messages=messages, **kw)
+    return r.choices[0].message.content, r.choices[0].finish_reason
+
+
+def test_docs_controls_table_is_the_apis_defaults() -> None:
+    """docs/serve.md's table of controls: one row per control the endpoints pass on, each default the API's."""
+    import inspect
+
+    from minillama.api import Llama
+    from minillama.serve import params
+
+    text = (REPO / "docs" / "serve.md").read_text(encoding="utf-8")
+    table = text.split("## Controls and their defaults", 1)[1].split("\n## ", 1)[0]
+    rows = {m.group(1): (m.group(2).strip(), m.group(3).strip())
+            for m in re.finditer(r"^\| `(\w+)` \| ([^|]+) \| ([^|]+) \|", table, re.M)}
+
+    def shown(value: object) -> str:
+        return {None: "none", False: "false", True: "true"}.get(value, str(value)) \
+            if value is None or isinstance(value, bool) else str(value)
+
+    for column, fields, method in ((0, params.COMPLETION, Llama.create_completion),
+                                   (1, params.CHAT, Llama.create_chat_completion)):
+        defaults = {k: p.default for k, p in inspect.signature(method).parameters.items()}
+        passed = {(f.kwarg or name) for name, f in fields.items() if f.kwarg is not None and not f.required}
+        passed -= {"stream_options"}  # OpenAI's; described in the text
+        for name in passed:
+            assert name in rows, f"docs/serve.md has no row for {name}"
+            assert rows[name][column] == shown(defaults[name]), (name, rows[name], defaults[name])
+        for name, cells in rows.items():
+            if cells[column] == "—":
+                assert name not in passed, name

@@ -90,7 +90,7 @@ def _f(type: str, kwarg: str | None = "", required: bool = False) -> Field:
 # The controls both generation endpoints pass to the API under the same name.
 _CONTROLS = {name: _f(t) for name, t in {
     "max_tokens": "integer", "temperature": "number", "top_p": "number", "top_k": "integer", "min_p": "number",
-    "stop": "string or array of strings", "seed": "integer", "repeat_penalty": "number",
+    "stop": "string or array of strings", "seed": "integer", "repeat_penalty": "number", "repeat_last_n": "integer",
     "presence_penalty": "number", "frequency_penalty": "number", "logit_bias": "object of token id -> number",
     "response_format": "object", "stream": "boolean"}.items()}
 # OpenAI fields accepted and not passed on: the model name (one model is served), the end user's id, n and
