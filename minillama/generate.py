@@ -12,9 +12,13 @@ hands them to the Sampler, which picks one (``sample_logits`` or ``sample_probs`
 never implement sampling themselves, and every model gets greedy/temperature/top-k/top-p decoding
 and exact repeatability from a seed.
 
-Sampling follows llama.cpp's default order: top-k, then top-p on the model's own distribution, then
-temperature, then one draw from a seeded numpy PCG64 generator. temperature <= 0 (or top_k == 1) is
-greedy: the highest score, the first candidate among equals.
+Sampling follows llama.cpp's sampler chain in common_sampler's default order: logit_bias, the allowed set
+(token healing, a JSON grammar: Constraint), penalties (repeat, frequency, presence over the last
+repeat_last_n ids, prompt included), top-k, top-p, min-p (each on the model's own distribution), then
+temperature, then one draw from a seeded numpy PCG64 generator. temperature <= 0 (or top_k == 1) is greedy:
+the highest score after bias and penalties, the first candidate among equals. Log-probabilities
+(logprobs=N) are the log-softmax of the model's raw scores, before bias, penalties and temperature, as
+llama.cpp's server (n_probs) and OpenAI report them. StopAt ends the text before a stop string.
 """
 
 from __future__ import annotations
