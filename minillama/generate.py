@@ -158,8 +158,14 @@ class Sampler:
         """
         if self.logit_bias:
             x = x.copy()
-            for i, b in self.logit_bias.items():
-                x[cand == i] += b
+            ids = np.fromiter(self.logit_bias, np.int64, len(self.logit_bias))
+            vals = np.fromiter(self.logit_bias.values(), np.float64, len(self.logit_bias))
+            if np.array_equal(cand, np.arange(cand.size)):  # 0..n-1, the model's whole vocab: index directly
+                inside = ids < cand.size
+                x[ids[inside]] += vals[inside]
+            else:
+                for i, b in zip(ids, vals, strict=True):
+                    x[cand == i] += b
         if self.penalizes and self._recent:
             seen, counts = np.unique(np.fromiter(self._recent, np.int64, len(self._recent)), return_counts=True)
             pos = np.searchsorted(seen, cand)
@@ -247,7 +253,8 @@ def _logprob(x: np.ndarray, cand: np.ndarray, choice: int, n: int) -> TokenLogpr
     m = x[finite].max() if finite.any() else 0.0
     lse = m + np.log(np.exp(x[finite] - m).sum()) if finite.any() else 0.0
     lp = x - lse
-    top = np.argsort(-lp, kind="stable")[:n]
+    best = np.argpartition(-lp, n - 1)[:n] if n < lp.size else np.arange(lp.size)
+    top = best[np.argsort(-lp[best], kind="stable")]
     at = np.flatnonzero(cand == choice)
     chosen = float(lp[at[0]]) if at.size else -np.inf
     return TokenLogprob(int(choice), chosen, tuple((int(cand[j]), float(lp[j])) for j in top))
