@@ -14,6 +14,7 @@ import gc
 import json
 import os
 import threading
+import time
 import weakref
 from pathlib import Path
 
@@ -418,3 +419,46 @@ def test_closing_a_stream_ends_the_generation_and_frees_its_session(llm: Llama,
     del it
     gc.collect()
     assert sessions and sessions[0]() is None  # the session (its KV cache) is gone
+
+
+def test_concurrent_steps_share_one_pass(llm: Llama) -> None:
+    """Single-token steps of sessions on several threads at once go through the weights together (fewer passes
+    than steps), and each session's logits are those of its own sequence run alone."""
+    model = llm.model
+    passes: list[int] = []
+    run = model.batcher.run_batch
+
+    def counted(tokens, batch):  # a pass as slow as a real model's, so the threads' steps meet
+        passes.append(len(tokens))
+        time.sleep(0.01)
+        return run(tokens, batch)
+
+    model.batcher.run_batch = counted
+    try:
+        prompts = [llm.tokenize(t) for t in ("Once upon a time", "Hello", "Tokenizers cut text", "The end")]
+        steps = 12
+        logits: dict[int, list[np.ndarray]] = {}
+        barrier = threading.Barrier(len(prompts))
+
+        def drive(i: int) -> None:
+            s = model.session()
+            ids = list(prompts[i])
+            s.logits_next(ids)
+            barrier.wait()
+            got = logits[i] = []
+            for k in range(steps):
+                ids.append(5 + k + i)
+                got.append(s.logits_next(ids))
+
+        threads = [threading.Thread(target=drive, args=(i,)) for i in range(len(prompts))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+    finally:
+        model.batcher.run_batch = run
+    assert sum(passes) == steps * len(prompts) and len(passes) < steps * len(prompts) and max(passes) > 1
+    for i, p in enumerate(prompts):
+        ids = list(p) + [5 + k + i for k in range(steps)]
+        alone = model.logits(ids)[len(p):]
+        np.testing.assert_allclose(np.stack(logits[i]), alone, rtol=1e-4, atol=1e-4)

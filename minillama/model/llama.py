@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from .cache import KVCache
-from .layers import Linear, attention, glu_ffn, rmsnorm, rope_angles, rope_norm, silu
+from .batch import Batch
+from .layers import Linear, glu_ffn, rmsnorm, rope_angles, rope_norm, silu
 from .weights import HParams, TensorSpec
 
 #: Tensors of block {i}: field -> (GGUF name, ggml shape as HParams fields, ne0 first).
@@ -52,17 +52,13 @@ def split_heads(qkv: np.ndarray, hp: HParams) -> tuple[np.ndarray, np.ndarray, n
     return q, k, v
 
 
-def blocks(x: np.ndarray, layers: list[dict[str, Any]], hp: HParams, start: int, cache: KVCache) -> np.ndarray:
-    """Run every block over x [T, d], the tokens at positions start..start+T-1, extending the cache."""
-    t = x.shape[0]
-    q_pos = np.arange(start, start + t)
-    k_pos = np.arange(start + t)
-    cos, sin = rope_angles(q_pos, hp.n_rot, hp.rope_base)
+def blocks(x: np.ndarray, layers: list[dict[str, Any]], hp: HParams, batch: Batch) -> np.ndarray:
+    """Run every block over x [T, d], the rows of batch's sequences at their positions, extending their caches."""
+    cos, sin = rope_angles(batch.positions, hp.n_rot, hp.rope_base)
     scale = 1.0 / np.sqrt(hp.head_dim)
     for il, w in enumerate(layers):
         q, k, v = split_heads(w["wqkv"](rmsnorm(x, w["attn_norm"], hp.eps)), hp)
         q, k = rope_norm(q, cos, sin), rope_norm(k, cos, sin)
-        keys, values = cache.store(il, start, k, v)
-        x = x + w["wo"](attention(q, keys, values, q_pos, k_pos, scale))
+        x = x + w["wo"](batch.attend(il, q, k, v, scale))
         x = x + glu_ffn(rmsnorm(x, w["ffn_norm"], hp.eps), w["w_gate_up"], w["w_down"], silu)
     return x
