@@ -32,7 +32,7 @@ from .generate import RANDOM_SEED, Generation, StopAt, generate
 from .model import AUTO, Model, Session, Threads
 from .tokenizer import Tokenizer
 
-__all__ = ["Llama", "POOLING", "FINISH_REASONS"]
+__all__ = ["Llama", "Stream", "POOLING", "FINISH_REASONS"]
 
 #: GenerationStats.stop_reason -> OpenAI's finish_reason ("stopped": closed early by the caller).
 FINISH_REASONS: dict[str, str | None] = {"eog": "stop", "stop_string": "stop", "next_turn": "stop",
@@ -55,6 +55,26 @@ def token_text(piece: bytes) -> str:
         return piece.decode("utf-8")
     except UnicodeDecodeError:
         return "bytes:" + "".join(f"\\x{b:02x}" for b in piece)
+
+
+class Stream(Iterator[dict[str, Any]]):
+    """The chunks of a streamed call. close() (from the thread that iterates) or cancel() (from any thread, e.g. a
+    server's event loop when the client disconnects while a worker thread waits in next()) ends the generation:
+    no model step starts after it, and its session is freed with the stream."""
+
+    def __init__(self, chunks: Iterator[dict[str, Any]], gen: Generation) -> None:
+        self._chunks, self._gen = chunks, gen
+
+    def __next__(self) -> dict[str, Any]:
+        return next(self._chunks)
+
+    def close(self) -> None:
+        """End the stream now (the thread that iterates it)."""
+        self._chunks.close()  # type: ignore[attr-defined]
+
+    def cancel(self) -> None:
+        """End the generation from any thread: the stream then ends after at most the step under way."""
+        self._gen.cancel()
 
 
 @dataclass
@@ -168,7 +188,7 @@ class Llama:
         prefix = (prompt if isinstance(prompt, str) else self.tokenizer.decode(ids)) if echo else ""
         want = logprobs if logprobs is not None else None
         if stream:
-            return self._completion_chunks(run, head, prefix, want, stream_options)
+            return Stream(self._completion_chunks(run, head, prefix, want, stream_options), run.gen)
         text = prefix + "".join(run.chunks)
         lp = self._completion_logprobs(run, run.reply_ids, want, len(prefix)) if want is not None else None
         return {**head, "choices": [{"text": text, "index": 0, "logprobs": lp, "finish_reason": run.finish_reason}],
@@ -206,7 +226,7 @@ class Llama:
                 "model": model or self.model_name}
         want = (top_logprobs or 0) if logprobs else None
         if stream:
-            return self._chat_chunks(run, head, want, stream_options)
+            return Stream(self._chat_chunks(run, head, want, stream_options), run.gen)
         text = "".join(run.chunks)
         lp = {"content": self._chat_logprobs(run.gen, run.reply_ids, want), "refusal": None} \
             if want is not None else None

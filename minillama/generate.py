@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import operator
 import secrets
+import threading
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -346,6 +347,7 @@ class Generation(Iterator[str]):
         self.stats.prompt_tokens = self.stats.prompt_evaluated = len(self.prompt_ids)
         self.stats.seed = self.sampler.seed
         self.sampler.accept(self.prompt_ids)  # the penalties see the prompt, as llama-server's sampler does
+        self._cancelled = threading.Event()
         self._chunks = self._run()
 
     def __next__(self) -> str:
@@ -356,6 +358,11 @@ class Generation(Iterator[str]):
 
     def __repr__(self) -> str:
         return f"Generation(prompt_tokens={len(self.prompt_ids)}, ids={len(self.ids)}, stats={self.stats})"
+
+    def cancel(self) -> None:
+        """Stop early from any thread, even while another is inside next(): no model step starts after this
+        (the one running finishes), and the iterator ends (stats.stop_reason 'stopped')."""
+        self._cancelled.set()
 
     def close(self) -> None:
         """Stop early (stats.stop_reason becomes 'stopped' if the run had not ended)."""
@@ -376,6 +383,9 @@ class Generation(Iterator[str]):
         start = time.perf_counter()
         try:
             while stats.generated_tokens < self.max_tokens:
+                if self._cancelled.is_set():
+                    stats.stop_reason = "stopped"
+                    break
                 if len(context) >= n_ctx:  # as llama.cpp's server without context shift: stop, keep the text
                     stats.stop_reason = "context"
                     break

@@ -462,3 +462,43 @@ def test_concurrent_steps_share_one_pass(llm: Llama) -> None:
         ids = list(p) + [5 + k + i for k in range(steps)]
         alone = model.logits(ids)[len(p):]
         np.testing.assert_allclose(np.stack(logits[i]), alone, rtol=1e-4, atol=1e-4)
+
+
+def test_cancel_from_another_thread_ends_the_stream(llm: Llama, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server's event loop cancels a stream that a worker thread is iterating (a client gone): the worker's
+    stream ends after at most the step under way, and no step starts after cancel()."""
+    steps: list[float] = []
+    make = Llama.session
+
+    def slow(self: Llama):
+        s = make(self)
+        step = s.logits_next
+
+        def timed(ids):
+            time.sleep(0.02)
+            steps.append(time.monotonic())
+            return step(ids)
+
+        s.logits_next = timed
+        return s
+
+    monkeypatch.setattr(Llama, "session", slow)
+    stream = llm.create_chat_completion([{"role": "user", "content": "Hi"}], max_tokens=200, stream=True, seed=1,
+                                        logit_bias={llm.tokenizer.eos_id: -np.inf})
+    got: list[dict] = []
+    started = threading.Event()
+
+    def worker() -> None:
+        for chunk in stream:
+            got.append(chunk)
+            started.set()
+
+    t = threading.Thread(target=worker)
+    t.start()
+    assert started.wait(30)
+    stream.cancel()
+    cancelled = time.monotonic()
+    t.join(timeout=30)
+    assert not t.is_alive()
+    assert len([s for s in steps if s > cancelled]) <= 1  # at most the step under way
+    assert len(steps) < 200 and got[-1]["choices"][0]["finish_reason"] is None
