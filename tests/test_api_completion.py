@@ -502,3 +502,13 @@ def test_cancel_from_another_thread_ends_the_stream(llm: Llama, monkeypatch: pyt
     assert not t.is_alive()
     assert len([s for s in steps if s > cancelled]) <= 1  # at most the step under way
     assert len(steps) < 200 and got[-1]["choices"][0]["finish_reason"] is None
+
+
+def test_a_schema_that_cannot_be_enforced_is_an_argument_error(llm: Llama) -> None:
+    pytest.importorskip("llguidance", reason="the json extra (llguidance) is not installed")
+    bad = {"type": "json_schema", "json_schema": {"schema": {"type": "foo"}}}
+    with pytest.raises(ArgumentError, match="expected a JSON schema that llguidance can enforce, found one it "
+                                            "rejects: .*foo"):
+        llm.create_chat_completion([{"role": "user", "content": "Hi"}], response_format=bad)
+    with pytest.raises(ArgumentError, match=r"expected response_format .*json_schema.*, found"):
+        llm.create_completion("Hi", response_format={"type": "json_schema"})
