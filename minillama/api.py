@@ -113,14 +113,15 @@ class _Run:
 class Llama:
     """A loaded GGUF model and its tokenizer, answering llama-cpp-python's / OpenAI's calls.
 
-    n_ctx caps the context (None: the model's); seed is the default seed of every call (-1: a fresh random seed
-    per call); threads as Model.from_file; pooling "mean", "cls" or "last" overrides the file's
+    n_ctx caps the context (None or 0: the model's); seed is the default seed of every call (-1: a fresh random
+    seed per call); threads: BLAS threads of the forward pass as Model.from_file takes them, None (as
+    llama-cpp-python's n_threads=None) meaning minillama's default "auto"; pooling "mean", "cls" or "last" overrides the file's
     {arch}.pooling_type for create_embedding (mean when the file says none); model_name is the "model" the
     results name (default: the file's name).
     """
 
     def __init__(self, model_path: str | os.PathLike[str], n_ctx: int | None = None, seed: int = RANDOM_SEED,
-                 threads: Threads = AUTO, *, pooling: str | None = None, model_name: str | None = None,
+                 threads: Threads = None, *, pooling: str | None = None, model_name: str | None = None,
                  verbose: bool = False) -> None:
         path = os.fspath(model_path)
         if n_ctx is not None and (isinstance(n_ctx, bool) or not isinstance(n_ctx, int) or n_ctx < 0):
@@ -128,7 +129,7 @@ class Llama:
         if seed is not None and seed < 0 and seed != RANDOM_SEED:
             raise ArgumentError(f"expected a seed of 0 or more (or {RANDOM_SEED} for a random one), found {seed}")
         self.model_path = path
-        self.model = Model.from_file(path, threads=threads)
+        self.model = Model.from_file(path, threads=AUTO if threads is None else threads)
         self.tokenizer = Tokenizer.from_file(path)
         #: Most tokens a request (prompt and reply) may hold.
         self.n_ctx = self.model.n_ctx if not n_ctx else min(n_ctx, self.model.n_ctx)
