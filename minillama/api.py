@@ -175,7 +175,8 @@ class Llama:
         with stream=True an iterator of text_completion chunks (the last one carries finish_reason).
 
         max_tokens None or <= 0: until the context is full. logprobs=N (0..5): each token's log-probability and the
-        N best, in the completions API's shape. echo puts the prompt text before the reply.
+        N best, in the completions API's shape. echo puts the prompt text before the reply (its tokens get no
+        logprobs).
         """
         if logprobs is not None and not 0 <= logprobs <= MAX_LOGPROBS:
             raise ArgumentError(f"expected logprobs between 0 and {MAX_LOGPROBS}, found {logprobs}")

@@ -143,6 +143,14 @@ def test_max_tokens_none_runs_to_the_context(llm: Llama) -> None:
     assert r["usage"]["total_tokens"] == N_CTX
 
 
+def test_n_ctx_caps_the_context(llm: Llama) -> None:
+    small = Llama(llm.model_path, n_ctx=32, threads=1)
+    r = small.create_completion("Hello", max_tokens=None, logit_bias={small.tokenizer.eos_id: -np.inf}, seed=1)
+    assert r["choices"][0]["finish_reason"] == "length" and r["usage"]["total_tokens"] == 32
+    with pytest.raises(ContextLengthError, match="the prompt has 40 tokens but the model's context holds 32"):
+        small.create_completion([5] * 40)
+
+
 def test_prompt_longer_than_the_context(llm: Llama) -> None:
     with pytest.raises(ContextLengthError, match=f"{N_CTX + 4} tokens .* holds {N_CTX}"):
         llm.create_completion([5] * (N_CTX + 4))
