@@ -32,7 +32,7 @@ from .generate import RANDOM_SEED, Generation, StopAt, generate
 from .model import AUTO, Model, Session, Threads
 from .tokenizer import Tokenizer
 
-__all__ = ["Llama", "POOLING", "FINISH_REASONS"]
+__all__ = ["Llama", "Stream", "POOLING", "FINISH_REASONS"]
 
 #: GenerationStats.stop_reason -> OpenAI's finish_reason ("stopped": closed early by the caller).
 FINISH_REASONS: dict[str, str | None] = {"eog": "stop", "stop_string": "stop", "next_turn": "stop",
@@ -55,6 +55,26 @@ def token_text(piece: bytes) -> str:
         return piece.decode("utf-8")
     except UnicodeDecodeError:
         return "bytes:" + "".join(f"\\x{b:02x}" for b in piece)
+
+
+class Stream(Iterator[dict[str, Any]]):
+    """The chunks of a streamed call. close() (from the thread that iterates) or cancel() (from any thread, e.g. a
+    server's event loop when the client disconnects while a worker thread waits in next()) ends the generation:
+    no model step starts after it, and its session is freed with the stream."""
+
+    def __init__(self, chunks: Iterator[dict[str, Any]], gen: Generation) -> None:
+        self._chunks, self._gen = chunks, gen
+
+    def __next__(self) -> dict[str, Any]:
+        return next(self._chunks)
+
+    def close(self) -> None:
+        """End the stream now (the thread that iterates it)."""
+        self._chunks.close()  # type: ignore[attr-defined]
+
+    def cancel(self) -> None:
+        """End the generation from any thread: the stream then ends after at most the step under way."""
+        self._gen.cancel()
 
 
 @dataclass
@@ -93,14 +113,15 @@ class _Run:
 class Llama:
     """A loaded GGUF model and its tokenizer, answering llama-cpp-python's / OpenAI's calls.
 
-    n_ctx caps the context (None: the model's); seed is the default seed of every call (-1: a fresh random seed
-    per call); threads as Model.from_file; pooling "mean", "cls" or "last" overrides the file's
+    n_ctx caps the context (None or 0: the model's); seed is the default seed of every call (-1: a fresh random
+    seed per call); threads: BLAS threads of the forward pass as Model.from_file takes them, None (as
+    llama-cpp-python's n_threads=None) meaning minillama's default "auto"; pooling "mean", "cls" or "last" overrides the file's
     {arch}.pooling_type for create_embedding (mean when the file says none); model_name is the "model" the
     results name (default: the file's name).
     """
 
     def __init__(self, model_path: str | os.PathLike[str], n_ctx: int | None = None, seed: int = RANDOM_SEED,
-                 threads: Threads = AUTO, *, pooling: str | None = None, model_name: str | None = None,
+                 threads: Threads = None, *, pooling: str | None = None, model_name: str | None = None,
                  verbose: bool = False) -> None:
         path = os.fspath(model_path)
         if n_ctx is not None and (isinstance(n_ctx, bool) or not isinstance(n_ctx, int) or n_ctx < 0):
@@ -108,7 +129,7 @@ class Llama:
         if seed is not None and seed < 0 and seed != RANDOM_SEED:
             raise ArgumentError(f"expected a seed of 0 or more (or {RANDOM_SEED} for a random one), found {seed}")
         self.model_path = path
-        self.model = Model.from_file(path, threads=threads)
+        self.model = Model.from_file(path, threads=AUTO if threads is None else threads)
         self.tokenizer = Tokenizer.from_file(path)
         #: Most tokens a request (prompt and reply) may hold.
         self.n_ctx = self.model.n_ctx if not n_ctx else min(n_ctx, self.model.n_ctx)
@@ -154,7 +175,8 @@ class Llama:
         with stream=True an iterator of text_completion chunks (the last one carries finish_reason).
 
         max_tokens None or <= 0: until the context is full. logprobs=N (0..5): each token's log-probability and the
-        N best, in the completions API's shape. echo puts the prompt text before the reply.
+        N best, in the completions API's shape. echo puts the prompt text before the reply (its tokens get no
+        logprobs).
         """
         if logprobs is not None and not 0 <= logprobs <= MAX_LOGPROBS:
             raise ArgumentError(f"expected logprobs between 0 and {MAX_LOGPROBS}, found {logprobs}")
@@ -168,7 +190,7 @@ class Llama:
         prefix = (prompt if isinstance(prompt, str) else self.tokenizer.decode(ids)) if echo else ""
         want = logprobs if logprobs is not None else None
         if stream:
-            return self._completion_chunks(run, head, prefix, want, stream_options)
+            return Stream(self._completion_chunks(run, head, prefix, want, stream_options), run.gen)
         text = prefix + "".join(run.chunks)
         lp = self._completion_logprobs(run, run.reply_ids, want, len(prefix)) if want is not None else None
         return {**head, "choices": [{"text": text, "index": 0, "logprobs": lp, "finish_reason": run.finish_reason}],
@@ -206,7 +228,7 @@ class Llama:
                 "model": model or self.model_name}
         want = (top_logprobs or 0) if logprobs else None
         if stream:
-            return self._chat_chunks(run, head, want, stream_options)
+            return Stream(self._chat_chunks(run, head, want, stream_options), run.gen)
         text = "".join(run.chunks)
         lp = {"content": self._chat_logprobs(run.gen, run.reply_ids, want), "refusal": None} \
             if want is not None else None

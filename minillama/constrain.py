@@ -130,7 +130,7 @@ class JsonConstraint:
             raise ArgumentError(f"expected a JSON schema that is valid JSON, found an error: {e}") from None
         self._n_vocab = tok.n_vocab
         self._matcher = llg.LLMatcher(_ll_tokenizer(tok), grammar, log_level=0)
-        self._check("the JSON schema is not one llguidance can enforce")
+        self._check("expected a JSON schema that llguidance can enforce, found one it rejects")
 
     def _check(self, what: str) -> None:
         if self._matcher.is_error():

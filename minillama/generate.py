@@ -12,15 +12,20 @@ hands them to the Sampler, which picks one (``sample_logits`` or ``sample_probs`
 never implement sampling themselves, and every model gets greedy/temperature/top-k/top-p decoding
 and exact repeatability from a seed.
 
-Sampling follows llama.cpp's default order: top-k, then top-p on the model's own distribution, then
-temperature, then one draw from a seeded numpy PCG64 generator. temperature <= 0 (or top_k == 1) is
-greedy: the highest score, the first candidate among equals.
+Sampling follows llama.cpp's sampler chain in common_sampler's default order: logit_bias, the allowed set
+(token healing, a JSON grammar: Constraint), penalties (repeat, frequency, presence over the last
+repeat_last_n ids, prompt included), top-k, top-p, min-p (each on the model's own distribution), then
+temperature, then one draw from a seeded numpy PCG64 generator. temperature <= 0 (or top_k == 1) is greedy:
+the highest score after bias and penalties, the first candidate among equals. Log-probabilities
+(logprobs=N) are the log-softmax of the model's raw scores, before bias, penalties and temperature, as
+llama.cpp's server (n_probs) and OpenAI report them. StopAt ends the text before a stop string.
 """
 
 from __future__ import annotations
 
 import operator
 import secrets
+import threading
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -154,8 +159,14 @@ class Sampler:
         """
         if self.logit_bias:
             x = x.copy()
-            for i, b in self.logit_bias.items():
-                x[cand == i] += b
+            ids = np.fromiter(self.logit_bias, np.int64, len(self.logit_bias))
+            vals = np.fromiter(self.logit_bias.values(), np.float64, len(self.logit_bias))
+            if np.array_equal(cand, np.arange(cand.size)):  # 0..n-1, the model's whole vocab: index directly
+                inside = ids < cand.size
+                x[ids[inside]] += vals[inside]
+            else:
+                for i, b in zip(ids, vals, strict=True):
+                    x[cand == i] += b
         if self.penalizes and self._recent:
             seen, counts = np.unique(np.fromiter(self._recent, np.int64, len(self._recent)), return_counts=True)
             pos = np.searchsorted(seen, cand)
@@ -243,7 +254,8 @@ def _logprob(x: np.ndarray, cand: np.ndarray, choice: int, n: int) -> TokenLogpr
     m = x[finite].max() if finite.any() else 0.0
     lse = m + np.log(np.exp(x[finite] - m).sum()) if finite.any() else 0.0
     lp = x - lse
-    top = np.argsort(-lp, kind="stable")[:n]
+    best = np.argpartition(-lp, n - 1)[:n] if n < lp.size else np.arange(lp.size)
+    top = best[np.argsort(-lp[best], kind="stable")]
     at = np.flatnonzero(cand == choice)
     chosen = float(lp[at[0]]) if at.size else -np.inf
     return TokenLogprob(int(choice), chosen, tuple((int(cand[j]), float(lp[j])) for j in top))
@@ -335,6 +347,7 @@ class Generation(Iterator[str]):
         self.stats.prompt_tokens = self.stats.prompt_evaluated = len(self.prompt_ids)
         self.stats.seed = self.sampler.seed
         self.sampler.accept(self.prompt_ids)  # the penalties see the prompt, as llama-server's sampler does
+        self._cancelled = threading.Event()
         self._chunks = self._run()
 
     def __next__(self) -> str:
@@ -345,6 +358,11 @@ class Generation(Iterator[str]):
 
     def __repr__(self) -> str:
         return f"Generation(prompt_tokens={len(self.prompt_ids)}, ids={len(self.ids)}, stats={self.stats})"
+
+    def cancel(self) -> None:
+        """Stop early from any thread, even while another is inside next(): no model step starts after this
+        (the one running finishes), and the iterator ends (stats.stop_reason 'stopped')."""
+        self._cancelled.set()
 
     def close(self) -> None:
         """Stop early (stats.stop_reason becomes 'stopped' if the run had not ended)."""
@@ -365,6 +383,9 @@ class Generation(Iterator[str]):
         start = time.perf_counter()
         try:
             while stats.generated_tokens < self.max_tokens:
+                if self._cancelled.is_set():
+                    stats.stop_reason = "stopped"
+                    break
                 if len(context) >= n_ctx:  # as llama.cpp's server without context shift: stop, keep the text
                     stats.stop_reason = "context"
                     break

@@ -14,6 +14,7 @@ import gc
 import json
 import os
 import threading
+import time
 import weakref
 from pathlib import Path
 
@@ -140,6 +141,14 @@ def test_max_tokens_none_runs_to_the_context(llm: Llama) -> None:
     r = llm.create_completion(p, max_tokens=None, logit_bias={llm.tokenizer.eos_id: -np.inf}, seed=1)
     assert r["choices"][0]["finish_reason"] == "length"
     assert r["usage"]["total_tokens"] == N_CTX
+
+
+def test_n_ctx_caps_the_context(llm: Llama) -> None:
+    small = Llama(llm.model_path, n_ctx=32, threads=1)
+    r = small.create_completion("Hello", max_tokens=None, logit_bias={small.tokenizer.eos_id: -np.inf}, seed=1)
+    assert r["choices"][0]["finish_reason"] == "length" and r["usage"]["total_tokens"] == 32
+    with pytest.raises(ContextLengthError, match="the prompt has 40 tokens but the model's context holds 32"):
+        small.create_completion([5] * 40)
 
 
 def test_prompt_longer_than_the_context(llm: Llama) -> None:
@@ -418,3 +427,96 @@ def test_closing_a_stream_ends_the_generation_and_frees_its_session(llm: Llama,
     del it
     gc.collect()
     assert sessions and sessions[0]() is None  # the session (its KV cache) is gone
+
+
+def test_concurrent_steps_share_one_pass(llm: Llama) -> None:
+    """Single-token steps of sessions on several threads at once go through the weights together (fewer passes
+    than steps), and each session's logits are those of its own sequence run alone."""
+    model = llm.model
+    passes: list[int] = []
+    run = model.batcher.run_batch
+
+    def counted(tokens, batch):  # a pass as slow as a real model's, so the threads' steps meet
+        passes.append(len(tokens))
+        time.sleep(0.01)
+        return run(tokens, batch)
+
+    model.batcher.run_batch = counted
+    try:
+        prompts = [llm.tokenize(t) for t in ("Once upon a time", "Hello", "Tokenizers cut text", "The end")]
+        steps = 12
+        logits: dict[int, list[np.ndarray]] = {}
+        barrier = threading.Barrier(len(prompts))
+
+        def drive(i: int) -> None:
+            s = model.session()
+            ids = list(prompts[i])
+            s.logits_next(ids)
+            barrier.wait()
+            got = logits[i] = []
+            for k in range(steps):
+                ids.append(5 + k + i)
+                got.append(s.logits_next(ids))
+
+        threads = [threading.Thread(target=drive, args=(i,)) for i in range(len(prompts))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+    finally:
+        model.batcher.run_batch = run
+    assert sum(passes) == steps * len(prompts) and len(passes) < steps * len(prompts) and max(passes) > 1
+    for i, p in enumerate(prompts):
+        ids = list(p) + [5 + k + i for k in range(steps)]
+        alone = model.logits(ids)[len(p):]
+        np.testing.assert_allclose(np.stack(logits[i]), alone, rtol=1e-4, atol=1e-4)
+
+
+def test_cancel_from_another_thread_ends_the_stream(llm: Llama, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server's event loop cancels a stream that a worker thread is iterating (a client gone): the worker's
+    stream ends after at most the step under way, and no step starts after cancel()."""
+    steps: list[float] = []
+    make = Llama.session
+
+    def slow(self: Llama):
+        s = make(self)
+        step = s.logits_next
+
+        def timed(ids):
+            time.sleep(0.02)
+            steps.append(time.monotonic())
+            return step(ids)
+
+        s.logits_next = timed
+        return s
+
+    monkeypatch.setattr(Llama, "session", slow)
+    stream = llm.create_chat_completion([{"role": "user", "content": "Hi"}], max_tokens=200, stream=True, seed=1,
+                                        logit_bias={llm.tokenizer.eos_id: -np.inf})
+    got: list[dict] = []
+    started = threading.Event()
+
+    def worker() -> None:
+        for chunk in stream:
+            got.append(chunk)
+            started.set()
+
+    t = threading.Thread(target=worker)
+    t.start()
+    assert started.wait(30)
+    stream.cancel()
+    cancelled = time.monotonic()
+    t.join(timeout=30)
+    assert not t.is_alive()
+    assert len([s for s in steps if s > cancelled]) <= 1  # at most the step under way
+    assert len(steps) < 200 and got[-1]["choices"][0]["finish_reason"] is None
+
+
+def test_a_schema_that_cannot_be_enforced_is_an_argument_error(llm: Llama) -> None:
+    pytest.importorskip("llguidance", reason="the json extra (llguidance) is not installed")
+    bad = {"type": "json_schema", "json_schema": {"schema": {"type": "foo"}}}
+    with pytest.raises(ArgumentError, match="expected a JSON schema that llguidance can enforce, found one it "
+                                            "rejects: .*foo"):
+        llm.create_chat_completion([{"role": "user", "content": "Hi"}], response_format=bad)
+    with pytest.raises(ArgumentError, match=r"expected response_format .*json_schema.*, found"):
+        llm.create_completion("Hi", response_format={"type": "json_schema"})

@@ -29,6 +29,7 @@ from ..embedding import Embedding
 from ..errors import ArgumentError, ContextLengthError, UnsupportedError
 from ..generate import Sampler
 from . import gemma3, llama
+from .batch import Batch, StepBatcher
 from .cache import KVCache
 from .layers import Linear, rmsnorm
 from .threads import AutoThreads, limited, usable_cores
@@ -77,6 +78,9 @@ class Model:
         self._embedding, self._layers = embedding, layers
         self._output_norm, self._output = output_norm, output
         self._scale = arch.embed_scale(hp)
+        #: Single-token steps of sessions on several threads at once go through the weights as one pass.
+        self.batcher = StepBatcher(self._run_steps)
+        self._step_auto = AutoThreads(DEFAULT_THREADS) if self.threads == AUTO else None
         self._default = Session(self)  # what next_token uses: one sequence, as before sessions existed
 
     @classmethod
@@ -157,13 +161,19 @@ class Model:
         return self._default.next_token(ids, sampler)
 
     @property
+    def _cache(self) -> KVCache:
+        """The default session's cache (what next_token extends)."""
+        return self._default._cache
+
+    @property
     def evaluated(self) -> int:
         """Positions the last next_token ran through the model (the rest came from the cache)."""
         return self._default.evaluated
 
-    def session(self, n_ctx: int | None = None) -> Session:
-        """A sequence of its own (its own KV cache) on this model: threads may each drive one at once."""
-        return Session(self, n_ctx)
+    def session(self, n_ctx: int | None = None, batched: bool = True) -> Session:
+        """A sequence of its own (its own KV cache) on this model: threads may each drive one at once; batched
+        single-token steps of sessions asked for at the same time share one pass (StepBatcher)."""
+        return Session(self, n_ctx, batched)
 
     def reset(self) -> None:
         """Forget the cached sequence (and free the cache's memory)."""
@@ -212,12 +222,29 @@ class Model:
         x = self._embedding.lookup(np.asarray(ids, dtype=np.intp))
         if self._scale is not None:
             x *= np.float32(self._scale)
-        x = self._arch.blocks(x, self._layers, self.hparams, start, cache)
+        x = self._arch.blocks(x, self._layers, self.hparams, Batch.single(start, len(ids), cache))
         cache.ids[start:] = ids
         if last_only:
             x = x[-1:]
         x = rmsnorm(x, self._output_norm, self.hparams.eps)
         return x if hidden else self._output(x)
+
+    def _run_steps(self, tokens: list[int], batch: Batch) -> np.ndarray:
+        """One pass of single-token steps of several sequences (batch: one row each); logits [B, n_vocab]."""
+        def run() -> np.ndarray:
+            for _, start, cache in batch.seqs:
+                cache.reserve(start + 1)
+            x = self._embedding.lookup(np.asarray(tokens, dtype=np.intp))
+            if self._scale is not None:
+                x *= np.float32(self._scale)
+            x = self._arch.blocks(x, self._layers, self.hparams, batch)
+            for token, (_, start, cache) in zip(tokens, batch.seqs, strict=True):
+                cache.ids[start:] = [token]
+            return self._output(rmsnorm(x, self._output_norm, self.hparams.eps))
+
+        if self._step_auto is not None:
+            return self._step_auto.run(1, run)
+        return limited(self.threads, run)  # type: ignore[arg-type]
 
 
 class Session:
@@ -227,7 +254,7 @@ class Session:
     n_ctx caps the context below the model's (None: the model's).
     """
 
-    def __init__(self, model: Model, n_ctx: int | None = None) -> None:
+    def __init__(self, model: Model, n_ctx: int | None = None, batched: bool = False) -> None:
         if n_ctx is not None and not 0 < n_ctx:
             raise ArgumentError(f"expected n_ctx of at least 1, found {n_ctx}")
         self.model = model
@@ -235,6 +262,7 @@ class Session:
         self.n_ctx = model.n_ctx if n_ctx is None else min(int(n_ctx), model.n_ctx)
         self._auto = AutoThreads(DEFAULT_THREADS) if model.threads == AUTO else None
         self._cache = model._new_cache()
+        self.batched = batched  # single-token steps through model.batcher, with other sessions' steps
         #: Positions the last next_token ran through the model (the rest came from the cache).
         self.evaluated = 0
 
@@ -255,6 +283,8 @@ class Session:
         same = min(same, len(ids) - 1)  # always run at least the last token, for its logits
         cache.truncate(same)
         self.evaluated = len(ids) - same
+        if self.batched and self.evaluated == 1:
+            return self.model.batcher.step(self, ids[-1], same, cache)
         return self.model._forward(ids[same:], same, cache, last_only=True, auto=self._auto)[-1]
 
     def next_token(self, ids: Sequence[int], sampler: Sampler) -> int:

@@ -1,145 +1,106 @@
-"""Batched decode steps across sessions: the single-token steps that several sessions (a server's slots, each in
-its own thread) ask for at about the same time go through the model as one [B, d] pass.
+"""One forward pass over the rows of several sequences, and the rendezvous that makes concurrent steps one pass.
 
-A decode step is bound by reading the weights from memory (SmolLM2's are 540 MB as float32), so B rows cost about
-what one row does: B sessions decoding together get up to B times the tokens per second of one. A session's
-step joins the pending batch; the first thread to find no pass running leads: it waits up to `window` seconds for
-the other busy sessions' steps to arrive (`busy()` says how many there are; none are waited for when it is one),
-runs the pass for all that arrived and hands each its logits (the window grows with the time a pass takes). Prompt passes (more than one new token) and
-architectures without a `blocks_step` (gemma3) run in their own session as before. The arithmetic is the
-per-session step's (llama.blocks_step), row for row.
+A Batch says which rows of x belong to which sequence: each sequence has its first row, its first position and
+its own KV cache. Everything in a block but attention works row by row, so the rows of all sequences go
+through each weight matrix in one matmul (a single-token step reads every weight once; four sequences stepping
+together read them once instead of four times). Attention runs per sequence, on its own cache.
+
+StepBatcher: sessions on several threads each ask for a single-token step; whichever thread finds no pass
+running takes every step asked for so far and runs them as one Batch, the others wait for their rows. While a
+pass runs, new steps queue up for the next one (continuous batching, as llama-server's slots share a decode).
+A step's logits can differ from a lone step's in the last bits of float32 (BLAS sums a matrix product in
+another order than a matrix-vector product); a sequence alone gives exactly the unbatched result.
 """
 
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import AUTO, DEFAULT_THREADS, Model, Session
 from .cache import KVCache
-from .layers import rmsnorm
-from .threads import AutoThreads, limited
+from .layers import attention
 
-__all__ = ["DecodeBatcher", "BatchedSession"]
+__all__ = ["Batch", "StepBatcher"]
 
-#: How long a leading step waits for the other busy sessions' steps (seconds) at least, and as a share of the last
-#: pass's time: a sampling step between two decode steps takes about a millisecond on a quiet machine, a decode step
-#: of a small model tens of them; on a busy machine both stretch alike, so the wait scales with the pass.
-WINDOW = 0.004
-WINDOW_SHARE = 0.5
+
+@dataclass
+class Batch:
+    """Rows of one pass: seqs[i] = (first row, first position, cache), rows in order; positions of every row."""
+
+    seqs: list[tuple[int, int, KVCache]]
+    positions: np.ndarray
+
+    @classmethod
+    def single(cls, start: int, n: int, cache: KVCache) -> Batch:
+        """n rows of one sequence at positions start..start+n-1."""
+        return cls([(0, start, cache)], np.arange(start, start + n))
+
+    @classmethod
+    def steps(cls, starts: list[int], caches: list[KVCache]) -> Batch:
+        """One row per sequence: sequence i's token at position starts[i]."""
+        return cls([(i, s, c) for i, (s, c) in enumerate(zip(starts, caches, strict=True))], np.asarray(starts))
+
+    def attend(self, layer: int, q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float,
+               window: int = 0) -> np.ndarray:
+        """Store each sequence's k, v [T_i, Hkv, D] in its cache and attend its q rows to its cache; [T, H * Dv]."""
+        out: list[np.ndarray] = []
+        ends = [row for row, _, _ in self.seqs[1:]] + [q.shape[0]]
+        for (row, start, cache), end in zip(self.seqs, ends, strict=True):
+            keys, values = cache.store(layer, start, k[row:end], v[row:end])
+            n = end - row
+            out.append(attention(q[row:end], keys, values, np.arange(start, start + n), np.arange(start + n),
+                                 scale, window))
+        return out[0] if len(out) == 1 else np.concatenate(out)
 
 
 @dataclass(eq=False)
 class _Step:
-    cache: KVCache
+    key: object  # the session asking
     token: int
+    start: int
+    cache: KVCache
+    done: bool = False
     logits: np.ndarray | None = None
     error: BaseException | None = None
-    done: bool = False
 
 
-class DecodeBatcher:
-    """Groups the decode steps of its sessions (made by .session()) into one pass of the model."""
+@dataclass(eq=False)
+class StepBatcher:
+    """Single-token steps asked for at once, from any threads, run as one pass: run(Batch, tokens) -> logits."""
 
-    def __init__(self, model: Model, busy: Callable[[], int] | None = None, window: float = WINDOW) -> None:
-        self.model, self.window = model, window
-        self._busy = busy or (lambda: 1)
-        self._cv = threading.Condition()
-        self._pending: list[_Step] = []
-        self._running = False
-        self._auto = AutoThreads(DEFAULT_THREADS) if model.threads == AUTO else None
-        self._last_pass = 0.0  # seconds the last pass took
-        #: Sizes of the batches run so far (count per size), e.g. for a benchmark's report.
-        self.batches: dict[int, int] = {}
+    run_batch: Callable[[list[int], Batch], np.ndarray]
+    _cond: threading.Condition = field(default_factory=threading.Condition)
+    _pending: list[_Step] = field(default_factory=list)
+    _busy: bool = False
 
-    @property
-    def batches_enabled(self) -> bool:
-        """True when the model's architecture has a batched step (llama does; gemma3 not yet)."""
-        return hasattr(self.model._arch, "blocks_step") and hasattr(self.model._arch, "few_rows")
-
-    def session(self, n_ctx: int | None = None) -> Session:
-        """A session whose decode steps are batched with the other sessions' (a plain Session when they cannot)."""
-        return BatchedSession(self, n_ctx) if self.batches_enabled else Session(self.model, n_ctx)
-
-    def step(self, cache: KVCache, token: int) -> np.ndarray:
-        """The logits [n_vocab] after token, appended at the end of cache, run in a batch with other steps."""
-        mine = _Step(cache, token)
-        with self._cv:
-            self._pending.append(mine)
-            self._cv.notify_all()
-            deadline = time.monotonic() + max(self.window, WINDOW_SHARE * self._last_pass)
-            while not mine.done:
-                if self._running:
-                    self._cv.wait()
-                    continue
-                left = deadline - time.monotonic()
-                if len(self._pending) < self._busy() and left > 0:
-                    self._cv.wait(left)
-                    continue
-                batch, self._pending, self._running = self._pending, [], True
-                break
-        if not mine.done:
-            self._run(batch)
-        if mine.error is not None:
-            raise mine.error
-        assert mine.logits is not None
-        return mine.logits
-
-    def _run(self, batch: list[_Step]) -> None:
-        """One pass for the batch (outside the lock), then every step's result and the next leader's turn."""
-        start = time.perf_counter()
-        try:
-            logits = self._pass([s.token for s in batch], [s.cache for s in batch])
-            for s, row in zip(batch, logits):
-                s.logits = row
-        except BaseException as exc:  # every waiting step raises it, not only the leader's
-            for s in batch:
-                s.error = exc
-        with self._cv:
-            for s in batch:
-                s.done = True
-            self.batches[len(batch)] = self.batches.get(len(batch), 0) + 1
-            self._last_pass = time.perf_counter() - start
-            self._running = False
-            self._cv.notify_all()
-
-    def _pass(self, tokens: list[int], caches: list[KVCache]) -> np.ndarray:
-        """The model's logits [B, n_vocab] for one new token per cache (llama.blocks_step)."""
-        m = self.model
-        starts = [c.n for c in caches]
-
-        def run() -> np.ndarray:
-            for cache, start in zip(caches, starts):
-                cache.reserve(start + 1)
-            x = m._embedding.lookup(np.asarray(tokens, dtype=np.intp))
-            if m._scale is not None:
-                x *= np.float32(m._scale)
-            x = m._arch.blocks_step(x, m._layers, m.hparams, starts, caches)
-            for cache, start, token in zip(caches, starts, tokens):
-                cache.ids[start:] = [token]
-            return m._arch.few_rows(m._output)(rmsnorm(x, m._output_norm, m.hparams.eps))
-
-        if self._auto is not None:
-            return self._auto.run(len(tokens), run)
-        return limited(m.threads, run)  # type: ignore[arg-type]
-
-
-class BatchedSession(Session):
-    """A Session whose single-token steps go through its DecodeBatcher; prompt passes run as a Session's."""
-
-    def __init__(self, batcher: DecodeBatcher, n_ctx: int | None = None) -> None:
-        super().__init__(batcher.model, n_ctx)
-        self._batcher = batcher
-
-    def logits_next(self, ids: Sequence[int]) -> np.ndarray:
-        """Scores [n_vocab] of the token after ids: batched when the cache holds all of ids but the last."""
-        cached = self._cache.ids
-        if len(ids) >= 2 and len(cached) == len(ids) - 1 and cached == list(ids[:-1]):
-            ids = self.model._check(ids, self.n_ctx)
-            self.evaluated = 1
-            return self._batcher.step(self._cache, ids[-1])
-        return super().logits_next(ids)
+    def step(self, key: object, token: int, start: int, cache: KVCache) -> np.ndarray:
+        """The logits [n_vocab] after token at position start of the sequence in cache (extending the cache)."""
+        me = _Step(key, token, start, cache)
+        with self._cond:
+            self._pending.append(me)
+            while not me.done and self._busy:
+                self._cond.wait()
+            if not me.done:  # no pass running: run every step asked for so far
+                batch, self._pending, self._busy = self._pending, [], True
+        if not me.done:
+            try:
+                logits = self.run_batch([s.token for s in batch],
+                                        Batch.steps([s.start for s in batch], [s.cache for s in batch]))
+                for s, row in zip(batch, logits, strict=True):
+                    s.logits = row
+            except BaseException as e:  # every waiting step hears of it, then it goes on in this thread
+                for s in batch:
+                    s.error = e
+            finally:
+                with self._cond:
+                    for s in batch:
+                        s.done = True
+                    self._busy = False
+                    self._cond.notify_all()
+        if me.error is not None:
+            raise me.error
+        assert me.logits is not None
+        return me.logits

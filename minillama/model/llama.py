@@ -9,13 +9,12 @@ give the logits.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from .cache import KVCache
-from .layers import Linear, attention, glu_ffn, rmsnorm, rope_angles, rope_norm, silu
+from .batch import Batch
+from .layers import Linear, glu_ffn, rmsnorm, rope_angles, rope_norm, silu
 from .weights import HParams, TensorSpec
 
 #: Tensors of block {i}: field -> (GGUF name, ggml shape as HParams fields, ne0 first).
@@ -53,50 +52,14 @@ def split_heads(qkv: np.ndarray, hp: HParams) -> tuple[np.ndarray, np.ndarray, n
     return q, k, v
 
 
-def blocks(x: np.ndarray, layers: list[dict[str, Any]], hp: HParams, start: int, cache: KVCache) -> np.ndarray:
-    """Run every block over x [T, d], the tokens at positions start..start+T-1, extending the cache."""
-    t = x.shape[0]
-    q_pos = np.arange(start, start + t)
-    k_pos = np.arange(start + t)
-    cos, sin = rope_angles(q_pos, hp.n_rot, hp.rope_base)
+def blocks(x: np.ndarray, layers: list[dict[str, Any]], hp: HParams, batch: Batch) -> np.ndarray:
+    """Run every block over x [T, d], the rows of batch's sequences at their positions, extending their caches."""
+    cos, sin = rope_angles(batch.positions, hp.n_rot, hp.rope_base)
     scale = 1.0 / np.sqrt(hp.head_dim)
     for il, w in enumerate(layers):
         q, k, v = split_heads(w["wqkv"](rmsnorm(x, w["attn_norm"], hp.eps)), hp)
         q, k = rope_norm(q, cos, sin), rope_norm(k, cos, sin)
-        keys, values = cache.store(il, start, k, v)
-        x = x + w["wo"](attention(q, keys, values, q_pos, k_pos, scale))
+        x = x + w["wo"](batch.attend(il, q, k, v, scale))
         x = x + glu_ffn(rmsnorm(x, w["ffn_norm"], hp.eps), w["w_gate_up"], w["w_down"], silu)
     return x
 
-
-def blocks_step(x: np.ndarray, layers: list[dict[str, Any]], hp: HParams, starts: list[int],
-                caches: list[KVCache]) -> np.ndarray:
-    """One new token for each of B sequences: row b of x [B, d] at position starts[b] of caches[b].
-
-    The same arithmetic as blocks() with T=1 per sequence, but every weight matrix is multiplied once for all B
-    rows (a decode step reads the weights from memory, so B rows cost about what one does); only attention,
-    which reads each sequence's own cache, runs per row.
-    """
-    q_pos = np.asarray(starts)
-    cos, sin = rope_angles(q_pos, hp.n_rot, hp.rope_base)
-    scale = 1.0 / np.sqrt(hp.head_dim)
-    for il, w in enumerate(layers):
-        q, k, v = split_heads(few_rows(w["wqkv"])(rmsnorm(x, w["attn_norm"], hp.eps)), hp)
-        q, k = rope_norm(q, cos, sin), rope_norm(k, cos, sin)
-        rows = []
-        for b, (cache, start) in enumerate(zip(caches, starts)):
-            keys, values = cache.store(il, start, k[b:b + 1], v[b:b + 1])
-            rows.append(attention(q[b:b + 1], keys, values, q_pos[b:b + 1], np.arange(start + 1), scale))
-        x = x + few_rows(w["wo"])(np.concatenate(rows))
-        x = x + glu_ffn(rmsnorm(x, w["ffn_norm"], hp.eps), few_rows(w["w_gate_up"]), few_rows(w["w_down"]), silu)
-    return x
-
-
-def few_rows(linear: Linear) -> Callable[[np.ndarray], np.ndarray]:
-    """linear's product for a few rows x [B, in]: computed as (w x^T)^T, which OpenBLAS runs reading w once
-    (x w^T with B > 1 repacks w: 4 rows of SmolLM2's output matrix took 105 ms that way, 74 ms this way, 34 ms
-    for one row); a matrix that is not a float32 array (a quantized kernel) keeps its own product."""
-    w = getattr(linear, "w", None)
-    if isinstance(w, np.ndarray) and w.dtype == np.float32 and w.ndim == 2:
-        return lambda x: (w @ x.T).T
-    return linear

@@ -49,16 +49,12 @@ def create_app(llm: Any, *, parallel: int = 1, api_key: str | None = None,
                max_body: int = MAX_BODY) -> Starlette:
     """The server's ASGI app for one loaded model.
 
-    llm: a minillama.api.Llama; each of the `parallel` slots gets its own session (a KV cache of its own), which
-    every request run in that slot uses (session=); with more than one slot the sessions' decode steps are
-    batched (minillama.model.batch).
+    llm: a minillama.api.Llama; each of the `parallel` slots gets its own session (llm.session(): a KV cache of
+    its own, its single-token steps batched with the other sessions' by the model's StepBatcher), which every
+    request run in that slot uses (session=).
     vocabs: name -> Tokenizer, the tokenizers /tokenize and the playground offer (the model's own first).
     """
-    from ..model.batch import DecodeBatcher
-
-    # with several slots, their decode steps go through the model together (one matmul for all active slots)
-    batcher = DecodeBatcher(llm.model, busy=lambda: pool.busy) if parallel > 1 else None
-    pool = SlotPool((lambda: batcher.session(llm.n_ctx)) if batcher is not None else llm.session, parallel)
+    pool = SlotPool(llm.session, parallel)
     tokenizers = dict(vocabs or {})
     started = int(time.time())
 
@@ -146,8 +142,7 @@ def create_app(llm: Any, *, parallel: int = 1, api_key: str | None = None,
 
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok", "slots_idle": parallel - pool.busy, "slots_processing": pool.busy,
-                             "requests_waiting": pool.waiting,
-                             "decode_batches": dict(sorted(batcher.batches.items())) if batcher else {}})
+                             "requests_waiting": pool.waiting})
 
     async def slots(request: Request) -> Response:
         return JSONResponse(pool.status())

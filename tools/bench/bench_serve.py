@@ -96,10 +96,7 @@ def main() -> None:
             rate = best[0] / best[1]
             base = base or rate
             print(f"{clients:>7} {best[0]:>7} {best[1]:>8.2f} {rate:>9.1f} {rate / base:>5.2f}x")
-        conn = http.client.HTTPConnection(host, port, timeout=60)
-        conn.request("GET", "/health")
-        batches = json.loads(conn.getresponse().read())["decode_batches"]
-        print("decode steps run in batches of (size: passes):", batches)
+
     finally:
         proc.terminate()
         proc.wait()
