@@ -4,8 +4,8 @@ A request takes the first free slot, or waits for one in arrival order (an async
 runs in that slot's thread, so one long reply never stalls a short one in another slot: the event loop only
 passes chunks along, and the forward pass spends its time in BLAS, which releases the GIL. A streamed reply
 hands its chunks to the loop one at a time; when the client goes away the consumer sets the slot's cancel
-flag, the worker stops after the token it is computing and closes the generator (the API's own stop), and
-the slot is free again.
+flag and calls the stream's cancel() (minillama.api.Stream: no model step starts after it), the worker stops
+after the token it is computing and closes the stream, and the slot is free again.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ class Slot:
     executor: ThreadPoolExecutor
     task: str = ""  # what it runs now ("" when idle), for /slots
     cancel: threading.Event = field(default_factory=threading.Event)
+    items: Any = None  # the iterator the slot's thread drives now (a stream), for its cancel()
 
 
 class SlotPool:
@@ -101,7 +102,9 @@ class SlotPool:
         def work() -> None:
             items = None
             try:
-                items = fn(slot.session)
+                items = slot.items = fn(slot.session)
+                if slot.cancel.is_set():  # the client left while the stream was being set up
+                    return
                 for item in items:
                     if slot.cancel.is_set():
                         break
@@ -109,6 +112,7 @@ class SlotPool:
             except BaseException as exc:  # handed to the consumer, who raises it
                 put(_Failure(exc))
             finally:
+                slot.items = None
                 close = getattr(items, "close", None)
                 if close is not None:
                     try:
@@ -128,6 +132,9 @@ class SlotPool:
                 yield item
         finally:
             slot.cancel.set()  # a no-op when the worker is done; else it stops after the current item
+            cancel = getattr(slot.items, "cancel", None)  # the API's Stream: no model step starts after this
+            if cancel is not None and not done.done():
+                cancel()
             done.add_done_callback(lambda _: self._release(slot))
 
     def close(self) -> None:
