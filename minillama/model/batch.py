@@ -15,6 +15,7 @@ another order than a matrix-vector product); a sequence alone gives exactly the 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -24,6 +25,10 @@ from .cache import KVCache
 from .layers import attention
 
 __all__ = ["Batch", "StepBatcher"]
+
+#: The longest a step waits for the other generating sessions' steps, as a share of the last pass's time: sampling
+#: between two steps takes a fraction of a step, on a quiet machine or a busy one alike.
+WAIT_SHARE = 0.5
 
 
 @dataclass
@@ -72,20 +77,34 @@ class StepBatcher:
     """Single-token steps asked for at once, from any threads, run as one pass: run(Batch, tokens) -> logits."""
 
     run_batch: Callable[[list[int], Batch], np.ndarray]
+    #: How many sessions are generating now (a server sets its busy slots): a step that finds no pass running
+    #: waits for that many steps, at most WAIT_SHARE of the last pass's time, so the sessions stay in one batch
+    #: rather than splitting into alternating smaller ones. Default: one, no waiting.
+    expected: Callable[[], int] = lambda: 1
     _cond: threading.Condition = field(default_factory=threading.Condition)
     _pending: list[_Step] = field(default_factory=list)
     _busy: bool = False
+    _last_pass: float = 0.0
 
     def step(self, key: object, token: int, start: int, cache: KVCache) -> np.ndarray:
         """The logits [n_vocab] after token at position start of the sequence in cache (extending the cache)."""
         me = _Step(key, token, start, cache)
         with self._cond:
             self._pending.append(me)
-            while not me.done and self._busy:
-                self._cond.wait()
-            if not me.done:  # no pass running: run every step asked for so far
-                batch, self._pending, self._busy = self._pending, [], True
+            self._cond.notify_all()
+            deadline = time.monotonic() + WAIT_SHARE * self._last_pass
+            while not me.done:
+                if self._busy:
+                    self._cond.wait()
+                    continue
+                left = deadline - time.monotonic()
+                if len(self._pending) < self.expected() and left > 0:  # the others are sampling: wait for them
+                    self._cond.wait(left)
+                    continue
+                batch, self._pending, self._busy = self._pending, [], True  # run every step asked for so far
+                break
         if not me.done:
+            began = time.perf_counter()
             try:
                 logits = self.run_batch([s.token for s in batch],
                                         Batch.steps([s.start for s in batch], [s.cache for s in batch]))
@@ -99,6 +118,7 @@ class StepBatcher:
                     for s in batch:
                         s.done = True
                     self._busy = False
+                    self._last_pass = time.perf_counter() - began
                     self._cond.notify_all()
         if me.error is not None:
             raise me.error

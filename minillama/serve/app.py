@@ -55,6 +55,7 @@ def create_app(llm: Any, *, parallel: int = 1, api_key: str | None = None,
     vocabs: name -> Tokenizer, the tokenizers /tokenize and the playground offer (the model's own first).
     """
     pool = SlotPool(llm.session, parallel)
+    llm.model.batcher.expected = lambda: pool.busy  # a decode step waits (briefly) for the other busy slots'
     tokenizers = dict(vocabs or {})
     started = int(time.time())
 
