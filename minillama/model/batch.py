@@ -92,11 +92,13 @@ class StepBatcher:
         with self._cond:
             self._pending.append(me)
             self._cond.notify_all()
-            deadline = time.monotonic() + WAIT_SHARE * self._last_pass
+            deadline = None  # counted from when this step could lead, not from when it queued behind a pass
             while not me.done:
                 if self._busy:
                     self._cond.wait()
                     continue
+                if deadline is None:
+                    deadline = time.monotonic() + WAIT_SHARE * self._last_pass
                 left = deadline - time.monotonic()
                 if len(self._pending) < self.expected() and left > 0:  # the others are sampling: wait for them
                     self._cond.wait(left)
