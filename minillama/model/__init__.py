@@ -170,9 +170,10 @@ class Model:
         """Positions the last next_token ran through the model (the rest came from the cache)."""
         return self._default.evaluated
 
-    def session(self, n_ctx: int | None = None, batched: bool = True) -> Session:
-        """A sequence of its own (its own KV cache) on this model: threads may each drive one at once; batched
-        single-token steps of sessions asked for at the same time share one pass (StepBatcher)."""
+    def session(self, n_ctx: int | None = None, batched: bool = False) -> Session:
+        """A sequence of its own (its own KV cache) on this model: threads may each drive one at once. batched:
+        its single-token steps share one pass with those other batched sessions ask for at the same time
+        (StepBatcher); that pays from about 4 sequences a pass (see minillama/model/batch.py)."""
         return Session(self, n_ctx, batched)
 
     def reset(self) -> None:
