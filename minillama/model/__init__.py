@@ -14,6 +14,8 @@ the architecture's blocks (one file per architecture: llama.py, gemma3.py, built
 the final RMSNorm and multiply by the output matrix. Weights are dequantized to float32 once, at load, so
 every step is a few BLAS matmuls. next_token keeps a key/value cache and reuses the longest prefix the new
 ids share with the cached ones: a generated token costs one single-token step, a prompt one batched pass.
+model.session() gives a sequence with a cache of its own (a server's slot): the weights are only read, so threads
+can each drive a session at once; hidden(ids) is the final hidden state that embeddings pool.
 """
 
 from __future__ import annotations
