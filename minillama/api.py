@@ -117,12 +117,13 @@ class Llama:
     seed per call); threads: BLAS threads of the forward pass as Model.from_file takes them, None (as
     llama-cpp-python's n_threads=None) meaning minillama's default "auto"; pooling "mean", "cls" or "last" overrides the file's
     {arch}.pooling_type for create_embedding (mean when the file says none); model_name is the "model" the
-    results name (default: the file's name).
+    results name (default: the file's name); batch_steps=True runs the single-token steps of requests that come
+    at the same time as one pass (worth it from about 4 at once: minillama/model/batch.py).
     """
 
     def __init__(self, model_path: str | os.PathLike[str], n_ctx: int | None = None, seed: int = RANDOM_SEED,
                  threads: Threads = None, *, pooling: str | None = None, model_name: str | None = None,
-                 verbose: bool = False) -> None:
+                 batch_steps: bool = False, verbose: bool = False) -> None:
         path = os.fspath(model_path)
         if n_ctx is not None and (isinstance(n_ctx, bool) or not isinstance(n_ctx, int) or n_ctx < 0):
             raise ArgumentError(f"expected n_ctx as a count of tokens (0 or None: the model's), found {n_ctx!r}")
@@ -137,6 +138,8 @@ class Llama:
         self.model_name = model_name or os.path.basename(path)
         self.verbose = verbose
         self.pooling = self._pooling(pooling)
+        #: Requests' single-token steps that come at the same time share one pass (minillama/model/batch.py).
+        self.batch_steps = batch_steps
         self._template: ChatTemplate | None = None
         self._template_lock = threading.Lock()
 
@@ -159,7 +162,7 @@ class Llama:
 
     def session(self) -> Session:
         """A sequence of its own on the model (a slot): pass it as session= to reuse its KV cache across calls."""
-        return self.model.session(self.n_ctx)
+        return self.model.session(self.n_ctx, batched=self.batch_steps)
 
     # -- completions -----------------------------------------------------------------------------------------
 

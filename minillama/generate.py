@@ -40,7 +40,7 @@ from .errors import ArgumentError, ContextLengthError
 if TYPE_CHECKING:
     from .tokenizer import Tokenizer
 
-__all__ = ["LanguageModel", "Sampler", "TokenLogprob", "StopAt", "Generation", "GenerationStats", "generate", "perf_lines", "RANDOM_SEED"]
+__all__ = ["LanguageModel", "Sampler", "TokenLogprob", "StopAt", "Constraint", "Generation", "GenerationStats", "generate", "perf_lines", "RANDOM_SEED"]
 
 
 @runtime_checkable

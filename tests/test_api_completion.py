@@ -449,7 +449,7 @@ def test_concurrent_steps_share_one_pass(llm: Llama) -> None:
         barrier = threading.Barrier(len(prompts))
 
         def drive(i: int) -> None:
-            s = model.session()
+            s = model.session(batched=True)
             ids = list(prompts[i])
             s.logits_next(ids)
             barrier.wait()

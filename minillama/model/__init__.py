@@ -14,6 +14,8 @@ the architecture's blocks (one file per architecture: llama.py, gemma3.py, built
 the final RMSNorm and multiply by the output matrix. Weights are dequantized to float32 once, at load, so
 every step is a few BLAS matmuls. next_token keeps a key/value cache and reuses the longest prefix the new
 ids share with the cached ones: a generated token costs one single-token step, a prompt one batched pass.
+model.session() gives a sequence with a cache of its own (a server's slot): the weights are only read, so threads
+can each drive a session at once; hidden(ids) is the final hidden state that embeddings pool.
 """
 
 from __future__ import annotations
@@ -170,9 +172,10 @@ class Model:
         """Positions the last next_token ran through the model (the rest came from the cache)."""
         return self._default.evaluated
 
-    def session(self, n_ctx: int | None = None, batched: bool = True) -> Session:
-        """A sequence of its own (its own KV cache) on this model: threads may each drive one at once; batched
-        single-token steps of sessions asked for at the same time share one pass (StepBatcher)."""
+    def session(self, n_ctx: int | None = None, batched: bool = False) -> Session:
+        """A sequence of its own (its own KV cache) on this model: threads may each drive one at once. batched:
+        its single-token steps share one pass with those other batched sessions ask for at the same time
+        (StepBatcher); that pays from about 4 sequences a pass (see minillama/model/batch.py)."""
         return Session(self, n_ctx, batched)
 
     def reset(self) -> None:

@@ -10,6 +10,12 @@ running takes every step asked for so far and runs them as one Batch, the others
 pass runs, new steps queue up for the next one (continuous batching, as llama-server's slots share a decode).
 A step's logits can differ from a lone step's in the last bits of float32 (BLAS sums a matrix product in
 another order than a matrix-vector product); a sequence alone gives exactly the unbatched result.
+
+It pays only from about four sequences a pass: numpy's OpenBLAS multiplies a matrix by 2-3 rows far more slowly
+than by one row (sgemm's small-M path; SmolLM2, one BLAS thread, CPU per generated token: 45 ms alone, 58 ms
+two to a pass, 30 ms four, 17 ms eight: tools/bench/bench_batch.py), and sessions stepping apart on threads
+can use a core each. So sessions are not batched unless asked (Model.session(batched=True),
+Llama(batch_steps=True)).
 """
 
 from __future__ import annotations
