@@ -78,7 +78,8 @@ def serve(model: str, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, par
 
     sock = listen(host, port)  # first: a port in use fails before the model loads
     try:
-        llm = Llama(model, threads=threads, model_name=os.path.basename(model))
+        # several slots: their decode steps share passes of the model (Linear multiplies a few rows reading w once)
+        llm = Llama(model, threads=threads, model_name=os.path.basename(model), batch_steps=parallel > 1)
         tokenizers = {model: llm.tokenizer}
         for path in vocabs:
             tokenizers[path] = Tokenizer.from_file(path)
