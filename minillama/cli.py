@@ -720,6 +720,32 @@ def _setup_dataset(p: argparse.ArgumentParser) -> None:
     p.add_argument("files", nargs="+", metavar="FILES", help="text, JSONL or Parquet files, read in this order")
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    """Serve the model over HTTP (OpenAI's /v1 endpoints, /tokenize, the token playground at /) until Ctrl-C."""
+    from minillama.serve import serve
+
+    serve(args.model, host=args.host, port=args.port, parallel=args.parallel, api_key=args.api_key,
+          vocabs=args.vocab or ())
+    return 0
+
+
+def _setup_serve(p: argparse.ArgumentParser) -> None:
+    """Declare the arguments of 'serve'."""
+    from minillama.serve import DEFAULT_HOST, DEFAULT_PORT  # no Starlette import: only the names
+
+    p.add_argument("--model", required=True, metavar="PATH", help="the GGUF model to serve")
+    p.add_argument("--host", default=DEFAULT_HOST, help=f"address to listen on (default: {DEFAULT_HOST}, this "
+                   "machine only; 0.0.0.0 for every interface)")
+    p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"TCP port (default: {DEFAULT_PORT}; 0 picks a "
+                   "free one and prints it)")
+    p.add_argument("--parallel", type=int, default=1, metavar="N", help="requests generated at once, each in its "
+                   "own slot with its own KV cache; more wait their turn (default: 1)")
+    p.add_argument("--api-key", metavar="KEY", help="require 'Authorization: Bearer KEY' (all but /, /health and "
+                   "/v1/models)")
+    p.add_argument("--vocab", action="append", metavar="PATH", help="another tokenizer file for the playground and "
+                   "/tokenize to compare token counts with (repeatable)")
+
+
 COMMANDS: dict[str, Subcommand] = {
     "tokenize": Subcommand("tokenize text and show the pieces and ids", _setup_tokenize, cmd_tokenize),
     "decode": Subcommand("turn token ids back into text", _setup_decode, cmd_decode),
@@ -737,6 +763,8 @@ COMMANDS: dict[str, Subcommand] = {
                         cmd_train),
     "dataset": Subcommand("tokenize text/JSONL/Parquet files into sharded token files for training",
                           _setup_dataset, cmd_dataset),
+    "serve": Subcommand("serve a GGUF model over an OpenAI-compatible HTTP API, with a token playground",
+                        _setup_serve, cmd_serve),
 }
 
 

@@ -12,27 +12,28 @@ hands them to the Sampler (minillama.sampling), which picks one (``sample_logits
 never implement sampling themselves, and every model gets greedy/temperature/top-k/top-p decoding
 and exact repeatability from a seed.
 
-Sampler is imported here from minillama.sampling (which says how it samples) and stays importable
-from minillama.generate.
+Sampler (minillama.sampling) follows llama.cpp's sampler chain; generate imports it from there and it stays
+importable from minillama.generate. StopAt ends the text before a stop string.
 """
 
 from __future__ import annotations
 
 import operator
+import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from .errors import ArgumentError, ContextLengthError
-from .sampling import RANDOM_SEED, Sampler
+from .sampling import RANDOM_SEED, Sampler, TokenLogprob
 
 if TYPE_CHECKING:
     from .tokenizer import Tokenizer
 
-__all__ = ["LanguageModel", "Sampler", "Generation", "GenerationStats", "generate", "perf_lines", "RANDOM_SEED"]
+__all__ = ["LanguageModel", "Sampler", "TokenLogprob", "StopAt", "Constraint", "Generation", "GenerationStats", "generate", "perf_lines", "RANDOM_SEED"]
 
 
 @runtime_checkable
@@ -113,7 +114,11 @@ class Generation(Iterator[str]):
     stop_at_eog: bool = True
     # token healing: (the prompt's ids taken off, the text they decode to); nothing to heal by default
     heal: tuple[list[int], str] = field(default_factory=lambda: ([], ""))
+    # constrained output (a JSON grammar): allowed ids before each pick, told each id picked; None: free
+    constraint: Constraint | None = None
     ids: list[int] = field(default_factory=list)  # the generated ids that were decoded (no final eog)
+    # with sampler.n_probs > 0: one TokenLogprob per generated id, the final eog included
+    logprobs: list[TokenLogprob] = field(default_factory=list)
     eog_id: int | None = None  # the end-of-generation id that stopped the run, if one did
     text: str = ""  # the chunks yielded so far, joined
     stats: GenerationStats = field(default_factory=GenerationStats)
@@ -125,6 +130,8 @@ class Generation(Iterator[str]):
                                      f"{n_ctx}: expected at most {n_ctx - 1}, to leave room for a reply")
         self.stats.prompt_tokens = self.stats.prompt_evaluated = len(self.prompt_ids)
         self.stats.seed = self.sampler.seed
+        self.sampler.accept(self.prompt_ids)  # the penalties see the prompt, as llama-server's sampler does
+        self._cancelled = threading.Event()
         self._chunks = self._run()
 
     def __next__(self) -> str:
@@ -135,6 +142,11 @@ class Generation(Iterator[str]):
 
     def __repr__(self) -> str:
         return f"Generation(prompt_tokens={len(self.prompt_ids)}, ids={len(self.ids)}, stats={self.stats})"
+
+    def cancel(self) -> None:
+        """Stop early from any thread, even while another is inside next(): no model step starts after this
+        (the one running finishes), and the iterator ends (stats.stop_reason 'stopped')."""
+        self._cancelled.set()
 
     def close(self) -> None:
         """Stop early (stats.stop_reason becomes 'stopped' if the run had not ended)."""
@@ -155,12 +167,23 @@ class Generation(Iterator[str]):
         start = time.perf_counter()
         try:
             while stats.generated_tokens < self.max_tokens:
+                if self._cancelled.is_set():
+                    stats.stop_reason = "stopped"
+                    break
                 if len(context) >= n_ctx:  # as llama.cpp's server without context shift: stop, keep the text
                     stats.stop_reason = "context"
                     break
                 if heal:
                     self.sampler.constrain(_healing_mask(tok, heal), fallback=removed[0])
+                elif self.constraint is not None:
+                    self.sampler.constrain(self.constraint.allowed(), fallback=_first_eog(tok))
+                self.sampler.last_logprob = None
                 token = operator.index(self.model.next_token(context, self.sampler))
+                if self.sampler.last_logprob is not None:
+                    self.logprobs.append(self.sampler.last_logprob)
+                if self.constraint is not None:
+                    self.constraint.accept(token)
+                self.sampler.accept((token,))
                 if heal:
                     self.sampler.constrain(None)
                     piece = tok.token_to_piece(token) if 0 <= token < n_vocab else b""
@@ -199,6 +222,91 @@ class Generation(Iterator[str]):
                 stats.stop_reason = "stopped"
 
 
+class StopAt(Iterator[str]):
+    """A Generation whose text ends before the first stop string it writes: the run stops there (stats.stop_reason
+    is `reason`), the stop string is not shown, and nothing after it is generated.
+
+    Stop strings are matched on the decoded text, so one split over several tokens is found; text that could be
+    the start of one is held back until it is clear. Everything else is the Generation's (ids, stats...).
+    """
+
+    def __init__(self, gen: Generation, markers: Sequence[str], reason: str = "stop_string") -> None:
+        self.gen, self.markers, self.reason = gen, tuple(m for m in markers if m), reason
+        self.text = ""  # the chunks yielded so far, joined (the reply without the stop string)
+        self.reply_ids: int | None = None  # when a stop string ended the run: how many of gen.ids the reply holds
+        self._chunks = self._run()
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "gen":  # not set yet: no delegation loop
+            raise AttributeError(name)
+        return getattr(self.gen, name)
+
+    def __next__(self) -> str:
+        return next(self._chunks)
+
+    def close(self) -> None:
+        """Stop early, as Generation.close."""
+        self._chunks.close()
+        self.gen.close()
+
+    def _run(self) -> Iterator[str]:
+        held = ""  # decoded text not yielded yet: it may begin a stop string
+        for chunk in self.gen:
+            held += chunk
+            at = min((i for i in (held.find(m) for m in self.markers) if i >= 0), default=-1)
+            if at >= 0:
+                self.gen.stats.stop_reason = self.reason
+                self.gen.close()
+                held = held[:at]
+                self.reply_ids = _ids_within(self.gen.tok, self.gen.ids, self.text + held)
+                break
+            keep = _marker_start(held, self.markers)
+            out, held = held[:len(held) - keep], held[len(held) - keep:]
+            if out:
+                self.text += out
+                yield out
+        if held:
+            self.text += held
+            yield held
+
+
+def _ids_within(tok: Tokenizer, ids: list[int], text: str) -> int:
+    """The most leading ids whose decoded text is a beginning of text (binary search: a few decodes)."""
+    lo, hi = 0, len(ids)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if text.startswith(tok.decode(ids[:mid], skip_special_tokens=True)):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _marker_start(text: str, markers: Sequence[str]) -> int:
+    """The length of the longest end of text that is the beginning of a marker (0 when none is)."""
+    for k in range(min(len(text), max(map(len, markers), default=1) - 1), 0, -1):
+        if any(m.startswith(text[-k:]) for m in markers):
+            return k
+    return 0
+
+
+class Constraint(Protocol):
+    """What constrains the tokens generate() may pick, e.g. a JSON grammar (minillama.constrain)."""
+
+    def allowed(self) -> np.ndarray:
+        """A bool per vocab id: which ids may come next."""
+        ...
+
+    def accept(self, token: int) -> None:
+        """Advance past the id just picked."""
+        ...
+
+
+def _first_eog(tok: Tokenizer) -> int:
+    """An end-of-generation id (eos, else eot, else 0): what a constraint that allows nothing falls back to."""
+    return next((i for i in (tok.eos_id, tok.eot_id) if i is not None), 0)
+
+
 def context_length(model: object) -> int | float:
     """The most ids the model can take (its `n_ctx`, as minillama.model.Model has), or infinity when it says none."""
     n_ctx = getattr(model, "n_ctx", None)
@@ -213,7 +321,10 @@ def _healing_mask(tok: Tokenizer, heal: bytes) -> np.ndarray:
 
 def generate(model: LanguageModel, tok: Tokenizer, prompt: str | Sequence[int], max_tokens: int, *,
              temperature: float = 0.8, top_k: int = 40, top_p: float = 0.95, seed: int | None = None,
-             stop_at_eog: bool = True, heal: bool = False) -> Generation:
+             stop_at_eog: bool = True, heal: bool = False, min_p: float = 0.0, repeat_penalty: float = 1.0,
+             repeat_last_n: int = 64, presence_penalty: float = 0.0, frequency_penalty: float = 0.0,
+             logit_bias: Mapping[int, float] | None = None, logprobs: int = 0,
+             constraint: Constraint | None = None) -> Generation:
     """Stream the text model writes after prompt, up to max_tokens ids or an end-of-generation id.
 
     A str prompt is encoded with add_special=True (bos as the vocab says) and parse_special=True (chat
@@ -226,7 +337,15 @@ def generate(model: LanguageModel, tok: Tokenizer, prompt: str | Sequence[int], 
     LanguageModel works; when the model offers no fitting candidate, the prompt's own token is used.
     Then generation.ids starts with the healed tokens, and the chunks (and generation.text) hold only
     the text after the prompt.
+
+    min_p, repeat_penalty (over the last repeat_last_n ids, prompt included; -1 all), presence_penalty,
+    frequency_penalty and logit_bias ({id: added score}) are llama.cpp's samplers (see Sampler for the order).
+    logprobs=N > 0 records each generated id's log-probability and the N best (generation.logprobs).
+    constraint (e.g. minillama.constrain.JsonConstraint) limits each pick to the ids it allows.
+    Stop strings: wrap the result in StopAt(generation, ["\n\n"]).
     """
+    if heal and constraint is not None:
+        raise ArgumentError("expected either heal=True or a constraint, found both")
     removed: list[int] = []
     if isinstance(prompt, str):
         if heal:
@@ -235,8 +354,11 @@ def generate(model: LanguageModel, tok: Tokenizer, prompt: str | Sequence[int], 
             prompt_ids = tok.encode(prompt, add_special=True, parse_special=True)
     else:
         prompt_ids = [operator.index(i) for i in prompt]
-    sampler = Sampler(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+    sampler = Sampler(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, min_p=min_p,
+                      repeat_penalty=repeat_penalty, repeat_last_n=repeat_last_n, presence_penalty=presence_penalty,
+                      frequency_penalty=frequency_penalty, logit_bias=logit_bias, n_probs=logprobs)
     # the text the run's stream decoder gives for the healed tokens, which the prompt already holds
     dec = tok.stream_decoder(skip_special_tokens=True)
     seen = "".join(dec.push(i) for i in removed) + dec.flush()
-    return Generation(model, tok, prompt_ids, int(max_tokens), sampler, stop_at_eog, heal=(removed, seen))
+    return Generation(model, tok, prompt_ids, int(max_tokens), sampler, stop_at_eog, heal=(removed, seen),
+                      constraint=constraint)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from minillama.errors import ArgumentError, ContextLengthError
-from minillama.generate import Generation, LanguageModel, Sampler, generate, perf_lines
+from minillama.generate import Generation, LanguageModel, Sampler, StopAt, generate, perf_lines
 from minillama.ngram import NGramModel, default_corpus_path
 from minillama.tokenizer import Tokenizer, default_vocab_path
 
@@ -313,3 +313,108 @@ def test_prompt_and_generation_speeds_apart(tok: Tokenizer) -> None:
                         lines[1]), lines[1]
     assert re.fullmatch(r" *total time = +[\d.]+ ms / +13 tokens", lines[2]), lines[2]
     assert re.fullmatch(r" *first token = +[\d.]+ ms after the request", lines[3]), lines[3]
+
+
+# --- issue 25: llama.cpp's penalties, min_p, logit_bias, logprobs, stop strings ------------------------------
+
+
+def test_penalties_follow_llamacpps_formula() -> None:
+    """llama_sampler_penalties: a candidate seen c > 0 times in the last n ids has its logit l multiplied by
+    repeat_penalty when l <= 0, divided when l > 0, then reduced by c * frequency + presence. By hand:"""
+    s = Sampler(repeat_penalty=1.5, frequency_penalty=0.2, presence_penalty=0.3, repeat_last_n=64)
+    s.accept([0, 1, 1, 3])  # id 0 once, id 1 twice, id 3 once, id 2 never
+    got = s.adjust(np.array([2.0, -1.0, 0.5, 3.0]), np.arange(4))
+    assert got.tolist() == pytest.approx([2.0 / 1.5 - 0.2 - 0.3, -1.0 * 1.5 - 2 * 0.2 - 0.3, 0.5, 3.0 / 1.5 - 0.5])
+    # the window: only the last two ids (1, 3) count
+    s = Sampler(repeat_penalty=1.5, frequency_penalty=0.2, presence_penalty=0.3, repeat_last_n=2)
+    s.accept([0, 1, 1, 3])
+    assert s.adjust(np.array([2.0, -1.0, 0.5, 3.0]), np.arange(4)).tolist() == pytest.approx(
+        [2.0, -1.5 - 0.2 - 0.3, 0.5, 2.0 - 0.5])
+    # repeat_last_n=0 turns every penalty off, as in llama.cpp
+    s = Sampler(repeat_penalty=1.5, frequency_penalty=0.2, repeat_last_n=0)
+    s.accept([0, 1])
+    assert s.adjust(np.array([2.0, -1.0]), np.arange(2)).tolist() == [2.0, -1.0]
+
+
+def test_repeat_penalty_changes_the_greedy_pick() -> None:
+    s = Sampler(temperature=0, repeat_penalty=2.0)
+    assert s.sample_logits([1.0, 1.5]) == 1
+    s.accept([1])
+    assert s.sample_logits([1.0, 1.5]) == 0  # 1.5 / 2 = 0.75 < 1.0
+
+
+def test_penalties_see_the_prompt(tok: Tokenizer) -> None:
+    """As llama-server, the prompt's ids are in the penalties' window: a model that always scores the last
+    prompt id highest is turned away from it by presence_penalty."""
+    prompt = tok.encode("Hello", add_special=False)
+
+    class Echo:
+        def next_token(self, ids, sampler):
+            x = np.zeros(tok.n_vocab)
+            x[prompt[-1]] = 1.0
+            return sampler.sample_logits(x)
+
+    def first(**kw: float) -> list[int]:
+        gen = generate(Echo(), tok, prompt, 1, temperature=0, **kw)
+        list(gen)
+        return gen.ids
+
+    assert first() == [prompt[-1]]
+    assert first(presence_penalty=2.0) not in ([prompt[-1]], [])
+
+
+def test_min_p_keeps_candidates_within_a_factor_of_the_best() -> None:
+    """llama_sampler_min_p: keep p >= min_p * p_max. PROBS: 0.5 best; min_p 0.25 keeps >= 0.125 (ids 1, 3, 2)."""
+    assert set(_draws(temperature=1.0, top_k=0, top_p=1.0, min_p=0.25)) == {1, 3, 2}
+    assert set(_draws(temperature=1.0, top_k=0, top_p=1.0, min_p=0.5)) == {1, 3}
+    assert set(_draws(temperature=1.0, top_k=0, top_p=1.0, min_p=1.0)) == {1}
+    assert set(_draws(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)) == {0, 1, 2, 3}
+
+
+def test_logit_bias() -> None:
+    assert set(_draws(temperature=1.0, top_k=0, top_p=1.0, logit_bias={1: -np.inf, 3: -np.inf})) == {0, 2}
+    assert Sampler(temperature=0, logit_bias={"0": 100}).sample_probs(PROBS) == 0  # OpenAI's keys are strings
+    with pytest.raises(ArgumentError, match="logit_bias"):
+        Sampler(logit_bias={0: float("nan")})
+
+
+def test_new_sampler_arguments() -> None:
+    for kw in ({"min_p": -0.1}, {"min_p": 1.5}, {"repeat_penalty": 0.0}, {"repeat_last_n": -2},
+               {"presence_penalty": float("inf")}, {"n_probs": -1}):
+        with pytest.raises(ArgumentError):
+            Sampler(**kw)  # type: ignore[arg-type]
+
+
+def test_logprobs_are_log_softmax_of_the_raw_scores() -> None:
+    x = np.array([1.0, 3.0, -2.0, 0.5])
+    ref = x - np.log(np.exp(x).sum())
+    s = Sampler(temperature=0.5, seed=4, n_probs=2, logit_bias={0: 5.0}, repeat_penalty=3.0)
+    s.accept([1])
+    pick = s.sample_logits(x)
+    lp = s.last_logprob
+    assert lp is not None and lp.id == pick and lp.logprob == pytest.approx(ref[pick])
+    assert [i for i, _ in lp.top] == [1, 0]  # before the bias (0 would lead) and the penalty
+    assert [v for _, v in lp.top] == pytest.approx([ref[1], ref[0]])
+
+
+def test_generation_records_logprobs(lm: NGramModel, tok: Tokenizer) -> None:
+    gen = generate(lm, tok, "Once upon a time", 12, seed=3, logprobs=1)
+    list(gen)
+    assert len(gen.logprobs) == gen.stats.generated_tokens
+    assert [lp.id for lp in gen.logprobs[:len(gen.ids)]] == gen.ids
+    assert all(lp.logprob <= 0 for lp in gen.logprobs)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_stop_strings(lm: NGramModel, tok: Tokenizer, seed: int) -> None:
+    """The text ends before the first stop string of the same seeded run; none of it is shown, even in part."""
+    kw = {"seed": seed, "stop_at_eog": False}
+    full = "".join(generate(lm, tok, "Once upon a time", 60, **kw))
+    for stop in {full[i:i + 4] for i in range(10, len(full) - 4, 7)}:
+        run = StopAt(generate(lm, tok, "Once upon a time", 60, **kw), [stop])
+        chunks = list(run)
+        assert "".join(chunks) == run.text == full[:full.index(stop)]
+        assert run.stats.stop_reason == "stop_string"
+        assert run.text.startswith(tok.decode(run.ids[:run.reply_ids]))  # the ids wholly before the stop string
+    run = StopAt(generate(lm, tok, "Once upon a time", 60, **kw), ["\x00never"])
+    assert "".join(run) == full and run.stats.stop_reason == "max_tokens"

@@ -14,6 +14,8 @@ the architecture's blocks (one file per architecture: llama.py, qwen2.py, qwen3.
 built from layers.py), apply the final RMSNorm and multiply by the output matrix. Weights are dequantized
 to float32 once, at load, so every step is a few BLAS matmuls. next_token keeps a key/value cache and reuses the longest prefix the new
 ids share with the cached ones: a generated token costs one single-token step, a prompt one batched pass.
+model.session() gives a sequence with a cache of its own (a server's slot): the weights are only read, so threads
+can each drive a session at once; hidden(ids) is the final hidden state that embeddings pool.
 """
 
 from __future__ import annotations
@@ -29,12 +31,13 @@ from ..embedding import Embedding
 from ..errors import ArgumentError, ContextLengthError, FormatError, UnsupportedError
 from ..sampling import Sampler
 from . import gemma3, llama, phi3, qwen2, qwen3
+from .batch import Batch, StepBatcher
 from .cache import KVCache
 from .layers import Linear, rmsnorm
 from .threads import AutoThreads, limited, usable_cores
 from .weights import HParams, TensorSpec, Weights
 
-__all__ = ["Model", "ARCHITECTURES"]
+__all__ = ["Model", "Session", "ARCHITECTURES"]
 
 #: general.architecture -> the module that implements it (LAYER_TENSORS, OPTIONAL_TENSORS, UNSUPPORTED_TENSORS,
 #: ROPE_WHOLE_HEAD, OUTPUT_BIAS, prepare, embed_scale, blocks).
@@ -80,9 +83,10 @@ class Model:
         self._embedding, self._layers = embedding, layers
         self._output_norm, self._output, self._output_bias = output_norm, output, output_bias
         self._scale = arch.embed_scale(hp)
-        self._cache = self._new_cache()
-        #: Positions the last next_token ran through the model (the rest came from the cache).
-        self.evaluated = 0
+        #: Single-token steps of sessions on several threads at once go through the weights as one pass.
+        self.batcher = StepBatcher(self._run_steps)
+        self._step_auto = AutoThreads(DEFAULT_THREADS) if self.threads == AUTO else None
+        self._default = Session(self)  # what next_token uses: one sequence, as before sessions existed
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str], *, progress: Progress | None = None,
@@ -172,9 +176,136 @@ class Model:
         ids = self._check(ids)
         return self._forward(ids, 0, self._new_cache(), last_only=False)
 
+    def hidden(self, ids: Sequence[int]) -> np.ndarray:
+        """The final hidden state (after the output norm, before the output matrix) of every position of ids,
+        [len(ids), n_embd] float32 (a fresh causal pass): what llama.cpp pools into embeddings (t_embd)."""
+        ids = self._check(ids)
+        return self._forward(ids, 0, self._new_cache(), last_only=False, hidden=True)
+
     def next_token(self, ids: Sequence[int], sampler: Sampler) -> int:
         """The sampler's choice of the token after ids; reuses the cache for the prefix ids share with the last call."""
-        ids = self._check(ids)
+        return self._default.next_token(ids, sampler)
+
+    @property
+    def _cache(self) -> KVCache:
+        """The default session's cache (what next_token extends)."""
+        return self._default._cache
+
+    @property
+    def evaluated(self) -> int:
+        """Positions the last next_token ran through the model (the rest came from the cache)."""
+        return self._default.evaluated
+
+    def session(self, n_ctx: int | None = None, batched: bool = False) -> Session:
+        """A sequence of its own (its own KV cache) on this model: threads may each drive one at once. batched:
+        its single-token steps share one pass with those other batched sessions ask for at the same time
+        (StepBatcher); that pays from about 4 sequences a pass (see minillama/model/batch.py)."""
+        return Session(self, n_ctx, batched)
+
+    def reset(self) -> None:
+        """Forget the cached sequence (and free the cache's memory)."""
+        self._default.reset()
+
+    def _new_cache(self) -> KVCache:
+        hp = self.hparams
+        return KVCache(hp.n_layer, hp.n_head_kv, hp.head_dim, hp.head_dim_v)
+
+    def _check(self, ids: Sequence[int], n_ctx: int | None = None) -> list[int]:
+        """ids as a list of ints within the vocab and the context (n_ctx, at most the model's)."""
+        out = [int(i) for i in ids]
+        n_ctx = self.n_ctx if n_ctx is None else n_ctx
+        if not out:
+            raise ArgumentError("expected at least one token id (a prompt), got none")
+        if len(out) > n_ctx:
+            raise ContextLengthError(f"{len(out)} tokens do not fit the model's context of {n_ctx} tokens "
+                                     f"({self.path})")
+        bad = next((i for i in out if not 0 <= i < self.n_vocab), None)
+        if bad is not None:
+            raise ArgumentError(f"token id {bad} is out of range for this model (expected 0..{self.n_vocab - 1})")
+        return out
+
+    def _forward(self, ids: list[int], start: int, cache: KVCache, last_only: bool, hidden: bool = False,
+                 auto: AutoThreads | None = None) -> np.ndarray:
+        """Run ids (at positions start..) through the model, extending cache; logits of every (or the last) one.
+
+        Long inputs go in chunks of CHUNK tokens, each attending to the cache, so attention scores stay
+        [H, CHUNK, n] instead of [H, n, n].
+        """
+        def run() -> np.ndarray:
+            return self._chunks(ids, start, cache, last_only, hidden)
+
+        auto = self._auto if auto is None else auto
+        if auto is not None:
+            return auto.run(len(ids), run)
+        return limited(self.threads, run)  # type: ignore[arg-type]
+
+    def _chunks(self, ids: list[int], start: int, cache: KVCache, last_only: bool, hidden: bool) -> np.ndarray:
+        cache.reserve(start + len(ids))
+        out = [self._run(ids[i:i + CHUNK], start + i, cache, last_only, hidden) for i in range(0, len(ids), CHUNK)]
+        return out[-1] if last_only else np.concatenate(out)
+
+    def _run(self, ids: list[int], start: int, cache: KVCache, last_only: bool, hidden: bool) -> np.ndarray:
+        """One chunk of the forward pass: embedding, blocks, final norm, output matrix (not when hidden)."""
+        x = self._embedding.lookup(np.asarray(ids, dtype=np.intp))
+        if self._scale is not None:
+            x *= np.float32(self._scale)
+        x = self._arch.blocks(x, self._layers, self.hparams, Batch.single(start, len(ids), cache))
+        cache.ids[start:] = ids
+        if last_only:
+            x = x[-1:]
+        x = rmsnorm(x, self._output_norm, self.hparams.eps)
+        return x if hidden else self._logits(x)
+
+    def _logits(self, x: np.ndarray) -> np.ndarray:
+        """The output matrix (and its bias, when the file has one) over the final-normed stream x."""
+        logits = self._output(x)
+        return logits if self._output_bias is None else logits + self._output_bias
+
+    def _run_steps(self, tokens: list[int], batch: Batch) -> np.ndarray:
+        """One pass of single-token steps of several sequences (batch: one row each); logits [B, n_vocab]."""
+        def run() -> np.ndarray:
+            for _, start, cache in batch.seqs:
+                cache.reserve(start + 1)
+            x = self._embedding.lookup(np.asarray(tokens, dtype=np.intp))
+            if self._scale is not None:
+                x *= np.float32(self._scale)
+            x = self._arch.blocks(x, self._layers, self.hparams, batch)
+            for token, (_, start, cache) in zip(tokens, batch.seqs, strict=True):
+                cache.ids[start:] = [token]
+            return self._logits(rmsnorm(x, self._output_norm, self.hparams.eps))
+
+        if self._step_auto is not None:
+            return self._step_auto.run(1, run)
+        return limited(self.threads, run)  # type: ignore[arg-type]
+
+
+class Session:
+    """One sequence on a Model: its own KV cache, so threads can each drive a session of one loaded model at once.
+
+    The model's weights are only read; everything a step writes is the session's (its cache, its thread timings).
+    n_ctx caps the context below the model's (None: the model's).
+    """
+
+    def __init__(self, model: Model, n_ctx: int | None = None, batched: bool = False) -> None:
+        if n_ctx is not None and not 0 < n_ctx:
+            raise ArgumentError(f"expected n_ctx of at least 1, found {n_ctx}")
+        self.model = model
+        #: Most tokens this session's sequence may hold.
+        self.n_ctx = model.n_ctx if n_ctx is None else min(int(n_ctx), model.n_ctx)
+        self._auto = AutoThreads(DEFAULT_THREADS) if model.threads == AUTO else None
+        self._cache = model._new_cache()
+        self.batched = batched  # single-token steps through model.batcher, with other sessions' steps
+        #: Positions the last next_token ran through the model (the rest came from the cache).
+        self.evaluated = 0
+
+    @property
+    def n_vocab(self) -> int:
+        """Number of tokens the model scores."""
+        return self.model.n_vocab
+
+    def logits_next(self, ids: Sequence[int]) -> np.ndarray:
+        """Scores [n_vocab] of the token after ids; reuses the cache for the prefix ids share with the last call."""
+        ids = self.model._check(ids, self.n_ctx)
         cache = self._cache
         same = 0
         for a, b in zip(cache.ids, ids, strict=False):
@@ -184,59 +315,17 @@ class Model:
         same = min(same, len(ids) - 1)  # always run at least the last token, for its logits
         cache.truncate(same)
         self.evaluated = len(ids) - same
-        logits = self._forward(ids[same:], same, cache, last_only=True)
-        return sampler.sample_logits(logits[-1])
+        if self.batched and self.evaluated == 1:
+            return self.model.batcher.step(self, ids[-1], same, cache)
+        return self.model._forward(ids[same:], same, cache, last_only=True, auto=self._auto)[-1]
+
+    def next_token(self, ids: Sequence[int], sampler: Sampler) -> int:
+        """The sampler's choice of the token after ids (the LanguageModel protocol)."""
+        return sampler.sample_logits(self.logits_next(ids))
 
     def reset(self) -> None:
         """Forget the cached sequence (and free the cache's memory)."""
-        self._cache = self._new_cache()
-
-    def _new_cache(self) -> KVCache:
-        hp = self.hparams
-        return KVCache(hp.n_layer, hp.n_head_kv, hp.head_dim, hp.head_dim_v)
-
-    def _check(self, ids: Sequence[int]) -> list[int]:
-        """ids as a list of ints within the vocab and the context."""
-        out = [int(i) for i in ids]
-        if not out:
-            raise ArgumentError("expected at least one token id (a prompt), got none")
-        if len(out) > self.n_ctx:
-            raise ContextLengthError(f"{len(out)} tokens do not fit the model's context of {self.n_ctx} tokens "
-                                     f"({self.path})")
-        bad = next((i for i in out if not 0 <= i < self.n_vocab), None)
-        if bad is not None:
-            raise ArgumentError(f"token id {bad} is out of range for this model (expected 0..{self.n_vocab - 1})")
-        return out
-
-    def _forward(self, ids: list[int], start: int, cache: KVCache, last_only: bool) -> np.ndarray:
-        """Run ids (at positions start..) through the model, extending cache; logits of every (or the last) one.
-
-        Long inputs go in chunks of CHUNK tokens, each attending to the cache, so attention scores stay
-        [H, CHUNK, n] instead of [H, n, n].
-        """
-        def run() -> np.ndarray:
-            return self._chunks(ids, start, cache, last_only)
-
-        if self._auto is not None:
-            return self._auto.run(len(ids), run)
-        return limited(self.threads, run)  # type: ignore[arg-type]
-
-    def _chunks(self, ids: list[int], start: int, cache: KVCache, last_only: bool) -> np.ndarray:
-        cache.reserve(start + len(ids))
-        out = [self._run(ids[i:i + CHUNK], start + i, cache, last_only) for i in range(0, len(ids), CHUNK)]
-        return out[-1] if last_only else np.concatenate(out)
-
-    def _run(self, ids: list[int], start: int, cache: KVCache, last_only: bool) -> np.ndarray:
-        """One chunk of the forward pass: embedding, blocks, final norm, output matrix."""
-        x = self._embedding.lookup(np.asarray(ids, dtype=np.intp))
-        if self._scale is not None:
-            x *= np.float32(self._scale)
-        x = self._arch.blocks(x, self._layers, self.hparams, start, cache)
-        cache.ids[start:] = ids
-        if last_only:
-            x = x[-1:]
-        logits = self._output(rmsnorm(x, self._output_norm, self.hparams.eps))
-        return logits if self._output_bias is None else logits + self._output_bias
+        self._cache = self.model._new_cache()
 
 
 def _block_fields(arch: ModuleType, w: Weights, hp: HParams, il: int) -> list[tuple[str, TensorSpec]]:

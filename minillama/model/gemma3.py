@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from .cache import KVCache
-from .layers import Linear, attention, gelu, glu_ffn, rmsnorm, rope_angles, rope_neox
+from .batch import Batch
+from .layers import Linear, gelu, glu_ffn, rmsnorm, rope_angles, rope_neox
 from .llama import SEPARATE_QKV, fuse_qkv, split_heads
 from .weights import HParams, TensorSpec
 
@@ -67,12 +67,10 @@ def is_swa(hp: HParams, il: int) -> bool:
     return hp.sliding_window > 0 and il % SWA_PATTERN < SWA_PATTERN - 1
 
 
-def blocks(x: np.ndarray, layers: list[dict[str, Any]], hp: HParams, start: int, cache: KVCache) -> np.ndarray:
-    """Run every block over x [T, d], the tokens at positions start..start+T-1, extending the cache."""
-    t = x.shape[0]
-    q_pos = np.arange(start, start + t)
-    k_pos = np.arange(start + t)
-    angles = {False: rope_angles(q_pos, hp.n_rot, hp.rope_base), True: rope_angles(q_pos, hp.n_rot, ROPE_BASE_SWA)}
+def blocks(x: np.ndarray, layers: list[dict[str, Any]], hp: HParams, batch: Batch) -> np.ndarray:
+    """Run every block over x [T, d], the rows of batch's sequences at their positions, extending their caches."""
+    pos = batch.positions
+    angles = {False: rope_angles(pos, hp.n_rot, hp.rope_base), True: rope_angles(pos, hp.n_rot, ROPE_BASE_SWA)}
     q_scale = np.float32(1.0 / np.sqrt(np.float32(hp.head_dim)))
     for il, w in enumerate(layers):
         swa = is_swa(hp, il)
@@ -80,8 +78,7 @@ def blocks(x: np.ndarray, layers: list[dict[str, Any]], hp: HParams, start: int,
         q, k, v = split_heads(w["wqkv"](rmsnorm(x, w["attn_norm"], hp.eps)), hp)
         q = rope_neox(rmsnorm(q, w["q_norm"], hp.eps), cos, sin) * q_scale
         k = rope_neox(rmsnorm(k, w["k_norm"], hp.eps), cos, sin)
-        keys, values = cache.store(il, start, k, v)
-        a = attention(q, keys, values, q_pos, k_pos, 1.0, hp.sliding_window if swa else 0)
+        a = batch.attend(il, q, k, v, 1.0, hp.sliding_window if swa else 0)
         x = x + rmsnorm(w["wo"](a), w["post_attn_norm"], hp.eps)
         f = glu_ffn(rmsnorm(x, w["ffn_norm"], hp.eps), w["w_gate_up"], w["w_down"], gelu)
         x = x + rmsnorm(f, w["post_ffn_norm"], hp.eps)

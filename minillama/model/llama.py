@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from .cache import KVCache
-from .layers import Linear, attention, glu_ffn, rmsnorm, rope_angles, rope_norm, silu
+from .batch import Batch
+from .layers import Linear, glu_ffn, rmsnorm, rope_angles, rope_norm, silu
 from .weights import HParams, TensorSpec
 
 #: The two layouts of a block's q, k and v that llama.cpp's loader (create_tensor_qkv) takes in every architecture
@@ -128,27 +128,24 @@ Rope = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
 Project = Callable[[dict[str, Any], np.ndarray, HParams], tuple[np.ndarray, np.ndarray, np.ndarray]]
 
 
-def blocks(x: np.ndarray, layers: list[dict[str, Any]], hp: HParams, start: int, cache: KVCache,
-           rope: Rope = rope_norm, qkv: Project = project) -> np.ndarray:
-    """Run every block over x [T, d], the tokens at positions start..start+T-1, extending the cache.
+def blocks(x: np.ndarray, layers: list[dict[str, Any]], hp: HParams, batch: Batch, rope: Rope = rope_norm,
+           qkv: Project = project) -> np.ndarray:
+    """Run every block over x [T, d], the rows of batch's sequences at their positions, extending their caches.
 
     rope and qkv are what the llama-like architectures (qwen2, qwen3, phi3) change: the rope pairing and how
     q, k, v come from the normed stream (biases, per-head norms)."""
-    t = x.shape[0]
-    q_pos = np.arange(start, start + t)
-    k_pos = np.arange(start + t)
     angles: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # id of the layer's rope factors -> (cos, sin)
     scale = 1.0 / np.sqrt(hp.head_dim)
     for il, w in enumerate(layers):
         factors = w.get("rope_freqs")
         if id(factors) not in angles:  # once: every layer shares the file's one rope_freqs (or None)
-            angles[id(factors)] = rope_angles(q_pos, hp.n_rot, hp.rope_base, factors)
+            angles[id(factors)] = rope_angles(batch.positions, hp.n_rot, hp.rope_base, factors)
         cos, sin = angles[id(factors)]
         q, k, v = qkv(w, rmsnorm(x, w["attn_norm"], hp.eps), hp)
         q, k = rope(q, cos, sin), rope(k, cos, sin)
-        keys, values = cache.store(il, start, k, v)
-        out = w["wo"](attention(q, keys, values, q_pos, k_pos, scale))
+        out = w["wo"](batch.attend(il, q, k, v, scale))
         x = x + (out if w.get("bo") is None else out + w["bo"])
         x = x + glu_ffn(rmsnorm(x, w["ffn_norm"], hp.eps), w["w_gate_up"], w["w_down"], silu, w.get("b_gate_up"),
                         w.get("b_down"))
     return x
+

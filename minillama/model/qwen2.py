@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from . import llama
-from .cache import KVCache
+from .batch import Batch
 from .layers import rope_neox
 from .weights import HParams, TensorSpec
 
@@ -40,6 +40,6 @@ embed_scale = llama.embed_scale
 prepare = llama.prepare  # the fused q/k/v bias and its add are llama's optional-bias code
 
 
-def blocks(x: np.ndarray, layers: list[dict[str, Any]], hp: HParams, start: int, cache: KVCache) -> np.ndarray:
+def blocks(x: np.ndarray, layers: list[dict[str, Any]], hp: HParams, batch: Batch) -> np.ndarray:
     """Run every block over x [T, d], the tokens at positions start..start+T-1, extending the cache."""
-    return llama.blocks(x, layers, hp, start, cache, rope_neox)
+    return llama.blocks(x, layers, hp, batch, rope_neox)

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from . import llama
-from .cache import KVCache
+from .batch import Batch
 from .layers import rmsnorm, rope_neox
 from .weights import HParams, TensorSpec
 
@@ -52,6 +52,6 @@ def project(w: dict[str, Any], h: np.ndarray, hp: HParams) -> tuple[np.ndarray, 
     return rmsnorm(q, w["q_norm"], hp.eps), rmsnorm(k, w["k_norm"], hp.eps), v
 
 
-def blocks(x: np.ndarray, layers: list[dict[str, Any]], hp: HParams, start: int, cache: KVCache) -> np.ndarray:
+def blocks(x: np.ndarray, layers: list[dict[str, Any]], hp: HParams, batch: Batch) -> np.ndarray:
     """Run every block over x [T, d], the tokens at positions start..start+T-1, extending the cache."""
-    return llama.blocks(x, layers, hp, start, cache, rope_neox, project)
+    return llama.blocks(x, layers, hp, batch, rope_neox, project)

@@ -1,0 +1,435 @@
+"""minillama.api: a GGUF model behind llama-cpp-python's `Llama` calls, with results in the OpenAI shapes.
+
+    from minillama.api import Llama
+    llm = Llama("SmolLM2-135M-Instruct.Q4_1.gguf", seed=1)
+    llm.create_completion("The capital of France is", max_tokens=8, temperature=0)["choices"][0]["text"]
+    llm.create_chat_completion([{"role": "user", "content": "Hi"}])["choices"][0]["message"]["content"]
+    for chunk in llm.create_chat_completion(messages, stream=True): ...      # chat.completion.chunk dicts
+    llm.create_embedding("Hello")["data"][0]["embedding"]
+
+Each call runs in a Session of its own (its own KV cache; the model's weights are only read), so threads can
+each drive a request on one loaded Llama at once: what a server's slots need. A streamed call is a generator;
+closing it (or dropping it) ends the generation at once and frees its session. Sampling is minillama.generate's
+Sampler: llama.cpp's chain and order (logit_bias, grammar, penalties, top_k, top_p, min_p, temperature).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .chat_template import ChatTemplate, without_bos
+from .constrain import json_constraint
+from .errors import ArgumentError, ArgumentTypeError, ChatTemplateError
+from .generate import RANDOM_SEED, Generation, StopAt, generate
+from .model import AUTO, Model, Session, Threads
+from .tokenizer import Tokenizer
+
+__all__ = ["Llama", "Stream", "POOLING", "FINISH_REASONS"]
+
+#: GenerationStats.stop_reason -> OpenAI's finish_reason ("stopped": closed early by the caller).
+FINISH_REASONS: dict[str, str | None] = {"eog": "stop", "stop_string": "stop", "next_turn": "stop",
+                                         "max_tokens": "length", "context": "length", "stopped": None}
+
+#: llama.cpp's pooling types ({arch}.pooling_type, --pooling): how token states become one embedding.
+POOLING: dict[int, str] = {1: "mean", 2: "cls", 3: "last"}
+
+#: pooling name -> the vector it makes of the hidden states [n_tokens, n_embd] (llama.cpp's build_pooling).
+POOL = {"mean": lambda h: h.mean(axis=0), "cls": lambda h: h[0], "last": lambda h: h[-1]}
+
+#: Most alternatives reported per token: OpenAI's limits (completions logprobs <= 5, chat top_logprobs <= 20).
+MAX_LOGPROBS, MAX_TOP_LOGPROBS = 5, 20
+
+
+def token_text(piece: bytes) -> str:
+    """A token's text in logprobs: its UTF-8, or for a piece that is not whole UTF-8 (part of a character)
+    "bytes:\\xNN..." as OpenAI writes such tokens, so different byte tokens never share a name."""
+    try:
+        return piece.decode("utf-8")
+    except UnicodeDecodeError:
+        return "bytes:" + "".join(f"\\x{b:02x}" for b in piece)
+
+
+class Stream(Iterator[dict[str, Any]]):
+    """The chunks of a streamed call. close() (from the thread that iterates) or cancel() (from any thread, e.g. a
+    server's event loop when the client disconnects while a worker thread waits in next()) ends the generation:
+    no model step starts after it, and its session is freed with the stream."""
+
+    def __init__(self, chunks: Iterator[dict[str, Any]], gen: Generation) -> None:
+        self._chunks, self._gen = chunks, gen
+
+    def __next__(self) -> dict[str, Any]:
+        return next(self._chunks)
+
+    def close(self) -> None:
+        """End the stream now (the thread that iterates it)."""
+        self._chunks.close()  # type: ignore[attr-defined]
+
+    def cancel(self) -> None:
+        """End the generation from any thread: the stream then ends after at most the step under way."""
+        self._gen.cancel()
+
+
+@dataclass
+class _Run:
+    """One request's generation: the Generation, its stop strings wrapper, and what to report."""
+
+    gen: Generation
+    chunks: Iterator[str]  # the Generation or its StopAt wrapper
+    prompt_tokens: int
+
+    @property
+    def reply_ids(self) -> list[int]:
+        """The generated ids the reply's text holds (those before a stop string; no final eog)."""
+        n = getattr(self.chunks, "reply_ids", None)
+        return self.gen.ids if n is None else self.gen.ids[:n]
+
+    @property
+    def finish_reason(self) -> str | None:
+        return FINISH_REASONS.get(self.gen.stats.stop_reason)
+
+    def text_offsets(self, n: int) -> list[int]:
+        """Where the text of each of the first n generated ids starts in the reply (decoded as the stream is)."""
+        if not hasattr(self, "_offsets"):
+            self._offsets: list[int] = []
+            self._chars, self._dec = 0, self.gen.tok.stream_decoder(skip_special_tokens=True)
+        for i in self.gen.ids[len(self._offsets):n]:
+            self._offsets.append(self._chars)
+            self._chars += len(self._dec.push(i))
+        return self._offsets
+
+    def usage(self) -> dict[str, int]:
+        n = self.gen.stats.generated_tokens
+        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": n, "total_tokens": self.prompt_tokens + n}
+
+
+class Llama:
+    """A loaded GGUF model and its tokenizer, answering llama-cpp-python's / OpenAI's calls.
+
+    n_ctx caps the context (None or 0: the model's); seed is the default seed of every call (-1: a fresh random
+    seed per call); threads: BLAS threads of the forward pass as Model.from_file takes them, None (as
+    llama-cpp-python's n_threads=None) meaning minillama's default "auto"; pooling "mean", "cls" or "last" overrides the file's
+    {arch}.pooling_type for create_embedding (mean when the file says none); model_name is the "model" the
+    results name (default: the file's name); batch_steps=True runs the single-token steps of requests that come
+    at the same time as one pass (worth it from about 4 at once: minillama/model/batch.py).
+    """
+
+    def __init__(self, model_path: str | os.PathLike[str], n_ctx: int | None = None, seed: int = RANDOM_SEED,
+                 threads: Threads = None, *, pooling: str | None = None, model_name: str | None = None,
+                 batch_steps: bool = False, verbose: bool = False) -> None:
+        path = os.fspath(model_path)
+        if n_ctx is not None and (isinstance(n_ctx, bool) or not isinstance(n_ctx, int) or n_ctx < 0):
+            raise ArgumentError(f"expected n_ctx as a count of tokens (0 or None: the model's), found {n_ctx!r}")
+        if seed is not None and seed < 0 and seed != RANDOM_SEED:
+            raise ArgumentError(f"expected a seed of 0 or more (or {RANDOM_SEED} for a random one), found {seed}")
+        self.model_path = path
+        self.model = Model.from_file(path, threads=AUTO if threads is None else threads)
+        self.tokenizer = Tokenizer.from_file(path)
+        #: Most tokens a request (prompt and reply) may hold.
+        self.n_ctx = self.model.n_ctx if not n_ctx else min(n_ctx, self.model.n_ctx)
+        self.seed = seed
+        self.model_name = model_name or os.path.basename(path)
+        self.verbose = verbose
+        self.pooling = self._pooling(pooling)
+        #: Requests' single-token steps that come at the same time share one pass (minillama/model/batch.py).
+        self.batch_steps = batch_steps
+        self._template: ChatTemplate | None = None
+        self._template_lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"Llama({self.model_path!r}, n_ctx={self.n_ctx})"
+
+    # -- tokens ----------------------------------------------------------------------------------------------
+
+    def tokenize(self, text: bytes | str, add_special: bool = True, parse_special: bool = False) -> list[int]:
+        """llama.cpp's ids for text (bytes are tokenized as they are, invalid UTF-8 included)."""
+        if isinstance(text, bytes | bytearray):
+            text = bytes(text).decode("utf-8", "surrogateescape")
+        elif not isinstance(text, str):
+            raise ArgumentTypeError(f"expected text as str or bytes, found {type(text).__name__}")
+        return self.tokenizer.encode(text, add_special=add_special, parse_special=parse_special)
+
+    def detokenize(self, ids: Sequence[int], special: bool = True) -> bytes:
+        """The bytes of ids (llama_detokenize; special=False leaves control tokens out)."""
+        return self.tokenizer.decode_bytes(ids, remove_special=not special, unparse_special=special)
+
+    def session(self) -> Session:
+        """A sequence of its own on the model (a slot): pass it as session= to reuse its KV cache across calls."""
+        return self.model.session(self.n_ctx, batched=self.batch_steps)
+
+    # -- completions -----------------------------------------------------------------------------------------
+
+    def create_completion(self, prompt: str | Sequence[int], max_tokens: int | None = 16, temperature: float = 0.8,
+                          top_p: float = 0.95, top_k: int = 40, min_p: float = 0.05,
+                          stop: str | Sequence[str] | None = None, stream: bool = False, logprobs: int | None = None,
+                          seed: int | None = None, repeat_penalty: float = 1.0, presence_penalty: float = 0.0,
+                          frequency_penalty: float = 0.0, logit_bias: Mapping[int, float] | None = None,
+                          response_format: Mapping[str, Any] | None = None, echo: bool = False, *,
+                          repeat_last_n: int = 64, model: str | None = None, session: Session | None = None,
+                          stream_options: Mapping[str, Any] | None = None) -> dict[str, Any] | Iterator[dict[str, Any]]:
+        """OpenAI's text_completion for prompt (a str, encoded with bos and control tokens matched, or ids), or
+        with stream=True an iterator of text_completion chunks (the last one carries finish_reason).
+
+        max_tokens None or <= 0: until the context is full. logprobs=N (0..5): each token's log-probability and the
+        N best, in the completions API's shape. echo puts the prompt text before the reply (its tokens get no
+        logprobs).
+        """
+        if logprobs is not None and not 0 <= logprobs <= MAX_LOGPROBS:
+            raise ArgumentError(f"expected logprobs between 0 and {MAX_LOGPROBS}, found {logprobs}")
+        ids = self._prompt_ids(prompt)
+        n_probs = 0 if logprobs is None else max(logprobs, 1)
+        run = self._start(ids, max_tokens, temperature, top_p, top_k, min_p, stop, seed, repeat_penalty,
+                          repeat_last_n, presence_penalty, frequency_penalty, logit_bias, n_probs, response_format,
+                          session)
+        head = {"id": f"cmpl-{secrets.token_hex(12)}", "object": "text_completion", "created": int(time.time()),
+                "model": model or self.model_name}
+        prefix = (prompt if isinstance(prompt, str) else self.tokenizer.decode(ids)) if echo else ""
+        want = logprobs if logprobs is not None else None
+        if stream:
+            return Stream(self._completion_chunks(run, head, prefix, want, stream_options), run.gen)
+        text = prefix + "".join(run.chunks)
+        lp = self._completion_logprobs(run, run.reply_ids, want, len(prefix)) if want is not None else None
+        return {**head, "choices": [{"text": text, "index": 0, "logprobs": lp, "finish_reason": run.finish_reason}],
+                "usage": run.usage()}
+
+    def __call__(self, prompt: str | Sequence[int], **kwargs: Any) -> dict[str, Any] | Iterator[dict[str, Any]]:
+        """create_completion(prompt, ...), as llama-cpp-python's Llama is callable."""
+        return self.create_completion(prompt, **kwargs)
+
+    def create_chat_completion(self, messages: Sequence[Mapping[str, Any]], temperature: float = 0.2,
+                               top_p: float = 0.95, top_k: int = 40, min_p: float = 0.05, stream: bool = False,
+                               stop: str | Sequence[str] | None = None, seed: int | None = None,
+                               response_format: Mapping[str, Any] | None = None, max_tokens: int | None = None,
+                               presence_penalty: float = 0.0, frequency_penalty: float = 0.0,
+                               repeat_penalty: float = 1.0, logit_bias: Mapping[int, float] | None = None,
+                               logprobs: bool | None = False, top_logprobs: int | None = None, *,
+                               repeat_last_n: int = 64, model: str | None = None, session: Session | None = None,
+                               stream_options: Mapping[str, Any] | None = None,
+                               **template_kwargs: Any) -> dict[str, Any] | Iterator[dict[str, Any]]:
+        """OpenAI's chat.completion for messages, rendered with the GGUF's chat template (in its sandbox), or with
+        stream=True an iterator of chat.completion.chunk dicts (a first one with the role, the last one with
+        finish_reason). Defaults as llama-cpp-python's. logprobs=True, top_logprobs=N (0..20): the chat API's
+        logprobs.content list. Other keywords go to the template as variables (e.g. tools).
+        """
+        if top_logprobs is not None and not 0 <= top_logprobs <= MAX_TOP_LOGPROBS:
+            raise ArgumentError(f"expected top_logprobs between 0 and {MAX_TOP_LOGPROBS}, found {top_logprobs}")
+        if top_logprobs and not logprobs:
+            raise ArgumentError("top_logprobs needs logprobs=True")
+        ids = self._chat_prompt(messages, template_kwargs)
+        n_probs = max(top_logprobs or 0, 1) if logprobs else 0
+        run = self._start(ids, max_tokens, temperature, top_p, top_k, min_p, stop, seed, repeat_penalty,
+                          repeat_last_n, presence_penalty, frequency_penalty, logit_bias, n_probs, response_format,
+                          session)
+        head = {"id": f"chatcmpl-{secrets.token_hex(12)}", "created": int(time.time()),
+                "model": model or self.model_name}
+        want = (top_logprobs or 0) if logprobs else None
+        if stream:
+            return Stream(self._chat_chunks(run, head, want, stream_options), run.gen)
+        text = "".join(run.chunks)
+        lp = {"content": self._chat_logprobs(run.gen, run.reply_ids, want), "refusal": None} \
+            if want is not None else None
+        return {**head, "object": "chat.completion",
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": lp,
+                             "finish_reason": run.finish_reason}],
+                "usage": run.usage()}
+
+    # -- embeddings ------------------------------------------------------------------------------------------
+
+    def embed(self, input: str | Sequence[int] | Sequence[str] | Sequence[Sequence[int]],
+              normalize: bool = True) -> list[list[float]]:
+        """One vector per input: the final hidden state pooled (self.pooling) and, normalize=True, scaled to unit
+        length (llama.cpp's --embd-normalize 2, the default). Texts are encoded with bos and control tokens matched,
+        as llama-server encodes them."""
+        out = []
+        for ids in self._embedding_inputs(input):
+            h = self.model.hidden(ids).astype(np.float64)
+            v = POOL[self.pooling](h)
+            if normalize:
+                norm = np.linalg.norm(v)
+                v = v / norm if norm > 0 else v
+            out.append([float(x) for x in v])
+        return out
+
+    def create_embedding(self, input: str | Sequence[int] | Sequence[str] | Sequence[Sequence[int]],
+                         model: str | None = None) -> dict[str, Any]:
+        """OpenAI's embedding list: {"object": "list", "data": [{"object": "embedding", "embedding", "index"}],
+        "model", "usage"}; see embed for the pooling."""
+        inputs = self._embedding_inputs(input)
+        vectors = self.embed(inputs)
+        n = sum(len(i) for i in inputs)
+        return {"object": "list", "model": model or self.model_name,
+                "data": [{"object": "embedding", "embedding": v, "index": i} for i, v in enumerate(vectors)],
+                "usage": {"prompt_tokens": n, "total_tokens": n}}
+
+    # -- internals -------------------------------------------------------------------------------------------
+
+    def _pooling(self, pooling: str | None) -> str:
+        """The pooling asked for, else the file's {arch}.pooling_type, else mean."""
+        if pooling is not None:
+            if pooling not in POOLING.values():
+                raise ArgumentError(f"expected pooling {', '.join(POOLING.values())}, found {pooling!r}")
+            return pooling
+        key = f"{self.model.hparams.arch}.pooling_type"
+        return POOLING.get(int(self.tokenizer.vocab.metadata.get(key, 1) or 1), "mean")
+
+    def _embedding_inputs(self, input: Any) -> list[list[int]]:
+        """OpenAI's input forms (a str, a list of str, a list of ids, a list of lists of ids) as lists of ids."""
+        if isinstance(input, str):
+            items: list[Any] = [input]
+        elif isinstance(input, Sequence) and input and all(isinstance(i, int) and not isinstance(i, bool)
+                                                            for i in input):
+            items = [list(input)]
+        elif isinstance(input, Sequence) and not isinstance(input, bytes | bytearray):
+            items = list(input)
+        else:
+            raise ArgumentTypeError(f"expected input as a str, a list of str or of token ids, found "
+                                    f"{type(input).__name__}")
+        if not items:
+            raise ArgumentError("expected at least one input to embed, found an empty list")
+        out = []
+        for item in items:
+            ids = self._prompt_ids(item)
+            if len(ids) > self.n_ctx:
+                raise ArgumentError(f"an input has {len(ids)} tokens but the context holds {self.n_ctx}")
+            out.append(ids)
+        return out
+
+    def _prompt_ids(self, prompt: Any) -> list[int]:
+        """A str prompt encoded with bos and control tokens matched, or a list of ids checked."""
+        if isinstance(prompt, str):
+            ids = self.tokenizer.encode(prompt, add_special=True, parse_special=True)
+        elif isinstance(prompt, Sequence) and not isinstance(prompt, bytes | bytearray) and all(
+                isinstance(i, int | np.integer) and not isinstance(i, bool) for i in prompt):
+            ids = [int(i) for i in prompt]
+            bad = next((i for i in ids if not 0 <= i < self.tokenizer.n_vocab), None)
+            if bad is not None:
+                raise ArgumentError(f"token id {bad} is out of range (expected 0..{self.tokenizer.n_vocab - 1})")
+        else:
+            raise ArgumentTypeError(f"expected a prompt as a str or a list of token ids, found {type(prompt).__name__}")
+        if not ids:
+            raise ArgumentError("expected a prompt of at least one token, found none")
+        return ids
+
+    def _chat_template(self) -> ChatTemplate | None:
+        with self._template_lock:
+            if self._template is None:
+                self._template = ChatTemplate.from_tokenizer(self.tokenizer)
+            return self._template
+
+    def _chat_prompt(self, messages: Sequence[Mapping[str, Any]], kwargs: Mapping[str, Any]) -> list[int]:
+        """messages rendered with the file's chat template (add_generation_prompt) and encoded."""
+        if isinstance(messages, str | bytes) or not isinstance(messages, Sequence) or not all(
+                isinstance(m, Mapping) and "role" in m for m in messages):
+            raise ArgumentTypeError("expected messages as a list of {'role': ..., 'content': ...} dicts")
+        if not messages:
+            raise ArgumentError("expected at least one message, found none")
+        template = self._chat_template()
+        if template is None:
+            raise ChatTemplateError(f"{self.model_path}: the file has no tokenizer.chat_template to render messages "
+                                    "with; use create_completion with a prompt")
+        text = without_bos(template.render(messages, add_generation_prompt=True, **kwargs), template.bos_token,
+                           self.tokenizer)
+        return self.tokenizer.encode(text, add_special=True, parse_special=True)
+
+    def _start(self, ids: list[int], max_tokens: int | None, temperature: float, top_p: float, top_k: int,
+               min_p: float, stop: str | Sequence[str] | None, seed: int | None, repeat_penalty: float,
+               repeat_last_n: int, presence_penalty: float, frequency_penalty: float,
+               logit_bias: Mapping[int, float] | None, n_probs: int, response_format: Mapping[str, Any] | None,
+               session: Session | None) -> _Run:
+        """A Generation for ids in a session (a new one unless given), wrapped for stop strings."""
+        stops = [stop] if isinstance(stop, str) else list(stop or [])
+        if not all(isinstance(s, str) for s in stops):
+            raise ArgumentTypeError(f"expected stop as a str or a list of str, found {stop!r:.100}")
+        if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)):
+            raise ArgumentTypeError(f"expected max_tokens as an int or None, found {max_tokens!r}")
+        limit = self.n_ctx if max_tokens is None or max_tokens <= 0 else max_tokens
+        constraint = json_constraint(self.tokenizer, response_format)
+        seed = self.seed if seed is None else seed
+        gen = generate(session or self.session(), self.tokenizer, ids, limit, temperature=temperature, top_k=top_k,
+                       top_p=top_p, seed=seed, min_p=min_p, repeat_penalty=repeat_penalty,
+                       repeat_last_n=repeat_last_n, presence_penalty=presence_penalty,
+                       frequency_penalty=frequency_penalty, logit_bias=logit_bias, logprobs=n_probs,
+                       constraint=constraint)
+        chunks = StopAt(gen, stops) if any(stops) else gen
+        return _Run(gen, chunks, len(ids))
+
+    def _piece(self, token: int) -> str:
+        return token_text(self.tokenizer.token_to_piece(token))
+
+    def _completion_logprobs(self, run: _Run, ids: list[int], n: int, offset: int,
+                             start: int = 0) -> dict[str, Any]:
+        """The completions API's logprobs of ids[start:] (tokens, token_logprobs, top_logprobs, text_offset: where
+        each token's text starts in the choice's text, offset being the echoed prompt's length)."""
+        out: dict[str, list[Any]] = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
+        starts = run.text_offsets(len(ids))
+        for k, (i, lp) in enumerate(zip(ids[start:], run.gen.logprobs[start:len(ids)], strict=False), start):
+            out["tokens"].append(self._piece(i))
+            out["token_logprobs"].append(lp.logprob)
+            out["top_logprobs"].append({self._piece(t): v for t, v in lp.top[:n]} if n else None)
+            out["text_offset"].append(offset + starts[k])
+        return out
+
+    def _chat_logprobs(self, gen: Generation, ids: list[int], n: int, start: int = 0) -> list[dict[str, Any]]:
+        """The chat API's logprobs.content entries of ids[start:]."""
+        def entry(token: int, logprob: float) -> dict[str, Any]:
+            piece = self.tokenizer.token_to_piece(token)
+            return {"token": token_text(piece), "logprob": logprob, "bytes": list(piece)}
+
+        return [{**entry(i, lp.logprob), "top_logprobs": [entry(t, v) for t, v in lp.top[:n]]}
+                for i, lp in zip(ids[start:], gen.logprobs[start:len(ids)], strict=False)]
+
+    def _completion_chunks(self, run: _Run, head: dict[str, Any], prefix: str, want: int | None,
+                           stream_options: Mapping[str, Any] | None) -> Iterator[dict[str, Any]]:
+        """text_completion chunks: the text as it comes (each with its new tokens' logprobs), then finish_reason."""
+        def chunk(text: str, lp: dict[str, Any] | None, finish: str | None) -> dict[str, Any]:
+            return {**head, "choices": [{"text": text, "index": 0, "logprobs": lp, "finish_reason": finish}]}
+
+        done = 0
+        try:
+            if prefix:
+                yield chunk(prefix, None, None)
+            for text in run.chunks:
+                ids = run.gen.ids
+                lp = self._completion_logprobs(run, ids, want, len(prefix), done) if want is not None else None
+                done = len(ids)
+                yield chunk(text, lp, None)
+            ids = run.reply_ids
+            lp = self._completion_logprobs(run, ids, want, len(prefix), done) \
+                if want is not None and len(ids) > done else None
+            yield chunk("", lp, run.finish_reason)
+            if stream_options and stream_options.get("include_usage"):
+                yield {**head, "choices": [], "usage": run.usage()}
+        finally:
+            run.gen.close()  # a client gone: end the generation now (its session goes with it)
+
+    def _chat_chunks(self, run: _Run, head: dict[str, Any], want: int | None,
+                     stream_options: Mapping[str, Any] | None) -> Iterator[dict[str, Any]]:
+        """chat.completion.chunk dicts: the role, the text as it comes (with its new tokens' logprobs), the end."""
+        def chunk(delta: dict[str, Any], lp: list[dict[str, Any]] | None, finish: str | None) -> dict[str, Any]:
+            return {**head, "object": "chat.completion.chunk",
+                    "choices": [{"index": 0, "delta": delta, "logprobs": None if lp is None else
+                                 {"content": lp, "refusal": None}, "finish_reason": finish}]}
+
+        done = 0
+        try:
+            yield chunk({"role": "assistant", "content": ""}, None, None)
+            for text in run.chunks:
+                ids = run.gen.ids
+                lp = self._chat_logprobs(run.gen, ids, want, done) if want is not None else None
+                done = len(ids)
+                yield chunk({"content": text}, lp, None)
+            ids = run.reply_ids
+            lp = self._chat_logprobs(run.gen, ids, want, done) if want is not None and len(ids) > done else None
+            yield chunk({}, lp, run.finish_reason)
+            if stream_options and stream_options.get("include_usage"):
+                yield {**head, "object": "chat.completion.chunk", "choices": [], "usage": run.usage()}
+        finally:
+            run.gen.close()
+

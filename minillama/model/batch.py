@@ -1,0 +1,134 @@
+"""One forward pass over the rows of several sequences, and the rendezvous that makes concurrent steps one pass.
+
+A Batch says which rows of x belong to which sequence: each sequence has its first row, its first position and
+its own KV cache. Everything in a block but attention works row by row, so the rows of all sequences go
+through each weight matrix in one matmul (a single-token step reads every weight once; four sequences stepping
+together read them once instead of four times). Attention runs per sequence, on its own cache.
+
+StepBatcher: sessions on several threads each ask for a single-token step; whichever thread finds no pass
+running takes every step asked for so far and runs them as one Batch, the others wait for their rows. While a
+pass runs, new steps queue up for the next one (continuous batching, as llama-server's slots share a decode).
+A step's logits can differ from a lone step's in the last bits of float32 (BLAS sums a matrix product in
+another order than a matrix-vector product); a sequence alone gives exactly the unbatched result.
+
+It pays only from about four sequences a pass: numpy's OpenBLAS multiplies a matrix by 2-3 rows far more slowly
+than by one row (sgemm's small-M path; SmolLM2, one BLAS thread, CPU per generated token: 45 ms alone, 58 ms
+two to a pass, 30 ms four, 17 ms eight: tools/bench/bench_batch.py), and sessions stepping apart on threads
+can use a core each. So sessions are not batched unless asked (Model.session(batched=True),
+Llama(batch_steps=True)).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .cache import KVCache
+from .layers import attention
+
+__all__ = ["Batch", "StepBatcher"]
+
+#: The longest a step waits for the other generating sessions' steps, as a share of the last pass's time: sampling
+#: between two steps takes a fraction of a step, on a quiet machine or a busy one alike.
+WAIT_SHARE = 0.5
+
+
+@dataclass
+class Batch:
+    """Rows of one pass: seqs[i] = (first row, first position, cache), rows in order; positions of every row."""
+
+    seqs: list[tuple[int, int, KVCache]]
+    positions: np.ndarray
+
+    @classmethod
+    def single(cls, start: int, n: int, cache: KVCache) -> Batch:
+        """n rows of one sequence at positions start..start+n-1."""
+        return cls([(0, start, cache)], np.arange(start, start + n))
+
+    @classmethod
+    def steps(cls, starts: list[int], caches: list[KVCache]) -> Batch:
+        """One row per sequence: sequence i's token at position starts[i]."""
+        return cls([(i, s, c) for i, (s, c) in enumerate(zip(starts, caches, strict=True))], np.asarray(starts))
+
+    def attend(self, layer: int, q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float,
+               window: int = 0) -> np.ndarray:
+        """Store each sequence's k, v [T_i, Hkv, D] in its cache and attend its q rows to its cache; [T, H * Dv]."""
+        out: list[np.ndarray] = []
+        ends = [row for row, _, _ in self.seqs[1:]] + [q.shape[0]]
+        for (row, start, cache), end in zip(self.seqs, ends, strict=True):
+            keys, values = cache.store(layer, start, k[row:end], v[row:end])
+            n = end - row
+            out.append(attention(q[row:end], keys, values, np.arange(start, start + n), np.arange(start + n),
+                                 scale, window))
+        return out[0] if len(out) == 1 else np.concatenate(out)
+
+
+@dataclass(eq=False)
+class _Step:
+    key: object  # the session asking
+    token: int
+    start: int
+    cache: KVCache
+    done: bool = False
+    logits: np.ndarray | None = None
+    error: BaseException | None = None
+
+
+@dataclass(eq=False)
+class StepBatcher:
+    """Single-token steps asked for at once, from any threads, run as one pass: run(Batch, tokens) -> logits."""
+
+    run_batch: Callable[[list[int], Batch], np.ndarray]
+    #: How many sessions are generating now (a server sets its busy slots): a step that finds no pass running
+    #: waits for that many steps, at most WAIT_SHARE of the last pass's time, so the sessions stay in one batch
+    #: rather than splitting into alternating smaller ones. Default: one, no waiting.
+    expected: Callable[[], int] = lambda: 1
+    _cond: threading.Condition = field(default_factory=threading.Condition)
+    _pending: list[_Step] = field(default_factory=list)
+    _busy: bool = False
+    _last_pass: float = 0.0
+
+    def step(self, key: object, token: int, start: int, cache: KVCache) -> np.ndarray:
+        """The logits [n_vocab] after token at position start of the sequence in cache (extending the cache)."""
+        me = _Step(key, token, start, cache)
+        with self._cond:
+            self._pending.append(me)
+            self._cond.notify_all()
+            deadline = None  # counted from when this step could lead, not from when it queued behind a pass
+            while not me.done:
+                if self._busy:
+                    self._cond.wait()
+                    continue
+                if deadline is None:
+                    deadline = time.monotonic() + WAIT_SHARE * self._last_pass
+                left = deadline - time.monotonic()
+                if len(self._pending) < self.expected() and left > 0:  # the others are sampling: wait for them
+                    self._cond.wait(left)
+                    continue
+                batch, self._pending, self._busy = self._pending, [], True  # run every step asked for so far
+                break
+        if not me.done:
+            began = time.perf_counter()
+            try:
+                logits = self.run_batch([s.token for s in batch],
+                                        Batch.steps([s.start for s in batch], [s.cache for s in batch]))
+                for s, row in zip(batch, logits, strict=True):
+                    s.logits = row
+            except BaseException as e:  # every waiting step hears of it, then it goes on in this thread
+                for s in batch:
+                    s.error = e
+            finally:
+                with self._cond:
+                    for s in batch:
+                        s.done = True
+                    self._busy = False
+                    self._last_pass = time.perf_counter() - began
+                    self._cond.notify_all()
+        if me.error is not None:
+            raise me.error
+        assert me.logits is not None
+        return me.logits

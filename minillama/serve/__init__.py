@@ -1,0 +1,102 @@
+"""`minillama serve`: an OpenAI-compatible HTTP server for one GGUF model, with a token playground at /.
+
+    minillama serve --model SmolLM2-135M-Instruct.Q4_1.gguf --parallel 4
+    curl http://127.0.0.1:8080/v1/chat/completions -d '{"messages": [{"role": "user", "content": "Hi"}]}'
+
+It runs on Starlette and uvicorn, the optional extra `serve` (pip install ".[serve]"), imported only here;
+app.py has the routes, slots.py the --parallel slots, params.py the request tables, playground.html the page.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..errors import MinillamaError
+
+__all__ = ["serve", "require_extra", "DEFAULT_HOST", "DEFAULT_PORT", "MAX_PARALLEL"]
+
+DEFAULT_HOST = "127.0.0.1"  # loopback only unless asked: the server runs code paths anyone could reach
+DEFAULT_PORT = 8080  # llama.cpp's llama-server's
+#: Most slots: each holds a KV cache and a thread; more than a few per core only queue inside BLAS.
+MAX_PARALLEL = 64
+
+#: The modules the `serve` extra installs (import name -> what pip installs).
+EXTRA = {"starlette": "starlette", "uvicorn": "uvicorn"}
+
+
+def require_extra() -> None:
+    """MinillamaError naming the missing package and the command that installs it, when the extra is absent."""
+    import importlib.util
+
+    missing = [pkg for mod, pkg in EXTRA.items() if importlib.util.find_spec(mod) is None]
+    if missing:
+        raise MinillamaError(f"minillama serve needs {' and '.join(missing)}, found none installed: "
+                             "pip install \".[serve]\" (from the minillama checkout)")
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A bound, listening TCP socket, or MinillamaError naming host:port and why not (e.g. in use)."""
+    if not 0 <= port <= 65535:
+        raise MinillamaError(f"expected --port from 0 to 65535, found {port}")
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise MinillamaError(f"expected --host to be an address or a host name, found {host!r} ({exc})") from None
+    family, kind, proto, _, addr = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(addr)
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        raise MinillamaError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    return sock
+
+
+def serve(model: str, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, parallel: int = 1,
+          api_key: str | None = None, vocabs: Sequence[str] = (), threads: Any = "auto",
+          log: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)) -> None:
+    """Load model (and the --vocab tokenizers), listen on host:port and serve until interrupted.
+
+    The line "minillama serve: listening on http://HOST:PORT ..." is logged once the socket listens (port 0
+    picks a free port and the line names it)."""
+    require_extra()
+    if not 1 <= parallel <= MAX_PARALLEL:
+        raise MinillamaError(f"expected --parallel from 1 to {MAX_PARALLEL}, found {parallel}")
+    if api_key is not None and not api_key.strip():
+        raise MinillamaError("expected a non-empty --api-key, found an empty one")
+    import uvicorn
+
+    from ..api import Llama
+    from ..tokenizer import Tokenizer
+    from .app import create_app
+
+    sock = listen(host, port)  # first: a port in use fails before the model loads
+    try:
+        # several slots: their decode steps share passes of the model (Linear multiplies a few rows reading w once)
+        llm = Llama(model, threads=threads, model_name=os.path.basename(model), batch_steps=parallel > 1)
+        tokenizers = {model: llm.tokenizer}
+        for path in vocabs:
+            tokenizers[path] = Tokenizer.from_file(path)
+        app = create_app(llm, parallel=parallel, api_key=api_key, vocabs=tokenizers,
+                         model_name=os.path.basename(model))
+        bound = sock.getsockname()
+        log(f"minillama serve: listening on http://{_url_host(bound[0])}:{bound[1]} ({model}, {parallel} slot"
+            f"{'s' if parallel > 1 else ''}{', API key required' if api_key else ''}); Ctrl-C stops")
+        config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=5)
+        try:
+            uvicorn.Server(config).run(sockets=[sock])
+        except KeyboardInterrupt:  # Ctrl-C (SIGINT), the way to stop a server: uvicorn has shut down cleanly
+            pass
+        log("minillama serve: stopped")
+    finally:
+        sock.close()
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host

@@ -1,0 +1,300 @@
+"""The routes of `minillama serve`: OpenAI's /v1 endpoints, llama.cpp's /tokenize and /detokenize, /health, /slots
+and the token playground at /, as a Starlette app over minillama.api.Llama.
+
+The app is a thin layer: it reads the body (at most MAX_BODY bytes, counted while reading), checks its fields
+against the endpoint's table (minillama/serve/params.py), hands them to the Llama's session in a slot
+(minillama/serve/slots.py) and sends the API's dicts back, streamed ones as server-sent events
+(`data: {...}` blocks ending in `data: [DONE]`). Every error is OpenAI's error object with its status (400, 401,
+404, 413, 500), never a traceback; a 500 is logged with its traceback on the server's side only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from importlib import resources
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from ..errors import ContextLengthError, MinillamaError
+from . import params
+from .params import ApiError
+from .slots import SlotPool
+
+__all__ = ["create_app", "MAX_BODY"]
+
+log = logging.getLogger("minillama.serve")
+
+#: The largest request body read (4 MiB, far above any prompt the context holds): larger ones get 413.
+MAX_BODY = 4 << 20
+
+#: Endpoints anyone may call when --api-key is set, as llama.cpp's server keeps them public.
+PUBLIC = frozenset({"/", "/health", "/v1/models"})
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def create_app(llm: Any, *, parallel: int = 1, api_key: str | None = None,
+               vocabs: Mapping[str, Any] | None = None, model_name: str = "minillama",
+               max_body: int = MAX_BODY) -> Starlette:
+    """The server's ASGI app for one loaded model.
+
+    llm: a minillama.api.Llama; each of the `parallel` slots gets its own session (llm.session(): a KV cache of
+    its own, its single-token steps batched with the other sessions' by the model's StepBatcher), which every
+    request run in that slot uses (session=).
+    vocabs: name -> Tokenizer, the tokenizers /tokenize and the playground offer (the model's own first).
+    """
+    pool = SlotPool(llm.session, parallel)
+    llm.model.batcher.expected = lambda: pool.busy  # a decode step waits (briefly) for the other busy slots'
+    tokenizers = dict(vocabs or {})
+    started = int(time.time())
+
+    async def read_body(request: Request, fields: Mapping[str, params.Field]) -> dict[str, Any]:
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > max_body:
+            raise _too_large(int(declared), max_body)
+        body = bytearray()
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > max_body:
+                raise _too_large(len(body), max_body)
+        try:
+            data = json.loads(body)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ApiError(400, f"expected a JSON body, found bytes that do not parse: {exc}") from None
+        return params.api_kwargs(data, fields)
+
+    # -- generation ----------------------------------------------------------------------------------------------
+
+    async def generation(request: Request, fields: Mapping[str, params.Field], task: str,
+                         method: str) -> Response:
+        kwargs = await read_body(request, fields)
+        stream = bool(kwargs.pop("stream", False))
+        if not stream:
+            result = await pool.call(task, lambda s: getattr(llm, method)(session=s, **kwargs))
+            return JSONResponse(result)
+        chunks = pool.stream(task, lambda s: getattr(llm, method)(session=s, stream=True, **kwargs))
+        try:  # the first chunk before the 200: a prompt too long for the context is still a 400
+            first = await chunks.__anext__()
+        except StopAsyncIteration:
+            first = None
+        except BaseException:
+            await chunks.aclose()
+            raise
+        return _EventStream(_events(first, chunks), chunks.aclose)
+
+    async def completions(request: Request) -> Response:
+        return await generation(request, params.COMPLETION, "completion", "create_completion")
+
+    async def chat_completions(request: Request) -> Response:
+        return await generation(request, params.CHAT, "chat completion", "create_chat_completion")
+
+    async def embeddings(request: Request) -> Response:
+        kwargs = await read_body(request, params.EMBEDDING)
+        return JSONResponse(await pool.call("embedding", lambda s: llm.create_embedding(**kwargs)))
+
+    # -- tokenizers ----------------------------------------------------------------------------------------------
+
+    def tokenizer(name: str | None) -> Any:
+        if name is None:
+            return next(iter(tokenizers.values()))
+        tok = tokenizers.get(name)
+        if tok is None:
+            raise ApiError(400, f"expected 'vocab' to be one of {', '.join(map(repr, tokenizers))}, found {name!r}",
+                           param="vocab", code="unknown_vocab")
+        return tok
+
+    async def tokenize(request: Request) -> Response:
+        kw = await read_body(request, params.TOKENIZE)
+        tok = tokenizer(kw.get("vocab"))
+
+        def run() -> dict[str, Any]:
+            ids = tok.encode(kw["content"], add_special=kw.get("add_special", False),
+                             parse_special=kw.get("parse_special", True))
+            if not kw.get("with_pieces", False):
+                return {"tokens": ids}
+            return {"tokens": [{"id": i, "piece": _piece(tok.token_to_piece(i))} for i in ids]}
+
+        return JSONResponse(await run_in_threadpool(run))
+
+    async def detokenize(request: Request) -> Response:
+        kw = await read_body(request, params.DETOKENIZE)
+        tok = tokenizer(kw.get("vocab"))
+        bad = next((i for i in kw["tokens"] if not 0 <= i < tok.n_vocab), None)
+        if bad is not None:
+            raise ApiError(400, f"expected token ids from 0 to {tok.n_vocab - 1}, found {bad}", param="tokens",
+                           code="invalid_token")
+        # control tokens shown as their text, as llama.cpp's /detokenize does
+        data = await run_in_threadpool(lambda: tok.decode_bytes(kw["tokens"], remove_special=False,
+                                                                unparse_special=True))
+        return JSONResponse({"content": data.decode("utf-8", "replace")})
+
+    # -- state ---------------------------------------------------------------------------------------------------
+
+    async def health(request: Request) -> Response:
+        return JSONResponse({"status": "ok", "slots_idle": parallel - pool.busy, "slots_processing": pool.busy,
+                             "requests_waiting": pool.waiting})
+
+    async def slots(request: Request) -> Response:
+        return JSONResponse(pool.status())
+
+    async def models(request: Request) -> Response:
+        meta = {"n_ctx": getattr(llm, "n_ctx", None), "n_vocab": getattr(llm, "n_vocab", None),
+                "pooling": getattr(llm, "pooling", None), "slots": parallel}
+        return JSONResponse({"object": "list", "data": [{"id": model_name, "object": "model", "created": started,
+                                                         "owned_by": "minillama", "meta": meta}]})
+
+    async def playground(request: Request) -> Response:
+        return HTMLResponse(playground_html(list(tokenizers)))
+
+    routes = [("/", playground, "GET"), ("/health", health, "GET"), ("/slots", slots, "GET"),
+              ("/v1/models", models, "GET"), ("/v1/completions", completions, "POST"),
+              ("/v1/chat/completions", chat_completions, "POST"), ("/v1/embeddings", embeddings, "POST"),
+              ("/tokenize", tokenize, "POST"), ("/detokenize", detokenize, "POST")]
+    app = Starlette(routes=[Route(path, _guarded(fn, None if path in PUBLIC else api_key), methods=[method])
+                            for path, fn, method in routes],
+                    exception_handlers={HTTPException: _http_error, Exception: _server_error},
+                    lifespan=_closing(pool))
+    app.state.pool = pool
+    return app
+
+
+def _closing(pool: SlotPool) -> Callable[[Starlette], Any]:
+    """The app's lifespan: at shutdown, cancel what the slots run and stop their threads."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            pool.close()
+
+    return lifespan
+
+
+def _guarded(handler: Handler, api_key: str | None) -> Handler:
+    """handler with the API key check (when one is set) and every error turned into OpenAI's error object."""
+
+    async def run(request: Request) -> Response:
+        try:
+            if api_key is not None:
+                _check_key(request, api_key)
+            return await handler(request)
+        except ApiError as exc:
+            return _error(exc)
+        except ContextLengthError as exc:
+            return _error(ApiError(400, str(exc), code="context_length_exceeded"))
+        except MinillamaError as exc:
+            return _error(ApiError(400, str(exc)))
+        except Exception as exc:  # noqa: BLE001 - a bug of ours: logged here, never a traceback to the client
+            return _server_error_response(request, exc)
+
+    return run
+
+
+def _check_key(request: Request, api_key: str) -> None:
+    """ApiError 401 unless the request says `Authorization: Bearer <the key>`."""
+    scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), api_key.encode()):
+        found = "a different key" if scheme.lower() == "bearer" else "no 'Authorization: Bearer' header"
+        raise ApiError(401, f"expected the server's API key as 'Authorization: Bearer <key>', found {found}",
+                       type="authentication_error", code="invalid_api_key")
+
+
+def _too_large(n: int, limit: int) -> ApiError:
+    return ApiError(413, f"expected a request body of at most {limit:,} bytes, found {n:,} or more",
+                    code="request_too_large")
+
+
+def _error(exc: ApiError) -> JSONResponse:
+    return JSONResponse(exc.body(), status_code=exc.status)
+
+
+#: Starlette's own HTTP errors (no such route, wrong method) as OpenAI's error types.
+_HTTP_TYPES = {404: "not_found_error", 405: "invalid_request_error"}
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    what = f"{request.method} {request.url.path}"
+    message = {404: f"no such endpoint: {what}", 405: f"method not allowed: {what}"}.get(exc.status_code, exc.detail)
+    return _error(ApiError(exc.status_code, message, type=_HTTP_TYPES.get(exc.status_code, "invalid_request_error")))
+
+
+async def _server_error(request: Request, exc: Exception) -> Response:
+    return _server_error_response(request, exc)
+
+
+def _server_error_response(request: Request, exc: Exception) -> Response:
+    log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
+    return _error(ApiError(500, f"internal server error ({type(exc).__name__}); the server log has the details",
+                           type="server_error"))
+
+
+def _sse(data: Any) -> bytes:
+    return b"data: " + json.dumps(data, ensure_ascii=False).encode() + b"\n\n"
+
+
+async def _events(first: Any, chunks: AsyncIterator[Any]) -> AsyncIterator[bytes]:
+    """Server-sent events: each chunk as `data: {...}`, then `data: [DONE]`; an error midway as its error object."""
+    try:
+        if first is not None:
+            yield _sse(first)
+        async for chunk in chunks:
+            yield _sse(chunk)
+    except ContextLengthError as exc:
+        yield _sse(ApiError(400, str(exc), code="context_length_exceeded").body())
+        return
+    except MinillamaError as exc:
+        yield _sse(ApiError(400, str(exc)).body())
+        return
+    except Exception as exc:  # noqa: BLE001 - the 200 is sent: the error goes in the stream, the log has the rest
+        log.error("stream failed", exc_info=exc)
+        yield _sse(ApiError(500, f"internal server error ({type(exc).__name__})", type="server_error").body())
+        return
+    yield b"data: [DONE]\n\n"
+
+
+class _EventStream(StreamingResponse):
+    """A text/event-stream response that always closes its source, even when it never ran (client gone)."""
+
+    def __init__(self, events: AsyncIterator[bytes], close: Callable[[], Awaitable[None]]) -> None:
+        super().__init__(events, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+        self._close = close
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self._close()
+
+
+def _piece(data: bytes) -> str | list[int]:
+    """A token's piece as llama.cpp's /tokenize gives it: text when valid UTF-8, else its bytes."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return list(data)
+
+
+def playground_html(vocabs: list[str]) -> str:
+    """The playground page, with the CLI's palette and the vocab names filled in."""
+    from ..cli import FOREGROUND, NEWLINE_MARK, PALETTE
+
+    def css(rgb: tuple[int, int, int]) -> str:
+        return "#{:02x}{:02x}{:02x}".format(*rgb)
+
+    config = {"palette": [css(c) for c in PALETTE], "foreground": css(FOREGROUND), "newline": NEWLINE_MARK,
+              "vocabs": vocabs}
+    page = resources.files(__package__).joinpath("playground.html").read_text(encoding="utf-8")
+    return page.replace("/*CONFIG*/null", json.dumps(config, ensure_ascii=False).replace("</", "<\\/"))

@@ -1,0 +1,522 @@
+"""minillama.api.Llama (issue 25): completions, chat, streaming, stop strings, logprobs, JSON output, embeddings
+and concurrent sessions, in the OpenAI shapes.
+
+A tiny random llama with the package's demo vocab and a chat template is written here; the real SmolLM2 runs
+too when MINILLAMA_TEST_GGUF names it. Expected values come from the definitions: the stop string's first
+occurrence in the same seeded run, numpy's log_softmax of the model's logits, the schema (jsonschema), a
+normalised mean of the final hidden states whose product with the output matrix is the logits.
+"""
+
+from __future__ import annotations
+
+import codecs
+import gc
+import json
+import os
+import threading
+import time
+import weakref
+from pathlib import Path
+
+import gguf
+import jsonschema
+import numpy as np
+import pytest
+
+from minillama.api import Llama, token_text
+from minillama.errors import ArgumentError, ContextLengthError, MinillamaError
+from minillama.gguf.writer import _tokenizer_value
+from minillama.tokenizer import default_vocab_path
+from minillama.tokenizer.formats import read_metadata
+
+TEMPLATE = ("{% for m in messages %}<|{{ m.role }}|>{{ m.content }}\n{% endfor %}"
+            "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+N_EMBD, N_FF, N_HEAD, N_HEAD_KV, N_CTX = 32, 48, 4, 2, 256
+
+SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 6},
+                                           "n": {"type": "integer", "minimum": 0, "maximum": 99},
+                                           "ok": {"type": "boolean"}},
+          "required": ["name", "n", "ok"], "additionalProperties": False}
+
+
+def write_tiny_chat_model(path: Path) -> Path:
+    """A one-block llama over the demo vocab (1,000 tokens, eos 999) with a chat template; random weights."""
+    md = read_metadata(str(default_vocab_path()))
+    n_vocab = len(md["tokenizer.ggml.tokens"])
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_block_count(1)
+    w.add_context_length(N_CTX)
+    w.add_embedding_length(N_EMBD)
+    w.add_feed_forward_length(N_FF)
+    w.add_head_count(N_HEAD)
+    w.add_head_count_kv(N_HEAD_KV)
+    w.add_layer_norm_rms_eps(1e-5)
+    for key, value in md.items():
+        if key.startswith("tokenizer."):
+            w.add_key_value(key, *_tokenizer_value(key, value))
+    w.add_chat_template(TEMPLATE)
+    d, kv = N_EMBD, N_HEAD_KV * N_EMBD // N_HEAD
+    shapes = {"token_embd.weight": (n_vocab, d), "output_norm.weight": (d,), "blk.0.attn_norm.weight": (d,),
+              "blk.0.attn_q.weight": (d, d), "blk.0.attn_k.weight": (kv, d), "blk.0.attn_v.weight": (kv, d),
+              "blk.0.attn_output.weight": (d, d), "blk.0.ffn_norm.weight": (d,), "blk.0.ffn_gate.weight": (N_FF, d),
+              "blk.0.ffn_up.weight": (N_FF, d), "blk.0.ffn_down.weight": (d, N_FF)}
+    rng = np.random.default_rng(7)
+    for name, shape in shapes.items():
+        scale = 1.0 if name.endswith("norm.weight") else 0.5
+        arr = np.ones(shape, np.float32) if scale == 1.0 else (rng.standard_normal(shape) * scale).astype(np.float32)
+        w.add_tensor(name, arr)
+    for step in (w.write_header_to_file, w.write_kv_data_to_file, w.write_tensors_to_file, w.close):
+        step()
+    return path
+
+
+@pytest.fixture(scope="module")
+def llm(tmp_path_factory: pytest.TempPathFactory) -> Llama:
+    return Llama(write_tiny_chat_model(tmp_path_factory.mktemp("api") / "tiny-chat.gguf"), seed=5, threads=1)
+
+
+def real_llm() -> Llama:
+    path = os.environ.get("MINILLAMA_TEST_GGUF")
+    if not path:
+        pytest.skip("MINILLAMA_TEST_GGUF is not set (a real model, e.g. SmolLM2-135M-Instruct.Q4_1.gguf)")
+    return _real(path)
+
+
+_REAL: dict[str, Llama] = {}
+
+
+def _real(path: str) -> Llama:
+    if path not in _REAL:
+        _REAL[path] = Llama(path, seed=3)
+    return _REAL[path]
+
+
+def log_softmax(x: np.ndarray) -> np.ndarray:
+    x = x.astype(np.float64)
+    m = x.max()
+    return x - (m + np.log(np.exp(x - m).sum()))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# shapes
+
+
+def test_completion_shape(llm: Llama) -> None:
+    r = llm.create_completion("Tokenizers cut text", max_tokens=5, seed=1)
+    assert r["object"] == "text_completion" and r["id"].startswith("cmpl-") and isinstance(r["created"], int)
+    assert r["model"] == "tiny-chat.gguf"
+    (choice,) = r["choices"]
+    assert set(choice) == {"text", "index", "logprobs", "finish_reason"} and choice["logprobs"] is None
+    u = r["usage"]
+    assert u["prompt_tokens"] == len(llm.tokenize("Tokenizers cut text", parse_special=True))
+    assert u["total_tokens"] == u["prompt_tokens"] + u["completion_tokens"]
+    assert choice["finish_reason"] in ("stop", "length")
+    assert (choice["finish_reason"] == "length") == (u["completion_tokens"] == 5)
+
+
+def test_chat_shape_uses_the_files_template(llm: Llama) -> None:
+    msgs = [{"role": "user", "content": "Hi!"}]
+    r = llm.create_chat_completion(msgs, max_tokens=4, seed=2)
+    assert r["object"] == "chat.completion" and r["id"].startswith("chatcmpl-")
+    assert r["choices"][0]["message"]["role"] == "assistant"
+    rendered = "<|user|>Hi!\n<|assistant|>"  # TEMPLATE rendered by hand
+    assert r["usage"]["prompt_tokens"] == len(llm.tokenize(rendered, parse_special=True))
+
+
+def test_finish_reason_length_and_echo(llm: Llama) -> None:
+    r = llm.create_completion("Hello", max_tokens=3, echo=True, seed=4, logit_bias={llm.tokenizer.eos_id: -np.inf})
+    assert r["choices"][0]["finish_reason"] == "length" and r["usage"]["completion_tokens"] == 3
+    assert r["choices"][0]["text"].startswith("Hello")
+
+
+def test_finish_reason_stop_at_eos(llm: Llama) -> None:
+    """A large logit_bias on eos makes it the first token: finish_reason "stop", no text (eos is not text)."""
+    r = llm.create_completion("Hello", max_tokens=8, logit_bias={str(llm.tokenizer.eos_id): 100.0}, seed=1)
+    assert r["choices"][0] == {"text": "", "index": 0, "logprobs": None, "finish_reason": "stop"}
+    assert r["usage"]["completion_tokens"] == 1
+
+
+def test_max_tokens_none_runs_to_the_context(llm: Llama) -> None:
+    p = llm.tokenize("Hello", parse_special=True)
+    r = llm.create_completion(p, max_tokens=None, logit_bias={llm.tokenizer.eos_id: -np.inf}, seed=1)
+    assert r["choices"][0]["finish_reason"] == "length"
+    assert r["usage"]["total_tokens"] == N_CTX
+
+
+def test_n_ctx_caps_the_context(llm: Llama) -> None:
+    small = Llama(llm.model_path, n_ctx=32, threads=1)
+    r = small.create_completion("Hello", max_tokens=None, logit_bias={small.tokenizer.eos_id: -np.inf}, seed=1)
+    assert r["choices"][0]["finish_reason"] == "length" and r["usage"]["total_tokens"] == 32
+    with pytest.raises(ContextLengthError, match="the prompt has 40 tokens but the model's context holds 32"):
+        small.create_completion([5] * 40)
+
+
+def test_prompt_longer_than_the_context(llm: Llama) -> None:
+    with pytest.raises(ContextLengthError, match=f"{N_CTX + 4} tokens .* holds {N_CTX}"):
+        llm.create_completion([5] * (N_CTX + 4))
+
+
+def test_bad_arguments_are_minillama_errors(llm: Llama) -> None:
+    for kwargs in ({"temperature": -1}, {"min_p": 2}, {"top_p": 0}, {"logprobs": 9}, {"stop": [3]},
+                   {"logit_bias": {"x": 1}}, {"repeat_penalty": 0}, {"response_format": {"type": "xml"}},
+                   {"max_tokens": "5"}):
+        with pytest.raises(MinillamaError):
+            llm.create_completion("Hi", **kwargs)
+    with pytest.raises(MinillamaError):
+        llm.create_chat_completion("Hi")
+    with pytest.raises(ArgumentError, match="top_logprobs needs logprobs"):
+        llm.create_chat_completion([{"role": "user", "content": "Hi"}], top_logprobs=2)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# streaming and stop strings
+
+
+def _stream_text(chunks, key: str = "text") -> tuple[str, str | None]:
+    text, finish = "", None
+    for c in chunks:
+        ch = c["choices"][0]
+        text += ch[key] if key == "text" else ch["delta"].get("content", "")
+        finish = ch["finish_reason"] or finish
+    return text, finish
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_streamed_text_equals_non_streamed(llm: Llama, seed: int) -> None:
+    kw = {"max_tokens": 24, "seed": seed, "temperature": 0.9}
+    r = llm.create_completion("Once upon", **kw)
+    assert _stream_text(llm.create_completion("Once upon", stream=True, **kw)) == \
+        (r["choices"][0]["text"], r["choices"][0]["finish_reason"])
+    msgs = [{"role": "user", "content": "Tell me"}]
+    c = llm.create_chat_completion(msgs, **kw)
+    chunks = list(llm.create_chat_completion(msgs, stream=True, **kw))
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert all(k["object"] == "chat.completion.chunk" and k["id"] == chunks[0]["id"] for k in chunks)
+    assert _stream_text(chunks, "delta") == (c["choices"][0]["message"]["content"], c["choices"][0]["finish_reason"])
+
+
+def _stop_candidates(text: str) -> list[str]:
+    """Three-character pieces of text from its middle (that usually span a token boundary)."""
+    return [text[i:i + 3] for i in range(len(text) // 3, len(text) - 3, 2) if text[i:i + 3].strip()]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_stop_string_ends_the_text_before_it(llm: Llama, seed: int) -> None:
+    """With the same seed the run is the same up to the stop string: the text is everything before its first
+    occurrence, the stop string never appears, finish_reason is "stop" -- streamed and not."""
+    kw = {"max_tokens": 40, "seed": seed, "temperature": 1.0, "logit_bias": {llm.tokenizer.eos_id: -np.inf}}
+    full = llm.create_completion("The", **kw)["choices"][0]["text"]
+    stops = _stop_candidates(full)
+    assert stops, full
+    for stop in stops[:3]:
+        expected = full[:full.index(stop)]
+        r = llm.create_completion("The", stop=[stop, "\x00never"], **kw)
+        assert r["choices"][0]["text"] == expected and stop not in r["choices"][0]["text"]
+        assert r["choices"][0]["finish_reason"] == "stop"
+        streamed = list(llm.create_completion("The", stop=stop, stream=True, **kw))
+        assert _stream_text(streamed) == (expected, "stop")
+        # the streamed pieces never show part of the stop string that is later taken back
+        seen = ""
+        for c in streamed:
+            seen += c["choices"][0]["text"]
+            assert expected.startswith(seen)
+
+
+def test_stop_string_split_over_tokens(llm: Llama) -> None:
+    """A stop string made of the last characters of one token and the first of the next is found."""
+    kw = {"max_tokens": 30, "seed": 9, "temperature": 1.0, "logit_bias": {llm.tokenizer.eos_id: -np.inf}}
+    r = llm.create_completion("A", logprobs=0, **kw)
+    tokens = r["choices"][0]["logprobs"]["tokens"]
+    text = r["choices"][0]["text"]
+    i = next(i for i in range(3, len(tokens) - 1) if len(tokens[i]) >= 2 and len(tokens[i + 1]) >= 2
+             and "\ufffd" not in tokens[i] + tokens[i + 1])
+    stop = tokens[i][-1] + tokens[i + 1][0]
+    expected = text[:text.index(stop)]
+    assert llm.create_completion("A", stop=stop, **kw)["choices"][0]["text"] == expected
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# logprobs
+
+
+def test_completion_logprobs_are_log_softmax_of_the_logits(llm: Llama) -> None:
+    prompt = llm.tokenize("Tokenizers cut", parse_special=True)
+    r = llm.create_completion(prompt, max_tokens=6, logprobs=3, temperature=0.7, seed=11,
+                              logit_bias={llm.tokenizer.eos_id: -np.inf}, repeat_penalty=1.3)
+    lp = r["choices"][0]["logprobs"]
+    gen_ids: list[int] = []
+    offsets = []
+    for tok_text, tok_lp, top in zip(lp["tokens"], lp["token_logprobs"], lp["top_logprobs"], strict=True):
+        # where the token's text starts: the characters before it that are whole (a character split over byte
+        # tokens starts where its first byte does)
+        whole = codecs.getincrementaldecoder("utf-8")("replace").decode(
+            llm.tokenizer.decode_bytes(gen_ids, remove_special=True), final=False)
+        offsets.append(len(whole))
+        ref = log_softmax(llm.model.logits(prompt + gen_ids)[-1])  # raw logits: before bias, penalty, temperature
+        best = np.argsort(-ref, kind="stable")[:3]
+        assert sorted(top.values(), reverse=True) == pytest.approx(ref[best].tolist(), abs=1e-4)
+        assert set(top) == {token_text(llm.tokenizer.token_to_piece(int(t))) for t in best}
+        token = next(int(t) for t in np.flatnonzero(np.isclose(ref, tok_lp, atol=1e-4))
+                     if token_text(llm.tokenizer.token_to_piece(int(t))) == tok_text)
+        gen_ids.append(token)
+    assert llm.tokenizer.decode(gen_ids) == r["choices"][0]["text"]
+    assert lp["text_offset"] == offsets
+
+
+def test_token_text_names_partial_characters_as_bytes() -> None:
+    assert token_text(b" llamas") == " llamas" and token_text("é".encode()[:1]) == "bytes:\\xc3"
+
+
+def test_chat_logprobs_shape_and_values(llm: Llama) -> None:
+    msgs = [{"role": "user", "content": "Hi"}]
+    r = llm.create_chat_completion(msgs, max_tokens=5, logprobs=True, top_logprobs=2, seed=3,
+                                   logit_bias={llm.tokenizer.eos_id: -np.inf})
+    content = r["choices"][0]["logprobs"]["content"]
+    assert len(content) == r["usage"]["completion_tokens"] == 5
+    prompt = llm._chat_prompt(msgs, {})
+    ids: list[int] = []
+    for e in content:
+        ref = log_softmax(llm.model.logits(prompt + ids)[-1])
+        assert len(e["top_logprobs"]) == 2 and e["top_logprobs"][0]["logprob"] == pytest.approx(ref.max(), abs=1e-4)
+        cands = [int(t) for t in np.flatnonzero(np.isclose(ref, e["logprob"], atol=1e-4))
+                 if list(llm.tokenizer.token_to_piece(int(t))) == e["bytes"]]
+        assert cands, e
+        ids.append(cands[0])
+    assert bytes(b for e in content for b in e["bytes"]).decode() == r["choices"][0]["message"]["content"]
+    streamed = list(llm.create_chat_completion(msgs, max_tokens=5, logprobs=True, top_logprobs=2, seed=3,
+                                               logit_bias={llm.tokenizer.eos_id: -np.inf}, stream=True))
+    got = [e for c in streamed if c["choices"][0]["logprobs"] for e in c["choices"][0]["logprobs"]["content"]]
+    assert got == content
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# constrained output
+
+
+def test_json_schema_output_validates(llm: Llama) -> None:
+    pytest.importorskip("llguidance", reason="the json extra (llguidance) is not installed")
+    rf = {"type": "json_schema", "json_schema": {"name": "thing", "schema": SCHEMA}}
+    for seed in range(6):
+        r = llm.create_chat_completion([{"role": "user", "content": "JSON please"}], response_format=rf, seed=seed,
+                                       temperature=1.0, max_tokens=200)
+        assert r["choices"][0]["finish_reason"] == "stop"
+        jsonschema.validate(json.loads(r["choices"][0]["message"]["content"]), SCHEMA)
+
+
+def test_response_format_without_the_extra(llm: Llama, monkeypatch: pytest.MonkeyPatch) -> None:
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_llguidance(name, *args, **kwargs):
+        if name == "llguidance":
+            raise ImportError("No module named 'llguidance'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_llguidance)
+    with pytest.raises(MinillamaError, match=r'optional extra "json" \(llguidance\): pip install'):
+        llm.create_completion("Hi", response_format={"type": "json_object"})
+    assert llm.create_completion("Hi", max_tokens=2, response_format={"type": "text"})["choices"]
+
+
+def test_real_model_json(request: pytest.FixtureRequest) -> None:
+    pytest.importorskip("llguidance", reason="the json extra (llguidance) is not installed")
+    real = real_llm()
+    schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 40},
+                                               "population": {"type": "integer", "minimum": 0}},
+              "required": ["city", "population"], "additionalProperties": False}
+    msgs = [{"role": "user", "content": "Name a big city and its population as JSON."}]
+    r = real.create_chat_completion(msgs, response_format={"type": "json_schema", "json_schema": {"schema": schema}},
+                                    max_tokens=64, seed=1)
+    assert r["choices"][0]["finish_reason"] == "stop"
+    jsonschema.validate(json.loads(r["choices"][0]["message"]["content"]), schema)
+    r = real.create_chat_completion(msgs, response_format={"type": "json_object"}, max_tokens=96, temperature=0)
+    assert r["choices"][0]["finish_reason"] == "stop"
+    assert isinstance(json.loads(r["choices"][0]["message"]["content"]), dict)
+
+
+def test_real_model_stop_and_stream() -> None:
+    real = real_llm()
+    kw = {"max_tokens": 12, "temperature": 0}
+    full = real.create_completion("The capital of France is", **kw)["choices"][0]["text"]
+    assert full.startswith(" Paris")  # llama.cpp's greedy continuation (README: minillama generate)
+    r = real.create_completion("The capital of France is", stop=["aris"], **kw)
+    assert r["choices"][0]["text"] == " P" and r["choices"][0]["finish_reason"] == "stop"
+    assert _stream_text(real.create_completion("The capital of France is", stream=True, **kw)) == \
+        (full, "length" if real.create_completion("The capital of France is", **kw)["usage"][
+            "completion_tokens"] == 12 else "stop")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# embeddings, tokens
+
+
+def test_embedding_is_the_normalised_mean_of_the_final_hidden_state(llm: Llama) -> None:
+    texts = ["Hello, llamas!", "Tokenizers cut text into pieces."]
+    r = llm.create_embedding(texts)
+    assert r["object"] == "list" and [d["index"] for d in r["data"]] == [0, 1]
+    for text, d in zip(texts, r["data"], strict=True):
+        ids = llm.tokenize(text, parse_special=True)
+        h = llm.model.hidden(ids)
+        # the hidden state is what the output matrix turns into the logits
+        np.testing.assert_allclose(h @ llm.model._output.w.T, llm.model.logits(ids), rtol=1e-4, atol=1e-4)
+        v = h.astype(np.float64).mean(axis=0)
+        np.testing.assert_allclose(d["embedding"], v / np.linalg.norm(v), rtol=1e-6, atol=1e-7)
+        assert d["object"] == "embedding" and np.linalg.norm(d["embedding"]) == pytest.approx(1.0)
+    assert r["usage"]["prompt_tokens"] == sum(len(llm.tokenize(t, parse_special=True)) for t in texts)
+    assert llm.pooling == "mean"  # the file has no {arch}.pooling_type
+
+
+def test_tokenize_detokenize(llm: Llama) -> None:
+    ids = llm.tokenize(b"Hello, llamas!", add_special=False)
+    assert ids == llm.tokenizer.encode("Hello, llamas!", add_special=False)
+    assert llm.detokenize(ids) == b"Hello, llamas!"
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# concurrency and cancellation
+
+
+def test_threads_each_drive_their_own_session(llm: Llama) -> None:
+    """8 requests on 8 threads at once give exactly what each gives alone (no state shared in the forward pass)."""
+    kw = {"max_tokens": 20, "temperature": 1.0, "logit_bias": {llm.tokenizer.eos_id: -np.inf}}
+    prompts = ["Once upon a time", "Hello", "Tokenizers cut text", "The end"]
+    alone = {(p, s): llm.create_completion(p, seed=s, **kw)["choices"][0]["text"] for p in prompts for s in (1, 2)}
+    got: dict[tuple[str, int], str] = {}
+    barrier = threading.Barrier(len(alone))
+
+    def run(p: str, s: int) -> None:
+        barrier.wait()
+        got[p, s] = _stream_text(llm.create_completion(p, seed=s, stream=True, **kw))[0]
+
+    threads = [threading.Thread(target=run, args=key) for key in alone]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert got == alone
+
+
+def test_closing_a_stream_ends_the_generation_and_frees_its_session(llm: Llama,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    sessions: list[weakref.ref] = []
+    calls = [0]
+    make = Llama.session
+
+    def tracked(self: Llama):
+        s = make(self)
+        step = s.logits_next
+
+        def counted(ids):
+            calls[0] += 1
+            return step(ids)
+
+        s.logits_next = counted
+        sessions.append(weakref.ref(s))
+        return s
+
+    monkeypatch.setattr(Llama, "session", tracked)
+    it = llm.create_completion("Once", max_tokens=200, stream=True, seed=1, logit_bias={llm.tokenizer.eos_id: -np.inf})
+    first = [next(it), next(it)]
+    assert first[1]["choices"][0]["finish_reason"] is None
+    n = calls[0]
+    it.close()
+    with pytest.raises(StopIteration):
+        next(it)
+    assert calls[0] == n  # no step after close
+    del it
+    gc.collect()
+    assert sessions and sessions[0]() is None  # the session (its KV cache) is gone
+
+
+def test_concurrent_steps_share_one_pass(llm: Llama) -> None:
+    """Single-token steps of sessions on several threads at once go through the weights together (fewer passes
+    than steps), and each session's logits are those of its own sequence run alone."""
+    model = llm.model
+    passes: list[int] = []
+    run = model.batcher.run_batch
+
+    def counted(tokens, batch):  # a pass as slow as a real model's, so the threads' steps meet
+        passes.append(len(tokens))
+        time.sleep(0.01)
+        return run(tokens, batch)
+
+    model.batcher.run_batch = counted
+    try:
+        prompts = [llm.tokenize(t) for t in ("Once upon a time", "Hello", "Tokenizers cut text", "The end")]
+        steps = 12
+        logits: dict[int, list[np.ndarray]] = {}
+        barrier = threading.Barrier(len(prompts))
+
+        def drive(i: int) -> None:
+            s = model.session(batched=True)
+            ids = list(prompts[i])
+            s.logits_next(ids)
+            barrier.wait()
+            got = logits[i] = []
+            for k in range(steps):
+                ids.append(5 + k + i)
+                got.append(s.logits_next(ids))
+
+        threads = [threading.Thread(target=drive, args=(i,)) for i in range(len(prompts))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+    finally:
+        model.batcher.run_batch = run
+    assert sum(passes) == steps * len(prompts) and len(passes) < steps * len(prompts) and max(passes) > 1
+    for i, p in enumerate(prompts):
+        ids = list(p) + [5 + k + i for k in range(steps)]
+        alone = model.logits(ids)[len(p):]
+        np.testing.assert_allclose(np.stack(logits[i]), alone, rtol=1e-4, atol=1e-4)
+
+
+def test_cancel_from_another_thread_ends_the_stream(llm: Llama, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server's event loop cancels a stream that a worker thread is iterating (a client gone): the worker's
+    stream ends after at most the step under way, and no step starts after cancel()."""
+    steps: list[float] = []
+    make = Llama.session
+
+    def slow(self: Llama):
+        s = make(self)
+        step = s.logits_next
+
+        def timed(ids):
+            time.sleep(0.02)
+            steps.append(time.monotonic())
+            return step(ids)
+
+        s.logits_next = timed
+        return s
+
+    monkeypatch.setattr(Llama, "session", slow)
+    stream = llm.create_chat_completion([{"role": "user", "content": "Hi"}], max_tokens=200, stream=True, seed=1,
+                                        logit_bias={llm.tokenizer.eos_id: -np.inf})
+    got: list[dict] = []
+    started = threading.Event()
+
+    def worker() -> None:
+        for chunk in stream:
+            got.append(chunk)
+            started.set()
+
+    t = threading.Thread(target=worker)
+    t.start()
+    assert started.wait(30)
+    stream.cancel()
+    cancelled = time.monotonic()
+    t.join(timeout=30)
+    assert not t.is_alive()
+    assert len([s for s in steps if s > cancelled]) <= 1  # at most the step under way
+    assert len(steps) < 200 and got[-1]["choices"][0]["finish_reason"] is None
+
+
+def test_a_schema_that_cannot_be_enforced_is_an_argument_error(llm: Llama) -> None:
+    pytest.importorskip("llguidance", reason="the json extra (llguidance) is not installed")
+    bad = {"type": "json_schema", "json_schema": {"schema": {"type": "foo"}}}
+    with pytest.raises(ArgumentError, match="expected a JSON schema that llguidance can enforce, found one it "
+                                            "rejects: .*foo"):
+        llm.create_chat_completion([{"role": "user", "content": "Hi"}], response_format=bad)
+    with pytest.raises(ArgumentError, match=r"expected response_format .*json_schema.*, found"):
+        llm.create_completion("Hi", response_format={"type": "json_schema"})
