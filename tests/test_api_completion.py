@@ -25,7 +25,7 @@ import pytest
 
 from minillama.api import Llama, token_text
 from minillama.errors import ArgumentError, ContextLengthError, MinillamaError
-from minillama.gguf.writer import _tokenizer_value
+from minillama.gguffile.writer import _tokenizer_value
 from minillama.tokenizer import default_vocab_path
 from minillama.tokenizer.formats import read_metadata
 

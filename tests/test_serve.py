@@ -26,7 +26,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import REPO, SHARED, real_gguf
+from support import REPO
+from support.paths import SHARED, real_gguf
 
 from minillama.tokenizer import Tokenizer, default_vocab_path
 
@@ -46,7 +47,7 @@ TEMPLATE = ("{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
 
 def write_tiny_chat_model(path: Path, n_ctx: int = N_CTX) -> Path:
     """A one-block llama with random weights over the built-in vocab (1,000 tokens), with a chat template."""
-    from minillama.gguf import read_gguf
+    from minillama.gguffile import read_gguf
 
     meta = read_gguf(default_vocab_path(), tensors=False).metadata
     d, f, n_head, n_head_kv = 32, 48, 4, 2
