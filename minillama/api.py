@@ -320,7 +320,7 @@ class Llama:
     def _chat_template(self) -> ChatTemplate | None:
         with self._template_lock:
             if self._template is None:
-                self._template = ChatTemplate.from_tokenizer(self.tokenizer)
+                self._template = self.tokenizer.build_chat_template()
             return self._template
 
     def _chat_prompt(self, messages: Sequence[Mapping[str, Any]], kwargs: Mapping[str, Any]) -> list[int]:
@@ -335,7 +335,7 @@ class Llama:
             raise ChatTemplateError(f"{self.model_path}: the file has no tokenizer.chat_template to render messages "
                                     "with; use create_completion with a prompt")
         text = without_bos(template.render(messages, add_generation_prompt=True, **kwargs), template.bos_token,
-                           self.tokenizer)
+                           self.tokenizer.add_bos)
         return self.tokenizer.encode(text, add_special=True, parse_special=True)
 
     def _start(self, ids: list[int], max_tokens: int | None, temperature: float, top_p: float, top_k: int,

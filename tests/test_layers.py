@@ -42,12 +42,13 @@ MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 #: never a part of its own layer or above. Parts are minillama's top-level modules and packages.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("minillama", "errors"),                                 # the package's __init__ is its version alone
-    ("fileio", "limited_worker", "sampling"),
+    ("fileio", "limited_worker", "sampling", "palette"),
     ("gguffile", "chat_template", "_native"),
     ("tokenizer", "embedding"),                              # embedding: the quants
+    ("constrain",),                                          # JSON output: the tokenizer's bytes to a grammar
     ("model", "generate", "dataset", "bench", "inspection"),  # model: the forward pass
-    ("ngram",),
-    ("chat",),
+    ("ngram", "api"),                                        # api: the OpenAI shapes over model + generate
+    ("chat", "serve"),
     ("cli",),
     ("__main__",),
 )

@@ -289,7 +289,7 @@ def _piece(data: bytes) -> str | list[int]:
 
 def playground_html(vocabs: list[str]) -> str:
     """The playground page, with the CLI's palette and the vocab names filled in."""
-    from ..cli import FOREGROUND, NEWLINE_MARK, PALETTE
+    from ..palette import FOREGROUND, NEWLINE_MARK, PALETTE
 
     def css(rgb: tuple[int, int, int]) -> str:
         return "#{:02x}{:02x}{:02x}".format(*rgb)
