@@ -2,7 +2,7 @@
 
 A GGUF file names every tensor (``blk.3.attn_q.weight``) and lists its shape in ggml order, ne0 first: a
 matrix that maps n_in values to n_out values is [n_in, n_out] and is stored as n_out rows of n_in values.
-``Weights.matrix`` returns it as numpy (n_out, n_in) float32, dequantized by minillama.embedding's code
+``Weights.matrix`` returns it as numpy (n_out, n_in) float32, dequantized by minillama.quants
 (one dequantizer for the whole package). Hyper-parameters come from ``{arch}.<key>`` metadata, the names
 gguf.Keys uses; the table below says which key fills which field and what the default is.
 """
@@ -20,9 +20,10 @@ from typing import Any
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFValueType
 
-from ..embedding import Embedding, check_tensor_table, dequantize, tensor_view
+from ..embedding import Embedding
 from ..errors import FormatError, UnsupportedError
 from ..gguf.reader import GGUFFile, TensorInfo, read_gguf
+from ..quants import check_tensor_table, dequantize, tensor_view
 from .layers import Linear
 
 __all__ = ["HParams", "Weights", "TensorSpec"]
