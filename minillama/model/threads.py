@@ -22,7 +22,7 @@ from typing import TypeVar
 
 from threadpoolctl import ThreadpoolController
 
-__all__ = ["AutoThreads", "usable_cores", "idle_cores"]
+__all__ = ["AutoThreads", "usable_cores", "idle_cores", "native_threads"]
 
 _BLAS = ThreadpoolController()
 R = TypeVar("R")
@@ -55,12 +55,25 @@ def idle_cores() -> int:
     return max(0, cores - max(running - 1, 0))
 
 
+#: Threads the native kernels use (minillama.model.layers.QuantLinear): the count of the innermost limited().
+_NATIVE = [1]
+
+
+def native_threads() -> int:
+    """How many threads a native matrix product splits its rows over now (set by limited)."""
+    return _NATIVE[0]
+
+
 def limited(threads: int | None, fn: Callable[[], R]) -> R:
-    """fn() with numpy's BLAS limited to threads (None: as numpy set it)."""
+    """fn() with numpy's BLAS and the native kernels limited to threads (None: as numpy set it)."""
     if threads is None:
         return fn()
-    with _BLAS.limit(limits=threads, user_api="blas"):
-        return fn()
+    before, _NATIVE[0] = _NATIVE[0], threads
+    try:
+        with _BLAS.limit(limits=threads, user_api="blas"):
+            return fn()
+    finally:
+        _NATIVE[0] = before
 
 
 class _Choice:
