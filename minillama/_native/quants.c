@@ -181,6 +181,72 @@ static void *run_job(void *arg) {
 
 #define MAX_THREADS 64
 
+/* Worker threads kept between products (a token step makes about 200 of them: creating threads for each cost
+ * more than the small ones take). One product runs at a time (call); the caller does part 0 itself. */
+static struct {
+    pthread_mutex_t call, mu;
+    pthread_cond_t work, done;
+    int n_workers, pending, n_jobs;
+    unsigned long gen;
+    job *jobs;
+} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER,
+          0, 0, 0, 0, NULL};
+
+static void *worker(void *arg) {
+    const int id = (int)(intptr_t)arg; /* runs part id + 1 */
+    unsigned long seen = 0;
+    pthread_mutex_lock(&pool.mu);
+    for (;;) {
+        while (pool.gen == seen) pthread_cond_wait(&pool.work, &pool.mu);
+        seen = pool.gen;
+        if (id + 1 < pool.n_jobs) {
+            job *j = &pool.jobs[id + 1];
+            pthread_mutex_unlock(&pool.mu);
+            run_job(j);
+            pthread_mutex_lock(&pool.mu);
+            if (--pool.pending == 0) pthread_cond_signal(&pool.done);
+        }
+    }
+    return NULL;
+}
+
+/* A forked child has none of the parent's workers: it starts its own. */
+static void pool_after_fork(void) {
+    pthread_mutex_init(&pool.call, NULL);
+    pthread_mutex_init(&pool.mu, NULL);
+    pthread_cond_init(&pool.work, NULL);
+    pthread_cond_init(&pool.done, NULL);
+    pool.n_workers = pool.pending = pool.n_jobs = 0;
+}
+
+static void register_fork(void) { pthread_atfork(NULL, NULL, pool_after_fork); }
+
+/* Runs jobs[0..n) on the caller and n - 1 pool workers (as many as could be started; the caller does the rest). */
+static void run_parallel(job *jobs, int n) {
+    static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+    pthread_once(&fork_once, register_fork);
+    pthread_mutex_lock(&pool.call);
+    pthread_mutex_lock(&pool.mu);
+    while (pool.n_workers < n - 1) {
+        pthread_t t;
+        if (pthread_create(&t, NULL, worker, (void *)(intptr_t)pool.n_workers) != 0) break;
+        pthread_detach(t);
+        pool.n_workers++;
+    }
+    int spread = n - 1 < pool.n_workers ? n : pool.n_workers + 1;
+    pool.jobs = jobs, pool.n_jobs = spread, pool.pending = spread - 1;
+    pool.gen++;
+    pthread_cond_broadcast(&pool.work);
+    pthread_mutex_unlock(&pool.mu);
+    run_job(&jobs[0]);
+    for (int i = spread; i < n; i++) run_job(&jobs[i]);
+    pthread_mutex_lock(&pool.mu);
+    while (pool.pending > 0) pthread_cond_wait(&pool.done, &pool.mu);
+    pool.n_jobs = 0;
+    pthread_mutex_unlock(&pool.mu);
+    pthread_mutex_unlock(&pool.call);
+}
+
 int mq_matmul(int type, const uint8_t *w, int64_t rows, int64_t cols, const float *x, int64_t n_x, float *out,
               int threads) {
     pthread_once(&once, init_once);
@@ -192,20 +258,13 @@ int mq_matmul(int type, const uint8_t *w, int64_t rows, int64_t cols, const floa
     if (threads > MAX_THREADS) threads = MAX_THREADS;
     if (threads > rows) threads = rows > 0 ? (int)rows : 1;
     job jobs[MAX_THREADS];
-    pthread_t tid[MAX_THREADS];
-    int started[MAX_THREADS] = {0};
-    for (int i = 0; i < threads; i++) {
+    for (int i = 0; i < threads; i++)
         jobs[i] = (job){kernels[type], w, y, (size_t)(cols / TYPES[type].block) * (size_t)TYPES[type].size,
                         y_bytes, rows, cols, n_x, rows * i / threads, rows * (i + 1) / threads, out};
-        if (i > 0) started[i] = pthread_create(&tid[i], NULL, run_job, &jobs[i]) == 0;
-    }
-    run_job(&jobs[0]);
-    for (int i = 1; i < threads; i++) {
-        if (started[i])
-            pthread_join(tid[i], NULL);
-        else
-            run_job(&jobs[i]); /* no thread to be had: this one does the part */
-    }
+    if (threads == 1)
+        run_job(&jobs[0]);
+    else
+        run_parallel(jobs, threads);
     free(y);
     return 1;
 }
