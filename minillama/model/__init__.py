@@ -11,8 +11,9 @@
 
 The forward pass: look up each token's embedding row (the table stays quantized: Embedding.lookup), run
 the architecture's blocks (one file per architecture: llama.py, gemma3.py, built from layers.py), apply
-the final RMSNorm and multiply by the output matrix. Weights are dequantized to float32 once, at load, so
-every step is a few BLAS matmuls. next_token keeps a key/value cache and reuses the longest prefix the new
+the final RMSNorm and multiply by the output matrix. On the native backend the weight matrices stay quantized in
+the memory map and the C kernels multiply them (layers.QuantLinear); on the pure one they are dequantized to
+float32 once, at load, so every step is a few BLAS matmuls. next_token keeps a key/value cache and reuses the longest prefix the new
 ids share with the cached ones: a generated token costs one single-token step, a prompt one batched pass.
 """
 
@@ -84,7 +85,8 @@ class Model:
     @classmethod
     def from_file(cls, path: str | os.PathLike[str], *, progress: Progress | None = None,
                   threads: Threads = AUTO) -> Model:
-        """Load a GGUF model: hyper-parameters from its metadata, every tensor checked and dequantized.
+        """Load a GGUF model: hyper-parameters from its metadata, every tensor checked (and, on the pure backend,
+        dequantized).
 
         threads: how many BLAS threads the forward pass uses: "auto" (default) runs 1 or up to DEFAULT_THREADS,
         whichever its timings say is faster on this machine now; a number is used as given but capped at the
