@@ -31,7 +31,7 @@ from ..errors import ArgumentError, ContextLengthError, UnsupportedError
 from ..generate import Sampler
 from . import gemma3, llama
 from .cache import KVCache
-from .layers import Linear, rmsnorm
+from .layers import Linear, QuantLinear, rmsnorm
 from .threads import AutoThreads, limited, usable_cores
 from .weights import HParams, TensorSpec, Weights
 
@@ -74,8 +74,11 @@ class Model:
         self.path, self.hparams, self._arch = path, hp, arch
         #: BLAS threads for the forward pass: "auto", a number (at most the usable cores), None (numpy's default).
         self.threads = _check_threads(threads)
-        self._auto = AutoThreads(DEFAULT_THREADS) if self.threads == AUTO else None
         self._embedding, self._layers = embedding, layers
+        #: The matrix products run in the native kernels (QuantLinear), not BLAS.
+        self._native = isinstance(output, QuantLinear) or any(
+            isinstance(v, QuantLinear) for layer in layers[:1] for v in layer.values())
+        self._auto = AutoThreads(DEFAULT_THREADS, self._native) if self.threads == AUTO else None
         self._output_norm, self._output = output_norm, output
         self._scale = arch.embed_scale(hp)
         self._cache = self._new_cache()
@@ -197,7 +200,7 @@ class Model:
 
         if self._auto is not None:
             return self._auto.run(len(ids), run)
-        return limited(self.threads, run)  # type: ignore[arg-type]
+        return limited(self.threads, run, self._native)  # type: ignore[arg-type]
 
     def _chunks(self, ids: list[int], start: int, cache: KVCache, last_only: bool) -> np.ndarray:
         cache.reserve(start + len(ids))
