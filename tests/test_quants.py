@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -246,3 +248,88 @@ def test_native_forward_tracks_llamacpp(monkeypatch: pytest.MonkeyPatch) -> None
             n01, ok01 = n01 + (margin >= 0.1), ok01 + (margin >= 0.1 and int(row.argmax()) == g["id"])
     assert wrong == 0 and ok01 >= 0.98 * n01
     assert np.mean(diffs) <= 0.11, f"mean |log-prob difference| {np.mean(diffs):.4f}, expected <= 0.11"
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# the native forward pass over the map, and hostile tensor metadata
+# ---------------------------------------------------------------------------------------------------------------------
+
+def _type_at(data: bytes, name: str) -> int:
+    """Where tensor `name`'s ggml type (u32) sits in the tensor table."""
+    raw = name.encode()
+    at = data.index(struct.pack("<Q", len(raw)) + raw) + 8 + len(raw)
+    return at + 4 + 8 * struct.unpack_from("<I", data, at)[0]
+
+
+def patched(path: Path, name: str, ggml_type: int | None = None, ne1: int | None = None) -> Path:
+    """A copy of the model with tensor `name`'s type or second dimension changed in the table (the data unchanged)."""
+    data = bytearray(path.read_bytes())
+    at = _type_at(bytes(data), name)
+    if ggml_type is not None:
+        struct.pack_into("<I", data, at, ggml_type)
+    if ne1 is not None:
+        struct.pack_into("<Q", data, at - 8, ne1)
+    out = path.with_name(f"{name}-{ggml_type}-{ne1}.gguf")
+    out.write_bytes(bytes(data))
+    return out
+
+
+def tiny_model(tmp_path: Path, dtype: type = np.float16) -> Path:
+    from test_hostile_model import write_model
+
+    path = write_model(tmp_path / "f32.gguf", blocks=2)
+    r = gguf.GGUFReader(str(path))
+    w = gguf.GGUFWriter(str(tmp_path / "tiny.gguf"), "llama")
+    for field in r.fields.values():
+        if field.name.startswith("llama.") or field.name.startswith("tokenizer."):
+            w.add_key_value(field.name, field.contents(), field.types[0] if len(field.types) == 1 else field.types[0],
+                            sub_type=field.types[-1] if len(field.types) > 1 else None)
+    for t in r.tensors:
+        arr = np.array(t.data).reshape([int(d) for d in reversed(t.shape)])
+        w.add_tensor(t.name, arr.astype(dtype) if arr.ndim == 2 else arr)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return tmp_path / "tiny.gguf"
+
+
+@needs_core
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+def test_native_model_matches_pure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dtype: type) -> None:
+    """The same tiny model on both backends: the native one holds QuantLinear views of the map and scores like the
+    float32 path to float16 rounding of the activations (F16) or float rounding (F32)."""
+    from minillama.model import Model
+    from minillama.model.layers import QuantLinear
+
+    path = tiny_model(tmp_path, dtype)
+    ids = [1, 5, 9, 3, 7, 2]
+    monkeypatch.setenv("MINILLAMA_BACKEND", "pure")
+    want = Model.from_file(path, threads=1).logits(ids)
+    monkeypatch.setenv("MINILLAMA_BACKEND", "native")
+    m = Model.from_file(path, threads=2)
+    assert isinstance(m._output, QuantLinear)
+    got = m.logits(ids)
+    tol = 2e-2 if dtype == np.float16 else 1e-4
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max())
+
+
+@needs_core
+def test_hostile_tensor_metadata(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Types and shapes that lie about the bytes are FormatErrors on the native backend, before any kernel runs."""
+    from minillama.errors import FormatError
+    from minillama.model import Model
+
+    monkeypatch.setenv("MINILLAMA_BACKEND", "native")
+    path = tiny_model(tmp_path)
+    name = "blk.0.attn_q.weight"
+    cases = {
+        "F16 data called F32 (twice the bytes: runs into the next tensor)": patched(path, name, ggml_type=0),
+        "32-wide rows called Q4_K (256-value blocks)": patched(path, name, ggml_type=int(T.Q4_K)),
+        "more rows than the data": patched(path, "blk.1.ffn_down.weight", ne1=1 << 40),
+        "a second dimension that does not match the model": patched(path, name, ne1=16),
+    }
+    for what, bad in cases.items():
+        with pytest.raises(FormatError) as e:
+            Model.from_file(bad)
+        assert str(bad) in str(e.value) or bad.name in str(e.value), what
