@@ -97,13 +97,20 @@ static float dot_q8_0_x(const uint8_t *w, const uint8_t *y, int n) {
     return sumf;
 }
 
-/* The eight lanes (value p into lane p % 8) of q8[i] * a[i] over 16 values, as int32. */
-static inline __m256i lanes16(const int8_t *q8, const int8_t *a) {
-    __m256i x = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)q8));
-    __m256i v = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)a));
-    __m256i p = _mm256_mullo_epi16(x, v);
-    return _mm256_add_epi32(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(p)),
-                            _mm256_cvtepi16_epi32(_mm256_extracti128_si256(p, 1)));
+/* 16 int16 products (lane l: values whose index is l mod 16) as ggml's eight int32 lanes (value p into lane
+ * p % 8) times the scale: lanes l and l + 8 are brought side by side (a 64-bit permute, then a byte shuffle in
+ * each half), and one multiply-add of pairs makes lane l = sc * (p[l] + p[l + 8]). */
+static inline __m256i lanes_scaled(__m256i p, int sc) {
+    const __m256i pairs = _mm256_setr_epi8(0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15,
+                                           0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15);
+    __m256i v = _mm256_shuffle_epi8(_mm256_permute4x64_epi64(p, 0xD8), pairs);
+    return _mm256_madd_epi16(v, _mm256_set1_epi16((short)sc));
+}
+
+/* q8[i] * a[i] over 16 values as 16 int16 lanes (|q8| <= 127, |a| <= 63: no overflow). */
+static inline __m256i prod16(const int8_t *q8, const int8_t *a) {
+    return _mm256_mullo_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)q8)),
+                              _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)a)));
 }
 
 /* sums[l] += d * aux32[l] (separate multiply and add, as the scalar lanes). */
@@ -121,8 +128,7 @@ static inline float lanes_total(float sumf, __m256 sums) {
 /* aux32 of a K-quant block: values a[256] with one scale per 16 (sc16) against q8. */
 static inline __m256i kblock16(const int8_t *q8, const int8_t *a, const int8_t *sc16) {
     __m256i aux = _mm256_setzero_si256();
-    for (int k = 0; k < 16; k++)
-        aux = _mm256_add_epi32(aux, _mm256_mullo_epi32(lanes16(q8 + 16 * k, a + 16 * k), _mm256_set1_epi32(sc16[k])));
+    for (int k = 0; k < 16; k++) aux = _mm256_add_epi32(aux, lanes_scaled(prod16(q8 + 16 * k, a + 16 * k), sc16[k]));
     return aux;
 }
 
@@ -181,8 +187,8 @@ static float dot_q45_k_x(const uint8_t *w, const uint8_t *y, int n, int five) {
         const int8_t *q8 = (const int8_t *)(y + 4);
         __m256i aux = _mm256_setzero_si256();
         for (int k = 0; k < 8; k++) {
-            __m256i s = _mm256_add_epi32(lanes16(q8 + 32 * k, a + 32 * k), lanes16(q8 + 32 * k + 16, a + 32 * k + 16));
-            aux = _mm256_add_epi32(aux, _mm256_mullo_epi32(s, _mm256_set1_epi32(sc[k])));
+            __m256i p = _mm256_add_epi16(prod16(q8 + 32 * k, a + 32 * k), prod16(q8 + 32 * k + 16, a + 32 * k + 16));
+            aux = _mm256_add_epi32(aux, lanes_scaled(p, sc[k]));
         }
         float yd = ld_f32(y);
         sums = lanes_add(sums, f16(ld_u16(w)) * yd, aux);
