@@ -65,13 +65,14 @@ def random_rows(t: T, rows: int, cols: int, rng: np.random.Generator) -> np.ndar
 
 def shapes(t: T) -> list[tuple[int, int]]:
     """(rows, cols): odd row counts; rows of one and of several blocks, 96 wide (not a multiple of 256) where the
-    block is 32."""
+    block is 32; one product large enough to be split over threads."""
     block = TRAITS[t].block
+    big = (1031, 1024)  # above the kernels' SMALL_PRODUCT, so the rows are really split over the threads
     if block == 1:
-        return [(1, 1), (7, 33), (5, 96), (3, 600)]
+        return [(1, 1), (7, 33), (5, 96), (3, 600), big]
     if block == 32:
-        return [(1, 32), (7, 96), (33, 352)]
-    return [(1, 256), (7, 512), (5, 768)]
+        return [(1, 32), (7, 96), (33, 352), big]
+    return [(1, 256), (7, 512), (5, 768), big]
 
 
 # ---------------------------------------------------------------------------------------------------------------------
