@@ -44,8 +44,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("minillama", "errors"),                                 # the package's __init__ is its version alone
     ("fileio", "limited_worker", "sampling", "palette"),
     ("gguffile", "chat_template", "_native"),
-    ("tokenizer", "embedding"),                              # embedding: the quants
-    ("constrain",),                                          # JSON output: the tokenizer's bytes to a grammar
+    ("tokenizer", "quants"),                                 # quants: ggml's block formats and their traits
+    ("constrain", "embedding"),                              # JSON output's grammar; token_embd rows
     ("model", "generate", "dataset", "bench", "inspection"),  # model: the forward pass
     ("ngram", "api"),                                        # api: the OpenAI shapes over model + generate
     ("chat", "serve"),

@@ -33,7 +33,9 @@ def test_real_model_answers_the_question() -> None:
     try:
         intro = t.wait(lambda s: PROMPT_READY in s, "the first prompt", timeout=120)
         assert "llama forward pass in numpy (30 layers, 576 wide)" in intro
-        france, reads = reply_in_pieces(t, "What is the capital of France?")
+        # llama.cpp answers the bare question "L'Étoile, ..." (its first token wins by 0.16 nats, a near tie the
+        # float32 path resolves the other way); asked for one sentence it says Paris, every token by >= 0.77.
+        france, reads = reply_in_pieces(t, "What is the capital of France? Answer in one sentence.")
         assert "Paris" in france, france
         assert reads >= 3, f"the reply came in {reads} reads, expected it streamed token by token"
         ids = tokens_ids(t.command("/tokens"))

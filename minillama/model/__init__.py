@@ -11,8 +11,10 @@
 
 The forward pass: look up each token's embedding row (the table stays quantized: Embedding.lookup), run
 the architecture's blocks (one file per architecture: llama.py, qwen2.py, qwen3.py, phi3.py, gemma3.py,
-built from layers.py), apply the final RMSNorm and multiply by the output matrix. Weights are dequantized
-to float32 once, at load, so every step is a few BLAS matmuls. next_token keeps a key/value cache and reuses the longest prefix the new
+built from layers.py), apply the final RMSNorm and multiply by the output matrix. On the native backend the weight
+matrices stay quantized in the memory map and the C kernels multiply them (layers.QuantLinear); on the pure one
+they are dequantized to float32 once, at load, so every step is a few BLAS matmuls. next_token keeps a key/value
+cache and reuses the longest prefix the new
 ids share with the cached ones: a generated token costs one single-token step, a prompt one batched pass.
 model.session() gives a sequence with a cache of its own (a server's slot): the weights are only read, so threads
 can each drive a session at once; hidden(ids) is the final hidden state that embeddings pool.
@@ -33,7 +35,7 @@ from ..sampling import Sampler
 from . import gemma3, llama, phi3, qwen2, qwen3
 from .batch import Batch, StepBatcher
 from .cache import KVCache
-from .layers import Linear, rmsnorm
+from .layers import Linear, QuantLinear, rmsnorm
 from .threads import AutoThreads, limited, usable_cores
 from .weights import HParams, TensorSpec, Weights
 
@@ -79,19 +81,23 @@ class Model:
         self.path, self.hparams, self._arch = path, hp, arch
         #: BLAS threads for the forward pass: "auto", a number (at most the usable cores), None (numpy's default).
         self.threads = _check_threads(threads)
-        self._auto = AutoThreads(DEFAULT_THREADS) if self.threads == AUTO else None
         self._embedding, self._layers = embedding, layers
+        #: The matrix products run in the native kernels (QuantLinear), not BLAS.
+        self._native = isinstance(output, QuantLinear) or any(
+            isinstance(v, QuantLinear) for layer in layers[:1] for v in layer.values())
+        self._auto = AutoThreads(DEFAULT_THREADS, self._native) if self.threads == AUTO else None
         self._output_norm, self._output, self._output_bias = output_norm, output, output_bias
         self._scale = arch.embed_scale(hp)
         #: Single-token steps of sessions on several threads at once go through the weights as one pass.
         self.batcher = StepBatcher(self._run_steps)
-        self._step_auto = AutoThreads(DEFAULT_THREADS) if self.threads == AUTO else None
+        self._step_auto = AutoThreads(DEFAULT_THREADS, self._native) if self.threads == AUTO else None
         self._default = Session(self)  # what next_token uses: one sequence, as before sessions existed
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str], *, progress: Progress | None = None,
                   threads: Threads = AUTO) -> Model:
-        """Load a GGUF model: hyper-parameters from its metadata, every tensor checked and dequantized.
+        """Load a GGUF model: hyper-parameters from its metadata, every tensor checked (and, on the pure backend,
+        dequantized).
 
         threads: how many BLAS threads the forward pass uses: "auto" (default) runs 1 or up to DEFAULT_THREADS,
         whichever its timings say is faster on this machine now; a number is used as given but capped at the
@@ -237,7 +243,7 @@ class Model:
         auto = self._auto if auto is None else auto
         if auto is not None:
             return auto.run(len(ids), run)
-        return limited(self.threads, run)  # type: ignore[arg-type]
+        return limited(self.threads, run, self._native)  # type: ignore[arg-type]
 
     def _chunks(self, ids: list[int], start: int, cache: KVCache, last_only: bool, hidden: bool) -> np.ndarray:
         cache.reserve(start + len(ids))
@@ -276,7 +282,7 @@ class Model:
 
         if self._step_auto is not None:
             return self._step_auto.run(1, run)
-        return limited(self.threads, run)  # type: ignore[arg-type]
+        return limited(self.threads, run, self._native)  # type: ignore[arg-type]
 
 
 class Session:
@@ -292,7 +298,7 @@ class Session:
         self.model = model
         #: Most tokens this session's sequence may hold.
         self.n_ctx = model.n_ctx if n_ctx is None else min(int(n_ctx), model.n_ctx)
-        self._auto = AutoThreads(DEFAULT_THREADS) if model.threads == AUTO else None
+        self._auto = AutoThreads(DEFAULT_THREADS, model._native) if model.threads == AUTO else None
         self._cache = model._new_cache()
         self.batched = batched  # single-token steps through model.batcher, with other sessions' steps
         #: Positions the last next_token ran through the model (the rest came from the cache).

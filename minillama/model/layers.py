@@ -2,12 +2,18 @@
 
 Shapes in the comments: T tokens in this step, S cached positions attended to (S >= T), H query heads,
 Hkv key/value heads (H is a multiple of Hkv: grouped-query attention), D the head size, d the model width.
-Everything is float32; matrix products go to numpy's BLAS.
+Everything is float32; matrix products go to numpy's BLAS, or on the native backend (QuantLinear) to the C
+kernels over the weights' raw ggml blocks, left in the memory-mapped file.
 """
 
 from __future__ import annotations
 
+import mmap
+from types import ModuleType
+
 import numpy as np
+
+from .threads import native_threads
 
 F32 = np.float32
 
@@ -108,6 +114,11 @@ class Linear:
     def __init__(self, w: np.ndarray) -> None:
         self.w = w
 
+    @property
+    def n_out(self) -> int:
+        """Outputs: the matrix's rows (a fused bias gives zeros of this length to a part the file has no bias for)."""
+        return self.w.shape[0]
+
     def __call__(self, x: np.ndarray) -> np.ndarray:
         """x w^T (BLAS reads w transposed, no copy); for a few rows (batched decode steps) as (w x^T)^T."""
         # x [T, in] -> [T, out]
@@ -118,7 +129,61 @@ class Linear:
     @staticmethod
     def stack(parts: list[Linear]) -> Linear:
         """One matrix whose outputs are the parts' outputs side by side: one matmul instead of several."""
+        if all(isinstance(p, QuantLinear) for p in parts):
+            return QuantLinear.stack_quant(parts)  # type: ignore[arg-type]
         return Linear(np.concatenate([p.w for p in parts]))
+
+
+class QuantLinear(Linear):
+    """A weight matrix left as its raw ggml blocks (n_out rows of row_bytes, a view of the mapped file),
+    multiplied by the native kernels (minillama/_native/quants.c): each activation row quantized as ggml does,
+    integer dot products against the blocks, nothing dequantized."""
+
+    def __init__(self, raw: np.ndarray, ggml_type: int, n_in: int, core: ModuleType,
+                 mm: mmap.mmap | None = None) -> None:
+        super().__init__(raw)
+        self.ggml_type, self.n_in, self._core, self._mm = int(ggml_type), n_in, core, mm
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        """x w^T, [T, in] -> [T, out], the rows split over the current thread count."""
+        x = np.ascontiguousarray(x, dtype=F32)
+        out = np.empty((x.shape[0], self.w.shape[0]), F32)
+        self._core.matmul(self.w, self.ggml_type, self.w.shape[0], self.n_in, x, out, native_threads())
+        return out
+
+    @staticmethod
+    def stack_quant(parts: list[QuantLinear]) -> Linear:
+        """The parts as one QuantLinear when they lie one after another in the same map with one type (GGUF
+        writers put q, k, v and gate, up that way); else a Linear that runs each and joins the outputs."""
+        first = parts[0]
+        same = all(p.ggml_type == first.ggml_type and p.n_in == first.n_in and p._mm is first._mm for p in parts)
+        if same and first._mm is not None:
+            base = np.frombuffer(first._mm, np.uint8, 1).ctypes.data
+            start = end = first.w.ctypes.data - base
+            for p in parts:
+                if p.w.ctypes.data - base != end:
+                    break
+                end += p.w.nbytes
+            else:
+                rows = sum(p.w.shape[0] for p in parts)
+                raw = np.frombuffer(first._mm, np.uint8, end - start, start).reshape(rows, -1)
+                return QuantLinear(raw, first.ggml_type, first.n_in, first._core, first._mm)
+        return _Joined(parts)
+
+
+class _Joined(Linear):
+    """Several matrices' outputs side by side, each multiplied on its own (parts apart in the file)."""
+
+    def __init__(self, parts: list[QuantLinear]) -> None:
+        super().__init__(parts[0].w)
+        self.parts = parts
+
+    @property
+    def n_out(self) -> int:
+        return sum(p.n_out for p in self.parts)
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        return np.concatenate([p(x) for p in self.parts], axis=1)
 
 
 def glu_ffn(x: np.ndarray, gate_up: Linear, down: Linear, act, b_gate_up: np.ndarray | None = None,

@@ -22,7 +22,7 @@ from typing import TypeVar
 
 from threadpoolctl import ThreadpoolController
 
-__all__ = ["AutoThreads", "usable_cores", "idle_cores"]
+__all__ = ["AutoThreads", "usable_cores", "idle_cores", "native_threads"]
 
 _BLAS = ThreadpoolController()
 R = TypeVar("R")
@@ -55,12 +55,27 @@ def idle_cores() -> int:
     return max(0, cores - max(running - 1, 0))
 
 
-def limited(threads: int | None, fn: Callable[[], R]) -> R:
-    """fn() with numpy's BLAS limited to threads (None: as numpy set it)."""
+#: Threads the native kernels use (minillama.model.layers.QuantLinear): the count of the innermost limited().
+_NATIVE = [1]
+
+
+def native_threads() -> int:
+    """How many threads a native matrix product splits its rows over now (set by limited)."""
+    return _NATIVE[0]
+
+
+def limited(threads: int | None, fn: Callable[[], R], native: bool = False) -> R:
+    """fn() with numpy's BLAS and the native kernels limited to threads (None: as numpy set it). native: the
+    matrix products run in the native kernels, so BLAS (attention's small products) gets one thread: OpenBLAS's
+    threads spin after each call and would take the cores from the kernels' workers (prompt 36 -> 8-14 tok/s)."""
     if threads is None:
         return fn()
-    with _BLAS.limit(limits=threads, user_api="blas"):
-        return fn()
+    before, _NATIVE[0] = _NATIVE[0], threads
+    try:
+        with _BLAS.limit(limits=1 if native else threads, user_api="blas"):
+            return fn()
+    finally:
+        _NATIVE[0] = before
 
 
 class _Choice:
@@ -97,20 +112,20 @@ class _Choice:
 class AutoThreads:
     """Runs forward passes with 1 or n BLAS threads, whichever its timings say is faster for that kind of pass."""
 
-    def __init__(self, n: int) -> None:
-        self.n = max(1, n)
+    def __init__(self, n: int, native: bool = False) -> None:
+        self.n, self.native = max(1, n), native
         self._choices: dict[bool, _Choice] = {}
 
     def run(self, tokens: int, fn: Callable[[], R]) -> R:
         """fn() (a pass over `tokens` tokens) with the thread count chosen for its kind, timed."""
         if self.n == 1:
-            return limited(1, fn)
+            return limited(1, fn, self.native)
         choice = self._choices.get(tokens > 1)
         if choice is None:
             choice = self._choices[tokens > 1] = _Choice(self.n)
         threads = choice.pick()
         start = time.perf_counter()
-        out = limited(threads, fn)
+        out = limited(threads, fn, self.native)
         choice.record(threads, (time.perf_counter() - start) / max(tokens, 1))
         return out
 

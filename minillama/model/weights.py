@@ -2,7 +2,7 @@
 
 A GGUF file names every tensor (``blk.3.attn_q.weight``) and lists its shape in ggml order, ne0 first: a
 matrix that maps n_in values to n_out values is [n_in, n_out] and is stored as n_out rows of n_in values.
-``Weights.matrix`` returns it as numpy (n_out, n_in) float32, dequantized by minillama.embedding's code
+``Weights.matrix`` returns it as numpy (n_out, n_in) float32, dequantized by minillama.quants
 (one dequantizer for the whole package). Hyper-parameters come from ``{arch}.<key>`` metadata, the names
 gguf.Keys uses; the table below says which key fills which field and what the default is.
 """
@@ -20,10 +20,12 @@ from typing import Any
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFValueType
 
-from ..embedding import Embedding, check_tensor_table, dequantize, tensor_view
+from ..embedding import Embedding
 from ..errors import FormatError, UnsupportedError
 from ..gguffile.reader import GGUFFile, TensorInfo, read_gguf
-from .layers import Linear
+from ..quants import TRAITS, check_tensor_table, dequantize, tensor_view
+from ..tokenizer.models import backend_choice, native_core
+from .layers import Linear, QuantLinear
 
 __all__ = ["HParams", "Weights", "TensorSpec"]
 
@@ -138,6 +140,8 @@ class Weights:
             self._size = os.fstat(f.fileno()).st_size
             check_tensor_table(self.gguf, self._size)  # every tensor aligned, inside the file, apart
             self._mmap = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        #: The native core (MINILLAMA_BACKEND): matrices of a type it multiplies stay quantized in the map.
+        self._core = native_core(backend_choice())
 
     @property
     def arch(self) -> str:
@@ -239,9 +243,12 @@ class Weights:
         self._raw(name, shape)
 
     def matrix(self, name: str, shape: tuple[int, ...]) -> np.ndarray | Linear:
-        """Tensor name, whose ggml shape must be `shape` (ne0 first), dequantized to float32: a (ne0,) vector,
-        or for 2-D a Linear holding the (ne1, ne0) matrix."""
+        """Tensor name, whose ggml shape must be `shape` (ne0 first): a (ne0,) float32 vector, or for 2-D a
+        Linear: on the native backend a QuantLinear over the raw blocks in the map (nothing dequantized), on
+        the pure one the (ne1, ne0) matrix dequantized to float32."""
         raw, qtype = self._raw(name, shape)
+        if len(shape) == 2 and self._core is not None and qtype in TRAITS and shape[0] > 0:
+            return QuantLinear(raw, qtype, shape[0], self._core, self._mmap)
         out = dequantize(raw, qtype, shape[0])
         return out.reshape(shape[0]) if len(shape) == 1 else Linear(out)
 

@@ -1,13 +1,15 @@
 """minillama.model against llama.cpp on the same GGUF: prompt processing and generation tokens/s, load time, peak RSS.
 
-    python tools/bench/bench_model.py [--models SMOLLM2.gguf GEMMA3.gguf] [--prompt-tokens 128] [--gen 32] [--rounds 2]
+    python tools/bench/bench_model.py [--models SMOLLM2.gguf GEMMA3.gguf] [--prompt-tokens 128] [--gen 64] [--rounds 2]
                                      [--exactness DATA.json ...] [--llamacpp-self] [--exactness-only]
 
 Each measurement runs in a fresh child process (so peak RSS is that engine's alone), minillama and llama.cpp
 alternating round after round so that load on the machine hits both alike; the best round of each is kept.
-llama.cpp runs in-process through xllamacpp's server with 2 threads (../shared/tools/llamacpp_generate.py) and
-reports its own timings; minillama times Model.next_token: one batched pass over the prompt, then one
-single-token step per generated token (greedy), numpy's BLAS with 2 threads as llama.cpp's.
+llama.cpp runs in-process through xllamacpp's server with 2 threads, end of generation ignored, and reports its
+own timings (load: until its server is ready); minillama times Model.from_file and Model.next_token: one batched
+pass over the prompt, then one single-token step per generated token (greedy, never stopping early), with 2
+threads (native kernels or numpy's BLAS, as MINILLAMA_BACKEND says). A synthetic Llama-3.2-1B-shaped model:
+python ../shared/tools/make_synthetic_model.py /tmp/syn1b.gguf --size 1b --type Q4_K, then --models it.
 Needs the oracle extra (xllamacpp, cffi) and ../shared.
 
 --exactness (default: both files in tests/data): also teacher-force minillama on llama.cpp continuations made by
@@ -76,13 +78,18 @@ def child_minillama(model: str, prompt: str, n_gen: int) -> dict:
 
 
 def child_llamacpp(model: str, prompt: str, n_gen: int) -> dict:
-    sys.path.insert(0, str(SHARED / "tools"))
-    import llamacpp_generate
+    """llama.cpp's server (xllamacpp) with 2 threads, end of generation ignored so that it makes n_gen tokens."""
+    import xllamacpp as xlc
 
     t0 = time.perf_counter()
-    out = llamacpp_generate.generate(model, n_gen, [prompt, prompt])[-1]  # the first request warms up
-    t = out["timings"]
-    return {"load_s": time.perf_counter() - t0, "prompt_n": t["prompt_n"], "pp_tps": t["prompt_per_second"],
+    p = xlc.CommonParams()
+    p.model.path, p.n_ctx, p.cpuparams.n_threads, p.warmup = model, 2048, THREADS, False
+    server = xlc.Server(p)
+    load = time.perf_counter() - t0
+    req = {"prompt": prompt, "n_predict": n_gen, "temperature": 0, "cache_prompt": False, "ignore_eos": True}
+    server.handle_completions(dict(req, n_predict=4))  # warms up
+    t = server.handle_completions(req)["timings"]
+    return {"load_s": load, "prompt_n": t["prompt_n"], "pp_tps": t["prompt_per_second"],
             "tg_tps": t["predicted_per_second"], "rss_mb": peak_rss_mb()}
 
 
@@ -93,7 +100,7 @@ def run_child(engine: str, model: str, prompt: str, n_gen: int) -> dict:
     cmd = [sys.executable, __file__, "--child", engine, model, str(n_gen)]
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.run(cmd, input=prompt.encode(), capture_output=True, env=env, check=True)
-    return json.loads(proc.stdout.decode().strip().splitlines()[-1])
+    return dict(json.loads(proc.stdout.decode().strip().splitlines()[-1]), load_avg=os.getloadavg()[0])
 
 
 def log_softmax(logits: np.ndarray) -> np.ndarray:
@@ -157,7 +164,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", nargs="+", default=DEFAULT_MODELS)
     ap.add_argument("--prompt-tokens", type=int, default=128)
-    ap.add_argument("--gen", type=int, default=32, help="tokens to generate (default: 32)")
+    ap.add_argument("--gen", type=int, default=64, help="tokens to generate, end of generation ignored (default: 64)")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--exactness", nargs="*", metavar="DATA.json",
                     default=[str(ROOT / "tests" / "data" / f) for f in EXACTNESS_DATA],
@@ -179,15 +186,19 @@ def main() -> int:
                 for k in ("pp_tps", "tg_tps"):
                     b[k] = max(b[k], r[k])
                 b["rss_mb"] = min(b["rss_mb"], r["rss_mb"])
+                b["load_s"] = min(b["load_s"], r["load_s"])
+                b["load_avg"] = max(b["load_avg"], r["load_avg"])
         rows.append((Path(model).name, best))
-    print(f"{'model':<36} {'engine':<10} {'prompt':>6} {'pp tok/s':>9} {'gen tok/s':>9} {'load s':>7} {'peak RSS':>9}")
+    print(f"{'model':<36} {'engine':<10} {'prompt':>6} {'pp tok/s':>9} {'gen tok/s':>9} {'load s':>7} {'peak RSS':>9} "
+          f"{'loadavg':>7}")
     for name, best in rows:
         for engine, r in best.items():
             print(f"{name:<36} {engine:<10} {r['prompt_n']:>6} {r['pp_tps']:>9.1f} {r['tg_tps']:>9.2f} "
-                  f"{r['load_s']:>7.2f} {r['rss_mb']:>7.0f} MB")
+                  f"{r['load_s']:>7.2f} {r['rss_mb']:>7.0f} MB {r['load_avg']:>7.1f}")
         mine, ref = best["minillama"], best["llama.cpp"]
         print(f"{name:<36} {'ratio':<10} {'':>6} {mine['pp_tps'] / ref['pp_tps']:>8.2f}x "
-              f"{mine['tg_tps'] / ref['tg_tps']:>8.2f}x")
+              f"{mine['tg_tps'] / ref['tg_tps']:>8.2f}x {mine['load_s'] / ref['load_s']:>6.2f}x "
+              f"{mine['rss_mb'] / ref['rss_mb']:>8.2f}x")
     for model, data in zip(args.models, args.exactness, strict=False):
         for name, line in exactness(model, data, args.llamacpp_self):
             print(f"exactness {Path(model).name} {name}: {line}")

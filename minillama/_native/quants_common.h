@@ -1,0 +1,35 @@
+/* Little-endian loads and the float16/bfloat16 widening shared by quants.c and quants_avx2.c (the kernels of
+ * quants_kernels.h read weight bytes straight from the memory-mapped file, at any alignment). */
+#ifndef MINILLAMA_QUANTS_COMMON_H
+#define MINILLAMA_QUANTS_COMMON_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "core.h"
+
+/* float16 -> float32 of every bit pattern, filled once by mq_init (quants.c). */
+extern float mq_f16_table[65536];
+
+static inline uint16_t ld_u16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+static inline int16_t ld_i16(const uint8_t *p) { return (int16_t)ld_u16(p); }
+static inline uint32_t ld_u32(const uint8_t *p) {
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+static inline float ld_f32(const uint8_t *p) {
+    uint32_t u = ld_u32(p);
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static inline float f16(uint16_t h) { return mq_f16_table[h]; }
+static inline float bf16(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+typedef float (*mq_dot_fn)(const uint8_t *w, const uint8_t *y, int n);
+
+#endif

@@ -1,0 +1,574 @@
+"""Quantization, one home: ggml's block formats, their dequantizers, the tensor-view checks, and per type the
+traits of its matrix-vector product (block size and bytes, the activation type it pairs with, a numpy reference).
+
+Dequantizers perform the same float32 operations in the same order as ``gguf.quants.dequantize`` (Q8_K, which
+gguf lacks, as ggml's ``dequantize_row_q8_K``), so results are equal to the last bit. The reference products
+(``TRAITS[t].matvec``) are ggml's: the activation row is quantized to the partner type (Q8_0, Q8_1 or Q8_K) as
+ggml's x86 ``quantize_row_q8_*`` does, each block's integer dot product is exact, and the blocks' float32 terms
+are added in the order of ggml's ``ggml_vec_dot_*_generic``; the C kernels (minillama/_native/quants.c) are
+checked against them. Tensor views: the one check of a tensor's type, extent and place in the file.
+"""
+
+from __future__ import annotations
+
+import mmap
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
+from .errors import FormatError, UnsupportedError
+from .gguffile.reader import GGUFFile, TensorInfo
+
+__all__ = ["SUPPORTED_TYPES", "TRAITS", "Traits", "dequantize", "check_tensor", "check_tensor_table",
+           "tensor_layout", "tensor_view", "quantize_q8_0", "quantize_q8_1", "quantize_q8_k"]
+
+
+T = GGMLQuantizationType
+F32 = np.float32
+_Dequant = Callable[[np.ndarray], np.ndarray]
+
+#: Dequantize at most about this many values per step, so temporaries stay small for huge batches.
+_CHUNK_VALUES = 1 << 18
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Dequantizers: (n_blocks, type_size) uint8 -> (n_blocks, block_size) float32, bit-equal to gguf.quants.
+# ---------------------------------------------------------------------------------------------------------------------
+
+def _f16(b: np.ndarray, at: int) -> np.ndarray:
+    """The little-endian float16 at byte `at` of every block, as an (n, 1) float32 column."""
+    return b[:, at:at + 2].view("<f2").astype(F32)
+
+
+def _bits(q: np.ndarray, width: int, bits: int) -> np.ndarray:
+    """Split bytes into `bits`-wide fields, ggml order: per group of `width` bytes, all low fields first."""
+    n = q.shape[0]
+    shifts = np.arange(0, 8, bits, dtype=np.uint8).reshape(1, 1, -1, 1)
+    return ((q.reshape(n, -1, 1, width) >> shifts) & np.uint8((1 << bits) - 1)).reshape(n, -1)
+
+
+def _kquant_scales(s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The eight 6-bit scales and mins packed in the 12 scale bytes of a Q4_K/Q5_K block."""
+    d, m, md = s[:, 0:4], s[:, 4:8], s[:, 8:12]
+    sc = np.concatenate([d & 0x3F, (md & 0x0F) | ((d >> 2) & 0x30)], axis=1)
+    mn = np.concatenate([m & 0x3F, (md >> 4) | ((m >> 2) & 0x30)], axis=1)
+    return sc.astype(F32), mn.astype(F32)
+
+
+# Non-linear 4-bit grids (int values are exact in float32).
+_IQ4_VALUES = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], F32)
+_MXFP4_VALUES = np.array([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], F32)
+# E8M0 exponent byte -> half its power of two, as ggml_e8m0_to_fp32_half.
+_E8M0_HALF = np.array([0x00200000 << e if e < 2 else (e - 1) << 23 for e in range(256)], np.uint32).view(F32)
+_POW3_5 = np.array([1, 3, 9, 27, 81], np.uint8).reshape(1, 1, 5, 1)
+_POW3_4 = np.array([1, 3, 9, 27], np.uint8).reshape(1, 1, 4, 1)
+_IQ4_XS_SHIFTS = np.arange(0, 16, 2, dtype=np.uint16)
+
+
+def _f32(b: np.ndarray) -> np.ndarray:
+    """F32: the values themselves."""
+    return b.view("<f4").astype(F32, copy=False)  # b is already a private copy of the rows
+
+
+def _f16_plain(b: np.ndarray) -> np.ndarray:
+    """F16: IEEE half precision, widened exactly."""
+    return b.view("<f2").astype(F32)
+
+
+def _bf16(b: np.ndarray) -> np.ndarray:
+    """BF16: the top half of a float32, widened by shifting."""
+    return (b.view("<u2").astype(np.uint32) << np.uint32(16)).view(F32)
+
+
+def _q8_0(b: np.ndarray) -> np.ndarray:
+    """Q8_0 (34 bytes / 32 values): f16 d, int8 q[32]; y = q * d."""
+    return b[:, 2:].view(np.int8).astype(F32) * _f16(b, 0)
+
+
+def _q4_0(b: np.ndarray) -> np.ndarray:
+    """Q4_0 (18 / 32): f16 d, 16 bytes of nibbles (low: values 0-15, high: 16-31); y = d * (q - 8)."""
+    return _f16(b, 0) * (_bits(b[:, 2:], 16, 4).astype(F32) - F32(8))
+
+
+def _q4_1(b: np.ndarray) -> np.ndarray:
+    """Q4_1 (20 / 32): f16 d, f16 m, nibbles as Q4_0; y = d * q + m."""
+    return _f16(b, 0) * _bits(b[:, 4:], 16, 4).astype(F32) + _f16(b, 2)
+
+
+def _q5(b: np.ndarray, at: int) -> np.ndarray:
+    """The 5-bit quants of a Q5_0/Q5_1 block whose 32-bit high-bit mask starts at byte `at`."""
+    high = np.unpackbits(b[:, at:at + 4], axis=1, bitorder="little")
+    return (_bits(b[:, at + 4:], 16, 4) | (high << np.uint8(4))).astype(F32)
+
+
+def _q5_0(b: np.ndarray) -> np.ndarray:
+    """Q5_0 (22 / 32): f16 d, 32-bit mask of fifth bits, nibbles; y = d * (q - 16)."""
+    return _f16(b, 0) * (_q5(b, 2) - F32(16))
+
+
+def _q5_1(b: np.ndarray) -> np.ndarray:
+    """Q5_1 (24 / 32): f16 d, f16 m, fifth-bit mask, nibbles; y = d * q + m."""
+    return _f16(b, 0) * _q5(b, 4) + _f16(b, 2)
+
+
+def _q2_k(b: np.ndarray) -> np.ndarray:
+    """Q2_K (84 / 256): 16 scale/min nibble pairs, 2-bit quants, f16 d, f16 dmin; y = d*sc * q - dmin*m."""
+    n, sc = b.shape[0], b[:, 0:16]
+    dl = (_f16(b, 80) * (sc & 0x0F).astype(F32)).reshape(n, 16, 1)
+    ml = (_f16(b, 82) * (sc >> 4).astype(F32)).reshape(n, 16, 1)
+    q = _bits(b[:, 16:80], 32, 2).reshape(n, 16, 16).astype(F32)
+    return (dl * q - ml).reshape(n, 256)
+
+
+def _q3_k_ints(b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Q3_K's 16 scales (sc - 32) and 256 quants (-4..3) as int8, in ggml's value order."""
+    low, high = _bits(b[:, 96:104], 8, 4), _bits(b[:, 104:108], 4, 2)
+    scales = (low | (high << np.uint8(4))).astype(np.int8) - np.int8(32)
+    ql = _bits(b[:, 32:96], 32, 2).astype(np.int8)
+    minus4 = ((_bits(b[:, 0:32], 32, 1) ^ np.uint8(1)) << np.uint8(2)).astype(np.int8)  # bit clear: -4
+    return scales, ql - minus4
+
+
+def _q3_k(b: np.ndarray) -> np.ndarray:
+    """Q3_K (110 / 256): high-bit mask, 2-bit quants, 16 packed 6-bit scales, f16 d; y = d*(sc-32) * q."""
+    n = b.shape[0]
+    scales, q = _q3_k_ints(b)
+    dl = (_f16(b, 108) * scales.astype(F32)).reshape(n, 16, 1)
+    return (dl * q.astype(F32).reshape(n, 16, 16)).reshape(n, 256)
+
+
+def _q4_k(b: np.ndarray) -> np.ndarray:
+    """Q4_K (144 / 256): f16 d, f16 dmin, 8 packed 6-bit scales and mins, nibbles; y = d*sc * q - dmin*m."""
+    n, (sc, mn) = b.shape[0], _kquant_scales(b[:, 4:16])
+    d, dm = (_f16(b, 0) * sc).reshape(n, 8, 1), (_f16(b, 2) * mn).reshape(n, 8, 1)
+    q = _bits(b[:, 16:144], 32, 4).reshape(n, 8, 32).astype(F32)
+    return (d * q - dm).reshape(n, 256)
+
+
+def _q5_k_ints(b: np.ndarray) -> np.ndarray:
+    """Q5_K's 256 quants (0..31) in ggml's value order."""
+    return _bits(b[:, 48:176], 32, 4) | (_bits(b[:, 16:48], 32, 1) << np.uint8(4))
+
+
+def _q5_k(b: np.ndarray) -> np.ndarray:
+    """Q5_K (176 / 256): as Q4_K plus 32 bytes of fifth bits before the nibbles."""
+    n, (sc, mn) = b.shape[0], _kquant_scales(b[:, 4:16])
+    d, dm = (_f16(b, 0) * sc).reshape(n, 8, 1), (_f16(b, 2) * mn).reshape(n, 8, 1)
+    return (d * _q5_k_ints(b).reshape(n, 8, 32).astype(F32) - dm).reshape(n, 256)
+
+
+def _q6_k_ints(b: np.ndarray) -> np.ndarray:
+    """Q6_K's 256 quants (0..63, before the -32) in ggml's value order."""
+    return _bits(b[:, 0:128], 64, 4) | (_bits(b[:, 128:192], 32, 2) << np.uint8(4))
+
+
+def _q6_k(b: np.ndarray) -> np.ndarray:
+    """Q6_K (210 / 256): low nibbles, high 2-bit pairs, 16 int8 scales, f16 d; y = d*sc * (q - 32)."""
+    n = b.shape[0]
+    d = (_f16(b, 208) * b[:, 192:208].view(np.int8).astype(F32)).reshape(n, 16, 1)
+    return (d * (_q6_k_ints(b).astype(F32) - F32(32)).reshape(n, 16, 16)).reshape(n, 256)
+
+
+def _q8_k(b: np.ndarray) -> np.ndarray:
+    """Q8_K (292 / 256): f32 d, int8 q[256], 16 int16 block sums (unused here); y = d * q."""
+    return b[:, 0:4].view("<f4").astype(F32) * b[:, 4:260].view(np.int8).astype(F32)
+
+
+def _iq4_nl(b: np.ndarray) -> np.ndarray:
+    """IQ4_NL (18 / 32): f16 d, nibbles indexing a non-linear grid; y = d * grid[q]."""
+    return _f16(b, 0) * _IQ4_VALUES[_bits(b[:, 2:], 16, 4)]
+
+
+def _iq4_xs(b: np.ndarray) -> np.ndarray:
+    """IQ4_XS (136 / 256): f16 d, eight packed 6-bit scales, nibbles into the IQ4_NL grid."""
+    n = b.shape[0]
+    high = ((b[:, 2:4].view("<u2") >> _IQ4_XS_SHIFTS) & np.uint16(3)).astype(np.uint8)
+    scales = (_bits(b[:, 4:8], 1, 4) | (high << np.uint8(4))).astype(F32) - F32(32)
+    dl = (_f16(b, 0) * scales).reshape(n, 8, 1)
+    return (dl * _IQ4_VALUES[_bits(b[:, 8:136], 16, 4)].reshape(n, 8, 32)).reshape(n, 256)
+
+
+def _tq1_0(b: np.ndarray) -> np.ndarray:
+    """TQ1_0 (54 / 256): ternary digits packed five (or four) per byte, f16 d; y = d * (t - 1)."""
+    n = b.shape[0]
+    # Base-3 digits: multiplying by 3**k modulo 256 (uint8 wrap-around) brings digit k to the top.
+    q = np.concatenate([(b[:, 0:32].reshape(n, 1, 1, 32) * _POW3_5).reshape(n, 160),
+                        (b[:, 32:48].reshape(n, 1, 1, 16) * _POW3_5).reshape(n, 80),
+                        (b[:, 48:52].reshape(n, 1, 1, 4) * _POW3_4).reshape(n, 16)], axis=1)
+    return _f16(b, 52) * (((q.astype(np.uint16) * np.uint16(3)) >> np.uint16(8)).astype(F32) - F32(1))
+
+
+def _tq2_0(b: np.ndarray) -> np.ndarray:
+    """TQ2_0 (66 / 256): 2-bit ternary codes, f16 d; y = d * (q - 1)."""
+    return _f16(b, 64) * (_bits(b[:, 0:64], 32, 2).astype(F32) - F32(1))
+
+
+def _mxfp4(b: np.ndarray) -> np.ndarray:
+    """MXFP4 (17 / 32): E8M0 shared exponent, nibbles indexing doubled E2M1 values."""
+    return _E8M0_HALF[b[:, 0:1]] * _MXFP4_VALUES[_bits(b[:, 1:17], 16, 4)]
+
+
+_DEQUANT: dict[GGMLQuantizationType, _Dequant] = {
+    T.F32: _f32, T.F16: _f16_plain, T.BF16: _bf16,
+    T.Q4_0: _q4_0, T.Q4_1: _q4_1, T.Q5_0: _q5_0, T.Q5_1: _q5_1, T.Q8_0: _q8_0,
+    T.Q2_K: _q2_k, T.Q3_K: _q3_k, T.Q4_K: _q4_k, T.Q5_K: _q5_k, T.Q6_K: _q6_k, T.Q8_K: _q8_k,
+    T.IQ4_NL: _iq4_nl, T.IQ4_XS: _iq4_xs, T.TQ1_0: _tq1_0, T.TQ2_0: _tq2_0, T.MXFP4: _mxfp4,
+}
+
+#: Names of the ggml types ``Embedding.from_file`` can dequantize.
+SUPPORTED_TYPES: tuple[str, ...] = tuple(t.name for t in _DEQUANT)
+
+
+def dequantize(raw: np.ndarray, ggml_type: GGMLQuantizationType, n_cols: int) -> np.ndarray:
+    """Raw rows of a ggml tensor, (n_rows, row_bytes) uint8, as (n_rows, n_cols) float32 (the one dequantizer).
+
+    Used by Embedding.lookup for a few rows and by minillama.model for whole weight matrices; big inputs go
+    in steps of about _CHUNK_VALUES values so the temporaries stay small.
+    """
+    dequant, type_size = _DEQUANT[ggml_type], GGML_QUANT_SIZES[ggml_type][1]
+    n_rows = raw.shape[0]
+    out = np.empty((n_rows, n_cols), F32)
+    step = max(1, _CHUNK_VALUES // max(1, n_cols))
+    with np.errstate(over="ignore"):  # an inf the data's scales produce is the result, as in ggml
+        for s in range(0, n_rows, step):
+            part = np.ascontiguousarray(raw[s:s + step])
+            out[s:s + step] = dequant(part.reshape(-1, type_size)).reshape(-1, n_cols)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Tensor views: the one check of a tensor's type, extent and place in the file (Embedding and minillama.model)
+# ---------------------------------------------------------------------------------------------------------------------
+
+def _describe(info: TensorInfo, qtype: GGMLQuantizationType) -> str:
+    """'token_embd.weight (16 x 64 F32)': the name, the dims outermost first, the type."""
+    dims = " x ".join(str(d) for d in reversed(info.shape)) or "1"
+    return f"{info.name} ({dims} {qtype.name})"
+
+
+def tensor_layout(info: TensorInfo, path: str) -> tuple[GGMLQuantizationType, int, int]:
+    """(ggml type, rows, bytes per row) of a table entry, as ggml computes its size: the type must be one the gguf
+    package knows and a row a whole number of its blocks. Python ints: no dimension can overflow."""
+    try:
+        qtype = GGMLQuantizationType(info.ggml_type)
+    except ValueError:
+        raise UnsupportedError(f"{path}: tensor {info.name} has ggml type {info.ggml_type}, which this gguf "
+                               f"package does not know; supported: {', '.join(SUPPORTED_TYPES)}") from None
+    block, type_size = GGML_QUANT_SIZES[qtype]
+    ne0 = info.shape[0] if info.shape else 1
+    if ne0 % block:
+        raise FormatError(f"{info.name} rows have {ne0} values, expected a multiple of the {qtype.name} block "
+                          f"size {block}", path=path, key=info.name)
+    rows = 1
+    for d in info.shape[1:]:
+        rows *= d
+    return qtype, rows, ne0 // block * type_size
+
+
+def check_tensor(gf: GGUFFile, info: TensorInfo, file_size: int) -> tuple[int, int]:
+    """The byte range [start, end) of a tensor's data after checking, as ggml's gguf reader does, that its
+    offset is a multiple of the file's alignment and that the data lies inside the file."""
+    qtype, rows, row_bytes = tensor_layout(info, gf.path)
+    start = gf.data_offset + info.offset
+    if info.offset % gf.alignment:
+        raise FormatError(f"{info.name} data offset {info.offset} is not a multiple of the alignment "
+                          f"{gf.alignment}", path=gf.path, offset=start, key=info.name)
+    end = start + rows * row_bytes
+    if end > file_size:
+        raise FormatError(f"{_describe(info, qtype)} needs bytes {start}..{end} but the file has {file_size}",
+                          path=gf.path, offset=start, key=info.name)
+    return start, end
+
+
+def check_tensor_table(gf: GGUFFile, file_size: int) -> None:
+    """Every tensor of the file aligned, inside the file and overlapping no other (ggml lays them out one after
+    another): so n tensors can never ask for more bytes than the file holds."""
+    spans = sorted((*check_tensor(gf, info, file_size), info.name) for info in gf.tensors)
+    reach, owner = 0, ""  # the furthest end so far and its tensor: one inside a longer one is caught too
+    for start, end, name in spans:
+        if start < end:  # an empty tensor overlaps nothing
+            if start < reach:
+                raise FormatError(f"tensor {name} (bytes {start}..{end}) overlaps tensor {owner} (which ends at "
+                                  f"byte {reach}); expected each tensor's data apart", path=gf.path, offset=start,
+                                  key=name)
+            reach, owner = end, name
+
+
+def tensor_view(gf: GGUFFile, info: TensorInfo, buf: mmap.mmap, file_size: int) -> tuple[np.ndarray,
+                                                                                         GGMLQuantizationType]:
+    """The tensor's bytes as (rows, row_bytes) uint8 over buf, after check_tensor, for a type minillama can
+    dequantize (the shape against what the caller expects is the caller's check)."""
+    qtype, rows, row_bytes = tensor_layout(info, gf.path)
+    if qtype not in _DEQUANT:
+        raise UnsupportedError(f"{gf.path}: {info.name} is of ggml type {qtype.name} ({int(qtype)}), which "
+                               f"minillama cannot dequantize; supported: {', '.join(SUPPORTED_TYPES)}")
+    start, _ = check_tensor(gf, info, file_size)
+    return np.frombuffer(buf, np.uint8, rows * row_bytes, start).reshape(rows, row_bytes), qtype
+
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Activation quantization: a float32 row as ggml's x86 quantize_row_q8_0 / _q8_1 / _q8_K make it.
+# ---------------------------------------------------------------------------------------------------------------------
+
+def _to_f16(v: np.ndarray) -> np.ndarray:
+    """float32 -> float16 rounded to nearest even (GGML_FP32_TO_FP16), widened back to float32."""
+    return v.astype(np.float16).astype(F32)
+
+
+def _q8_blocks(x: np.ndarray, qk: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(d as float32, id, q int8 (nb, qk)): d = amax/127, id = 127/amax (0 for an all-zero block), q = rint(x*id)."""
+    xb = x.reshape(-1, qk).astype(F32, copy=False)
+    amax = np.abs(xb).max(axis=1)
+    with np.errstate(divide="ignore"):
+        inv = np.where(amax != 0, F32(127) / amax, F32(0)).astype(F32)
+    q = np.rint(xb * inv[:, None]).astype(np.int8)
+    return (amax / F32(127)).astype(F32), inv, q
+
+
+def quantize_q8_0(x: np.ndarray) -> bytes:
+    """The activation row as block_q8_0s (f16 d, int8 qs[32]), bytes equal to ggml's quantize_row_q8_0."""
+    d, _, q = _q8_blocks(x, 32)
+    out = np.empty((len(q), 34), np.uint8)
+    out[:, 0:2] = d.astype(np.float16).view(np.uint8).reshape(-1, 2)
+    out[:, 2:] = q.view(np.uint8)
+    return out.tobytes()
+
+
+def quantize_q8_1(x: np.ndarray) -> bytes:
+    """block_q8_1s (f16 d, f16 s = d * sum(q), int8 qs[32]), as ggml's quantize_row_q8_1."""
+    d, _, q = _q8_blocks(x, 32)
+    s = d * q.astype(np.int32).sum(axis=1).astype(F32)
+    out = np.empty((len(q), 36), np.uint8)
+    out[:, 0:2] = d.astype(np.float16).view(np.uint8).reshape(-1, 2)
+    out[:, 2:4] = s.astype(np.float16).view(np.uint8).reshape(-1, 2)
+    out[:, 4:] = q.view(np.uint8)
+    return out.tobytes()
+
+
+def quantize_q8_k(x: np.ndarray) -> bytes:
+    """block_q8_Ks (f32 d, int8 qs[256], int16 bsums[16]), as ggml's quantize_row_q8_K_ref: the scale from the
+    value of largest magnitude (the first of equals), iscale = -127/max, q = min(127, rint(iscale*x))."""
+    xb = x.reshape(-1, 256).astype(F32, copy=False)
+    nb = len(xb)
+    first = np.abs(xb).argmax(axis=1)
+    mx = xb[np.arange(nb), first]
+    with np.errstate(divide="ignore"):
+        iscale = np.where(mx != 0, F32(-127) / mx, F32(0)).astype(F32)
+        d = np.where(mx != 0, F32(1) / iscale, F32(0)).astype(F32)
+    q = np.minimum(np.rint(xb * iscale[:, None]), 127).astype(np.int8)
+    out = np.empty((nb, 292), np.uint8)
+    out[:, 0:4] = d.view(np.uint8).reshape(-1, 4)
+    out[:, 4:260] = q.view(np.uint8)
+    out[:, 260:] = q.astype(np.int16).reshape(nb, 16, 16).sum(axis=2).astype("<i2").view(np.uint8)
+    return out.tobytes()
+
+
+def _float_partner(dtype: str) -> Callable[[np.ndarray], bytes]:
+    """F32/F16/BF16 weights pair with an activation row of their own type (rounded to nearest even)."""
+    def quantize(x: np.ndarray) -> bytes:
+        x = x.astype(F32)
+        if dtype == "bf16":
+            u = x.view(np.uint32).astype(np.uint64)
+            h = np.where((u & 0x7FFFFFFF) > 0x7F800000, (u >> 16) | 64, (u + 0x7FFF + ((u >> 16) & 1)) >> 16)
+            return h.astype("<u2").tobytes()
+        return x.astype(dtype).tobytes()
+    return quantize
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Reference matrix-vector products: weight rows (rows, row_bytes) uint8 and the partner's blocks -> (rows,) float32.
+# Integer dot products per block are exact (int64); float32 terms are added as ggml_vec_dot_*_generic adds them.
+# ---------------------------------------------------------------------------------------------------------------------
+
+def _blocks(w: np.ndarray, type_size: int) -> np.ndarray:
+    """Weight rows as (rows, nb, type_size) uint8."""
+    return np.ascontiguousarray(w).reshape(w.shape[0], -1, type_size)
+
+
+def _act(y: bytes, size: int) -> np.ndarray:
+    return np.frombuffer(y, np.uint8).reshape(-1, size)
+
+
+def _acc_blocks(terms: Callable[[int], np.ndarray], rows: int, nb: int) -> np.ndarray:
+    """sumf = 0; for each block in order: sumf += terms(ib) (float32, one value per row)."""
+    sumf = np.zeros(rows, F32)
+    for ib in range(nb):
+        sumf += terms(ib)
+    return sumf
+
+
+def _acc_lanes(aux32: np.ndarray, d: np.ndarray, sumf: np.ndarray | None = None) -> np.ndarray:
+    """ggml's eight float lanes of the K-quant dots: sums[l] += d*aux32[l] per block, then sumf += sums[l]."""
+    rows, nb, _ = aux32.shape
+    sums = np.zeros((rows, 8), F32)
+    for ib in range(nb):
+        sums += d[:, ib:ib + 1] * aux32[:, ib].astype(F32)
+    out = np.zeros(rows, F32) if sumf is None else sumf
+    for lane in range(8):
+        out = out + sums[:, lane]
+    return out
+
+
+def _int_dot(q: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Per block, the exact integer dot product of weight quants (rows, nb, k) and activation quants (nb, k)."""
+    return (q.astype(np.int64) * y.astype(np.int64)[None]).sum(axis=2)
+
+
+def _mv_float(dtype: str) -> Callable[[np.ndarray, bytes], np.ndarray]:
+    """F32/F16/BF16: products in float32, summed in double in order, as ggml_vec_dot_f32/_f16/_bf16 generic."""
+    def matvec(w: np.ndarray, y: bytes) -> np.ndarray:
+        if dtype == "bf16":
+            wf = _bf16(np.ascontiguousarray(w)).reshape(w.shape[0], -1)
+            yf = _bf16(np.frombuffer(y, np.uint8).reshape(1, -1))
+        else:
+            wf = np.ascontiguousarray(w).view("<" + ("f4" if dtype == "f32" else "f2")).astype(F32)
+            yf = np.frombuffer(y, "<" + ("f4" if dtype == "f32" else "f2")).astype(F32)
+        prod = (wf * yf.reshape(1, -1)).astype(np.float64)
+        return np.cumsum(prod, axis=1)[:, -1].astype(F32) if prod.shape[1] else np.zeros(len(w), F32)
+    return matvec
+
+
+def _mv_q4_0(w: np.ndarray, y: bytes) -> np.ndarray:
+    b, a = _blocks(w, 18), _act(y, 34)
+    rows, nb = b.shape[:2]
+    q = (_bits(b.reshape(-1, 18)[:, 2:], 16, 4).astype(np.int8) - np.int8(8)).reshape(rows, nb, 32)
+    sumi = _int_dot(q, a[:, 2:].view(np.int8)).astype(F32)
+    dx, dy = _f16(b.reshape(-1, 18), 0).reshape(rows, nb), _f16(a, 0).reshape(nb)
+    return _acc_blocks(lambda ib: sumi[:, ib] * dx[:, ib] * dy[ib], rows, nb)
+
+
+def _mv_q8_0(w: np.ndarray, y: bytes) -> np.ndarray:
+    b, a = _blocks(w, 34), _act(y, 34)
+    rows, nb = b.shape[:2]
+    sumi = _int_dot(b[:, :, 2:].view(np.int8), a[:, 2:].view(np.int8)).astype(F32)
+    dx, dy = _f16(b.reshape(-1, 34), 0).reshape(rows, nb), _f16(a, 0).reshape(nb)
+    return _acc_blocks(lambda ib: sumi[:, ib] * (dx[:, ib] * dy[ib]), rows, nb)
+
+
+def _mv_q5_0(w: np.ndarray, y: bytes) -> np.ndarray:
+    b, a = _blocks(w, 22), _act(y, 34)
+    rows, nb = b.shape[:2]
+    q = (_q5(b.reshape(-1, 22), 2).astype(np.int8) - np.int8(16)).reshape(rows, nb, 32)
+    sumi = _int_dot(q, a[:, 2:].view(np.int8)).astype(F32)
+    dx, dy = _f16(b.reshape(-1, 22), 0).reshape(rows, nb), _f16(a, 0).reshape(nb)
+    return _acc_blocks(lambda ib: (dx[:, ib] * dy[ib]) * sumi[:, ib], rows, nb)
+
+
+def _mv_q4_1_q5_1(quants: Callable[[np.ndarray], np.ndarray], size: int) -> Callable[[np.ndarray, bytes], np.ndarray]:
+    """Q4_1/Q5_1 . Q8_1: sumf += (d_x*d_y)*sumi + m_x*s_y per block."""
+    def matvec(w: np.ndarray, y: bytes) -> np.ndarray:
+        b, a = _blocks(w, size), _act(y, 36)
+        rows, nb = b.shape[:2]
+        flat = b.reshape(-1, size)
+        sumi = _int_dot(quants(flat).reshape(rows, nb, 32), a[:, 4:].view(np.int8)).astype(F32)
+        dx, mx = _f16(flat, 0).reshape(rows, nb), _f16(flat, 2).reshape(rows, nb)
+        dy, sy = _f16(a, 0).reshape(nb), _f16(a, 2).reshape(nb)
+        return _acc_blocks(lambda ib: (dx[:, ib] * dy[ib]) * sumi[:, ib] + mx[:, ib] * sy[ib], rows, nb)
+    return matvec
+
+
+def _q8k(y: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A Q8_K row: d (nb,) float32, q (nb, 256) int8, bsums (nb, 16) int16."""
+    a = _act(y, 292)
+    return a[:, 0:4].copy().view("<f4").reshape(-1), a[:, 4:260].view(np.int8), a[:, 260:].copy().view("<i2")
+
+
+def _lanes(prod: np.ndarray) -> np.ndarray:
+    """Products (rows, nb, 256) summed into ggml's eight int32 lanes: value p goes to lane p % 8."""
+    return prod.reshape(prod.shape[0], prod.shape[1], 32, 8).sum(axis=2)
+
+
+def _mv_q2_k(w: np.ndarray, y: bytes) -> np.ndarray:
+    b, (yd, yq, bs) = _blocks(w, 84), _q8k(y)
+    rows, nb = b.shape[:2]
+    flat = b.reshape(-1, 84)
+    sc = flat[:, 0:16].reshape(rows, nb, 16)
+    q = _bits(flat[:, 16:80], 32, 2).reshape(rows, nb, 16, 16).astype(np.int64)
+    isum = (q * (sc & 0x0F)[..., None] * yq.reshape(1, nb, 16, 16)).sum(axis=(2, 3)).astype(F32)
+    summs = ((sc >> 4).astype(np.int64) * bs[None]).sum(axis=2).astype(F32)
+    dall = yd[None] * _f16(flat, 80).reshape(rows, nb)
+    dmin = yd[None] * _f16(flat, 82).reshape(rows, nb)
+    return _acc_blocks(lambda ib: dall[:, ib] * isum[:, ib] - dmin[:, ib] * summs[:, ib], rows, nb)
+
+
+def _mv_q3_k(w: np.ndarray, y: bytes) -> np.ndarray:
+    b, (yd, yq, _) = _blocks(w, 110), _q8k(y)
+    rows, nb = b.shape[:2]
+    flat = b.reshape(-1, 110)
+    scales, q = _q3_k_ints(flat)
+    sc = np.repeat(scales.reshape(rows, nb, 16).astype(np.int64), 16, axis=2)
+    aux32 = _lanes(sc * q.reshape(rows, nb, 256) * yq[None].astype(np.int64))
+    return _acc_lanes(aux32, _f16(flat, 108).reshape(rows, nb) * yd[None])
+
+
+def _mv_q45_k(quants: Callable[[np.ndarray], np.ndarray], size: int) -> Callable[[np.ndarray, bytes], np.ndarray]:
+    """Q4_K/Q5_K . Q8_K: eight int lanes of scale*q*y, sumf -= dmin*sum(bsums*mins) per block, lanes at the end."""
+    def matvec(w: np.ndarray, y: bytes) -> np.ndarray:
+        b, (yd, yq, bs) = _blocks(w, size), _q8k(y)
+        rows, nb = b.shape[:2]
+        flat = b.reshape(-1, size)
+        sc, mn = (v.astype(np.int64).reshape(rows, nb, 8) for v in _kquant_scales(flat[:, 4:16]))
+        aux32 = _lanes(np.repeat(sc, 32, axis=2) * quants(flat).reshape(rows, nb, 256) * yq[None].astype(np.int64))
+        sumi = (bs.reshape(1, nb, 8, 2).astype(np.int64).sum(axis=3) * mn).sum(axis=2).astype(F32)
+        dmin = _f16(flat, 2).reshape(rows, nb) * yd[None]
+        sumf = _acc_blocks(lambda ib: -(dmin[:, ib] * sumi[:, ib]), rows, nb)
+        return _acc_lanes(aux32, _f16(flat, 0).reshape(rows, nb) * yd[None], sumf)
+    return matvec
+
+
+def _mv_q6_k(w: np.ndarray, y: bytes) -> np.ndarray:
+    b, (yd, yq, _) = _blocks(w, 210), _q8k(y)
+    rows, nb = b.shape[:2]
+    flat = b.reshape(-1, 210)
+    q = _q6_k_ints(flat).astype(np.int64) - 32
+    sc = np.repeat(flat[:, 192:208].view(np.int8).astype(np.int64).reshape(rows, nb, 16), 16, axis=2)
+    aux32 = _lanes(sc * q.reshape(rows, nb, 256) * yq[None].astype(np.int64))
+    return _acc_lanes(aux32, _f16(flat, 208).reshape(rows, nb) * yd[None])
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The traits table
+# ---------------------------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Traits:
+    """What minillama knows of one ggml type's matrix-vector product (ggml's type_traits + type_traits_cpu)."""
+
+    block: int  # values per block
+    type_size: int  # bytes per block
+    dequantize: _Dequant  # (n_blocks, type_size) uint8 -> (n_blocks, block) float32
+    partner: GGMLQuantizationType  # the activation type its dot product takes (ggml's vec_dot_type)
+    quantize_partner: Callable[[np.ndarray], bytes]  # float32 activation row -> the partner's bytes
+    reference: Callable[[np.ndarray, bytes], np.ndarray]  # (weight rows, partner bytes) -> (rows,) float32
+
+    def matvec(self, w: np.ndarray, x: np.ndarray) -> np.ndarray:
+        """Weight rows (rows, row_bytes) uint8 times the float32 activation row x: the numpy reference."""
+        with np.errstate(over="ignore", invalid="ignore"):
+            return self.reference(w, self.quantize_partner(np.asarray(x, F32)))
+
+
+def _traits(t: GGMLQuantizationType, partner: GGMLQuantizationType, quantize: Callable[[np.ndarray], bytes],
+            reference: Callable[[np.ndarray, bytes], np.ndarray]) -> Traits:
+    block, size = GGML_QUANT_SIZES[t]
+    return Traits(block, size, _DEQUANT[t], partner, quantize, reference)
+
+
+#: One row per ggml type minillama multiplies without dequantizing (the C kernels cover the same types).
+TRAITS: dict[GGMLQuantizationType, Traits] = {
+    T.F32: _traits(T.F32, T.F32, _float_partner("<f4"), _mv_float("f32")),
+    T.F16: _traits(T.F16, T.F16, _float_partner("<f2"), _mv_float("f16")),
+    T.BF16: _traits(T.BF16, T.BF16, _float_partner("bf16"), _mv_float("bf16")),
+    T.Q4_0: _traits(T.Q4_0, T.Q8_0, quantize_q8_0, _mv_q4_0),
+    T.Q4_1: _traits(T.Q4_1, T.Q8_1, quantize_q8_1, _mv_q4_1_q5_1(lambda f: _bits(f[:, 4:], 16, 4), 20)),
+    T.Q5_0: _traits(T.Q5_0, T.Q8_0, quantize_q8_0, _mv_q5_0),
+    T.Q5_1: _traits(T.Q5_1, T.Q8_1, quantize_q8_1, _mv_q4_1_q5_1(lambda f: _q5(f, 4).astype(np.uint8), 24)),
+    T.Q8_0: _traits(T.Q8_0, T.Q8_0, quantize_q8_0, _mv_q8_0),
+    T.Q2_K: _traits(T.Q2_K, T.Q8_K, quantize_q8_k, _mv_q2_k),
+    T.Q3_K: _traits(T.Q3_K, T.Q8_K, quantize_q8_k, _mv_q3_k),
+    T.Q4_K: _traits(T.Q4_K, T.Q8_K, quantize_q8_k, _mv_q45_k(lambda f: _bits(f[:, 16:144], 32, 4), 144)),
+    T.Q5_K: _traits(T.Q5_K, T.Q8_K, quantize_q8_k, _mv_q45_k(_q5_k_ints, 176)),
+    T.Q6_K: _traits(T.Q6_K, T.Q8_K, quantize_q8_k, _mv_q6_k),
+}
