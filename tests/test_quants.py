@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import REPO
+from support import REPO
 
 from minillama.quants import TRAITS, quantize_q8_0, quantize_q8_1, quantize_q8_k
 
