@@ -359,7 +359,7 @@ def test_embedding_is_the_normalised_mean_of_the_final_hidden_state(llm: Llama) 
         ids = llm.tokenize(text, parse_special=True)
         h = llm.model.hidden(ids)
         # the hidden state is what the output matrix turns into the logits
-        np.testing.assert_allclose(h @ llm.model._output.w.T, llm.model.logits(ids), rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(llm.model._output(h), llm.model.logits(ids), rtol=1e-4, atol=1e-4)
         v = h.astype(np.float64).mean(axis=0)
         np.testing.assert_allclose(d["embedding"], v / np.linalg.norm(v), rtol=1e-6, atol=1e-7)
         assert d["object"] == "embedding" and np.linalg.norm(d["embedding"]) == pytest.approx(1.0)

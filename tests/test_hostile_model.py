@@ -10,9 +10,9 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
-import numpy as np
 import pytest
 from support.limits import run_limited
+from support.tiny_llama import VOCAB, block_tensors, write_model
 
 from minillama.embedding import Embedding
 from minillama.errors import FormatError
@@ -20,47 +20,6 @@ from minillama.model import Model
 
 gguf = pytest.importorskip("gguf")
 V = gguf.GGUFValueType
-
-D, FF, HEADS, HEADS_KV, VOCAB = 32, 64, 4, 2, 40
-
-#: key (after "llama.") -> (value, GGUF type) of a sound tiny model.
-GOOD_KEYS: dict[str, tuple[object, object]] = {
-    "block_count": (1, V.UINT32), "context_length": (16, V.UINT32), "embedding_length": (D, V.UINT32),
-    "feed_forward_length": (FF, V.UINT32), "attention.head_count": (HEADS, V.UINT32),
-    "attention.head_count_kv": (HEADS_KV, V.UINT32), "attention.layer_norm_rms_epsilon": (1e-5, V.FLOAT32),
-}
-
-
-def block_tensors(il: int) -> dict[str, tuple[int, ...]]:
-    """numpy shapes (ne1, ne0) of block il's tensors."""
-    kv = HEADS_KV * D // HEADS
-    return {f"blk.{il}.attn_norm.weight": (D,), f"blk.{il}.attn_q.weight": (D, D), f"blk.{il}.attn_k.weight": (kv, D),
-            f"blk.{il}.attn_v.weight": (kv, D), f"blk.{il}.attn_output.weight": (D, D),
-            f"blk.{il}.ffn_norm.weight": (D,), f"blk.{il}.ffn_gate.weight": (FF, D),
-            f"blk.{il}.ffn_up.weight": (FF, D), f"blk.{il}.ffn_down.weight": (D, FF)}
-
-
-def write_model(path: Path, keys: dict[str, tuple[object, object]] | None = None, blocks: int = 1,
-                n_vocab: int = VOCAB, tokens: int | None = VOCAB) -> Path:
-    """A tiny llama GGUF: GOOD_KEYS (block_count = blocks) updated by keys, tensors for `blocks` blocks, a token_embd of n_vocab rows and
-    a vocab of `tokens` tokens (None: no tokenizer keys)."""
-    w = gguf.GGUFWriter(str(path), "llama")
-    for key, (value, vtype) in {**GOOD_KEYS, "block_count": (blocks, V.UINT32), **(keys or {})}.items():
-        w.add_key_value(f"llama.{key}", value, vtype)
-    if tokens is not None:
-        w.add_tokenizer_model("llama")
-        w.add_token_list([f"t{i}" for i in range(tokens)])
-    shapes = {"token_embd.weight": (n_vocab, D), "output_norm.weight": (D,)}
-    for il in range(blocks):
-        shapes.update(block_tensors(il))
-    rng = np.random.default_rng(0)
-    for name, shape in shapes.items():
-        w.add_tensor(name, (rng.standard_normal(shape) * 0.1).astype(np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return path
 
 
 def _offset_at(data: bytes, name: str) -> int:

@@ -243,7 +243,7 @@ def test_native_forward_tracks_llamacpp(monkeypatch: pytest.MonkeyPatch) -> None
     """SmolLM2 on the native kernels (weights left quantized), teacher-forced on llama.cpp's greedy continuations:
     every position at margin >= 0.5 agrees, >= 98% at margin >= 0.1, and the mean |log-prob difference| over
     llama.cpp's top 5 stays at most 0.11 (0.098 measured; the float32 path's 0.086, issue 24 wants 0.03)."""
-    from helpers import real_gguf
+    from support.paths import real_gguf
 
     from minillama.model import Model
     from minillama.model.layers import QuantLinear
@@ -294,7 +294,7 @@ def patched(path: Path, name: str, ggml_type: int | None = None, ne1: int | None
 
 
 def tiny_model(tmp_path: Path, dtype: type = np.float16) -> Path:
-    from test_hostile_model import write_model
+    from support.tiny_llama import write_model
 
     path = write_model(tmp_path / "f32.gguf", blocks=2)
     r = gguf.GGUFReader(str(path))
