@@ -36,14 +36,13 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
-
-import numpy as np
 
 from . import limited_worker
 from .errors import ChatTemplateError, ChatTemplateRefused
@@ -68,7 +67,8 @@ def _plain(value: Any) -> Any:
         return [_plain(v) for v in value]
     if isinstance(value, tuple):
         return tuple(_plain(v) for v in value)
-    if isinstance(value, np.generic):  # numpy scalars: np.bool_(False) must stay falsy
+    np = sys.modules.get("numpy")  # not imported here: a process without numpy holds no numpy scalar
+    if np is not None and isinstance(value, np.generic):  # numpy scalars: np.bool_(False) must stay falsy
         return _plain(value.item())
     return f"<{type(value).__name__}>"  # an inert placeholder: templates only test such values for presence
 

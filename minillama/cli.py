@@ -680,7 +680,7 @@ def _setup_dataset(p: argparse.ArgumentParser) -> None:
                    "(default: all cores; at most 4 per core, 1,024 with --ray-address)")
     p.add_argument("--engine", choices=("local", "ray"), default="local",
                    help="local: a process pool on this machine; ray: Ray Data on a cluster (pip install "
-                   "\"minillama[ray]\") (default: local)")
+                   "\".[ray]\" in a checkout) (default: local)")
     p.add_argument("--docs", choices=("paragraph", "line", "file"), default="paragraph",
                    help="text files: one document per blank-line paragraph, line or file (default: paragraph)")
     p.add_argument("--text-field", default="text", metavar="F", help="JSONL field / Parquet column (default: text)")

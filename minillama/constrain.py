@@ -50,7 +50,7 @@ def _llguidance() -> Any:
         import llguidance
     except ImportError:
         raise UnsupportedError('response_format needs the optional extra "json" (llguidance): '
-                               'pip install "minillama[json]" (or pip install ".[json]" in a checkout)') from None
+                               'pip install ".[json]" in a checkout of minillama') from None
     return llguidance
 
 

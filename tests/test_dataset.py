@@ -308,7 +308,7 @@ finally:
 def _ray_process(args: list[str]) -> subprocess.CompletedProcess:
     """Run python ARGS (a Ray driver) in a fresh process; one retry when it ended before printing any result
     (Ray ended it), never for a wrong result. Returns the successful run."""
-    pytest.importorskip("ray", reason='the Ray engine needs pip install "minillama[ray]"')
+    pytest.importorskip("ray", reason='the Ray engine needs pip install ".[ray]" in a checkout of minillama')
     env = dict(os.environ, PYTHONPATH=str(REPO))
     for attempt in range(2):
         p = subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, timeout=600)

@@ -477,6 +477,27 @@ def test_eight_streams_on_four_slots_and_a_client_that_leaves(server: Server) ->
     assert not any(s["is_processing"] for s in slots), (slots, time.monotonic() - gone)
 
 
+def test_a_non_streamed_client_that_leaves_frees_its_slot(server: Server) -> None:
+    """A client that asks for a long non-streamed reply and disconnects before it comes: the slot stops before its
+    next model step (the server asks whether the client is there every quarter second), not after 4,000 tokens."""
+    wait_idle(server, 10)
+    conn = http.client.HTTPConnection(server.host, server.port, timeout=60)
+    body = json.dumps({"prompt": "A very long story:", "max_tokens": N_CTX, "logit_bias": {"999": -100}})
+    conn.request("POST", "/v1/completions", body=body, headers={"Content-Type": "application/json"})
+    deadline = time.monotonic() + 10
+    while not any(s["is_processing"] for s in server.request("GET", "/slots")[1]):
+        assert time.monotonic() < deadline, "the request never reached a slot"
+        time.sleep(0.02)
+    time.sleep(0.3)  # a few tokens into the reply
+    conn.sock.shutdown(2)
+    conn.close()
+    gone = time.monotonic()
+    slots = wait_idle(server, 3)  # alone, the reply would take about 9 s here
+    assert not any(s["is_processing"] for s in slots), (slots, time.monotonic() - gone)
+    _, health = server.request("GET", "/health")
+    assert health["slots_idle"] == 4
+
+
 def _rss_kib(pid: int) -> int:
     with open(f"/proc/{pid}/status") as f:
         return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))

@@ -164,7 +164,7 @@ def run_ray(tok: Tokenizer, source: Source, writer: ShardWriter, settings: tuple
         import ray
         import ray.data
     except ImportError:
-        raise MinillamaError('--engine ray needs Ray Data: pip install "minillama[ray]"') from None
+        raise MinillamaError('--engine ray needs Ray Data: pip install ".[ray]" in a checkout of minillama') from None
     started = not ray.is_initialized()
     if started:
         ray.init(address=address, include_dashboard=False, logging_level="ERROR", log_to_driver=False)

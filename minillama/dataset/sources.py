@@ -338,7 +338,7 @@ def parquet_column(path: str, text_field: str):
         import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError:
-        raise MinillamaError(f"{path}: reading Parquet needs pyarrow: pip install \"minillama[parquet]\"") from None
+        raise MinillamaError(f"{path}: reading Parquet needs pyarrow: pip install \".[parquet]\" in a checkout of minillama") from None
     try:
         pf = pq.ParquetFile(path)
     except (pa.ArrowException, OSError) as exc:

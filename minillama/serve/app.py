@@ -29,7 +29,7 @@ from starlette.routing import Route
 from ..errors import ContextLengthError, MinillamaError
 from . import params
 from .params import ApiError
-from .slots import SlotPool
+from .slots import ClientGone, SlotPool
 
 __all__ = ["create_app", "MAX_BODY"]
 
@@ -81,7 +81,11 @@ def create_app(llm: Any, *, parallel: int = 1, api_key: str | None = None,
         kwargs = await read_body(request, fields)
         stream = bool(kwargs.pop("stream", False))
         if not stream:
-            result = await pool.call(task, lambda s: getattr(llm, method)(session=s, **kwargs))
+            try:
+                result = await pool.call(task, lambda s: getattr(llm, method)(session=s, **kwargs),
+                                         request.is_disconnected)
+            except ClientGone:  # nobody to answer: the slot is free, the status is only for the access log
+                return Response(status_code=499)
             return JSONResponse(result)
         chunks = pool.stream(task, lambda s: getattr(llm, method)(session=s, stream=True, **kwargs))
         try:  # the first chunk before the 200: a prompt too long for the context is still a 400

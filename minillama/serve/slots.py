@@ -5,22 +5,45 @@ runs in that slot's thread, so one long reply never stalls a short one in anothe
 passes chunks along, and the forward pass spends its time in BLAS, which releases the GIL. A streamed reply
 hands its chunks to the loop one at a time; when the client goes away the consumer sets the slot's cancel
 flag and calls the stream's cancel() (minillama.api.Stream: no model step starts after it), the worker stops
-after the token it is computing and closes the stream, and the slot is free again.
+after the token it is computing and closes the stream, and the slot is free again. A non-streamed reply is
+watched too: call() asks every quarter second whether its client is still there, and when it is gone sets the
+cancel flag, which the slot's session checks before each model step (the run ends with ClientGone).
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-__all__ = ["Slot", "SlotPool"]
+__all__ = ["ClientGone", "Slot", "SlotPool"]
 
 R = TypeVar("R")
 _END = object()  # the worker's last item on a stream's queue
+WATCH_SECONDS = 0.25  # how often a non-streamed call asks whether its client is still there
+
+
+class ClientGone(Exception):
+    """The client of a non-streamed request left: its run stopped before the next model step."""
+
+
+class _Watched:
+    """A slot's session whose next model step does not start once the slot's cancel flag is set."""
+
+    def __init__(self, session: Any, cancel: threading.Event) -> None:
+        self._session = session
+        self._cancel = cancel
+
+    def next_token(self, *args: Any, **kwargs: Any) -> Any:
+        if self._cancel.is_set():
+            raise ClientGone("the client left before the reply was complete")
+        return self._session.next_token(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._session, name)
 
 
 @dataclass(eq=False)
@@ -74,11 +97,21 @@ class SlotPool:
         """llama.cpp's GET /slots, in short: each slot's id, whether it is processing and what."""
         return [{"id": s.id, "is_processing": bool(s.task), "task": s.task} for s in self.slots]
 
-    async def call(self, task: str, fn: Callable[[Any], R]) -> R:
-        """fn(session) in a free slot's thread; its result (or its exception)."""
+    async def call(self, task: str, fn: Callable[[Any], R],
+                   gone: Callable[[], Awaitable[bool]] | None = None) -> R:
+        """fn(session) in a free slot's thread; its result (or its exception). With gone (the request's
+        is_disconnected), a client that leaves stops the run before its next model step (ClientGone)."""
         slot = await self._acquire(task)
         try:
-            return await asyncio.wrap_future(slot.executor.submit(fn, slot.session))
+            future = asyncio.wrap_future(slot.executor.submit(fn, _Watched(slot.session, slot.cancel)))
+            while gone is not None:
+                done, _ = await asyncio.wait({future}, timeout=WATCH_SECONDS)
+                if done:
+                    break
+                if await gone():
+                    slot.cancel.set()
+                    break
+            return await future
         finally:
             self._release(slot)
 
