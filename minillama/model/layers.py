@@ -84,7 +84,9 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, q_pos: np.ndarray, k_
         scores[..., hidden] = -np.inf
     scores -= scores.max(axis=-1, keepdims=True)
     np.exp(scores, out=scores)
-    scores /= scores.sum(axis=-1, keepdims=True)
+    # the sum in key order, in float64 (as ggml's soft_max): a row's sum is then the same whatever hidden keys
+    # follow (they add exact zeros), not regrouped by numpy's pairwise summation as the row count changes
+    scores /= np.cumsum(scores, axis=-1, dtype=np.float64)[..., -1:].astype(F32)
     out = np.matmul(scores, v.transpose(1, 0, 2)[:, None])  # [Hkv, g, T, Dv]
     return out.transpose(2, 0, 1, 3).reshape(t, h * dv)
 
