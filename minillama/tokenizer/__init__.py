@@ -12,8 +12,9 @@ get_vocab_size, decode_batch / batch_decode, skip_special_tokens, truncation / m
 padding_side, chat_template, encode_batch(return_array=True, pad_to=..., truncate=...), and tiktoken's
 encode_ordinary, eot_token and decode_single_token_bytes.
 
-The pipeline: file -> Vocab (formats/, vocab.py) -> special-token split (special.py) -> merge model
-(models/: score-based SPM or rank-based BPE with its pre-tokenizer) -> ids -> pieces (decode.py).
+The pipeline: file -> Vocab (formats/, vocab.py) -> special-token split (special.py) -> encoder
+(encoders/: score-based SPM, rank-based BPE with its pre-tokenizer, WordPiece or Unigram) -> ids -> pieces
+(decode.py).
 
 Text is taken as its UTF-8 bytes, which is what llama.cpp tokenizes. A Python str may also hold lone
 surrogates, which have no UTF-8 form; `encode` gives them one meaning, in one place:
@@ -56,6 +57,7 @@ import numpy as np
 from ..errors import ArgumentError, ArgumentTypeError, DoubleBosWarning, MinillamaError, UnsupportedError
 from ..fileio import input_path
 from .decode import PieceTable, StreamDecoder, check_id, out_of_range
+from .encoders import Encoder, make_encoder
 from .formats import model_file, read_metadata
 from .hf_api import (
     BatchEncoding,
@@ -70,7 +72,6 @@ from .hf_api import (
     pad,
     skip_flags,
 )
-from .models import Model, make_model
 from .offsets import SPANS
 from .special import always_matched, find_special, partition, partition_spans, raw_special_ids
 from .text import ESCAPES, as_bytes_text, has_surrogates
@@ -137,11 +138,11 @@ def _batch_arrays(out: list[list[int]], pad_to: Literal["longest"] | int | None,
 
 
 class Tokenizer:
-    """A vocab plus its merge model: llama_tokenize / llama_detokenize / llama_token_to_piece in Python."""
+    """A vocab plus its encoder: llama_tokenize / llama_detokenize / llama_token_to_piece in Python."""
 
     def __init__(self, vocab: Vocab) -> None:
         self.vocab = vocab
-        self._encoder: Model = make_model(vocab)
+        self._encoder: Encoder = make_encoder(vocab)
         self._raw_special = raw_special_ids(vocab)
         self._pieces: PieceTable | None = None
         self._lock = threading.Lock()
@@ -186,7 +187,12 @@ class Tokenizer:
 
     @property
     def model(self) -> str:
-        """The tokenizer kind: 'spm' (SentencePiece scores), 'bpe' (merges), 'wpm' (WordPiece) or 'ugm' (Unigram)."""
+        """The tokenizer kind: 'spm' (SentencePiece scores), 'bpe' (merges), 'wpm' (WordPiece) or 'ugm' (Unigram).
+
+        Named after llama.cpp's `tokenizer.ggml.model` key (its values 'llama', 'gpt2', 'bert', 't5' read as
+        llama.cpp's vocab types SPM, BPE, WPM, UGM): it says which encoder runs; the forward pass is
+        minillama.model.Model.
+        """
         return self.vocab.kind
 
     @property
