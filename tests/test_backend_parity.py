@@ -26,9 +26,9 @@ from support.paths import params_or_skip, require_shared, vocab_path
 from support.reference import conformance_vocabs, read_conformance
 
 from minillama.errors import ArgumentError, MinillamaError, UnsupportedError
-from minillama.tokenizer import Tokenizer, Vocab, models
-from minillama.tokenizer.models import base
-from minillama.tokenizer.models.bpe import BPEModel, native_merges
+from minillama.tokenizer import Tokenizer, Vocab, encoders
+from minillama.tokenizer.encoders import base
+from minillama.tokenizer.encoders.bpe import BPEEncoder, native_merges
 from minillama.tokenizer.pretokenize import PreTokenizer
 
 PROPERTY = settings(max_examples=120, deadline=None, derandomize=True, database=None,
@@ -149,7 +149,7 @@ def test_threads_share_one_native_tokenizer(vocab):
 
 
 def test_native_cache_bound(monkeypatch):
-    """The native word cache holds the bounds Python passes in (models/base.py), in bytes and in words."""
+    """The native word cache holds the bounds Python passes in (encoders/base.py), in bytes and in words."""
     monkeypatch.setattr(base, "CACHE_MAX_BYTES", 40_000)
     monkeypatch.setattr(base, "CACHE_MAX_WORDS", 300)
     native = _build("ggml-vocab-llama-bpe", "native")
@@ -167,7 +167,7 @@ def test_native_cache_bound(monkeypatch):
 
 def test_uncovered_vocab_stays_pure(monkeypatch):
     """A vocab of a kind the core does not cover keeps its Python class, and says so."""
-    monkeypatch.delitem(models.NATIVE, "wpm")
+    monkeypatch.delitem(encoders.NATIVE, "wpm")
     assert _build("ggml-vocab-bert-bge", "native").backend == "pure"
 
 
@@ -230,7 +230,7 @@ def test_core_splits_without_python(vocab, monkeypatch):
         raise AssertionError("Python's pre-tokenizer ran")
 
     monkeypatch.setattr(PreTokenizer, "split", refuse)
-    monkeypatch.setattr(BPEModel, "words", refuse)
+    monkeypatch.setattr(BPEEncoder, "words", refuse)
     for directory in ("conformance", "conformance-diverse"):
         for r in read_conformance(vocab, directory):
             assert native.encode(r["text"], add_special=False) == r["ids"], r["text"][:60]
@@ -337,7 +337,7 @@ def test_unigram_sentencepiece_models_hypothesis(name, text):
 def test_wordpiece_table_is_the_pure_normaliser():
     """The core's per-code-point table (wpm.norm_table) says, for every code point and every option pair, what
     the pure path's _NormTable makes of it: a space, dropped, a word of its own, or kept as which code point."""
-    from minillama.tokenizer.models.wpm import _NormTable, norm_table
+    from minillama.tokenizer.encoders.wpm import _NormTable, norm_table
     for lowercase in (True, False):
         for strip_accents in (True, False):
             table, pure = norm_table(lowercase, strip_accents).tolist(), _NormTable(lowercase, strip_accents)
@@ -476,7 +476,7 @@ def test_spm_threads_share_one_native_tokenizer():
 
 
 def test_spm_native_cache_bound(monkeypatch):
-    """The native SPM word cache holds the bounds Python passes in (models/base.py), in bytes and in words."""
+    """The native SPM word cache holds the bounds Python passes in (encoders/base.py), in bytes and in words."""
     monkeypatch.setattr(base, "CACHE_MAX_BYTES", 40_000)
     monkeypatch.setattr(base, "CACHE_MAX_WORDS", 300)
     native = _build("ggml-vocab-llama-spm", "native")

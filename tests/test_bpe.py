@@ -1,4 +1,4 @@
-"""Rank-based BPE (tokenizer.ggml.model "gpt2", llama.cpp's llm_tokenizer_bpe, minillama/tokenizer/models/bpe.py).
+"""Rank-based BPE (tokenizer.ggml.model "gpt2", llama.cpp's llm_tokenizer_bpe, minillama/tokenizer/encoders/bpe.py).
 
 Expected ids come from peers, never from minillama: Hugging Face tokenizers on LLaMA 3's tokenizer.json (the same
 vocab as shared/vocab/ggml-vocab-llama-bpe.gguf), and llama.cpp itself (the oracle) on small vocabs written here.
@@ -14,7 +14,7 @@ from support.merge_words import ALPHABETS, lengths, very_long_words, words
 from support.oracle import get_oracle
 from support.paths import load, load_file, require_shared
 
-from minillama.tokenizer.models.bpe import HEAP_MIN_LEN
+from minillama.tokenizer.encoders.bpe import HEAP_MIN_LEN
 from minillama.tokenizer.train import TrainedVocab
 from minillama.tokenizer.unicode import BYTE_TO_CHAR
 
@@ -100,7 +100,7 @@ def test_bucket_queue_pops_in_heap_order(chunk: int, monkeypatch: pytest.MonkeyP
     import heapq
     import random
 
-    from minillama.tokenizer.models import merge
+    from minillama.tokenizer.encoders import merge
 
     monkeypatch.setattr(merge.BucketQueue, "_CHUNK", chunk)
     for seed in range(300):

@@ -12,7 +12,7 @@ from support.paths import SHARED, params_or_skip, vocab_path
 
 from minillama.errors import ArgumentError, ArgumentTypeError
 from minillama.tokenizer import Tokenizer
-from minillama.tokenizer.models import base
+from minillama.tokenizer.encoders import base
 
 N_THREADS = 8
 VOCABS = params_or_skip(["ggml-vocab-llama-spm", "ggml-vocab-gpt-2", "ggml-vocab-bert-bge", "ggml-vocab-unigram8k"]

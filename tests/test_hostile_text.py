@@ -204,7 +204,7 @@ def test_random_ids_decode_and_stream(vocab):
 @pytest.mark.parametrize("vocab", ["ggml-vocab-llama-spm", "ggml-vocab-gpt-2", "ggml-vocab-bert-bge",
                                    "ggml-vocab-unigram8k"])
 def test_long_texts_without_spaces(vocab):
-    """Long runs with no space (one word for the merge models) encode in bounded time and round-trip."""
+    """Long runs with no space (one word for the encoders) encode in bounded time and round-trip."""
     import time
 
     tok = load(vocab)

@@ -3,7 +3,7 @@
 The pieces must not change a single id. With CHUNK_CHARS forced tiny, texts crafted so that cuts
 fall everywhere (runs of spaces before newlines, lines starting with a space, digits, punctuation,
 unknown characters on both sides of a cut, a long run of one letter) must encode exactly as with no
-chunking, for every model type; where the llama.cpp oracle is installed, exactly as llama.cpp does.
+chunking, for every tokenizer kind; where the llama.cpp oracle is installed, exactly as llama.cpp does.
 A subprocess under RLIMIT_AS shows that a few-MB encode stays under a memory bound.
 """
 
@@ -17,9 +17,9 @@ import pytest
 from support.oracle import get_oracle
 from support.paths import SHARED, load, require_shared, vocab_path
 
-from minillama.tokenizer.models import base
+from minillama.tokenizer.encoders import base
 
-# one vocab per model type, and BPE pre-tokenizers of different shapes (several patterns, digit groups)
+# one vocab per tokenizer kind, and BPE pre-tokenizers of different shapes (several patterns, digit groups)
 VOCABS = ["ggml-vocab-llama-spm", "ggml-vocab-llama-bpe", "ggml-vocab-gpt-2", "ggml-vocab-deepseek-coder",
           "ggml-vocab-falcon", "ggml-vocab-bert-bge", "ggml-vocab-unigram8k"]
 
@@ -55,15 +55,15 @@ def test_chunked_encode_is_unchunked_encode(name: str, monkeypatch: pytest.Monke
         assert _chunked(monkeypatch, tok, text, size) == whole, (name, size)
     # and the pieces really were cut (the test would prove nothing if every text stayed whole)
     monkeypatch.setattr(base, "CHUNK_CHARS", 64)
-    model = tok._encoder
-    prepared = model.prepare(text, True)
+    encoder = tok._encoder
+    prepared = encoder.prepare(text, True)
     if name == "ggml-vocab-falcon":  # its first pattern (punctuation runs) never ends at a newline: no cut
-        assert len(list(model.word_chunks(prepared))) == 1
-    elif hasattr(model, "_cut_at"):
-        s = model._whitespace(model._normalize_chars(prepared), "\u2581")
-        assert len(list(base.pieces(s, model._cut_at))) > 10
+        assert len(list(encoder.word_chunks(prepared))) == 1
+    elif hasattr(encoder, "_cut_at"):
+        s = encoder._whitespace(encoder._normalize_chars(prepared), "\u2581")
+        assert len(list(base.pieces(s, encoder._cut_at))) > 10
     else:
-        assert len(list(model.word_chunks(prepared))) > 10
+        assert len(list(encoder.word_chunks(prepared))) > 10
     monkeypatch.undo()
 
 
@@ -123,7 +123,7 @@ _RUN_CHILD = textwrap.dedent("""
 def test_one_letter_run_under_40_bytes_a_byte(name: str) -> None:
     """One word of 2,000,000 letters (the merge heaps' worst case) encodes with the address space capped at
     what is mapped after loading + 40 bytes per letter + 48 MiB (issue 15's bound). The heap of Python ints
-    needed 66-75 bytes a letter; the merge queue keeps entries in machine arrays (models/merge.py)."""
+    needed 66-75 bytes a letter; the merge queue keeps entries in machine arrays (encoders/merge.py)."""
     out = subprocess.run([sys.executable, "-c", _RUN_CHILD, str(vocab_path(name)), "2000000"],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]

@@ -17,7 +17,7 @@ from support.paths import load, vocab_path
 from support.reference import read_conformance
 
 from minillama.tokenizer import Tokenizer
-from minillama.tokenizer.models import base, ugm
+from minillama.tokenizer.encoders import base, ugm
 
 
 def _conformance_texts(vocab: str, n: int) -> list[str]:
@@ -31,11 +31,11 @@ def test_cache_second_pass_never_recomputes_more(monkeypatch):
     monkeypatch.setattr(base, "CACHE_MAX_WORDS", 50)
     monkeypatch.setenv("MINILLAMA_BACKEND", "pure")
     tok = Tokenizer.from_file(vocab_path("ggml-vocab-llama-bpe"))
-    model = tok._encoder
-    model.clear_cache()
+    encoder = tok._encoder
+    encoder.clear_cache()
     calls = []
-    real = model.encode_word
-    monkeypatch.setattr(model, "encode_word", lambda w: calls.append(w) or real(w))
+    real = encoder.encode_word
+    monkeypatch.setattr(encoder, "encode_word", lambda w: calls.append(w) or real(w))
     words = [f"w{i}x" for i in range(400)]
     text = " ".join(w + " the" for w in words)  # " the" is hot: used all the time
     first = tok.encode(text, add_special=False)
@@ -44,31 +44,31 @@ def test_cache_second_pass_never_recomputes_more(monkeypatch):
     assert tok.encode(text, add_special=False) == first
     assert len(calls) <= n_first
     assert " the" not in calls  # the hot word was never forgotten in the second pass
-    info = model.cache_info()
+    info = encoder.cache_info()
     assert info["words"] <= 50 and info["old_words"] <= 50
 
 
 def test_cache_bounded_in_bytes(monkeypatch):
     monkeypatch.setattr(base, "CACHE_MAX_BYTES", 20_000)
     tok = load("ggml-vocab-llama-spm")
-    model = tok._encoder
-    model.clear_cache()
+    encoder = tok._encoder
+    encoder.clear_cache()
     rng = random.Random(1)
     for _ in range(200):
         tok.encode(" ".join("".join(rng.choice("abcdefgh") for _ in range(30)) for _ in range(20)))
-        info = model.cache_info()
+        info = encoder.cache_info()
         assert info["bytes"] <= 20_000 and info["old_bytes"] <= 20_000
 
 
 def test_long_words_are_not_cached(monkeypatch):
     monkeypatch.setattr(base, "CACHE_MAX_BYTES", 80_000)  # entries over 10,000 bytes are not cached
     tok = load("ggml-vocab-llama-spm")
-    model = tok._encoder
-    model.clear_cache()
+    encoder = tok._encoder
+    encoder.clear_cache()
     for i in range(20):
         word = "".join(chr(0x61 + (i * 7 + k) % 26) for k in range(1500))
         tok.encode(word)
-    info = model.cache_info()
+    info = encoder.cache_info()
     assert info["largest_entry"] <= 10_000 and info["longest_word"] < 1500
 
 
@@ -76,8 +76,8 @@ def test_spm_pair_segments_match_llamacpp():
     """Encoding with the pair cuts equals llama.cpp on the diverse conformance texts (the cut is on)."""
     rows = read_conformance("ggml-vocab-llama-spm", "conformance-diverse")
     tok = load("ggml-vocab-llama-spm")
-    model = tok._encoder
-    assert any(len(model.segments(model.prepare(r["text"], True))) > 1 for r in rows[:50])
+    encoder = tok._encoder
+    assert any(len(encoder.segments(encoder.prepare(r["text"], True))) > 1 for r in rows[:50])
     bad = [r["text"][:60] for r in rows[:300] if tok.encode(r["text"], add_special=False) != r["ids"]]
     assert not bad
 
@@ -94,16 +94,16 @@ def test_unigram_segments_equal_whole_viterbi():
     """The per-segment Viterbi with cached segments gives what one Viterbi over the fragment gives."""
     texts = _conformance_texts("ggml-vocab-unigram8k", 300)
     tok = load("ggml-vocab-unigram8k")
-    model = tok._encoder
-    assert model.split_limit > 10 ** 6
+    encoder = tok._encoder
+    assert encoder.split_limit > 10 ** 6
     for text in texts:
         if not text or "\udc80" <= max(text) or any("\ud800" <= c <= "\udfff" for c in text):
             continue
-        mapped = model._normalize_chars(text)
+        mapped = encoder._normalize_chars(text)
         if mapped is None:
             continue
-        s = model._whitespace(mapped, ugm.SPACE)
-        assert model.encode(text) == model._viterbi(s), text[:60]
+        s = encoder._whitespace(mapped, ugm.SPACE)
+        assert encoder.encode(text) == encoder._viterbi(s), text[:60]
 
 
 def _t5_gguf(path, tokens: list[tuple[str, float, int]]) -> None:

@@ -1,4 +1,4 @@
-"""Score-based BPE (tokenizer.ggml.model "llama", llama.cpp's llm_tokenizer_spm, minillama/tokenizer/models/spm.py).
+"""Score-based BPE (tokenizer.ggml.model "llama", llama.cpp's llm_tokenizer_spm, minillama/tokenizer/encoders/spm.py).
 
 Expected ids come from peers, never from minillama: sentencepiece on LLaMA 2's tokenizer.model (the same vocab as
 shared/vocab/ggml-vocab-llama-spm.gguf), and llama.cpp itself (the oracle) on small vocabs written here.
@@ -14,7 +14,7 @@ from support.merge_words import ALPHABETS, lengths, very_long_words, words
 from support.oracle import get_oracle
 from support.paths import load, load_file, require_shared
 
-from minillama.tokenizer.models.spm import HEAP_MIN_LEN
+from minillama.tokenizer.encoders.spm import HEAP_MIN_LEN
 from minillama.tokenizer.train import TrainedVocab
 from minillama.tokenizer.unicode import byte_token
 

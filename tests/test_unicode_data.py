@@ -24,7 +24,7 @@ from minillama.tokenizer import pretokenize as pt
 from minillama.tokenizer import regex_translate as rt
 from minillama.tokenizer import tables
 from minillama.tokenizer import unicode_data as ud
-from minillama.tokenizer.unicode import HAN_RANGES, WHITESPACE, category_placeholder, is_han
+from minillama.tokenizer.unicode import HAN_RANGES, WHITESPACE_CPS, category_placeholder, is_han
 
 ROOT = Path(__file__).resolve().parent.parent
 MAX = ud.MAX_CODE_POINT + 1
@@ -81,7 +81,7 @@ def test_ascii_flags():
 
 def test_whitespace_is_llamacpp_white_space():
     flagged = {cp for cp, f in enumerate(_all_flags()) if f & ud.WHITESPACE}
-    assert flagged == LLAMACPP_WHITESPACE == set(WHITESPACE)
+    assert flagged == LLAMACPP_WHITESPACE == set(WHITESPACE_CPS)
     assert all(ud.flags(cp) & (ud.SEPARATOR | ud.CONTROL) for cp in flagged)
     # every separator (Z*) is whitespace, so the custom splitters and the collapsed text may test whitespace first
     assert all(f & ud.WHITESPACE for f in _all_flags() if f & ud.SEPARATOR)

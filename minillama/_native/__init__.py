@@ -1,3 +1,3 @@
 """minillama's native core: C sources (one file per algorithm, no Python.h; module.c the only binding) built
 by setup.py as the optional extension minillama._native._core. Where it is not built, the pure-Python
-classes in minillama.tokenizer.models run instead (see MINILLAMA_BACKEND there)."""
+classes in minillama.tokenizer.encoders run instead (see MINILLAMA_BACKEND there)."""

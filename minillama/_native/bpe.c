@@ -1,7 +1,7 @@
 /* Byte-level BPE as llama.cpp runs it (llm_tokenizer_bpe), over token ids: each word's bytes start as their
  * byte tokens; while some adjacent pair is a merge, the pair of lowest rank merges (ties: the leftmost).
  * Short words by a plain scan, long ones (HEAP_MIN_LEN bytes and more) by a heap + linked list, as
- * models/bpe.py. The merge table is built from Vocab.arrays() at load; symbols are always tokens (the
+ * encoders/bpe.py. The merge table is built from Vocab.arrays() at load; symbols are always tokens (the
  * Python side hands over only vocabs where every applicable merge makes a token). */
 #include <stdlib.h>
 #include <string.h>
@@ -27,7 +27,7 @@ struct bpe {
     pair_slot *pairs;
     size_t pair_cap;
     int32_t byte_ids[256];       /* each byte's token, or -(b + 1) for a byte whose character is no token */
-    int32_t byte_fallback[256][2]; /* the ids such a byte becomes instead (-1: none), as models/bpe.py */
+    int32_t byte_fallback[256][2]; /* the ids such a byte becomes instead (-1: none), as encoders/bpe.py */
     int32_t (*byte_pairs)[2];      /* [a << 8 | b]: rank and result of the pair of bytes a, b (rank -1: none) */
     int ignore_merges;
     tok_slot *toks; /* ignore_merges: a token's raw bytes -> its id */

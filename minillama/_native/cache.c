@@ -1,4 +1,4 @@
-/* The word cache: word bytes -> ids, in two generations as the Python one (models/base.py). New words go
+/* The word cache: word bytes -> ids, in two generations as the Python one (encoders/base.py). New words go
  * into the young generation; a word found only in the old one is copied back; when the young one reaches
  * max_bytes (each entry's real size: header, ids, key, slots) or max_words it becomes the old one and the
  * previous old one is freed, so memory stays under 2 x max_bytes. One mutex guards it: encoders on many

@@ -291,7 +291,7 @@ f0:
     return res;
 }
 
-/* A word cache as the dict Model.cache_info() gives. */
+/* A word cache as the dict Encoder.cache_info() gives. */
 static PyObject *cache_dict(wcache *c) {
     wcache_info i;
     wcache_stats(c, &i);
@@ -325,7 +325,7 @@ static PyMethodDef BPE_methods[] = {
     {"resolve_merges", (PyCFunction)BPE_resolve_merges, METH_VARARGS | METH_STATIC,
      "resolve_merges(token_bytes, token_offsets, merge_text: bytes, n_merges) -> bytes | None: the int32 "
      "(left, right, result) rows of the merges, one a line of merge_text; None when the lines are not n_merges."},
-    {"cache_info", (PyCFunction)BPE_cache_info, METH_NOARGS, "The word cache as numbers (Model.cache_info)."},
+    {"cache_info", (PyCFunction)BPE_cache_info, METH_NOARGS, "The word cache as numbers (Encoder.cache_info)."},
     {"clear_cache", (PyCFunction)BPE_clear_cache, METH_NOARGS, "Forget every cached word."},
     {NULL, NULL, 0, NULL},
 };
@@ -726,7 +726,7 @@ static PyMethodDef SPM_methods[] = {
     {"encode", (PyCFunction)SPM_encode, METH_VARARGS,
      "encode(text: bytes | str) -> list[int] | None: ids of the bytes, or of a str's UTF-8 (U+2581 for spaces); "
      "None when a byte that no token covers has no byte token."},
-    {"cache_info", (PyCFunction)SPM_cache_info, METH_NOARGS, "The word cache as numbers (Model.cache_info)."},
+    {"cache_info", (PyCFunction)SPM_cache_info, METH_NOARGS, "The word cache as numbers (Encoder.cache_info)."},
     {"clear_cache", (PyCFunction)SPM_clear_cache, METH_NOARGS, "Forget every cached word."},
     {NULL, NULL, 0, NULL},
 };

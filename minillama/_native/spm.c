@@ -4,7 +4,7 @@
  * leftmost); each remaining symbol is its token, or (resegment) its bytes as byte tokens. Every merged symbol
  * is a token, so resegment's rev_merge step never applies to it.
  *
- * As models/spm.py: the text is cut into words before each U+2581 symbol whose left neighbour is a character
+ * As encoders/spm.py: the text is cut into words before each U+2581 symbol whose left neighbour is a character
  * that no token holds just before U+2581 (no merge can cross there, so both sides merge alone, in the same
  * order), and words are cached; a word not in the cache is cut further between every two characters that no
  * token holds side by side, and each segment merges by a plain scan when short, by a heap + linked list when

@@ -1,5 +1,5 @@
 /* Unigram as llama.cpp runs it (llm_tokenizer_ugm), on UTF-8 bytes, the port of the byte path of
- * models/ugm.py and ugm_normalize.py: normalize (at each position the longest user-defined prefix is kept
+ * encoders/ugm.py and ugm_normalize.py: normalize (at each position the longest user-defined prefix is kept
  * verbatim, else the longest key of the precompiled charsmap is replaced, else one well-formed code point
  * is copied or an invalid byte becomes U+FFFD; spaces become the space marker with llama.cpp's dummy
  * prefix / merged runs), then the Viterbi pass one code point at a time over a byte trie of the tokens,
@@ -12,7 +12,7 @@
 
 /* Tokens longer than LONG_PREFIX bytes stand in the trie by their first LONG_PREFIX bytes only (a walk
  * down a 100,000-byte token from every position of a long run would be quadratic); at that node the
- * Viterbi step compares each of them whole (memcmp), as models/ugm.py does with PREFIX_MAX. */
+ * Viterbi step compares each of them whole (memcmp), as encoders/ugm.py does with PREFIX_MAX. */
 #define LONG_PREFIX 64
 
 typedef struct {
@@ -62,7 +62,7 @@ static int insert_all(btrie *t, const uint8_t *blob, size_t len, const int64_t *
     return 1;
 }
 
-/* By node, then in the vocab's order (ties of equal scores go to the first, as in models/ugm.py). */
+/* By node, then in the vocab's order (ties of equal scores go to the first, as in encoders/ugm.py). */
 static int by_node(const void *a, const void *b) {
     const long_tok *x = a, *y = b;
     if (x->node != y->node) return (x->node > y->node) - (x->node < y->node);

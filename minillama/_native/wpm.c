@@ -1,4 +1,4 @@
-/* WordPiece as llama.cpp runs it (llm_tokenizer_wpm), the port of models/wpm.py: each code point of the
+/* WordPiece as llama.cpp runs it (llm_tokenizer_wpm), the port of encoders/wpm.py: each code point of the
  * text goes through a table Python builds once (the code point it becomes after the vocab's NFD-first /
  * lowercase rules, and whether it ends a word, vanishes or is a word of its own); each word, behind the
  * U+2581 phantom prefix, is cut greedily into the longest tokens from the left (a walk down a byte trie

@@ -7,7 +7,7 @@ Pipeline (one Ray Data pipeline per run of consecutive inputs of one kind, in in
 
     text / JSONL:  read_binary_files -> flat_map(split into documents, the same code as the local engine)
     Parquet:       read_parquet(columns=[text_field])
-    then           map_batches(Encoder actors, concurrency=workers) -> the driver writes shards in order
+    then           map_batches(EncodeActor actors, concurrency=workers) -> the driver writes shards in order
 
 Text and JSONL are read as whole files and cut into documents by sources.py, not by ray.data.read_text /
 read_json: those decode and parse by rules of their own (pyarrow's JSON types, read_text's line
@@ -111,7 +111,7 @@ def _parquet_rows(batch: dict[str, np.ndarray], names: dict[str, str], source: S
     return {"text": np.array(texts, dtype=object), "bad": np.array(bads, dtype=bool)}
 
 
-class Encoder:
+class EncodeActor:
     """A Ray actor holding one Tokenizer: a batch of documents -> one row of concatenated ids."""
 
     def __init__(self, tok: Tokenizer, settings: tuple) -> None:
@@ -191,7 +191,7 @@ def run_ray(tok: Tokenizer, source: Source, writer: ShardWriter, settings: tuple
                 # max_restarts (see the module docstring) is a **ray_remote_args keyword, which Ray 2.60 warns is
                 # deprecated and has no named replacement for; the pinned Ray still honours it
                 warnings.filterwarnings("ignore", message="`ray_remote_args` is deprecated")
-                ds = ds.map_batches(Encoder, fn_constructor_args=(tok, settings),
+                ds = ds.map_batches(EncodeActor, fn_constructor_args=(tok, settings),
                                     compute=ray.data.ActorPoolStrategy(size=workers),
                                     batch_size=DOCS_PER_BATCH, batch_format="numpy", num_cpus=1, max_restarts=0)
             for row in ds.iter_rows():

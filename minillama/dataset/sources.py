@@ -42,7 +42,7 @@ FORMATS = ("auto", "text", "jsonl", "parquet")
 EXTENSIONS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".parquet": "parquet", ".pq": "parquet"}
 MAX_EXAMPLES = 10  # bad records kept by name in the index
 # A document longer than this (UTF-8 bytes) is a bad record: encoding holds a document whole, at up to
-# 25-40 bytes of memory per byte when the tokenizer finds no cut in it (models/base.py), so without a cap
+# 25-40 bytes of memory per byte when the tokenizer finds no cut in it (encoders/base.py), so without a cap
 # one endless line would take all memory. Such lines are read past in blocks, never held whole.
 MAX_DOC_BYTES = 16 << 20
 # The most max_doc_bytes may be raised to: a document that long would take 25-40 TiB to encode, past any

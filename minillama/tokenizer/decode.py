@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import operator
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from functools import partial
 
 from ..errors import ArgumentError, ArgumentTypeError
@@ -103,6 +104,33 @@ def check_id(token_id: object, n_vocab: int) -> int:
     if not 0 <= i < n_vocab:
         raise out_of_range(i, n_vocab)
     return i
+
+
+def check_ids(ids: Iterable[int], n_vocab: int) -> list[int]:
+    """ids as a list, all of them non-negative (decode's table lookup reports ids too large)."""
+    if isinstance(ids, (str, bytes)):
+        raise ArgumentTypeError(f"token ids must be a sequence of int, got {type(ids).__name__}")
+    if not isinstance(ids, list):
+        if isinstance(ids, (AbstractSet, Mapping)):  # no order: the text would be a guess
+            raise ArgumentTypeError(f"token ids must be a sequence of int in order, got a {type(ids).__name__}")
+        if not isinstance(ids, Iterable):
+            raise ArgumentTypeError(f"token ids must be a sequence of int, got {type(ids).__name__}")
+        try:
+            ids = [i.__index__() for i in ids]  # tuples, numpy arrays, generators
+        except (AttributeError, TypeError):
+            raise ArgumentTypeError(f"token ids must be a sequence of int, got a {type(ids).__name__} "
+                                    "holding other values") from None
+    if ids:
+        try:
+            lo = min(ids)
+            negative = lo < 0
+        except TypeError:
+            for i in ids:
+                check_id(i, n_vocab)
+            raise
+        if negative:
+            raise out_of_range(lo, n_vocab)
+    return ids
 
 
 def _lookup(table: list[bytes], ids: list[int]) -> tuple[bytes, ...] | list[bytes]:

@@ -1,6 +1,6 @@
 """Character offsets: the (start, end) span of the text each token came from (HF tokenizers' Encoding.offsets).
 
-The algorithm, plainly: each merge model turns a plain-text fragment into a model-space string of which
+The algorithm, plainly: each encoder turns a plain-text fragment into a model-space string of which
 its tokens consume known lengths, left to right; walk the tokens along that string and map each consumed
 range back to the characters of the fragment it came from.
 
@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from .models import Model
+from .encoders import Encoder
 from .text import SPACE
 from .vocab import Attr
 
@@ -71,9 +71,9 @@ def spans_of_ranges(s: str, b0: np.ndarray, b1: np.ndarray, src: Sequence[int] |
     return list(zip(start.tolist(), end.tolist()))
 
 
-def bpe_spans(model: Model, pieces: Sequence[bytes], frag: str, prepared: str, ids: list[int]) -> list[Span]:
+def bpe_spans(encoder: Encoder, pieces: Sequence[bytes], frag: str, prepared: str, ids: list[int]) -> list[Span]:
     if prepared != frag:  # SPM-style BPE (U+2581 for spaces): the text itself is model space
-        return spm_spans(model, pieces, frag, prepared, ids)
+        return spm_spans(encoder, pieces, frag, prepared, ids)
     # Byte-level pieces spell the text's bytes, except where a pre-tokenizer drops or changes a character
     # (falcon's \v): there a piece is looked for a few bytes on, and the bytes skipped belong to no token.
     data = frag.encode("utf-8")
@@ -94,8 +94,8 @@ def bpe_spans(model: Model, pieces: Sequence[bytes], frag: str, prepared: str, i
     return spans_of_ranges(frag, b0, b0 + np.asarray(lengths, np.int64))
 
 
-def spm_spans(model: Model, pieces: Sequence[bytes], frag: str, prepared: str, ids: list[int]) -> list[Span]:
-    tokens, attrs = model.vocab.tokens, model.vocab.attrs
+def spm_spans(encoder: Encoder, pieces: Sequence[bytes], frag: str, prepared: str, ids: list[int]) -> list[Span]:
+    tokens, attrs = encoder.vocab.tokens, encoder.vocab.attrs
     byte = int(Attr.BYTE)
     lengths = [1 if attrs[i] & byte else len(tokens[i].encode("utf-8", "surrogateescape")) for i in ids]
     shift = len(prepared) - len(frag)  # the dummy prefix
@@ -103,8 +103,8 @@ def spm_spans(model: Model, pieces: Sequence[bytes], frag: str, prepared: str, i
     return walk(prepared, lengths, src, src + (np.arange(len(prepared)) >= shift))
 
 
-def wpm_spans(model: Model, pieces: Sequence[bytes], frag: str, prepared: str, ids: list[int]) -> list[Span]:
-    table = model._table  # type: ignore[attr-defined]
+def wpm_spans(encoder: Encoder, pieces: Sequence[bytes], frag: str, prepared: str, ids: list[int]) -> list[Span]:
+    table = encoder._table  # type: ignore[attr-defined]
     words: list[tuple[str, list[int], list[int]]] = []
     chars: list[str] = []
     src: list[int] = []
@@ -122,7 +122,7 @@ def wpm_spans(model: Model, pieces: Sequence[bytes], frag: str, prepared: str, i
     if chars:
         words.append(("".join(chars), src, src_end))
     # all words joined: one array pass maps every token's bytes back to the characters they came from
-    tokens, unk = model.vocab.tokens, model.vocab.special.get("unk")
+    tokens, unk = encoder.vocab.tokens, encoder.vocab.special.get("unk")
     phantom = len(SPACE.encode())
     b0: list[int] = []
     b1: list[int] = []
@@ -131,7 +131,7 @@ def wpm_spans(model: Model, pieces: Sequence[bytes], frag: str, prepared: str, i
     off = 0
     for word, wsrc, wend in words:
         size = len(word.encode("utf-8", "surrogatepass"))
-        wids = model.encode(word)
+        wids = encoder.encode(word)
         if wids == [unk]:
             b0.append(off)
             b1.append(off + size)
@@ -149,11 +149,11 @@ def wpm_spans(model: Model, pieces: Sequence[bytes], frag: str, prepared: str, i
                            src_all, end_all)
 
 
-def ugm_spans(model: Model, pieces: Sequence[bytes], frag: str, prepared: str, ids: list[int]) -> list[Span]:
+def ugm_spans(encoder: Encoder, pieces: Sequence[bytes], frag: str, prepared: str, ids: list[int]) -> list[Span]:
     data = frag.encode("utf-8")
     src: list[int] = []
-    full = model._normalize_bytes(data, src)  # type: ignore[attr-defined]
-    tokens, unk = model.vocab.tokens, model.vocab.special.get("unk")
+    full = encoder._normalize_bytes(data, src)  # type: ignore[attr-defined]
+    tokens, unk = encoder.vocab.tokens, encoder.vocab.special.get("unk")
     texts = [None if t == unk else tokens[t].encode("utf-8", "surrogateescape") for t in ids]
     ranges: list[tuple[int, int]] = []  # bytes of the normalised text each token covers
     b = 0
@@ -188,8 +188,8 @@ def no_overlap(spans: list[Span]) -> list[Span]:
     return spans
 
 
-#: merge model name -> its span function
-SPANS: dict[str, Callable[[Model, Sequence[bytes], str, str, list[int]], list[Span]]] = {
+#: vocab kind (Tokenizer.model) -> its span function
+SPANS: dict[str, Callable[[Encoder, Sequence[bytes], str, str, list[int]], list[Span]]] = {
     "bpe": bpe_spans, "spm": spm_spans, "wpm": wpm_spans, "ugm": ugm_spans,
 }
 

@@ -94,7 +94,7 @@ class PreTokenizer:
             else:
                 steps.append(("wide", ecmascript(expr)))
         self._steps = steps
-        # per step: (young, old) generations of piece -> words, as the word caches (models/base.py)
+        # per step: (young, old) generations of piece -> words, as the word caches (encoders/base.py)
         self._memo: list[list[dict[str, list[str]]]] = [[{}, {}] for _ in steps]
 
     def spans(self, text: str, first: int = 0, last: int | None = None) -> list[tuple[int, int]]:

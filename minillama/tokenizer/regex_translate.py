@@ -19,7 +19,7 @@ import re
 
 from . import unicode_data as ud
 from .tables import CUSTOM_SPLITTERS
-from .unicode import HAN_RANGES, LETTER, MARK, NUMBER, PUNCT, SYMBOL, is_han
+from .unicode import HAN_RANGES, PH_LETTER, PH_MARK, PH_NUMBER, PH_PUNCT, PH_SYMBOL, is_han
 
 Ranges = list[tuple[int, int]]
 _BMP = 0xFFFF
@@ -146,10 +146,10 @@ def bmp_view(text: str) -> tuple[str, list[int]]:
     return _ASTRAL.sub(stand_in, text), where
 
 
-UCAT = {r"\p{N}": NUMBER + "0-9", r"\p{L}": LETTER + "A-Za-z",
-         r"\p{P}": PUNCT + r"!-#%-*,-/:-;?-@\[-\]_\{\}", r"\p{M}": MARK, r"\p{S}": SYMBOL + r"\$\+<-\>\^`\|",
-         r"\p{Lu}": LETTER + "A-Za-z", r"\p{Ll}": LETTER + "A-Za-z", r"\p{Lt}": LETTER + "A-Za-z",
-         r"\p{Lm}": LETTER + "A-Za-z", r"\p{Lo}": LETTER + "A-Za-z"}
+UCAT = {r"\p{N}": PH_NUMBER + "0-9", r"\p{L}": PH_LETTER + "A-Za-z",
+         r"\p{P}": PH_PUNCT + r"!-#%-*,-/:-;?-@\[-\]_\{\}", r"\p{M}": PH_MARK, r"\p{S}": PH_SYMBOL + r"\$\+<-\>\^`\|",
+         r"\p{Lu}": PH_LETTER + "A-Za-z", r"\p{Ll}": PH_LETTER + "A-Za-z", r"\p{Lt}": PH_LETTER + "A-Za-z",
+         r"\p{Lm}": PH_LETTER + "A-Za-z", r"\p{Lo}": PH_LETTER + "A-Za-z"}
 
 
 def collapse_pattern(expr: str) -> str:

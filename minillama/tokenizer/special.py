@@ -10,13 +10,18 @@ matches inside a character ("é" is C3 A9). When a vocab has such a token, the s
 byte view of the text (each byte one latin-1 character) and the plain-text fragments come back as
 str with the bytes they hold that are not whole UTF-8 as surrogate escapes (U+DC80..U+DCFF), the
 form `encode` gives raw bytes.
+
+Special-token control, as tiktoken's allowed_special / disallowed_special: which control tokens written in
+a text become their ids, and the error for a disallowed one the text holds (`special_control`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
+from typing import Literal
 
+from ..errors import ArgumentError, ArgumentTypeError
 from .text import ESCAPES
 from .unicode import C_SPACE
 from .vocab import Attr, Vocab
@@ -24,6 +29,9 @@ from .vocab import Attr, Vocab
 PREFIX_CHARS = 3
 # Attr bits as plain ints, computed once (an IntFlag operation costs about a microsecond a call).
 _SKIP, _LSTRIP, _RSTRIP = int(Attr.CONTROL | Attr.UNKNOWN), int(Attr.LSTRIP), int(Attr.RSTRIP)
+
+#: tiktoken's allowed_special / disallowed_special: "all", or a collection of token texts.
+SpecialSet = Literal["all"] | Iterable[str]
 
 
 def always_matched(vocab: Vocab) -> list[int]:
@@ -131,3 +139,43 @@ def find_special(vocab: Vocab, text: str, ids: Iterable[int]) -> tuple[int, int]
                          (pos == best[0] and len(vocab.tokens[sid]) > len(vocab.tokens[best[1]]))):
             best = (pos, sid)
     return best
+
+
+def special_control(vocab: Vocab, text: str, parse_special: bool, allowed_special: SpecialSet | None,
+                    disallowed_special: SpecialSet | None) -> frozenset[int]:
+    """Ids of the control tokens to match in text (tiktoken's allowed_special); raises ArgumentError for
+    a disallowed one present in text. Empty, and nothing checked, when neither argument is given."""
+    if allowed_special is None and disallowed_special is None:
+        return frozenset()
+    v = vocab
+    mask = int(Attr.CONTROL | Attr.UNKNOWN)
+    controls = {v.tokens[i]: i for i in v.special_cache if v.attrs[i] & mask}
+
+    def ids_of(arg: SpecialSet, name: str) -> frozenset[int]:
+        if isinstance(arg, str):
+            if arg != "all":
+                raise ArgumentError(f"{name} must be 'all' or a collection of token texts, got the str {arg!r}")
+            return frozenset(controls.values())
+        if not isinstance(arg, Iterable):
+            raise ArgumentTypeError(f"{name} must be 'all' or a collection of token texts, "
+                                    f"got {type(arg).__name__}")
+        out = set()
+        for t in arg:
+            if t not in controls:
+                raise ArgumentError(f"{name}: {t!r} is not a control token of this vocab (expected one of "
+                                    f"{', '.join(repr(c) for c in list(controls)[:8])}"
+                                    f"{', ...' if len(controls) > 8 else ''})")
+            out.add(controls[t])
+        return frozenset(out)
+
+    allowed = ids_of(allowed_special, "allowed_special") if allowed_special is not None else frozenset()
+    if parse_special:
+        allowed = frozenset(controls.values())
+    disallowed = ids_of("all" if disallowed_special is None else disallowed_special, "disallowed_special")
+    found = find_special(v, text, disallowed - allowed)
+    if found is not None:
+        pos, sid = found
+        raise ArgumentError(f"the text holds the special token {v.tokens[sid]!r} at character {pos}, which is "
+                            "disallowed: pass allowed_special={...} to encode it as that token, or "
+                            "disallowed_special=() to encode it as plain text")
+    return allowed

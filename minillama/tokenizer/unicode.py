@@ -9,8 +9,9 @@ import re
 
 from . import unicode_data as ud
 
-# The White_Space property: what llama.cpp's unicode tables flag as whitespace.
-WHITESPACE = frozenset(cp for a, b in ud.code_point_ranges(ud.WHITESPACE) for cp in range(a, b + 1))
+# The White_Space property: what llama.cpp's unicode tables flag as whitespace, as a set of code points
+# (unicode_data.WHITESPACE is the flag bit).
+WHITESPACE_CPS = frozenset(cp for a, b in ud.code_point_ranges(ud.WHITESPACE) for cp in range(a, b + 1))
 
 
 # C isspace() in the "C" locale: what std::regex's \s and llama.cpp's l/rstrip of special tokens see.
@@ -56,10 +57,11 @@ def raw_byte_token(b: int) -> str:
     return chr(b) if b < 0x80 else chr(0xDC00 + b)
 
 
-# Placeholders llama.cpp substitutes for non-ASCII code points before running std::regex (k_ucat_cpt).
-NUMBER, LETTER, PUNCT, MARK, SYMBOL, OTHER = "\xd1", "\xd2", "\xd3", "\xd4", "\xd5", "\xd0"
-_PLACEHOLDER = {ud.NUMBER: NUMBER, ud.LETTER: LETTER, ud.PUNCTUATION: PUNCT, ud.ACCENT_MARK: MARK,
-                ud.SYMBOL: SYMBOL}
+# Placeholders llama.cpp substitutes for non-ASCII code points before running std::regex (k_ucat_cpt); PH_,
+# as they are characters, where unicode_data's NUMBER, LETTER, ... are flag bits.
+PH_NUMBER, PH_LETTER, PH_PUNCT, PH_MARK, PH_SYMBOL, PH_OTHER = "\xd1", "\xd2", "\xd3", "\xd4", "\xd5", "\xd0"
+_PLACEHOLDER = {ud.NUMBER: PH_NUMBER, ud.LETTER: PH_LETTER, ud.PUNCTUATION: PH_PUNCT, ud.ACCENT_MARK: PH_MARK,
+                ud.SYMBOL: PH_SYMBOL}
 
 
 def category_placeholder(cp: int) -> str:
@@ -69,7 +71,7 @@ def category_placeholder(cp: int) -> str:
     f = ud.flags(cp)
     if f & ud.WHITESPACE:
         return "\x0b"
-    return _PLACEHOLDER.get(f & ud.CATEGORIES, OTHER)
+    return _PLACEHOLDER.get(f & ud.CATEGORIES, PH_OTHER)
 
 
 class _CollapseTable(dict):
@@ -84,7 +86,7 @@ class _WideTable(dict):
     """str.translate table that turns non-ASCII whitespace into \\v, as llama.cpp does for std::wregex."""
 
     def __missing__(self, cp: int) -> int:
-        v = self[cp] = 0x0B if cp > 0x7F and cp in WHITESPACE else cp
+        v = self[cp] = 0x0B if cp > 0x7F and cp in WHITESPACE_CPS else cp
         return v
 
 

@@ -33,7 +33,7 @@ from .tables import (
 )
 
 if TYPE_CHECKING:
-    from .models.ugm_charsmap import Charsmap
+    from .encoders.ugm_charsmap import Charsmap
 
 K = Keys.Tokenizer
 
@@ -315,7 +315,7 @@ def _read_add_flags(md: dict[str, Any], flags: dict[str, bool], spec: PreSpec | 
 
 def _read_charsmap(md: dict[str, Any]) -> Charsmap | None:
     """A Unigram vocab's precompiled charsmap, parsed (None when the file has none or an empty one)."""
-    from .models.ugm_charsmap import Charsmap  # the models package imports this module
+    from .encoders.ugm_charsmap import Charsmap  # the encoders package imports this module
 
     blob = md.get(K.PRECOMPILED_CHARSMAP)
     if blob is None or (isinstance(blob, np.ndarray) and blob.size == 0):

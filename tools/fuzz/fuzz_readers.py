@@ -447,8 +447,8 @@ def main(argv: list[str] | None = None) -> int:
         with atheris.instrument_imports(include=["minillama"]):  # before anything imports minillama
             import minillama.gguffile  # noqa: F401
             import minillama.tokenizer  # noqa: F401
+            import minillama.tokenizer.encoders  # noqa: F401
             import minillama.tokenizer.formats  # noqa: F401
-            import minillama.tokenizer.models  # noqa: F401
     seeds = seed_files()
     fuzzer = Fuzzer(args.crash_dir, args.slow)
     t0 = time.perf_counter()

@@ -1,6 +1,6 @@
-"""What the two merge models (bpe.py: by rank, spm.py: by score) share around their merge loops.
+"""What the two merge encoders (bpe.py: by rank, spm.py: by score) share around their merge loops.
 
-The loops themselves stay in each model, written out: they are the hot path, each pair's priority is
+The loops themselves stay in each encoder, written out: they are the hot path, each pair's priority is
 computed differently (a merge rank of "left right", or the score rank of the token left + right), and
 llama.cpp's staleness tests differ with it (the same rank again; the same symbol sizes).
 """

@@ -1,9 +1,9 @@
-"""The base of every merge model: a bounded cache from word to ids in front of `encode_word`.
+"""The base of every encoder: a bounded cache from word to ids in front of `encode_word`.
 
-Raw bytes in text. The facade (Tokenizer.encode) hands models text in which the characters
+Raw bytes in text. The facade (Tokenizer.encode) hands encoders text in which the characters
 U+DC80..U+DCFF stand for the raw bytes 0x80..0xFF that are not valid UTF-8 (Python's
 surrogateescape), so that a fragment is exactly the bytes llama.cpp would see. Such fragments go to
-`encode_escaped`, and each model treats the bytes as its llama.cpp counterpart does: SPM and UGM
+`encode_escaped`, and each encoder treats the bytes as its llama.cpp counterpart does: SPM and UGM
 work on the bytes themselves; BPE and WPM first decode them to code points as llama.cpp's
 unicode_cpts_from_utf8 does (`llama_code_points`), where an invalid byte becomes U+FFFD.
 
@@ -16,10 +16,10 @@ once per generation is never recomputed, memory stays under 2 x CACHE_MAX_BYTES 
 does more work than the first. The hot path (every word a hit in the young generation) is one C-level
 map over the young dict. Processes that encode parts of one input (the dataset engine's workers) share
 what they compute: take_new_entries() gives the entries computed since it was last called, and
-add_entries() puts another model's into this cache.
+add_entries() puts another encoder's into this cache.
 
 Huge fragments. A fragment of more than CHUNK_CHARS characters is encoded a piece at a time
-(`Model.word_chunks`): each model cuts only where the words of the whole text provably have a
+(`Encoder.word_chunks`): each encoder cuts only where the words of the whole text provably have a
 boundary that does not depend on what follows (SPM: a cut of its one-character-context splitter;
 WordPiece: after a space; BPE: after a newline followed by a non-space, checked against the words
 of the text read on past the cut; Unigram: a segment cut), so the ids are the same and the word
@@ -40,7 +40,7 @@ import threading
 from array import array
 from collections.abc import Callable, Iterable, Iterator
 from itertools import chain, compress
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
 from ..text import llama_code_points
 from ..vocab import Vocab
@@ -51,7 +51,7 @@ CACHE_MAX_BYTES = 32 << 20
 CACHE_MAX_WORDS = 1 << 18
 
 # Huge fragments. A fragment longer than CHUNK_CHARS is encoded a piece at a time, each piece ending
-# where the model proves its ids do not depend on what follows (see `Model.word_chunks`), so the word
+# where the encoder proves its ids do not depend on what follows (see `Encoder.word_chunks`), so the word
 # lists of one call stay a few MB whatever the input. Pieces are CHUNK_CHARS // 2 .. CHUNK_CHARS long
 # when a cut is found there; a text with no cut at all (one endless word) is one piece.
 CHUNK_CHARS = 1 << 20
@@ -119,24 +119,16 @@ def last_cut_before(mark: str, split: Callable[[str], list[str]], text: str, lo:
     return None
 
 
-class Encoder(Protocol):
-    """What Tokenizer asks of an algorithm, whichever backend runs it (pure Python here, or the native
-    core): the ids of one plain fragment, its preparation, the ids add_special adds, and the cache."""
+class Encoder:
+    """Turns plain text into ids; subclasses say how text splits into words and how a word merges.
 
-    backend: str  # "pure" or "native"
+    What Tokenizer asks of an encoder, whichever backend runs it (these Python classes, or their Native*
+    subclasses over the compiled core): `prepare` and `encode` / `encode_escaped` of one plain fragment,
+    the ids add_special adds (`affixes`), and the word cache (`cache_info`, `clear_cache`,
+    `take_new_entries`, `add_entries`); `words` for offsets and token healing.
+    """
 
-    def prepare(self, text: str, after_special: bool) -> str: ...
-    def encode(self, text: str) -> list[int]: ...
-    def encode_escaped(self, text: str) -> list[int]: ...
-    def affixes(self) -> tuple[list[int], list[int]]: ...
-    def cache_info(self) -> dict[str, int]: ...
-    def clear_cache(self) -> None: ...
-
-
-class Model:
-    """Turns plain text into ids; subclasses say how text splits into words and how a word merges."""
-
-    backend = "pure"
+    backend = "pure"  # or "native"
 
     def __init__(self, vocab: Vocab) -> None:
         self.vocab = vocab
@@ -173,7 +165,7 @@ class Model:
         return before, after  # type: ignore[return-value]
 
     def prepare(self, text: str, after_special: bool) -> str:
-        """Model-specific text preparation of one fragment (space markers, dummy prefix)."""
+        """Encoder-specific text preparation of one fragment (space markers, dummy prefix)."""
         return text
 
     def words(self, text: str) -> list[str]:
@@ -194,18 +186,18 @@ class Model:
         return out
 
     def word_chunks(self, text: str) -> Iterator[list[str]]:
-        """The words of text, a piece at a time (the pieces of `pieces` with this model's cut)."""
+        """The words of text, a piece at a time (the pieces of `pieces` with this encoder's cut)."""
         return map(self.words, pieces(text, self.cut))
 
     def cut(self, text: str, lo: int, hi: int) -> int | None:
         """A position q, lo <= q < hi, where the words of text are those of text[:q] then those of
-        text[q:]; None when there is none (the default: models that do not chunk)."""
+        text[q:]; None when there is none (the default: encoders that do not chunk)."""
         return None
 
     def encode_escaped(self, text: str) -> list[int]:
         """Encode a fragment holding raw bytes as surrogate escapes (see the module docstring).
 
-        The default is llama.cpp's for models that read text as code points (BPE, WPM): decode the
+        The default is llama.cpp's for encoders that read text as code points (BPE, WPM): decode the
         bytes with unicode_cpts_from_utf8's rules, then encode the code points.
         """
         return self.encode(llama_code_points(text))
@@ -254,7 +246,7 @@ class Model:
         return new
 
     def add_entries(self, entries: Iterable[tuple[str, list[int]]]) -> None:
-        """Cache entries that take_new_entries() of a model of this same vocab returned (kept words stay)."""
+        """Cache entries that take_new_entries() of an encoder of this same vocab returned (kept words stay)."""
         cache = self._cache
         for word, ids in entries:
             if word not in cache:

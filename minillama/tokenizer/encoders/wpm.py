@@ -29,7 +29,7 @@ from ...errors import FormatError
 from .. import unicode_data as ud
 from ..text import SPACE
 from ..vocab import Vocab
-from .base import Model
+from .base import Encoder
 from .bpe import unicode_flags
 
 PREFIX_MAX = 64
@@ -96,7 +96,7 @@ class _NormTable(dict):
         return out
 
 
-class WPMModel(Model):
+class WPMEncoder(Encoder):
     """llama.cpp's WPM tokenizer over a BERT vocab (word-initial tokens carry U+2581, continuations do not)."""
 
     def __init__(self, vocab: Vocab) -> None:
@@ -231,8 +231,8 @@ def norm_table(lowercase: bool, strip_accents: bool) -> np.ndarray:
     return np.ascontiguousarray(out | cls << 21, np.uint32)
 
 
-class NativeWPMModel(WPMModel):
-    """WPMModel whose encode runs in the native core (C): the per-code-point table above (norm_table) and a
+class NativeWPMEncoder(WPMEncoder):
+    """WPMEncoder whose encode runs in the native core (C): the per-code-point table above (norm_table) and a
     greedy longest match over a byte trie of the tokens, with the GIL released. The Python methods it inherits
     stay for offsets and for text that is not valid UTF-8; they give the same ids."""
 
@@ -248,7 +248,7 @@ class NativeWPMModel(WPMModel):
                               tuple(range(vocab.n_vocab)))
 
     @classmethod
-    def build(cls, vocab: Vocab, core: ModuleType) -> NativeWPMModel:
+    def build(cls, vocab: Vocab, core: ModuleType) -> NativeWPMEncoder:
         return cls(vocab, core)
 
     def encode(self, text: str) -> list[int]:

@@ -1,4 +1,5 @@
-"""Merge models: each turns one run of plain text (no special tokens) into token ids.
+"""Encoders: the tokenizer algorithms (SPM, BPE, WordPiece, Unigram), each turning one run of plain text (no
+special tokens) into token ids. (`Model` is the forward pass, minillama.model; these are not models.)
 
 The backend. `MINILLAMA_BACKEND` (auto, the default | native | pure), read when a tokenizer is built,
 chooses who runs an algorithm: the compiled core (minillama._native._core) where it is built and covers
@@ -13,19 +14,19 @@ from types import ModuleType
 
 from ...errors import ArgumentError, UnsupportedError
 from ..vocab import Vocab
-from .base import Encoder, Model
-from .bpe import BPEModel, NativeBPEModel
-from .spm import NativeSPMModel, SPMModel
-from .ugm import NativeUGMModel, UGMModel
-from .wpm import NativeWPMModel, WPMModel
+from .base import Encoder
+from .bpe import BPEEncoder, NativeBPEEncoder
+from .spm import NativeSPMEncoder, SPMEncoder
+from .ugm import NativeUGMEncoder, UGMEncoder
+from .wpm import NativeWPMEncoder, WPMEncoder
 
-MODELS: dict[str, type[Model]] = {"spm": SPMModel, "bpe": BPEModel, "wpm": WPMModel, "ugm": UGMModel}
+ENCODERS: dict[str, type[Encoder]] = {"spm": SPMEncoder, "bpe": BPEEncoder, "wpm": WPMEncoder, "ugm": UGMEncoder}
 
 
 BACKENDS = ("auto", "native", "pure")
-# The native class of each kind the core covers (make_model falls back to MODELS where it returns None).
-NATIVE: dict[str, type[NativeBPEModel] | type[NativeSPMModel] | type[NativeUGMModel] | type[NativeWPMModel]] = {
-    "bpe": NativeBPEModel, "spm": NativeSPMModel, "ugm": NativeUGMModel, "wpm": NativeWPMModel}
+# The native class of each kind the core covers (make_encoder falls back to ENCODERS where it returns None).
+NATIVE: dict[str, type[NativeBPEEncoder] | type[NativeSPMEncoder] | type[NativeUGMEncoder] | type[NativeWPMEncoder]] = {
+    "bpe": NativeBPEEncoder, "spm": NativeSPMEncoder, "ugm": NativeUGMEncoder, "wpm": NativeWPMEncoder}
 
 
 def backend_choice() -> str:
@@ -52,17 +53,17 @@ def native_core(choice: str) -> ModuleType | None:
     return _core
 
 
-def make_model(vocab: Vocab) -> Model:
-    """The merge model for a vocab's kind (Vocab.from_metadata refuses every other kind), native where the
+def make_encoder(vocab: Vocab) -> Encoder:
+    """The encoder for a vocab's kind (Vocab.from_metadata refuses every other kind), native where the
     backend choice allows it and the core covers the vocab."""
     core = native_core(backend_choice())
     native = NATIVE.get(vocab.kind)
     if core is not None and native is not None:
-        model = native.build(vocab, core)
-        if model is not None:
-            return model
-    return MODELS[vocab.kind](vocab)
+        encoder = native.build(vocab, core)
+        if encoder is not None:
+            return encoder
+    return ENCODERS[vocab.kind](vocab)
 
 
-__all__ = ["Model", "Encoder", "make_model", "MODELS", "BACKENDS", "backend_choice", "SPMModel", "BPEModel",
-           "WPMModel", "UGMModel"]
+__all__ = ["Encoder", "make_encoder", "ENCODERS", "NATIVE", "BACKENDS", "backend_choice", "SPMEncoder", "BPEEncoder",
+           "WPMEncoder", "UGMEncoder"]

@@ -8,7 +8,7 @@ of its single bytes where those exist (llama.cpp drops the rest).
 Words repeat, so each word's ids are cached. Short words use the plain loop; long ones (a run of
 100,000 'a's is one word) the heap + linked list, O(n log n).
 
-Words are code points (models/base.py): raw bytes in the text have already been decoded the way
+Words are code points (encoders/base.py): raw bytes in the text have already been decoded the way
 llama.cpp decodes them, so a surrogate code point here stands for itself and is encoded with
 'surrogatepass' (the bytes ED A0 80 read as U+D800 become those three bytes again).
 """
@@ -32,7 +32,7 @@ from ..text import SPACE
 from ..unicode import BYTE_TO_CHAR, byte_encode, byte_token, raw_byte_token
 from ..vocab import Vocab
 from . import base
-from .base import Model
+from .base import Encoder
 from .merge import linked_list, merge_queue, with_bytes
 
 HEAP_MIN_LEN = 48
@@ -43,7 +43,7 @@ _NEWLINE_CUT = re.compile(r"\n(?=\S)")
 _MARGIN = 1 << 12
 
 
-class BPEModel(Model):
+class BPEEncoder(Encoder):
     """llama.cpp's BPE tokenizer over a vocab with merges and a pre-tokenizer."""
 
     EAGER_RANKS = True
@@ -230,8 +230,8 @@ def native_merges(vocab: Vocab, core: ModuleType) -> np.ndarray:
     return arrays.merges if rows is None else np.frombuffer(rows, np.int32).reshape(len(merges), 3)
 
 
-class NativeBPEModel(BPEModel):
-    """BPEModel whose encode runs in the native core (C): splitting (llama.cpp's GPT-2 and LLaMA-3
+class NativeBPEEncoder(BPEEncoder):
+    """BPEEncoder whose encode runs in the native core (C): splitting (llama.cpp's GPT-2 and LLaMA-3
     splitters and the Falcon and StarCoder pattern lists in C, other patterns here), rank merges and the
     word cache, with the GIL released. The Python methods it inherits (words, encode_word) stay for offsets
     and token healing; they give the same ids."""
@@ -250,8 +250,8 @@ class NativeBPEModel(BPEModel):
             self.encode_plain = self.encode_many = None  # type: ignore[assignment]
 
     @classmethod
-    def build(cls, vocab: Vocab, core: ModuleType) -> NativeBPEModel | None:
-        """The native model of a vocab, or None where the core does not cover it: byte-level vocabs whose merges
+    def build(cls, vocab: Vocab, core: ModuleType) -> NativeBPEEncoder | None:
+        """The native encoder of a vocab, or None where the core does not cover it: byte-level vocabs whose merges
         of two tokens all make a token (so every symbol is a token, or a byte character no merge names)."""
         spec = vocab.pre_spec
         if spec is None or not spec.byte_encode or spec.newline_tokens or vocab.escape_whitespaces:

@@ -7,7 +7,7 @@ Viterbi pass over the normalized text, one UTF-8 code point at a time: the best-
 normal / user-defined (score 0) / unused tokens, where a code point no single token covers may be
 the unknown token at (lowest normal score - 10); consecutive unknowns are emitted as one. The
 charsmap is parsed at load (ugm_charsmap.py, by Vocab); normalisation is ugm_normalize.py; this file
-is the model: its tables, the Viterbi passes and encode.
+is the encoder: its tables, the Viterbi passes and encode.
 
 llama.cpp does this on UTF-8 bytes. For text that is valid Unicode (no surrogates) and a vocab whose
 charsmap and user-defined tokens are valid UTF-8, working on str characters gives the same result,
@@ -44,7 +44,7 @@ from ...errors import FormatError
 from ..text import SPACE, SURROGATES, to_bytes, utf8_len
 from ..vocab import Attr, Vocab
 from . import base
-from .base import Model, last_cut_before
+from .base import Encoder, last_cut_before
 from .ugm_normalize import _NO, UGMNormalizer
 
 DBL_LOWEST = -sys.float_info.max  # llama.cpp's -DBL_MAX: the score of a position not reached yet
@@ -98,7 +98,7 @@ def _exact_sum_limit(scores: list[float]) -> int:
     return int(math.ldexp(q, 53) / top)
 
 
-class UGMModel(UGMNormalizer, Model):
+class UGMEncoder(UGMNormalizer, Encoder):
     """llama.cpp's UGM (Unigram) tokenizer over a vocab with scores and a precompiled charsmap."""
 
     def __init__(self, vocab: Vocab) -> None:
@@ -138,7 +138,7 @@ class UGMModel(UGMNormalizer, Model):
         self._bytes: _ByteTables | None = None
         self._init_normalizer(vocab)
 
-    # --- Model interface -----------------------------------------------------------------------
+    # --- Encoder interface -----------------------------------------------------------------------
     def encode(self, text: str) -> list[int]:
         """Normalize the fragment, cut it where no token spans (see the module docstring), Viterbi per segment."""
         ids = None
@@ -323,8 +323,8 @@ def _blob(texts: list[bytes]) -> tuple[bytes, np.ndarray]:
     return b"".join(texts), offsets
 
 
-class NativeUGMModel(UGMModel):
-    """UGMModel whose encode runs in the native core (C): the byte-level normalisation and Viterbi of llama.cpp,
+class NativeUGMEncoder(UGMEncoder):
+    """UGMEncoder whose encode runs in the native core (C): the byte-level normalisation and Viterbi of llama.cpp,
     with the GIL released, from the tables this class builds (its token entries, user-defined texts and the
     vocab's charsmap). The Python methods it inherits stay for offsets; they give the same ids."""
 
@@ -345,8 +345,8 @@ class NativeUGMModel(UGMModel):
                               self.remove_extra_whitespaces, tuple(range(vocab.n_vocab)))
 
     @classmethod
-    def build(cls, vocab: Vocab, core: ModuleType) -> NativeUGMModel | None:
-        """The native model, or None for a charsmap without units (the pure path reports it)."""
+    def build(cls, vocab: Vocab, core: ModuleType) -> NativeUGMEncoder | None:
+        """The native encoder, or None for a charsmap without units (the pure path reports it)."""
         if vocab.charsmap is not None and not len(vocab.charsmap.units):
             return None
         return cls(vocab, core)

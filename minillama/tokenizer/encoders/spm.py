@@ -14,7 +14,7 @@ not in the cache is cut further at every pair of characters that no token holds 
 segments short. Short segments use the plain quadratic loop; long ones the heap + linked list,
 O(n log n).
 
-Raw bytes (surrogate escapes U+DC80..U+DCFF, see models/base.py) are what llama.cpp sees: bytes.
+Raw bytes (surrogate escapes U+DC80..U+DCFF, see encoders/base.py) are what llama.cpp sees: bytes.
 It cuts its symbols by the length each lead byte announces, whatever follows (the bytes C3 61 are
 one symbol), so a word holding raw bytes is merged over its bytes, as latin-1 strings looked up in a
 latin-1 keyed copy of the vocab, and no word boundary is placed within three characters after a raw
@@ -38,7 +38,7 @@ from ..text import SPACE, SURROGATES, UTF8_LEN
 from ..unicode import byte_token, raw_byte_token
 from ..vocab import Vocab
 from . import base
-from .base import Model, adjacent_pairs, cut_at_pairs, last_cut_before
+from .base import Encoder, adjacent_pairs, cut_at_pairs, last_cut_before
 from .merge import linked_list, merge_queue, with_bytes
 
 HEAP_MIN_LEN = 48
@@ -46,7 +46,7 @@ _NO_PAIR = float("-inf")
 _RAW_LEAD = re.compile("[\udcc0-\udcff]")
 
 
-class SPMModel(Model):
+class SPMEncoder(Encoder):
     """llama.cpp's SPM tokenizer over a vocab with scores."""
 
     def __init__(self, vocab: Vocab) -> None:
@@ -275,8 +275,8 @@ class SPMModel(Model):
 _NATIVE_MAX_CHARS = 1 << 29
 
 
-class NativeSPMModel(SPMModel):
-    """SPMModel whose encode runs in the native core (C, spm.c): the same merges over the text's bytes, the
+class NativeSPMEncoder(SPMEncoder):
+    """SPMEncoder whose encode runs in the native core (C, spm.c): the same merges over the text's bytes, the
     word cut, the word cache and byte fallback, with the GIL released. The Python methods it inherits (words,
     encode_word) stay for offsets and token healing, and run where the core cannot: text that is no UTF-8 even
     with surrogate escapes, and a byte the vocab has no token for (the pure path raises the FormatError)."""
@@ -291,8 +291,8 @@ class NativeSPMModel(SPMModel):
                               base.CACHE_MAX_BYTES, base.CACHE_MAX_WORDS)
 
     @classmethod
-    def build(cls, vocab: Vocab, core: ModuleType) -> NativeSPMModel:
-        """The native model of an SPM vocab: the core covers every one."""
+    def build(cls, vocab: Vocab, core: ModuleType) -> NativeSPMEncoder:
+        """The native encoder of an SPM vocab: the core covers every one."""
         return cls(vocab, core)
 
     def encode(self, text: str) -> list[int]:

@@ -88,7 +88,7 @@ def _freeze(root: dict) -> tuple[dict, frozenset[int]]:
 
 
 class UGMNormalizer:
-    """The two normalisers of a Unigram model (UGMModel derives from this): the tables they need are
+    """The two normalisers of a Unigram encoder (UGMEncoder derives from this): the tables they need are
     built from the vocab by `_init_normalizer`."""
 
     byte_token_entries: list[tuple[str, tuple[int, float]]]
