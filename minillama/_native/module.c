@@ -11,6 +11,8 @@ typedef struct {
     bpe *b;
     Py_buffer flags; /* kept for the object's life: the splitters read it */
     int has_flags;
+    PyObject **ints; /* lazy_ids_list's int of each id */
+    Py_ssize_t n_vocab;
 } BPEObject;
 
 /* buf as n items of itemsize bytes, C-contiguous; a TypeError/ValueError naming what otherwise. */
@@ -24,8 +26,38 @@ static int get_array(PyObject *obj, Py_buffer *buf, Py_ssize_t itemsize, const c
     return 1;
 }
 
+/* ids as a list of shared int objects: ints[id] (n_vocab of them) made on first use and kept, so a result list
+ * allocates no ints (a first pass over a corpus otherwise spends more on making and freeing ints than in C). An
+ * id outside ints gets a new int. Called with the GIL held, which guards ints. */
+static PyObject *lazy_ids_list(const ivec *v, PyObject **ints, Py_ssize_t n_vocab) {
+    PyObject *list = PyList_New((Py_ssize_t)v->n);
+    if (!list) return NULL;
+    for (size_t i = 0; i < v->n; i++) {
+        int32_t id = v->v[i];
+        PyObject *x = id >= 0 && id < n_vocab ? ints[id] : NULL;
+        if (!x) {
+            x = PyLong_FromLong(id);
+            if (!x) {
+                Py_DECREF(list);
+                return NULL;
+            }
+            if (id >= 0 && id < n_vocab) ints[id] = Py_NewRef(x);
+        } else {
+            Py_INCREF(x);
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, x);
+    }
+    return list;
+}
+
+static void free_ints(PyObject **ints, Py_ssize_t n_vocab) {
+    for (Py_ssize_t i = 0; ints && i < n_vocab; i++) Py_XDECREF(ints[i]);
+    PyMem_Free(ints);
+}
+
 static void BPE_dealloc(BPEObject *self) {
     bpe_free(self->b);
+    free_ints(self->ints, self->n_vocab);
     if (self->has_flags) PyBuffer_Release(&self->flags);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -73,6 +105,13 @@ static int BPE_init(BPEObject *self, PyObject *args, PyObject *kwds) {
         PyErr_SetString(PyExc_ValueError, "BPE tables are inconsistent (offsets, byte ids) or memory ran out");
         goto f5;
     }
+    self->n_vocab = ob.len / 8 - 1;
+    self->ints = PyMem_Calloc((size_t)self->n_vocab, sizeof(PyObject *));
+    if (!self->ints) {
+        bpe_free(b);
+        PyErr_NoMemory();
+        goto f5;
+    }
     self->b = b;
     self->flags = fb;
     self->has_flags = 1;
@@ -90,20 +129,6 @@ f1:
 f0:
     if (!ok) PyBuffer_Release(&fb);
     return ok ? 0 : -1;
-}
-
-static PyObject *ids_list(const ivec *v) {
-    PyObject *list = PyList_New((Py_ssize_t)v->n);
-    if (!list) return NULL;
-    for (size_t i = 0; i < v->n; i++) {
-        PyObject *x = PyLong_FromLong(v->v[i]);
-        if (!x) {
-            Py_DECREF(list);
-            return NULL;
-        }
-        PyList_SET_ITEM(list, (Py_ssize_t)i, x);
-    }
-    return list;
 }
 
 static PyObject *BPE_encode(BPEObject *self, PyObject *args) {
@@ -135,7 +160,7 @@ static PyObject *BPE_encode(BPEObject *self, PyObject *args) {
     if (has_ends) PyBuffer_Release(&ends);
     PyObject *res = NULL;
     if (ok)
-        res = ids_list(&out);
+        res = lazy_ids_list(&out, self->ints, self->n_vocab);
     else if (!out.ok)
         PyErr_NoMemory();
     else
@@ -181,7 +206,7 @@ static PyObject *BPE_encode_plain(BPEObject *self, PyObject *const *args, Py_ssi
     Py_BEGIN_ALLOW_THREADS /* the str stays alive and immutable: args hold it */
     ok = bpe_encode(self->b, (const uint8_t *)utf8, (size_t)n, (int)mode, NULL, 0, self->flags.buf, &out);
     Py_END_ALLOW_THREADS
-    PyObject *res = ok ? ids_list(&out) : PyErr_NoMemory();
+    PyObject *res = ok ? lazy_ids_list(&out, self->ints, self->n_vocab) : PyErr_NoMemory();
     ivec_free(&out);
     return res;
 }
@@ -235,7 +260,7 @@ static PyObject *BPE_encode_many(BPEObject *self, PyObject *const *args, Py_ssiz
         if (utf8[i]) {
             size_t start = i ? ends[i - 1] : 0;
             ivec part = {out.v + start, ends[i] - start, ends[i] - start, 1};
-            ids = ids_list(&part);
+            ids = lazy_ids_list(&part, self->ints, self->n_vocab);
         } else {
             ids = Py_NewRef(Py_None);
         }
@@ -594,32 +619,10 @@ typedef struct {
 
 static void SPM_dealloc(SPMObject *self) {
     spm_free(self->m);
-    for (Py_ssize_t i = 0; self->ints && i < self->n_vocab; i++) Py_XDECREF(self->ints[i]);
-    PyMem_Free(self->ints);
+    free_ints(self->ints, self->n_vocab);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* ids as a list of the object's shared int objects (ids are < n_vocab: spm.c emits only token ids). */
-static PyObject *spm_ids_list(SPMObject *self, const ivec *v) {
-    PyObject *list = PyList_New((Py_ssize_t)v->n);
-    if (!list) return NULL;
-    for (size_t i = 0; i < v->n; i++) {
-        int32_t id = v->v[i];
-        PyObject *x = id >= 0 && id < self->n_vocab ? self->ints[id] : NULL;
-        if (!x) {
-            x = PyLong_FromLong(id);
-            if (!x) {
-                Py_DECREF(list);
-                return NULL;
-            }
-            if (id >= 0 && id < self->n_vocab) self->ints[id] = Py_NewRef(x);
-        } else {
-            Py_INCREF(x);
-        }
-        PyList_SET_ITEM(list, (Py_ssize_t)i, x);
-    }
-    return list;
-}
 
 static int SPM_init(SPMObject *self, PyObject *args, PyObject *kwds) {
     (void)kwds;
@@ -702,7 +705,7 @@ static PyObject *SPM_encode(SPMObject *self, PyObject *args) {
     if (!valid) PyBuffer_Release(&text);
     PyObject *res = NULL;
     if (ok)
-        res = spm_ids_list(self, &out);
+        res = lazy_ids_list(&out, self->ints, self->n_vocab);
     else if (!out.ok)
         PyErr_NoMemory();
     else
