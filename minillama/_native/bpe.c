@@ -30,7 +30,7 @@ struct bpe {
     size_t pair_cap;
     int32_t byte_ids[256];       /* each byte's token, or -(b + 1) for a byte whose character is no token */
     int32_t byte_fallback[256][2]; /* the ids such a byte becomes instead (-1: none), as models/bpe.py */
-    int32_t (*byte_pairs)[2];      /* [a << 8 | b]: rank and result of the pair of bytes a, b (rank -1: none) */
+    uint64_t *byte_pairs;          /* [a << 8 | b]: pair_key of the pair of bytes a, b */
     int ignore_merges;
     tok_slot *toks; /* ignore_merges: a token's raw bytes -> its id */
     size_t tok_cap;
@@ -57,6 +57,12 @@ static inline int32_t pair_rank(const bpe *b, int32_t l, int32_t r, int32_t *res
         }
         if (s->key == EMPTY_KEY) return -1;
     }
+}
+
+/* A pair's rank and result as one number that orders by rank: NO_PAIR (above all) when it is no merge. */
+#define NO_PAIR UINT64_MAX
+static inline uint64_t pair_key(int32_t rank, int32_t result) {
+    return rank < 0 ? NO_PAIR : (uint64_t)rank << 32 | (uint32_t)result;
 }
 
 /* Start loading the slot where the pair (l, r) is looked for: the two lookups after a merge then wait for
@@ -168,8 +174,8 @@ bpe *bpe_new(const int32_t *merges, size_t n_merges, const int32_t *byte_ids, co
     }
     for (int i = 0; i < 65536; i++) {
         int32_t l = b->byte_ids[i >> 8], r = b->byte_ids[i & 0xFF];
-        b->byte_pairs[i][1] = -1;
-        b->byte_pairs[i][0] = l >= 0 && r >= 0 ? pair_rank(b, l, r, &b->byte_pairs[i][1]) : -1;
+        int32_t res = -1, rank = l >= 0 && r >= 0 ? pair_rank(b, l, r, &res) : -1;
+        b->byte_pairs[i] = pair_key(rank, res);
     }
     b->ignore_merges = ignore_merges;
     if (ignore_merges && !build_tokens(b, tok_bytes, tok_len, tok_off, n_vocab, byte_chars)) {
@@ -222,32 +228,35 @@ static void scratch_free(scratch *s) {
     free(s->heap);
 }
 
-/* The plain scan: ranks of every adjacent pair kept, two updated per merge. Leaves n symbols in syms. */
-static size_t merge_simple(const bpe *b, const uint8_t *w, int32_t *syms, int32_t *ranks, int32_t *res, size_t n) {
+/* The plain scan: the pair_key of every adjacent pair kept (pk), two updated per merge; the smallest is the
+ * merge of lowest rank, the leftmost of equals (the same rank is the same merge). Leaves n symbols in syms. */
+static size_t merge_simple(const bpe *b, const uint8_t *w, int32_t *syms, uint64_t *pk, size_t n) {
     if (n < 2) return n;
-    for (size_t i = 0; i + 1 < n; i++) {
-        const int32_t *p = b->byte_pairs[w[i] << 8 | w[i + 1]];
-        ranks[i] = p[0];
-        res[i] = p[1];
-    }
+    for (size_t i = 0; i + 1 < n; i++) pk[i] = b->byte_pairs[w[i] << 8 | w[i + 1]];
     for (;;) {
-        size_t best = SIZE_MAX;
-        int32_t br = INT32_MAX;
-        for (size_t i = 0; i + 1 < n; i++)
-            if (ranks[i] >= 0 && ranks[i] < br) {
-                br = ranks[i];
+        size_t best = 0;
+        uint64_t low = pk[0];
+        for (size_t i = 1; i + 1 < n; i++)
+            if (pk[i] < low) {
+                low = pk[i];
                 best = i;
             }
-        if (best == SIZE_MAX) return n;
-        syms[best] = res[best];
+        if (low == NO_PAIR) return n;
+        syms[best] = (int32_t)(uint32_t)low;
         memmove(syms + best + 1, syms + best + 2, (n - best - 2) * sizeof *syms);
-        memmove(ranks + best, ranks + best + 1, (n - best - 2) * sizeof *ranks);
-        memmove(res + best, res + best + 1, (n - best - 2) * sizeof *res);
+        memmove(pk + best, pk + best + 1, (n - best - 2) * sizeof *pk);
         n--;
         if (best + 1 < n) pair_prefetch(b, syms[best], syms[best + 1]);
         if (best > 0) pair_prefetch(b, syms[best - 1], syms[best]);
-        if (best + 1 < n) ranks[best] = pair_rank(b, syms[best], syms[best + 1], &res[best]);
-        if (best > 0) ranks[best - 1] = pair_rank(b, syms[best - 1], syms[best], &res[best - 1]);
+        int32_t r, res = -1;
+        if (best + 1 < n) {
+            r = pair_rank(b, syms[best], syms[best + 1], &res);
+            pk[best] = pair_key(r, res);
+        }
+        if (best > 0) {
+            r = pair_rank(b, syms[best - 1], syms[best], &res);
+            pk[best - 1] = pair_key(r, res);
+        }
         if (n < 2) return n;
     }
 }
@@ -289,8 +298,8 @@ static size_t merge_heap(const bpe *b, const uint8_t *w, scratch *s, size_t n) {
         prv[i] = (int32_t)i - 1;
     }
     for (size_t i = 0; i + 1 < n; i++) {
-        int32_t r = b->byte_pairs[w[i] << 8 | w[i + 1]][0];
-        if (r >= 0) heap_push(heap, &hn, (uint64_t)r << 32 | i);
+        uint64_t k = b->byte_pairs[w[i] << 8 | w[i + 1]];
+        if (k != NO_PAIR) heap_push(heap, &hn, (k & 0xFFFFFFFF00000000ULL) | i);
     }
     while (hn) {
         uint64_t key = heap_pop(heap, &hn);
@@ -335,14 +344,15 @@ static int encode_word(bpe *b, scratch *s, const uint8_t *w, size_t n, ivec *out
     if (wcache_get_h(b->cache, k.hash, w, n, out)) return 1;
     if (!out->ok) return 0;
     size_t start = out->n;
-    int32_t small[3][HEAP_MIN_LEN]; /* a short word's symbols, ranks and results, on the stack */
-    int32_t *syms = small[0];
+    int32_t small[HEAP_MIN_LEN]; /* a short word's symbols and pair keys, on the stack */
+    uint64_t small_pk[HEAP_MIN_LEN];
+    int32_t *syms = small;
     if (n >= HEAP_MIN_LEN) {
         if (!scratch_fit(s, n)) return 0;
         syms = s->syms;
     }
     for (size_t i = 0; i < n; i++) syms[i] = b->byte_ids[w[i]];
-    size_t kept = n >= HEAP_MIN_LEN ? merge_heap(b, w, s, n) : merge_simple(b, w, syms, small[1], small[2], n);
+    size_t kept = n >= HEAP_MIN_LEN ? merge_heap(b, w, s, n) : merge_simple(b, w, syms, small_pk, n);
     if (!ivec_room(out, 2 * kept)) return 0;
     for (size_t i = 0; i < kept; i++) {
         int32_t x = syms[i];

@@ -94,7 +94,7 @@ static inline uint64_t load_upto8(const uint8_t *s, size_t n) {
         uint32_t lo, hi;
         __builtin_memcpy(&lo, s, 4);
         __builtin_memcpy(&hi, s + n - 4, 4);
-        return (uint64_t)lo | (uint64_t)(hi >> (8 * (8 - n))) << 32;
+        return (uint64_t)lo | ((uint64_t)hi >> (8 * (8 - n))) << 32;
     }
 #endif
     uint64_t x = 0;

@@ -13,6 +13,7 @@ typedef struct {
     int has_flags;
     PyObject **ints; /* lazy_ids_list's int of each id */
     Py_ssize_t n_vocab;
+    int mode; /* the splitter encode_plain / encode_many use when called without one (0: none) */
 } BPEObject;
 
 /* buf as n items of itemsize bytes, C-contiguous; a TypeError/ValueError naming what otherwise. */
@@ -34,6 +35,10 @@ static PyObject *lazy_ids_list(const ivec *v, PyObject **ints, Py_ssize_t n_voca
     if (!list) return NULL;
     for (size_t i = 0; i < v->n; i++) {
         int32_t id = v->v[i];
+        /* the table's slots and the ints are scattered: ask for the next ones early */
+        if (i + 16 < v->n && v->v[i + 16] >= 0 && v->v[i + 16] < n_vocab) __builtin_prefetch(&ints[v->v[i + 16]]);
+        if (i + 8 < v->n && v->v[i + 8] >= 0 && v->v[i + 8] < n_vocab && ints[v->v[i + 8]])
+            __builtin_prefetch(ints[v->v[i + 8]], 1);
         PyObject *x = id >= 0 && id < n_vocab ? ints[id] : NULL;
         if (!x) {
             x = PyLong_FromLong(id);
@@ -65,17 +70,17 @@ static void BPE_dealloc(BPEObject *self) {
 static int BPE_init(BPEObject *self, PyObject *args, PyObject *kwds) {
     (void)kwds;
     PyObject *flags, *tok_bytes, *tok_off, *merges, *byte_ids, *byte_chars;
-    int ignore_merges;
+    int ignore_merges, mode = 0;
     Py_ssize_t max_bytes, max_words;
     if (self->b) {
         PyErr_SetString(PyExc_RuntimeError, "BPE is already initialised");
         return -1;
     }
-    if (!PyArg_ParseTuple(args, "OOOOOOpnn", &flags, &tok_bytes, &tok_off, &merges, &byte_ids, &byte_chars,
-                          &ignore_merges, &max_bytes, &max_words))
+    if (!PyArg_ParseTuple(args, "OOOOOOpnn|i", &flags, &tok_bytes, &tok_off, &merges, &byte_ids, &byte_chars,
+                          &ignore_merges, &max_bytes, &max_words, &mode))
         return -1;
-    if (max_bytes < 0 || max_words < 0) {
-        PyErr_SetString(PyExc_ValueError, "cache bounds must be >= 0");
+    if (max_bytes < 0 || max_words < 0 || mode < SPLIT_WORDS || mode >= SPLIT_END) {
+        PyErr_SetString(PyExc_ValueError, "cache bounds must be >= 0, the mode one of the splitters or 0");
         return -1;
     }
     Py_buffer fb, tb, ob, mb, bb, cb;
@@ -113,6 +118,7 @@ static int BPE_init(BPEObject *self, PyObject *args, PyObject *kwds) {
         goto f5;
     }
     self->b = b;
+    self->mode = mode;
     self->flags = fb;
     self->has_flags = 1;
     ok = 1;
@@ -169,13 +175,15 @@ static PyObject *BPE_encode(BPEObject *self, PyObject *args) {
     return res;
 }
 
-/* The mode of a call (text, mode) of encode_plain / encode_many, checked: one of the core's splitters; -1
- * and an exception set otherwise (signature: the method's, for the message). */
+/* The mode of a call (text, mode) of encode_plain / encode_many, checked: one of the core's splitters, or the
+ * object's own for a call (text) when it has one; -1 and an exception set otherwise (signature: the method's,
+ * for the message). */
 static long splitter_mode(BPEObject *self, PyObject *const *args, Py_ssize_t nargs, const char *signature) {
     if (!self->b) {
         PyErr_SetString(PyExc_RuntimeError, "BPE is not initialised");
         return -1;
     }
+    if (nargs == 1 && self->mode > SPLIT_WORDS) return self->mode;
     if (nargs != 2 || !PyLong_Check(args[1])) {
         PyErr_Format(PyExc_TypeError, "expected %s", signature);
         return -1;
@@ -191,7 +199,7 @@ static long splitter_mode(BPEObject *self, PyObject *const *args, Py_ssize_t nar
 /* encode_plain(text: str, mode) -> list[int] | None: encode() of a str whose UTF-8 Python already holds (no
  * bytes object made per call); None when text has lone surrogates (the caller's raw-byte path handles it). */
 static PyObject *BPE_encode_plain(BPEObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    long mode = splitter_mode(self, args, nargs, "encode_plain(text: str, mode: int)");
+    long mode = splitter_mode(self, args, nargs, "encode_plain(text: str, mode: int = own)");
     if (mode < 0) return NULL;
     if (!PyUnicode_Check(args[0])) return PyErr_Format(PyExc_TypeError, "encode_plain: expected a str");
     Py_ssize_t n;
@@ -214,7 +222,7 @@ static PyObject *BPE_encode_plain(BPEObject *self, PyObject *const *args, Py_ssi
 /* encode_many(texts: sequence of str, mode) -> list[list[int] | None]: encode_plain of each text, the GIL
  * released once for them all (a thread of a batch then never waits for it between texts). */
 static PyObject *BPE_encode_many(BPEObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    long mode = splitter_mode(self, args, nargs, "encode_many(texts: sequence of str, mode: int)");
+    long mode = splitter_mode(self, args, nargs, "encode_many(texts: sequence of str, mode: int = own)");
     if (mode < 0) return NULL;
     PyObject *texts = PySequence_Tuple(args[0]); /* owns every item while the GIL is released */
     if (!texts) return NULL;
@@ -342,8 +350,8 @@ static PyMethodDef BPE_methods[] = {
      "encode(text: bytes, mode: int, ends) -> list[int]: ids of UTF-8 text; mode 1 GPT-2, 2 LLaMA-3, 3 Falcon, "
      "4 StarCoder splitter, 0 words ending at the int64 code point offsets ends."},
     {"encode_plain", (PyCFunction)(void (*)(void))BPE_encode_plain, METH_FASTCALL,
-     "encode_plain(text: str, mode: int) -> list[int] | None: encode(text's UTF-8, mode, None) for modes >= 1; "
-     "None when text holds lone surrogates."},
+     "encode_plain(text: str, mode: int = own) -> list[int] | None: encode(text's UTF-8, mode, None) for modes "
+     ">= 1 (without one, the mode given to BPE()); None when text holds lone surrogates."},
     {"encode_many", (PyCFunction)(void (*)(void))BPE_encode_many, METH_FASTCALL,
      "encode_many(texts: sequence of str, mode: int) -> list[list[int] | None]: encode_plain of each, the GIL "
      "released once for all."},

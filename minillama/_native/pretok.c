@@ -28,13 +28,20 @@ static inline unsigned flags_of(const text_t *t, uint32_t c) {
 }
 
 static inline unsigned flg(const text_t *t, size_t pos) {
+    if (pos < t->end && t->s[pos] < 0x80) return t->flags[t->s[pos]];
     size_t len;
     return flags_of(t, cpt(t, pos, &len));
 }
 
 /* The position after the run of code points from pos whose flags f have (f & any) and not (f & none). */
 static inline size_t skip_run(const text_t *t, size_t pos, unsigned any, unsigned none) {
+    const uint8_t *s = t->s;
     for (;;) {
+        while (pos < t->end && s[pos] < 0x80) { /* ASCII: a byte, a code point */
+            unsigned f = t->flags[s[pos]];
+            if (!(f & any) || (f & none)) return pos;
+            pos++;
+        }
         size_t len;
         unsigned f = flags_of(t, cpt(t, pos, &len));
         if (!(f & any) || (f & none)) return pos;
