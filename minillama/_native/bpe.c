@@ -17,9 +17,11 @@ typedef struct {
     int32_t rank, result;
 } pair_slot;
 
+/* A whole token by its raw bytes: the first 16 in the slot (one cache line to look at for most words), the rest
+ * at raw + raw_off[id]. len 0: an empty slot. */
 typedef struct {
-    uint64_t hash;
-    uint32_t off, len;
+    uint64_t k0, k1;
+    uint32_t len;
     int32_t id;
 } tok_slot;
 
@@ -28,27 +30,14 @@ struct bpe {
     size_t pair_cap;
     int32_t byte_ids[256];       /* each byte's token, or -(b + 1) for a byte whose character is no token */
     int32_t byte_fallback[256][2]; /* the ids such a byte becomes instead (-1: none), as encoders/bpe.py */
-    int32_t (*byte_pairs)[2];      /* [a << 8 | b]: rank and result of the pair of bytes a, b (rank -1: none) */
+    uint64_t *byte_pairs;          /* [a << 8 | b]: pair_key of the pair of bytes a, b */
     int ignore_merges;
     tok_slot *toks; /* ignore_merges: a token's raw bytes -> its id */
     size_t tok_cap;
-    uint8_t *raw; /* the tokens' raw bytes (byte-level text decoded) */
+    uint8_t *raw;     /* the tokens' raw bytes (byte-level text decoded) */
+    uint32_t *raw_off; /* where each token's raw bytes start in raw */
     wcache *cache;
 };
-
-static uint64_t mix(uint64_t x) {
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdULL;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ULL;
-    return x ^ (x >> 33);
-}
-
-static uint64_t hash_raw(const uint8_t *s, size_t n) {
-    uint64_t h = 1469598103934665603ULL;
-    for (size_t i = 0; i < n; i++) h = (h ^ s[i]) * 1099511628211ULL;
-    return mix(h ^ n);
-}
 
 static size_t pow2_at_least(size_t n) {
     size_t c = 16;
@@ -60,7 +49,7 @@ static size_t pow2_at_least(size_t n) {
 static inline int32_t pair_rank(const bpe *b, int32_t l, int32_t r, int32_t *result) {
     uint64_t key = (uint64_t)(uint32_t)l << 32 | (uint32_t)r;
     size_t mask = b->pair_cap - 1;
-    for (size_t i = (size_t)mix(key) & mask;; i = (i + 1) & mask) {
+    for (size_t i = (size_t)key_mix(key) & mask;; i = (i + 1) & mask) {
         const pair_slot *s = &b->pairs[i];
         if (s->key == key) {
             *result = s->result;
@@ -70,29 +59,29 @@ static inline int32_t pair_rank(const bpe *b, int32_t l, int32_t r, int32_t *res
     }
 }
 
+/* A pair's rank and result as one number that orders by rank: NO_PAIR (above all) when it is no merge. */
+#define NO_PAIR UINT64_MAX
+static inline uint64_t pair_key(int32_t rank, int32_t result) {
+    return rank < 0 ? NO_PAIR : (uint64_t)rank << 32 | (uint32_t)result;
+}
+
 /* Start loading the slot where the pair (l, r) is looked for: the two lookups after a merge then wait for
  * memory once, not twice (the pair table is far larger than the caches). */
 static inline void pair_prefetch(const bpe *b, int32_t l, int32_t r) {
     uint64_t key = (uint64_t)(uint32_t)l << 32 | (uint32_t)r;
-    __builtin_prefetch(&b->pairs[(size_t)mix(key) & (b->pair_cap - 1)]);
+    __builtin_prefetch(&b->pairs[(size_t)key_mix(key) & (b->pair_cap - 1)]);
 }
 
-/* The code point of the UTF-8 sequence at s[0..n) and its length in *len, or -1. */
-static int32_t utf8_one(const uint8_t *s, size_t n, size_t *len) {
-    uint8_t c = s[0];
-    if (c < 0x80) {
-        *len = 1;
-        return c;
+/* The slot of the token of raw bytes w[0..n) (n >= 1, key k), or the empty slot where it would go. */
+static inline size_t tok_slot_of(const bpe *b, const uint8_t *w, size_t n, const word_key *k) {
+    size_t mask = b->tok_cap - 1, j = (size_t)k->hash & mask;
+    for (;; j = (j + 1) & mask) {
+        const tok_slot *x = &b->toks[j];
+        if (!x->len) return j;
+        if (x->len == n && x->k0 == k->k0 && x->k1 == k->k1 &&
+            (n <= 16 || memcmp(b->raw + b->raw_off[x->id] + 16, w + 16, n - 16) == 0))
+            return j;
     }
-    size_t k = c >= 0xC0 && c < 0xE0 ? 2 : c >= 0xE0 && c < 0xF0 ? 3 : 0;
-    if (!k || k > n) return -1;
-    int32_t cp = c & (k == 2 ? 0x1F : 0x0F);
-    for (size_t j = 1; j < k; j++) {
-        if ((s[j] & 0xC0) != 0x80) return -1;
-        cp = cp << 6 | (s[j] & 0x3F);
-    }
-    *len = k;
-    return cp;
 }
 
 /* The whole-token table (ignore_merges): each token whose text is byte-level characters, by its raw bytes. */
@@ -102,11 +91,12 @@ static int build_tokens(bpe *b, const uint8_t *tok_bytes, size_t tok_len, const 
     for (size_t i = 0; i < 0x200; i++) inv[i] = -1;
     for (int i = 0; i < 256; i++)
         if (byte_chars[i] >= 0 && byte_chars[i] < 0x200) inv[byte_chars[i]] = (int16_t)i;
-    if (tok_len >= UINT32_MAX) return 0;
+    if (tok_len >= UINT32_MAX || n_vocab >= UINT32_MAX / 2) return 0;
     b->raw = malloc(tok_len ? tok_len : 1);
+    b->raw_off = malloc(n_vocab * sizeof *b->raw_off);
     b->tok_cap = pow2_at_least(2 * n_vocab);
     b->toks = calloc(b->tok_cap, sizeof *b->toks);
-    if (!b->raw || !b->toks) return 0;
+    if (!b->raw || !b->raw_off || !b->toks) return 0;
     size_t used = 0;
     for (size_t t = 0; t < n_vocab; t++) {
         int64_t s = tok_off[t], e = tok_off[t + 1];
@@ -114,45 +104,29 @@ static int build_tokens(bpe *b, const uint8_t *tok_bytes, size_t tok_len, const 
         size_t start = used, i = (size_t)s, ok = 1;
         while (i < (size_t)e) {
             size_t len;
-            int32_t cp = utf8_one(tok_bytes + i, (size_t)e - i, &len);
-            if (cp < 0 || cp >= 0x200 || inv[cp] < 0) {
+            uint32_t cp = utf8_next(tok_bytes + i, (size_t)e - i, &len);
+            if (cp >= 0x200 || inv[cp] < 0) {
                 ok = 0;
                 break;
             }
             b->raw[used++] = (uint8_t)inv[cp];
             i += len;
         }
+        b->raw_off[t] = (uint32_t)start;
         if (!ok || used == start) {
             used = start;
             continue;
         }
-        uint64_t h = hash_raw(b->raw + start, used - start);
-        size_t mask = b->tok_cap - 1, j = (size_t)h & mask, dup = 0;
-        for (; b->toks[j].len; j = (j + 1) & mask) {
-            tok_slot *x = &b->toks[j];
-            if (x->hash == h && x->len == used - start && memcmp(b->raw + x->off, b->raw + start, x->len) == 0) {
-                dup = 1; /* two texts of the same bytes cannot be (token texts are unique); keep the first */
-                break;
-            }
-        }
-        if (dup) {
+        word_key k;
+        word_key_of(b->raw + start, used - start, &k);
+        size_t j = tok_slot_of(b, b->raw + start, used - start, &k);
+        if (b->toks[j].len) { /* two texts of the same bytes cannot be (token texts are unique); keep the first */
             used = start;
             continue;
         }
-        b->toks[j] = (tok_slot){h, (uint32_t)start, (uint32_t)(used - start), (int32_t)t};
+        b->toks[j] = (tok_slot){k.k0, k.k1, (uint32_t)(used - start), (int32_t)t};
     }
     return 1;
-}
-
-static int32_t whole_token(const bpe *b, const uint8_t *w, size_t n) {
-    if (!n) return -1;
-    uint64_t h = hash_raw(w, n);
-    size_t mask = b->tok_cap - 1;
-    for (size_t j = (size_t)h & mask; b->toks[j].len; j = (j + 1) & mask) {
-        const tok_slot *x = &b->toks[j];
-        if (x->hash == h && x->len == n && memcmp(b->raw + x->off, w, n) == 0) return x->id;
-    }
-    return -1;
 }
 
 bpe *bpe_new(const int32_t *merges, size_t n_merges, const int32_t *byte_ids, const uint8_t *tok_bytes,
@@ -186,7 +160,7 @@ bpe *bpe_new(const int32_t *merges, size_t n_merges, const int32_t *byte_ids, co
         if (l < 0 || r < 0 || res < 0 || (size_t)l >= n_vocab || (size_t)r >= n_vocab || (size_t)res >= n_vocab)
             continue;
         uint64_t key = (uint64_t)(uint32_t)l << 32 | (uint32_t)r;
-        size_t mask = b->pair_cap - 1, i = (size_t)mix(key) & mask;
+        size_t mask = b->pair_cap - 1, i = (size_t)key_mix(key) & mask;
         while (b->pairs[i].key != EMPTY_KEY && b->pairs[i].key != key) i = (i + 1) & mask;
         if (b->pairs[i].key == key) continue; /* the first of duplicate merges wins */
         b->pairs[i] = (pair_slot){key, (int32_t)m, res};
@@ -200,8 +174,8 @@ bpe *bpe_new(const int32_t *merges, size_t n_merges, const int32_t *byte_ids, co
     }
     for (int i = 0; i < 65536; i++) {
         int32_t l = b->byte_ids[i >> 8], r = b->byte_ids[i & 0xFF];
-        b->byte_pairs[i][1] = -1;
-        b->byte_pairs[i][0] = l >= 0 && r >= 0 ? pair_rank(b, l, r, &b->byte_pairs[i][1]) : -1;
+        int32_t res = -1, rank = l >= 0 && r >= 0 ? pair_rank(b, l, r, &res) : -1;
+        b->byte_pairs[i] = pair_key(rank, res);
     }
     b->ignore_merges = ignore_merges;
     if (ignore_merges && !build_tokens(b, tok_bytes, tok_len, tok_off, n_vocab, byte_chars)) {
@@ -217,72 +191,72 @@ void bpe_free(bpe *b) {
     free(b->byte_pairs);
     free(b->toks);
     free(b->raw);
+    free(b->raw_off);
     wcache_free(b->cache);
     free(b);
 }
 
 wcache *bpe_cache(bpe *b) { return b->cache; }
 
-/* Scratch space of one encode call, grown to the longest word. */
+/* Scratch space of one encode call for the heap merge of long words, grown to the longest. */
 typedef struct {
-    int32_t *syms, *ranks, *res, *nxt, *prv;
+    int32_t *syms, *nxt, *prv;
     uint64_t *heap;
     size_t cap;
 } scratch;
 
 static int scratch_fit(scratch *s, size_t n) {
     if (n <= s->cap) return 1;
-    size_t cap = n < 64 ? 64 : n;
-    if (cap > SIZE_MAX / 2 / sizeof(uint64_t)) return 0;
-    int32_t *p[5];
-    int32_t **slots[5] = {&s->syms, &s->ranks, &s->res, &s->nxt, &s->prv};
-    for (int i = 0; i < 5; i++) {
-        p[i] = realloc(*slots[i], cap * sizeof(int32_t));
-        if (!p[i]) return 0;
-        *slots[i] = p[i];
+    if (n > SIZE_MAX / 2 / sizeof(uint64_t)) return 0;
+    int32_t **slots[3] = {&s->syms, &s->nxt, &s->prv};
+    for (int i = 0; i < 3; i++) {
+        int32_t *p = realloc(*slots[i], n * sizeof(int32_t));
+        if (!p) return 0;
+        *slots[i] = p;
     }
-    uint64_t *h = realloc(s->heap, 2 * cap * sizeof(uint64_t));
+    uint64_t *h = realloc(s->heap, 2 * n * sizeof(uint64_t));
     if (!h) return 0;
     s->heap = h;
-    s->cap = cap;
+    s->cap = n;
     return 1;
 }
 
 static void scratch_free(scratch *s) {
     free(s->syms);
-    free(s->ranks);
-    free(s->res);
     free(s->nxt);
     free(s->prv);
     free(s->heap);
 }
 
-/* The plain scan: ranks of every adjacent pair kept, two updated per merge. Leaves n symbols in syms. */
-static size_t merge_simple(const bpe *b, const uint8_t *w, int32_t *syms, int32_t *ranks, int32_t *res, size_t n) {
+/* The plain scan: the pair_key of every adjacent pair kept (pk), two updated per merge; the smallest is the
+ * merge of lowest rank, the leftmost of equals (the same rank is the same merge). Leaves n symbols in syms. */
+static size_t merge_simple(const bpe *b, const uint8_t *w, int32_t *syms, uint64_t *pk, size_t n) {
     if (n < 2) return n;
-    for (size_t i = 0; i + 1 < n; i++) {
-        const int32_t *p = b->byte_pairs[w[i] << 8 | w[i + 1]];
-        ranks[i] = p[0];
-        res[i] = p[1];
-    }
+    for (size_t i = 0; i + 1 < n; i++) pk[i] = b->byte_pairs[w[i] << 8 | w[i + 1]];
     for (;;) {
-        size_t best = SIZE_MAX;
-        int32_t br = INT32_MAX;
-        for (size_t i = 0; i + 1 < n; i++)
-            if (ranks[i] >= 0 && ranks[i] < br) {
-                br = ranks[i];
+        size_t best = 0;
+        uint64_t low = pk[0];
+        for (size_t i = 1; i + 1 < n; i++)
+            if (pk[i] < low) {
+                low = pk[i];
                 best = i;
             }
-        if (best == SIZE_MAX) return n;
-        syms[best] = res[best];
+        if (low == NO_PAIR) return n;
+        syms[best] = (int32_t)(uint32_t)low;
         memmove(syms + best + 1, syms + best + 2, (n - best - 2) * sizeof *syms);
-        memmove(ranks + best, ranks + best + 1, (n - best - 2) * sizeof *ranks);
-        memmove(res + best, res + best + 1, (n - best - 2) * sizeof *res);
+        memmove(pk + best, pk + best + 1, (n - best - 2) * sizeof *pk);
         n--;
         if (best + 1 < n) pair_prefetch(b, syms[best], syms[best + 1]);
         if (best > 0) pair_prefetch(b, syms[best - 1], syms[best]);
-        if (best + 1 < n) ranks[best] = pair_rank(b, syms[best], syms[best + 1], &res[best]);
-        if (best > 0) ranks[best - 1] = pair_rank(b, syms[best - 1], syms[best], &res[best - 1]);
+        int32_t r, res = -1;
+        if (best + 1 < n) {
+            r = pair_rank(b, syms[best], syms[best + 1], &res);
+            pk[best] = pair_key(r, res);
+        }
+        if (best > 0) {
+            r = pair_rank(b, syms[best - 1], syms[best], &res);
+            pk[best - 1] = pair_key(r, res);
+        }
         if (n < 2) return n;
     }
 }
@@ -324,8 +298,8 @@ static size_t merge_heap(const bpe *b, const uint8_t *w, scratch *s, size_t n) {
         prv[i] = (int32_t)i - 1;
     }
     for (size_t i = 0; i + 1 < n; i++) {
-        int32_t r = b->byte_pairs[w[i] << 8 | w[i + 1]][0];
-        if (r >= 0) heap_push(heap, &hn, (uint64_t)r << 32 | i);
+        uint64_t k = b->byte_pairs[w[i] << 8 | w[i + 1]];
+        if (k != NO_PAIR) heap_push(heap, &hn, (k & 0xFFFFFFFF00000000ULL) | i);
     }
     while (hn) {
         uint64_t key = heap_pop(heap, &hn);
@@ -361,62 +335,75 @@ static int encode_word(bpe *b, scratch *s, const uint8_t *w, size_t n, ivec *out
     /* Answers that need no cache (read-only tables, no lock): a byte that is a token, and with ignore_merges
      * a word that is a token -- most words of real text; the cache keeps the words that merge. */
     if (n == 1 && b->byte_ids[w[0]] >= 0) return ivec_push(out, b->byte_ids[w[0]]);
-    int32_t id = b->ignore_merges ? whole_token(b, w, n) : -1;
-    if (id >= 0) return ivec_push(out, id);
-    if (wcache_get(b->cache, w, n, out)) return 1;
+    word_key k;
+    word_key_of(w, n, &k);
+    if (b->ignore_merges) {
+        const tok_slot *x = &b->toks[tok_slot_of(b, w, n, &k)];
+        if (x->len) return ivec_push(out, x->id);
+    }
+    if (wcache_get_h(b->cache, k.hash, w, n, out)) return 1;
     if (!out->ok) return 0;
     size_t start = out->n;
-    {
+    int32_t small[HEAP_MIN_LEN]; /* a short word's symbols and pair keys, on the stack */
+    uint64_t small_pk[HEAP_MIN_LEN];
+    int32_t *syms = small;
+    if (n >= HEAP_MIN_LEN) {
         if (!scratch_fit(s, n)) return 0;
-        for (size_t i = 0; i < n; i++) s->syms[i] = b->byte_ids[w[i]];
-        size_t k = n >= HEAP_MIN_LEN ? merge_heap(b, w, s, n) : merge_simple(b, w, s->syms, s->ranks, s->res, n);
-        for (size_t i = 0; i < k; i++) {
-            int32_t x = s->syms[i];
-            if (x >= 0) {
-                if (!ivec_push(out, x)) return 0;
-                continue;
-            }
-            for (int j = 0; j < 2; j++) /* a byte whose character is no token (no merge names it) */
-                if (b->byte_fallback[-x - 1][j] >= 0 && !ivec_push(out, b->byte_fallback[-x - 1][j])) return 0;
-        }
+        syms = s->syms;
     }
-    wcache_put(b->cache, w, n, out->v + start, out->n - start);
+    for (size_t i = 0; i < n; i++) syms[i] = b->byte_ids[w[i]];
+    size_t kept = n >= HEAP_MIN_LEN ? merge_heap(b, w, s, n) : merge_simple(b, w, syms, small_pk, n);
+    if (!ivec_room(out, 2 * kept)) return 0;
+    for (size_t i = 0; i < kept; i++) {
+        int32_t x = syms[i];
+        if (x >= 0) {
+            out->v[out->n++] = x;
+            continue;
+        }
+        for (int j = 0; j < 2; j++) /* a byte whose character is no token (no merge names it) */
+            if (b->byte_fallback[-x - 1][j] >= 0) out->v[out->n++] = b->byte_fallback[-x - 1][j];
+    }
+    wcache_put_h(b->cache, k.hash, w, n, out->v + start, out->n - start);
     return 1;
+}
+
+/* Word ends (byte offsets) of text from the code point offsets cp_ends (rising to the text's length). */
+static int byte_ends(const uint8_t *text, size_t n, const int64_t *cp_ends, size_t n_ends, ivec *ends) {
+    size_t pos = 0, len;
+    int64_t cp = 0;
+    for (size_t i = 0; i < n_ends; i++) {
+        if (cp_ends[i] < cp) return 0;
+        for (; cp < cp_ends[i]; cp++) {
+            if (pos >= n) return 0;
+            utf8_next(text + pos, n - pos, &len);
+            pos += len;
+        }
+        if (!ivec_push(ends, (int32_t)pos)) return 0;
+    }
+    return pos == n;
 }
 
 int bpe_encode(bpe *b, const uint8_t *text, size_t n, int mode, const int64_t *cp_ends, size_t n_ends,
                const uint16_t *flags, ivec *out) {
-    uint32_t *cps = NULL, *boff = NULL;
-    size_t ncp = 0;
     ivec ends = {NULL, 0, 0, 1};
     scratch s = {0};
     int ok = 0;
-    if (!utf8_decode(text, n, &cps, &boff, &ncp)) return 0;
-    if (mode == SPLIT_WORDS) {
-        int64_t prev = 0;
-        for (size_t i = 0; i < n_ends; i++) {
-            if (cp_ends[i] < prev || (uint64_t)cp_ends[i] > ncp) goto done;
-            prev = cp_ends[i];
-            if (!ivec_push(&ends, (int32_t)cp_ends[i])) goto done;
-        }
-        if ((size_t)prev != ncp) goto done;
-    } else if (!(mode >= SPLIT_FALCON ? split_multi(mode, cps, ncp, flags, &ends)
-                                      : split_words(mode, cps, ncp, flags, &ends))) {
+    if (n > INT32_MAX) return 0;
+    /* about a word and an id per 4 bytes of text: one allocation each instead of a few doublings */
+    if (!ivec_room(&ends, n / 4 + 16) || !ivec_room(out, n / 4 + 16)) goto done;
+    if (mode == SPLIT_WORDS ? !byte_ends(text, n, cp_ends, n_ends, &ends)
+                            : !(mode >= SPLIT_FALCON ? split_multi(mode, text, n, flags, &ends)
+                                                     : split_words(mode, text, n, flags, &ends)))
         goto done;
-    }
-    free(cps);
-    cps = NULL;
     size_t prev = 0;
     for (size_t i = 0; i < ends.n; i++) {
         size_t e = (size_t)ends.v[i];
-        if (e < prev || e > ncp) goto done;
-        if (!encode_word(b, &s, text + boff[prev], boff[e] - boff[prev], out)) goto done;
+        if (e < prev || e > n) goto done;
+        if (!encode_word(b, &s, text + prev, e - prev, out)) goto done;
         prev = e;
     }
     ok = out->ok;
 done:
-    free(cps);
-    free(boff);
     ivec_free(&ends);
     scratch_free(&s);
     return ok;

@@ -39,11 +39,9 @@ static size_t entry_cost(size_t klen, size_t nids) {
 }
 
 static uint64_t hash_bytes(const uint8_t *s, size_t n) {
-    uint64_t h = 1469598103934665603ULL ^ (uint64_t)n;
-    for (size_t i = 0; i < n; i++) h = (h ^ s[i]) * 1099511628211ULL;
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdULL;
-    return h ^ (h >> 33);
+    word_key k;
+    word_key_of(s, n, &k);
+    return k.hash;
 }
 
 static void gen_free(gen *g) {
@@ -128,7 +126,10 @@ static void put_locked(wcache *c, uint64_t h, const uint8_t *key, size_t klen, c
 }
 
 int wcache_get(wcache *c, const uint8_t *key, size_t klen, ivec *out) {
-    uint64_t h = hash_bytes(key, klen);
+    return wcache_get_h(c, hash_bytes(key, klen), key, klen, out);
+}
+
+int wcache_get_h(wcache *c, uint64_t h, const uint8_t *key, size_t klen, ivec *out) {
     int found = 0;
     pthread_mutex_lock(&c->lock);
     entry *e = gen_find(&c->young, h, key, klen);
@@ -143,7 +144,10 @@ int wcache_get(wcache *c, const uint8_t *key, size_t klen, ivec *out) {
 }
 
 void wcache_put(wcache *c, const uint8_t *key, size_t klen, const int32_t *ids, size_t nids) {
-    uint64_t h = hash_bytes(key, klen);
+    wcache_put_h(c, hash_bytes(key, klen), key, klen, ids, nids);
+}
+
+void wcache_put_h(wcache *c, uint64_t h, const uint8_t *key, size_t klen, const int32_t *ids, size_t nids) {
     pthread_mutex_lock(&c->lock);
     put_locked(c, h, key, klen, ids, nids);
     pthread_mutex_unlock(&c->lock);

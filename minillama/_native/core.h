@@ -13,22 +13,110 @@ typedef struct {
     int ok;
 } ivec;
 
-int ivec_push(ivec *a, int32_t x);
+/* utf8.c: room for n more items (capacity doubled as needed); 0 and ok cleared when memory runs out. */
+int ivec_room(ivec *a, size_t n);
 int ivec_extend(ivec *a, const int32_t *x, size_t n);
 void ivec_free(ivec *a);
 
-/* utf8.c: the code points of n bytes and the byte offset of each (boff has ncp + 1 entries). A byte that
- * starts no well-formed sequence is U+FFFD on its own (Python hands over valid, surrogatepass'ed text). */
-int utf8_decode(const uint8_t *s, size_t n, uint32_t **cps, uint32_t **boff, size_t *ncp);
+static inline int ivec_push(ivec *a, int32_t x) {
+    if (a->n == a->cap && !ivec_room(a, 1)) return 0;
+    a->v[a->n++] = x;
+    return 1;
+}
 
-/* pretok.c: llama.cpp's unicode_regex_split_custom_gpt2 / _llama3 over code points; appends the end of each
- * word (a code point index) to ends. flags: llama.cpp's flags of every code point up to U+10FFFF. */
+/* One code point of UTF-8 as llama.cpp's unicode_cpts_from_utf8 reads it: *len bytes (1 and U+FFFD for a byte
+ * that starts no well-formed sequence; no check for overlong forms or surrogates, so Python's surrogatepass'ed
+ * text reads back as its code points). n >= 1. */
+static inline uint32_t utf8_next(const uint8_t *s, size_t n, size_t *len) {
+    uint8_t c = s[0];
+    if (c < 0x80) {
+        *len = 1;
+        return c;
+    }
+    size_t k = c < 0x80 ? 1 : c < 0xC0 ? 0 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : c < 0xF8 ? 4 : 0;
+    if (k == 0 || k > n) {
+        *len = 1;
+        return 0xFFFD;
+    }
+    uint32_t cp = k == 1 ? c : k == 2 ? c & 0x1Fu : k == 3 ? c & 0x0Fu : c & 0x07u;
+    for (size_t j = 1; j < k; j++) {
+        if ((s[j] & 0xC0) != 0x80) {
+            *len = 1;
+            return 0xFFFD;
+        }
+        cp = cp << 6 | (s[j] & 0x3Fu);
+    }
+    *len = k;
+    return cp;
+}
+
+/* pretok.c: llama.cpp's unicode_regex_split_custom_gpt2 / _llama3 over the code points of UTF-8 text (read
+ * by utf8_next); appends the end of each word (a byte offset) to ends. flags: llama.cpp's flags of every code
+ * point up to U+10FFFF. */
 enum { SPLIT_WORDS = 0, SPLIT_GPT2 = 1, SPLIT_LLAMA3 = 2 };
 #define FLAG_NUMBER 0x0002
 #define FLAG_LETTER 0x0004
 #define FLAG_WHITESPACE 0x0100
 #define MAX_CODE_POINT 0x10FFFF
-int split_words(int mode, const uint32_t *cps, size_t n, const uint16_t *flags, ivec *ends);
+int split_words(int mode, const uint8_t *text, size_t n, const uint16_t *flags, ivec *ends);
+
+/* A word's key for the hash tables of bpe.c and cache.c: its first 16 bytes (zero padded) as two words, and
+ * a hash of all its bytes. Little-endian loads where they are known to be cheap, bytewise elsewhere. */
+typedef struct {
+    uint64_t k0, k1, hash;
+} word_key;
+
+static inline uint64_t key_mix(uint64_t x) {
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ULL;
+    return x ^ (x >> 33);
+}
+
+static inline uint64_t load64(const uint8_t *s) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    uint64_t x;
+    __builtin_memcpy(&x, s, 8);
+    return x;
+#else
+    uint64_t x = 0;
+    for (int i = 7; i >= 0; i--) x = x << 8 | s[i];
+    return x;
+#endif
+}
+
+/* Bytes s[0..n) (n <= 8) as a little-endian number, the rest zero. */
+static inline uint64_t load_upto8(const uint8_t *s, size_t n) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    if (n == 8) return load64(s);
+    if (n >= 4) {
+        uint32_t lo, hi;
+        __builtin_memcpy(&lo, s, 4);
+        __builtin_memcpy(&hi, s + n - 4, 4);
+        return (uint64_t)lo | ((uint64_t)hi >> (8 * (8 - n))) << 32;
+    }
+#endif
+    uint64_t x = 0;
+    for (size_t i = n; i > 0; i--) x = x << 8 | s[i - 1];
+    return x;
+}
+
+static inline void word_key_of(const uint8_t *s, size_t n, word_key *k) {
+    if (n <= 16) {
+        k->k0 = load_upto8(s, n < 8 ? n : 8);
+        k->k1 = n > 8 ? load_upto8(s + 8, n - 8) : 0;
+        k->hash = key_mix((k->k0 ^ (uint64_t)n << 56) * 0x9E3779B97F4A7C15ULL ^ k->k1);
+        return;
+    }
+    k->k0 = load64(s);
+    k->k1 = load64(s + 8);
+    uint64_t h = (uint64_t)n * 0x9E3779B97F4A7C15ULL;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) h = key_mix(h ^ load64(s + i));
+    if (i < n) h = key_mix(h ^ load64(s + n - 8)); /* the last 8 bytes, overlapping the chunk before */
+    k->hash = h;
+}
 
 /* cache.c: word bytes -> ids, two generations bounded in bytes and entries, thread-safe. */
 typedef struct wcache wcache;
@@ -37,6 +125,9 @@ void wcache_free(wcache *c);
 /* 1 and the ids appended to out when word is cached (an old entry moves to the young generation). */
 int wcache_get(wcache *c, const uint8_t *key, size_t klen, ivec *out);
 void wcache_put(wcache *c, const uint8_t *key, size_t klen, const int32_t *ids, size_t nids);
+/* The same with the key's hash (word_key_of) already known. */
+int wcache_get_h(wcache *c, uint64_t hash, const uint8_t *key, size_t klen, ivec *out);
+void wcache_put_h(wcache *c, uint64_t hash, const uint8_t *key, size_t klen, const int32_t *ids, size_t nids);
 void wcache_clear(wcache *c);
 typedef struct {
     size_t words, bytes, old_words, old_bytes, largest_entry, longest_word, max_bytes, max_words;
@@ -62,7 +153,7 @@ int bpe_encode(bpe *b, const uint8_t *text, size_t n, int mode, const int64_t *c
 enum { SPLIT_FALCON = 3, SPLIT_STARCODER = 4, SPLIT_END = 5 };
 #define FLAG_PUNCTUATION 0x0020
 #define FLAG_CATEGORIES 0x00FF
-int split_multi(int mode, const uint32_t *cps, size_t n, const uint16_t *flags, ivec *ends);
+int split_multi(int mode, const uint8_t *text, size_t n, const uint16_t *flags, ivec *ends);
 
 /* merges.c: the (left, right, result) ids of each merge, as Vocab.arrays().merges resolves them (split at the
  * first space after the first byte; -1 where a part is no token), from the tokens' bytes (n_vocab + 1
@@ -127,10 +218,6 @@ static inline int32_t btrie_child(const btrie *t, int32_t s, uint8_t c) {
 }
 
 static inline int32_t btrie_value(const btrie *t, int32_t s) { return t->da[s].value; }
-
-/* wpm.c: one code point of UTF-8 as llama.cpp's unicode_cpts_from_utf8 reads it: *len bytes (1 and U+FFFD
- * for a byte that starts no well-formed sequence). n >= 1. */
-uint32_t utf8_next(const uint8_t *s, size_t n, size_t *len);
 
 /* ugm.c: llama.cpp's llm_tokenizer_ugm (normalize: user-defined prefixes, the charsmap's XCDA, U+FFFD for
  * invalid bytes, the space rules; then the Viterbi pass over a byte trie of the tokens). The tables are

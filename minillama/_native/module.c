@@ -11,6 +11,9 @@ typedef struct {
     bpe *b;
     Py_buffer flags; /* kept for the object's life: the splitters read it */
     int has_flags;
+    PyObject **ints; /* lazy_ids_list's int of each id */
+    Py_ssize_t n_vocab;
+    int mode; /* the splitter encode_plain / encode_many use when called without one (0: none) */
 } BPEObject;
 
 /* buf as n items of itemsize bytes, C-contiguous; a TypeError/ValueError naming what otherwise. */
@@ -24,8 +27,42 @@ static int get_array(PyObject *obj, Py_buffer *buf, Py_ssize_t itemsize, const c
     return 1;
 }
 
+/* ids as a list of shared int objects: ints[id] (n_vocab of them) made on first use and kept, so a result list
+ * allocates no ints (a first pass over a corpus otherwise spends more on making and freeing ints than in C). An
+ * id outside ints gets a new int. Called with the GIL held, which guards ints. */
+static PyObject *lazy_ids_list(const ivec *v, PyObject **ints, Py_ssize_t n_vocab) {
+    PyObject *list = PyList_New((Py_ssize_t)v->n);
+    if (!list) return NULL;
+    for (size_t i = 0; i < v->n; i++) {
+        int32_t id = v->v[i];
+        /* the table's slots and the ints are scattered: ask for the next ones early */
+        if (i + 16 < v->n && v->v[i + 16] >= 0 && v->v[i + 16] < n_vocab) __builtin_prefetch(&ints[v->v[i + 16]]);
+        if (i + 8 < v->n && v->v[i + 8] >= 0 && v->v[i + 8] < n_vocab && ints[v->v[i + 8]])
+            __builtin_prefetch(ints[v->v[i + 8]], 1);
+        PyObject *x = id >= 0 && id < n_vocab ? ints[id] : NULL;
+        if (!x) {
+            x = PyLong_FromLong(id);
+            if (!x) {
+                Py_DECREF(list);
+                return NULL;
+            }
+            if (id >= 0 && id < n_vocab) ints[id] = Py_NewRef(x);
+        } else {
+            Py_INCREF(x);
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, x);
+    }
+    return list;
+}
+
+static void free_ints(PyObject **ints, Py_ssize_t n_vocab) {
+    for (Py_ssize_t i = 0; ints && i < n_vocab; i++) Py_XDECREF(ints[i]);
+    PyMem_Free(ints);
+}
+
 static void BPE_dealloc(BPEObject *self) {
     bpe_free(self->b);
+    free_ints(self->ints, self->n_vocab);
     if (self->has_flags) PyBuffer_Release(&self->flags);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -33,17 +70,17 @@ static void BPE_dealloc(BPEObject *self) {
 static int BPE_init(BPEObject *self, PyObject *args, PyObject *kwds) {
     (void)kwds;
     PyObject *flags, *tok_bytes, *tok_off, *merges, *byte_ids, *byte_chars;
-    int ignore_merges;
+    int ignore_merges, mode = 0;
     Py_ssize_t max_bytes, max_words;
     if (self->b) {
         PyErr_SetString(PyExc_RuntimeError, "BPE is already initialised");
         return -1;
     }
-    if (!PyArg_ParseTuple(args, "OOOOOOpnn", &flags, &tok_bytes, &tok_off, &merges, &byte_ids, &byte_chars,
-                          &ignore_merges, &max_bytes, &max_words))
+    if (!PyArg_ParseTuple(args, "OOOOOOpnn|i", &flags, &tok_bytes, &tok_off, &merges, &byte_ids, &byte_chars,
+                          &ignore_merges, &max_bytes, &max_words, &mode))
         return -1;
-    if (max_bytes < 0 || max_words < 0) {
-        PyErr_SetString(PyExc_ValueError, "cache bounds must be >= 0");
+    if (max_bytes < 0 || max_words < 0 || mode < SPLIT_WORDS || mode >= SPLIT_END) {
+        PyErr_SetString(PyExc_ValueError, "cache bounds must be >= 0, the mode one of the splitters or 0");
         return -1;
     }
     Py_buffer fb, tb, ob, mb, bb, cb;
@@ -73,7 +110,15 @@ static int BPE_init(BPEObject *self, PyObject *args, PyObject *kwds) {
         PyErr_SetString(PyExc_ValueError, "BPE tables are inconsistent (offsets, byte ids) or memory ran out");
         goto f5;
     }
+    self->n_vocab = ob.len / 8 - 1;
+    self->ints = PyMem_Calloc((size_t)self->n_vocab, sizeof(PyObject *));
+    if (!self->ints) {
+        bpe_free(b);
+        PyErr_NoMemory();
+        goto f5;
+    }
     self->b = b;
+    self->mode = mode;
     self->flags = fb;
     self->has_flags = 1;
     ok = 1;
@@ -90,20 +135,6 @@ f1:
 f0:
     if (!ok) PyBuffer_Release(&fb);
     return ok ? 0 : -1;
-}
-
-static PyObject *ids_list(const ivec *v) {
-    PyObject *list = PyList_New((Py_ssize_t)v->n);
-    if (!list) return NULL;
-    for (size_t i = 0; i < v->n; i++) {
-        PyObject *x = PyLong_FromLong(v->v[i]);
-        if (!x) {
-            Py_DECREF(list);
-            return NULL;
-        }
-        PyList_SET_ITEM(list, (Py_ssize_t)i, x);
-    }
-    return list;
 }
 
 static PyObject *BPE_encode(BPEObject *self, PyObject *args) {
@@ -135,7 +166,7 @@ static PyObject *BPE_encode(BPEObject *self, PyObject *args) {
     if (has_ends) PyBuffer_Release(&ends);
     PyObject *res = NULL;
     if (ok)
-        res = ids_list(&out);
+        res = lazy_ids_list(&out, self->ints, self->n_vocab);
     else if (!out.ok)
         PyErr_NoMemory();
     else
@@ -144,13 +175,15 @@ static PyObject *BPE_encode(BPEObject *self, PyObject *args) {
     return res;
 }
 
-/* The mode of a call (text, mode) of encode_plain / encode_many, checked: one of the core's splitters; -1
- * and an exception set otherwise (signature: the method's, for the message). */
+/* The mode of a call (text, mode) of encode_plain / encode_many, checked: one of the core's splitters, or the
+ * object's own for a call (text) when it has one; -1 and an exception set otherwise (signature: the method's,
+ * for the message). */
 static long splitter_mode(BPEObject *self, PyObject *const *args, Py_ssize_t nargs, const char *signature) {
     if (!self->b) {
         PyErr_SetString(PyExc_RuntimeError, "BPE is not initialised");
         return -1;
     }
+    if (nargs == 1 && self->mode > SPLIT_WORDS) return self->mode;
     if (nargs != 2 || !PyLong_Check(args[1])) {
         PyErr_Format(PyExc_TypeError, "expected %s", signature);
         return -1;
@@ -166,7 +199,7 @@ static long splitter_mode(BPEObject *self, PyObject *const *args, Py_ssize_t nar
 /* encode_plain(text: str, mode) -> list[int] | None: encode() of a str whose UTF-8 Python already holds (no
  * bytes object made per call); None when text has lone surrogates (the caller's raw-byte path handles it). */
 static PyObject *BPE_encode_plain(BPEObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    long mode = splitter_mode(self, args, nargs, "encode_plain(text: str, mode: int)");
+    long mode = splitter_mode(self, args, nargs, "encode_plain(text: str, mode: int = own)");
     if (mode < 0) return NULL;
     if (!PyUnicode_Check(args[0])) return PyErr_Format(PyExc_TypeError, "encode_plain: expected a str");
     Py_ssize_t n;
@@ -181,7 +214,7 @@ static PyObject *BPE_encode_plain(BPEObject *self, PyObject *const *args, Py_ssi
     Py_BEGIN_ALLOW_THREADS /* the str stays alive and immutable: args hold it */
     ok = bpe_encode(self->b, (const uint8_t *)utf8, (size_t)n, (int)mode, NULL, 0, self->flags.buf, &out);
     Py_END_ALLOW_THREADS
-    PyObject *res = ok ? ids_list(&out) : PyErr_NoMemory();
+    PyObject *res = ok ? lazy_ids_list(&out, self->ints, self->n_vocab) : PyErr_NoMemory();
     ivec_free(&out);
     return res;
 }
@@ -189,7 +222,7 @@ static PyObject *BPE_encode_plain(BPEObject *self, PyObject *const *args, Py_ssi
 /* encode_many(texts: sequence of str, mode) -> list[list[int] | None]: encode_plain of each text, the GIL
  * released once for them all (a thread of a batch then never waits for it between texts). */
 static PyObject *BPE_encode_many(BPEObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    long mode = splitter_mode(self, args, nargs, "encode_many(texts: sequence of str, mode: int)");
+    long mode = splitter_mode(self, args, nargs, "encode_many(texts: sequence of str, mode: int = own)");
     if (mode < 0) return NULL;
     PyObject *texts = PySequence_Tuple(args[0]); /* owns every item while the GIL is released */
     if (!texts) return NULL;
@@ -235,7 +268,7 @@ static PyObject *BPE_encode_many(BPEObject *self, PyObject *const *args, Py_ssiz
         if (utf8[i]) {
             size_t start = i ? ends[i - 1] : 0;
             ivec part = {out.v + start, ends[i] - start, ends[i] - start, 1};
-            ids = ids_list(&part);
+            ids = lazy_ids_list(&part, self->ints, self->n_vocab);
         } else {
             ids = Py_NewRef(Py_None);
         }
@@ -317,8 +350,8 @@ static PyMethodDef BPE_methods[] = {
      "encode(text: bytes, mode: int, ends) -> list[int]: ids of UTF-8 text; mode 1 GPT-2, 2 LLaMA-3, 3 Falcon, "
      "4 StarCoder splitter, 0 words ending at the int64 code point offsets ends."},
     {"encode_plain", (PyCFunction)(void (*)(void))BPE_encode_plain, METH_FASTCALL,
-     "encode_plain(text: str, mode: int) -> list[int] | None: encode(text's UTF-8, mode, None) for modes >= 1; "
-     "None when text holds lone surrogates."},
+     "encode_plain(text: str, mode: int = own) -> list[int] | None: encode(text's UTF-8, mode, None) for modes "
+     ">= 1 (without one, the mode given to BPE()); None when text holds lone surrogates."},
     {"encode_many", (PyCFunction)(void (*)(void))BPE_encode_many, METH_FASTCALL,
      "encode_many(texts: sequence of str, mode: int) -> list[list[int] | None]: encode_plain of each, the GIL "
      "released once for all."},
@@ -594,32 +627,10 @@ typedef struct {
 
 static void SPM_dealloc(SPMObject *self) {
     spm_free(self->m);
-    for (Py_ssize_t i = 0; self->ints && i < self->n_vocab; i++) Py_XDECREF(self->ints[i]);
-    PyMem_Free(self->ints);
+    free_ints(self->ints, self->n_vocab);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* ids as a list of the object's shared int objects (ids are < n_vocab: spm.c emits only token ids). */
-static PyObject *spm_ids_list(SPMObject *self, const ivec *v) {
-    PyObject *list = PyList_New((Py_ssize_t)v->n);
-    if (!list) return NULL;
-    for (size_t i = 0; i < v->n; i++) {
-        int32_t id = v->v[i];
-        PyObject *x = id >= 0 && id < self->n_vocab ? self->ints[id] : NULL;
-        if (!x) {
-            x = PyLong_FromLong(id);
-            if (!x) {
-                Py_DECREF(list);
-                return NULL;
-            }
-            if (id >= 0 && id < self->n_vocab) self->ints[id] = Py_NewRef(x);
-        } else {
-            Py_INCREF(x);
-        }
-        PyList_SET_ITEM(list, (Py_ssize_t)i, x);
-    }
-    return list;
-}
 
 static int SPM_init(SPMObject *self, PyObject *args, PyObject *kwds) {
     (void)kwds;
@@ -702,7 +713,7 @@ static PyObject *SPM_encode(SPMObject *self, PyObject *args) {
     if (!valid) PyBuffer_Release(&text);
     PyObject *res = NULL;
     if (ok)
-        res = spm_ids_list(self, &out);
+        res = lazy_ids_list(&out, self->ints, self->n_vocab);
     else if (!out.ok)
         PyErr_NoMemory();
     else

@@ -5,7 +5,8 @@
  * point as its category), GPT-2's hand-written splitter (pretok.c), or ASCII digit triples:
  *   falcon:    [\p{P}\$\+<=>\^~\|`]+   then GPT-2   then [0-9][0-9][0-9]
  *   starcoder: \p{N}                   then GPT-2
- * Exactness against the Python regexes is what tests/test_backend_parity.py checks. */
+ * Positions are byte offsets of UTF-8 text (code points read by utf8_next), as in pretok.c. Exactness against
+ * the Python regexes is what tests/test_backend_parity.py checks. */
 #include "core.h"
 
 /* The category llama.cpp's collapsed text gives a non-ASCII code point: none for whitespace (\v there),
@@ -31,18 +32,19 @@ static int number_class(const uint16_t *flags, uint32_t c) {
 static int ascii_digit(uint32_t c) { return c >= '0' && c <= '9'; }
 
 typedef struct {
-    const uint32_t *cps;
+    const uint8_t *s;
     const uint16_t *flags;
     int digit_triples; /* a third pattern, [0-9][0-9][0-9], splits each GPT-2 word */
     ivec *ends, words; /* words: one piece's GPT-2 word ends, reused */
 } multi;
 
-/* The word cps[s..e) after the last pattern: its ends appended. */
+/* The word s[s..e) after the last pattern: its ends appended. Digits are single bytes and no byte of a longer
+ * sequence is one, so the triples are looked for byte by byte. */
 static int emit(multi *m, size_t s, size_t e) {
     if (m->digit_triples) {
         size_t pos = s, prev = s;
         while (pos + 3 <= e) {
-            if (!(ascii_digit(m->cps[pos]) && ascii_digit(m->cps[pos + 1]) && ascii_digit(m->cps[pos + 2]))) {
+            if (!(ascii_digit(m->s[pos]) && ascii_digit(m->s[pos + 1]) && ascii_digit(m->s[pos + 2]))) {
                 pos++;
                 continue;
             }
@@ -56,10 +58,10 @@ static int emit(multi *m, size_t s, size_t e) {
     return ivec_push(m->ends, (int32_t)e);
 }
 
-/* One piece of the first pattern, cps[s..e), through GPT-2's splitter and then emit. */
+/* One piece of the first pattern, s[s..e), through GPT-2's splitter and then emit. */
 static int piece(multi *m, size_t s, size_t e) {
     m->words.n = 0;
-    if (!split_words(SPLIT_GPT2, m->cps + s, e - s, m->flags, &m->words)) return 0;
+    if (!split_words(SPLIT_GPT2, m->s + s, e - s, m->flags, &m->words)) return 0;
     size_t prev = s;
     for (size_t i = 0; i < m->words.n; i++) {
         size_t end = s + (size_t)m->words.v[i];
@@ -69,20 +71,20 @@ static int piece(multi *m, size_t s, size_t e) {
     return prev == e;
 }
 
-int split_multi(int mode, const uint32_t *cps, size_t n, const uint16_t *flags, ivec *ends) {
+int split_multi(int mode, const uint8_t *text, size_t n, const uint16_t *flags, ivec *ends) {
     if (n > INT32_MAX || (mode != SPLIT_FALCON && mode != SPLIT_STARCODER)) return 0;
     int (*cls)(const uint16_t *, uint32_t) = mode == SPLIT_FALCON ? falcon_class : number_class;
     int run = mode == SPLIT_FALCON; /* falcon's class is a run (+), starcoder's one code point */
-    multi m = {cps, flags, mode == SPLIT_FALCON, ends, {NULL, 0, 0, 1}};
-    size_t pos = 0, gap = 0;
+    multi m = {text, flags, mode == SPLIT_FALCON, ends, {NULL, 0, 0, 1}};
+    size_t pos = 0, gap = 0, len;
     int ok = 1;
     while (ok && pos < n) {
-        if (!cls(flags, cps[pos])) {
-            pos++;
+        if (!cls(flags, utf8_next(text + pos, n - pos, &len))) {
+            pos += len;
             continue;
         }
-        size_t end = pos + 1;
-        while (run && end < n && cls(flags, cps[end])) end++;
+        size_t end = pos + len;
+        while (run && end < n && cls(flags, utf8_next(text + end, n - end, &len))) end += len;
         if (pos > gap) ok = piece(&m, gap, pos);
         ok = ok && piece(&m, pos, end);
         pos = gap = end;

@@ -19,25 +19,6 @@ struct wpm {
     size_t mark_len;
 };
 
-uint32_t utf8_next(const uint8_t *s, size_t n, size_t *len) {
-    uint8_t c = s[0];
-    size_t k = c < 0x80 ? 1 : c < 0xC0 ? 0 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : c < 0xF8 ? 4 : 0;
-    if (k == 0 || k > n) {
-        *len = 1;
-        return 0xFFFD;
-    }
-    uint32_t cp = k == 1 ? c : k == 2 ? c & 0x1Fu : k == 3 ? c & 0x0Fu : c & 0x07u;
-    for (size_t j = 1; j < k; j++) {
-        if ((s[j] & 0xC0) != 0x80) {
-            *len = 1;
-            return 0xFFFD;
-        }
-        cp = cp << 6 | (s[j] & 0x3Fu);
-    }
-    *len = k;
-    return cp;
-}
-
 void wpm_free(wpm *w) {
     if (!w) return;
     btrie_free(&w->tokens);

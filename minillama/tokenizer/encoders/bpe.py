@@ -245,9 +245,11 @@ class NativeBPEEncoder(BPEEncoder):
         self._mode = _NATIVE_SPLITTERS.get(PATTERNS[self.spec.patterns], 0)
         self._core = core.BPE(unicode_flags(), arrays.token_bytes, arrays.token_offsets, merges, byte_ids,
                               np.array([ord(c) for c in BYTE_TO_CHAR], np.int32), vocab.ignore_merges,
-                              base.CACHE_MAX_BYTES, base.CACHE_MAX_WORDS)
+                              base.CACHE_MAX_BYTES, base.CACHE_MAX_WORDS, self._mode)
         if not self._mode:  # the words are split here: no fast path
             self.encode_plain = self.encode_many = None  # type: ignore[assignment]
+        else:  # the core's method itself, which knows the mode: no Python frame per call of the fast path
+            self.encode_plain = self._core.encode_plain  # type: ignore[method-assign]
 
     @classmethod
     def build(cls, vocab: Vocab, core: ModuleType) -> NativeBPEEncoder | None:
@@ -270,7 +272,8 @@ class NativeBPEEncoder(BPEEncoder):
     def encode_plain(self, text: str) -> list[int] | None:
         """encode(text) in one call to the core, which reads the str's own UTF-8 (no bytes copy), or None when
         text holds lone surrogates: Tokenizer.encode's fast path for a plain fragment. Only where the core
-        splits this vocab's pre-tokenizer itself (else the attribute is None)."""
+        splits this vocab's pre-tokenizer itself (else the attribute is None); __init__ puts the core's
+        method itself in its place."""
         return self._core.encode_plain(text, self._mode)
 
     def encode_many(self, texts: list[str]) -> list[list[int] | None]:
