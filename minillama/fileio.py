@@ -140,18 +140,20 @@ def write_output(path: str | os.PathLike[str], write: Callable[[str], None]) -> 
     if not os.path.isdir(folder):
         raise OutputError(f"cannot write {shown!r}: expected an existing directory {os.path.dirname(shown) or '.'!r}"
                           f", found none")
+    tmp = None
     try:
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(target)}.", suffix=".tmp")
-    except OSError as e:
-        raise OutputError(f"cannot write {shown!r}: expected a writable directory, found {e.strerror}") from None
-    os.close(fd)
-    try:
+        try:
+            fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(target)}.", suffix=".tmp")
+        except OSError as e:
+            raise OutputError(f"cannot write {shown!r}: expected a writable directory, found {e.strerror}") from None
+        os.close(fd)
         write(tmp)
         os.chmod(tmp, stat.S_IMODE(st.st_mode) if st is not None else 0o666 & ~_umask())
         os.replace(tmp, target)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(tmp)
+    finally:  # also when an interrupt comes between mkstemp and write
+        if tmp is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(tmp)
 
 
 #: What a blank line may hold besides its newline, and the cut between paragraphs: a line of only these.

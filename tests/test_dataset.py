@@ -569,6 +569,22 @@ def test_a_directory_minillama_did_not_write_is_refused_and_left_byte_for_byte(t
     assert _files(out) == USER_FILES
 
 
+def test_an_interrupted_run_leaves_no_temporary_file(tmp_path):
+    """Ctrl-C or SIGTERM while a shard is being written (CI once saw '.shard-00005.json.XXXX.tmp' left behind when
+    the interrupt came between the temporary file's creation and the write): the run removes its own half-written
+    files on the way out, and leaves the user's files alone."""
+    from minillama.dataset.shards import claimed_dir
+
+    out = tmp_path / "out"
+    with pytest.raises(KeyboardInterrupt), claimed_dir(str(out)) as path:
+        for name in (".shard-00005.json.ys1ffwwz.tmp", "shard-00004.bin.tmp", ".index.json.abcdefgh.tmp"):
+            Path(path, name).write_bytes(b"half")
+        (out / "notes.tmp").write_bytes(b"the user's")  # not a name a run writes
+        raise KeyboardInterrupt
+    assert sorted(os.listdir(out)) == sorted([".lock", ".minillama-dataset", "notes.tmp"])
+    assert (out / "notes.tmp").read_bytes() == b"the user's"
+
+
 def test_a_run_of_ours_removes_only_its_own_files_and_says_what_it_kept(tmp_path):
     """In its own directory a run (resumed or with new settings) leaves alone what a user put there, and a
     resumed run says how many finished shards it kept."""

@@ -175,11 +175,22 @@ def claimed_dir(out: str, inputs: Iterable[str] = ()) -> Iterator[str]:
         _HELD_LOCKS.add(fd)
         try:
             yield path
+        except BaseException:  # a run stopped mid-write (Ctrl-C, SIGTERM, an error) leaves no temporary file
+            remove_leftovers(path)
+            raise
         finally:
             _HELD_LOCKS.discard(fd)
             fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
+
+
+def remove_leftovers(path: str) -> None:
+    """Remove what a run of ours left half-written in path (temporary files only, by their names)."""
+    for name in os.listdir(path):
+        if _LEFTOVER.fullmatch(name):
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(os.path.join(path, name))
 
 
 class StaleShard(Exception):
@@ -200,8 +211,9 @@ class ShardWriter:
     def __init__(self, out: str, dtype: np.dtype, shard_tokens: int, settings_hash: str) -> None:
         self.out, self.dtype, self.shard_tokens, self.settings_hash = out, dtype, shard_tokens, settings_hash
         os.makedirs(out, exist_ok=True)
-        for name in os.listdir(out):  # leftovers of a killed run of ours, and an index that is no longer true
-            if _LEFTOVER.fullmatch(name) or name in (INDEX, OFFSETS):
+        remove_leftovers(out)  # of a killed run of ours
+        for name in (INDEX, OFFSETS):  # an index that is no longer true
+            with contextlib.suppress(FileNotFoundError):
                 os.remove(os.path.join(out, name))
         self.kept = self._kept_shards()
         self.skip_docs = sum(r["docs"] for r in self.kept)
