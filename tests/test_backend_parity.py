@@ -488,3 +488,24 @@ def test_spm_native_cache_bound(monkeypatch):
     assert info["words"] > 0 and info["old_words"] > 0 and (info["max_bytes"], info["max_words"]) == (40_000, 300)
     native.encode("x" * 20_000)  # one word larger than an eighth of the bound is never cached
     assert native._encoder.cache_info()["longest_word"] < 20_000
+
+
+_SPM_PLAIN = ["", " ", "  a ", "plain ascii text", "caf\u00e9 \u00ff\u00a0x", "\u0100 \u2581x \u2581 ", "日本 語 ",
+              "\U0001f600 a\U0001f9ec", "x\udcff y", "\ud800 a", "a" * 3000 + " b" * 100, "\t\n \r"]
+
+
+@pytest.mark.filterwarnings("ignore::minillama.errors.DoubleBosWarning")
+@pytest.mark.parametrize("vocab", SPM_VOCABS)
+def test_spm_fast_path_is_encode(vocab):
+    """Tokenizer.encode's fast path for SPM (encode_plain: the dummy prefix and U+2581 for spaces written in C from
+    the str's 1-, 2- or 4-byte characters) and encode_batch's encode_many give the usual path's ids; so do texts
+    with lone surrogates (handed back to it) and empty ones."""
+    native, pure = pair(vocab)
+    assert native._plain is not None
+    for t in _SPM_PLAIN:
+        assert native.encode(t, add_special=False) == pure.encode(t, add_special=False), t[:20]
+        assert native.encode(t) == pure.encode(t), t[:20]
+    assert native._encoder.encode_plain("x\udcff y") is None
+    for threads in (1, 2):
+        assert native.encode_batch(_SPM_PLAIN, num_threads=threads, add_special=False) == \
+            [pure.encode(t, add_special=False) for t in _SPM_PLAIN]

@@ -85,6 +85,10 @@ wcache *spm_cache(spm *m);
 /* The ids of text (n bytes; valid_utf8: known to be valid UTF-8) appended to out. 0 on failure: out->ok == 0
  * when memory ran out, else a byte that no token covers has no byte token in this vocab. */
 int spm_encode(spm *m, const uint8_t *text, size_t n, int valid_utf8, ivec *out);
+/* spm_encode of a str's characters as models/spm.py prepares a plain fragment: n characters of kind (1, 2 or 4)
+ * bytes each, every space U+2581, behind U+2581 when add_prefix and n > 0. -1 (out untouched) when a character
+ * is a surrogate (the caller's escaping path decides), else as spm_encode. */
+int spm_encode_plain(spm *m, const void *chars, size_t n, int kind, int add_prefix, ivec *out);
 
 
 /* ---- Unigram and WordPiece (ugm.c, wpm.c, btrie.c) ---------------------------------------------------- */

@@ -590,7 +590,12 @@ typedef struct {
     spm *m;
     PyObject **ints; /* the int object of each id, made on first use: a result list allocates no ints */
     Py_ssize_t n_vocab;
+    int add_prefix; /* encode_plain's dummy space prefix (the vocab's add_space_prefix) */
 } SPMObject;
+
+/* encode_plain leaves a str of this many characters or more to the caller (models/spm.py's _NATIVE_MAX_CHARS:
+ * the pure path encodes it a piece at a time). */
+#define SPM_PLAIN_MAX_CHARS ((Py_ssize_t)1 << 29)
 
 static void SPM_dealloc(SPMObject *self) {
     spm_free(self->m);
@@ -625,11 +630,13 @@ static int SPM_init(SPMObject *self, PyObject *args, PyObject *kwds) {
     (void)kwds;
     PyObject *tok_bytes, *tok_off, *scores, *byte_ids;
     Py_ssize_t max_bytes, max_words;
+    int add_prefix;
     if (self->m) {
         PyErr_SetString(PyExc_RuntimeError, "SPM is already initialised");
         return -1;
     }
-    if (!PyArg_ParseTuple(args, "OOOOnn", &tok_bytes, &tok_off, &scores, &byte_ids, &max_bytes, &max_words))
+    if (!PyArg_ParseTuple(args, "OOOOnnp", &tok_bytes, &tok_off, &scores, &byte_ids, &max_bytes, &max_words,
+                          &add_prefix))
         return -1;
     if (max_bytes < 0 || max_words < 0) {
         PyErr_SetString(PyExc_ValueError, "cache bounds must be >= 0");
@@ -663,6 +670,7 @@ static int SPM_init(SPMObject *self, PyObject *args, PyObject *kwds) {
         goto s4;
     }
     self->m = m;
+    self->add_prefix = add_prefix;
     ok = 1;
 s4:
     PyBuffer_Release(&bb);
@@ -675,13 +683,11 @@ s1:
     return ok ? 0 : -1;
 }
 
-static PyObject *SPM_encode(SPMObject *self, PyObject *args) {
-    PyObject *obj;
+static PyObject *SPM_encode(SPMObject *self, PyObject *obj) {
     if (!self->m) {
         PyErr_SetString(PyExc_RuntimeError, "SPM is not initialised");
         return NULL;
     }
-    if (!PyArg_ParseTuple(args, "O", &obj)) return NULL;
     /* a str as its UTF-8 (kept by the str, valid: a lone surrogate raises UnicodeEncodeError), else bytes */
     Py_buffer text = {0};
     const char *data;
@@ -711,6 +717,109 @@ static PyObject *SPM_encode(SPMObject *self, PyObject *args) {
     return res;
 }
 
+/* A str's characters for spm_encode_plain: its data, length and kind; 0 and an exception when it is no str, 1
+ * with *kind 0 when the core leaves it to the caller (too long). */
+static int plain_chars(PyObject *obj, const void **data, size_t *n, int *kind) {
+    if (!PyUnicode_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "expected a str, got %s", Py_TYPE(obj)->tp_name);
+        return 0;
+    }
+#if PY_VERSION_HEX < 0x030C0000
+    if (PyUnicode_READY(obj) < 0) return 0;
+#endif
+    Py_ssize_t len = PyUnicode_GET_LENGTH(obj);
+    *data = PyUnicode_DATA(obj);
+    *n = (size_t)len;
+    *kind = len < SPM_PLAIN_MAX_CHARS ? (int)PyUnicode_KIND(obj) : 0;
+    return 1;
+}
+
+/* The result of spm_encode_plain as Python sees it: the ids, None (the caller's path decides: a surrogate, a
+ * byte no token covers, a text too long), or MemoryError. */
+static PyObject *plain_result(SPMObject *self, int r, const ivec *out) {
+    if (r > 0) return spm_ids_list(self, out);
+    if (r == 0 && !out->ok) return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
+/* encode_plain(text: str) -> list[int] | None: Tokenizer.encode(text, add_special=False) for a vocab with no
+ * special token matched in plain text -- the dummy prefix and U+2581 for spaces added here, while the str's
+ * characters are written as UTF-8 with the GIL released (no bytes object, no UTF-8 kept on the str). */
+static PyObject *SPM_encode_plain(SPMObject *self, PyObject *obj) {
+    const void *data;
+    size_t n;
+    int kind;
+    if (!self->m) {
+        PyErr_SetString(PyExc_RuntimeError, "SPM is not initialised");
+        return NULL;
+    }
+    if (!plain_chars(obj, &data, &n, &kind)) return NULL;
+    if (!kind) Py_RETURN_NONE;
+    ivec out = {NULL, 0, 0, 1};
+    int r;
+    Py_BEGIN_ALLOW_THREADS /* the caller's reference keeps the immutable str alive */
+    r = spm_encode_plain(self->m, data, n, kind, self->add_prefix, &out);
+    Py_END_ALLOW_THREADS
+    PyObject *res = plain_result(self, r, &out);
+    ivec_free(&out);
+    return res;
+}
+
+/* encode_many(texts: sequence of str) -> list[list[int] | None]: encode_plain of each, the GIL released once for
+ * them all (encode_batch's threads). */
+static PyObject *SPM_encode_many(SPMObject *self, PyObject *arg) {
+    if (!self->m) {
+        PyErr_SetString(PyExc_RuntimeError, "SPM is not initialised");
+        return NULL;
+    }
+    PyObject *texts = PySequence_Tuple(arg); /* owns every item while the GIL is released */
+    if (!texts) return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(texts);
+    const void **data = PyMem_Calloc((size_t)n + 1, sizeof *data);
+    size_t *lens = PyMem_Calloc((size_t)n + 1, sizeof *lens), *ends = PyMem_Calloc((size_t)n + 1, sizeof *ends);
+    int *kinds = PyMem_Calloc((size_t)n + 1, sizeof *kinds), *rs = PyMem_Calloc((size_t)n + 1, sizeof *rs);
+    PyObject *res = NULL;
+    if (!data || !lens || !ends || !kinds || !rs) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (!plain_chars(PyTuple_GET_ITEM(texts, i), &data[i], &lens[i], &kinds[i])) goto done;
+    ivec out = {NULL, 0, 0, 1};
+    int ok = 1;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; ok && i < n; i++) {
+        size_t start = out.n;
+        rs[i] = kinds[i] ? spm_encode_plain(self->m, data[i], lens[i], kinds[i], self->add_prefix, &out) : -1;
+        ok = out.ok;
+        if (rs[i] <= 0) out.n = start; /* a failed text leaves no ids behind */
+        ends[i] = out.n;
+    }
+    Py_END_ALLOW_THREADS
+    if (!ok) {
+        PyErr_NoMemory();
+        ivec_free(&out);
+        goto done;
+    }
+    res = PyList_New(n);
+    for (Py_ssize_t i = 0; res && i < n; i++) {
+        size_t start = i ? ends[i - 1] : 0;
+        ivec part = {out.v + start, ends[i] - start, ends[i] - start, 1};
+        PyObject *ids = plain_result(self, rs[i], &part);
+        if (!ids) Py_CLEAR(res);
+        else PyList_SET_ITEM(res, i, ids);
+    }
+    ivec_free(&out);
+done:
+    PyMem_Free(data);
+    PyMem_Free(lens);
+    PyMem_Free(ends);
+    PyMem_Free(kinds);
+    PyMem_Free(rs);
+    Py_DECREF(texts);
+    return res;
+}
+
 static PyObject *SPM_cache_info(SPMObject *self, PyObject *unused) {
     (void)unused;
     return self->m ? cache_dict(spm_cache(self->m)) : PyDict_New();
@@ -723,9 +832,15 @@ static PyObject *SPM_clear_cache(SPMObject *self, PyObject *unused) {
 }
 
 static PyMethodDef SPM_methods[] = {
-    {"encode", (PyCFunction)SPM_encode, METH_VARARGS,
+    {"encode", (PyCFunction)SPM_encode, METH_O,
      "encode(text: bytes | str) -> list[int] | None: ids of the bytes, or of a str's UTF-8 (U+2581 for spaces); "
      "None when a byte that no token covers has no byte token."},
+    {"encode_plain", (PyCFunction)SPM_encode_plain, METH_O,
+     "encode_plain(text: str) -> list[int] | None: the ids of a plain fragment as Tokenizer.encode prepares it "
+     "(dummy prefix, U+2581 for spaces); None where the caller's path decides (lone surrogates, a byte with no "
+     "byte token, 2**29 characters or more)."},
+    {"encode_many", (PyCFunction)SPM_encode_many, METH_O,
+     "encode_many(texts: sequence of str) -> list[list[int] | None]: encode_plain of each, the GIL released once."},
     {"cache_info", (PyCFunction)SPM_cache_info, METH_NOARGS, "The word cache as numbers (Model.cache_info)."},
     {"clear_cache", (PyCFunction)SPM_clear_cache, METH_NOARGS, "Forget every cached word."},
     {NULL, NULL, 0, NULL},
