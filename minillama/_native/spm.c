@@ -137,18 +137,19 @@ static inline int32_t spm_lookup(const spm *m, const uint8_t *s, size_t n) {
 
 /* The code point of s[0..k) when it is one well-formed-looking sequence (lead announcing k, k - 1
  * continuation bytes), else -1. The same test on tokens and on text: see spm_new's keep set. */
-static int32_t one_char(const uint8_t *s, size_t k) {
-    if (k == 0 || LEAD_LEN[s[0] >> 4] != k || (k == 1 && s[0] >= 0x80)) return -1;
-    static const uint8_t MASK[5] = {0, 0x7F, 0x1F, 0x0F, 0x07};
-    int32_t cp = s[0] & MASK[k];
-    for (size_t j = 1; j < k; j++) {
-        if ((s[j] & 0xC0) != 0x80) return -1;
-        cp = cp << 6 | (s[j] & 0x3F);
-    }
+static inline int32_t one_char(const uint8_t *s, size_t k) {
+    uint8_t c = s[0];
+    if (k == 1) return c < 0x80 ? c : -1;
+    if (k < 2 || k > 4 || LEAD_LEN[c >> 4] != k || (s[1] & 0xC0) != 0x80) return -1;
+    if (k == 2) return (c & 0x1F) << 6 | (s[1] & 0x3F);
+    if ((s[2] & 0xC0) != 0x80) return -1;
+    if (k == 3) return (c & 0x0F) << 12 | (s[1] & 0x3F) << 6 | (s[2] & 0x3F);
+    if ((s[3] & 0xC0) != 0x80) return -1;
+    int32_t cp = (c & 0x07) << 18 | (s[1] & 0x3F) << 12 | (s[2] & 0x3F) << 6 | (s[3] & 0x3F);
     return cp <= MAX_CODE_POINT ? cp : -1;
 }
 
-static int is_space_mark(const uint8_t *s) { return s[0] == 0xE2 && s[1] == 0x96 && s[2] == 0x81; }
+static inline int is_space_mark(const uint8_t *s) { return s[0] == 0xE2 && s[1] == 0x96 && s[2] == 0x81; }
 
 /* A score as a rank: smaller for higher scores, equal for equal scores (-0 is 0), every NaN after every number
  * and below UINT32_MAX (which the scan uses for "no pair"): the float's bits made to sort as unsigned ints,
@@ -202,8 +203,21 @@ static int put_pair(spm *m, uint32_t a, uint32_t b) {
 }
 
 /* Every two characters (one_char sequences) that token w holds side by side. A superset is safe: a cut is
- * made only between two characters no token holds side by side, so no merge can cross it. */
+ * made only between two characters no token holds side by side, so no merge can cross it. In well-formed
+ * UTF-8 the only such sequences are the characters in turn (a sequence ending where a character starts is the
+ * one before it, and none starts inside one), so those are read in one pass; other tokens try every length. */
 static int add_pairs(spm *m, const uint8_t *w, size_t len) {
+    int32_t prev = -1;
+    size_t p = 0;
+    while (p < len) {
+        size_t k = LEAD_LEN[w[p] >> 4];
+        int32_t b = k <= len - p ? one_char(w + p, k) : -1;
+        if (b < 0) break;
+        if (prev >= 0 && !put_pair(m, (uint32_t)prev, (uint32_t)b)) return 0;
+        prev = b;
+        p += k;
+    }
+    if (p == len) return 1;
     for (size_t p = 1; p < len; p++) {
         size_t k2 = LEAD_LEN[w[p] >> 4];
         int32_t b = k2 <= len - p ? one_char(w + p, k2) : -1;
@@ -653,57 +667,52 @@ int spm_encode(spm *m, const uint8_t *text, size_t n, int valid_utf8, ivec *out)
     return ok;
 }
 
-/* The UTF-8 length of n characters of kind bytes each with every space as U+2581; *bad set when one is a
- * surrogate. */
-static size_t plain_len(const void *chars, size_t n, int kind, int *bad) {
+/* The UTF-8 length of n characters of kind bytes each with every space as U+2581. */
+static size_t plain_len(const void *chars, size_t n, int kind) {
     size_t len = 0;
     if (kind == 1) {
         const uint8_t *c = chars;
-        for (size_t i = 0; i < n; i++) len += 1 + 2 * (c[i] == ' ') + (c[i] >= 0x80);
+        for (size_t i = 0; i < n; i++) len += 1 + 2 * (c[i] == ' ') + (c[i] >> 7);
     } else if (kind == 2) {
         const uint16_t *c = chars;
-        for (size_t i = 0; i < n; i++) {
-            uint32_t x = c[i];
-            len += x < 0x80 ? 1 + 2 * (x == ' ') : x < 0x800 ? 2 : 3;
-            *bad |= (x & 0xF800) == 0xD800;
-        }
+        for (size_t i = 0; i < n; i++) len += c[i] < 0x80 ? 1 + 2 * (c[i] == ' ') : c[i] < 0x800 ? 2 : 3;
     } else {
         const uint32_t *c = chars;
-        for (size_t i = 0; i < n; i++) {
-            uint32_t x = c[i];
-            len += x < 0x80 ? 1 + 2 * (x == ' ') : x < 0x800 ? 2 : x < 0x10000 ? 3 : 4;
-            *bad |= (x & 0xFFFFF800u) == 0xD800 || x > MAX_CODE_POINT;
-        }
+        for (size_t i = 0; i < n; i++) len += c[i] < 0x80 ? 1 + 2 * (c[i] == ' ') : c[i] < 0x800 ? 2 : c[i] < 0x10000 ? 3 : 4;
     }
     return len;
 }
 
-/* Write code point x (no surrogate, <= U+10FFFF) as UTF-8, a space as U+2581; the end. */
-static inline uint8_t *put_char(uint8_t *o, uint32_t x) {
-    if (x < 0x80) {
-        if (x == ' ') {
-            memcpy(o, "\xE2\x96\x81", 3);
-            return o + 3;
-        }
-        *o = (uint8_t)x;
-        return o + 1;
-    }
+/* Below this many characters the buffer is sized for the worst case (3 or 4 bytes a character) instead of
+ * counted. */
+#define PLAIN_COUNT_MIN (1 << 16)
+
+/* ASCII x (a space as U+2581) at o, 4 bytes written (the buffer has room); its length. */
+static inline size_t put_ascii(uint8_t *o, uint32_t x) {
+    uint32_t v = x == ' ' ? 0x8196E2u : x; /* E2 96 81 little-endian */
+    uint8_t b[4] = {(uint8_t)v, (uint8_t)(v >> 8), (uint8_t)(v >> 16), 0};
+    memcpy(o, b, 4);
+    return x == ' ' ? 3 : 1;
+}
+
+/* Code point x (>= 0x80, no surrogate, <= U+10FFFF) as UTF-8 at o; its length. */
+static inline size_t put_wide(uint8_t *o, uint32_t x) {
     if (x < 0x800) {
         o[0] = (uint8_t)(0xC0 | x >> 6);
         o[1] = (uint8_t)(0x80 | (x & 0x3F));
-        return o + 2;
+        return 2;
     }
     if (x < 0x10000) {
         o[0] = (uint8_t)(0xE0 | x >> 12);
         o[1] = (uint8_t)(0x80 | (x >> 6 & 0x3F));
         o[2] = (uint8_t)(0x80 | (x & 0x3F));
-        return o + 3;
+        return 3;
     }
     o[0] = (uint8_t)(0xF0 | x >> 18);
     o[1] = (uint8_t)(0x80 | (x >> 12 & 0x3F));
     o[2] = (uint8_t)(0x80 | (x >> 6 & 0x3F));
     o[3] = (uint8_t)(0x80 | (x & 0x3F));
-    return o + 4;
+    return 4;
 }
 
 int spm_encode_plain(spm *m, const void *chars, size_t n, int kind, int add_prefix, ivec *out) {
@@ -713,28 +722,40 @@ int spm_encode_plain(spm *m, const void *chars, size_t n, int kind, int add_pref
         out->ok = 0;
         return 0;
     }
-    int bad = 0;
-    size_t len = plain_len(chars, n, kind, &bad) + (add_prefix ? 3 : 0);
-    if (bad) return -1;
-    uint8_t *buf = malloc(len + 8), *o = buf;
+    /* room: the UTF-8, the prefix, 8 bytes of padding (which also take put_ascii's fourth byte) */
+    size_t cap = (n < PLAIN_COUNT_MIN ? n * (kind == 4 ? 4 : 3) : plain_len(chars, n, kind)) + 3 + 8;
+    uint8_t *buf = malloc(cap);
     if (!buf || !pairs_ready(m)) {
         free(buf);
         out->ok = 0;
         return 0;
     }
-    if (add_prefix) o = put_char(o, ' ');
+    size_t o = add_prefix ? put_ascii(buf, ' ') : 0;
+    int bad = 0;
     if (kind == 1) {
         const uint8_t *c = chars;
-        for (size_t i = 0; i < n; i++) o = put_char(o, c[i]);
+        for (size_t i = 0; i < n; i++) o += c[i] < 0x80 ? put_ascii(buf + o, c[i]) : put_wide(buf + o, c[i]);
     } else if (kind == 2) {
         const uint16_t *c = chars;
-        for (size_t i = 0; i < n; i++) o = put_char(o, c[i]);
+        for (size_t i = 0; i < n; i++) {
+            uint32_t x = c[i];
+            bad |= (x & 0xF800) == 0xD800;
+            o += x < 0x80 ? put_ascii(buf + o, x) : put_wide(buf + o, x);
+        }
     } else {
         const uint32_t *c = chars;
-        for (size_t i = 0; i < n; i++) o = put_char(o, c[i]);
+        for (size_t i = 0; i < n; i++) {
+            uint32_t x = c[i];
+            bad |= (x & 0xFFFFF800u) == 0xD800 || x > MAX_CODE_POINT;
+            o += x < 0x80 ? put_ascii(buf + o, x) : put_wide(buf + o, x > MAX_CODE_POINT ? 0xFFFD : x);
+        }
     }
-    memset(o, 0, 8);
-    int ok = encode_text(m, buf, len, 1, out);
+    if (bad) {
+        free(buf);
+        return -1;
+    }
+    memset(buf + o, 0, 8);
+    int ok = encode_text(m, buf, o, 1, out);
     free(buf);
     return ok;
 }
