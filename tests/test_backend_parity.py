@@ -509,3 +509,29 @@ def test_spm_fast_path_is_encode(vocab):
     for threads in (1, 2):
         assert native.encode_batch(_SPM_PLAIN, num_threads=threads, add_special=False) == \
             [pure.encode(t, add_special=False) for t in _SPM_PLAIN]
+
+
+@pytest.mark.parametrize("vocab", VOCABS)
+def test_native_decode_is_the_pure_join(vocab):
+    """decode through the core's Pieces.join gives the pure table's bytes for any ids (control, byte and unknown
+    tokens among them) with every flag; items that are not int ids still raise the pure path's errors."""
+    native, pure = pair(vocab)
+    assert native.pieces._native is not None and pure.pieces._native is None
+    n, v = native.n_vocab, native.vocab
+    rng = np.random.default_rng(7)
+    special = [i for i in (v.special.get("bos"), v.special.get("eos"), v.special.get("unk")) if i is not None]
+    runs = [[], [0], special, special[::-1], [*special, 5, *special]]
+    runs += [[int(x) for x in rng.integers(0, n, size)] + special[:k] for size, k in ((1, 0), (50, 1), (5000, 2))]
+    runs += [special[:1] + [int(x) for x in rng.integers(0, n, 300)] for _ in range(3)]
+    for ids in runs:
+        for remove_special in (False, True):
+            for unparse_special in (False, True):
+                got = native.decode_bytes(ids, remove_special, unparse_special)
+                assert got == pure.decode_bytes(ids, remove_special, unparse_special), ids[:5]
+                assert got == native.decode_bytes(np.array(ids, np.int64), remove_special, unparse_special)
+    for bad in ([1, n], [1, -1], [1, 2**70], [1, "2"], [1, 2.0]):
+        with pytest.raises(Exception) as want:
+            pure.decode_bytes(bad)
+        with pytest.raises(want.type, match=str(bad[1]) if isinstance(bad[1], int) else None):
+            native.decode_bytes(bad)
+    assert native.decode_bytes([True, 1]) == pure.decode_bytes([True, 1])

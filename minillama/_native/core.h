@@ -90,6 +90,16 @@ int spm_encode(spm *m, const uint8_t *text, size_t n, int valid_utf8, ivec *out)
  * is a surrogate (the caller's escaping path decides), else as spm_encode. */
 int spm_encode_plain(spm *m, const void *chars, size_t n, int kind, int add_prefix, ivec *out);
 
+/* decode.c: every token's piece (blob, n + 1 offsets into it; special[i] 1 where the plain table has it empty),
+ * copied. pieces_size: the bytes of the pieces of ids[0..n) (each < pieces_count) in the full or plain table,
+ * less the first piece's leading space when strip_space (*skip: 1 then, else 0); pieces_join writes them. */
+typedef struct pieces pieces;
+pieces *pieces_new(const uint8_t *blob, size_t blob_len, const int64_t *off, size_t n, const uint8_t *special);
+void pieces_free(pieces *p);
+size_t pieces_count(const pieces *p);
+size_t pieces_size(const pieces *p, const int32_t *ids, size_t n, int plain, int strip_space, size_t *skip);
+void pieces_join(const pieces *p, const int32_t *ids, size_t n, int plain, size_t skip, uint8_t *out);
+
 
 /* ---- Unigram and WordPiece (ugm.c, wpm.c, btrie.c) ---------------------------------------------------- */
 

@@ -860,6 +860,115 @@ static PyTypeObject SPMType = {
 
 /* ---- end of SPM ------------------------------------------------------------------------------------------ */
 
+/* ---- decode.c: the pieces of a vocab, joined ------------------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    pieces *p;
+} PiecesObject;
+
+static void Pieces_dealloc(PiecesObject *self) {
+    pieces_free(self->p);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int Pieces_init(PiecesObject *self, PyObject *args, PyObject *kwds) {
+    (void)kwds;
+    PyObject *o[3];
+    if (self->p) {
+        PyErr_SetString(PyExc_RuntimeError, "Pieces is already initialised");
+        return -1;
+    }
+    if (!PyArg_ParseTuple(args, "OOO", &o[0], &o[1], &o[2])) return -1;
+    static const Py_ssize_t sizes[3] = {1, 8, 1};
+    static const char *names[3] = {"piece_bytes", "piece_offsets", "special"};
+    Py_buffer b[3];
+    if (!get_arrays(o, b, sizes, names, 3)) return -1;
+    if (b[1].len / 8 < 2 || b[2].len != b[1].len / 8 - 1) {
+        PyErr_SetString(PyExc_ValueError, "Pieces tables: expected n + 1 >= 2 offsets and n special flags");
+        release_all(b, 3);
+        return -1;
+    }
+    self->p = pieces_new(b[0].buf, (size_t)b[0].len, b[1].buf, (size_t)b[2].len, b[2].buf);
+    release_all(b, 3);
+    if (!self->p) {
+        PyErr_SetString(PyExc_ValueError, "Pieces tables are inconsistent (offsets) or memory ran out");
+        return -1;
+    }
+    return 0;
+}
+
+/* join(ids: list, start, end, plain, strip_space) -> bytes | None: the pieces of ids[start:end] joined (the plain
+ * table: control and unknown pieces empty), the first one's leading space left out when strip_space; None when
+ * an id there is not an int in range (the caller's checks then name it). The ids are read with the GIL held (the
+ * list may change once it is released); the copy runs without it. */
+static PyObject *Pieces_join(PiecesObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (!self->p) {
+        PyErr_SetString(PyExc_RuntimeError, "Pieces is not initialised");
+        return NULL;
+    }
+    if (nargs != 5 || !PyList_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "expected join(ids: list, start: int, end: int, plain: bool, strip_space: bool)");
+        return NULL;
+    }
+    PyObject *list = args[0];
+    Py_ssize_t start = PyLong_AsSsize_t(args[1]), end = PyLong_AsSsize_t(args[2]);
+    int plain = PyObject_IsTrue(args[3]), strip = PyObject_IsTrue(args[4]);
+    if (PyErr_Occurred() || plain < 0 || strip < 0) return NULL;
+    if (start < 0 || end > PyList_GET_SIZE(list) || start > end) {
+        PyErr_SetString(PyExc_ValueError, "join: expected 0 <= start <= end <= len(ids)");
+        return NULL;
+    }
+    size_t n = (size_t)(end - start), n_vocab = pieces_count(self->p);
+    int32_t small[256], *ids = n <= 256 ? small : PyMem_Malloc(n * sizeof *ids);
+    if (!ids) return PyErr_NoMemory();
+    PyObject *res = NULL;
+    for (size_t i = 0; i < n; i++) {
+        PyObject *x = PyList_GET_ITEM(list, start + (Py_ssize_t)i);
+        int overflow;
+        long v = PyLong_CheckExact(x) ? PyLong_AsLongAndOverflow(x, &overflow) : -1;
+        if (v < 0 || (size_t)v >= n_vocab) {
+            res = Py_NewRef(Py_None);
+            goto done;
+        }
+        ids[i] = (int32_t)v;
+    }
+    size_t skip, total = pieces_size(self->p, ids, n, plain, strip, &skip);
+    if (total > PY_SSIZE_T_MAX) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    res = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
+    if (!res) goto done;
+    Py_BEGIN_ALLOW_THREADS /* res is not shared yet, ids are ours */
+    pieces_join(self->p, ids, n, plain, skip, (uint8_t *)PyBytes_AS_STRING(res));
+    Py_END_ALLOW_THREADS
+done:
+    if (ids != small) PyMem_Free(ids);
+    return res;
+}
+
+static PyMethodDef Pieces_methods[] = {
+    {"join", (PyCFunction)(void (*)(void))Pieces_join, METH_FASTCALL,
+     "join(ids: list, start, end, plain: bool, strip_space: bool) -> bytes | None: the pieces of ids[start:end] "
+     "joined; None when one of those is not an int id of the vocab."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject PiecesType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "minillama._native._core.Pieces",
+    .tp_basicsize = sizeof(PiecesObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Every token's piece of a vocab (llama_token_to_piece), joined for a run of ids (llama_detokenize).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Pieces_init,
+    .tp_dealloc = (destructor)Pieces_dealloc,
+    .tp_methods = Pieces_methods,
+};
+
+/* ---- end of decode.c binding ----------------------------------------------------------------------------- */
+
 /* ---- quants.c: matrix products of quantized weights (issue 24) ------------------------------------------------ */
 
 /* matmul(weight, ggml_type, rows, cols, x, out, threads): out[t, r] = weight row r . x[t] for every activation
@@ -962,5 +1071,7 @@ PyMODINIT_FUNC PyInit__core(void) {
     }
     if (add_ugm_wpm(m) < 0) return Py_DECREF(m), NULL;
     if (PyType_Ready(&SPMType) < 0 || PyModule_AddObjectRef(m, "SPM", (PyObject *)&SPMType) < 0) return Py_DECREF(m), NULL;
+    if (PyType_Ready(&PiecesType) < 0 || PyModule_AddObjectRef(m, "Pieces", (PyObject *)&PiecesType) < 0)
+        return Py_DECREF(m), NULL;
     return m;
 }

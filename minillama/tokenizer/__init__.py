@@ -70,7 +70,7 @@ from .hf_api import (
     pad,
     skip_flags,
 )
-from .models import Model, make_model
+from .models import Model, make_model, native_core
 from .offsets import SPANS
 from .special import always_matched, find_special, partition, partition_spans, raw_special_ids
 from .text import ESCAPES, as_bytes_text, has_surrogates
@@ -657,8 +657,9 @@ class Tokenizer:
         if table is None:
             with self._lock:
                 table = self._pieces
-                if table is None:
-                    table = self._pieces = PieceTable(self.vocab)
+                if table is None:  # the core joins pieces where it encodes
+                    core = native_core("auto") if self._encoder.backend == "native" else None
+                    table = self._pieces = PieceTable(self.vocab, core)
         return table
 
     def _check_ids(self, ids: Iterable[int]) -> list[int]:
@@ -701,7 +702,10 @@ class Tokenizer:
         True drops the added bos/eos and writes control tokens as nothing, False writes every token's text.
         """
         remove_special, unparse_special = skip_flags(skip_special_tokens, remove_special, unparse_special)
-        return self.pieces.detokenize(self._check_ids(ids), remove_special, unparse_special)
+        table = self.pieces
+        if type(ids) is list and (out := table.detokenize_native(ids, remove_special, unparse_special)) is not None:
+            return out
+        return table.detokenize(self._check_ids(ids), remove_special, unparse_special)
 
     def decode(self, ids: Iterable[int], remove_special: bool = False, unparse_special: bool = False, *,
                skip_special_tokens: bool | None = None) -> str:
