@@ -90,6 +90,12 @@ int spm_encode(spm *m, const uint8_t *text, size_t n, int valid_utf8, ivec *out)
  * is a surrogate (the caller's escaping path decides), else as spm_encode. */
 int spm_encode_plain(spm *m, const void *chars, size_t n, int kind, int add_prefix, ivec *out);
 
+/* text.c: the UTF-8 of n characters of kind (1, 2 or 4) bytes each, as CPython stores a str, every space as
+ * U+2581 when escape_spaces. ucs_utf8_size: its length, *surrogate set when a character is a surrogate (or past
+ * U+10FFFF); ucs_utf8_write writes one as U+FFFD and sets *surrogate too, and needs 3 bytes of room past the end. */
+size_t ucs_utf8_size(const void *chars, size_t n, int kind, int escape_spaces, int *surrogate);
+size_t ucs_utf8_write(const void *chars, size_t n, int kind, int escape_spaces, uint8_t *out, int *surrogate);
+
 /* decode.c: every token's piece (blob, n + 1 offsets into it; special[i] 1 where the plain table has it empty),
  * copied. pieces_size: the bytes of the pieces of ids[0..n) (each < pieces_count) in the full or plain table,
  * less the first piece's leading space when strip_space (*skip: 1 then, else 0); pieces_join writes them. */

@@ -967,6 +967,46 @@ static PyTypeObject PiecesType = {
     .tp_methods = Pieces_methods,
 };
 
+/* utf8_blob(tokens: list[str]) -> (bytes, bytes) | None: Vocab.arrays()'s token bytes in one pass: every str's
+ * UTF-8 joined, and the n + 1 int64 offsets of each (native byte order); None when an item is no str or holds a
+ * surrogate (the Python path then writes its raw bytes). Short work: the GIL stays held (the list is read). */
+static PyObject *utf8_blob(PyObject *unused, PyObject *list) {
+    (void)unused;
+    if (!PyList_Check(list)) return PyErr_Format(PyExc_TypeError, "utf8_blob: expected a list, got %s",
+                                                 Py_TYPE(list)->tp_name);
+    Py_ssize_t n = PyList_GET_SIZE(list);
+    PyObject *offsets = PyBytes_FromStringAndSize(NULL, (n + 1) * (Py_ssize_t)sizeof(int64_t));
+    if (!offsets) return NULL;
+    int64_t *off = (int64_t *)(void *)PyBytes_AS_STRING(offsets);
+    size_t total = 0;
+    off[0] = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *t = PyList_GET_ITEM(list, i);
+        int bad = 0;
+        if (!PyUnicode_Check(t)) bad = 1;
+#if PY_VERSION_HEX < 0x030C0000
+        else if (PyUnicode_READY(t) < 0) return Py_DECREF(offsets), NULL;
+#endif
+        else total += ucs_utf8_size(PyUnicode_DATA(t), (size_t)PyUnicode_GET_LENGTH(t), PyUnicode_KIND(t), 0, &bad);
+        if (bad || total > PY_SSIZE_T_MAX - 8) {
+            Py_DECREF(offsets);
+            Py_RETURN_NONE;
+        }
+        off[i + 1] = (int64_t)total;
+    }
+    uint8_t *buf = PyMem_Malloc(total + 4); /* the writer's 3 bytes past the end */
+    if (!buf) return Py_DECREF(offsets), PyErr_NoMemory();
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *t = PyList_GET_ITEM(list, i);
+        int bad;
+        ucs_utf8_write(PyUnicode_DATA(t), (size_t)PyUnicode_GET_LENGTH(t), PyUnicode_KIND(t), 0, buf + off[i], &bad);
+    }
+    PyObject *blob = PyBytes_FromStringAndSize((const char *)buf, (Py_ssize_t)total);
+    PyMem_Free(buf);
+    if (!blob) return Py_DECREF(offsets), NULL;
+    return Py_BuildValue("(NN)", blob, offsets);
+}
+
 /* ---- end of decode.c binding ----------------------------------------------------------------------------- */
 
 /* ---- quants.c: matrix products of quantized weights (issue 24) ------------------------------------------------ */
@@ -1051,6 +1091,9 @@ static PyObject *quants_isa(PyObject *self, PyObject *unused) {
 
 static PyMethodDef core_methods[] = {
     QUANTS_METHODS
+    {"utf8_blob", utf8_blob, METH_O,
+     "utf8_blob(tokens: list[str]) -> (bytes, bytes) | None: the tokens' UTF-8 joined and their n + 1 int64 "
+     "offsets; None when one is no str or holds a surrogate."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -667,53 +667,9 @@ int spm_encode(spm *m, const uint8_t *text, size_t n, int valid_utf8, ivec *out)
     return ok;
 }
 
-/* The UTF-8 length of n characters of kind bytes each with every space as U+2581. */
-static size_t plain_len(const void *chars, size_t n, int kind) {
-    size_t len = 0;
-    if (kind == 1) {
-        const uint8_t *c = chars;
-        for (size_t i = 0; i < n; i++) len += 1 + 2 * (c[i] == ' ') + (c[i] >> 7);
-    } else if (kind == 2) {
-        const uint16_t *c = chars;
-        for (size_t i = 0; i < n; i++) len += c[i] < 0x80 ? 1 + 2 * (c[i] == ' ') : c[i] < 0x800 ? 2 : 3;
-    } else {
-        const uint32_t *c = chars;
-        for (size_t i = 0; i < n; i++) len += c[i] < 0x80 ? 1 + 2 * (c[i] == ' ') : c[i] < 0x800 ? 2 : c[i] < 0x10000 ? 3 : 4;
-    }
-    return len;
-}
-
 /* Below this many characters the buffer is sized for the worst case (3 or 4 bytes a character) instead of
  * counted. */
 #define PLAIN_COUNT_MIN (1 << 16)
-
-/* ASCII x (a space as U+2581) at o, 4 bytes written (the buffer has room); its length. */
-static inline size_t put_ascii(uint8_t *o, uint32_t x) {
-    uint32_t v = x == ' ' ? 0x8196E2u : x; /* E2 96 81 little-endian */
-    uint8_t b[4] = {(uint8_t)v, (uint8_t)(v >> 8), (uint8_t)(v >> 16), 0};
-    memcpy(o, b, 4);
-    return x == ' ' ? 3 : 1;
-}
-
-/* Code point x (>= 0x80, no surrogate, <= U+10FFFF) as UTF-8 at o; its length. */
-static inline size_t put_wide(uint8_t *o, uint32_t x) {
-    if (x < 0x800) {
-        o[0] = (uint8_t)(0xC0 | x >> 6);
-        o[1] = (uint8_t)(0x80 | (x & 0x3F));
-        return 2;
-    }
-    if (x < 0x10000) {
-        o[0] = (uint8_t)(0xE0 | x >> 12);
-        o[1] = (uint8_t)(0x80 | (x >> 6 & 0x3F));
-        o[2] = (uint8_t)(0x80 | (x & 0x3F));
-        return 3;
-    }
-    o[0] = (uint8_t)(0xF0 | x >> 18);
-    o[1] = (uint8_t)(0x80 | (x >> 12 & 0x3F));
-    o[2] = (uint8_t)(0x80 | (x >> 6 & 0x3F));
-    o[3] = (uint8_t)(0x80 | (x & 0x3F));
-    return 4;
-}
 
 int spm_encode_plain(spm *m, const void *chars, size_t n, int kind, int add_prefix, ivec *out) {
     if (kind != 1 && kind != 2 && kind != 4) return -1;
@@ -722,35 +678,19 @@ int spm_encode_plain(spm *m, const void *chars, size_t n, int kind, int add_pref
         out->ok = 0;
         return 0;
     }
-    /* room: the UTF-8, the prefix, 8 bytes of padding (which also take put_ascii's fourth byte) */
-    size_t cap = (n < PLAIN_COUNT_MIN ? n * (kind == 4 ? 4 : 3) : plain_len(chars, n, kind)) + 3 + 8;
+    /* room: the UTF-8, the prefix, 8 bytes of padding (which also take the writer's 3 bytes past the end) */
+    int bad = 0;
+    size_t cap = (n < PLAIN_COUNT_MIN ? n * (kind == 4 ? 4 : 3) : ucs_utf8_size(chars, n, kind, 1, &bad)) + 3 + 8;
+    if (bad) return -1;
     uint8_t *buf = malloc(cap);
     if (!buf || !pairs_ready(m)) {
         free(buf);
         out->ok = 0;
         return 0;
     }
-    size_t o = add_prefix ? put_ascii(buf, ' ') : 0;
-    int bad = 0;
-    if (kind == 1) {
-        const uint8_t *c = chars;
-        for (size_t i = 0; i < n; i++) o += c[i] < 0x80 ? put_ascii(buf + o, c[i]) : put_wide(buf + o, c[i]);
-    } else if (kind == 2) {
-        const uint16_t *c = chars;
-        for (size_t i = 0; i < n; i++) {
-            uint32_t x = c[i];
-            bad |= (x & 0xF800) == 0xD800;
-            o += x < 0x80 ? put_ascii(buf + o, x) : put_wide(buf + o, x);
-        }
-    } else {
-        const uint32_t *c = chars;
-        for (size_t i = 0; i < n; i++) {
-            uint32_t x = c[i];
-            bad |= (x & 0xFFFFF800u) == 0xD800 || x > MAX_CODE_POINT;
-            o += x < 0x80 ? put_ascii(buf + o, x) : put_wide(buf + o, x > MAX_CODE_POINT ? 0xFFFD : x);
-        }
-    }
-    if (bad) {
+    size_t o = add_prefix ? ucs_utf8_write(" ", 1, 1, 1, buf, &bad) : 0;
+    o += ucs_utf8_write(chars, n, kind, 1, buf + o, &bad);
+    if (bad) { /* a surrogate hands the text back: the caller's escaping path decides */
         free(buf);
         return -1;
     }

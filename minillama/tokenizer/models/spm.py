@@ -286,7 +286,7 @@ class NativeSPMModel(SPMModel):
 
     def __init__(self, vocab: Vocab, core: ModuleType) -> None:
         super().__init__(vocab)
-        arrays = vocab.arrays()
+        arrays = vocab.arrays(core)
         byte_ids = np.array([self._byte_token(b) for b in range(256)], np.int32)
         self._core = core.SPM(arrays.token_bytes, arrays.token_offsets, arrays.scores, byte_ids,
                               base.CACHE_MAX_BYTES, base.CACHE_MAX_WORDS, vocab.add_space_prefix)
