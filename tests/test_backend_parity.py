@@ -488,3 +488,50 @@ def test_spm_native_cache_bound(monkeypatch):
     assert info["words"] > 0 and info["old_words"] > 0 and (info["max_bytes"], info["max_words"]) == (40_000, 300)
     native.encode("x" * 20_000)  # one word larger than an eighth of the bound is never cached
     assert native._encoder.cache_info()["longest_word"] < 20_000
+
+
+_SPM_PLAIN = ["", " ", "  a ", "plain ascii text", "caf\u00e9 \u00ff\u00a0x", "\u0100 \u2581x \u2581 ", "日本 語 ",
+              "\U0001f600 a\U0001f9ec", "x\udcff y", "\ud800 a", "a" * 3000 + " b" * 100, "\t\n \r"]
+
+
+@pytest.mark.filterwarnings("ignore::minillama.errors.DoubleBosWarning")
+@pytest.mark.parametrize("vocab", SPM_VOCABS)
+def test_spm_fast_path_is_encode(vocab):
+    """Tokenizer.encode's fast path for SPM (encode_plain: the dummy prefix and U+2581 for spaces written in C from
+    the str's 1-, 2- or 4-byte characters) and encode_batch's encode_many give the usual path's ids; so do texts
+    with lone surrogates (handed back to it) and empty ones."""
+    native, pure = pair(vocab)
+    assert native._plain is not None
+    for t in _SPM_PLAIN:
+        assert native.encode(t, add_special=False) == pure.encode(t, add_special=False), t[:20]
+        assert native.encode(t) == pure.encode(t), t[:20]
+    assert native._encoder.encode_plain("x\udcff y") is None
+    for threads in (1, 2):
+        assert native.encode_batch(_SPM_PLAIN, num_threads=threads, add_special=False) == \
+            [pure.encode(t, add_special=False) for t in _SPM_PLAIN]
+
+
+@pytest.mark.parametrize("vocab", VOCABS)
+def test_native_decode_is_the_pure_join(vocab):
+    """decode through the core's Pieces.join gives the pure table's bytes for any ids (control, byte and unknown
+    tokens among them) with every flag; items that are not int ids still raise the pure path's errors."""
+    native, pure = pair(vocab)
+    assert native.pieces._native is not None and pure.pieces._native is None
+    n, v = native.n_vocab, native.vocab
+    rng = np.random.default_rng(7)
+    special = [i for i in (v.special.get("bos"), v.special.get("eos"), v.special.get("unk")) if i is not None]
+    runs = [[], [0], special, special[::-1], [*special, 5, *special]]
+    runs += [[int(x) for x in rng.integers(0, n, size)] + special[:k] for size, k in ((1, 0), (50, 1), (5000, 2))]
+    runs += [special[:1] + [int(x) for x in rng.integers(0, n, 300)] for _ in range(3)]
+    for ids in runs:
+        for remove_special in (False, True):
+            for unparse_special in (False, True):
+                got = native.decode_bytes(ids, remove_special, unparse_special)
+                assert got == pure.decode_bytes(ids, remove_special, unparse_special), ids[:5]
+                assert got == native.decode_bytes(np.array(ids, np.int64), remove_special, unparse_special)
+    for bad in ([1, n], [1, -1], [1, 2**70], [1, "2"], [1, 2.0]):
+        with pytest.raises(Exception) as want:
+            pure.decode_bytes(bad)
+        with pytest.raises(want.type, match=str(bad[1]) if isinstance(bad[1], int) else None):
+            native.decode_bytes(bad)
+    assert native.decode_bytes([True, 1]) == pure.decode_bytes([True, 1])

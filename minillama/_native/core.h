@@ -176,6 +176,26 @@ wcache *spm_cache(spm *m);
 /* The ids of text (n bytes; valid_utf8: known to be valid UTF-8) appended to out. 0 on failure: out->ok == 0
  * when memory ran out, else a byte that no token covers has no byte token in this vocab. */
 int spm_encode(spm *m, const uint8_t *text, size_t n, int valid_utf8, ivec *out);
+/* spm_encode of a str's characters as encoders/spm.py prepares a plain fragment: n characters of kind (1, 2 or 4)
+ * bytes each, every space U+2581, behind U+2581 when add_prefix and n > 0. -1 (out untouched) when a character
+ * is a surrogate (the caller's escaping path decides), else as spm_encode. */
+int spm_encode_plain(spm *m, const void *chars, size_t n, int kind, int add_prefix, ivec *out);
+
+/* text.c: the UTF-8 of n characters of kind (1, 2 or 4) bytes each, as CPython stores a str, every space as
+ * U+2581 when escape_spaces. ucs_utf8_size: its length, *surrogate set when a character is a surrogate (or past
+ * U+10FFFF); ucs_utf8_write writes one as U+FFFD and sets *surrogate too, and needs 3 bytes of room past the end. */
+size_t ucs_utf8_size(const void *chars, size_t n, int kind, int escape_spaces, int *surrogate);
+size_t ucs_utf8_write(const void *chars, size_t n, int kind, int escape_spaces, uint8_t *out, int *surrogate);
+
+/* decode.c: every token's piece (blob, n + 1 offsets into it; special[i] 1 where the plain table has it empty),
+ * copied. pieces_size: the bytes of the pieces of ids[0..n) (each < pieces_count) in the full or plain table,
+ * less the first piece's leading space when strip_space (*skip: 1 then, else 0); pieces_join writes them. */
+typedef struct pieces pieces;
+pieces *pieces_new(const uint8_t *blob, size_t blob_len, const int64_t *off, size_t n, const uint8_t *special);
+void pieces_free(pieces *p);
+size_t pieces_count(const pieces *p);
+size_t pieces_size(const pieces *p, const int32_t *ids, size_t n, int plain, int strip_space, size_t *skip);
+void pieces_join(const pieces *p, const int32_t *ids, size_t n, int plain, size_t skip, uint8_t *out);
 
 
 /* ---- Unigram and WordPiece (ugm.c, wpm.c, btrie.c) ---------------------------------------------------- */

@@ -623,7 +623,12 @@ typedef struct {
     spm *m;
     PyObject **ints; /* the int object of each id, made on first use: a result list allocates no ints */
     Py_ssize_t n_vocab;
+    int add_prefix; /* encode_plain's dummy space prefix (the vocab's add_space_prefix) */
 } SPMObject;
+
+/* encode_plain leaves a str of this many characters or more to the caller (encoders/spm.py's _NATIVE_MAX_CHARS:
+ * the pure path encodes it a piece at a time). */
+#define SPM_PLAIN_MAX_CHARS ((Py_ssize_t)1 << 29)
 
 static void SPM_dealloc(SPMObject *self) {
     spm_free(self->m);
@@ -636,11 +641,13 @@ static int SPM_init(SPMObject *self, PyObject *args, PyObject *kwds) {
     (void)kwds;
     PyObject *tok_bytes, *tok_off, *scores, *byte_ids;
     Py_ssize_t max_bytes, max_words;
+    int add_prefix;
     if (self->m) {
         PyErr_SetString(PyExc_RuntimeError, "SPM is already initialised");
         return -1;
     }
-    if (!PyArg_ParseTuple(args, "OOOOnn", &tok_bytes, &tok_off, &scores, &byte_ids, &max_bytes, &max_words))
+    if (!PyArg_ParseTuple(args, "OOOOnnp", &tok_bytes, &tok_off, &scores, &byte_ids, &max_bytes, &max_words,
+                          &add_prefix))
         return -1;
     if (max_bytes < 0 || max_words < 0) {
         PyErr_SetString(PyExc_ValueError, "cache bounds must be >= 0");
@@ -674,6 +681,7 @@ static int SPM_init(SPMObject *self, PyObject *args, PyObject *kwds) {
         goto s4;
     }
     self->m = m;
+    self->add_prefix = add_prefix;
     ok = 1;
 s4:
     PyBuffer_Release(&bb);
@@ -686,13 +694,11 @@ s1:
     return ok ? 0 : -1;
 }
 
-static PyObject *SPM_encode(SPMObject *self, PyObject *args) {
-    PyObject *obj;
+static PyObject *SPM_encode(SPMObject *self, PyObject *obj) {
     if (!self->m) {
         PyErr_SetString(PyExc_RuntimeError, "SPM is not initialised");
         return NULL;
     }
-    if (!PyArg_ParseTuple(args, "O", &obj)) return NULL;
     /* a str as its UTF-8 (kept by the str, valid: a lone surrogate raises UnicodeEncodeError), else bytes */
     Py_buffer text = {0};
     const char *data;
@@ -722,6 +728,109 @@ static PyObject *SPM_encode(SPMObject *self, PyObject *args) {
     return res;
 }
 
+/* A str's characters for spm_encode_plain: its data, length and kind; 0 and an exception when it is no str, 1
+ * with *kind 0 when the core leaves it to the caller (too long). */
+static int plain_chars(PyObject *obj, const void **data, size_t *n, int *kind) {
+    if (!PyUnicode_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "expected a str, got %s", Py_TYPE(obj)->tp_name);
+        return 0;
+    }
+#if PY_VERSION_HEX < 0x030C0000
+    if (PyUnicode_READY(obj) < 0) return 0;
+#endif
+    Py_ssize_t len = PyUnicode_GET_LENGTH(obj);
+    *data = PyUnicode_DATA(obj);
+    *n = (size_t)len;
+    *kind = len < SPM_PLAIN_MAX_CHARS ? (int)PyUnicode_KIND(obj) : 0;
+    return 1;
+}
+
+/* The result of spm_encode_plain as Python sees it: the ids, None (the caller's path decides: a surrogate, a
+ * byte no token covers, a text too long), or MemoryError. */
+static PyObject *plain_result(SPMObject *self, int r, const ivec *out) {
+    if (r > 0) return lazy_ids_list(out, self->ints, self->n_vocab);
+    if (r == 0 && !out->ok) return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
+/* encode_plain(text: str) -> list[int] | None: Tokenizer.encode(text, add_special=False) for a vocab with no
+ * special token matched in plain text -- the dummy prefix and U+2581 for spaces added here, while the str's
+ * characters are written as UTF-8 with the GIL released (no bytes object, no UTF-8 kept on the str). */
+static PyObject *SPM_encode_plain(SPMObject *self, PyObject *obj) {
+    const void *data;
+    size_t n;
+    int kind;
+    if (!self->m) {
+        PyErr_SetString(PyExc_RuntimeError, "SPM is not initialised");
+        return NULL;
+    }
+    if (!plain_chars(obj, &data, &n, &kind)) return NULL;
+    if (!kind) Py_RETURN_NONE;
+    ivec out = {NULL, 0, 0, 1};
+    int r;
+    Py_BEGIN_ALLOW_THREADS /* the caller's reference keeps the immutable str alive */
+    r = spm_encode_plain(self->m, data, n, kind, self->add_prefix, &out);
+    Py_END_ALLOW_THREADS
+    PyObject *res = plain_result(self, r, &out);
+    ivec_free(&out);
+    return res;
+}
+
+/* encode_many(texts: sequence of str) -> list[list[int] | None]: encode_plain of each, the GIL released once for
+ * them all (encode_batch's threads). */
+static PyObject *SPM_encode_many(SPMObject *self, PyObject *arg) {
+    if (!self->m) {
+        PyErr_SetString(PyExc_RuntimeError, "SPM is not initialised");
+        return NULL;
+    }
+    PyObject *texts = PySequence_Tuple(arg); /* owns every item while the GIL is released */
+    if (!texts) return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(texts);
+    const void **data = PyMem_Calloc((size_t)n + 1, sizeof *data);
+    size_t *lens = PyMem_Calloc((size_t)n + 1, sizeof *lens), *ends = PyMem_Calloc((size_t)n + 1, sizeof *ends);
+    int *kinds = PyMem_Calloc((size_t)n + 1, sizeof *kinds), *rs = PyMem_Calloc((size_t)n + 1, sizeof *rs);
+    PyObject *res = NULL;
+    if (!data || !lens || !ends || !kinds || !rs) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (!plain_chars(PyTuple_GET_ITEM(texts, i), &data[i], &lens[i], &kinds[i])) goto done;
+    ivec out = {NULL, 0, 0, 1};
+    int ok = 1;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; ok && i < n; i++) {
+        size_t start = out.n;
+        rs[i] = kinds[i] ? spm_encode_plain(self->m, data[i], lens[i], kinds[i], self->add_prefix, &out) : -1;
+        ok = out.ok;
+        if (rs[i] <= 0) out.n = start; /* a failed text leaves no ids behind */
+        ends[i] = out.n;
+    }
+    Py_END_ALLOW_THREADS
+    if (!ok) {
+        PyErr_NoMemory();
+        ivec_free(&out);
+        goto done;
+    }
+    res = PyList_New(n);
+    for (Py_ssize_t i = 0; res && i < n; i++) {
+        size_t start = i ? ends[i - 1] : 0;
+        ivec part = {out.v + start, ends[i] - start, ends[i] - start, 1};
+        PyObject *ids = plain_result(self, rs[i], &part);
+        if (!ids) Py_CLEAR(res);
+        else PyList_SET_ITEM(res, i, ids);
+    }
+    ivec_free(&out);
+done:
+    PyMem_Free(data);
+    PyMem_Free(lens);
+    PyMem_Free(ends);
+    PyMem_Free(kinds);
+    PyMem_Free(rs);
+    Py_DECREF(texts);
+    return res;
+}
+
 static PyObject *SPM_cache_info(SPMObject *self, PyObject *unused) {
     (void)unused;
     return self->m ? cache_dict(spm_cache(self->m)) : PyDict_New();
@@ -734,9 +843,15 @@ static PyObject *SPM_clear_cache(SPMObject *self, PyObject *unused) {
 }
 
 static PyMethodDef SPM_methods[] = {
-    {"encode", (PyCFunction)SPM_encode, METH_VARARGS,
+    {"encode", (PyCFunction)SPM_encode, METH_O,
      "encode(text: bytes | str) -> list[int] | None: ids of the bytes, or of a str's UTF-8 (U+2581 for spaces); "
      "None when a byte that no token covers has no byte token."},
+    {"encode_plain", (PyCFunction)SPM_encode_plain, METH_O,
+     "encode_plain(text: str) -> list[int] | None: the ids of a plain fragment as Tokenizer.encode prepares it "
+     "(dummy prefix, U+2581 for spaces); None where the caller's path decides (lone surrogates, a byte with no "
+     "byte token, 2**29 characters or more)."},
+    {"encode_many", (PyCFunction)SPM_encode_many, METH_O,
+     "encode_many(texts: sequence of str) -> list[list[int] | None]: encode_plain of each, the GIL released once."},
     {"cache_info", (PyCFunction)SPM_cache_info, METH_NOARGS, "The word cache as numbers (Encoder.cache_info)."},
     {"clear_cache", (PyCFunction)SPM_clear_cache, METH_NOARGS, "Forget every cached word."},
     {NULL, NULL, 0, NULL},
@@ -755,6 +870,155 @@ static PyTypeObject SPMType = {
 };
 
 /* ---- end of SPM ------------------------------------------------------------------------------------------ */
+
+/* ---- decode.c: the pieces of a vocab, joined ------------------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    pieces *p;
+} PiecesObject;
+
+static void Pieces_dealloc(PiecesObject *self) {
+    pieces_free(self->p);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int Pieces_init(PiecesObject *self, PyObject *args, PyObject *kwds) {
+    (void)kwds;
+    PyObject *o[3];
+    if (self->p) {
+        PyErr_SetString(PyExc_RuntimeError, "Pieces is already initialised");
+        return -1;
+    }
+    if (!PyArg_ParseTuple(args, "OOO", &o[0], &o[1], &o[2])) return -1;
+    static const Py_ssize_t sizes[3] = {1, 8, 1};
+    static const char *names[3] = {"piece_bytes", "piece_offsets", "special"};
+    Py_buffer b[3];
+    if (!get_arrays(o, b, sizes, names, 3)) return -1;
+    if (b[1].len / 8 < 2 || b[2].len != b[1].len / 8 - 1) {
+        PyErr_SetString(PyExc_ValueError, "Pieces tables: expected n + 1 >= 2 offsets and n special flags");
+        release_all(b, 3);
+        return -1;
+    }
+    self->p = pieces_new(b[0].buf, (size_t)b[0].len, b[1].buf, (size_t)b[2].len, b[2].buf);
+    release_all(b, 3);
+    if (!self->p) {
+        PyErr_SetString(PyExc_ValueError, "Pieces tables are inconsistent (offsets) or memory ran out");
+        return -1;
+    }
+    return 0;
+}
+
+/* join(ids: list, start, end, plain, strip_space) -> bytes | None: the pieces of ids[start:end] joined (the plain
+ * table: control and unknown pieces empty), the first one's leading space left out when strip_space; None when
+ * an id there is not an int in range (the caller's checks then name it). The ids are read with the GIL held (the
+ * list may change once it is released); the copy runs without it. */
+static PyObject *Pieces_join(PiecesObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (!self->p) {
+        PyErr_SetString(PyExc_RuntimeError, "Pieces is not initialised");
+        return NULL;
+    }
+    if (nargs != 5 || !PyList_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "expected join(ids: list, start: int, end: int, plain: bool, strip_space: bool)");
+        return NULL;
+    }
+    PyObject *list = args[0];
+    Py_ssize_t start = PyLong_AsSsize_t(args[1]), end = PyLong_AsSsize_t(args[2]);
+    int plain = PyObject_IsTrue(args[3]), strip = PyObject_IsTrue(args[4]);
+    if (PyErr_Occurred() || plain < 0 || strip < 0) return NULL;
+    if (start < 0 || end > PyList_GET_SIZE(list) || start > end) {
+        PyErr_SetString(PyExc_ValueError, "join: expected 0 <= start <= end <= len(ids)");
+        return NULL;
+    }
+    size_t n = (size_t)(end - start), n_vocab = pieces_count(self->p);
+    int32_t small[256], *ids = n <= 256 ? small : PyMem_Malloc(n * sizeof *ids);
+    if (!ids) return PyErr_NoMemory();
+    PyObject *res = NULL;
+    for (size_t i = 0; i < n; i++) {
+        PyObject *x = PyList_GET_ITEM(list, start + (Py_ssize_t)i);
+        int overflow;
+        long v = PyLong_CheckExact(x) ? PyLong_AsLongAndOverflow(x, &overflow) : -1;
+        if (v < 0 || (size_t)v >= n_vocab) {
+            res = Py_NewRef(Py_None);
+            goto done;
+        }
+        ids[i] = (int32_t)v;
+    }
+    size_t skip, total = pieces_size(self->p, ids, n, plain, strip, &skip);
+    if (total > PY_SSIZE_T_MAX) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    res = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
+    if (!res) goto done;
+    Py_BEGIN_ALLOW_THREADS /* res is not shared yet, ids are ours */
+    pieces_join(self->p, ids, n, plain, skip, (uint8_t *)PyBytes_AS_STRING(res));
+    Py_END_ALLOW_THREADS
+done:
+    if (ids != small) PyMem_Free(ids);
+    return res;
+}
+
+static PyMethodDef Pieces_methods[] = {
+    {"join", (PyCFunction)(void (*)(void))Pieces_join, METH_FASTCALL,
+     "join(ids: list, start, end, plain: bool, strip_space: bool) -> bytes | None: the pieces of ids[start:end] "
+     "joined; None when one of those is not an int id of the vocab."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject PiecesType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "minillama._native._core.Pieces",
+    .tp_basicsize = sizeof(PiecesObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Every token's piece of a vocab (llama_token_to_piece), joined for a run of ids (llama_detokenize).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Pieces_init,
+    .tp_dealloc = (destructor)Pieces_dealloc,
+    .tp_methods = Pieces_methods,
+};
+
+/* utf8_blob(tokens: list[str]) -> (bytes, bytes) | None: Vocab.arrays()'s token bytes in one pass: every str's
+ * UTF-8 joined, and the n + 1 int64 offsets of each (native byte order); None when an item is no str or holds a
+ * surrogate (the Python path then writes its raw bytes). Short work: the GIL stays held (the list is read). */
+static PyObject *utf8_blob(PyObject *unused, PyObject *list) {
+    (void)unused;
+    if (!PyList_Check(list)) return PyErr_Format(PyExc_TypeError, "utf8_blob: expected a list, got %s",
+                                                 Py_TYPE(list)->tp_name);
+    Py_ssize_t n = PyList_GET_SIZE(list);
+    PyObject *offsets = PyBytes_FromStringAndSize(NULL, (n + 1) * (Py_ssize_t)sizeof(int64_t));
+    if (!offsets) return NULL;
+    int64_t *off = (int64_t *)(void *)PyBytes_AS_STRING(offsets);
+    size_t total = 0;
+    off[0] = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *t = PyList_GET_ITEM(list, i);
+        int bad = 0;
+        if (!PyUnicode_Check(t)) bad = 1;
+#if PY_VERSION_HEX < 0x030C0000
+        else if (PyUnicode_READY(t) < 0) return Py_DECREF(offsets), NULL;
+#endif
+        else total += ucs_utf8_size(PyUnicode_DATA(t), (size_t)PyUnicode_GET_LENGTH(t), PyUnicode_KIND(t), 0, &bad);
+        if (bad || total > PY_SSIZE_T_MAX - 8) {
+            Py_DECREF(offsets);
+            Py_RETURN_NONE;
+        }
+        off[i + 1] = (int64_t)total;
+    }
+    uint8_t *buf = PyMem_Malloc(total + 4); /* the writer's 3 bytes past the end */
+    if (!buf) return Py_DECREF(offsets), PyErr_NoMemory();
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *t = PyList_GET_ITEM(list, i);
+        int bad;
+        ucs_utf8_write(PyUnicode_DATA(t), (size_t)PyUnicode_GET_LENGTH(t), PyUnicode_KIND(t), 0, buf + off[i], &bad);
+    }
+    PyObject *blob = PyBytes_FromStringAndSize((const char *)buf, (Py_ssize_t)total);
+    PyMem_Free(buf);
+    if (!blob) return Py_DECREF(offsets), NULL;
+    return Py_BuildValue("(NN)", blob, offsets);
+}
+
+/* ---- end of decode.c binding ----------------------------------------------------------------------------- */
 
 /* ---- quants.c: matrix products of quantized weights (issue 24) ------------------------------------------------ */
 
@@ -838,6 +1102,9 @@ static PyObject *quants_isa(PyObject *self, PyObject *unused) {
 
 static PyMethodDef core_methods[] = {
     QUANTS_METHODS
+    {"utf8_blob", utf8_blob, METH_O,
+     "utf8_blob(tokens: list[str]) -> (bytes, bytes) | None: the tokens' UTF-8 joined and their n + 1 int64 "
+     "offsets; None when one is no str or holds a surrogate."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -858,5 +1125,7 @@ PyMODINIT_FUNC PyInit__core(void) {
     }
     if (add_ugm_wpm(m) < 0) return Py_DECREF(m), NULL;
     if (PyType_Ready(&SPMType) < 0 || PyModule_AddObjectRef(m, "SPM", (PyObject *)&SPMType) < 0) return Py_DECREF(m), NULL;
+    if (PyType_Ready(&PiecesType) < 0 || PyModule_AddObjectRef(m, "Pieces", (PyObject *)&PiecesType) < 0)
+        return Py_DECREF(m), NULL;
     return m;
 }

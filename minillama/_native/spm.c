@@ -137,18 +137,19 @@ static inline int32_t spm_lookup(const spm *m, const uint8_t *s, size_t n) {
 
 /* The code point of s[0..k) when it is one well-formed-looking sequence (lead announcing k, k - 1
  * continuation bytes), else -1. The same test on tokens and on text: see spm_new's keep set. */
-static int32_t one_char(const uint8_t *s, size_t k) {
-    if (k == 0 || LEAD_LEN[s[0] >> 4] != k || (k == 1 && s[0] >= 0x80)) return -1;
-    static const uint8_t MASK[5] = {0, 0x7F, 0x1F, 0x0F, 0x07};
-    int32_t cp = s[0] & MASK[k];
-    for (size_t j = 1; j < k; j++) {
-        if ((s[j] & 0xC0) != 0x80) return -1;
-        cp = cp << 6 | (s[j] & 0x3F);
-    }
+static inline int32_t one_char(const uint8_t *s, size_t k) {
+    uint8_t c = s[0];
+    if (k == 1) return c < 0x80 ? c : -1;
+    if (k < 2 || k > 4 || LEAD_LEN[c >> 4] != k || (s[1] & 0xC0) != 0x80) return -1;
+    if (k == 2) return (c & 0x1F) << 6 | (s[1] & 0x3F);
+    if ((s[2] & 0xC0) != 0x80) return -1;
+    if (k == 3) return (c & 0x0F) << 12 | (s[1] & 0x3F) << 6 | (s[2] & 0x3F);
+    if ((s[3] & 0xC0) != 0x80) return -1;
+    int32_t cp = (c & 0x07) << 18 | (s[1] & 0x3F) << 12 | (s[2] & 0x3F) << 6 | (s[3] & 0x3F);
     return cp <= MAX_CODE_POINT ? cp : -1;
 }
 
-static int is_space_mark(const uint8_t *s) { return s[0] == 0xE2 && s[1] == 0x96 && s[2] == 0x81; }
+static inline int is_space_mark(const uint8_t *s) { return s[0] == 0xE2 && s[1] == 0x96 && s[2] == 0x81; }
 
 /* A score as a rank: smaller for higher scores, equal for equal scores (-0 is 0), every NaN after every number
  * and below UINT32_MAX (which the scan uses for "no pair"): the float's bits made to sort as unsigned ints,
@@ -202,8 +203,21 @@ static int put_pair(spm *m, uint32_t a, uint32_t b) {
 }
 
 /* Every two characters (one_char sequences) that token w holds side by side. A superset is safe: a cut is
- * made only between two characters no token holds side by side, so no merge can cross it. */
+ * made only between two characters no token holds side by side, so no merge can cross it. In well-formed
+ * UTF-8 the only such sequences are the characters in turn (a sequence ending where a character starts is the
+ * one before it, and none starts inside one), so those are read in one pass; other tokens try every length. */
 static int add_pairs(spm *m, const uint8_t *w, size_t len) {
+    int32_t prev = -1;
+    size_t p = 0;
+    while (p < len) {
+        size_t k = LEAD_LEN[w[p] >> 4];
+        int32_t b = k <= len - p ? one_char(w + p, k) : -1;
+        if (b < 0) break;
+        if (prev >= 0 && !put_pair(m, (uint32_t)prev, (uint32_t)b)) return 0;
+        prev = b;
+        p += k;
+    }
+    if (p == len) return 1;
     for (size_t p = 1; p < len; p++) {
         size_t k2 = LEAD_LEN[w[p] >> 4];
         int32_t b = k2 <= len - p ? one_char(w + p, k2) : -1;
@@ -352,26 +366,24 @@ void spm_free(spm *m) {
 
 wcache *spm_cache(spm *m) { return m->cache; }
 
-/* Scratch space of one encode call, grown to the longest word (in symbols). */
+/* Scratch space of one encode call for the heap merge of long segments, grown to the longest (in symbols). */
 typedef struct {
-    uint32_t *start;         /* each symbol's first byte in the word */
-    int32_t *nxt, *prv, *id; /* links (heap); each pair's / symbol's token (scan) */
-    uint32_t *rank;          /* each pair's rank (scan) */
+    uint32_t *start;
+    int32_t *nxt, *prv;
     uint64_t *heap;
-    uint8_t *buf; /* the segment being merged, 8 zero bytes after it (pack7) */
-    size_t cap, heap_cap, buf_cap;
+    size_t cap, heap_cap;
 } spm_scratch;
 
 static int fit(spm_scratch *s, size_t n) {
     if (n <= s->cap) return 1;
-    size_t cap = n < 64 ? 64 : n;
-    void **slots[5] = {(void **)&s->start, (void **)&s->nxt, (void **)&s->prv, (void **)&s->id, (void **)&s->rank};
-    for (int i = 0; i < 5; i++) {
-        void *p = realloc(*slots[i], cap * 4);
+    if (n > SIZE_MAX / 8) return 0;
+    void **slots[3] = {(void **)&s->start, (void **)&s->nxt, (void **)&s->prv};
+    for (int i = 0; i < 3; i++) {
+        void *p = realloc(*slots[i], n * 4);
         if (!p) return 0;
         *slots[i] = p;
     }
-    s->cap = cap;
+    s->cap = n;
     return 1;
 }
 
@@ -379,10 +391,7 @@ static void scratch_release(spm_scratch *s) {
     free(s->start);
     free(s->nxt);
     free(s->prv);
-    free(s->id);
-    free(s->rank);
     free(s->heap);
-    free(s->buf);
 }
 
 /* Emit symbol w[a..b) with token id (or -1: its bytes as byte tokens). 0: no byte token, or no memory (out->ok
@@ -396,25 +405,42 @@ static int emit(const spm *m, const uint8_t *w, size_t a, size_t b, int32_t id, 
     return 1;
 }
 
-/* The plain scan over n symbols: pair ranks kept, two updated per merge. */
-static int merge_scan(const spm *m, spm_scratch *s, const uint8_t *w, size_t len, size_t n, ivec *out) {
-    uint32_t *st = s->start, *rk = s->rank;
-    int32_t *pid = s->nxt, *sid = s->id; /* pid: the token of pair (i, i + 1); sid: symbol i's token */
-    st[n] = (uint32_t)len;
-    /* sid first holds each symbol's small index (or -1): pairs of small symbols are read from small_pairs */
-    for (size_t i = 0; i < n; i++) sid[i] = small_index(w, st[i], st[i + 1]);
-    for (size_t i = 0; i + 1 < n; i++) {
-        if (sid[i] >= 0 && sid[i + 1] >= 0) {
-            spm_val v = m->small_pairs[sid[i] * SMALL + sid[i + 1]];
+/* Segments of fewer symbols merge by the plain scan, on the stack; longer ones by the heap. */
+#define SCAN_MAX SPM_HEAP_MIN
+#define NO_PAIR UINT32_MAX /* the rank of a pair that is no token (score_rank never gives it) */
+
+/* The pair (l, r) of the scan: the token of w[st[l]..end) and its rank, or -1 and NO_PAIR. */
+static inline int32_t scan_pair(const spm *m, const uint8_t *w, uint32_t a, uint32_t end, uint32_t *rank) {
+    int32_t id = spm_find(m, w + a, end - a, rank);
+    if (id < 0) *rank = NO_PAIR;
+    return id;
+}
+
+/* The plain scan over n (2..SCAN_MAX) symbols starting at st[0..n) (st[n]: the segment's end), small[i] each
+ * symbol's small index or -1. Symbols are linked (a merged-away one keeps rank NO_PAIR, so the scan for the
+ * best pair -- lowest rank, leftmost on ties, as llama.cpp's queue -- passes over it); a merge looks up the
+ * two pairs it changes. Symbol 0 is never merged away, so it is always the first one. */
+static int merge_scan(const spm *m, const uint8_t *w, const uint32_t *st, const int16_t *small, size_t n,
+                      ivec *out) {
+    int32_t sid[SCAN_MAX], pid[SCAN_MAX], nxt[SCAN_MAX], prv[SCAN_MAX];
+    uint32_t rk[SCAN_MAX];
+    for (size_t i = 0; i < n; i++) {
+        sid[i] = small[i] >= 0 ? m->small_ids[small[i]] : -2; /* -2: not looked up */
+        nxt[i] = (int32_t)i + 1;
+        prv[i] = (int32_t)i - 1;
+        if (i + 1 == n) {
+            pid[i] = -1;
+            rk[i] = NO_PAIR;
+        } else if (small[i] >= 0 && small[i + 1] >= 0) {
+            spm_val v = m->small_pairs[small[i] * SMALL + small[i + 1]];
             pid[i] = v.id;
             rk[i] = v.rank;
-            continue;
+        } else {
+            pid[i] = scan_pair(m, w, st[i], st[i + 2], &rk[i]);
         }
-        pid[i] = spm_find(m, w + st[i], st[i + 2] - st[i], &rk[i]);
-        if (pid[i] < 0) rk[i] = UINT32_MAX;
     }
-    for (size_t i = 0; i < n; i++) sid[i] = sid[i] >= 0 ? m->small_ids[sid[i]] : -2; /* -2: not looked up */
-    while (n > 1) {
+    /* st[nxt[i]] is the end of live symbol i: st[n] ends the last */
+    for (;;) {
         size_t best = 0;
         uint32_t br = rk[0];
         for (size_t i = 1; i + 1 < n; i++)
@@ -422,26 +448,26 @@ static int merge_scan(const spm *m, spm_scratch *s, const uint8_t *w, size_t len
                 br = rk[i];
                 best = i;
             }
-        if (pid[best] < 0) break;
+        if (br == NO_PAIR) break;
+        int32_t r = nxt[best], after = nxt[r];
         sid[best] = pid[best];
-        /* symbol best + 1 goes: starts, symbol ids and pair data shift left by one */
-        memmove(st + best + 1, st + best + 2, (n - best - 1) * sizeof *st);
-        memmove(sid + best + 1, sid + best + 2, (n - best - 2) * sizeof *sid);
-        memmove(pid + best, pid + best + 1, (n - best - 2) * sizeof *pid);
-        memmove(rk + best, rk + best + 1, (n - best - 2) * sizeof *rk);
-        n--;
-        if (best + 1 < n) {
-            pid[best] = spm_find(m, w + st[best], st[best + 2] - st[best], &rk[best]);
-            if (pid[best] < 0) rk[best] = UINT32_MAX;
+        rk[r] = NO_PAIR;
+        nxt[best] = after;
+        if ((size_t)after < n) {
+            prv[after] = (int32_t)best;
+            pid[best] = scan_pair(m, w, st[best], st[nxt[after]], &rk[best]);
+        } else {
+            rk[best] = NO_PAIR;
         }
         if (best > 0) {
-            pid[best - 1] = spm_find(m, w + st[best - 1], st[best + 1] - st[best - 1], &rk[best - 1]);
-            if (pid[best - 1] < 0) rk[best - 1] = UINT32_MAX;
+            int32_t p = prv[best];
+            pid[p] = scan_pair(m, w, st[p], st[after], &rk[p]);
         }
     }
-    for (size_t i = 0; i < n; i++) {
-        int32_t id = sid[i] != -2 ? sid[i] : spm_lookup(m, w + st[i], st[i + 1] - st[i]);
-        if (!emit(m, w, st[i], st[i + 1], id, out)) return 0;
+    for (size_t i = 0; i < n; i = (size_t)nxt[i]) {
+        uint32_t a = st[i], b = st[nxt[i]];
+        int32_t id = sid[i] != -2 ? sid[i] : spm_lookup(m, w + a, b - a);
+        if (!emit(m, w, a, b, id, out)) return 0;
     }
     return 1;
 }
@@ -460,10 +486,22 @@ static void push_pair(const spm *m, spm_scratch *s, const uint8_t *w, size_t len
     if (spm_find(m, w + a, b - a, &rank) >= 0) heap_push(s->heap, hn, (uint64_t)rank << 32 | (uint32_t)l);
 }
 
-/* The heap (bpe.c's) + linked list over n symbols. An entry is stale when its left symbol is gone, has no right
- * neighbour, or the pair there now has another rank; one of equal key and rank names the same merge. Every
- * push but the first n - 1 follows a merge, which follows a pop, so the heap holds fewer than 2n keys. */
-static int merge_heap(const spm *m, spm_scratch *s, const uint8_t *w, size_t len, size_t n, ivec *out) {
+/* The heap (bpe.c's) + linked list over the symbols of w[0..len). An entry is stale when its left symbol is
+ * gone, has no right neighbour, or the pair there now has another rank; one of equal key and rank names the
+ * same merge. Every push but the first n - 1 follows a merge, which follows a pop, so the heap holds fewer
+ * than 2n keys. */
+static int merge_heap(const spm *m, spm_scratch *s, const uint8_t *w, size_t len, ivec *out) {
+    if (len >= SPM_MAX_WORD || !fit(s, len + 1)) {
+        out->ok = 0; /* counted as memory: Python hands over less than 2 GiB */
+        return 0;
+    }
+    uint32_t *st = s->start;
+    size_t n = 0;
+    for (size_t p = 0; p < len; n++) {
+        st[n] = (uint32_t)p;
+        size_t k = LEAD_LEN[w[p] >> 4];
+        p += k < len - p ? k : len - p;
+    }
     if (2 * n > s->heap_cap) {
         uint64_t *h = realloc(s->heap, 2 * n * sizeof *h);
         if (!h) {
@@ -473,7 +511,6 @@ static int merge_heap(const spm *m, spm_scratch *s, const uint8_t *w, size_t len
         s->heap = h;
         s->heap_cap = 2 * n;
     }
-    uint32_t *st = s->start;
     int32_t *nxt = s->nxt, *prv = s->prv;
     size_t hn = 0;
     for (size_t i = 0; i < n; i++) {
@@ -504,51 +541,55 @@ static int merge_heap(const spm *m, spm_scratch *s, const uint8_t *w, size_t len
     return 1;
 }
 
-/* Merge one segment (no cut applies inside) and append its ids. It is copied into s->buf, padded for pack7;
- * symbols are llama.cpp's: the length each lead byte announces, whatever follows. */
-static int merge_segment(const spm *m, spm_scratch *s, const uint8_t *seg, size_t len, ivec *out) {
-    if (len >= SPM_MAX_WORD || !fit(s, len + 1)) {
-        out->ok = 0; /* counted as memory: Python hands over less than 2 GiB */
-        return 0;
+/* Merge one segment w[0..len) (no cut applies inside; len >= 1; the text it lies in is padded for pack7) and
+ * append its ids. Symbols are llama.cpp's: the length each lead byte announces, whatever follows. A segment of
+ * one symbol is its token; up to SCAN_MAX symbols merge by the scan, more by the heap. */
+static int merge_segment(const spm *m, spm_scratch *s, const uint8_t *w, size_t len, ivec *out) {
+    uint32_t st[SCAN_MAX + 1];
+    int16_t small[SCAN_MAX];
+    size_t n = 0, p = 0;
+    while (p < len && n < SCAN_MAX) {
+        uint8_t c = w[p];
+        size_t k = LEAD_LEN[c >> 4];
+        if (k > len - p) k = len - p;
+        st[n] = (uint32_t)p;
+        small[n++] = k == 1 ? (c < 0x80 ? c : -1) : k == 3 && is_space_mark(w + p) ? 128 : -1;
+        p += k;
     }
-    if (len + 8 > s->buf_cap) {
-        uint8_t *b = realloc(s->buf, len + 8 > 256 ? len + 8 : 256);
-        if (!b) {
-            out->ok = 0;
-            return 0;
-        }
-        s->buf = b;
-        s->buf_cap = len + 8 > 256 ? len + 8 : 256;
-    }
-    uint8_t *w = s->buf;
-    memcpy(w, seg, len);
-    memset(w + len, 0, 8);
-    size_t n = 0;
-    for (size_t p = 0; p < len; n++) {
-        s->start[n] = (uint32_t)p;
-        size_t k = LEAD_LEN[w[p] >> 4];
-        p += k < len - p ? k : len - p;
-    }
-    s->start[n] = (uint32_t)len;
-    return n >= SPM_HEAP_MIN ? merge_heap(m, s, w, len, n, out) : merge_scan(m, s, w, len, n, out);
+    if (p < len) return merge_heap(m, s, w, len, out);
+    st[n] = (uint32_t)len;
+    if (n == 1) return emit(m, w, 0, len, small[0] >= 0 ? m->small_ids[small[0]] : spm_lookup(m, w, len), out);
+    return merge_scan(m, w, st, small, n, out);
 }
 
 /* A word whose segments are looked up in the cache too: one too large to be cached whole, whose segments
  * (the pieces of Japanese text between spaces) recur. */
 #define SEGMENT_CACHE_MIN 256
 
-/* The ids of one word (w[0..len)), appended to out: from the cache, else merged a segment at a time, each
- * segment ending between two characters that no token holds side by side (no merge crosses there). */
+/* The character at w[p] (p < len) as the cut sees it: its code point (-1: no one_char sequence), its length in
+ * *k. */
+static inline int32_t char_at(const uint8_t *w, size_t p, size_t len, size_t *k) {
+    uint8_t c = w[p];
+    if (c < 0x80) {
+        *k = 1;
+        return c;
+    }
+    size_t n = LEAD_LEN[c >> 4];
+    *k = n = n < len - p ? n : len - p;
+    return one_char(w + p, n);
+}
+
+/* The ids of one word (w[0..len), in padded text), appended to out: from the cache, else merged a segment at
+ * a time, each segment ending between two characters that no token holds side by side (no merge crosses
+ * there). */
 static int encode_word(spm *m, spm_scratch *s, const uint8_t *w, size_t len, ivec *out) {
     if (!len) return 1;
     if (wcache_get(m->cache, w, len, out)) return 1;
     if (!out->ok) return 0;
-    size_t at = out->n, seg = 0, p = 0;
+    size_t at = out->n, seg = 0, p = 0, k;
     int32_t a = -1;
     while (p < len) {
-        size_t k = LEAD_LEN[w[p] >> 4];
-        if (k > len - p) k = len - p;
-        int32_t b = one_char(w + p, k);
+        int32_t b = char_at(w, p, len, &k);
         if (a >= 0 && b >= 0 && !has_pair(m, (uint32_t)a, (uint32_t)b)) {
             if (!(len >= SEGMENT_CACHE_MIN ? encode_word(m, s, w + seg, p - seg, out)
                                            : merge_segment(m, s, w + seg, p - seg, out)))
@@ -568,14 +609,11 @@ static int encode_word(spm *m, spm_scratch *s, const uint8_t *w, size_t len, ive
     return 1;
 }
 
-/* Where the words of text[0..n) end: before each U+2581 symbol whose left neighbour is a character that no
- * token holds before U+2581. Valid UTF-8 (a str's) is searched for U+2581 with memchr; other bytes are
- * walked a symbol at a time, since a lead byte there may take the next bytes whatever they are. */
-int spm_encode(spm *m, const uint8_t *text, size_t n, int valid_utf8, ivec *out) {
-    if (!pairs_ready(m)) {
-        out->ok = 0;
-        return 0;
-    }
+/* Where the words of text[0..n) (8 readable bytes after it, for pack7) end: before each U+2581 symbol whose
+ * left neighbour is a character that no token holds before U+2581. Valid UTF-8 (a str's) is searched for
+ * U+2581 with memchr; other bytes are walked a symbol at a time, since a lead byte there may take the next
+ * bytes whatever they are. */
+static int encode_text(spm *m, const uint8_t *text, size_t n, int valid_utf8, ivec *out) {
     spm_scratch s = {0};
     size_t word = 0, p = 0;
     int ok = 1;
@@ -613,4 +651,51 @@ int spm_encode(spm *m, const uint8_t *text, size_t n, int valid_utf8, ivec *out)
     if (ok) ok = encode_word(m, &s, text + word, n - word, out);
     scratch_release(&s);
     return ok && out->ok;
+}
+
+int spm_encode(spm *m, const uint8_t *text, size_t n, int valid_utf8, ivec *out) {
+    uint8_t *buf = n <= SIZE_MAX - 8 ? malloc(n + 8) : NULL; /* a padded copy: merges read it 8 bytes at once */
+    if (!buf || !pairs_ready(m)) {
+        free(buf);
+        out->ok = 0;
+        return 0;
+    }
+    if (n) memcpy(buf, text, n);
+    memset(buf + n, 0, 8);
+    int ok = encode_text(m, buf, n, valid_utf8, out);
+    free(buf);
+    return ok;
+}
+
+/* Below this many characters the buffer is sized for the worst case (3 or 4 bytes a character) instead of
+ * counted. */
+#define PLAIN_COUNT_MIN (1 << 16)
+
+int spm_encode_plain(spm *m, const void *chars, size_t n, int kind, int add_prefix, ivec *out) {
+    if (kind != 1 && kind != 2 && kind != 4) return -1;
+    if (!n) return 1;
+    if (n > (SIZE_MAX - 16) / 4) {
+        out->ok = 0;
+        return 0;
+    }
+    /* room: the UTF-8, the prefix, 8 bytes of padding (which also take the writer's 3 bytes past the end) */
+    int bad = 0;
+    size_t cap = (n < PLAIN_COUNT_MIN ? n * (kind == 4 ? 4 : 3) : ucs_utf8_size(chars, n, kind, 1, &bad)) + 3 + 8;
+    if (bad) return -1;
+    uint8_t *buf = malloc(cap);
+    if (!buf || !pairs_ready(m)) {
+        free(buf);
+        out->ok = 0;
+        return 0;
+    }
+    size_t o = add_prefix ? ucs_utf8_write(" ", 1, 1, 1, buf, &bad) : 0;
+    o += ucs_utf8_write(chars, n, kind, 1, buf + o, &bad);
+    if (bad) { /* a surrogate hands the text back: the caller's escaping path decides */
+        free(buf);
+        return -1;
+    }
+    memset(buf + o, 0, 8);
+    int ok = encode_text(m, buf, o, 1, out);
+    free(buf);
+    return ok;
 }

@@ -12,6 +12,10 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from functools import partial
+from itertools import accumulate
+from types import ModuleType
+
+import numpy as np
 
 from ..errors import ArgumentError, ArgumentTypeError
 from .text import SPACE, to_bytes
@@ -144,31 +148,58 @@ def _lookup(table: list[bytes], ids: list[int]) -> tuple[bytes, ...] | list[byte
 
 
 class PieceTable:
-    """Every token's piece as a bytes object, with and without control pieces, so decode is one join."""
+    """Every token's piece as a bytes object, with and without control pieces, so decode is one join; with the
+    native core (core: its module), also the same pieces in C, which joins a list of ids in one pass."""
 
-    def __init__(self, vocab: Vocab) -> None:
+    def __init__(self, vocab: Vocab, core: ModuleType | None = None) -> None:
         pieces = [piece_of(vocab, i) for i in range(vocab.n_vocab)]
         self.pieces = pieces
         self.pieces_plain = [b"" if a & _SPECIAL else p for p, a in zip(pieces, vocab.attrs, strict=True)]
         self.vocab = vocab
+        self._native = None
+        if core is not None and pieces:
+            offsets = np.fromiter(accumulate(map(len, pieces), initial=0), np.int64, len(pieces) + 1)
+            special = np.fromiter((bool(a & _SPECIAL) for a in vocab.attrs), np.uint8, len(pieces))
+            self._native = core.Pieces(b"".join(pieces), offsets, special)
+
+    def _span(self, ids: list[int], remove_special: bool) -> tuple[int, int, bool]:
+        """(start, end, remove_space): llama_detokenize's run of ids[start:end] (the added bos/eos left out when
+        remove_special), and whether the dummy prefix space comes off the first piece."""
+        v = self.vocab
+        start, end = 0, len(ids)
+        remove_space = v.add_space_prefix
+        if remove_special and v.add_bos and ids and ids[0] == v.special.get("bos"):
+            remove_space = False
+            start = 1
+        if remove_special and v.add_eos and end > start and ids[-1] == v.special.get("eos"):
+            end -= 1
+        return start, end, remove_space
+
+    def detokenize_native(self, ids: list[int], remove_special: bool, unparse_special: bool) -> bytes | None:
+        """detokenize() of a list in one call to the core; None without the core or when an item is not an int id
+        of the vocab (detokenize's checks then name it)."""
+        native = self._native
+        if native is None:
+            return None
+        start, end, remove_space = self._span(ids, remove_special)
+        out = native.join(ids, start, end, not unparse_special, remove_space)
+        if out is not None and self.vocab.clean_spaces:
+            for clean in _CLEAN:
+                out = clean(out)
+        return out
 
     def detokenize(self, ids: list[int], remove_special: bool, unparse_special: bool) -> bytes:
         """llama_detokenize: pieces joined, the dummy prefix space removed, spaces cleaned up."""
-        v = self.vocab
-        bos, eos = v.special.get("bos"), v.special.get("eos")
-        remove_space = v.add_space_prefix
-        if remove_special and v.add_bos and ids and ids[0] == bos:
-            remove_space = False
-            ids = ids[1:]
-        if remove_special and v.add_eos and ids and ids[-1] == eos:
-            ids = ids[:-1]
+        start, end, remove_space = self._span(ids, remove_special)
+        if start or end < len(ids):
+            ids = ids[start:end]
         if not ids:
             return b""
         table = self.pieces if unparse_special else self.pieces_plain
         out = b"".join(_lookup(table, ids))
         if remove_space and table[ids[0]][:1] == b" ":
             out = out[1:]
-        if v.clean_spaces:
+        if self.vocab.clean_spaces:
             for clean in _CLEAN:
                 out = clean(out)
         return out

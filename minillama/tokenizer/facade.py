@@ -29,7 +29,7 @@ from .batch import (
     with_affixes,
 )
 from .decode import PieceTable, StreamDecoder, check_id, check_ids
-from .encoders import Encoder, make_encoder
+from .encoders import Encoder, make_encoder, native_core
 from .formats import model_file, read_metadata
 from .healing import completion
 from .hf_api import (
@@ -482,8 +482,9 @@ class Tokenizer:
         if table is None:
             with self._lock:
                 table = self._pieces
-                if table is None:
-                    table = self._pieces = PieceTable(self.vocab)
+                if table is None:  # the core joins pieces where it encodes
+                    core = native_core("auto") if self._encoder.backend == "native" else None
+                    table = self._pieces = PieceTable(self.vocab, core)
         return table
 
     def _check_ids(self, ids: Iterable[int]) -> list[int]:
@@ -504,7 +505,10 @@ class Tokenizer:
         True drops the added bos/eos and writes control tokens as nothing, False writes every token's text.
         """
         remove_special, unparse_special = skip_flags(skip_special_tokens, remove_special, unparse_special)
-        return self.pieces.detokenize(self._check_ids(ids), remove_special, unparse_special)
+        table = self.pieces
+        if type(ids) is list and (out := table.detokenize_native(ids, remove_special, unparse_special)) is not None:
+            return out
+        return table.detokenize(self._check_ids(ids), remove_special, unparse_special)
 
     def decode(self, ids: Iterable[int], remove_special: bool = False, unparse_special: bool = False, *,
                skip_special_tokens: bool | None = None) -> str:

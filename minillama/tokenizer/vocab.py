@@ -33,6 +33,8 @@ from .tables import (
 )
 
 if TYPE_CHECKING:
+    from types import ModuleType
+
     from .encoders.ugm_charsmap import Charsmap
 
 K = Keys.Tokenizer
@@ -45,9 +47,14 @@ class VocabArrays:
     token_bytes: bytes          # every token's text as UTF-8 (surrogate escapes as their raw bytes), one blob
     token_offsets: np.ndarray   # int64, n_vocab + 1: token i is token_bytes[offsets[i]:offsets[i + 1]]
     scores: np.ndarray          # float32, one per token
-    attrs: np.ndarray           # int32 Attr bits, one per token
+    attr_list: Sequence[int] = field(repr=False)          # the vocab's attrs, for `attrs`
     merge_strings: Sequence[str] = field(repr=False)      # the vocab's merges, for `merges`
     token_to_id: Mapping[str, int] = field(repr=False)
+
+    @functools.cached_property
+    def attrs(self) -> np.ndarray:
+        """int32 Attr bits, one per token (made on first use: no backend reads them at load)."""
+        return np.asarray(self.attr_list, np.int32)
 
     @functools.cached_property
     def merges(self) -> np.ndarray:
@@ -138,19 +145,24 @@ class Vocab:
         if "charsmap" not in state:
             self.charsmap = _read_charsmap(self.metadata)
 
-    def arrays(self) -> VocabArrays:
+    def arrays(self, core: ModuleType | None = None) -> VocabArrays:
         """The vocab as flat arrays (VocabArrays), built on first use and kept: the tables a compiled backend
-        copies once (merges resolved only when asked for: VocabArrays.merges)."""
+        copies once (merges resolved only when asked for: VocabArrays.merges). core: the native module, which
+        writes the token bytes in one pass (else, or for tokens with surrogates, they are encoded here)."""
         got = self.__dict__.get("_arrays")
         if got is None:
-            try:
-                blobs = list(map(str.encode, self.tokens))  # plain UTF-8, the common case (2x faster)
-            except UnicodeEncodeError:
-                blobs = [_token_utf8(t) for t in self.tokens]
-            offsets = np.zeros(len(blobs) + 1, np.int64)
-            np.cumsum(np.fromiter(map(len, blobs), np.int64, len(blobs)), out=offsets[1:])
-            got = VocabArrays(b"".join(blobs), offsets, np.ascontiguousarray(self.scores, np.float32),
-                              np.asarray(self.attrs, np.int32), self.merges, self.token_to_id)
+            blob = core.utf8_blob(self.tokens) if core is not None else None
+            if blob is not None:
+                data, offsets = blob[0], np.frombuffer(blob[1], np.int64)
+            else:
+                try:
+                    blobs = list(map(str.encode, self.tokens))  # plain UTF-8, the common case (2x faster)
+                except UnicodeEncodeError:
+                    blobs = [_token_utf8(t) for t in self.tokens]
+                data, offsets = b"".join(blobs), np.zeros(len(blobs) + 1, np.int64)
+                np.cumsum(np.fromiter(map(len, blobs), np.int64, len(blobs)), out=offsets[1:])
+            got = VocabArrays(data, offsets, np.ascontiguousarray(self.scores, np.float32), self.attrs, self.merges,
+                              self.token_to_id)
             self.__dict__["_arrays"] = got
         return got
 
@@ -183,13 +195,14 @@ class Vocab:
         _read_special_ids(md, special, n)
         _read_add_flags(md, flags, spec, special, source)
         attrs = type_attrs.tolist()
-        eog = _find_special_by_text(special, token_to_id, attrs)
+        eog, touched = _find_special_by_text(special, tokens, token_to_id, attrs, type_attrs)
         vocab = cls(kind=kind, tokens=tokens, scores=scores if scores is not None else np.zeros(n, np.float32),
                     attrs=attrs, type_attrs=type_attrs, merges=merges, pre=pre if kind == "bpe" else "default",
                     pre_spec=spec, special=special, eog_ids=frozenset(eog), token_to_id=token_to_id, metadata=md,
                     **flags)
-        special_mask = np.asarray(attrs, np.int32) & int(Attr.CONTROL | Attr.USER_DEFINED | Attr.UNKNOWN)
-        vocab.special_cache = sorted(np.flatnonzero(special_mask).tolist(),
+        mask = int(Attr.CONTROL | Attr.USER_DEFINED | Attr.UNKNOWN)  # special: by type, or as set just above
+        candidates = sorted({*np.flatnonzero(type_attrs & mask).tolist(), *touched})
+        vocab.special_cache = sorted([i for i in candidates if attrs[i] & mask],
                                      key=lambda i: -len(tokens[i].encode("utf-8", "surrogateescape")))
         _per_model_attrs(vocab, md)
         if kind == "wpm":  # BertNormalizer options as llama.cpp loads them: strip_accents defaults to lowercase
@@ -244,10 +257,15 @@ def _kind_flags(kind: str, pre: str, special: dict[str, int | None],
     return flags, spec
 
 
+def _all_str(items: list[Any]) -> bool:
+    """Whether every item is exactly a str (no subclass), checked in C (a generator costs 3x more at load)."""
+    return set(map(type, items)) <= {str}
+
+
 def _read_tokens(md: dict[str, Any], source: str) -> tuple[list[str], dict[str, int]]:
     """The token texts (empty ones named after their id) and text -> id; duplicates are a FormatError."""
     tokens = md.get(K.LIST)
-    if not isinstance(tokens, list) or not all(type(t) is str for t in tokens):
+    if not isinstance(tokens, list) or not _all_str(tokens):
         found = "missing" if tokens is None else f"a {type(tokens).__name__}" if not isinstance(tokens, list) \
             else "an array holding " + next(type(t).__name__ for t in tokens if type(t) is not str)
         raise FormatError(f"{K.LIST} is {found}, expected an array of strings", path=source, key=K.LIST)
@@ -283,7 +301,7 @@ def _read_merges(md: dict[str, Any], kind: str, source: str) -> list[str]:
     merges = md.get(K.MERGES, [])
     if kind == "bpe" and K.MERGES not in md:
         raise FormatError(f"BPE vocab without {K.MERGES}", path=source, key=K.MERGES)
-    if not isinstance(merges, list) or not all(type(m) is str for m in merges):
+    if not isinstance(merges, list) or not _all_str(merges):
         raise FormatError(f"{K.MERGES} is {type(merges).__name__}, expected an array of strings", path=source,
                           key=K.MERGES)
     return merges
@@ -350,9 +368,12 @@ def _numeric(md: dict[str, Any], key: str, n: int, source: str, dtype: type) -> 
         return np.ascontiguousarray(v[:n], dtype=dtype)
 
 
-def _find_special_by_text(special: dict[str, int | None], token_to_id: dict[str, int], attrs: list[int]) -> set[int]:
-    """Special ids recognised by token text, and the end-of-generation set (llama.cpp's heuristics)."""
+def _find_special_by_text(special: dict[str, int | None], tokens: list[str], token_to_id: dict[str, int],
+                          attrs: list[int], type_attrs: np.ndarray) -> tuple[set[int], set[int]]:
+    """Special ids recognised by token text, and the end-of-generation set (llama.cpp's heuristics). attrs starts
+    as type_attrs; returns the eog set and the ids whose attrs this changed."""
     control = int(Attr.CONTROL)
+    touched: set[int] = set()
     for name, texts in SPECIAL_BY_TEXT.items():
         if special[name] is not None:
             continue
@@ -361,31 +382,37 @@ def _find_special_by_text(special: dict[str, int | None], token_to_id: dict[str,
             if i is not None:
                 special[name] = i
                 attrs[i] |= control
+                touched.add(i)
                 break
-    tokens = list(token_to_id)
-    for i in np.flatnonzero(np.asarray(attrs, np.int32) & control).tolist():  # control + "unused" = unused
-        if "unused" in tokens[i]:
+    # control + "unused" = unused: the control tokens are those of their type and those marked just above
+    for i in sorted({*np.flatnonzero(type_attrs & control).tolist(), *touched}):
+        if attrs[i] & control and "unused" in tokens[i]:
             attrs[i] |= int(Attr.UNUSED)
+            touched.add(i)
     eog = {special[k] for k in ("fim_pad", "fim_rep", "fim_sep") if special[k] is not None}
     for t in EOG_TEXTS:
         i = token_to_id.get(t)
         if i is not None:
             eog.add(i)
             attrs[i] |= control
+            touched.add(i)
     for t in ALWAYS_RENDERED:
         i = token_to_id.get(t)
         if i is not None:
             attrs[i] = int(Attr.USER_DEFINED)
+            touched.add(i)
     eog |= {special[k] for k in ("eos", "eot", "eom") if special[k] is not None}  # type: ignore[misc]
     texts = {tokens[i]: i for i in eog}
     if (("<|return|>" in texts and "<|call|>" in texts) or ("<|calls|>" in texts and "<|flush|>" in texts)) \
             and "<|end|>" in texts:
         eog.discard(texts["<|end|>"])
         attrs[texts["<|end|>"]] = int(Attr.USER_DEFINED)
+        touched.add(texts["<|end|>"])
     if "<|tool_response>" in texts and "</s>" in texts:
         eog.discard(texts["</s>"])
         attrs[texts["</s>"]] = int(Attr.NORMAL)
-    return eog  # type: ignore[return-value]
+        touched.add(texts["</s>"])
+    return eog, touched  # type: ignore[return-value]
 
 
 def _per_model_attrs(vocab: Vocab, md: dict[str, Any]) -> None:

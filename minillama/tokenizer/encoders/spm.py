@@ -272,6 +272,7 @@ class SPMEncoder(Encoder):
 
 
 # Texts of at least this many characters go the pure way (the core's offsets are 32-bit: 4 bytes a character).
+# module.c's SPM_PLAIN_MAX_CHARS is the same bound for encode_plain.
 _NATIVE_MAX_CHARS = 1 << 29
 
 
@@ -285,15 +286,28 @@ class NativeSPMEncoder(SPMEncoder):
 
     def __init__(self, vocab: Vocab, core: ModuleType) -> None:
         super().__init__(vocab)
-        arrays = vocab.arrays()
+        arrays = vocab.arrays(core)
         byte_ids = np.array([self._byte_token(b) for b in range(256)], np.int32)
         self._core = core.SPM(arrays.token_bytes, arrays.token_offsets, arrays.scores, byte_ids,
-                              base.CACHE_MAX_BYTES, base.CACHE_MAX_WORDS)
+                              base.CACHE_MAX_BYTES, base.CACHE_MAX_WORDS, vocab.add_space_prefix)
+        # the core's own methods, no Python frame between Tokenizer.encode's fast path and C
+        self.encode_plain, self.encode_many = self._core.encode_plain, self._core.encode_many  # type: ignore[method-assign]
 
     @classmethod
     def build(cls, vocab: Vocab, core: ModuleType) -> NativeSPMEncoder:
         """The native encoder of an SPM vocab: the core covers every one."""
         return cls(vocab, core)
+
+    def encode_plain(self, text: str) -> list[int] | None:
+        """Tokenizer.encode(text, add_special=False) of a vocab that matches no special token in plain text, in
+        one call to the core: prepare() (dummy prefix, U+2581 for spaces) and encode() in C, reading the str's
+        characters. None where the usual path must decide: lone surrogates, a byte no token covers, text of
+        _NATIVE_MAX_CHARS characters or more. (__init__ binds the core's method itself in its place.)"""
+        return self._core.encode_plain(text)
+
+    def encode_many(self, texts: list[str]) -> list[list[int] | None]:
+        """encode_plain of each text, the GIL released once for all of them (encode_batch's threads)."""
+        return self._core.encode_many(texts)
 
     def encode(self, text: str) -> list[int]:
         ids = None
