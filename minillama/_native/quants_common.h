@@ -32,4 +32,10 @@ static inline float bf16(uint16_t h) {
 
 typedef float (*mq_dot_fn)(const uint8_t *w, const uint8_t *y, int n);
 
+/* One weight row against nrc (1..MQ_NRC) activation rows at once (row j at y + j * y_stride): out[j * out_stride]
+ * = the row's dot with row j. The weight blocks are unpacked once for all nrc rows (a prompt's product). */
+#define MQ_NRC 4
+typedef void (*mq_dotn_fn)(const uint8_t *w, const uint8_t *y, size_t y_stride, int n, int nrc, float *out,
+                           size_t out_stride);
+
 #endif
