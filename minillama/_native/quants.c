@@ -170,27 +170,55 @@ typedef struct {
     mq_team_fn team; /* set: run team(ctx, part, parts), the rest unused */
     void *ctx;
     int part, parts;
-    mq_dot_fn dot;
-    mq_dotn_fn dotn; /* NULL: dot for each activation row */
+    int type;
     const uint8_t *w, *y;
     size_t row_bytes, y_bytes;
     int64_t rows, cols, n_x, r0, r1;
     float *out;
 } job;
 
-/* Rows r0..r1 of w against n_x quantized activation rows (y_bytes apart): out[t * out_stride + r]. */
-static void dot_range(mq_dot_fn dot, mq_dotn_fn dotn, const uint8_t *w, size_t row_bytes, const uint8_t *y,
-                      size_t y_bytes, int64_t cols, int64_t n_x, int64_t r0, int64_t r1, float *out,
-                      int64_t out_stride) {
-    for (int64_t r = r0; r < r1; r++) {
-        const uint8_t *wr = w + (size_t)r * row_bytes;
-        if (dotn && n_x > 1)
-            for (int64_t t = 0; t < n_x; t += MQ_NRC)
-                dotn(wr, y + (size_t)t * y_bytes, y_bytes, (int)cols, (int)(n_x - t < MQ_NRC ? n_x - t : MQ_NRC),
-                     out + t * out_stride + r, (size_t)out_stride);
-        else
-            for (int64_t t = 0; t < n_x; t++) out[t * out_stride + r] = dot(wr, y + (size_t)t * y_bytes, (int)cols);
+/* For the 32-value types' rows kernels: the block scales of n_x activation rows (y_bytes apart, partner blocks of
+ * partner_size bytes) as float32, MQ_NRC rows a tile (quants_common.h's yf layout); NULL where not wanted or no
+ * memory (the kernels then read the scales from y). */
+static float *tile_scales(int type, const uint8_t *y, size_t y_bytes, int64_t cols, int64_t n_x) {
+    if (type < MQ_Q4_0 || type > MQ_Q8_0 || n_x < 2) return NULL;
+    const int64_t nb = cols / 32, tiles = (n_x + MQ_NRC - 1) / MQ_NRC;
+    const int with_s = type == MQ_Q4_1 || type == MQ_Q5_1, psize = TYPES[type].partner_size;
+    float *yf = calloc((size_t)(tiles * 2 * nb * MQ_NRC), sizeof(float));
+    if (!yf) return NULL;
+    for (int64_t t = 0; t < n_x; t++) {
+        float *f = yf + (t / MQ_NRC) * 2 * nb * MQ_NRC + t % MQ_NRC;
+        const uint8_t *yb = y + (size_t)t * y_bytes;
+        for (int64_t b = 0; b < nb; b++, yb += psize) {
+            f[b * MQ_NRC] = f16(ld_u16(yb));
+            if (with_s) f[(nb + b) * MQ_NRC] = f16(ld_u16(yb + 2));
+        }
     }
+    return yf;
+}
+
+#define ROW_BLOCK 16
+
+/* Rows r0..r1 of w against n_x quantized activation rows (y_bytes apart): out[t * out_stride + r]. */
+static void dot_range(int type, const uint8_t *w, size_t row_bytes, const uint8_t *y, size_t y_bytes, int64_t cols,
+                      int64_t n_x, int64_t r0, int64_t r1, float *out, int64_t out_stride) {
+    const mq_dot_fn dot = kernels[type];
+    const mq_dotn_fn dotn = rows_kernels[type];
+    float *yf = dotn ? tile_scales(type, y, y_bytes, cols, n_x) : NULL;
+    const size_t tile_f = (size_t)(cols / 32) * 2 * MQ_NRC;
+    if (dotn && n_x > 1) {
+        /* ROW_BLOCK weight rows at a time against every tile of MQ_NRC activation rows: both stay in L1 */
+        for (int64_t rb = r0; rb < r1; rb += ROW_BLOCK)
+            for (int64_t t = 0; t < n_x; t += MQ_NRC)
+                for (int64_t r = rb; r < r1 && r < rb + ROW_BLOCK; r++)
+                    dotn(w + (size_t)r * row_bytes, y + (size_t)t * y_bytes, y_bytes, (int)cols,
+                         (int)(n_x - t < MQ_NRC ? n_x - t : MQ_NRC), out + t * out_stride + r, (size_t)out_stride,
+                         yf ? yf + (size_t)(t / MQ_NRC) * tile_f : NULL);
+    } else
+        for (int64_t r = r0; r < r1; r++)
+            for (int64_t t = 0; t < n_x; t++)
+                out[t * out_stride + r] = dot(w + (size_t)r * row_bytes, y + (size_t)t * y_bytes, (int)cols);
+    free(yf);
 }
 
 static void *run_job(void *arg) {
@@ -198,8 +226,7 @@ static void *run_job(void *arg) {
     if (j->team)
         j->team(j->ctx, j->part, j->parts);
     else
-        dot_range(j->dot, j->dotn, j->w, j->row_bytes, j->y, j->y_bytes, j->cols, j->n_x, j->r0, j->r1, j->out,
-                  j->rows);
+        dot_range(j->type, j->w, j->row_bytes, j->y, j->y_bytes, j->cols, j->n_x, j->r0, j->r1, j->out, j->rows);
     return NULL;
 }
 
@@ -309,8 +336,8 @@ void mq_quantize_row(int type, const float *x, int64_t cols, uint8_t *y) {
 void mq_dot_rows(int type, const uint8_t *w, int64_t cols, const uint8_t *y, int64_t n_x, int64_t r0, int64_t r1,
                  float *out, int64_t out_stride) {
     pthread_once(&once, init_once);
-    dot_range(kernels[type], rows_kernels[type], w, (size_t)(cols / TYPES[type].block) * (size_t)TYPES[type].size, y,
-              mq_partner_bytes(type, cols), cols, n_x, r0, r1, out, out_stride);
+    dot_range(type, w, (size_t)(cols / TYPES[type].block) * (size_t)TYPES[type].size, y, mq_partner_bytes(type, cols),
+              cols, n_x, r0, r1, out, out_stride);
 }
 
 int mq_matmul(int type, const uint8_t *w, int64_t rows, int64_t cols, const float *x, int64_t n_x, float *out,
@@ -328,7 +355,7 @@ int mq_matmul(int type, const uint8_t *w, int64_t rows, int64_t cols, const floa
     if ((double)rows * (double)cols * (double)n_x < (double)SMALL_PRODUCT) threads = 1;
     job jobs[MAX_THREADS];
     for (int i = 0; i < threads; i++)
-        jobs[i] = (job){.dot = kernels[type], .dotn = rows_kernels[type], .w = w, .y = y,
+        jobs[i] = (job){.type = type, .w = w, .y = y,
                         .row_bytes = (size_t)(cols / TYPES[type].block) * (size_t)TYPES[type].size,
                         .y_bytes = y_bytes, .rows = rows, .cols = cols, .n_x = n_x, .r0 = rows * i / threads,
                         .r1 = rows * (i + 1) / threads, .out = out};

@@ -210,31 +210,47 @@ static inline __m256i qblock(int type, const uint8_t *w) {
     }
 }
 
+/* With yf the scale products of a block are made for the MQ_NRC rows at once (the same float operations per row
+ * as without: the same bits). */
 static inline __attribute__((always_inline)) void q32_rows(const int type, const uint8_t *w, const uint8_t *y,
-                                                           size_t ys, int n, const int nrc, float *out, size_t os) {
+                                                           size_t ys, int n, const int nrc, float *out, size_t os,
+                                                           const float *yf) {
     const int size = type == MQ_Q4_0 ? 18 : type == MQ_Q4_1 ? 20 : type == MQ_Q5_0 ? 22 : type == MQ_Q5_1 ? 24 : 34;
     const int with_min = type == MQ_Q4_1 || type == MQ_Q5_1, ysize = with_min ? 36 : 34, at = with_min ? 4 : 2;
+    const int nb = n / 32;
     __m256 acc[MQ_NRC];
     float summs[MQ_NRC];
+    __m128 summ4 = _mm_setzero_ps();
     for (int r = 0; r < nrc; r++) acc[r] = _mm256_setzero_ps(), summs[r] = 0;
-    for (int ib = 0; ib < n / 32; ib++, w += size, y += ysize) {
+    for (int ib = 0; ib < nb; ib++, w += size, y += ysize) {
         const __m256i q = qblock(type, w);
         const __m256i aq = with_min ? q : _mm256_sign_epi8(q, q);
         const float dw = f16(ld_u16(w));
+        float dwy[MQ_NRC];
+        if (yf) {
+            _mm_storeu_ps(dwy, _mm_mul_ps(_mm_set1_ps(dw), _mm_loadu_ps(yf + ib * MQ_NRC)));
+            if (with_min)
+                summ4 = _mm_add_ps(summ4, _mm_mul_ps(_mm_set1_ps(f16(ld_u16(w + 2))),
+                                                     _mm_loadu_ps(yf + (nb + ib) * MQ_NRC)));
+        }
         for (int r = 0; r < nrc; r++) {
             const uint8_t *yr = y + (size_t)r * ys;
             __m256i yq = load32(yr + at);
             __m256 p = sum_u8_ps(aq, with_min ? yq : _mm256_sign_epi8(yq, q));
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * f16(ld_u16(yr))), p, acc[r]);
-            if (with_min) summs[r] += f16(ld_u16(w + 2)) * f16(ld_u16(yr + 2));
+            const __m256 d = yf ? _mm256_broadcast_ss(&dwy[r]) : _mm256_set1_ps(dw * f16(ld_u16(yr)));
+            acc[r] = _mm256_fmadd_ps(d, p, acc[r]);
+            if (with_min && !yf) summs[r] += f16(ld_u16(w + 2)) * f16(ld_u16(yr + 2));
         }
     }
+    if (yf && with_min) _mm_storeu_ps(summs, summ4);
     for (int r = 0; r < nrc; r++) out[(size_t)r * os] = hsum_ps(acc[r]) + summs[r];
 }
 
 /* Each kernel for nrc = 1..4 with nrc a constant in its body. */
 #define ROWS_KERNEL(name, call)                                                                                     \
-    static void name(const uint8_t *w, const uint8_t *y, size_t ys, int n, int nrc, float *out, size_t os) {        \
+    static void name(const uint8_t *w, const uint8_t *y, size_t ys, int n, int nrc, float *out, size_t os,          \
+                     const float *yf) {                                                                             \
+        (void)yf;                                                                                                   \
         switch (nrc) {                                                                                              \
         case 1: call(1); break;                                                                                     \
         case 2: call(2); break;                                                                                     \
@@ -242,11 +258,11 @@ static inline __attribute__((always_inline)) void q32_rows(const int type, const
         default: call(4); break;                                                                                    \
         }                                                                                                           \
     }
-#define Q40(k) q32_rows(MQ_Q4_0, w, y, ys, n, k, out, os)
-#define Q41(k) q32_rows(MQ_Q4_1, w, y, ys, n, k, out, os)
-#define Q50(k) q32_rows(MQ_Q5_0, w, y, ys, n, k, out, os)
-#define Q51(k) q32_rows(MQ_Q5_1, w, y, ys, n, k, out, os)
-#define Q80(k) q32_rows(MQ_Q8_0, w, y, ys, n, k, out, os)
+#define Q40(k) q32_rows(MQ_Q4_0, w, y, ys, n, k, out, os, yf)
+#define Q41(k) q32_rows(MQ_Q4_1, w, y, ys, n, k, out, os, yf)
+#define Q50(k) q32_rows(MQ_Q5_0, w, y, ys, n, k, out, os, yf)
+#define Q51(k) q32_rows(MQ_Q5_1, w, y, ys, n, k, out, os, yf)
+#define Q80(k) q32_rows(MQ_Q8_0, w, y, ys, n, k, out, os, yf)
 #define Q4K(k) q45_k_rows(w, y, ys, n, k, out, os, 0)
 #define Q5K(k) q45_k_rows(w, y, ys, n, k, out, os, 1)
 #define Q6K(k) q6_k_rows(w, y, ys, n, k, out, os)
@@ -264,7 +280,7 @@ ROWS_KERNEL(rows_q6_k, Q6K)
 #define ONE_ROW(name, rows)                                                                                         \
     static float name(const uint8_t *w, const uint8_t *y, int n) {                                                  \
         float out;                                                                                                  \
-        rows(w, y, 0, n, 1, &out, 0);                                                                               \
+        rows(w, y, 0, n, 1, &out, 0, NULL);                                                                               \
         return out;                                                                                                 \
     }
 ONE_ROW(dot_q4_0_x, rows_q4_0)
@@ -296,12 +312,6 @@ const mq_dot_fn *mq_kernels_avx2(void) {
     return table;
 }
 #else
-static const mq_dotn_fn rows_table[MQ_NTYPES] = {
-    [MQ_Q4_0] = rows_q4_0, [MQ_Q4_1] = rows_q4_1, [MQ_Q5_0] = rows_q5_0, [MQ_Q5_1] = rows_q5_1,
-    [MQ_Q8_0] = rows_q8_0, [MQ_Q4_K] = rows_q4_k, [MQ_Q5_K] = rows_q5_k, [MQ_Q6_K] = rows_q6_k,
-};
-
-const mq_dotn_fn *mq_rows_avx2(void) { return rows_table; }
-
+const mq_dotn_fn *mq_rows_avx2(void) { return 0; }
 const mq_dot_fn *mq_kernels_avx2(void) { return 0; }
 #endif
