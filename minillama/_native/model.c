@@ -10,6 +10,7 @@
  * one wake of the workers rather than one per product. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -211,6 +212,18 @@ static inline float gelu(float x) {
     return 0.5f * x * (1.0f + tanhf(c * x * (1.0f + 0.044715f * x * x)));
 }
 
+/* GELU as ggml's CPU backend computes it (GGML_GELU_FP16, ggml_vec_geglu_f32): 0 below -10, x above 10, else
+ * a table of gelu at every float16 value, rounded to float16, looked up at x rounded to float16. */
+static float gelu_table[65536];
+static void gelu_table_init(void) {
+    for (uint32_t h = 0; h < 65536; h++) gelu_table[h] = mq_round_f16(gelu(mq_half_float((uint16_t)h)));
+}
+static pthread_once_t gelu_once = PTHREAD_ONCE_INIT;
+
+static inline float gelu_ggml(float x) {
+    return x <= -10.0f ? 0.0f : x >= 10.0f ? x : gelu_table[mq_half(x)];
+}
+
 static int table_of(const run *r, const ms_layer *L) {
     for (int i = 0; i < r->n_tables; i++)
         if (*r->table_base[i] == L->rope_base && r->table_freqs[i] == L->rope_freqs) return i;
@@ -265,7 +278,7 @@ static void team(void *ctx, int part, int parts) {
             float *gu = r->gu + t * 2 * n_ff, *h = r->h + t * n_ff;
             if (L->b_gate_up)
                 for (int64_t i = 0; i < 2 * n_ff; i++) gu[i] += L->b_gate_up[i];
-            for (int64_t i = 0; i < n_ff; i++) h[i] = (m->gelu ? gelu(gu[i]) : silu(gu[i])) * gu[n_ff + i];
+            for (int64_t i = 0; i < n_ff; i++) h[i] = (m->gelu ? gelu_ggml(gu[i]) : silu(gu[i])) * gu[n_ff + i];
         }
         product(r, &L->w_down, r->h, n_ff, r->gu, t0, t1, part, parts);
         for (int64_t t = t0; t < t1; t++) residual(r->x + t * d, r->gu + t * d, L->b_down, L->post_ffn_norm, d, m->eps);
@@ -294,6 +307,8 @@ int ms_forward(const ms_model *m, float *x, int64_t n_tok, int64_t start, float 
     const size_t T = (size_t)n_tok, d = (size_t)m->n_embd, n_ff = (size_t)m->n_ff;
     size_t qkv = 0, y_bytes = 0;
     run r = {.m = m, .x = x, .T = n_tok, .start = start, .kc = k_cache, .vc = v_cache};
+    mq_init();
+    if (m->gelu) pthread_once(&gelu_once, gelu_table_init);
     for (int il = 0; il < m->n_layer; il++) {
         const ms_layer *L = &m->layers[il];
         qkv = max_sz(qkv, (size_t)L->wqkv.n_out);

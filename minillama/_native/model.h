@@ -14,8 +14,12 @@ typedef void (*mq_team_fn)(void *ctx, int part, int parts);
 int mq_team(mq_team_fn fn, void *ctx, int threads);
 /* Bytes of one activation row of cols values quantized to type's partner (block_q8_0, _q8_1, _q8_K, ...). */
 size_t mq_partner_bytes(int type, int64_t cols);
+/* Fills quants.c's tables (the float16 one the three below read); idempotent, thread-safe. */
+void mq_init(void);
 /* f rounded to float16 (nearest even) and back. */
 float mq_round_f16(float f);
+uint16_t mq_half(float f);         /* the float16 bits of f (nearest even) */
+float mq_half_float(uint16_t h);   /* and back */
 void mq_quantize_row(int type, const float *x, int64_t cols, uint8_t *y);
 /* out[t * out_stride + r] = row r of w (cols values of type) . activation row t of y (n_x rows quantized by
  * mq_quantize_row, mq_partner_bytes apart), for r0 <= r < r1. */

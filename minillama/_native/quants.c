@@ -322,7 +322,10 @@ int mq_team(mq_team_fn fn, void *ctx, int threads) {
     return spread;
 }
 
+void mq_init(void) { pthread_once(&once, init_once); }
 float mq_round_f16(float f) { return mq_f16_table[float_to_half(f)]; }
+uint16_t mq_half(float f) { return float_to_half(f); }
+float mq_half_float(uint16_t h) { return mq_f16_table[h]; }
 
 size_t mq_partner_bytes(int type, int64_t cols) {
     return (size_t)(cols / TYPES[type].partner_block) * (size_t)TYPES[type].partner_size;
