@@ -104,28 +104,12 @@ def test_cache_reuses_prefix_and_matches_fresh_pass(smollm2: Model) -> None:
     smollm2.next_token(ids[:5], s)
     smollm2.next_token(ids, s)  # the first five positions come from the cache
     assert smollm2._cache.n == len(ids)
-    _assert_same_scores(smollm2, s.seen, fresh[-1])
+    np.testing.assert_allclose(s.seen, fresh[-1], atol=1e-2)
     smollm2.next_token(ids[:3] + ids[4:], s)  # diverges at position 3: recomputed from there
-    _assert_same_scores(smollm2, s.seen, smollm2.logits(ids[:3] + ids[4:])[-1])
-    _assert_same_scores(smollm2, smollm2.logits(ids)[-2], fresh[-2])
-    with pytest.raises(AssertionError):  # what a cache that mixed up positions would give
-        _assert_same_scores(smollm2, fresh[-2], fresh[-1])
-
-
-def _assert_same_scores(model: Model, got: np.ndarray, want: np.ndarray) -> None:
-    """The scores of one position computed two ways agree: to 1e-2 on the float32 path; on the native backend,
-    whose activations are quantized to 8 bits per matmul as ggml's are, a rounding difference of one ulp
-    (numpy's attention matmuls round by the batch's row count) can flip a quantized value and grow through the
-    layers, so there: the same best token and the top 5 log-probs within 1 nat (positions mixed up differ by 7+)."""
-    if not model._native:
-        np.testing.assert_allclose(got, want, atol=1e-2)
-        return
-    def log_softmax(x: np.ndarray) -> np.ndarray:
-        x = x.astype(np.float64) - x.max()
-        return x - np.log(np.exp(x).sum())
-    g, w = log_softmax(got), log_softmax(want)
-    top = np.argsort(-w)[:5]
-    assert g.argmax() == w.argmax() and np.abs(g[top] - w[top]).max() < 1.0, (g[top], w[top])
+    np.testing.assert_allclose(s.seen, smollm2.logits(ids[:3] + ids[4:])[-1], atol=1e-2)
+    # on the native backend too: its blocks compute a position's row the same way whatever chunk holds it
+    # (numpy's attention rounded by the batch's row count, and 8-bit activations grew that to 0.5 in the logits)
+    np.testing.assert_allclose(smollm2.logits(ids)[-2], fresh[-2], atol=1e-2)
 
 
 def test_input_errors(smollm2: Model) -> None:

@@ -148,7 +148,7 @@ def test_reference_matvec_equals_llamacpp_vec_dot(t: T) -> None:
 
 #: Types whose AVX2 kernel groups the float terms as ggml's AVX2 kernel does (eight lanes of whole sub-block sums)
 #: rather than as the scalar one: exact integer parts, equal to float rounding.
-AVX2_FLOAT_ORDER = {T.Q4_K, T.Q5_K, T.Q6_K}
+AVX2_FLOAT_ORDER = {T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.Q4_K, T.Q5_K, T.Q6_K}
 
 
 def close(t: T, raw: np.ndarray, x: np.ndarray, got: np.ndarray, want: np.ndarray) -> bool:
@@ -177,14 +177,14 @@ def compare_all_types() -> list[str]:
         rng = np.random.default_rng(int(t) + 1)
         for rows, cols in shapes(t):
             raw = random_rows(t, rows, cols, rng)
-            x = (rng.standard_normal((3, cols)) * rng.uniform(0.01, 10)).astype(np.float32)
+            x = (rng.standard_normal((6, cols)) * rng.uniform(0.01, 10)).astype(np.float32)  # 4 + 2: rows kernels
             x[1, : TRAITS[t].block] = 0  # an all-zero activation block
             want = np.stack([TRAITS[t].matvec(raw, xi) for xi in x])
             for threads in (1, 2, 3):
                 got = kernel(t, raw, cols, x, threads)
                 one = np.empty((1, rows), np.float32)
                 _core.matvec(raw, int(t), rows, cols, x[2], one, threads)
-                if not (close(t, raw, x, got, want) and close(t, raw, x[2:], one, want[2:])):
+                if not (close(t, raw, x, got, want) and close(t, raw, x[2:3], one, want[2:3])):
                     bad.append(f"{t.name} {rows}x{cols} threads={threads}: max |diff| {np.nanmax(np.abs(got - want))}")
     return bad
 

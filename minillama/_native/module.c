@@ -1100,6 +1100,262 @@ static PyObject *quants_isa(PyObject *self, PyObject *unused) {
 
 /* ---- end of quants.c binding ------------------------------------------------------------------------------------ */
 
+/* ---- model.c: the blocks of a llama-family model in C (issue 24) ------------------------------------------------ */
+#include "model.h"
+
+/* Stack(hparams, layers): a model's blocks over its quantized weights, for model.c. hparams = (n_embd, n_head,
+ * n_head_kv, head_dim, head_dim_v, n_ff, n_rot, eps, rope_neox, gelu, scale_q, q_scale, attn_scale); each layer =
+ * (attn_norm, wqkv, bqkv, q_norm, k_norm, wo, bo, post_attn_norm, ffn_norm, w_gate_up, b_gate_up, w_down, b_down,
+ * post_ffn_norm, rope_freqs, rope_base, window), vectors float32 or None, matrices a tuple of 1-3 pieces
+ * (raw uint8 rows, ggml type, rows, cols). Every length is checked here, once; the buffers are kept for the
+ * object's life (the map stays open while a view of it is held). */
+typedef struct {
+    PyObject_HEAD
+    ms_model m;
+    Py_buffer *bufs;
+    int n_bufs;
+} StackObject;
+
+enum { ST_ATTN_NORM, ST_WQKV, ST_BQKV, ST_Q_NORM, ST_K_NORM, ST_WO, ST_BO, ST_POST_ATTN_NORM, ST_FFN_NORM,
+       ST_W_GATE_UP, ST_B_GATE_UP, ST_W_DOWN, ST_B_DOWN, ST_POST_FFN_NORM, ST_ROPE_FREQS, ST_ROPE_BASE, ST_WINDOW,
+       ST_FIELDS };
+#define ST_MAX_BUFS_PER_LAYER (11 + 4 * MS_MAX_PARTS)
+
+static void Stack_dealloc(StackObject *self) {
+    for (int i = 0; i < self->n_bufs; i++) PyBuffer_Release(&self->bufs[i]);
+    PyMem_Free(self->bufs);
+    PyMem_Free(self->m.layers);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* A float32 vector of n values (required: None refused), kept in self->bufs. */
+static int stack_vector(StackObject *self, PyObject *o, int64_t n, int required, const float **out, const char *what,
+                        int il) {
+    *out = NULL;
+    if (o == Py_None) {
+        if (!required) return 1;
+        PyErr_Format(PyExc_ValueError, "Stack: layer %d: %s is required", il, what);
+        return 0;
+    }
+    Py_buffer *b = &self->bufs[self->n_bufs];
+    if (!get_array(o, b, 4, what)) return 0;
+    self->n_bufs++;
+    if ((b->format && strcmp(b->format, "f")) || b->len / 4 != n) {
+        PyErr_Format(PyExc_ValueError, "Stack: layer %d: %s has %zd values, expected %lld float32", il, what,
+                     b->len / 4, (long long)n);
+        return 0;
+    }
+    *out = b->buf;
+    return 1;
+}
+
+/* A matrix of `in` inputs and `out` outputs from 1-3 pieces. */
+static int stack_matrix(StackObject *self, PyObject *o, int64_t in, int64_t out, ms_matrix *M, const char *what,
+                        int il) {
+    if (!PyTuple_Check(o) || PyTuple_GET_SIZE(o) < 1 || PyTuple_GET_SIZE(o) > MS_MAX_PARTS) {
+        PyErr_Format(PyExc_ValueError, "Stack: layer %d: %s must be a tuple of 1-%d pieces", il, what, MS_MAX_PARTS);
+        return 0;
+    }
+    memset(M, 0, sizeof *M);
+    M->n = (int)PyTuple_GET_SIZE(o), M->cols = in;
+    for (int i = 0; i < M->n; i++) {
+        PyObject *raw;
+        int gtype;
+        long long rows, cols;
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(o, i), "OiLL", &raw, &gtype, &rows, &cols)) return 0;
+        int type = mq_type_of_ggml(gtype);
+        if (type < 0 || cols != in || cols % mq_block(type < 0 ? 0 : type) || rows < 1 || rows > out - M->n_out) {
+            PyErr_Format(PyExc_ValueError, "Stack: layer %d: %s piece %d: type %d, %lld x %lld; expected a known "
+                         "type, %lld inputs (whole blocks), %lld outputs in all", il, what, i, gtype, rows, cols,
+                         (long long)in, (long long)out);
+            return 0;
+        }
+        M->type[i] = type;
+        Py_buffer *b = &self->bufs[self->n_bufs];
+        if (PyObject_GetBuffer(raw, b, PyBUF_C_CONTIGUOUS) < 0) return 0;
+        self->n_bufs++;
+        long long row_bytes = cols / mq_block(type) * mq_type_size(type);
+        if (b->len != rows * row_bytes) {
+            PyErr_Format(PyExc_ValueError, "Stack: layer %d: %s piece %d has %zd bytes, expected %lld rows of %lld",
+                         il, what, i, b->len, rows, row_bytes);
+            return 0;
+        }
+        M->w[i] = b->buf, M->rows[i] = rows, M->n_out += rows;
+    }
+    if (M->n_out != out) {
+        PyErr_Format(PyExc_ValueError, "Stack: layer %d: %s has %lld outputs, expected %lld", il, what,
+                     (long long)M->n_out, (long long)out);
+        return 0;
+    }
+    return 1;
+}
+
+static int Stack_init(StackObject *self, PyObject *args, PyObject *kwds) {
+    (void)kwds;
+    PyObject *layers;
+    long long n_embd, n_head, n_head_kv, head_dim, head_dim_v, n_ff, n_rot;
+    float eps, q_scale, attn_scale;
+    int neox, gelu, scale_q;
+    if (self->m.layers) {
+        PyErr_SetString(PyExc_RuntimeError, "Stack is already initialised");
+        return -1;
+    }
+    if (!PyArg_ParseTuple(args, "(LLLLLLLfpppff)O!", &n_embd, &n_head, &n_head_kv, &head_dim, &head_dim_v, &n_ff,
+                          &n_rot, &eps, &neox, &gelu, &scale_q, &q_scale, &attn_scale, &PyList_Type, &layers))
+        return -1;
+    const long long lim = 1 << 20;
+    if (n_embd < 1 || n_embd > lim || n_head < 1 || n_head > lim || n_head_kv < 1 || n_head % n_head_kv ||
+        head_dim < 1 || head_dim > lim || head_dim_v < 1 || head_dim_v > lim || n_ff < 1 || n_ff > lim ||
+        n_rot < 0 || n_rot > head_dim || n_rot % 2 || n_head * head_dim > lim || n_head * head_dim_v > lim ||
+        PyList_GET_SIZE(layers) < 1 || PyList_GET_SIZE(layers) > 4096 || !isfinite(eps) || eps < 0) {
+        PyErr_SetString(PyExc_ValueError, "Stack: hyper-parameters out of range");
+        return -1;
+    }
+    const int n_layer = (int)PyList_GET_SIZE(layers);
+    self->m = (ms_model){.n_layer = n_layer, .n_embd = n_embd, .n_head = n_head, .n_head_kv = n_head_kv,
+                         .head_dim = head_dim, .head_dim_v = head_dim_v, .n_ff = n_ff, .n_rot = n_rot, .eps = eps,
+                         .rope_neox = neox, .gelu = gelu, .scale_q = scale_q, .q_scale = q_scale,
+                         .attn_scale = attn_scale};
+    self->m.layers = PyMem_Calloc((size_t)n_layer, sizeof(ms_layer));
+    self->bufs = PyMem_Calloc((size_t)n_layer * ST_MAX_BUFS_PER_LAYER, sizeof(Py_buffer));
+    if (!self->m.layers || !self->bufs) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    const int64_t d = n_embd, q_dim = n_head * head_dim, kv = n_head_kv * head_dim, vv = n_head_kv * head_dim_v;
+    double bases[2];
+    PyObject *freqs[2];
+    int n_tables = 0;
+    for (int il = 0; il < n_layer; il++) {
+        PyObject *t = PyList_GET_ITEM(layers, il);
+        if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != ST_FIELDS) {
+            PyErr_Format(PyExc_ValueError, "Stack: layer %d must be a tuple of %d fields", il, ST_FIELDS);
+            return -1;
+        }
+        ms_layer *L = &self->m.layers[il];
+#define F(i) PyTuple_GET_ITEM(t, i)
+        if (!stack_vector(self, F(ST_ATTN_NORM), d, 1, &L->attn_norm, "attn_norm", il) ||
+            !stack_matrix(self, F(ST_WQKV), d, q_dim + kv + vv, &L->wqkv, "wqkv", il) ||
+            !stack_vector(self, F(ST_BQKV), q_dim + kv + vv, 0, &L->bqkv, "bqkv", il) ||
+            !stack_vector(self, F(ST_Q_NORM), head_dim, 0, &L->q_norm, "q_norm", il) ||
+            !stack_vector(self, F(ST_K_NORM), head_dim, 0, &L->k_norm, "k_norm", il) ||
+            !stack_matrix(self, F(ST_WO), n_head * head_dim_v, d, &L->wo, "wo", il) ||
+            !stack_vector(self, F(ST_BO), d, 0, &L->bo, "bo", il) ||
+            !stack_vector(self, F(ST_POST_ATTN_NORM), d, 0, &L->post_attn_norm, "post_attn_norm", il) ||
+            !stack_vector(self, F(ST_FFN_NORM), d, 1, &L->ffn_norm, "ffn_norm", il) ||
+            !stack_matrix(self, F(ST_W_GATE_UP), d, 2 * n_ff, &L->w_gate_up, "w_gate_up", il) ||
+            !stack_vector(self, F(ST_B_GATE_UP), 2 * n_ff, 0, &L->b_gate_up, "b_gate_up", il) ||
+            !stack_matrix(self, F(ST_W_DOWN), n_ff, d, &L->w_down, "w_down", il) ||
+            !stack_vector(self, F(ST_B_DOWN), d, 0, &L->b_down, "b_down", il) ||
+            !stack_vector(self, F(ST_POST_FFN_NORM), d, 0, &L->post_ffn_norm, "post_ffn_norm", il) ||
+            !stack_vector(self, F(ST_ROPE_FREQS), n_rot / 2, 0, &L->rope_freqs, "rope_freqs", il))
+            return -1;
+        L->rope_base = PyFloat_AsDouble(F(ST_ROPE_BASE));
+        L->window = PyLong_AsLongLong(F(ST_WINDOW));
+        if (PyErr_Occurred()) return -1;
+        if (!isfinite(L->rope_base) || L->rope_base <= 0 || L->window < 0) {
+            PyErr_Format(PyExc_ValueError, "Stack: layer %d: rope base %g, window %lld", il, L->rope_base,
+                         (long long)L->window);
+            return -1;
+        }
+        int found = 0;
+        for (int i = 0; i < n_tables; i++) found |= bases[i] == L->rope_base && freqs[i] == F(ST_ROPE_FREQS);
+        if (!found) {
+            if (n_tables == 2) {
+                PyErr_SetString(PyExc_ValueError, "Stack: at most two rope bases/factors over the layers");
+                return -1;
+            }
+            bases[n_tables] = L->rope_base, freqs[n_tables++] = F(ST_ROPE_FREQS);
+        }
+#undef F
+    }
+    return 0;
+}
+
+/* forward(x, start, k_caches, v_caches, threads): x [T, n_embd] float32, run through every block in place; the
+ * caches (one float32 array per layer, [capacity, n_head_kv, head_dim(_v)]) take positions start..start+T-1. */
+static PyObject *Stack_forward(StackObject *self, PyObject *args) {
+    PyObject *xo, *ko, *vo;
+    long long start;
+    int threads;
+    if (!self->m.layers) return PyErr_Format(PyExc_RuntimeError, "Stack is not initialised");
+    if (!PyArg_ParseTuple(args, "OLO!O!i", &xo, &start, &PyList_Type, &ko, &PyList_Type, &vo, &threads)) return NULL;
+    const ms_model *m = &self->m;
+    if (PyList_GET_SIZE(ko) != m->n_layer || PyList_GET_SIZE(vo) != m->n_layer || threads < 1 || threads > 1024 ||
+        start < 0 || start > (1LL << 40))
+        return PyErr_Format(PyExc_ValueError, "forward: expected %d key and value caches, 1..1024 threads, a "
+                            "position >= 0", m->n_layer);
+    Py_buffer xb;
+    if (!get_array(xo, &xb, 4, "x")) return NULL;
+    const long long T = xb.len / 4 / m->n_embd;
+    PyObject *res = NULL;
+    int n_caches = 0;
+    Py_buffer *cb = PyMem_Calloc(2 * (size_t)m->n_layer, sizeof(Py_buffer));
+    float **ptrs = PyMem_Calloc(2 * (size_t)m->n_layer, sizeof(float *));
+    if (!cb || !ptrs) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (xb.readonly || (xb.format && strcmp(xb.format, "f")) || T < 1 || xb.len != T * m->n_embd * 4) {
+        PyErr_Format(PyExc_ValueError, "forward: x must be writable float32 rows of %lld values",
+                     (long long)m->n_embd);
+        goto done;
+    }
+    for (int i = 0; i < 2 * m->n_layer; i++) {
+        const int is_v = i >= m->n_layer;
+        PyObject *o = PyList_GET_ITEM(is_v ? vo : ko, i % m->n_layer);
+        if (!get_array(o, &cb[i], 4, "cache")) goto done;
+        n_caches++;
+        const long long need = (start + T) * m->n_head_kv * (is_v ? m->head_dim_v : m->head_dim);
+        if (cb[i].readonly || (cb[i].format && strcmp(cb[i].format, "f")) || cb[i].len / 4 < need) {
+            PyErr_Format(PyExc_ValueError, "forward: cache %d has %zd values, expected at least %lld writable float32",
+                         i, cb[i].len / 4, need);
+            goto done;
+        }
+        ptrs[i] = cb[i].buf;
+    }
+    int ok;
+    Py_BEGIN_ALLOW_THREADS
+    ok = ms_forward(m, xb.buf, T, start, ptrs, ptrs + m->n_layer, threads);
+    Py_END_ALLOW_THREADS
+    if (ok) {
+        Py_INCREF(Py_None);
+        res = Py_None;
+    } else
+        PyErr_NoMemory();
+done:
+    for (int i = 0; i < n_caches; i++) PyBuffer_Release(&cb[i]);
+    PyMem_Free(cb);
+    PyMem_Free(ptrs);
+    PyBuffer_Release(&xb);
+    return res;
+}
+
+static PyMethodDef Stack_methods[] = {
+    {"forward", (PyCFunction)Stack_forward, METH_VARARGS,
+     "forward(x, start, k_caches, v_caches, threads): every block over x [T, n_embd] in place."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject StackType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "minillama._native._core.Stack",
+    .tp_basicsize = sizeof(StackObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A llama-family model's blocks over its quantized weights (model.c).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Stack_init,
+    .tp_dealloc = (destructor)Stack_dealloc,
+    .tp_methods = Stack_methods,
+};
+
+static int add_stack(PyObject *m) {
+    if (PyType_Ready(&StackType) < 0) return -1;
+    return PyModule_AddObjectRef(m, "Stack", (PyObject *)&StackType);
+}
+
+/* ---- end of model.c binding --------------------------------------------------------------------------------- */
+
 static PyMethodDef core_methods[] = {
     QUANTS_METHODS
     {"utf8_blob", utf8_blob, METH_O,
@@ -1127,5 +1383,6 @@ PyMODINIT_FUNC PyInit__core(void) {
     if (PyType_Ready(&SPMType) < 0 || PyModule_AddObjectRef(m, "SPM", (PyObject *)&SPMType) < 0) return Py_DECREF(m), NULL;
     if (PyType_Ready(&PiecesType) < 0 || PyModule_AddObjectRef(m, "Pieces", (PyObject *)&PiecesType) < 0)
         return Py_DECREF(m), NULL;
+    if (add_stack(m) < 0) return Py_DECREF(m), NULL;
     return m;
 }

@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 
+#include "model.h"
 #include "quants_common.h"
 
 float mq_f16_table[65536];
@@ -16,6 +17,7 @@ float mq_f16_table[65536];
 #undef KNAME
 
 const mq_dot_fn *mq_kernels_avx2(void);
+const mq_dotn_fn *mq_rows_avx2(void);
 
 static uint32_t f32_bits(float f) {
     uint32_t u;
@@ -49,6 +51,7 @@ static uint16_t float_to_half(float f) {
 }
 
 static const mq_dot_fn *kernels;
+static const mq_dotn_fn no_rows[MQ_NTYPES], *rows_kernels = no_rows; /* NULL entries: one dot per activation row */
 static const char *isa = "scalar";
 
 static void init_once(void) {
@@ -56,13 +59,15 @@ static void init_once(void) {
     kernels = kernels_scalar;
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
     const mq_dot_fn *k = mq_kernels_avx2();
-    if (k && __builtin_cpu_supports("avx2")) {
+    if (k && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
         kernels = k;
+        rows_kernels = mq_rows_avx2();
         isa = "avx2";
     }
 #endif
     if (getenv("MINILLAMA_KERNELS") && strcmp(getenv("MINILLAMA_KERNELS"), "scalar") == 0) {
         kernels = kernels_scalar;
+        rows_kernels = no_rows;
         isa = "scalar";
     }
 }
@@ -96,7 +101,7 @@ static void quantize_q8(const float *x, int64_t n, uint8_t *y, int with_sum) {
     const int size = with_sum ? 36 : 34, at = with_sum ? 4 : 2;
     for (int64_t ib = 0; ib < n / 32; ib++, x += 32, y += size) {
         float amax = 0;
-        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
+        for (int j = 0; j < 32; j++) amax = fabsf(x[j]) > amax ? fabsf(x[j]) : amax; /* fmaxf, not a libm call */
         const float d = amax / 127.f, id = amax != 0.0f ? 127.f / amax : 0.0f;
         int sum = 0;
         for (int j = 0; j < 32; j++) {
@@ -162,20 +167,66 @@ static void quantize_partner(int type, const float *x, int64_t n, uint8_t *y) {
 }
 
 typedef struct {
-    mq_dot_fn dot;
+    mq_team_fn team; /* set: run team(ctx, part, parts), the rest unused */
+    void *ctx;
+    int part, parts;
+    int type;
     const uint8_t *w, *y;
     size_t row_bytes, y_bytes;
     int64_t rows, cols, n_x, r0, r1;
     float *out;
 } job;
 
+/* For the 32-value types' rows kernels: the block scales of n_x activation rows (y_bytes apart, partner blocks of
+ * partner_size bytes) as float32, MQ_NRC rows a tile (quants_common.h's yf layout); NULL where not wanted or no
+ * memory (the kernels then read the scales from y). */
+static float *tile_scales(int type, const uint8_t *y, size_t y_bytes, int64_t cols, int64_t n_x) {
+    if (type < MQ_Q4_0 || type > MQ_Q8_0 || n_x < 2) return NULL;
+    const int64_t nb = cols / 32, tiles = (n_x + MQ_NRC - 1) / MQ_NRC;
+    const int with_s = type == MQ_Q4_1 || type == MQ_Q5_1, psize = TYPES[type].partner_size;
+    float *yf = calloc((size_t)(tiles * 2 * nb * MQ_NRC), sizeof(float));
+    if (!yf) return NULL;
+    for (int64_t t = 0; t < n_x; t++) {
+        float *f = yf + (t / MQ_NRC) * 2 * nb * MQ_NRC + t % MQ_NRC;
+        const uint8_t *yb = y + (size_t)t * y_bytes;
+        for (int64_t b = 0; b < nb; b++, yb += psize) {
+            f[b * MQ_NRC] = f16(ld_u16(yb));
+            if (with_s) f[(nb + b) * MQ_NRC] = f16(ld_u16(yb + 2));
+        }
+    }
+    return yf;
+}
+
+#define ROW_BLOCK 16
+
+/* Rows r0..r1 of w against n_x quantized activation rows (y_bytes apart): out[t * out_stride + r]. */
+static void dot_range(int type, const uint8_t *w, size_t row_bytes, const uint8_t *y, size_t y_bytes, int64_t cols,
+                      int64_t n_x, int64_t r0, int64_t r1, float *out, int64_t out_stride) {
+    const mq_dot_fn dot = kernels[type];
+    const mq_dotn_fn dotn = rows_kernels[type];
+    float *yf = dotn ? tile_scales(type, y, y_bytes, cols, n_x) : NULL;
+    const size_t tile_f = (size_t)(cols / 32) * 2 * MQ_NRC;
+    if (dotn && n_x > 1) {
+        /* ROW_BLOCK weight rows at a time against every tile of MQ_NRC activation rows: both stay in L1 */
+        for (int64_t rb = r0; rb < r1; rb += ROW_BLOCK)
+            for (int64_t t = 0; t < n_x; t += MQ_NRC)
+                for (int64_t r = rb; r < r1 && r < rb + ROW_BLOCK; r++)
+                    dotn(w + (size_t)r * row_bytes, y + (size_t)t * y_bytes, y_bytes, (int)cols,
+                         (int)(n_x - t < MQ_NRC ? n_x - t : MQ_NRC), out + t * out_stride + r, (size_t)out_stride,
+                         yf ? yf + (size_t)(t / MQ_NRC) * tile_f : NULL);
+    } else
+        for (int64_t r = r0; r < r1; r++)
+            for (int64_t t = 0; t < n_x; t++)
+                out[t * out_stride + r] = dot(w + (size_t)r * row_bytes, y + (size_t)t * y_bytes, (int)cols);
+    free(yf);
+}
+
 static void *run_job(void *arg) {
     const job *j = arg;
-    for (int64_t r = j->r0; r < j->r1; r++) {
-        const uint8_t *wr = j->w + (size_t)r * j->row_bytes;
-        for (int64_t t = 0; t < j->n_x; t++)
-            j->out[t * j->rows + r] = j->dot(wr, j->y + (size_t)t * j->y_bytes, (int)j->cols);
-    }
+    if (j->team)
+        j->team(j->ctx, j->part, j->parts);
+    else
+        dot_range(j->type, j->w, j->row_bytes, j->y, j->y_bytes, j->cols, j->n_x, j->r0, j->r1, j->out, j->rows);
     return NULL;
 }
 
@@ -222,8 +273,9 @@ static void pool_after_fork(void) {
 
 static void register_fork(void) { pthread_atfork(NULL, NULL, pool_after_fork); }
 
-/* Runs jobs[0..n) on the caller and n - 1 pool workers (as many as could be started; the caller does the rest). */
-static void run_parallel(job *jobs, int n) {
+/* Starts pool workers until there are n - 1 (or none more can be started); the pool is locked (call, mu) on
+ * return. Returns how many of n parts run at once: the caller and the workers. */
+static int pool_lock(int n) {
     static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
     pthread_once(&fork_once, register_fork);
     pthread_mutex_lock(&pool.call);
@@ -234,7 +286,11 @@ static void run_parallel(job *jobs, int n) {
         pthread_detach(t);
         pool.n_workers++;
     }
-    int spread = n - 1 < pool.n_workers ? n : pool.n_workers + 1;
+    return n - 1 < pool.n_workers ? n : pool.n_workers + 1;
+}
+
+/* Runs jobs[0..spread) at once, jobs[0] on the caller, then jobs[spread..n) on the caller; unlocks the pool. */
+static void pool_run(job *jobs, int spread, int n) {
     pool.jobs = jobs, pool.n_jobs = spread, pool.pending = spread - 1;
     pool.gen++;
     pthread_cond_broadcast(&pool.work);
@@ -248,10 +304,49 @@ static void run_parallel(job *jobs, int n) {
     pthread_mutex_unlock(&pool.call);
 }
 
+/* Runs jobs[0..n) on the caller and n - 1 pool workers (as many as could be started; the caller does the rest). */
+static void run_parallel(job *jobs, int n) { pool_run(jobs, pool_lock(n), n); }
+
+int mq_team(mq_team_fn fn, void *ctx, int threads) {
+    pthread_once(&once, init_once);
+    if (threads < 1) threads = 1;
+    if (threads > MAX_THREADS) threads = MAX_THREADS;
+    if (threads == 1) {
+        fn(ctx, 0, 1);
+        return 1;
+    }
+    job jobs[MAX_THREADS];
+    const int spread = pool_lock(threads);
+    for (int i = 0; i < spread; i++) jobs[i] = (job){.team = fn, .ctx = ctx, .part = i, .parts = spread};
+    pool_run(jobs, spread, spread);
+    return spread;
+}
+
+void mq_init(void) { pthread_once(&once, init_once); }
+float mq_round_f16(float f) { return mq_f16_table[float_to_half(f)]; }
+uint16_t mq_half(float f) { return float_to_half(f); }
+float mq_half_float(uint16_t h) { return mq_f16_table[h]; }
+
+size_t mq_partner_bytes(int type, int64_t cols) {
+    return (size_t)(cols / TYPES[type].partner_block) * (size_t)TYPES[type].partner_size;
+}
+
+void mq_quantize_row(int type, const float *x, int64_t cols, uint8_t *y) {
+    pthread_once(&once, init_once);
+    quantize_partner(type, x, cols, y);
+}
+
+void mq_dot_rows(int type, const uint8_t *w, int64_t cols, const uint8_t *y, int64_t n_x, int64_t r0, int64_t r1,
+                 float *out, int64_t out_stride) {
+    pthread_once(&once, init_once);
+    dot_range(type, w, (size_t)(cols / TYPES[type].block) * (size_t)TYPES[type].size, y, mq_partner_bytes(type, cols),
+              cols, n_x, r0, r1, out, out_stride);
+}
+
 int mq_matmul(int type, const uint8_t *w, int64_t rows, int64_t cols, const float *x, int64_t n_x, float *out,
               int threads) {
     pthread_once(&once, init_once);
-    const size_t y_bytes = (size_t)(cols / TYPES[type].partner_block) * (size_t)TYPES[type].partner_size;
+    const size_t y_bytes = mq_partner_bytes(type, cols);
     uint8_t *y = malloc(y_bytes * (size_t)n_x + 1);
     if (!y) return 0;
     for (int64_t t = 0; t < n_x; t++) quantize_partner(type, x + t * cols, cols, y + (size_t)t * y_bytes);
@@ -263,8 +358,10 @@ int mq_matmul(int type, const uint8_t *w, int64_t rows, int64_t cols, const floa
     if ((double)rows * (double)cols * (double)n_x < (double)SMALL_PRODUCT) threads = 1;
     job jobs[MAX_THREADS];
     for (int i = 0; i < threads; i++)
-        jobs[i] = (job){kernels[type], w, y, (size_t)(cols / TYPES[type].block) * (size_t)TYPES[type].size,
-                        y_bytes, rows, cols, n_x, rows * i / threads, rows * (i + 1) / threads, out};
+        jobs[i] = (job){.type = type, .w = w, .y = y,
+                        .row_bytes = (size_t)(cols / TYPES[type].block) * (size_t)TYPES[type].size,
+                        .y_bytes = y_bytes, .rows = rows, .cols = cols, .n_x = n_x, .r0 = rows * i / threads,
+                        .r1 = rows * (i + 1) / threads, .out = out};
     if (threads == 1)
         run_job(&jobs[0]);
     else

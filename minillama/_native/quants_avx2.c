@@ -1,39 +1,21 @@
-/* AVX2 kernels, chosen at run time by quants.c when the CPU has AVX2 (other CPUs and compilers: this file
- * defines only a stub and the scalar kernels run). Q4_0..Q8_0 and Q3_K keep the scalar kernels' arithmetic: the
- * integer part of each block is computed with SIMD (exact: integer sums do not depend on their order, and each
- * of Q3_K's eight lanes still gets the values p with p % 8 == lane), the float32 terms are added in the same
- * order as in quants_kernels.h, so they give the scalar kernels' bits. Q4_K, Q5_K and Q6_K (most of a Q4_K_M
- * file) are shaped as ggml's own AVX2 kernels, 1.4x faster than lane-exact ones: exact integer sub-block sums,
- * float terms grouped as ggml's AVX2 groups them (equal to float rounding). Q2_K uses quants_kernels.h compiled
- * for AVX2 (the compiler vectorises its integer loops). */
+/* AVX2 kernels, chosen at run time by quants.c when the CPU has AVX2 and FMA (other CPUs and compilers: this
+ * file defines only stubs and the scalar kernels run). Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K (what
+ * SmolLM2's Q4_1 and Q4_K_M files hold) are shaped as ggml's own AVX2 kernels: exact integer sums per block or
+ * sub-block, float terms accumulated in eight lanes as ggml's AVX2 kernels accumulate them (equal to the scalar
+ * kernels to float rounding), and each comes as a "rows" kernel that unpacks a weight block once for up to
+ * MQ_NRC activation rows (a prompt's product reuses it). Q3_K keeps the scalar kernels' arithmetic with its
+ * integer part in SIMD (same bits); Q2_K is quants_kernels.h compiled for AVX2 (the compiler vectorises its
+ * integer loops). */
 #include "quants_common.h"
 
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__) && !defined(__clang__)
 #pragma GCC push_options
-#pragma GCC target("avx2")
+#pragma GCC target("avx2,fma")
 #pragma GCC optimize("O3", "fp-contract=off")
 #include <immintrin.h>
 
 #define KNAME(name) name##_avx2
 #include "quants_kernels.h"
-
-static inline int hsum_i32(__m256i v) {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
-    return _mm_cvtsi128_si32(s);
-}
-
-/* Sum of x[i] * y[i] over 32 int8 pairs (x may be -128, y never is). */
-static inline int dot_i8(__m256i x, __m256i y) {
-    __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
-    return hsum_i32(_mm256_madd_epi16(p, _mm256_set1_epi16(1)));
-}
-
-/* Sum of u[i] * y[i], u unsigned below 64. */
-static inline int dot_u8(__m256i u, __m256i y) {
-    return hsum_i32(_mm256_madd_epi16(_mm256_maddubs_epi16(u, y), _mm256_set1_epi16(1)));
-}
 
 /* 16 bytes of nibbles as 32 values: low nibbles first (values 0-15), then high (16-31). */
 static inline __m256i nibbles(const uint8_t *p) {
@@ -51,53 +33,6 @@ static inline __m256i bits_to_bytes(const uint8_t *p) {
 }
 
 static inline __m256i load32(const uint8_t *p) { return _mm256_loadu_si256((const __m256i *)p); }
-
-static float dot_q4_0_x(const uint8_t *w, const uint8_t *y, int n) {
-    float sumf = 0;
-    for (int ib = 0; ib < n / 32; ib++, w += 18, y += 34) {
-        int s = dot_i8(_mm256_sub_epi8(nibbles(w + 2), _mm256_set1_epi8(8)), load32(y + 2));
-        sumf += (float)s * f16(ld_u16(w)) * f16(ld_u16(y));
-    }
-    return sumf;
-}
-
-static float dot_q4_1_x(const uint8_t *w, const uint8_t *y, int n) {
-    float sumf = 0;
-    for (int ib = 0; ib < n / 32; ib++, w += 20, y += 36) {
-        int s = dot_u8(nibbles(w + 4), load32(y + 4));
-        sumf += (f16(ld_u16(w)) * f16(ld_u16(y))) * (float)s + f16(ld_u16(w + 2)) * f16(ld_u16(y + 2));
-    }
-    return sumf;
-}
-
-static float dot_q5_0_x(const uint8_t *w, const uint8_t *y, int n) {
-    float sumf = 0;
-    for (int ib = 0; ib < n / 32; ib++, w += 22, y += 34) {
-        __m256i hi = _mm256_andnot_si256(bits_to_bytes(w + 2), _mm256_set1_epi8((char)0xF0));
-        int s = dot_i8(_mm256_or_si256(nibbles(w + 6), hi), load32(y + 2));
-        sumf += (f16(ld_u16(w)) * f16(ld_u16(y))) * (float)s;
-    }
-    return sumf;
-}
-
-static float dot_q5_1_x(const uint8_t *w, const uint8_t *y, int n) {
-    float sumf = 0;
-    for (int ib = 0; ib < n / 32; ib++, w += 24, y += 36) {
-        __m256i hi = _mm256_and_si256(bits_to_bytes(w + 4), _mm256_set1_epi8(0x10));
-        int s = dot_u8(_mm256_or_si256(nibbles(w + 8), hi), load32(y + 4));
-        sumf += (f16(ld_u16(w)) * f16(ld_u16(y))) * (float)s + f16(ld_u16(w + 2)) * f16(ld_u16(y + 2));
-    }
-    return sumf;
-}
-
-static float dot_q8_0_x(const uint8_t *w, const uint8_t *y, int n) {
-    float sumf = 0;
-    for (int ib = 0; ib < n / 32; ib++, w += 34, y += 34) {
-        int s = dot_i8(load32(w + 2), load32(y + 2));
-        sumf += (float)s * (f16(ld_u16(w)) * f16(ld_u16(y)));
-    }
-    return sumf;
-}
 
 /* 16 int16 products (lane l: values whose index is l mod 16) as ggml's eight int32 lanes (value p into lane
  * p % 8) times the scale: lanes l and l + 8 are brought side by side (a 64-bit permute, then a byte shuffle in
@@ -172,76 +107,202 @@ static inline float hsum_ps(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-static float dot_q45_k_fast(const uint8_t *w, const uint8_t *y, int n, int five) {
-    __m256 acc = _mm256_setzero_ps();
-    float summ = 0;
+/* The body of the Q4_K/Q5_K kernel for nrc activation rows (a constant where it is inlined): each block's
+ * quants unpacked once, then multiplied with every row. */
+static inline __attribute__((always_inline)) void q45_k_rows(const uint8_t *w, const uint8_t *y, size_t ys, int n,
+                                                             const int nrc, float *out, size_t os, int five) {
+    __m256 acc[MQ_NRC];
+    float summ[MQ_NRC];
+    for (int r = 0; r < nrc; r++) acc[r] = _mm256_setzero_ps(), summ[r] = 0;
     const int size = five ? 176 : 144;
     const __m256i low4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
     for (int ib = 0; ib < n / 256; ib++, w += size, y += 292) {
         uint8_t sc[8], mn[8];
         kscales(w + 4, sc, mn);
-        int sumi_m = 0;
-        for (int j = 0; j < 16; j++) sumi_m += ld_i16(y + 260 + 2 * j) * mn[j / 2];
-        const uint8_t *q4 = w + (five ? 48 : 16), *q8 = y + 4;
-        __m256i hm = load32(w + 16), sumi = _mm256_setzero_si256();
+        const uint8_t *q4 = w + (five ? 48 : 16);
+        __m256i hm = load32(w + 16), lo[4], hi[4];
         for (int j = 0; j < 4; j++) {
             __m256i v = load32(q4 + 32 * j);
-            __m256i lo = _mm256_and_si256(v, low4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+            lo[j] = _mm256_and_si256(v, low4), hi[j] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
             if (five) {
-                lo = _mm256_or_si256(lo, _mm256_slli_epi16(
+                lo[j] = _mm256_or_si256(lo[j], _mm256_slli_epi16(
                     _mm256_and_si256(_mm256_srl_epi16(hm, _mm_cvtsi32_si128(2 * j)), one), 4));
-                hi = _mm256_or_si256(hi, _mm256_slli_epi16(
+                hi[j] = _mm256_or_si256(hi[j], _mm256_slli_epi16(
                     _mm256_and_si256(_mm256_srl_epi16(hm, _mm_cvtsi32_si128(2 * j + 1)), one), 4));
             }
-            __m256i pl = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, load32(q8 + 64 * j)), _mm256_set1_epi16(sc[2 * j]));
-            __m256i ph = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, load32(q8 + 64 * j + 32)),
-                                           _mm256_set1_epi16(sc[2 * j + 1]));
-            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
         }
-        float yd = ld_f32(y);
-        acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(f16(ld_u16(w)) * yd), _mm256_cvtepi32_ps(sumi)));
-        summ += f16(ld_u16(w + 2)) * yd * (float)sumi_m;
+        const float dw = f16(ld_u16(w)), mw = f16(ld_u16(w + 2));
+        for (int r = 0; r < nrc; r++) {
+            const uint8_t *yr = y + (size_t)r * ys, *q8 = yr + 4;
+            int sumi_m = 0;
+            for (int j = 0; j < 16; j++) sumi_m += ld_i16(yr + 260 + 2 * j) * mn[j / 2];
+            __m256i sumi = _mm256_setzero_si256();
+            for (int j = 0; j < 4; j++) {
+                __m256i pl = _mm256_madd_epi16(_mm256_maddubs_epi16(lo[j], load32(q8 + 64 * j)),
+                                               _mm256_set1_epi16(sc[2 * j]));
+                __m256i ph = _mm256_madd_epi16(_mm256_maddubs_epi16(hi[j], load32(q8 + 64 * j + 32)),
+                                               _mm256_set1_epi16(sc[2 * j + 1]));
+                sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
+            }
+            float yd = ld_f32(yr);
+            acc[r] = _mm256_add_ps(acc[r], _mm256_mul_ps(_mm256_set1_ps(dw * yd), _mm256_cvtepi32_ps(sumi)));
+            summ[r] += mw * yd * (float)sumi_m;
+        }
     }
-    return hsum_ps(acc) - summ;
+    for (int r = 0; r < nrc; r++) out[(size_t)r * os] = hsum_ps(acc[r]) - summ[r];
 }
 
-static float dot_q4_k_fast(const uint8_t *w, const uint8_t *y, int n) { return dot_q45_k_fast(w, y, n, 0); }
-static float dot_q5_k_fast(const uint8_t *w, const uint8_t *y, int n) { return dot_q45_k_fast(w, y, n, 1); }
-
-static float dot_q6_k_fast(const uint8_t *w, const uint8_t *y, int n) {
-    __m256 acc = _mm256_setzero_ps();
+static inline __attribute__((always_inline)) void q6_k_rows(const uint8_t *w, const uint8_t *y, size_t ys, int n,
+                                                            const int nrc, float *out, size_t os) {
+    __m256 acc[MQ_NRC];
+    for (int r = 0; r < nrc; r++) acc[r] = _mm256_setzero_ps();
     const __m256i low4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30), m32 = _mm256_set1_epi8(32);
     for (int ib = 0; ib < n / 256; ib++, w += 210, y += 292) {
         const int8_t *sc = (const int8_t *)(w + 192);
-        const uint8_t *q8 = y + 4;
-        __m256i sumi = _mm256_setzero_si256();
+        __m256i v[8], scale[8];
         for (int h = 0; h < 2; h++) {
             __m256i ql0 = load32(w + 64 * h), ql1 = load32(w + 64 * h + 32), qh = load32(w + 128 + 32 * h);
-            __m256i v[4] = {
-                _mm256_or_si256(_mm256_and_si256(ql0, low4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30)),
-                _mm256_or_si256(_mm256_and_si256(ql1, low4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30)),
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4), _mm256_and_si256(qh, m30)),
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
-                                _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30)),
-            };
+            v[4 * h] = _mm256_or_si256(_mm256_and_si256(ql0, low4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30));
+            v[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(ql1, low4),
+                                           _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30));
+            v[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4),
+                                           _mm256_and_si256(qh, m30));
+            v[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
+                                           _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
             for (int k = 0; k < 4; k++) {
                 const int s = 8 * h + 2 * k; /* the 16-value groups s and s + 1 */
-                __m256i y8 = load32(q8 + 128 * h + 32 * k);
-                __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(v[k], y8), _mm256_maddubs_epi16(m32, y8));
-                __m256i scale = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(sc[s])),
-                                                        _mm_set1_epi16(sc[s + 1]), 1);
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, scale));
+                scale[4 * h + k] = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(sc[s])),
+                                                           _mm_set1_epi16(sc[s + 1]), 1);
             }
         }
-        acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(f16(ld_u16(w + 208)) * ld_f32(y)),
-                                               _mm256_cvtepi32_ps(sumi)));
+        const float dw = f16(ld_u16(w + 208));
+        for (int r = 0; r < nrc; r++) {
+            const uint8_t *yr = y + (size_t)r * ys, *q8 = yr + 4;
+            __m256i sumi = _mm256_setzero_si256();
+            for (int k = 0; k < 8; k++) {
+                __m256i y8 = load32(q8 + 32 * k);
+                __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(v[k], y8), _mm256_maddubs_epi16(m32, y8));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, scale[k]));
+            }
+            acc[r] = _mm256_add_ps(acc[r], _mm256_mul_ps(_mm256_set1_ps(dw * ld_f32(yr)), _mm256_cvtepi32_ps(sumi)));
+        }
     }
-    return hsum_ps(acc);
+    for (int r = 0; r < nrc; r++) out[(size_t)r * os] = hsum_ps(acc[r]);
 }
+
+/* Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 as ggml's AVX2 kernels compute them: each block's integer sum of 32 products
+ * as eight float lanes, a fused multiply-add by the two scales into eight accumulator lanes (Q4_1/Q5_1: the
+ * min times the activation sum added as a scalar), the lanes summed at the end. Integer parts exact, float
+ * terms grouped as ggml's AVX2 groups them (equal to the scalar kernels to float rounding). */
+static inline __m256 sum_u8_ps(__m256i u, __m256i y) {
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(u, y), _mm256_set1_epi16(1)));
+}
+
+/* The quants of one Q4_0..Q8_0 block as 32 bytes, and whether they are signed. */
+static inline __m256i qblock(int type, const uint8_t *w) {
+    switch (type) {
+    case MQ_Q4_0: return _mm256_sub_epi8(nibbles(w + 2), _mm256_set1_epi8(8));
+    case MQ_Q4_1: return nibbles(w + 4);
+    case MQ_Q5_0: return _mm256_or_si256(nibbles(w + 6), _mm256_andnot_si256(bits_to_bytes(w + 2),
+                                                                               _mm256_set1_epi8((char)0xF0)));
+    case MQ_Q5_1: return _mm256_or_si256(nibbles(w + 8), _mm256_and_si256(bits_to_bytes(w + 4), _mm256_set1_epi8(0x10)));
+    default: return load32(w + 2);
+    }
+}
+
+/* With yf the scale products of a block are made for the MQ_NRC rows at once (the same float operations per row
+ * as without: the same bits). */
+static inline __attribute__((always_inline)) void q32_rows(const int type, const uint8_t *w, const uint8_t *y,
+                                                           size_t ys, int n, const int nrc, float *out, size_t os,
+                                                           const float *yf) {
+    const int size = type == MQ_Q4_0 ? 18 : type == MQ_Q4_1 ? 20 : type == MQ_Q5_0 ? 22 : type == MQ_Q5_1 ? 24 : 34;
+    const int with_min = type == MQ_Q4_1 || type == MQ_Q5_1, ysize = with_min ? 36 : 34, at = with_min ? 4 : 2;
+    const int nb = n / 32;
+    __m256 acc[MQ_NRC];
+    float summs[MQ_NRC];
+    __m128 summ4 = _mm_setzero_ps();
+    for (int r = 0; r < nrc; r++) acc[r] = _mm256_setzero_ps(), summs[r] = 0;
+    for (int ib = 0; ib < nb; ib++, w += size, y += ysize) {
+        const __m256i q = qblock(type, w);
+        const __m256i aq = with_min ? q : _mm256_sign_epi8(q, q);
+        const float dw = f16(ld_u16(w));
+        float dwy[MQ_NRC];
+        if (yf) {
+            _mm_storeu_ps(dwy, _mm_mul_ps(_mm_set1_ps(dw), _mm_loadu_ps(yf + ib * MQ_NRC)));
+            if (with_min)
+                summ4 = _mm_add_ps(summ4, _mm_mul_ps(_mm_set1_ps(f16(ld_u16(w + 2))),
+                                                     _mm_loadu_ps(yf + (nb + ib) * MQ_NRC)));
+        }
+        for (int r = 0; r < nrc; r++) {
+            const uint8_t *yr = y + (size_t)r * ys;
+            __m256i yq = load32(yr + at);
+            __m256 p = sum_u8_ps(aq, with_min ? yq : _mm256_sign_epi8(yq, q));
+            const __m256 d = yf ? _mm256_broadcast_ss(&dwy[r]) : _mm256_set1_ps(dw * f16(ld_u16(yr)));
+            acc[r] = _mm256_fmadd_ps(d, p, acc[r]);
+            if (with_min && !yf) summs[r] += f16(ld_u16(w + 2)) * f16(ld_u16(yr + 2));
+        }
+    }
+    if (yf && with_min) _mm_storeu_ps(summs, summ4);
+    for (int r = 0; r < nrc; r++) out[(size_t)r * os] = hsum_ps(acc[r]) + summs[r];
+}
+
+/* Each kernel for nrc = 1..4 with nrc a constant in its body. */
+#define ROWS_KERNEL(name, call)                                                                                     \
+    static void name(const uint8_t *w, const uint8_t *y, size_t ys, int n, int nrc, float *out, size_t os,          \
+                     const float *yf) {                                                                             \
+        (void)yf;                                                                                                   \
+        switch (nrc) {                                                                                              \
+        case 1: call(1); break;                                                                                     \
+        case 2: call(2); break;                                                                                     \
+        case 3: call(3); break;                                                                                     \
+        default: call(4); break;                                                                                    \
+        }                                                                                                           \
+    }
+#define Q40(k) q32_rows(MQ_Q4_0, w, y, ys, n, k, out, os, yf)
+#define Q41(k) q32_rows(MQ_Q4_1, w, y, ys, n, k, out, os, yf)
+#define Q50(k) q32_rows(MQ_Q5_0, w, y, ys, n, k, out, os, yf)
+#define Q51(k) q32_rows(MQ_Q5_1, w, y, ys, n, k, out, os, yf)
+#define Q80(k) q32_rows(MQ_Q8_0, w, y, ys, n, k, out, os, yf)
+#define Q4K(k) q45_k_rows(w, y, ys, n, k, out, os, 0)
+#define Q5K(k) q45_k_rows(w, y, ys, n, k, out, os, 1)
+#define Q6K(k) q6_k_rows(w, y, ys, n, k, out, os)
+ROWS_KERNEL(rows_q4_0, Q40)
+ROWS_KERNEL(rows_q4_1, Q41)
+ROWS_KERNEL(rows_q5_0, Q50)
+ROWS_KERNEL(rows_q5_1, Q51)
+ROWS_KERNEL(rows_q8_0, Q80)
+ROWS_KERNEL(rows_q4_k, Q4K)
+ROWS_KERNEL(rows_q5_k, Q5K)
+ROWS_KERNEL(rows_q6_k, Q6K)
+#undef ROWS_KERNEL
+
+/* The one-row kernels of these types: the same code with nrc = 1. */
+#define ONE_ROW(name, rows)                                                                                         \
+    static float name(const uint8_t *w, const uint8_t *y, int n) {                                                  \
+        float out;                                                                                                  \
+        rows(w, y, 0, n, 1, &out, 0, NULL);                                                                               \
+        return out;                                                                                                 \
+    }
+ONE_ROW(dot_q4_0_x, rows_q4_0)
+ONE_ROW(dot_q4_1_x, rows_q4_1)
+ONE_ROW(dot_q5_0_x, rows_q5_0)
+ONE_ROW(dot_q5_1_x, rows_q5_1)
+ONE_ROW(dot_q8_0_x, rows_q8_0)
+ONE_ROW(dot_q4_k_fast, rows_q4_k)
+ONE_ROW(dot_q5_k_fast, rows_q5_k)
+ONE_ROW(dot_q6_k_fast, rows_q6_k)
+#undef ONE_ROW
 
 #pragma GCC pop_options
 
 static mq_dot_fn table[MQ_NTYPES];
+
+static const mq_dotn_fn rows_table[MQ_NTYPES] = {
+    [MQ_Q4_0] = rows_q4_0, [MQ_Q4_1] = rows_q4_1, [MQ_Q5_0] = rows_q5_0, [MQ_Q5_1] = rows_q5_1,
+    [MQ_Q8_0] = rows_q8_0, [MQ_Q4_K] = rows_q4_k, [MQ_Q5_K] = rows_q5_k, [MQ_Q6_K] = rows_q6_k,
+};
+
+const mq_dotn_fn *mq_rows_avx2(void) { return rows_table; }
 
 const mq_dot_fn *mq_kernels_avx2(void) {
     for (int t = 0; t < MQ_NTYPES; t++) table[t] = kernels_avx2[t];
@@ -251,5 +312,6 @@ const mq_dot_fn *mq_kernels_avx2(void) {
     return table;
 }
 #else
+const mq_dotn_fn *mq_rows_avx2(void) { return 0; }
 const mq_dot_fn *mq_kernels_avx2(void) { return 0; }
 #endif

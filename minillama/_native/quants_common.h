@@ -32,4 +32,12 @@ static inline float bf16(uint16_t h) {
 
 typedef float (*mq_dot_fn)(const uint8_t *w, const uint8_t *y, int n);
 
+/* One weight row against nrc (1..MQ_NRC) activation rows at once (row j at y + j * y_stride): out[j * out_stride]
+ * = the row's dot with row j. The weight blocks are unpacked once for all nrc rows (a prompt's product). yf: for
+ * the 32-value types, the rows' block scales as float32, made once per product (mq_tile_scales: block b's d of
+ * row j at yf[b * MQ_NRC + j], Q8_1's s at yf[(n / 32 + b) * MQ_NRC + j]); NULL: read from y. */
+#define MQ_NRC 4
+typedef void (*mq_dotn_fn)(const uint8_t *w, const uint8_t *y, size_t y_stride, int n, int nrc, float *out,
+                           size_t out_stride, const float *yf);
+
 #endif

@@ -35,7 +35,9 @@ from ..sampling import Sampler
 from . import gemma3, llama, phi3, qwen2, qwen3
 from .batch import Batch, StepBatcher
 from .cache import KVCache
-from .layers import Linear, QuantLinear, rmsnorm
+from .layers import Linear, QuantLinear, _Joined, rmsnorm
+from .stack import NativeStack
+from .stack import build as build_stack
 from .threads import AutoThreads, limited, usable_cores
 from .weights import HParams, TensorSpec, Weights
 
@@ -86,6 +88,8 @@ class Model:
         self._native = isinstance(output, QuantLinear) or any(
             isinstance(v, QuantLinear) for layer in layers[:1] for v in layer.values())
         self._auto = AutoThreads(DEFAULT_THREADS, self._native) if self.threads == AUTO else None
+        #: The blocks in C (model.c) for a single sequence's tokens on the native backend, else None.
+        self._stack: NativeStack | None = build_stack(_core_of(layers), hp, hp.arch, layers) if self._native else None
         self._output_norm, self._output, self._output_bias = output_norm, output, output_bias
         self._scale = arch.embed_scale(hp)
         #: Single-token steps of sessions on several threads at once go through the weights as one pass.
@@ -255,7 +259,10 @@ class Model:
         x = self._embedding.lookup(np.asarray(ids, dtype=np.intp))
         if self._scale is not None:
             x *= np.float32(self._scale)
-        x = self._arch.blocks(x, self._layers, self.hparams, Batch.single(start, len(ids), cache))
+        if self._stack is not None:
+            x = self._stack.forward(x, start, cache)
+        else:
+            x = self._arch.blocks(x, self._layers, self.hparams, Batch.single(start, len(ids), cache))
         cache.ids[start:] = ids
         if last_only:
             x = x[-1:]
@@ -332,6 +339,15 @@ class Session:
     def reset(self) -> None:
         """Forget the cached sequence (and free the cache's memory)."""
         self._cache = self.model._new_cache()
+
+
+def _core_of(layers: list[dict[str, Any]]) -> ModuleType | None:
+    """The native core the first block's quantized matrices multiply with (None: none are quantized views)."""
+    for v in layers[0].values() if layers else ():
+        for p in v.parts if isinstance(v, _Joined) else [v]:
+            if isinstance(p, QuantLinear):
+                return p._core
+    return None
 
 
 def _block_fields(arch: ModuleType, w: Weights, hp: HParams, il: int) -> list[tuple[str, TensorSpec]]:

@@ -100,8 +100,12 @@ _GELU_C = F32(np.sqrt(2.0 / np.pi))
 
 
 def gelu(x: np.ndarray) -> np.ndarray:
-    """GELU, tanh approximation (ggml_gelu)."""
-    return F32(0.5) * x * (F32(1) + np.tanh(_GELU_C * x * (F32(1) + F32(0.044715) * x * x)))
+    """GELU, tanh approximation, as ggml's CPU backend computes it (GGML_GELU_FP16: ggml_vec_gelu_f32,
+    ggml_vec_geglu_f32): at x rounded to float16, the result rounded to float16 (its table of every float16
+    value), 0 at or below -10 and x at or above 10."""
+    h = x.astype(np.float16).astype(F32)
+    y = (F32(0.5) * h * (F32(1) + np.tanh(_GELU_C * h * (F32(1) + F32(0.044715) * h * h)))).astype(np.float16)
+    return np.where(x <= F32(-10), F32(0), np.where(x >= F32(10), x, y.astype(F32)))
 
 
 #: Up to this many rows, Linear multiplies as (w x^T)^T: OpenBLAS then reads w once, where x w^T repacks all of w

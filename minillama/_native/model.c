@@ -1,0 +1,349 @@
+/* The blocks of a llama-family transformer (llama, qwen2, qwen3, phi3, gemma3) over one sequence's tokens, in C,
+ * in the style of llama2.c's run.c: the weights stay quantized in the map and go through quants.c's kernels,
+ * everything between the products (norms, rope, attention over the key/value cache, the gated feed-forward,
+ * residuals) is flat C here. minillama/model/llama.py and gemma3.py are the reference (and the pure backend's
+ * path); the architectures' differences are data in ms_model / ms_layer (model.h).
+ *
+ * Shapes: T tokens, d = n_embd, H query heads of D = head_dim, Hkv key/value heads (value heads Dv), S cached
+ * positions a query sees. The threads of one call work as a team (quants.c's pool): every stage splits its work
+ * (matrix rows, tokens, token x head pairs) over the team and a barrier ends it, so a single-token step costs
+ * one wake of the workers rather than one per product. */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model.h"
+
+/* The loops over a head's values (attention's dot products and weighted sums, the norms) are written so that
+ * the compiler can vectorise them without reordering float sums: O3 here. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("O3")
+#endif
+
+typedef struct {
+    atomic_uint count, gen;
+} barrier;
+
+static inline void cpu_relax(void) {
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+    __builtin_ia32_pause();
+#endif
+}
+
+/* Every part of the team waits here until all have arrived: spins a little (the others are usually a few
+ * microseconds behind), then yields the core (on a busy machine a part may wait for a descheduled one). */
+static void barrier_wait(barrier *b, int parts) {
+    if (parts == 1) return;
+    const unsigned gen = atomic_load_explicit(&b->gen, memory_order_acquire);
+    if (atomic_fetch_add_explicit(&b->count, 1, memory_order_acq_rel) == (unsigned)parts - 1) {
+        atomic_store_explicit(&b->count, 0, memory_order_relaxed);
+        atomic_fetch_add_explicit(&b->gen, 1, memory_order_release);
+        return;
+    }
+    for (int spin = 0; atomic_load_explicit(&b->gen, memory_order_acquire) == gen; spin++) {
+        if (spin < 4096)
+            cpu_relax();
+        else
+            sched_yield();
+    }
+}
+
+typedef struct {
+    const ms_model *m;
+    float *x;
+    int64_t T, start;
+    float *const *kc, *const *vc;
+    float *h;       /* [T, max(d, n_ff)]: normed stream, then the gated activations */
+    float *qkv;     /* [T, q_dim + k_dim + v_dim] */
+    float *att;     /* [T, H * Dv] */
+    float *gu;      /* [T, max(2 n_ff, d)]: gate|up, and the outputs of wo and w_down */
+    float *scores;  /* [parts, g * (start + T) + 2 g]: attend's work */
+    uint8_t *y;     /* activation rows quantized for the next product (T rows per piece type: y_offset) */
+    const float *cos_sin[2]; /* [T, n_rot / 2] cos then sin, per rope table */
+    const double *table_base[2];
+    const float *table_freqs[2];
+    int n_tables;
+    barrier bar;
+} run;
+
+/* rows lo..hi of n split over parts */
+static inline void share(int64_t n, int part, int parts, int64_t *lo, int64_t *hi) {
+    *lo = n * part / parts, *hi = n * (part + 1) / parts;
+}
+
+/* x / sqrt(mean(x^2) + eps) * w, as layers.rmsnorm: squares in float32 summed in double, the rest float32. */
+static void rmsnorm(const float *x, const float *w, int64_t n, float eps, float *out) {
+    double acc = 0;
+    for (int64_t i = 0; i < n; i++) acc += (double)(x[i] * x[i]);
+    const float ms = (float)(acc / (double)n), s = 1.0f / sqrtf(ms + eps);
+    for (int64_t i = 0; i < n; i++) out[i] = x[i] * s * w[i];
+}
+
+/* Where piece i's quantized activation rows start in y (T rows for each piece whose type differs from the one
+ * before it; a piece of the same type reads the rows quantized for that one). */
+static size_t y_offset(const ms_matrix *M, int i, int64_t T) {
+    size_t off = 0;
+    for (int j = 1; j <= i; j++)
+        if (M->type[j] != M->type[j - 1]) off += (size_t)T * mq_partner_bytes(M->type[j - 1], M->cols);
+    return off;
+}
+
+/* Bytes of y M needs for T rows. */
+static size_t y_size(const ms_matrix *M, int64_t T) {
+    return y_offset(M, M->n - 1, T) + (size_t)T * mq_partner_bytes(M->type[M->n - 1], M->cols);
+}
+
+/* This part's share of out [T, n_out] = M . y (the T rows quantized for M's pieces). */
+static void matmul_part(const ms_matrix *M, const uint8_t *y, int64_t T, float *out, int part, int parts) {
+    int64_t g0, g1, off = 0;
+    share(M->n_out, part, parts, &g0, &g1);
+    for (int i = 0; i < M->n; off += M->rows[i], i++) {
+        int64_t lo = g0 > off ? g0 : off, hi = g1 < off + M->rows[i] ? g1 : off + M->rows[i];
+        if (lo < hi)
+            mq_dot_rows(M->type[i], M->w[i], M->cols, y + y_offset(M, i, T), T, lo - off, hi - off, out + off,
+                        M->n_out);
+    }
+}
+
+/* Rows t0..t1 of x (stride apart) quantized for each of M's piece types. */
+static void quantize_rows(const ms_matrix *M, const float *x, int64_t stride, int64_t T, int64_t t0, int64_t t1,
+                          uint8_t *y) {
+    for (int i = 0; i < M->n; i++) {
+        if (i > 0 && M->type[i] == M->type[i - 1]) continue;
+        const size_t yb = mq_partner_bytes(M->type[i], M->cols);
+        uint8_t *yi = y + y_offset(M, i, T);
+        for (int64_t t = t0; t < t1; t++) mq_quantize_row(M->type[i], x + t * stride, M->cols, yi + (size_t)t * yb);
+    }
+}
+
+/* Rotate the first n_rot dims of one head by the angles cs (cos[n_rot/2] then sin[n_rot/2]). */
+static void rope(float *v, const float *cs, int64_t n_rot, int neox) {
+    const int64_t half = n_rot / 2;
+    const float *c = cs, *s = cs + half;
+    for (int64_t i = 0; i < half; i++) {
+        const int64_t a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+        const float x0 = v[a], x1 = v[b];
+        v[a] = x0 * c[i] - x1 * s[i];
+        v[b] = x0 * s[i] + x1 * c[i];
+    }
+}
+
+/* Token t's q, k, v after the product: biases, per-head norms, rope, q's scale; k and v into the cache. */
+static void prepare_qkv(run *r, const ms_layer *L, int il, int table, int64_t t) {
+    const ms_model *m = r->m;
+    const int64_t D = m->head_dim, qkv_dim = L->wqkv.n_out, q_dim = m->n_head * D, k_dim = m->n_head_kv * D;
+    float *row = r->qkv + t * qkv_dim, *q = row, *k = row + q_dim, *v = row + q_dim + k_dim;
+    if (L->bqkv)
+        for (int64_t i = 0; i < qkv_dim; i++) row[i] += L->bqkv[i];
+    const float *cs = r->cos_sin[table] + t * m->n_rot;
+    for (int64_t h = 0; h < m->n_head + m->n_head_kv; h++) {
+        const int is_q = h < m->n_head;
+        float *head = row + h * D;
+        const float *norm = is_q ? L->q_norm : L->k_norm;
+        if (norm) rmsnorm(head, norm, D, m->eps, head);
+        rope(head, cs, m->n_rot, m->rope_neox);
+        if (is_q && m->scale_q)
+            for (int64_t i = 0; i < D; i++) head[i] *= m->q_scale;
+    }
+    const int64_t pos = r->start + t, v_dim = m->n_head_kv * m->head_dim_v;
+    float *kd = r->kc[il] + pos * k_dim, *vd = r->vc[il] + pos * v_dim;
+    for (int64_t i = 0; i < k_dim; i++) kd[i] = mq_round_f16(k[i]);
+    for (int64_t i = 0; i < v_dim; i++) vd[i] = mq_round_f16(v[i]);
+    (void)q;
+}
+
+static inline float dot(const float *a, const float *b, int64_t n) {
+    float acc[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++) acc[l] += a[i + l] * b[i + l];
+    float s = 0;
+    for (; i < n; i++) s += a[i] * b[i];
+    for (int l = 0; l < 8; l++) s += acc[l];
+    return s;
+}
+
+/* The g = H / Hkv query heads of token t that share key/value head kvh, against the cached keys they see:
+ * softmax(q k^T * scale) v into att. The heads go together so that each cached key and value row is read once
+ * (memory, not arithmetic, is what a long context costs). work: g * (start + T) + 2 g floats. */
+static void attend(run *r, const ms_layer *L, int il, int64_t t, int64_t kvh, float *work) {
+    const ms_model *m = r->m;
+    const int64_t D = m->head_dim, Dv = m->head_dim_v, g = m->n_head / m->n_head_kv, S = r->start + r->T;
+    const int64_t pos = r->start + t, s0 = L->window > 0 && pos - L->window + 1 > 0 ? pos - L->window + 1 : 0;
+    const int64_t k_dim = m->n_head_kv * D, v_dim = m->n_head_kv * Dv;
+    const float *q = r->qkv + t * L->wqkv.n_out + kvh * g * D;
+    float *mx = work + g * S, *sum = mx + g;
+    for (int64_t j = 0; j < g; j++) mx[j] = -INFINITY, sum[j] = 0;
+    for (int64_t s = s0; s <= pos; s++) {
+        const float *k = r->kc[il] + s * k_dim + kvh * D;
+        for (int64_t j = 0; j < g; j++) {
+            const float sc = dot(q + j * D, k, D) * m->attn_scale;
+            work[j * S + s] = sc;
+            if (sc > mx[j]) mx[j] = sc;
+        }
+    }
+    for (int64_t j = 0; j < g; j++)
+        for (int64_t s = s0; s <= pos; s++) {
+            const float e = expf(work[j * S + s] - mx[j]);
+            work[j * S + s] = e;
+            sum[j] += e;
+        }
+    float *out = r->att + t * m->n_head * Dv + kvh * g * Dv;
+    for (int64_t i = 0; i < g * Dv; i++) out[i] = 0;
+    for (int64_t s = s0; s <= pos; s++) {
+        const float *vs = r->vc[il] + s * v_dim + kvh * Dv;
+        for (int64_t j = 0; j < g; j++) {
+            const float p = work[j * S + s] / sum[j];
+            float *o = out + j * Dv;
+            for (int64_t i = 0; i < Dv; i++) o[i] += p * vs[i];
+        }
+    }
+}
+
+static inline float silu(float x) { return x / (1.0f + expf(-x)); }
+
+/* tanh GELU, grouped as layers.gelu */
+static inline float gelu(float x) {
+    const float c = 0.7978845608028654f; /* sqrt(2 / pi) */
+    return 0.5f * x * (1.0f + tanhf(c * x * (1.0f + 0.044715f * x * x)));
+}
+
+/* GELU as ggml's CPU backend computes it (GGML_GELU_FP16, ggml_vec_geglu_f32): 0 below -10, x above 10, else
+ * a table of gelu at every float16 value, rounded to float16, looked up at x rounded to float16. */
+static float gelu_table[65536];
+static void gelu_table_init(void) {
+    for (uint32_t h = 0; h < 65536; h++) gelu_table[h] = mq_round_f16(gelu(mq_half_float((uint16_t)h)));
+}
+static pthread_once_t gelu_once = PTHREAD_ONCE_INIT;
+
+static inline float gelu_ggml(float x) {
+    return x <= -10.0f ? 0.0f : x >= 10.0f ? x : gelu_table[mq_half(x)];
+}
+
+static int table_of(const run *r, const ms_layer *L) {
+    for (int i = 0; i < r->n_tables; i++)
+        if (*r->table_base[i] == L->rope_base && r->table_freqs[i] == L->rope_freqs) return i;
+    return 0; /* not reached: ms_forward made a table for every layer */
+}
+
+/* x += norm(o + bias) (bias, norm: NULL when absent), one token's row of d values. */
+static void residual(float *x, float *o, const float *bias, const float *norm, int64_t d, float eps) {
+    if (bias)
+        for (int64_t i = 0; i < d; i++) o[i] += bias[i];
+    if (norm) rmsnorm(o, norm, d, eps, o);
+    for (int64_t i = 0; i < d; i++) x[i] += o[i];
+}
+
+/* out [T, n_out] = M . x: this part quantizes its tokens' rows of x (stride apart), then the team shares M's
+ * rows; a barrier after each half. */
+static void product(run *r, const ms_matrix *M, const float *x, int64_t stride, float *out, int64_t t0, int64_t t1,
+                    int part, int parts) {
+    quantize_rows(M, x, stride, r->T, t0, t1, r->y);
+    barrier_wait(&r->bar, parts);
+    matmul_part(M, r->y, r->T, out, part, parts);
+    barrier_wait(&r->bar, parts);
+}
+
+static void team(void *ctx, int part, int parts) {
+    run *r = ctx;
+    const ms_model *m = r->m;
+    const int64_t T = r->T, d = m->n_embd, n_ff = m->n_ff, g = m->n_head / m->n_head_kv;
+    const int64_t work = g * (r->start + T) + 2 * g; /* attend's floats */
+    int64_t t0, t1, a0, a1;
+    share(T, part, parts, &t0, &t1);
+    share(T * m->n_head_kv, part, parts, &a0, &a1); /* attention: (token, key/value head) pairs */
+    for (int il = 0; il < m->n_layer; il++) {
+        const ms_layer *L = &m->layers[il];
+        const int table = table_of(r, L);
+        /* qkv = wqkv attn_norm(x); rope, norms, the cache; att = attention */
+        for (int64_t t = t0; t < t1; t++) rmsnorm(r->x + t * d, L->attn_norm, d, m->eps, r->h + t * d);
+        product(r, &L->wqkv, r->h, d, r->qkv, t0, t1, part, parts);
+        for (int64_t t = t0; t < t1; t++) prepare_qkv(r, L, il, table, t);
+        barrier_wait(&r->bar, parts);
+        for (int64_t i = a0; i < a1; i++) attend(r, L, il, i / m->n_head_kv, i % m->n_head_kv, r->scores + part * work);
+        barrier_wait(&r->bar, parts);
+        /* x += post_attn_norm(wo att + bo) */
+        product(r, &L->wo, r->att, m->n_head * m->head_dim_v, r->gu, t0, t1, part, parts);
+        for (int64_t t = t0; t < t1; t++) {
+            residual(r->x + t * d, r->gu + t * d, L->bo, L->post_attn_norm, d, m->eps);
+            rmsnorm(r->x + t * d, L->ffn_norm, d, m->eps, r->h + t * d);
+        }
+        /* x += post_ffn_norm(w_down (act(gate + b) * (up + b)) + b_down), gate|up = w_gate_up ffn_norm(x) */
+        product(r, &L->w_gate_up, r->h, d, r->gu, t0, t1, part, parts);
+        for (int64_t t = t0; t < t1; t++) {
+            float *gu = r->gu + t * 2 * n_ff, *h = r->h + t * n_ff;
+            if (L->b_gate_up)
+                for (int64_t i = 0; i < 2 * n_ff; i++) gu[i] += L->b_gate_up[i];
+            for (int64_t i = 0; i < n_ff; i++) h[i] = (m->gelu ? gelu_ggml(gu[i]) : silu(gu[i])) * gu[n_ff + i];
+        }
+        product(r, &L->w_down, r->h, n_ff, r->gu, t0, t1, part, parts);
+        for (int64_t t = t0; t < t1; t++) residual(r->x + t * d, r->gu + t * d, L->b_down, L->post_ffn_norm, d, m->eps);
+        /* the next layer's first stage reads only this part's rows of x: no barrier */
+    }
+}
+
+/* cos and sin of pos * base^(-2i/n_rot) / freqs[i] for the T positions, as layers.rope_angles (double, then
+ * float32). */
+static void angles(const ms_model *m, double base, const float *freqs, int64_t start, int64_t T, float *cs) {
+    const int64_t half = m->n_rot / 2;
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t i = 0; i < half; i++) {
+            double inv = pow(base, -(double)(2 * i) / (double)m->n_rot);
+            if (freqs) inv = inv / (double)freqs[i];
+            const double theta = (double)(start + t) * inv;
+            cs[t * m->n_rot + i] = (float)cos(theta);
+            cs[t * m->n_rot + half + i] = (float)sin(theta);
+        }
+}
+
+static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
+
+int ms_forward(const ms_model *m, float *x, int64_t n_tok, int64_t start, float *const *k_cache,
+               float *const *v_cache, int threads) {
+    const size_t T = (size_t)n_tok, d = (size_t)m->n_embd, n_ff = (size_t)m->n_ff;
+    size_t qkv = 0, y_bytes = 0;
+    run r = {.m = m, .x = x, .T = n_tok, .start = start, .kc = k_cache, .vc = v_cache};
+    mq_init();
+    if (m->gelu) pthread_once(&gelu_once, gelu_table_init);
+    for (int il = 0; il < m->n_layer; il++) {
+        const ms_layer *L = &m->layers[il];
+        qkv = max_sz(qkv, (size_t)L->wqkv.n_out);
+        const ms_matrix *mats[4] = {&L->wqkv, &L->wo, &L->w_gate_up, &L->w_down};
+        for (int i = 0; i < 4; i++) y_bytes = max_sz(y_bytes, y_size(mats[i], n_tok));
+        int found = 0;
+        for (int i = 0; i < r.n_tables; i++)
+            found |= *r.table_base[i] == L->rope_base && r.table_freqs[i] == L->rope_freqs;
+        if (!found) {
+            if (r.n_tables == 2) return -1; /* the binding allows two rope tables (gemma3's two bases) */
+            r.table_base[r.n_tables] = &L->rope_base, r.table_freqs[r.n_tables++] = L->rope_freqs;
+        }
+    }
+    const int parts = threads < 1 ? 1 : threads > 64 ? 64 : threads;
+    const size_t g = (size_t)(m->n_head / m->n_head_kv), attn_work = g * (size_t)(start + n_tok) + 2 * g;
+    const size_t n_f = T * max_sz(d, n_ff) + T * qkv + T * (size_t)(m->n_head * m->head_dim_v) +
+                       T * max_sz(2 * n_ff, d) + (size_t)parts * attn_work +
+                       (size_t)r.n_tables * T * (size_t)m->n_rot;
+    float *f = malloc(n_f * sizeof(float) + 1);
+    uint8_t *y = malloc(y_bytes + 1);
+    if (!f || !y) {
+        free(f), free(y);
+        return 0;
+    }
+    r.h = f, r.qkv = r.h + T * max_sz(d, n_ff), r.att = r.qkv + T * qkv;
+    r.gu = r.att + T * (size_t)(m->n_head * m->head_dim_v), r.scores = r.gu + T * max_sz(2 * n_ff, d);
+    float *cs = r.scores + (size_t)parts * attn_work;
+    for (int i = 0; i < r.n_tables; i++) {
+        angles(m, *r.table_base[i], r.table_freqs[i], start, n_tok, cs + (size_t)i * T * (size_t)m->n_rot);
+        r.cos_sin[i] = cs + (size_t)i * T * (size_t)m->n_rot;
+    }
+    r.y = y;
+    atomic_init(&r.bar.count, 0);
+    atomic_init(&r.bar.gen, 0);
+    mq_team(team, &r, parts);
+    free(f), free(y);
+    return 1;
+}

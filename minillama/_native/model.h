@@ -1,0 +1,66 @@
+/* model.c: the blocks of a llama-family transformer run in C over the quantized weights in the map (issue 24),
+ * and what it needs from quants.c (a team of pool threads, one activation row quantized, a range of weight rows
+ * dotted). No Python here: module.c's Stack binding checks every length and keeps the buffers alive. */
+#ifndef MINILLAMA_MODEL_H
+#define MINILLAMA_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+
+/* quants.c: fn(ctx, part, parts) on the caller and parts - 1 pool workers at once (parts <= threads: as many as
+ * could be started); returns parts. One team or product runs at a time. */
+typedef void (*mq_team_fn)(void *ctx, int part, int parts);
+int mq_team(mq_team_fn fn, void *ctx, int threads);
+/* Bytes of one activation row of cols values quantized to type's partner (block_q8_0, _q8_1, _q8_K, ...). */
+size_t mq_partner_bytes(int type, int64_t cols);
+/* Fills quants.c's tables (the float16 one the three below read); idempotent, thread-safe. */
+void mq_init(void);
+/* f rounded to float16 (nearest even) and back. */
+float mq_round_f16(float f);
+uint16_t mq_half(float f);         /* the float16 bits of f (nearest even) */
+float mq_half_float(uint16_t h);   /* and back */
+void mq_quantize_row(int type, const float *x, int64_t cols, uint8_t *y);
+/* out[t * out_stride + r] = row r of w (cols values of type) . activation row t of y (n_x rows quantized by
+ * mq_quantize_row, mq_partner_bytes apart), for r0 <= r < r1. */
+void mq_dot_rows(int type, const uint8_t *w, int64_t cols, const uint8_t *y, int64_t n_x, int64_t r0, int64_t r1,
+                 float *out, int64_t out_stride);
+
+/* A weight matrix: its rows in up to MS_MAX_PARTS pieces of the map (q, k, v apart in the file, each of its own
+ * type: gemma3's Q4_K_M has Q5_0 q and k beside a Q8_0 v). */
+#define MS_MAX_PARTS 3
+typedef struct {
+    int n, type[MS_MAX_PARTS];       /* pieces, the mq_type of each */
+    const uint8_t *w[MS_MAX_PARTS];  /* raw rows */
+    int64_t rows[MS_MAX_PARTS];      /* rows of each piece */
+    int64_t cols, n_out;             /* inputs; outputs (the pieces' rows) */
+} ms_matrix;
+
+/* One block; NULL vectors are absent (llama has no q_norm, gemma3 no biases, ...). Lengths: n_embd for the norms
+ * of the stream and bo/b_down, head_dim for q_norm/k_norm, n_rot / 2 for rope_freqs, the matrix's outputs for
+ * the fused biases. */
+typedef struct {
+    const float *attn_norm, *bqkv, *q_norm, *k_norm, *bo, *post_attn_norm, *ffn_norm, *b_gate_up, *b_down,
+        *post_ffn_norm, *rope_freqs;
+    ms_matrix wqkv, wo, w_gate_up, w_down; /* d -> q|k|v, H*Dv -> d, d -> gate|up (2 n_ff), n_ff -> d */
+    double rope_base;
+    int64_t window; /* > 0: a query sees only keys fewer than window positions back */
+} ms_layer;
+
+typedef struct {
+    int n_layer;
+    int64_t n_embd, n_head, n_head_kv, head_dim, head_dim_v, n_ff, n_rot;
+    float eps;
+    int rope_neox, gelu;    /* rope pairs (i, i + n_rot/2) rather than (2i, 2i+1); GeGLU rather than SwiGLU */
+    int scale_q;            /* multiply q by q_scale after rope (gemma3) */
+    float q_scale, attn_scale;
+    ms_layer *layers;
+} ms_model;
+
+/* Runs every block over x [n_tok, n_embd] (in place): the tokens at positions start.., their keys and values
+ * stored in k_cache[l] [.., n_head_kv, head_dim] / v_cache[l] (float16-rounded, as llama.cpp's cache), each
+ * holding at least start + n_tok positions. 1 done, 0 out of memory. */
+int ms_forward(const ms_model *m, float *x, int64_t n_tok, int64_t start, float *const *k_cache,
+               float *const *v_cache, int threads);
+
+#endif

@@ -1,0 +1,90 @@
+"""The blocks of a model run in C (minillama/_native/model.c) on the native backend: one call per chunk of tokens
+instead of a dozen numpy operations and four kernel calls per block.
+
+The Python blocks (llama.py and the other architecture files) stay the reference: the pure backend runs them, and
+so do batched steps of several sequences. model.c computes the same thing from the same weights (the quantized
+matrices in the map, the float32 norm weights and biases), with what differs between the architectures given as
+data: the rope pairing, GeGLU or SwiGLU, gemma3's query scale, post-norms and per-layer sliding window and rope base.
+A model whose matrices are not all quantized views (a type the kernels lack, the pure backend) gets no Stack.
+"""
+
+from __future__ import annotations
+
+import os
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from . import gemma3
+from .cache import KVCache
+from .layers import Linear, QuantLinear, _Joined
+from .threads import native_threads
+from .weights import HParams
+
+__all__ = ["NativeStack", "build"]
+
+#: general.architecture -> (rope pairs (i, i + n_rot/2), "NEOX"; GeGLU rather than SwiGLU): the architectures
+#: model.c runs.
+KINDS = {"llama": (False, False), "qwen2": (True, False), "qwen3": (True, False), "phi3": (True, False),
+         "gemma3": (True, True)}
+
+#: Fields of a layer tuple, in model.c's order (module.c's Stack): everything but the rope base and window is
+#: the prepared block's own field, None when the file has no such tensor.
+FIELDS = ("attn_norm", "wqkv", "bqkv", "q_norm", "k_norm", "wo", "bo", "post_attn_norm", "ffn_norm", "w_gate_up",
+          "b_gate_up", "w_down", "b_down", "post_ffn_norm", "rope_freqs")
+
+
+def _matrix(m: Any) -> tuple | None:
+    """A matrix as model.c's pieces ((raw rows, ggml type, rows, cols), ...); None when it is not quantized views."""
+    parts = m.parts if isinstance(m, _Joined) else [m]
+    if not all(isinstance(p, QuantLinear) for p in parts):
+        return None
+    return tuple((p.w, p.ggml_type, p.w.shape[0], p.n_in) for p in parts)
+
+
+def _vector(v: Any) -> np.ndarray | None:
+    return None if v is None else np.ascontiguousarray(v, dtype=np.float32)
+
+
+class NativeStack:
+    """The C blocks of one model: forward(x, start, cache) runs every block over x [T, d] of one sequence."""
+
+    def __init__(self, core: Any, hp: HParams, arch: str, layers: list[dict[str, Any]]) -> None:
+        neox, geglu = KINDS[arch]
+        gemma = arch == "gemma3"
+        q_scale = float(np.float32(1.0 / np.sqrt(np.float32(hp.head_dim)))) if gemma else 1.0
+        attn_scale = 1.0 if gemma else float(np.float32(1.0 / np.sqrt(hp.head_dim)))
+        rows = []
+        for il, w in enumerate(layers):
+            fields: list[Any] = []
+            for name in FIELDS:
+                v = w.get(name)
+                fields.append(_matrix(v) if isinstance(v, Linear) else _vector(v))
+            swa = gemma and gemma3.is_swa(hp, il)
+            base = gemma3.ROPE_BASE_SWA if swa else hp.rope_base
+            rows.append((*fields, float(base), hp.sliding_window if swa else 0))
+        #: What the Stack was made from (the vectors' and views' owners: model.c reads them).
+        self._stack_args = ((hp.n_embd, hp.n_head, hp.n_head_kv, hp.head_dim, hp.head_dim_v, hp.n_ff, hp.n_rot, hp.eps,
+                             neox, geglu, gemma, q_scale, attn_scale), rows)
+        self._stack = core.Stack(*self._stack_args)
+
+    def forward(self, x: np.ndarray, start: int, cache: KVCache) -> np.ndarray:
+        """x [T, d] after every block (positions start.., keys and values into cache, which holds room for them)."""
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        if not x.flags.writeable:
+            x = x.copy()
+        self._stack.forward(x, start, cache.k, cache.v, native_threads())
+        return x
+
+
+def build(core: ModuleType | None, hp: HParams, arch: str, layers: list[dict[str, Any]]) -> NativeStack | None:
+    """The C blocks for this model, or None: no native core, an architecture model.c does not run, a matrix that
+    is not quantized views, or MINILLAMA_NATIVE_BLOCKS=0 (the Python blocks, for comparison)."""
+    if core is None or arch not in KINDS or os.environ.get("MINILLAMA_NATIVE_BLOCKS") == "0":
+        return None
+    for w in layers:
+        for name in ("wqkv", "wo", "w_gate_up", "w_down"):
+            if not isinstance(w.get(name), Linear) or _matrix(w[name]) is None:
+                return None
+    return NativeStack(core, hp, arch, layers)

@@ -1,0 +1,186 @@
+"""The blocks in C (minillama/_native/model.c, minillama/model/stack.py) against the Python blocks they replace on
+the native backend, and the binding's checks.
+
+Tiny float32 models of every architecture model.c runs (llama with rope_freqs, qwen2 with q/k/v biases, qwen3 with
+per-head q/k norms, phi3 with fused matrices and a partial rope, gemma3 with its extra norms, GeGLU, query scale and
+sliding-window layers), written here: with F32 weights nothing is quantized, so the two paths differ only by float
+rounding. A pass split into chunks and single-token steps gives the bits of one fresh pass (each token's row is
+computed alone, whatever else is in the chunk). The real models' agreement with llama.cpp is checked by
+test_model.py / test_quants.py (SmolLM2) and tools/bench/bench_model.py --exactness-only (Gemma 3).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from minillama.generate import Sampler
+from minillama.model import Model
+
+gguf = pytest.importorskip("gguf")
+
+try:
+    from minillama._native import _core
+except ImportError:
+    _core = None
+pytestmark = pytest.mark.skipif(_core is None, reason="the native core is not built")
+
+D, FF, HEADS, HEADS_KV, VOCAB, CTX = 32, 64, 4, 2, 40, 64
+
+
+def write_tiny(path: Path, arch: str, blocks: int = 2) -> Path:
+    """A tiny float32 model of arch with every tensor its Python blocks read (and the optional ones they take)."""
+    rng = np.random.default_rng(sum(map(ord, arch)))
+    head = 16 if arch == "gemma3" else D // HEADS  # gemma3: heads wider than n_embd / n_head
+    n_rot = 4 if arch == "phi3" else head  # phi3: rope turns part of each head
+    w = gguf.GGUFWriter(str(path), arch)
+    keys = {"block_count": blocks, "context_length": CTX, "embedding_length": D, "feed_forward_length": FF,
+            "attention.head_count": HEADS, "attention.head_count_kv": HEADS_KV, "attention.key_length": head,
+            "attention.value_length": head, "rope.dimension_count": n_rot}
+    for key, value in keys.items():
+        w.add_key_value(f"{arch}.{key}", value, gguf.GGUFValueType.UINT32)
+    w.add_key_value(f"{arch}.attention.layer_norm_rms_epsilon", 1e-5, gguf.GGUFValueType.FLOAT32)
+    w.add_key_value(f"{arch}.rope.freq_base", 500.0, gguf.GGUFValueType.FLOAT32)
+    if arch == "gemma3":
+        w.add_key_value("gemma3.attention.sliding_window", 3, gguf.GGUFValueType.UINT32)
+    w.add_tokenizer_model("llama")
+    w.add_token_list([f"t{i}" for i in range(VOCAB)])
+
+    def t(name: str, *shape: int, scale: float | None = None, around: float = 0.0) -> None:
+        x = rng.standard_normal(shape).astype(np.float32) * np.float32(scale or 1 / np.sqrt(shape[-1]))
+        w.add_tensor(name, (x + np.float32(around)).astype(np.float32))
+
+    t("token_embd.weight", VOCAB, D, scale=1.0)
+    t("output_norm.weight", D, scale=0.1, around=1.0)
+    if arch == "llama":
+        t("rope_freqs.weight", n_rot // 2, scale=0.5, around=2.0)
+    q, kv = HEADS * head, HEADS_KV * head
+    for il in range(blocks):
+        b = f"blk.{il}."
+        t(b + "attn_norm.weight", D, scale=0.1, around=1.0)
+        if arch == "phi3":
+            t(b + "attn_qkv.weight", q + 2 * kv, D)
+            t(b + "ffn_up.weight", 2 * FF, D)
+        else:
+            t(b + "attn_q.weight", q, D)
+            t(b + "attn_k.weight", kv, D)
+            t(b + "attn_v.weight", kv, D)
+            t(b + "ffn_gate.weight", FF, D)
+            t(b + "ffn_up.weight", FF, D)
+        if arch == "qwen2":
+            for part, n in (("q", q), ("k", kv), ("v", kv)):
+                t(b + f"attn_{part}.bias", n, scale=0.1)
+        if arch in ("qwen3", "gemma3"):
+            t(b + "attn_q_norm.weight", head, scale=0.1, around=1.0)
+            t(b + "attn_k_norm.weight", head, scale=0.1, around=1.0)
+        t(b + "attn_output.weight", D, q)
+        t(b + "ffn_norm.weight", D, scale=0.1, around=1.0)
+        t(b + "ffn_down.weight", D, FF)
+        if arch == "gemma3":
+            t(b + "post_attention_norm.weight", D, scale=0.1, around=1.0)
+            t(b + "post_ffw_norm.weight", D, scale=0.1, around=1.0)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+ARCHS = {"llama": 2, "qwen2": 2, "qwen3": 2, "phi3": 2, "gemma3": 7}  # gemma3: layer 5 sees the whole context
+
+
+@pytest.fixture(scope="module", params=list(ARCHS))
+def tiny(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Model:
+    path = write_tiny(tmp_path_factory.mktemp("stack") / f"{request.param}.gguf", request.param, ARCHS[request.param])
+    mp = pytest.MonkeyPatch()
+    mp.setenv("MINILLAMA_BACKEND", "native")
+    try:
+        m = Model.from_file(path, threads=2)
+    finally:
+        mp.undo()
+    assert m._stack is not None, "the native backend runs this model's blocks in C"
+    return m
+
+
+IDS = [(7 * i + 3) % VOCAB for i in range(21)]
+
+
+def test_c_blocks_equal_python_blocks(tiny: Model) -> None:
+    got = tiny.logits(IDS)
+    stack, tiny._stack = tiny._stack, None
+    try:
+        want = tiny.logits(IDS)
+    finally:
+        tiny._stack = stack
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+def test_chunks_and_steps_equal_one_pass(tiny: Model) -> None:
+    fresh = tiny.logits(IDS)
+    cache = tiny._new_cache()
+    parts = [tiny._forward(IDS[:5], 0, cache, last_only=False), tiny._forward(IDS[5:13], 5, cache, last_only=False)]
+    parts += [tiny._forward([i], n, cache, last_only=False) for n, i in enumerate(IDS[13:], 13)]
+    np.testing.assert_array_equal(np.concatenate(parts), fresh)
+
+
+def test_next_token_runs_the_c_steps(tiny: Model) -> None:
+    tiny.reset()
+    ids = IDS[:4]
+    for _ in range(6):
+        ids.append(tiny.next_token(ids, Sampler(temperature=0)))
+    assert tiny.evaluated == 1
+    assert ids[4:] == tiny.logits(ids)[3:-1].argmax(-1).tolist()
+
+
+def test_binding_checks_every_length(tiny: Model) -> None:
+    ns = tiny._stack
+    assert ns is not None
+    hp = tiny.hparams
+    args = ns._stack_args  # the (hparams, layers) the Stack was made from
+    _core.Stack(*args)
+    good_layer = args[1][0]
+
+    def with_field(i: int, value: object) -> tuple:
+        return (args[0], [good_layer[:i] + (value,) + good_layer[i + 1:]])
+
+    wqkv = good_layer[1]
+    bad = {
+        "attn_norm too short": with_field(0, np.ones(hp.n_embd - 1, np.float32)),
+        "attn_norm missing": with_field(0, None),
+        "attn_norm float64": with_field(0, np.ones(hp.n_embd)),
+        "a matrix piece lies about its rows": with_field(1, ((wqkv[0][0], wqkv[0][1], wqkv[0][2] + 1, wqkv[0][3]),)
+                                                      + wqkv[1:]),
+        "a matrix of the wrong width": with_field(1, tuple((p[0], p[1], p[2], p[3] * 2) for p in wqkv)),
+        "an unknown type": with_field(1, tuple((p[0], 99, p[2], p[3]) for p in wqkv)),
+        "too few outputs": with_field(1, ((wqkv[0][0][:-1], wqkv[0][1], wqkv[0][2] - 1, wqkv[0][3]),) + wqkv[1:]),
+        "not a tuple of pieces": with_field(1, wqkv[0][0]),
+        "a negative window": with_field(16, -1),
+        "a layer too short": (args[0], [good_layer[:-1]]),
+        "heads that do not share": ((args[0][0], 3) + args[0][2:], args[1]),
+    }
+    for what, a in bad.items():
+        with pytest.raises((ValueError, TypeError, BufferError)):
+            _core.Stack(*a)
+            pytest.fail(what)
+    stack = _core.Stack(*args)
+    cache = tiny._new_cache()
+    cache.reserve(4)
+    x = np.zeros((2, hp.n_embd), np.float32)
+    caches = (cache.k, cache.v)
+    bad_calls = {
+        "x not whole rows": (np.zeros(hp.n_embd + 1, np.float32), 0, *caches, 1),
+        "x read-only": (np.frombuffer(bytes(8 * hp.n_embd), np.float32), 0, *caches, 1),
+        "x float64": (np.zeros((2, hp.n_embd)), 0, *caches, 1),
+        "past the caches' room": (x, cache.k[0].shape[0] - 1, *caches, 1),
+        "a negative start": (x, -1, *caches, 1),
+        "too few caches": (x, 0, cache.k[:-1], cache.v, 1),
+        "zero threads": (x, 0, *caches, 0),
+        "a float16 cache": (x, 0, [c.astype(np.float16) for c in cache.k], cache.v, 1),
+    }
+    for what, call in bad_calls.items():
+        with pytest.raises((ValueError, TypeError, BufferError)):
+            stack.forward(*call)
+            pytest.fail(what)
+    stack.forward(x, 2, *caches, 2)
