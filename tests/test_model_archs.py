@@ -274,7 +274,9 @@ def test_qwen2_without_qkv_biases_runs_as_with_zero_biases(made: Made, tmp_path:
     without = Model.from_file(rewrite(made.path("qwen2"), tmp_path / "without.gguf", drop=biases))
     zero = Model.from_file(rewrite(made.path("qwen2"), tmp_path / "zero.gguf", put=zeros))
     ids = expected("qwen2")["cases"][0]["prompt_ids"]
-    np.testing.assert_array_equal(without.logits(ids), zero.logits(ids))
+    # equal to float rounding: the float32 path's BLAS may round a product with a bias added after it differently
+    # (2e-4 here); the native path gives the same bits
+    np.testing.assert_allclose(without.logits(ids), zero.logits(ids), rtol=0, atol=1e-3)
 
 
 def test_llama_rope_freqs_of_the_wrong_length_is_named(made: Made, tmp_path: Path) -> None:
