@@ -55,7 +55,7 @@ static void row_scalar(const float *q, const float *k, int64_t ks, const float *
             w = expf(sc - M);
         const float *vr = v + s * vs;
         for (int64_t i = 0; i < Dv; i++) acc[i] = mq_round_f16(fmaf(vr[i], w, acc[i]));
-        S = fmaf(S, ms, w);
+        S = S * ms + w;
     }
     const float inv = S == 0 ? 0 : 1.0f / S;
     for (int64_t i = 0; i < Dv; i++) out[i] = acc[i] * inv;
@@ -118,7 +118,7 @@ static void row_avx2(const float *q, const float *k, int64_t ks, const float *v,
             _mm256_storeu_ps(acc + i, round_f16x8(_mm256_fmadd_ps(_mm256_loadu_ps(vr + i), w8,
                                                                  _mm256_loadu_ps(acc + i))));
         for (; i < Dv; i++) acc[i] = mq_round_f16(fmaf(vr[i], w, acc[i]));
-        S = fmaf(S, ms, w);
+        S = S * ms + w;
     }
     const float inv = S == 0 ? 0 : 1.0f / S;
     for (i = 0; i < Dv; i++) out[i] = acc[i] * inv;
