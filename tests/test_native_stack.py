@@ -16,10 +16,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from support.batching import steps_together_and_alone
 
 from minillama.generate import Sampler
 from minillama.model import Model
 from minillama.model.batch import Batch
+from minillama.model.layers import rmsnorm
 
 gguf = pytest.importorskip("gguf")
 
@@ -188,25 +190,6 @@ def test_binding_checks_every_length(tiny: Model) -> None:
     stack.forward(x, [(2, 2, *caches)], 2)
 
 
-def _steps_together_and_alone(model: Model, prompts: list[list[int]], steps: int) -> tuple[list, list]:
-    """Each prompt run into a cache of its own, then `steps` single-token steps of all of them: in one pass per step
-    (Model._run_steps, as StepBatcher runs them) and each alone (a fresh cache per sequence); the two lists of
-    logits [steps, n_seq, n_vocab]."""
-    together, alone = [model._new_cache() for _ in prompts], [model._new_cache() for _ in prompts]
-    for p, a, b in zip(prompts, together, alone, strict=True):
-        model._forward(p, 0, a, last_only=True)
-        model._forward(p, 0, b, last_only=True)
-    tokens = [(5 * i + 1) % model.n_vocab for i in range(len(prompts))]
-    got, want = [], []
-    for k in range(steps):
-        starts = [len(p) + k for p in prompts]
-        got.append(model._run_steps(tokens, Batch.steps(starts, together)))
-        want.append(np.stack([model._forward([t], s, c, last_only=True)[-1]
-                              for t, s, c in zip(tokens, starts, alone, strict=True)]))
-        tokens = [int(t) for t in got[-1].argmax(-1)]
-    return got, want
-
-
 #: Sequences of unlike lengths (gemma3's window of 3 is crossed by all but the last).
 PROMPTS = [IDS[:9], IDS[3:5], IDS[:14], [IDS[7]]]
 
@@ -215,20 +198,19 @@ def test_batched_steps_run_the_c_blocks_and_equal_lone_steps(tiny: Model, monkey
     """Single-token steps of several sequences in one pass (each at its own position, on its own cache) give every
     sequence the bits of its steps alone, through the C blocks (the Python blocks are not called)."""
     monkeypatch.setattr(tiny._arch, "blocks", lambda *a: pytest.fail("the Python blocks ran"))
-    got, want = _steps_together_and_alone(tiny, PROMPTS, 6)
-    np.testing.assert_array_equal(np.stack(got), np.stack(want))
+    got, want = steps_together_and_alone(tiny, PROMPTS, 6)
+    np.testing.assert_array_equal(got, want)
 
 
 def test_batched_c_steps_equal_python_batched_steps(tiny: Model) -> None:
     """The C blocks' batched steps against the Python blocks' (the reference), to float rounding."""
-    got, _ = _steps_together_and_alone(tiny, PROMPTS, 4)
+    got, _ = steps_together_and_alone(tiny, PROMPTS, 4)
     stack, tiny._stack = tiny._stack, None
     try:
-        want, _ = _steps_together_and_alone(tiny, PROMPTS, 4)
+        want, _ = steps_together_and_alone(tiny, PROMPTS, 4)
     finally:
         tiny._stack = stack
-    want_ = np.stack(want)
-    np.testing.assert_allclose(np.stack(got), want_, rtol=1e-4, atol=1e-4 * np.abs(want_).max())
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
 
 
 def test_chunks_of_several_sequences_in_one_pass(tiny: Model) -> None:
@@ -252,7 +234,6 @@ def test_chunks_of_several_sequences_in_one_pass(tiny: Model) -> None:
     if tiny._scale is not None:
         x *= np.float32(tiny._scale)
     x = ns.forward(x, Batch(seqs, np.asarray([])))
-    from minillama.model.layers import rmsnorm
     got = tiny._logits(rmsnorm(x, tiny._output_norm, tiny.hparams.eps))
     np.testing.assert_array_equal(got, np.concatenate(want))
 
