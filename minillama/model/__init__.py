@@ -209,7 +209,8 @@ class Model:
     def session(self, n_ctx: int | None = None, batched: bool = False) -> Session:
         """A sequence of its own (its own KV cache) on this model: threads may each drive one at once. batched:
         its single-token steps share one pass with those other batched sessions ask for at the same time
-        (StepBatcher); that pays from about 4 sequences a pass (see minillama/model/batch.py)."""
+        (StepBatcher); that pays from 2 sequences a pass on the native backend, about 4 on the pure one (see
+        minillama/model/batch.py)."""
         return Session(self, n_ctx, batched)
 
     def reset(self) -> None:
