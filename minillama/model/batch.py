@@ -37,7 +37,9 @@ from .layers import attention
 __all__ = ["Batch", "StepBatcher"]
 
 #: The longest a step waits for the other generating sessions' steps, as a share of the last pass's time: sampling
-#: between two steps takes a fraction of a step, on a quiet machine or a busy one alike.
+#: between two steps takes a fraction of a step, on a quiet machine or a busy one alike. Measured with 4 sessions
+#: streaming 48 tokens each on SmolLM2, native backend: 0.5 keeps 46-47 of 48 passes at 4 steps, 12-14 ms CPU per
+#: token; 0 (no wait) splits them (mostly 1-3 steps a pass) at 15-18 ms.
 WAIT_SHARE = 0.5
 
 
