@@ -118,7 +118,8 @@ class Llama:
     llama-cpp-python's n_threads=None) meaning minillama's default "auto"; pooling "mean", "cls" or "last" overrides the file's
     {arch}.pooling_type for create_embedding (mean when the file says none); model_name is the "model" the
     results name (default: the file's name); batch_steps=True runs the single-token steps of requests that come
-    at the same time as one pass (worth it from about 4 at once: minillama/model/batch.py).
+    at the same time as one pass (worth it from 2 at once on the native backend, about 4 on the pure one:
+    minillama/model/batch.py).
     """
 
     def __init__(self, model_path: str | os.PathLike[str], n_ctx: int | None = None, seed: int = RANDOM_SEED,

@@ -226,6 +226,23 @@ def test_sampler_top_k_top_p() -> None:
     assert set(_draws(temperature=1.0, top_k=0, top_p=0.1)) == {1}  # at least one candidate is kept
 
 
+def test_top_k_order_is_the_full_stable_sort() -> None:
+    """top_k's candidates (sorted without sorting the whole vocab) are the first k of a stable argsort of the
+    negated scores: best first, equals in candidate order, ties across the k-th place cut as the full sort cuts
+    them (so a seeded draw picks what it picked before)."""
+    from minillama.sampling import _best_first
+    rng = np.random.default_rng(5)
+    for n, k, levels in [(49152, 40, 0), (1000, 40, 7), (1000, 3, 2), (300, 50, 30), (50, 40, 0), (10, 0, 3),
+                         (200, 1, 1), (6, 5, 0)]:
+        for _ in range(5):
+            x = rng.standard_normal(n)
+            if levels:  # few distinct values: many ties, around the k-th place too
+                x = np.round(x * levels / 3) * 0.5
+                x[rng.integers(0, n, n // 10)] = -0.0
+            want = np.argsort(-x, kind="stable")[:k if k > 0 else None]
+            np.testing.assert_array_equal(_best_first(x, k), want)
+
+
 def test_sampler_temperature() -> None:
     plain = _draws(4000, temperature=1.0, top_k=0, top_p=1.0)
     for i, p in enumerate(PROBS):

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from support import REPO
+from support.batching import steps_together_and_alone
 from support.paths import real_gguf as _real_gguf
 
 from minillama.errors import ArgumentError, ContextLengthError, FormatError, MinillamaError, UnsupportedError
@@ -134,6 +135,18 @@ def test_cache_reuses_prefix_and_matches_fresh_pass(smollm2: Model) -> None:
     # on the native backend too: its blocks compute a position's row the same way whatever chunk holds it
     # (numpy's attention rounded by the batch's row count, and 8-bit activations grew that to 0.5 in the logits)
     np.testing.assert_allclose(smollm2.logits(ids)[-2], fresh[-2], atol=1e-2)
+
+
+def test_batched_steps_equal_lone_steps(smollm2: Model) -> None:
+    """Single-token steps of four sequences in one pass (a server's slots decoding together) equal each sequence
+    stepping alone: the same bits on the native backend (its C blocks and kernels compute each row alone), to
+    float rounding on the pure one (BLAS sums a product of four rows in another order than one row's)."""
+    prompts = [expected_cases()[0]["prompt_ids"], [1, 2, 3], expected_cases()[1]["prompt_ids"][:7], [42]]
+    got, want = steps_together_and_alone(smollm2, prompts, 5)
+    if smollm2._stack is not None:
+        np.testing.assert_array_equal(got, want)
+    else:
+        np.testing.assert_allclose(got, want, atol=1e-3 * np.abs(want).max())
 
 
 def test_input_errors(smollm2: Model) -> None:

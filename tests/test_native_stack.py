@@ -5,8 +5,10 @@ Tiny float32 models of every architecture model.c runs (llama with rope_freqs, q
 per-head q/k norms, phi3 with fused matrices and a partial rope, gemma3 with its extra norms, GeGLU, query scale and
 sliding-window layers), written here: with F32 weights nothing is quantized, so the two paths differ only by float
 rounding once the Python blocks attend as llama.cpp's CPU flash attention does (ggml_attention below: model.c's
-attention.c computes that, float16 roundings and all, where layers.attention is a plain float32 softmax). A pass split into chunks and single-token steps gives the bits of one fresh pass (each token's row is
-computed alone, whatever else is in the chunk). The real models' agreement with llama.cpp is checked by
+attention.c computes that, float16 roundings and all, where layers.attention is a plain float32 softmax). A pass
+split into chunks and single-token steps gives the bits of one fresh pass (each token's row is computed alone,
+whatever else is in the chunk); so do several sequences in one pass (batched steps, prompt chunks side by side):
+each gets the bits it gets alone. The real models' agreement with llama.cpp is checked by
 test_model.py / test_quants.py (SmolLM2) and tools/bench/bench_model.py --exactness-only (Gemma 3).
 """
 
@@ -16,9 +18,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from support.batching import steps_together_and_alone
 
 from minillama.generate import Sampler
 from minillama.model import Model
+from minillama.model.batch import Batch
+from minillama.model.layers import rmsnorm
 
 gguf = pytest.importorskip("gguf")
 
@@ -236,17 +241,109 @@ def test_binding_checks_every_length(tiny: Model) -> None:
     x = np.zeros((2, hp.n_embd), np.float32)
     caches = (cache.k, cache.v)
     bad_calls = {
-        "x not whole rows": (np.zeros(hp.n_embd + 1, np.float32), 0, *caches, 1),
-        "x read-only": (np.frombuffer(bytes(8 * hp.n_embd), np.float32), 0, *caches, 1),
-        "x float64": (np.zeros((2, hp.n_embd)), 0, *caches, 1),
-        "past the caches' room": (x, cache.k[0].shape[0] - 1, *caches, 1),
-        "a negative start": (x, -1, *caches, 1),
-        "too few caches": (x, 0, cache.k[:-1], cache.v, 1),
-        "zero threads": (x, 0, *caches, 0),
-        "a float16 cache": (x, 0, [c.astype(np.float16) for c in cache.k], cache.v, 1),
+        "x not whole rows": (np.zeros(hp.n_embd + 1, np.float32), [(1, 0, *caches)], 1),
+        "x read-only": (np.frombuffer(bytes(8 * hp.n_embd), np.float32), [(2, 0, *caches)], 1),
+        "x float64": (np.zeros((2, hp.n_embd)), [(2, 0, *caches)], 1),
+        "past the caches' room": (x, [(2, cache.k[0].shape[0] - 1, *caches)], 1),
+        "a negative start": (x, [(2, -1, *caches)], 1),
+        "too few caches": (x, [(2, 0, cache.k[:-1], cache.v)], 1),
+        "zero threads": (x, [(2, 0, *caches)], 0),
+        "a float16 cache": (x, [(2, 0, [c.astype(np.float16) for c in cache.k], cache.v)], 1),
     }
     for what, call in bad_calls.items():
         with pytest.raises((ValueError, TypeError, BufferError)):
             stack.forward(*call)
             pytest.fail(what)
-    stack.forward(x, 2, *caches, 2)
+    stack.forward(x, [(2, 2, *caches)], 2)
+
+
+#: Sequences of unlike lengths (gemma3's window of 3 is crossed by all but the last).
+PROMPTS = [IDS[:9], IDS[3:5], IDS[:14], [IDS[7]]]
+
+
+def test_batched_steps_run_the_c_blocks_and_equal_lone_steps(tiny: Model, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Single-token steps of several sequences in one pass (each at its own position, on its own cache) give every
+    sequence the bits of its steps alone, through the C blocks (the Python blocks are not called)."""
+    monkeypatch.setattr(tiny._arch, "blocks", lambda *a: pytest.fail("the Python blocks ran"))
+    got, want = steps_together_and_alone(tiny, PROMPTS, 6)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_batched_c_steps_equal_python_batched_steps(tiny: Model, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The C blocks' batched steps against the Python blocks' (the reference, attending as ggml does), to float
+    rounding."""
+    got, _ = steps_together_and_alone(tiny, PROMPTS, 4)
+    stack, tiny._stack = tiny._stack, None
+    monkeypatch.setattr("minillama.model.batch.attention", ggml_attention)
+    try:
+        want, _ = steps_together_and_alone(tiny, PROMPTS, 4)
+    finally:
+        tiny._stack = stack
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+def test_chunks_of_several_sequences_in_one_pass(tiny: Model) -> None:
+    """Rows of several sequences, several rows each, at unlike starts in one pass: each sequence's rows are those
+    of its own pass (the binding takes any Batch, not only single-token steps)."""
+    ns = tiny._stack
+    assert ns is not None
+    caches, seqs, rows, want = [], [], [], []
+    for n, (start, length) in enumerate([(0, 5), (3, 1), (6, 4)]):
+        ids = IDS[n:n + start + length]
+        alone = tiny._new_cache()
+        want.append(tiny._forward(ids, 0, alone, last_only=False)[start:])  # the rows after the first start
+        c = tiny._new_cache()
+        if start:
+            tiny._forward(ids[:start], 0, c, last_only=False)
+        c.reserve(start + length)
+        seqs.append((len(rows), start, c))
+        rows += ids[start:]
+        caches.append(c)
+    x = tiny._embedding.lookup(np.asarray(rows, dtype=np.intp))
+    if tiny._scale is not None:
+        x *= np.float32(tiny._scale)
+    x = ns.forward(x, Batch(seqs, np.asarray([])))
+    got = tiny._logits(rmsnorm(x, tiny._output_norm, tiny.hparams.eps))
+    np.testing.assert_array_equal(got, np.concatenate(want))
+
+
+def test_binding_refuses_odd_batches(tiny: Model) -> None:
+    """forward(x, seqs, threads) with sequences that do not fit x or their caches, or that share memory, raises
+    a Python error before any work (never a crash, never a write out of an array)."""
+    ns = tiny._stack
+    assert ns is not None
+    stack, hp = ns._stack, tiny.hparams
+    a, b = tiny._new_cache(), tiny._new_cache()
+    a.reserve(8), b.reserve(8)
+    room = a.k[0].shape[0]
+    x = np.zeros((3, hp.n_embd), np.float32)
+    A, B = (a.k, a.v), (b.k, b.v)
+    bad_calls = {
+        "no sequences": (x, []),
+        "rows short of x": (x, [(1, 0, *A), (1, 0, *B)]),
+        "rows past x": (x, [(2, 0, *A), (2, 0, *B)]),
+        "zero rows": (x, [(0, 0, *A), (3, 0, *B)]),
+        "negative rows": (x, [(-1, 0, *A), (4, 0, *B)]),
+        "the second past its cache": (x, [(1, 0, *A), (2, room - 1, *B)]),
+        "the second at a negative position": (x, [(1, 0, *A), (2, -5, *B)]),
+        "a huge position": (x, [(1, 0, *A), (2, 1 << 62, *B)]),
+        "the second with too few caches": (x, [(1, 0, *A), (2, 0, b.k, b.v[:-1])]),
+        "one cache for two sequences": (x, [(1, 0, *A), (2, 4, *A)]),
+        "a layer's keys given twice": (x, [(3, 0, [a.k[0]] * len(a.k), a.v)]),
+        "x inside a cache": (a.k[0].reshape(-1)[:3 * hp.n_embd].reshape(3, hp.n_embd), [(3, 0, *A)]),
+        "a sequence not a tuple": (x, [[3, 0, *A]]),
+        "a tuple too short": (x, [(3, 0, a.k)]),
+        "caches not lists": (x, [(3, 0, tuple(a.k), a.v)]),
+        "rows not a number": (x, [("3", 0, *A)]),
+        "too many sequences": (x, [(1, 0, *A)] * 70000),
+    }
+    before = [c.copy() for c in a.k + a.v + b.k + b.v]
+    for what, call in bad_calls.items():
+        with pytest.raises((ValueError, TypeError, BufferError, OverflowError)):
+            stack.forward(*call, 1)
+            pytest.fail(what)
+    for old, new in zip(before, a.k + a.v + b.k + b.v, strict=True):
+        np.testing.assert_array_equal(old, new)  # nothing written by a refused call
+    with pytest.raises(TypeError):
+        stack.forward(x, tuple([(3, 0, *A)]), 1)  # seqs must be a list
+    stack.forward(x, [(1, 0, *A), (2, room - 2, *B)], 2)  # the same calls, fitting: run

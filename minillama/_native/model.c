@@ -1,10 +1,16 @@
-/* The blocks of a llama-family transformer (llama, qwen2, qwen3, phi3, gemma3) over one sequence's tokens, in C,
+/* The blocks of a llama-family transformer (llama, qwen2, qwen3, phi3, gemma3) over the tokens of one or more
+ * sequences at once (a prompt's chunk, or the single-token steps of several sequences decoding together), in C,
  * in the style of llama2.c's run.c: the weights stay quantized in the map and go through quants.c's kernels,
  * everything between the products (norms, rope, attention over the key/value cache, the gated feed-forward,
  * residuals) is flat C here. minillama/model/llama.py and gemma3.py are the reference (and the pure backend's
  * path); the architectures' differences are data in ms_model / ms_layer (model.h).
  *
- * Shapes: T tokens, d = n_embd, H query heads of D = head_dim, Hkv key/value heads (value heads Dv), S cached
+ * Every stage but attention works row by row, so the rows of all the sequences go through each weight matrix in one
+ * product (the rows kernels read every weight once for up to MQ_NRC rows); attention runs per row, on the cache of
+ * the row's sequence, at the row's own position. A row's result does not depend on the other rows of the call:
+ * a sequence stepping with others gets the bits it gets alone.
+ *
+ * Shapes: T rows (of all sequences), d = n_embd, H query heads of D = head_dim, Hkv key/value heads (value heads Dv), S cached
  * positions a query sees. The threads of one call work as a team (quants.c's pool): every stage splits its work
  * (matrix rows, tokens, token x head pairs) over the team and a barrier ends it, so a single-token step costs
  * one wake of the workers rather than one per product. */
@@ -55,8 +61,10 @@ static void barrier_wait(barrier *b, int parts) {
 typedef struct {
     const ms_model *m;
     float *x;
-    int64_t T, start;
-    float *const *kc, *const *vc;
+    int64_t T;
+    const ms_seq *seqs;
+    const int32_t *seq_of; /* [T]: the sequence of each row */
+    const int64_t *pos;    /* [T]: the position of each row */
     float *h;       /* [T, max(d, n_ff)]: normed stream, then the gated activations */
     float *qkv;     /* [T, q_dim + k_dim + v_dim] */
     float *att;     /* [T, H * Dv] */
@@ -150,21 +158,23 @@ static void prepare_qkv(run *r, const ms_layer *L, int il, int table, int64_t t)
         if (is_q && m->scale_q)
             for (int64_t i = 0; i < D; i++) head[i] *= m->q_scale;
     }
-    const int64_t pos = r->start + t, v_dim = m->n_head_kv * m->head_dim_v;
-    float *kd = r->kc[il] + pos * k_dim, *vd = r->vc[il] + pos * v_dim;
+    const int64_t pos = r->pos[t], v_dim = m->n_head_kv * m->head_dim_v;
+    const ms_seq *seq = &r->seqs[r->seq_of[t]];
+    float *kd = seq->k[il] + pos * k_dim, *vd = seq->v[il] + pos * v_dim;
     for (int64_t i = 0; i < k_dim; i++) kd[i] = mq_round_f16(k[i]);
     for (int64_t i = 0; i < v_dim; i++) vd[i] = mq_round_f16(v[i]);
     (void)q;
 }
 
-/* Query head h of token t against the cached keys it sees (ggml's flash attention, attention.c) into att.
- * work: D + Dv floats. */
+/* Query head h of row t against the cached keys it sees (its own sequence's, up to its position) as ggml's flash
+ * attention computes it (attention.c), into att. work: D + Dv floats. */
 static void attend(run *r, const ms_layer *L, int il, int64_t t, int64_t h, float *work) {
     const ms_model *m = r->m;
     const int64_t D = m->head_dim, Dv = m->head_dim_v, kvh = h / (m->n_head / m->n_head_kv);
-    const int64_t pos = r->start + t, s0 = L->window > 0 && pos - L->window + 1 > 0 ? pos - L->window + 1 : 0;
+    const int64_t pos = r->pos[t], s0 = L->window > 0 && pos - L->window + 1 > 0 ? pos - L->window + 1 : 0;
     const int64_t k_dim = m->n_head_kv * D, v_dim = m->n_head_kv * Dv;
-    ma_attend_row(r->qkv + t * L->wqkv.n_out + h * D, r->kc[il] + kvh * D, k_dim, r->vc[il] + kvh * Dv, v_dim, s0,
+    const ms_seq *seq = &r->seqs[r->seq_of[t]];
+    ma_attend_row(r->qkv + t * L->wqkv.n_out + h * D, seq->k[il] + kvh * D, k_dim, seq->v[il] + kvh * Dv, v_dim, s0,
                   pos, D, Dv, m->attn_scale, r->att + t * m->n_head * Dv + h * Dv, work);
 }
 
@@ -216,7 +226,7 @@ static void team(void *ctx, int part, int parts) {
     const int64_t T = r->T, d = m->n_embd, n_ff = m->n_ff, work = m->head_dim + m->head_dim_v; /* attend's */
     int64_t t0, t1, a0, a1;
     share(T, part, parts, &t0, &t1);
-    share(T * m->n_head, part, parts, &a0, &a1); /* attention: (token, head) pairs */
+    share(T * m->n_head, part, parts, &a0, &a1); /* attention: (row, head) pairs */
     for (int il = 0; il < m->n_layer; il++) {
         const ms_layer *L = &m->layers[il];
         const int table = table_of(r, L);
@@ -250,15 +260,15 @@ static void team(void *ctx, int part, int parts) {
     }
 }
 
-/* cos and sin of each pair's angle for the T positions, as ggml's rope computes them (ggml_rope_cache_init):
+/* cos and sin of each pair's angle for the T rows' positions, as ggml's rope computes them (ggml_rope_cache_init):
  * in float32, the angle of pair i + 1 that of pair i times base^(-2/n_rot), divided by freqs[i], then cosf and
  * sinf. (A double-precision angle is closer to the true one, but a float off by an ulp from llama.cpp's rotates
  * q and k a little differently, and that spreads through every later layer.) */
-static void angles(const ms_model *m, double base, const float *freqs, int64_t start, int64_t T, float *cs) {
+static void angles(const ms_model *m, double base, const float *freqs, const int64_t *pos, int64_t T, float *cs) {
     const int64_t half = m->n_rot / 2;
     const float theta_scale = powf((float)base, -2.0f / (float)m->n_rot);
     for (int64_t t = 0; t < T; t++) {
-        float theta = (float)(start + t);
+        float theta = (float)pos[t];
         for (int64_t i = 0; i < half; i++) {
             const float th = freqs ? theta / freqs[i] : theta;
             cs[t * m->n_rot + i] = cosf(th);
@@ -270,11 +280,12 @@ static void angles(const ms_model *m, double base, const float *freqs, int64_t s
 
 static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
 
-int ms_forward(const ms_model *m, float *x, int64_t n_tok, int64_t start, float *const *k_cache,
-               float *const *v_cache, int threads) {
+int ms_forward(const ms_model *m, float *x, const ms_seq *seqs, int n_seq, int threads) {
+    int64_t n_tok = 0;
+    for (int i = 0; i < n_seq; i++) n_tok += seqs[i].n;
     const size_t T = (size_t)n_tok, d = (size_t)m->n_embd, n_ff = (size_t)m->n_ff;
     size_t qkv = 0, y_bytes = 0;
-    run r = {.m = m, .x = x, .T = n_tok, .start = start, .kc = k_cache, .vc = v_cache};
+    run r = {.m = m, .x = x, .T = n_tok, .seqs = seqs};
     mq_init();
     if (m->gelu) pthread_once(&gelu_once, gelu_table_init);
     for (int il = 0; il < m->n_layer; il++) {
@@ -297,21 +308,27 @@ int ms_forward(const ms_model *m, float *x, int64_t n_tok, int64_t start, float 
                        (size_t)r.n_tables * T * (size_t)m->n_rot;
     float *f = malloc(n_f * sizeof(float) + 1);
     uint8_t *y = malloc(y_bytes + 1);
-    if (!f || !y) {
-        free(f), free(y);
+    int64_t *pos = malloc(T * sizeof(int64_t) + 1);
+    int32_t *seq_of = malloc(T * sizeof(int32_t) + 1);
+    if (!f || !y || !pos || !seq_of) {
+        free(f), free(y), free(pos), free(seq_of);
         return 0;
     }
+    int64_t t = 0;
+    for (int i = 0; i < n_seq; i++)
+        for (int64_t j = 0; j < seqs[i].n; j++, t++) pos[t] = seqs[i].start + j, seq_of[t] = i;
+    r.pos = pos, r.seq_of = seq_of;
     r.h = f, r.qkv = r.h + T * max_sz(d, n_ff), r.att = r.qkv + T * qkv;
     r.gu = r.att + T * (size_t)(m->n_head * m->head_dim_v), r.scores = r.gu + T * max_sz(2 * n_ff, d);
     float *cs = r.scores + (size_t)parts * attn_work;
     for (int i = 0; i < r.n_tables; i++) {
-        angles(m, *r.table_base[i], r.table_freqs[i], start, n_tok, cs + (size_t)i * T * (size_t)m->n_rot);
+        angles(m, *r.table_base[i], r.table_freqs[i], pos, n_tok, cs + (size_t)i * T * (size_t)m->n_rot);
         r.cos_sin[i] = cs + (size_t)i * T * (size_t)m->n_rot;
     }
     r.y = y;
     atomic_init(&r.bar.count, 0);
     atomic_init(&r.bar.gen, 0);
     mq_team(team, &r, parts);
-    free(f), free(y);
+    free(f), free(y), free(pos), free(seq_of);
     return 1;
 }

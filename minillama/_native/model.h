@@ -66,10 +66,17 @@ typedef struct {
     ms_layer *layers;
 } ms_model;
 
-/* Runs every block over x [n_tok, n_embd] (in place): the tokens at positions start.., their keys and values
- * stored in k_cache[l] [.., n_head_kv, head_dim] / v_cache[l] (float16-rounded, as llama.cpp's cache), each
- * holding at least start + n_tok positions. 1 done, 0 out of memory. */
-int ms_forward(const ms_model *m, float *x, int64_t n_tok, int64_t start, float *const *k_cache,
-               float *const *v_cache, int threads);
+/* One sequence's rows of a pass: n >= 1 tokens at positions start.., their keys and values stored in k[l]
+ * [.., n_head_kv, head_dim] / v[l] (float16-rounded, as llama.cpp's cache), each holding at least start + n
+ * positions; no two sequences of a call share a cache. */
+typedef struct {
+    int64_t n, start;
+    float *const *k, *const *v; /* n_layer arrays each */
+} ms_seq;
+
+/* Runs every block over x [sum of seqs[i].n, n_embd] (in place): seqs[0]'s rows first, then seqs[1]'s, ...;
+ * n_seq >= 1. Every weight matrix is read once for all the rows; each row attends to its own sequence's cache.
+ * 1 done, 0 out of memory. */
+int ms_forward(const ms_model *m, float *x, const ms_seq *seqs, int n_seq, int threads);
 
 #endif

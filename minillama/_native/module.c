@@ -1272,27 +1272,47 @@ static int Stack_init(StackObject *self, PyObject *args, PyObject *kwds) {
     return 0;
 }
 
-/* forward(x, start, k_caches, v_caches, threads): x [T, n_embd] float32, run through every block in place; the
- * caches (one float32 array per layer, [capacity, n_head_kv, head_dim(_v)]) take positions start..start+T-1. */
+/* A buffer's bytes, for the overlap check. */
+typedef struct {
+    uintptr_t lo, hi;
+} span;
+
+static int span_cmp(const void *a, const void *b) {
+    const span *x = a, *y = b;
+    return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+/* forward(x, seqs, threads): x [T, n_embd] float32, run through every block in place; seqs a list of (rows, start,
+ * k_caches, v_caches), one per sequence, whose rows lie in x one sequence after the other (rows >= 1, adding up to
+ * T): that sequence's tokens at positions start..start+rows-1, their keys and values stored in its caches (one
+ * float32 array per layer, [capacity, n_head_kv, head_dim(_v)], capacity >= start + rows). No two of the arrays
+ * (x and every cache) may share memory: the threads of a pass write them at once. */
 static PyObject *Stack_forward(StackObject *self, PyObject *args) {
-    PyObject *xo, *ko, *vo;
-    long long start;
+    PyObject *xo, *list;
     int threads;
     if (!self->m.layers) return PyErr_Format(PyExc_RuntimeError, "Stack is not initialised");
-    if (!PyArg_ParseTuple(args, "OLO!O!i", &xo, &start, &PyList_Type, &ko, &PyList_Type, &vo, &threads)) return NULL;
+    if (!PyArg_ParseTuple(args, "OO!i", &xo, &PyList_Type, &list, &threads)) return NULL;
     const ms_model *m = &self->m;
-    if (PyList_GET_SIZE(ko) != m->n_layer || PyList_GET_SIZE(vo) != m->n_layer || threads < 1 || threads > 1024 ||
-        start < 0 || start > (1LL << 40))
-        return PyErr_Format(PyExc_ValueError, "forward: expected %d key and value caches, 1..1024 threads, a "
-                            "position >= 0", m->n_layer);
+    const Py_ssize_t n_seq = PyList_GET_SIZE(list);
+    if (threads < 1 || threads > 1024 || n_seq < 1 || n_seq > (1 << 16))
+        return PyErr_Format(PyExc_ValueError, "forward: expected 1..1024 threads and 1..65536 sequences, got %d and "
+                            "%zd", threads, n_seq);
+    PyObject *so = PyList_AsTuple(list); /* the items stay alive whatever a buffer export does to the list */
+    if (!so) return NULL;
     Py_buffer xb;
-    if (!get_array(xo, &xb, 4, "x")) return NULL;
+    if (!get_array(xo, &xb, 4, "x")) {
+        Py_DECREF(so);
+        return NULL;
+    }
     const long long T = xb.len / 4 / m->n_embd;
     PyObject *res = NULL;
-    int n_caches = 0;
-    Py_buffer *cb = PyMem_Calloc(2 * (size_t)m->n_layer, sizeof(Py_buffer));
-    float **ptrs = PyMem_Calloc(2 * (size_t)m->n_layer, sizeof(float *));
-    if (!cb || !ptrs) {
+    const size_t n_arrays = 2 * (size_t)m->n_layer * (size_t)n_seq;
+    size_t n_caches = 0;
+    Py_buffer *cb = PyMem_Calloc(n_arrays, sizeof(Py_buffer));
+    float **ptrs = PyMem_Calloc(n_arrays, sizeof(float *));
+    ms_seq *seqs = PyMem_Calloc((size_t)n_seq, sizeof(ms_seq));
+    span *spans = PyMem_Calloc(n_arrays + 1, sizeof(span));
+    if (!cb || !ptrs || !seqs || !spans) {
         PyErr_NoMemory();
         goto done;
     }
@@ -1301,22 +1321,64 @@ static PyObject *Stack_forward(StackObject *self, PyObject *args) {
                      (long long)m->n_embd);
         goto done;
     }
-    for (int i = 0; i < 2 * m->n_layer; i++) {
-        const int is_v = i >= m->n_layer;
-        PyObject *o = PyList_GET_ITEM(is_v ? vo : ko, i % m->n_layer);
-        if (!get_array(o, &cb[i], 4, "cache")) goto done;
-        n_caches++;
-        const long long need = (start + T) * m->n_head_kv * (is_v ? m->head_dim_v : m->head_dim);
-        if (cb[i].readonly || (cb[i].format && strcmp(cb[i].format, "f")) || cb[i].len / 4 < need) {
-            PyErr_Format(PyExc_ValueError, "forward: cache %d has %zd values, expected at least %lld writable float32",
-                         i, cb[i].len / 4, need);
+    long long rows_seen = 0;
+    for (Py_ssize_t s = 0; s < n_seq; s++) {
+        PyObject *ko, *vo;
+        long long rows, start;
+        PyObject *item = PyTuple_GET_ITEM(so, s);
+        if (!PyTuple_Check(item)) {
+            PyErr_Format(PyExc_TypeError, "forward: sequence %zd must be a tuple (rows, start, k_caches, v_caches)",
+                         s);
             goto done;
         }
-        ptrs[i] = cb[i].buf;
+        if (!PyArg_ParseTuple(item, "LLO!O!", &rows, &start, &PyList_Type, &ko, &PyList_Type, &vo)) goto done;
+        if (rows < 1 || rows > T - rows_seen || start < 0 || start > (1LL << 40) ||
+            PyList_GET_SIZE(ko) != m->n_layer || PyList_GET_SIZE(vo) != m->n_layer) {
+            PyErr_Format(PyExc_ValueError, "forward: sequence %zd: expected 1..%lld rows (of x's %lld left), a "
+                         "position >= 0, %d key and value caches", s, T - rows_seen, T - rows_seen, m->n_layer);
+            goto done;
+        }
+        rows_seen += rows;
+        float **kp = ptrs + 2 * (size_t)m->n_layer * (size_t)s;
+        for (int i = 0; i < 2 * m->n_layer; i++) {
+            const int is_v = i >= m->n_layer;
+            /* the list may have changed size while an earlier item's buffer was taken (a __buffer__ in Python) */
+            PyObject *list = is_v ? vo : ko;
+            if (PyList_GET_SIZE(list) != m->n_layer) {
+                PyErr_SetString(PyExc_ValueError, "forward: a cache list changed size");
+                goto done;
+            }
+            Py_buffer *b = &cb[n_caches];
+            if (!get_array(PyList_GET_ITEM(list, i % m->n_layer), b, 4, "cache")) goto done;
+            n_caches++;
+            const long long need = (start + rows) * m->n_head_kv * (is_v ? m->head_dim_v : m->head_dim);
+            if (b->readonly || (b->format && strcmp(b->format, "f")) || b->len / 4 < need) {
+                PyErr_Format(PyExc_ValueError, "forward: sequence %zd: cache %d has %zd values, expected at least "
+                             "%lld writable float32", s, i, b->len / 4, need);
+                goto done;
+            }
+            kp[i] = b->buf;
+        }
+        seqs[s] = (ms_seq){.n = rows, .start = start, .k = kp, .v = kp + m->n_layer};
     }
+    if (rows_seen != T) {
+        PyErr_Format(PyExc_ValueError, "forward: the sequences have %lld rows, x has %lld", rows_seen, T);
+        goto done;
+    }
+    for (size_t i = 0; i < n_caches; i++)
+        spans[i] = (span){(uintptr_t)cb[i].buf, (uintptr_t)cb[i].buf + (uintptr_t)cb[i].len};
+    spans[n_caches] = (span){(uintptr_t)xb.buf, (uintptr_t)xb.buf + (uintptr_t)xb.len};
+    qsort(spans, n_caches + 1, sizeof(span), span_cmp);
+    uintptr_t end = spans[0].hi;
+    for (size_t i = 1; i <= n_caches; end = spans[i].hi > end ? spans[i].hi : end, i++)
+        if (spans[i].lo < end && spans[i].lo < spans[i].hi) {
+            PyErr_SetString(PyExc_ValueError, "forward: x and the caches must not share memory (is a cache given "
+                            "twice?)");
+            goto done;
+        }
     int ok;
     Py_BEGIN_ALLOW_THREADS
-    ok = ms_forward(m, xb.buf, T, start, ptrs, ptrs + m->n_layer, threads);
+    ok = ms_forward(m, xb.buf, seqs, (int)n_seq, threads);
     Py_END_ALLOW_THREADS
     if (ok) {
         Py_INCREF(Py_None);
@@ -1324,16 +1386,20 @@ static PyObject *Stack_forward(StackObject *self, PyObject *args) {
     } else
         PyErr_NoMemory();
 done:
-    for (int i = 0; i < n_caches; i++) PyBuffer_Release(&cb[i]);
+    for (size_t i = 0; i < n_caches; i++) PyBuffer_Release(&cb[i]);
     PyMem_Free(cb);
     PyMem_Free(ptrs);
+    PyMem_Free(seqs);
+    PyMem_Free(spans);
     PyBuffer_Release(&xb);
+    Py_DECREF(so);
     return res;
 }
 
 static PyMethodDef Stack_methods[] = {
     {"forward", (PyCFunction)Stack_forward, METH_VARARGS,
-     "forward(x, start, k_caches, v_caches, threads): every block over x [T, n_embd] in place."},
+     "forward(x, seqs, threads): every block over x [T, n_embd] in place; seqs: [(rows, start, k_caches, "
+     "v_caches), ...], each sequence's rows in turn."},
     {NULL, NULL, 0, NULL},
 };
 

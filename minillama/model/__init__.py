@@ -88,7 +88,7 @@ class Model:
         self._native = isinstance(output, QuantLinear) or any(
             isinstance(v, QuantLinear) for layer in layers[:1] for v in layer.values())
         self._auto = AutoThreads(DEFAULT_THREADS, self._native) if self.threads == AUTO else None
-        #: The blocks in C (model.c) for a single sequence's tokens on the native backend, else None.
+        #: The blocks in C (model.c) on the native backend (prompts and batched steps alike), else None.
         self._stack: NativeStack | None = build_stack(_core_of(layers), hp, hp.arch, layers) if self._native else None
         self._output_norm, self._output, self._output_bias = output_norm, output, output_bias
         self._scale = arch.embed_scale(hp)
@@ -209,7 +209,8 @@ class Model:
     def session(self, n_ctx: int | None = None, batched: bool = False) -> Session:
         """A sequence of its own (its own KV cache) on this model: threads may each drive one at once. batched:
         its single-token steps share one pass with those other batched sessions ask for at the same time
-        (StepBatcher); that pays from about 4 sequences a pass (see minillama/model/batch.py)."""
+        (StepBatcher); that pays from 2 sequences a pass on the native backend, about 4 on the pure one (see
+        minillama/model/batch.py)."""
         return Session(self, n_ctx, batched)
 
     def reset(self) -> None:
@@ -259,15 +260,18 @@ class Model:
         x = self._embedding.lookup(np.asarray(ids, dtype=np.intp))
         if self._scale is not None:
             x *= np.float32(self._scale)
-        if self._stack is not None:
-            x = self._stack.forward(x, start, cache)
-        else:
-            x = self._arch.blocks(x, self._layers, self.hparams, Batch.single(start, len(ids), cache))
+        x = self._blocks(x, Batch.single(start, len(ids), cache))
         cache.ids[start:] = ids
         if last_only:
             x = x[-1:]
         x = rmsnorm(x, self._output_norm, self.hparams.eps)
         return x if hidden else self._logits(x)
+
+    def _blocks(self, x: np.ndarray, batch: Batch) -> np.ndarray:
+        """x [T, d] after every block (the C ones when the model has them): the rows of batch's sequences."""
+        if self._stack is not None:
+            return self._stack.forward(x, batch)
+        return self._arch.blocks(x, self._layers, self.hparams, batch)
 
     def _logits(self, x: np.ndarray) -> np.ndarray:
         """The output matrix (and its bias, when the file has one) over the final-normed stream x."""
@@ -282,7 +286,7 @@ class Model:
             x = self._embedding.lookup(np.asarray(tokens, dtype=np.intp))
             if self._scale is not None:
                 x *= np.float32(self._scale)
-            x = self._arch.blocks(x, self._layers, self.hparams, batch)
+            x = self._blocks(x, batch)
             for token, (_, start, cache) in zip(tokens, batch.seqs, strict=True):
                 cache.ids[start:] = [token]
             return self._logits(rmsnorm(x, self._output_norm, self.hparams.eps))

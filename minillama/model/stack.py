@@ -1,8 +1,13 @@
-"""The blocks of a model run in C (minillama/_native/model.c) on the native backend: one call per chunk of tokens
-instead of a dozen numpy operations and four kernel calls per block.
+"""The blocks of a model run in C (minillama/_native/model.c) on the native backend: one call per pass instead of a
+dozen numpy operations and four kernel calls per block.
 
-The Python blocks (llama.py and the other architecture files) stay the reference: the pure backend runs them, and
-so do batched steps of several sequences. model.c computes the same thing from the same weights (the quantized
+A pass is a Batch (minillama/model/batch.py): a prompt's chunk of one sequence, or the single-token steps of
+several sequences decoding together (StepBatcher), each row at its own sequence's position and attending to its
+own cache; the rows of all sequences go through every weight matrix at once. A sequence gets the same bits in a
+batch as alone.
+
+The Python blocks (llama.py and the other architecture files) stay the reference: the pure backend runs them.
+model.c computes the same thing from the same weights (the quantized
 matrices in the map, the float32 norm weights and biases), with what differs between the architectures given as
 data: the rope pairing, GeGLU or SwiGLU, gemma3's query scale, post-norms and per-layer sliding window and rope base.
 A model whose matrices are not all quantized views (a type the kernels lack, the pure backend) gets no Stack.
@@ -17,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from . import gemma3
-from .cache import KVCache
+from .batch import Batch
 from .layers import Linear, QuantLinear, _Joined
 from .threads import native_threads
 from .weights import HParams
@@ -48,7 +53,7 @@ def _vector(v: Any) -> np.ndarray | None:
 
 
 class NativeStack:
-    """The C blocks of one model: forward(x, start, cache) runs every block over x [T, d] of one sequence."""
+    """The C blocks of one model: forward(x, batch) runs every block over x [T, d], the rows of batch's sequences."""
 
     def __init__(self, core: Any, hp: HParams, arch: str, layers: list[dict[str, Any]]) -> None:
         neox, geglu = KINDS[arch]
@@ -69,12 +74,15 @@ class NativeStack:
                              neox, geglu, gemma, q_scale, attn_scale), rows)
         self._stack = core.Stack(*self._stack_args)
 
-    def forward(self, x: np.ndarray, start: int, cache: KVCache) -> np.ndarray:
-        """x [T, d] after every block (positions start.., keys and values into cache, which holds room for them)."""
+    def forward(self, x: np.ndarray, batch: Batch) -> np.ndarray:
+        """x [T, d] after every block: each sequence of batch at its positions, its keys and values into its cache
+        (which holds room for them)."""
         x = np.ascontiguousarray(x, dtype=np.float32)
         if not x.flags.writeable:
             x = x.copy()
-        self._stack.forward(x, start, cache.k, cache.v, native_threads())
+        ends = [row for row, _, _ in batch.seqs[1:]] + [x.shape[0]]
+        seqs = [(end - row, start, cache.k, cache.v) for (row, start, cache), end in zip(batch.seqs, ends, strict=True)]
+        self._stack.forward(x, seqs, native_threads())
         return x
 
 

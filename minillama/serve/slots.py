@@ -2,9 +2,11 @@
 
 A request takes the first free slot, or waits for one in arrival order (an asyncio queue of free slots), and
 runs in that slot's thread, so one long reply never stalls a short one in another slot: the event loop only
-passes chunks along, and the forward pass spends its time in BLAS, which releases the GIL. A streamed reply
-hands its chunks to the loop one at a time; when the client goes away the consumer sets the slot's cancel
-flag and calls the stream's cancel() (minillama.api.Stream: no model step starts after it), the worker stops
+passes chunks along, and the forward pass spends its time in C (the native backend's blocks and kernels) or
+numpy's BLAS (the pure backend), both with the GIL released. With more than one slot the slots' single-token
+steps run as one pass (minillama/model/batch.py's StepBatcher, in the C blocks on the native backend). A
+streamed reply hands its chunks to the loop one at a time; when the client goes away the consumer sets the slot's
+cancel flag and calls the stream's cancel() (minillama.api.Stream: no model step starts after it), the worker stops
 after the token it is computing and closes the stream, and the slot is free again. A non-streamed reply is
 watched too: call() asks every quarter second whether its client is still there, and when it is gone sets the
 cancel flag, which the slot's session checks before each model step (the run ends with ClientGone).

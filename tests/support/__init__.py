@@ -4,7 +4,8 @@ paths: the checkout, shared/ (skip with the reason when absent), the real model,
 reference: llama.cpp's expected outputs in shared/; oracle: llama.cpp itself; fixtures: small tokenizers and
 GGUF files the tests build (on minillama's own writer); protobuf: hand-made SentencePiece files;
 report: readable mismatch reports; terminal: a pseudo-terminal driver for `minillama chat`; limits: running
-code under memory/time limits; merge_words, derived_vocabs: generated inputs and vocabs.
+code under memory/time limits; merge_words, derived_vocabs: generated inputs and vocabs; batching: a model's
+batched single-token steps beside the same steps alone.
 
 Expected token ids come only from llama.cpp (conformance files / oracle), sentencepiece or Hugging Face
 tokenizers -- never from minillama itself. tests/conftest.py puts tests/ on sys.path, so `import support`

@@ -8,6 +8,9 @@ $MINILLAMA_TEST_GGUF, e.g. SmolLM2-135M-Instruct.Q4_1.gguf), warms it up, then f
 with logit_bias, so every reply has that length) at the same moment. Reported per count: the tokens all clients
 received divided by the wall time of the round (best round), and the ratio to one client. The goal in issue 25:
 4 clients >= 2x one client. The machine's load average is printed too: on a shared machine it is the ceiling.
+So is the server's CPU time per token received (user + system, from /proc, median over the rounds): other
+processes slow the wall clock much more than they change it, and one client's CPU per token over four clients'
+is the ratio the server would reach on idle cores where both keep the cores busy.
 """
 
 from __future__ import annotations
@@ -37,6 +40,16 @@ def start(model: str, parallel: int) -> tuple[subprocess.Popen, str, int]:
             threading.Thread(target=lambda: [None for _ in proc.stderr], daemon=True).start()
             return proc, m.group(1), int(m.group(2))
     raise SystemExit(f"the server did not start: {proc.wait()}")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (0 where /proc is missing)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def one(host: str, port: int, body: bytes, out: list[int]) -> None:
@@ -88,14 +101,19 @@ def main() -> None:
     try:
         round_(host, port, 1, 8, eos, 0)  # warm-up: thread choice, caches
         base = None
-        print(f"{'clients':>7} {'tokens':>7} {'seconds':>8} {'tokens/s':>9} {'vs 1':>6}  (best of {args.rounds}, "
-              f"{args.max_tokens} tokens per reply, load average {os.getloadavg()[0]:.1f})")
+        print(f"{'clients':>7} {'tokens':>7} {'seconds':>8} {'tokens/s':>9} {'vs 1':>6} {'CPU ms/token':>13}  (best "
+              f"of {args.rounds}, {args.max_tokens} tokens per reply, load average {os.getloadavg()[0]:.1f})")
         for clients in args.clients:
-            best = max((round_(host, port, clients, args.max_tokens, eos, 100 * r) for r in range(args.rounds)),
-                       key=lambda tn: tn[0] / tn[1])
+            rounds, cpu = [], []
+            for r in range(args.rounds):
+                before = cpu_seconds(proc.pid)
+                rounds.append(round_(host, port, clients, args.max_tokens, eos, 100 * r))
+                cpu.append((cpu_seconds(proc.pid) - before) / max(rounds[-1][0], 1))
+            best = max(rounds, key=lambda tn: tn[0] / tn[1])
             rate = best[0] / best[1]
             base = base or rate
-            print(f"{clients:>7} {best[0]:>7} {best[1]:>8.2f} {rate:>9.1f} {rate / base:>5.2f}x")
+            print(f"{clients:>7} {best[0]:>7} {best[1]:>8.2f} {rate:>9.1f} {rate / base:>5.2f}x "
+                  f"{1000 * sorted(cpu)[len(cpu) // 2]:>13.1f}")
 
     finally:
         proc.terminate()
