@@ -6,6 +6,8 @@
  * MQ_NRC activation rows (a prompt's product reuses it). Q3_K keeps the scalar kernels' arithmetic with its
  * integer part in SIMD (same bits); Q2_K is quants_kernels.h compiled for AVX2 (the compiler vectorises its
  * integer loops). */
+#include <math.h>
+
 #include "quants_common.h"
 
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__) && !defined(__clang__)
@@ -107,13 +109,23 @@ static inline float hsum_ps(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
+static inline int hsum_epi32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+    return _mm_cvtsi128_si32(s);
+}
+
 /* The body of the Q4_K/Q5_K kernel for nrc activation rows (a constant where it is inlined): each block's
- * quants unpacked once, then multiplied with every row. */
+ * quants unpacked once, then multiplied with every row. Q4_K sums as llama.cpp runs it on AVX2, where its loader
+ * repacks Q4_K matrices eight rows interleaved (ggml_gemv_q4_K_8x8_q8_K / ggml_gemm_q4_K_8x8_q8_K): each output a
+ * single float chain over the 256-value blocks, the block's exact integer sum fused with d x the activation's d,
+ * the mins' sum in a second chain, subtracted at the end. Q5_K keeps ggml_vec_dot_q5_K_q8_K's eight lanes. */
 static inline __attribute__((always_inline)) void q45_k_rows(const uint8_t *w, const uint8_t *y, size_t ys, int n,
                                                              const int nrc, float *out, size_t os, int five) {
     __m256 acc[MQ_NRC];
-    float summ[MQ_NRC];
-    for (int r = 0; r < nrc; r++) acc[r] = _mm256_setzero_ps(), summ[r] = 0;
+    float summ[MQ_NRC], acc1[MQ_NRC];
+    for (int r = 0; r < nrc; r++) acc[r] = _mm256_setzero_ps(), summ[r] = 0, acc1[r] = 0;
     const int size = five ? 176 : 144;
     const __m256i low4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
     for (int ib = 0; ib < n / 256; ib++, w += size, y += 292) {
@@ -145,11 +157,16 @@ static inline __attribute__((always_inline)) void q45_k_rows(const uint8_t *w, c
                 sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
             }
             float yd = ld_f32(yr);
-            acc[r] = _mm256_add_ps(acc[r], _mm256_mul_ps(_mm256_set1_ps(dw * yd), _mm256_cvtepi32_ps(sumi)));
-            summ[r] += mw * yd * (float)sumi_m;
+            if (five) {
+                acc[r] = _mm256_add_ps(acc[r], _mm256_mul_ps(_mm256_set1_ps(dw * yd), _mm256_cvtepi32_ps(sumi)));
+                summ[r] += mw * yd * (float)sumi_m;
+            } else {
+                acc1[r] = fmaf((float)hsum_epi32(sumi), dw * yd, acc1[r]);
+                summ[r] = fmaf((float)sumi_m, mw * yd, summ[r]);
+            }
         }
     }
-    for (int r = 0; r < nrc; r++) out[(size_t)r * os] = hsum_ps(acc[r]) - summ[r];
+    for (int r = 0; r < nrc; r++) out[(size_t)r * os] = (five ? hsum_ps(acc[r]) : acc1[r]) - summ[r];
 }
 
 static inline __attribute__((always_inline)) void q6_k_rows(const uint8_t *w, const uint8_t *y, size_t ys, int n,
