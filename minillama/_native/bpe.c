@@ -95,7 +95,7 @@ static int build_tokens(bpe *b, const uint8_t *tok_bytes, size_t tok_len, const 
     b->raw = malloc(tok_len ? tok_len : 1);
     b->raw_off = malloc(n_vocab * sizeof *b->raw_off);
     b->tok_cap = pow2_at_least(2 * n_vocab);
-    b->toks = calloc(b->tok_cap, sizeof *b->toks);
+    b->toks = b->tok_cap <= SIZE_MAX / sizeof *b->toks ? big_alloc(b->tok_cap * sizeof *b->toks, 1) : NULL;
     if (!b->raw || !b->raw_off || !b->toks) return 0;
     size_t used = 0;
     for (size_t t = 0; t < n_vocab; t++) {
@@ -148,7 +148,7 @@ bpe *bpe_new(const int32_t *merges, size_t n_merges, const int32_t *byte_ids, co
         }
     }
     b->pair_cap = pow2_at_least(n_merges + n_merges / 2 + 2); /* load <= 2/3: half the memory of 2n */
-    b->pairs = malloc(b->pair_cap * sizeof *b->pairs);
+    b->pairs = b->pair_cap <= SIZE_MAX / sizeof *b->pairs ? big_alloc(b->pair_cap * sizeof *b->pairs, 0) : NULL;
     b->cache = wcache_new(cache_max_bytes, cache_max_words);
     if (!b->pairs || !b->cache) {
         bpe_free(b);
@@ -187,9 +187,9 @@ bpe *bpe_new(const int32_t *merges, size_t n_merges, const int32_t *byte_ids, co
 
 void bpe_free(bpe *b) {
     if (!b) return;
-    free(b->pairs);
+    big_free(b->pairs, b->pair_cap * sizeof *b->pairs);
     free(b->byte_pairs);
-    free(b->toks);
+    big_free(b->toks, b->tok_cap * sizeof *b->toks);
     free(b->raw);
     free(b->raw_off);
     wcache_free(b->cache);
