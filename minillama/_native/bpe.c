@@ -1,7 +1,7 @@
 /* Byte-level BPE as llama.cpp runs it (llm_tokenizer_bpe), over token ids: each word's bytes start as their
  * byte tokens; while some adjacent pair is a merge, the pair of lowest rank merges (ties: the leftmost).
- * Short words by a plain scan, long ones (HEAP_MIN_LEN bytes and more) by a heap + linked list, as
- * encoders/bpe.py. The merge table is built from Vocab.arrays() at load; symbols are always tokens (the
+ * Short words by a plain scan (in lanes, several words at once), long ones (HEAP_MIN_LEN bytes and more) by a
+ * heap + linked list, as encoders/bpe.py. The merge table is built from Vocab.arrays() at load; symbols are always tokens (the
  * Python side hands over only vocabs where every applicable merge makes a token). */
 #include <stdlib.h>
 #include <string.h>
@@ -229,39 +229,6 @@ static void scratch_free(scratch *s) {
     free(s->heap);
 }
 
-/* The plain scan: the pair_key of every adjacent pair kept (pk), two updated per merge; the smallest is the
- * merge of lowest rank, the leftmost of equals (the same rank is the same merge). Leaves n symbols in syms. */
-static size_t merge_simple(const bpe *b, const uint8_t *w, int32_t *syms, uint64_t *pk, size_t n) {
-    if (n < 2) return n;
-    for (size_t i = 0; i + 1 < n; i++) pk[i] = b->byte_pairs[w[i] << 8 | w[i + 1]];
-    for (;;) {
-        size_t best = 0;
-        uint64_t low = pk[0];
-        for (size_t i = 1; i + 1 < n; i++)
-            if (pk[i] < low) {
-                low = pk[i];
-                best = i;
-            }
-        if (low == NO_PAIR) return n;
-        syms[best] = (int32_t)(uint32_t)low;
-        memmove(syms + best + 1, syms + best + 2, (n - best - 2) * sizeof *syms);
-        memmove(pk + best, pk + best + 1, (n - best - 2) * sizeof *pk);
-        n--;
-        if (best + 1 < n) pair_prefetch(b, syms[best], syms[best + 1]);
-        if (best > 0) pair_prefetch(b, syms[best - 1], syms[best]);
-        int32_t r, res = -1;
-        if (best + 1 < n) {
-            r = pair_rank(b, syms[best], syms[best + 1], &res);
-            pk[best] = pair_key(r, res);
-        }
-        if (best > 0) {
-            r = pair_rank(b, syms[best - 1], syms[best], &res);
-            pk[best - 1] = pair_key(r, res);
-        }
-        if (n < 2) return n;
-    }
-}
-
 void heap_push(uint64_t *h, size_t *n, uint64_t x) {
     size_t i = (*n)++;
     while (i > 0) {
@@ -359,18 +326,17 @@ static int known_word(bpe *b, const uint8_t *w, size_t n, const word_key *k, ive
     return out->ok ? -1 : 0;
 }
 
-/* A word known_word did not know, merged now and its ids appended to out and put in the cache; 0 on
- * allocation failure. */
+/* A word known_word did not know, merged now (the heap; bpe_encode gives the lanes below the words of 2 to
+ * HEAP_MIN_LEN - 1 bytes), its ids appended to out and put in the cache; 0 on allocation failure. */
 static int merge_word(bpe *b, scratch *s, const uint8_t *w, size_t n, const word_key *k, ivec *out) {
-    int32_t small[HEAP_MIN_LEN]; /* a short word's symbols and pair keys, on the stack */
-    uint64_t small_pk[HEAP_MIN_LEN];
-    int32_t *syms = small;
-    if (n >= HEAP_MIN_LEN) {
+    int32_t one; /* a word of one byte has nothing to merge */
+    int32_t *syms = &one;
+    if (n > 1) {
         if (!scratch_fit(s, n)) return 0;
         syms = s->syms;
     }
     for (size_t i = 0; i < n; i++) syms[i] = b->byte_ids[w[i]];
-    size_t kept = n >= HEAP_MIN_LEN ? merge_heap(b, w, s, n) : merge_simple(b, w, syms, small_pk, n);
+    size_t kept = n > 1 ? merge_heap(b, w, s, n) : n;
     if (!ivec_room(out, 2 * kept)) return 0;
     size_t start = out->n;
     out->n += syms_to_ids(b, syms, kept, out->v + start);
@@ -378,9 +344,11 @@ static int merge_word(bpe *b, scratch *s, const uint8_t *w, size_t n, const word
     return 1;
 }
 
-/* New short words are not merged one by one: merge_simple's steps of LANES words are taken in turn, one step
- * of each before the next of any, so the pair-table lookups a step needs (a cache miss each: the table is
- * megabytes) are prefetched and arrive while the other lanes step. A lane whose word is done takes the next
+/* New short words are merged by the plain scan: the pair_key of every adjacent pair kept (pk), the smallest is
+ * the merge of lowest rank, the leftmost of equals (the same rank is the same merge), two keys updated a merge.
+ * Not one word after another: the steps of LANES words are taken in turn, one step of each before the next of
+ * any, so the pair-table lookups a step needs (a cache miss each: the table is megabytes) are prefetched and
+ * arrive while the other lanes step. A lane whose word is done takes the next
  * one, so the lanes stay full. The words wait in a window of up to WINDOW (the same word twice is one entry),
  * their ids as markers -(j + 1) in the output (ids are >= 0) until the window is merged; then the markers are
  * replaced in order. */
@@ -412,7 +380,7 @@ typedef struct {
     ivec tail; /* the output from first on, while the markers are replaced */
 } batch;
 
-/* merge_simple's state after its first scan, for pending word j (2 <= n < HEAP_MIN_LEN). */
+/* A lane's start on pending word j (2 <= n < HEAP_MIN_LEN): its bytes' tokens, their pairs' keys. */
 static void lane_start(const bpe *b, lane *l, const pending *p, size_t j) {
     const uint8_t *w = p->w;
     size_t n = p->n;
@@ -423,7 +391,7 @@ static void lane_start(const bpe *b, lane *l, const pending *p, size_t j) {
     for (size_t i = 0; i + 1 < n; i++) l->pk[i] = b->byte_pairs[w[i] << 8 | w[i + 1]];
 }
 
-/* One step of merge_simple: the ranks the last merge left due, then the merge of lowest rank (its new pairs
+/* One step of the plain scan: the ranks the last merge left due, then the merge of lowest rank (its new pairs
  * prefetched and left due for the next step). 0 when the word is done. */
 static int lane_step(const bpe *b, lane *l) {
     int32_t *syms = l->syms, res = -1, r;
