@@ -350,10 +350,12 @@ static int merge_word(bpe *b, scratch *s, const uint8_t *w, size_t n, const word
  * any, so the pair-table lookups a step needs (a cache miss each: the table is megabytes) are prefetched and
  * arrive while the other lanes step. A lane whose word is done takes the next
  * one, so the lanes stay full. The words wait in a window of up to WINDOW (the same word twice is one entry),
- * their ids as markers -(j + 1) in the output (ids are >= 0) until the window is merged; then the markers are
- * replaced in order. */
+ * their ids as markers -(j + 1) in the output (ids are >= 0) until the window is merged (full, or TAIL_MAX ids
+ * past its first marker: the copy that replacing the markers makes stays small); then the markers are replaced
+ * in order. */
 #define LANES 8
 #define WINDOW 64
+#define TAIL_MAX 4096
 #define DUE_NONE SIZE_MAX
 
 typedef struct {
@@ -461,10 +463,15 @@ static int batch_flush(bpe *b, batch *t, ivec *out) {
     t->tail.n = 0;
     if (!ivec_extend(&t->tail, out->v + t->first, out->n - t->first)) return 0;
     out->n = t->first;
-    for (size_t i = 0; i < t->tail.n; i++) {
-        int32_t x = t->tail.v[i];
-        const pending *p = x < 0 ? &t->p[-x - 1] : NULL;
-        if (p ? !ivec_extend(out, t->res.v + p->start, p->nids) : !ivec_push(out, x)) return 0;
+    const int32_t *v = t->tail.v;
+    for (size_t i = 0, m = t->tail.n; i < m;) { /* runs of ids copied whole, each marker replaced */
+        size_t j = i;
+        while (j < m && v[j] >= 0) j++;
+        if (!ivec_extend(out, v + i, j - i)) return 0;
+        if (j == m) break;
+        const pending *p = &t->p[-v[j] - 1];
+        if (!ivec_extend(out, t->res.v + p->start, p->nids)) return 0;
+        i = j + 1;
     }
     t->n = 0;
     return 1;
@@ -518,9 +525,10 @@ static int byte_ends(const uint8_t *text, size_t n, const int64_t *cp_ends, size
  * cache miss for most words) fetched then, so it has arrived when the word's turn comes. */
 #define AHEAD 8
 
-static void key_ahead(const bpe *b, const uint8_t *text, size_t n, const ivec *ends, size_t i, word_key *k) {
+static inline void key_ahead(const bpe *b, const uint8_t *text, size_t n, const ivec *ends, size_t i, word_key *k) {
     size_t s = i ? (size_t)ends->v[i - 1] : 0, e = (size_t)ends->v[i];
     if (e <= s || e > n) return; /* bad ends: the loop stops at this word without the key */
+    if (e - s == 1 && b->byte_ids[text[s]] >= 0) return; /* a byte token: known_word needs no key */
     word_key_of(text + s, e - s, k);
     if (b->ignore_merges) __builtin_prefetch(&b->toks[(size_t)k->hash & (b->tok_cap - 1)]);
 }
@@ -551,14 +559,14 @@ int bpe_encode(bpe *b, const uint8_t *text, size_t n, int mode, const int64_t *c
         if (i + AHEAD < ends.n) key_ahead(b, text, n, &ends, i + AHEAD, &keys[i % AHEAD]);
         if (!len) continue;
         int r = known_word(b, w, len, &k, out);
-        if (r > 0) continue;
         if (r == 0) goto done;
-        if (len >= 2 && len < HEAP_MIN_LEN) {
+        if (r < 0 && len >= 2 && len < HEAP_MIN_LEN) {
             if (!t && !(t = batch_new())) goto done;
             if (!batch_add(b, t, w, len, k.hash, out)) goto done;
-        } else if (!merge_word(b, &s, w, len, &k, out)) {
+        } else if (r < 0 && !merge_word(b, &s, w, len, &k, out)) {
             goto done;
         }
+        if (t && t->n && out->n - t->first >= TAIL_MAX && !batch_flush(b, t, out)) goto done;
     }
     if (t && t->n && !batch_flush(b, t, out)) goto done;
     ok = out->ok;
