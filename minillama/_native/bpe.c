@@ -1,7 +1,7 @@
 /* Byte-level BPE as llama.cpp runs it (llm_tokenizer_bpe), over token ids: each word's bytes start as their
  * byte tokens; while some adjacent pair is a merge, the pair of lowest rank merges (ties: the leftmost).
- * Short words by a plain scan, long ones (HEAP_MIN_LEN bytes and more) by a heap + linked list, as
- * encoders/bpe.py. The merge table is built from Vocab.arrays() at load; symbols are always tokens (the
+ * Short words by a plain scan (in lanes, several words at once), long ones (HEAP_MIN_LEN bytes and more) by a
+ * heap + linked list, as encoders/bpe.py. The merge table is built from Vocab.arrays() at load; symbols are always tokens (the
  * Python side hands over only vocabs where every applicable merge makes a token). */
 #include <stdlib.h>
 #include <string.h>
@@ -66,8 +66,9 @@ static inline uint64_t pair_key(int32_t rank, int32_t result) {
 }
 
 /* Start loading the slot where the pair (l, r) is looked for: the two lookups after a merge then wait for
- * memory once, not twice (the pair table is far larger than the caches). */
-static inline void pair_prefetch(const bpe *b, int32_t l, int32_t r) {
+ * memory once, not twice (the pair table is far larger than the caches). always_inline: GCC 12 finds a plain
+ * static function whose only effect is a prefetch "const" and deletes its calls, prefetch and all. */
+__attribute__((always_inline)) static inline void pair_prefetch(const bpe *b, int32_t l, int32_t r) {
     uint64_t key = (uint64_t)(uint32_t)l << 32 | (uint32_t)r;
     __builtin_prefetch(&b->pairs[(size_t)key_mix(key) & (b->pair_cap - 1)]);
 }
@@ -95,7 +96,7 @@ static int build_tokens(bpe *b, const uint8_t *tok_bytes, size_t tok_len, const 
     b->raw = malloc(tok_len ? tok_len : 1);
     b->raw_off = malloc(n_vocab * sizeof *b->raw_off);
     b->tok_cap = pow2_at_least(2 * n_vocab);
-    b->toks = calloc(b->tok_cap, sizeof *b->toks);
+    b->toks = b->tok_cap <= SIZE_MAX / sizeof *b->toks ? big_alloc(b->tok_cap * sizeof *b->toks, 1) : NULL;
     if (!b->raw || !b->raw_off || !b->toks) return 0;
     size_t used = 0;
     for (size_t t = 0; t < n_vocab; t++) {
@@ -148,7 +149,7 @@ bpe *bpe_new(const int32_t *merges, size_t n_merges, const int32_t *byte_ids, co
         }
     }
     b->pair_cap = pow2_at_least(n_merges + n_merges / 2 + 2); /* load <= 2/3: half the memory of 2n */
-    b->pairs = malloc(b->pair_cap * sizeof *b->pairs);
+    b->pairs = b->pair_cap <= SIZE_MAX / sizeof *b->pairs ? big_alloc(b->pair_cap * sizeof *b->pairs, 0) : NULL;
     b->cache = wcache_new(cache_max_bytes, cache_max_words);
     if (!b->pairs || !b->cache) {
         bpe_free(b);
@@ -187,9 +188,9 @@ bpe *bpe_new(const int32_t *merges, size_t n_merges, const int32_t *byte_ids, co
 
 void bpe_free(bpe *b) {
     if (!b) return;
-    free(b->pairs);
+    big_free(b->pairs, b->pair_cap * sizeof *b->pairs);
     free(b->byte_pairs);
-    free(b->toks);
+    big_free(b->toks, b->tok_cap * sizeof *b->toks);
     free(b->raw);
     free(b->raw_off);
     wcache_free(b->cache);
@@ -226,39 +227,6 @@ static void scratch_free(scratch *s) {
     free(s->nxt);
     free(s->prv);
     free(s->heap);
-}
-
-/* The plain scan: the pair_key of every adjacent pair kept (pk), two updated per merge; the smallest is the
- * merge of lowest rank, the leftmost of equals (the same rank is the same merge). Leaves n symbols in syms. */
-static size_t merge_simple(const bpe *b, const uint8_t *w, int32_t *syms, uint64_t *pk, size_t n) {
-    if (n < 2) return n;
-    for (size_t i = 0; i + 1 < n; i++) pk[i] = b->byte_pairs[w[i] << 8 | w[i + 1]];
-    for (;;) {
-        size_t best = 0;
-        uint64_t low = pk[0];
-        for (size_t i = 1; i + 1 < n; i++)
-            if (pk[i] < low) {
-                low = pk[i];
-                best = i;
-            }
-        if (low == NO_PAIR) return n;
-        syms[best] = (int32_t)(uint32_t)low;
-        memmove(syms + best + 1, syms + best + 2, (n - best - 2) * sizeof *syms);
-        memmove(pk + best, pk + best + 1, (n - best - 2) * sizeof *pk);
-        n--;
-        if (best + 1 < n) pair_prefetch(b, syms[best], syms[best + 1]);
-        if (best > 0) pair_prefetch(b, syms[best - 1], syms[best]);
-        int32_t r, res = -1;
-        if (best + 1 < n) {
-            r = pair_rank(b, syms[best], syms[best + 1], &res);
-            pk[best] = pair_key(r, res);
-        }
-        if (best > 0) {
-            r = pair_rank(b, syms[best - 1], syms[best], &res);
-            pk[best - 1] = pair_key(r, res);
-        }
-        if (n < 2) return n;
-    }
 }
 
 void heap_push(uint64_t *h, size_t *n, uint64_t x) {
@@ -329,42 +297,212 @@ static size_t merge_heap(const bpe *b, const uint8_t *w, scratch *s, size_t n) {
     return k;
 }
 
-/* The ids of one word (its bytes), appended to out; 0 on allocation failure. */
-static int encode_word(bpe *b, scratch *s, const uint8_t *w, size_t n, ivec *out) {
-    if (!n) return 1;
-    /* Answers that need no cache (read-only tables, no lock): a byte that is a token, and with ignore_merges
-     * a word that is a token -- most words of real text; the cache keeps the words that merge. */
+/* A merged word's symbols as ids, appended to dst (room for 2 a symbol is the caller's): a symbol that is a
+ * byte whose character is no token (no merge names it) becomes its fallback ids. */
+static size_t syms_to_ids(const bpe *b, const int32_t *syms, size_t kept, int32_t *dst) {
+    size_t m = 0;
+    for (size_t i = 0; i < kept; i++) {
+        int32_t x = syms[i];
+        if (x >= 0) {
+            dst[m++] = x;
+            continue;
+        }
+        for (int j = 0; j < 2; j++)
+            if (b->byte_fallback[-x - 1][j] >= 0) dst[m++] = b->byte_fallback[-x - 1][j];
+    }
+    return m;
+}
+
+/* The ids of a word (n >= 1 bytes, key k) that need no merging, appended to out: a byte that is a token, with
+ * ignore_merges a word that is a token (read-only tables, no lock: most words of real text), else a word in
+ * the cache (the words that merge). 1 found, -1 not found, 0 out of memory. */
+static int known_word(bpe *b, const uint8_t *w, size_t n, const word_key *k, ivec *out) {
     if (n == 1 && b->byte_ids[w[0]] >= 0) return ivec_push(out, b->byte_ids[w[0]]);
-    word_key k;
-    word_key_of(w, n, &k);
     if (b->ignore_merges) {
-        const tok_slot *x = &b->toks[tok_slot_of(b, w, n, &k)];
+        const tok_slot *x = &b->toks[tok_slot_of(b, w, n, k)];
         if (x->len) return ivec_push(out, x->id);
     }
-    if (wcache_get_h(b->cache, k.hash, w, n, out)) return 1;
-    if (!out->ok) return 0;
-    size_t start = out->n;
-    int32_t small[HEAP_MIN_LEN]; /* a short word's symbols and pair keys, on the stack */
-    uint64_t small_pk[HEAP_MIN_LEN];
-    int32_t *syms = small;
-    if (n >= HEAP_MIN_LEN) {
+    if (wcache_get_h(b->cache, k->hash, w, n, out)) return 1;
+    return out->ok ? -1 : 0;
+}
+
+/* A word known_word did not know, merged now (the heap; bpe_encode gives the lanes below the words of 2 to
+ * HEAP_MIN_LEN - 1 bytes), its ids appended to out and put in the cache; 0 on allocation failure. */
+static int merge_word(bpe *b, scratch *s, const uint8_t *w, size_t n, const word_key *k, ivec *out) {
+    int32_t one; /* a word of one byte has nothing to merge */
+    int32_t *syms = &one;
+    if (n > 1) {
         if (!scratch_fit(s, n)) return 0;
         syms = s->syms;
     }
     for (size_t i = 0; i < n; i++) syms[i] = b->byte_ids[w[i]];
-    size_t kept = n >= HEAP_MIN_LEN ? merge_heap(b, w, s, n) : merge_simple(b, w, syms, small_pk, n);
+    size_t kept = n > 1 ? merge_heap(b, w, s, n) : n;
     if (!ivec_room(out, 2 * kept)) return 0;
-    for (size_t i = 0; i < kept; i++) {
-        int32_t x = syms[i];
-        if (x >= 0) {
-            out->v[out->n++] = x;
-            continue;
-        }
-        for (int j = 0; j < 2; j++) /* a byte whose character is no token (no merge names it) */
-            if (b->byte_fallback[-x - 1][j] >= 0) out->v[out->n++] = b->byte_fallback[-x - 1][j];
-    }
-    wcache_put_h(b->cache, k.hash, w, n, out->v + start, out->n - start);
+    size_t start = out->n;
+    out->n += syms_to_ids(b, syms, kept, out->v + start);
+    wcache_put_h(b->cache, k->hash, w, n, out->v + start, out->n - start);
     return 1;
+}
+
+/* New short words are merged by the plain scan: the pair_key of every adjacent pair kept (pk), the smallest is
+ * the merge of lowest rank, the leftmost of equals (the same rank is the same merge), two keys updated a merge.
+ * Not one word after another: the steps of LANES words are taken in turn, one step of each before the next of
+ * any, so the pair-table lookups a step needs (a cache miss each: the table is megabytes) are prefetched and
+ * arrive while the other lanes step. A lane whose word is done takes the next
+ * one, so the lanes stay full. The words wait in a window of up to WINDOW (the same word twice is one entry),
+ * their ids as markers -(j + 1) in the output (ids are >= 0) until the window is merged (full, or TAIL_MAX ids
+ * past its first marker: the copy that replacing the markers makes stays small); then the markers are replaced
+ * in order. */
+#define LANES 8
+#define WINDOW 64
+#define TAIL_MAX 4096
+#define DUE_NONE SIZE_MAX
+
+typedef struct {
+    const uint8_t *w;
+    size_t n;
+    uint64_t hash;
+    size_t start, nids; /* its ids in the window's res */
+} pending;
+
+typedef struct {
+    size_t word; /* its pending entry */
+    size_t nsym;
+    size_t due; /* the symbol whose pairs with its neighbours need their ranks (a merge left it), or DUE_NONE */
+    int32_t syms[HEAP_MIN_LEN];
+    uint64_t pk[HEAP_MIN_LEN];
+} lane;
+
+typedef struct {
+    pending p[WINDOW];
+    size_t n;
+    size_t first; /* where the first marker is in the output (when n > 0) */
+    lane lanes[LANES];
+    ivec res;  /* the merged words' ids */
+    ivec tail; /* the output from first on, while the markers are replaced */
+} batch;
+
+/* A lane's start on pending word j (2 <= n < HEAP_MIN_LEN): its bytes' tokens, their pairs' keys. */
+static void lane_start(const bpe *b, lane *l, const pending *p, size_t j) {
+    const uint8_t *w = p->w;
+    size_t n = p->n;
+    l->word = j;
+    l->nsym = n;
+    l->due = DUE_NONE;
+    for (size_t i = 0; i < n; i++) l->syms[i] = b->byte_ids[w[i]];
+    for (size_t i = 0; i + 1 < n; i++) l->pk[i] = b->byte_pairs[w[i] << 8 | w[i + 1]];
+}
+
+/* One step of the plain scan: the ranks the last merge left due, then the merge of lowest rank (its new pairs
+ * prefetched and left due for the next step). 0 when the word is done. */
+static int lane_step(const bpe *b, lane *l) {
+    int32_t *syms = l->syms, res = -1, r;
+    uint64_t *pk = l->pk;
+    size_t n = l->nsym;
+    if (l->due != DUE_NONE) {
+        size_t at = l->due;
+        if (at + 1 < n) {
+            r = pair_rank(b, syms[at], syms[at + 1], &res);
+            pk[at] = pair_key(r, res);
+        }
+        if (at > 0) {
+            r = pair_rank(b, syms[at - 1], syms[at], &res);
+            pk[at - 1] = pair_key(r, res);
+        }
+        l->due = DUE_NONE;
+    }
+    if (n < 2) return 0;
+    size_t best = 0;
+    uint64_t low = pk[0];
+    for (size_t i = 1; i + 1 < n; i++)
+        if (pk[i] < low) {
+            low = pk[i];
+            best = i;
+        }
+    if (low == NO_PAIR) return 0;
+    syms[best] = (int32_t)(uint32_t)low;
+    memmove(syms + best + 1, syms + best + 2, (n - best - 2) * sizeof *syms);
+    memmove(pk + best, pk + best + 1, (n - best - 2) * sizeof *pk);
+    l->nsym = --n;
+    if (best + 1 < n) pair_prefetch(b, syms[best], syms[best + 1]);
+    if (best > 0) pair_prefetch(b, syms[best - 1], syms[best]);
+    l->due = best;
+    return 1;
+}
+
+/* Merge the window's words, cache them and put their ids in place of their markers; 0 on allocation failure. */
+static int batch_flush(bpe *b, batch *t, ivec *out) {
+    size_t next = 0, active = 0;
+    t->res.n = 0;
+    while (active < LANES && next < t->n) {
+        lane_start(b, &t->lanes[active], &t->p[next], next);
+        active++, next++;
+    }
+    while (active) {
+        for (size_t i = 0; i < active;) {
+            lane *l = &t->lanes[i];
+            if (lane_step(b, l)) {
+                i++;
+                continue;
+            }
+            pending *p = &t->p[l->word];
+            if (!ivec_room(&t->res, 2 * l->nsym)) return 0;
+            p->start = t->res.n;
+            p->nids = syms_to_ids(b, l->syms, l->nsym, t->res.v + p->start);
+            t->res.n += p->nids;
+            wcache_put_h(b->cache, p->hash, p->w, p->n, t->res.v + p->start, p->nids);
+            if (next < t->n) { /* the lane takes the next word */
+                lane_start(b, l, &t->p[next], next);
+                next++;
+                i++;
+            } else { /* the last lane moves here */
+                if (i != --active) *l = t->lanes[active];
+            }
+        }
+    }
+    t->tail.n = 0;
+    if (!ivec_extend(&t->tail, out->v + t->first, out->n - t->first)) return 0;
+    out->n = t->first;
+    const int32_t *v = t->tail.v;
+    for (size_t i = 0, m = t->tail.n; i < m;) { /* runs of ids copied whole, each marker replaced */
+        size_t j = i;
+        while (j < m && v[j] >= 0) j++;
+        if (!ivec_extend(out, v + i, j - i)) return 0;
+        if (j == m) break;
+        const pending *p = &t->p[-v[j] - 1];
+        if (!ivec_extend(out, t->res.v + p->start, p->nids)) return 0;
+        i = j + 1;
+    }
+    t->n = 0;
+    return 1;
+}
+
+static batch *batch_new(void) {
+    batch *t = malloc(sizeof *t);
+    if (!t) return NULL;
+    t->n = 0;
+    t->res = t->tail = (ivec){NULL, 0, 0, 1};
+    return t;
+}
+
+static void batch_free(batch *t) {
+    if (!t) return;
+    ivec_free(&t->res);
+    ivec_free(&t->tail);
+    free(t);
+}
+
+/* A short new word into the window (the same word twice shares one entry), its marker into out; the window
+ * merged when full. 0 on allocation failure. */
+static int batch_add(bpe *b, batch *t, const uint8_t *w, size_t n, uint64_t hash, ivec *out) {
+    size_t j = 0;
+    while (j < t->n && !(t->p[j].hash == hash && t->p[j].n == n && memcmp(t->p[j].w, w, n) == 0)) j++;
+    if (j == t->n) {
+        if (j == 0) t->first = out->n;
+        t->p[t->n++] = (pending){w, n, hash, 0, 0};
+    }
+    if (!ivec_push(out, -(int32_t)j - 1)) return 0;
+    return t->n < WINDOW || batch_flush(b, t, out);
 }
 
 /* Word ends (byte offsets) of text from the code point offsets cp_ends (rising to the text's length). */
@@ -383,10 +521,24 @@ static int byte_ends(const uint8_t *text, size_t n, const int64_t *cp_ends, size
     return pos == n;
 }
 
+/* Words are hashed AHEAD words before they are encoded, and their slot in the token table (ignore_merges; a
+ * cache miss for most words) fetched then, so it has arrived when the word's turn comes. */
+#define AHEAD 8
+
+static inline void key_ahead(const bpe *b, const uint8_t *text, size_t n, const ivec *ends, size_t i, word_key *k) {
+    size_t s = i ? (size_t)ends->v[i - 1] : 0, e = (size_t)ends->v[i];
+    if (e <= s || e > n) return; /* bad ends: the loop stops at this word without the key */
+    if (e - s == 1 && b->byte_ids[text[s]] >= 0) return; /* a byte token: known_word needs no key */
+    word_key_of(text + s, e - s, k);
+    if (b->ignore_merges) __builtin_prefetch(&b->toks[(size_t)k->hash & (b->tok_cap - 1)]);
+}
+
 int bpe_encode(bpe *b, const uint8_t *text, size_t n, int mode, const int64_t *cp_ends, size_t n_ends,
                const uint16_t *flags, ivec *out) {
     ivec ends = {NULL, 0, 0, 1};
     scratch s = {0};
+    batch *t = NULL; /* made at the first new short word */
+    word_key keys[AHEAD];
     int ok = 0;
     if (n > INT32_MAX) return 0;
     /* about a word and an id per 4 bytes of text: one allocation each instead of a few doublings */
@@ -395,16 +547,32 @@ int bpe_encode(bpe *b, const uint8_t *text, size_t n, int mode, const int64_t *c
                             : !(mode >= SPLIT_FALCON ? split_multi(mode, text, n, flags, &ends)
                                                      : split_words(mode, text, n, flags, &ends)))
         goto done;
+    for (size_t i = 0; i < AHEAD && i < ends.n; i++) key_ahead(b, text, n, &ends, i, &keys[i]);
     size_t prev = 0;
     for (size_t i = 0; i < ends.n; i++) {
         size_t e = (size_t)ends.v[i];
         if (e < prev || e > n) goto done;
-        if (!encode_word(b, &s, text + prev, e - prev, out)) goto done;
+        const uint8_t *w = text + prev;
+        size_t len = e - prev;
         prev = e;
+        word_key k = keys[i % AHEAD];
+        if (i + AHEAD < ends.n) key_ahead(b, text, n, &ends, i + AHEAD, &keys[i % AHEAD]);
+        if (!len) continue;
+        int r = known_word(b, w, len, &k, out);
+        if (r == 0) goto done;
+        if (r < 0 && len >= 2 && len < HEAP_MIN_LEN) {
+            if (!t && !(t = batch_new())) goto done;
+            if (!batch_add(b, t, w, len, k.hash, out)) goto done;
+        } else if (r < 0 && !merge_word(b, &s, w, len, &k, out)) {
+            goto done;
+        }
+        if (t && t->n && out->n - t->first >= TAIL_MAX && !batch_flush(b, t, out)) goto done;
     }
+    if (t && t->n && !batch_flush(b, t, out)) goto done;
     ok = out->ok;
 done:
     ivec_free(&ends);
+    batch_free(t);
     scratch_free(&s);
     return ok;
 }

@@ -17,6 +17,10 @@ typedef struct {
 int ivec_room(ivec *a, size_t n);
 int ivec_extend(ivec *a, const int32_t *x, size_t n);
 void ivec_free(ivec *a);
+/* A big table probed at random, of n bytes (zeroed when zero): huge pages where the kernel gives them; NULL when
+ * memory runs out. big_free takes the same n. */
+void *big_alloc(size_t n, int zero);
+void big_free(void *p, size_t n);
 
 static inline int ivec_push(ivec *a, int32_t x) {
     if (a->n == a->cap && !ivec_room(a, 1)) return 0;

@@ -85,12 +85,30 @@ static inline ws_run whitespace(const text_t *t, size_t pos) {
     }
 }
 
+/* The commonest words, seen first with ASCII read directly: an ASCII letter, or a space and an ASCII letter, at
+ * pos (pos < end) start a word that runs on over letters, from the position returned (0: not such a word). Both
+ * splitters' rules make that of them: no contraction starts so, and their letter rule takes them. */
+static inline size_t ascii_word(const text_t *t, size_t pos) {
+    const uint8_t *s = t->s;
+    uint8_t c = s[pos];
+    if (c >= 0x80) return 0;
+    if (t->flags[c] & FLAG_LETTER) return pos + 1;
+    if (c == ' ' && pos + 1 < t->end && s[pos + 1] < 0x80 && (t->flags[s[pos + 1]] & FLAG_LETTER)) return pos + 2;
+    return 0;
+}
+
 #define ADD(e) do { if ((e) > prev) { if (!ivec_push(ends, (int32_t)(e))) return 0; prev = (e); } } while (0)
 #define WLN (FLAG_WHITESPACE | FLAG_LETTER | FLAG_NUMBER)
 
 static int split_gpt2(const text_t *t, ivec *ends) {
     size_t pos = 0, prev = 0, n = t->end, len;
     while (pos < n) {
+        size_t word = ascii_word(t, pos); /* ' ?\p{L}+' takes these */
+        if (word) {
+            pos = skip_run(t, word, FLAG_LETTER, 0);
+            ADD(pos);
+            continue;
+        }
         uint32_t c = cpt(t, pos, &len);
         unsigned f = flags_of(t, c);
         size_t k = contraction(t, pos, 0);
@@ -131,6 +149,12 @@ static int split_gpt2(const text_t *t, ivec *ends) {
 static int split_llama3(const text_t *t, ivec *ends) {
     size_t pos = 0, prev = 0, n = t->end, len;
     while (pos < n) {
+        size_t from = ascii_word(t, pos); /* [^\r\n\p{L}\p{N}]?\p{L}+ takes these */
+        if (from) {
+            pos = skip_run(t, from, FLAG_LETTER, 0);
+            ADD(pos);
+            continue;
+        }
         uint32_t c = cpt(t, pos, &len);
         unsigned f = flags_of(t, c);
         size_t k = contraction(t, pos, 1);
