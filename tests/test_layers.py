@@ -44,6 +44,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("minillama", "errors"),                                 # the package's __init__ is its version alone
     ("fileio", "limited_worker", "sampling", "palette"),
     ("gguffile", "chat_template", "_native"),
+    ("backend",),                                            # MINILLAMA_BACKEND: the C core or the Python path
     ("tokenizer", "quants"),                                 # quants: ggml's block formats and their traits
     ("constrain", "embedding"),                              # JSON output's grammar; token_embd rows
     ("model", "generate", "dataset", "bench", "inspection"),  # model: the forward pass
