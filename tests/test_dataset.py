@@ -513,6 +513,22 @@ def test_doc_digests_equal_hashlib_blake2b():
         assert doc_digests(batch, native=True) == expected == doc_digests(batch)
 
 
+def test_native_paragraph_cut_equals_fileio_paragraphs():
+    """The core's paragraph cut (TextChunk.documents on the native backend) is fileio.paragraphs: blank lines of any
+    blanks, runs of them, newlines stripped, parts of whitespace only (str.isspace, non-ASCII too) dropped."""
+    import random
+
+    core = pytest.importorskip("minillama._native._core")
+    rng = random.Random(5)
+    alphabet = ["\n", "\n", " ", "\t", "\r", "\f", "\v", "a", "é", "\u3000", "\x85", "\xa0", "\u2028", "\x1c",
+                "日", "\u200b", "😀"]
+    texts = ["".join(rng.choice(alphabet) for _ in range(rng.randrange(40))) for _ in range(5000)]
+    texts += ["\n\n".join(_paragraphs()), "", "\n \n\n", "a\n\t\nb\n\n\n\nc"]
+    for t in texts:
+        assert core.paragraphs(t.encode()) == paragraphs(t), repr(t)
+    assert core.paragraphs(b"ab\xffcd") is None and core.paragraphs("a\udc80".encode("utf-8", "surrogatepass")) is None
+
+
 def test_native_workers_are_threads_and_pure_ones_processes(corpus, tmp_path, monkeypatch):
     """Where the tokenizer encodes in the native core with the GIL released, workers are threads sharing it (no
     process started); the pure backend's hold the GIL and are processes. Both give the same bytes."""

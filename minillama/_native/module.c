@@ -1609,6 +1609,43 @@ done:
     return res;
 }
 
+/* paragraphs(data: bytes) -> list[str] | None: fileio.paragraphs(data.decode()) -- the cut found with the GIL
+ * released (paragraph_spans), then each paragraph decoded; None when data is not UTF-8 (the caller's decode names
+ * the byte). */
+static PyObject *paragraphs_of(PyObject *unused, PyObject *arg) {
+    (void)unused;
+    Py_buffer b;
+    if (PyObject_GetBuffer(arg, &b, PyBUF_SIMPLE) < 0) return NULL;
+    size_t n = (size_t)b.len, k;
+    size_t *spans = PyMem_Malloc((n / 2 + 1) * 2 * sizeof *spans);
+    PyObject *res = NULL;
+    if (!spans) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_BEGIN_ALLOW_THREADS /* the buffer is held: bytes stay alive and unchanged */
+    k = paragraph_spans(b.buf, n, spans);
+    Py_END_ALLOW_THREADS
+    if (!(res = PyList_New((Py_ssize_t)k))) goto done;
+    for (size_t i = 0; i < k; i++) {
+        PyObject *text = PyUnicode_DecodeUTF8((const char *)b.buf + spans[2 * i], (Py_ssize_t)(spans[2 * i + 1] -
+                                              spans[2 * i]), NULL);
+        if (!text) {
+            Py_CLEAR(res);
+            if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
+                PyErr_Clear();
+                res = Py_NewRef(Py_None);
+            }
+            goto done;
+        }
+        PyList_SET_ITEM(res, (Py_ssize_t)i, text);
+    }
+done:
+    PyMem_Free(spans);
+    PyBuffer_Release(&b);
+    return res;
+}
+
 static PyMethodDef core_methods[] = {
     QUANTS_METHODS
     {"utf8_blob", utf8_blob, METH_O,
@@ -1618,6 +1655,9 @@ static PyMethodDef core_methods[] = {
      "utf8_digests(texts: sequence of str, size: int) -> (bytes, int) | None: hashlib.blake2b(t.encode(), "
      "digest_size=size).digest() of each text, joined, and their UTF-8 bytes in all, the GIL released; None when a "
      "text holds a surrogate."},
+    {"paragraphs", paragraphs_of, METH_O,
+     "paragraphs(data: bytes) -> list[str] | None: fileio.paragraphs(data.decode()), the cut found with the GIL "
+     "released; None when data is not UTF-8."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -4,6 +4,10 @@
 
 (issue 23's figure: --vocab llama-spm --mb 25 --big-mb 0.)
 
+minillama's bytecode is compiled first (compileall, into the checkout's __pycache__), as `pip install` leaves an
+installed package: with PYTHONDONTWRITEBYTECODE=1 (set on some machines) each run would otherwise compile every
+module it imports from source, ~0.1 s of start-up that a user's runs do not pay (--no-compile measures that).
+
 The corpus is ../shared/corpus/diverse.txt repeated to --mb megabytes (paragraph documents). Figures:
 
 * end-to-end MB/s of `minillama dataset --workers N` (a fresh process: load, read, encode, write shards and
@@ -140,14 +144,19 @@ def main() -> None:
     ap.add_argument("--big-mb", type=int, default=200, help="larger corpus for the memory figure (0: skip)")
     ap.add_argument("--repeat", type=int, default=3, help="pairs of 1- and 2-worker runs, alternating (default 3)")
     ap.add_argument("--vocab", default="llama-bpe", choices=["llama-bpe", "llama-spm"])
+    ap.add_argument("--no-compile", action="store_true", help="do not compile minillama's bytecode first")
     args = ap.parse_args()
+    if not args.no_compile:
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO / "minillama")], check=True,
+                       stdout=subprocess.DEVNULL)
     model = SHARED / "vocab" / f"ggml-vocab-{args.vocab}.gguf"
     tmp = Path(tempfile.mkdtemp(prefix="bench-dataset-"))
     try:
         corpus = tmp / "corpus.txt"
         size = make_corpus(corpus, args.mb)
         mb = size / 1e6
-        print(f"corpus: diverse.txt repeated to {mb:.1f} MB, vocab {args.vocab}, {os.cpu_count()} cores")
+        print(f"corpus: diverse.txt repeated to {mb:.1f} MB, vocab {args.vocab}, {os.cpu_count()} cores, bytecode "
+              f"{'compiled at each start' if args.no_compile and sys.dont_write_bytecode else 'cached'}")
         runs: dict[int, list[tuple[float, int, float]]] = {1: [], 2: []}
         for r in range(args.repeat):
             for w in (1, 2):
