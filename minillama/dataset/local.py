@@ -28,9 +28,7 @@ while idle whether its parent is still the process that started it.
 
 from __future__ import annotations
 
-import ctypes
 import gc
-import multiprocessing
 import os
 import pickle
 import queue
@@ -38,6 +36,7 @@ import signal
 from collections import deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -45,6 +44,9 @@ from ..errors import MinillamaError
 from ..tokenizer import Tokenizer
 from .shards import ShardWriter, doc_digest, doc_digests
 from .sources import BadRecordError, BadRecords, Source, TextChunk
+
+if TYPE_CHECKING:  # imported where processes start: threads and one worker need neither
+    import multiprocessing
 
 Unit = str | TextChunk  # a document, or a chunk of a text file that splits into documents where it is encoded
 Encoded = tuple[np.ndarray, np.ndarray, bytes, int]  # encode_docs' result
@@ -162,6 +164,8 @@ class Threads:
 
 def die_with_parent(parent: int) -> None:
     """Have the kernel SIGKILL this process when its parent dies (Linux), and exit now if it already has."""
+    import ctypes
+
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
@@ -178,6 +182,8 @@ class Workers:
     in submission order, passing on the cache entries each result brings to the other workers."""
 
     def __init__(self, n: int, tok: Tokenizer, settings: tuple) -> None:
+        import multiprocessing
+
         ctx = multiprocessing.get_context()
         self.results: multiprocessing.Queue = ctx.Queue()
         self.inboxes: list[multiprocessing.Queue] = [ctx.Queue() for _ in range(n)]
