@@ -4,7 +4,8 @@ the native backend, and the binding's checks.
 Tiny float32 models of every architecture model.c runs (llama with rope_freqs, qwen2 with q/k/v biases, qwen3 with
 per-head q/k norms, phi3 with fused matrices and a partial rope, gemma3 with its extra norms, GeGLU, query scale and
 sliding-window layers), written here: with F32 weights nothing is quantized, so the two paths differ only by float
-rounding. A pass split into chunks and single-token steps gives the bits of one fresh pass (each token's row is
+rounding once the Python blocks attend as llama.cpp's CPU flash attention does (ggml_attention below: model.c's
+attention.c computes that, float16 roundings and all, where layers.attention is a plain float32 softmax). A pass split into chunks and single-token steps gives the bits of one fresh pass (each token's row is
 computed alone, whatever else is in the chunk). The real models' agreement with llama.cpp is checked by
 test_model.py / test_quants.py (SmolLM2) and tools/bench/bench_model.py --exactness-only (Gemma 3).
 """
@@ -106,15 +107,80 @@ def tiny(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
 
 IDS = [(7 * i + 3) % VOCAB for i in range(21)]
 
+F16 = np.float16
 
-def test_c_blocks_equal_python_blocks(tiny: Model) -> None:
+
+def _dot_f16(x: np.ndarray, y: np.ndarray) -> np.float32:
+    """ggml_vec_dot_f16 on AVX2: lane l of accumulator j takes x[32 i + 8 j + l] y[...] by fused multiply-adds
+    (a product of two float16 values is exact in float64, so one rounding to float32 is the fused one); then
+    acc0 + acc2, acc1 + acc3, their sum; lanes l and l + 4; pairs; the tail in float64."""
+    n = len(x)
+    np_ = n - n % 32
+    acc = np.zeros((4, 8), np.float32)
+    for i in range(0, np_, 32):
+        blk = (x[i:i + 32].astype(np.float64) * y[i:i + 32]).reshape(4, 8)
+        acc = (acc.astype(np.float64) + blk).astype(np.float32)
+    t = (acc[0] + acc[2]) + (acc[1] + acc[3])
+    h = t[:4] + t[4:]
+    s = np.float64((h[0] + h[1]) + (h[2] + h[3]))
+    for i in range(np_, n):
+        s += np.float64(np.float32(x[i] * y[i]))
+    return np.float32(s)
+
+
+def ggml_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, q_pos: np.ndarray, k_pos: np.ndarray,
+                   scale: float, window: int = 0) -> np.ndarray:
+    """llama.cpp's CPU flash attention for one query row at a time (ggml_compute_forward_flash_attn_ext_f16_one_chunk,
+    float16 cache): q rounded to float16; per visible key the score _dot_f16 * scale; an online softmax whose
+    weighted sum of values is rounded to float16 after every rescale and every fused multiply-add; that sum
+    times 1 / (the sum of the weights). Same signature as layers.attention."""
+    t, h, _ = q.shape
+    _, hkv, dv = v.shape
+    q16, k16, v16 = (a.astype(F16).astype(np.float32) for a in (q, k, v))
+    out = np.empty((t, h, dv), np.float32)
+    for i in range(t):
+        for j in range(h):
+            kv = j // (h // hkv)
+            m, total, acc = -np.inf, np.float32(0), np.zeros(dv, np.float32)
+            for c in range(k.shape[0]):
+                if k_pos[c] > q_pos[i] or (window > 0 and q_pos[i] - k_pos[c] >= window):
+                    continue
+                sc = np.float32(_dot_f16(k16[c, kv], q16[i, j]) * np.float32(scale))
+                ms = w = np.float32(1)
+                if sc > m:
+                    ms = np.float32(np.exp(np.float32(m - sc))) if m != -np.inf else np.float32(0)
+                    m = sc
+                    acc = (acc * ms).astype(F16).astype(np.float32)
+                else:
+                    w = np.float32(np.exp(np.float32(sc - m)))
+                acc = (acc.astype(np.float64) + v16[c, kv].astype(np.float64) * w).astype(np.float32)
+                acc = acc.astype(F16).astype(np.float32)
+                total = np.float32(np.float32(total * ms) + w)
+            out[i, j] = acc * (np.float32(1) / total)
+    return out.reshape(t, h * dv)
+
+
+def test_c_blocks_equal_python_blocks(tiny: Model, monkeypatch: pytest.MonkeyPatch) -> None:
     got = tiny.logits(IDS)
     stack, tiny._stack = tiny._stack, None
+    monkeypatch.setattr("minillama.model.batch.attention", ggml_attention)
     try:
         want = tiny.logits(IDS)
     finally:
         tiny._stack = stack
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+def test_c_attention_is_not_a_float32_softmax(tiny: Model) -> None:
+    """The reference above is what makes the previous test pass: with layers.attention the C blocks differ by
+    float16 roundings (so that test would catch model.c going back to a float32 softmax)."""
+    got = tiny.logits(IDS)
+    stack, tiny._stack = tiny._stack, None
+    try:
+        plain = tiny.logits(IDS)
+    finally:
+        tiny._stack = stack
+    assert np.abs(got - plain).max() > 1e-4 * np.abs(plain).max()
 
 
 def test_chunks_and_steps_equal_one_pass(tiny: Model) -> None:

@@ -50,6 +50,31 @@ static inline uint32_t utf8_next(const uint8_t *s, size_t n, size_t *len) {
     return cp;
 }
 
+/* cp (below 0x110000) written as UTF-8 at d: 1 to 4 bytes, the count returned. No check for surrogates: callers
+ * that must not write them map them first (text.c writes U+FFFD). */
+static inline size_t utf8_put(uint8_t *d, uint32_t cp) {
+    if (cp < 0x80) {
+        d[0] = (uint8_t)cp;
+        return 1;
+    }
+    if (cp < 0x800) {
+        d[0] = (uint8_t)(0xC0 | cp >> 6);
+        d[1] = (uint8_t)(0x80 | (cp & 0x3F));
+        return 2;
+    }
+    if (cp < 0x10000) {
+        d[0] = (uint8_t)(0xE0 | cp >> 12);
+        d[1] = (uint8_t)(0x80 | (cp >> 6 & 0x3F));
+        d[2] = (uint8_t)(0x80 | (cp & 0x3F));
+        return 3;
+    }
+    d[0] = (uint8_t)(0xF0 | cp >> 18);
+    d[1] = (uint8_t)(0x80 | (cp >> 12 & 0x3F));
+    d[2] = (uint8_t)(0x80 | (cp >> 6 & 0x3F));
+    d[3] = (uint8_t)(0x80 | (cp & 0x3F));
+    return 4;
+}
+
 /* pretok.c: llama.cpp's unicode_regex_split_custom_gpt2 / _llama3 over the code points of UTF-8 text (read
  * by utf8_next); appends the end of each word (a byte offset) to ends. flags: llama.cpp's flags of every code
  * point up to U+10FFFF. */

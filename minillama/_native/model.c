@@ -61,7 +61,7 @@ typedef struct {
     float *qkv;     /* [T, q_dim + k_dim + v_dim] */
     float *att;     /* [T, H * Dv] */
     float *gu;      /* [T, max(2 n_ff, d)]: gate|up, and the outputs of wo and w_down */
-    float *scores;  /* [parts, g * (start + T) + 2 g]: attend's work */
+    float *scores;  /* [parts, D + Dv]: attend's work */
     uint8_t *y;     /* activation rows quantized for the next product (T rows per piece type: y_offset) */
     const float *cos_sin[2]; /* [T, n_rot / 2] cos then sin, per rope table */
     const double *table_base[2];
@@ -120,15 +120,16 @@ static void quantize_rows(const ms_matrix *M, const float *x, int64_t stride, in
     }
 }
 
-/* Rotate the first n_rot dims of one head by the angles cs (cos[n_rot/2] then sin[n_rot/2]). */
+/* Rotate the first n_rot dims of one head by the angles cs (cos[n_rot/2] then sin[n_rot/2]): x0 c - x1 s and
+ * x0 s + x1 c with the first product fused into the sum, as ggml's rotate_pairs comes out of its compiler. */
 static void rope(float *v, const float *cs, int64_t n_rot, int neox) {
     const int64_t half = n_rot / 2;
     const float *c = cs, *s = cs + half;
     for (int64_t i = 0; i < half; i++) {
         const int64_t a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
         const float x0 = v[a], x1 = v[b];
-        v[a] = x0 * c[i] - x1 * s[i];
-        v[b] = x0 * s[i] + x1 * c[i];
+        v[a] = fmaf(x0, c[i], -(x1 * s[i]));
+        v[b] = fmaf(x0, s[i], x1 * c[i]);
     }
 }
 
@@ -156,55 +157,16 @@ static void prepare_qkv(run *r, const ms_layer *L, int il, int table, int64_t t)
     (void)q;
 }
 
-static inline float dot(const float *a, const float *b, int64_t n) {
-    float acc[8] = {0};
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int l = 0; l < 8; l++) acc[l] += a[i + l] * b[i + l];
-    float s = 0;
-    for (; i < n; i++) s += a[i] * b[i];
-    for (int l = 0; l < 8; l++) s += acc[l];
-    return s;
-}
-
-/* The g = H / Hkv query heads of token t that share key/value head kvh, against the cached keys they see:
- * softmax(q k^T * scale) v into att. The heads go together so that each cached key and value row is read once
- * (memory, not arithmetic, is what a long context costs). work: g * (start + T) + 2 g floats. */
-static void attend(run *r, const ms_layer *L, int il, int64_t t, int64_t kvh, float *work) {
+/* Query head h of token t against the cached keys it sees (ggml's flash attention, attention.c) into att.
+ * work: D + Dv floats. */
+static void attend(run *r, const ms_layer *L, int il, int64_t t, int64_t h, float *work) {
     const ms_model *m = r->m;
-    const int64_t D = m->head_dim, Dv = m->head_dim_v, g = m->n_head / m->n_head_kv, S = r->start + r->T;
+    const int64_t D = m->head_dim, Dv = m->head_dim_v, kvh = h / (m->n_head / m->n_head_kv);
     const int64_t pos = r->start + t, s0 = L->window > 0 && pos - L->window + 1 > 0 ? pos - L->window + 1 : 0;
     const int64_t k_dim = m->n_head_kv * D, v_dim = m->n_head_kv * Dv;
-    const float *q = r->qkv + t * L->wqkv.n_out + kvh * g * D;
-    float *mx = work + g * S, *sum = mx + g;
-    for (int64_t j = 0; j < g; j++) mx[j] = -INFINITY, sum[j] = 0;
-    for (int64_t s = s0; s <= pos; s++) {
-        const float *k = r->kc[il] + s * k_dim + kvh * D;
-        for (int64_t j = 0; j < g; j++) {
-            const float sc = dot(q + j * D, k, D) * m->attn_scale;
-            work[j * S + s] = sc;
-            if (sc > mx[j]) mx[j] = sc;
-        }
-    }
-    for (int64_t j = 0; j < g; j++)
-        for (int64_t s = s0; s <= pos; s++) {
-            const float e = expf(work[j * S + s] - mx[j]);
-            work[j * S + s] = e;
-            sum[j] += e;
-        }
-    float *out = r->att + t * m->n_head * Dv + kvh * g * Dv;
-    for (int64_t i = 0; i < g * Dv; i++) out[i] = 0;
-    for (int64_t s = s0; s <= pos; s++) {
-        const float *vs = r->vc[il] + s * v_dim + kvh * Dv;
-        for (int64_t j = 0; j < g; j++) {
-            const float p = work[j * S + s] / sum[j];
-            float *o = out + j * Dv;
-            for (int64_t i = 0; i < Dv; i++) o[i] += p * vs[i];
-        }
-    }
+    ma_attend_row(r->qkv + t * L->wqkv.n_out + h * D, r->kc[il] + kvh * D, k_dim, r->vc[il] + kvh * Dv, v_dim, s0,
+                  pos, D, Dv, m->attn_scale, r->att + t * m->n_head * Dv + h * Dv, work);
 }
-
-static inline float silu(float x) { return x / (1.0f + expf(-x)); }
 
 /* tanh GELU, grouped as layers.gelu */
 static inline float gelu(float x) {
@@ -251,11 +213,10 @@ static void product(run *r, const ms_matrix *M, const float *x, int64_t stride, 
 static void team(void *ctx, int part, int parts) {
     run *r = ctx;
     const ms_model *m = r->m;
-    const int64_t T = r->T, d = m->n_embd, n_ff = m->n_ff, g = m->n_head / m->n_head_kv;
-    const int64_t work = g * (r->start + T) + 2 * g; /* attend's floats */
+    const int64_t T = r->T, d = m->n_embd, n_ff = m->n_ff, work = m->head_dim + m->head_dim_v; /* attend's */
     int64_t t0, t1, a0, a1;
     share(T, part, parts, &t0, &t1);
-    share(T * m->n_head_kv, part, parts, &a0, &a1); /* attention: (token, key/value head) pairs */
+    share(T * m->n_head, part, parts, &a0, &a1); /* attention: (token, head) pairs */
     for (int il = 0; il < m->n_layer; il++) {
         const ms_layer *L = &m->layers[il];
         const int table = table_of(r, L);
@@ -264,7 +225,7 @@ static void team(void *ctx, int part, int parts) {
         product(r, &L->wqkv, r->h, d, r->qkv, t0, t1, part, parts);
         for (int64_t t = t0; t < t1; t++) prepare_qkv(r, L, il, table, t);
         barrier_wait(&r->bar, parts);
-        for (int64_t i = a0; i < a1; i++) attend(r, L, il, i / m->n_head_kv, i % m->n_head_kv, r->scores + part * work);
+        for (int64_t i = a0; i < a1; i++) attend(r, L, il, i / m->n_head, i % m->n_head, r->scores + part * work);
         barrier_wait(&r->bar, parts);
         /* x += post_attn_norm(wo att + bo) */
         product(r, &L->wo, r->att, m->n_head * m->head_dim_v, r->gu, t0, t1, part, parts);
@@ -278,7 +239,10 @@ static void team(void *ctx, int part, int parts) {
             float *gu = r->gu + t * 2 * n_ff, *h = r->h + t * n_ff;
             if (L->b_gate_up)
                 for (int64_t i = 0; i < 2 * n_ff; i++) gu[i] += L->b_gate_up[i];
-            for (int64_t i = 0; i < n_ff; i++) h[i] = (m->gelu ? gelu_ggml(gu[i]) : silu(gu[i])) * gu[n_ff + i];
+            if (m->gelu)
+                for (int64_t i = 0; i < n_ff; i++) h[i] = gelu_ggml(gu[i]) * gu[n_ff + i];
+            else
+                ma_swiglu(n_ff, h, gu, gu + n_ff);
         }
         product(r, &L->w_down, r->h, n_ff, r->gu, t0, t1, part, parts);
         for (int64_t t = t0; t < t1; t++) residual(r->x + t * d, r->gu + t * d, L->b_down, L->post_ffn_norm, d, m->eps);
@@ -286,18 +250,22 @@ static void team(void *ctx, int part, int parts) {
     }
 }
 
-/* cos and sin of pos * base^(-2i/n_rot) / freqs[i] for the T positions, as layers.rope_angles (double, then
- * float32). */
+/* cos and sin of each pair's angle for the T positions, as ggml's rope computes them (ggml_rope_cache_init):
+ * in float32, the angle of pair i + 1 that of pair i times base^(-2/n_rot), divided by freqs[i], then cosf and
+ * sinf. (A double-precision angle is closer to the true one, but a float off by an ulp from llama.cpp's rotates
+ * q and k a little differently, and that spreads through every later layer.) */
 static void angles(const ms_model *m, double base, const float *freqs, int64_t start, int64_t T, float *cs) {
     const int64_t half = m->n_rot / 2;
-    for (int64_t t = 0; t < T; t++)
+    const float theta_scale = powf((float)base, -2.0f / (float)m->n_rot);
+    for (int64_t t = 0; t < T; t++) {
+        float theta = (float)(start + t);
         for (int64_t i = 0; i < half; i++) {
-            double inv = pow(base, -(double)(2 * i) / (double)m->n_rot);
-            if (freqs) inv = inv / (double)freqs[i];
-            const double theta = (double)(start + t) * inv;
-            cs[t * m->n_rot + i] = (float)cos(theta);
-            cs[t * m->n_rot + half + i] = (float)sin(theta);
+            const float th = freqs ? theta / freqs[i] : theta;
+            cs[t * m->n_rot + i] = cosf(th);
+            cs[t * m->n_rot + half + i] = sinf(th);
+            theta *= theta_scale;
         }
+    }
 }
 
 static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
@@ -323,7 +291,7 @@ int ms_forward(const ms_model *m, float *x, int64_t n_tok, int64_t start, float 
         }
     }
     const int parts = threads < 1 ? 1 : threads > 64 ? 64 : threads;
-    const size_t g = (size_t)(m->n_head / m->n_head_kv), attn_work = g * (size_t)(start + n_tok) + 2 * g;
+    const size_t attn_work = (size_t)(m->head_dim + m->head_dim_v);
     const size_t n_f = T * max_sz(d, n_ff) + T * qkv + T * (size_t)(m->n_head * m->head_dim_v) +
                        T * max_sz(2 * n_ff, d) + (size_t)parts * attn_work +
                        (size_t)r.n_tables * T * (size_t)m->n_rot;

@@ -26,6 +26,15 @@ void mq_quantize_row(int type, const float *x, int64_t cols, uint8_t *y);
 void mq_dot_rows(int type, const uint8_t *w, int64_t cols, const uint8_t *y, int64_t n_x, int64_t r0, int64_t r1,
                  float *out, int64_t out_stride);
 
+/* attention.c: out [Dv] = query q [D] attending to the cached keys k and values v of positions s0..s1 (rows
+ * k_stride / v_stride floats apart, float16 values), scores times scale, as ggml's CPU flash attention computes
+ * it (one_chunk: every generated token, and batches of fewer than 64 rows). work: D + Dv floats. */
+void ma_attend_row(const float *q, const float *k, int64_t k_stride, const float *v, int64_t v_stride, int64_t s0,
+                   int64_t s1, int64_t D, int64_t Dv, float scale, float *out, float *work);
+
+/* swiglu.c: y [n] = silu(x) * g as ggml_vec_swiglu_f32 computes it (ggml_v_expf for all but the last n % 8). */
+void ma_swiglu(int64_t n, float *y, const float *x, const float *g);
+
 /* A weight matrix: its rows in up to MS_MAX_PARTS pieces of the map (q, k, v apart in the file, each of its own
  * type: gemma3's Q4_K_M has Q5_0 q and k beside a Q8_0 v). */
 #define MS_MAX_PARTS 3

@@ -184,7 +184,7 @@ static inline __attribute__((always_inline)) void q6_k_rows(const uint8_t *w, co
                 __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(v[k], y8), _mm256_maddubs_epi16(m32, y8));
                 sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, scale[k]));
             }
-            acc[r] = _mm256_add_ps(acc[r], _mm256_mul_ps(_mm256_set1_ps(dw * ld_f32(yr)), _mm256_cvtepi32_ps(sumi)));
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(ld_f32(yr) * dw), _mm256_cvtepi32_ps(sumi), acc[r]); /* as ggml */
         }
     }
     for (int r = 0; r < nrc; r++) out[(size_t)r * os] = hsum_ps(acc[r]);

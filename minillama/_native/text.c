@@ -41,22 +41,7 @@ static inline size_t put_ascii(uint8_t *o, uint32_t x, int sp) {
 /* Code point x (>= 0x80; a surrogate or one past U+10FFFF is written as U+FFFD) as UTF-8 at o; its length. */
 static inline size_t put_wide(uint8_t *o, uint32_t x) {
     if ((x & 0xFFFFF800u) == 0xD800 || x > MAX_CODE_POINT) x = 0xFFFD;
-    if (x < 0x800) {
-        o[0] = (uint8_t)(0xC0 | x >> 6);
-        o[1] = (uint8_t)(0x80 | (x & 0x3F));
-        return 2;
-    }
-    if (x < 0x10000) {
-        o[0] = (uint8_t)(0xE0 | x >> 12);
-        o[1] = (uint8_t)(0x80 | (x >> 6 & 0x3F));
-        o[2] = (uint8_t)(0x80 | (x & 0x3F));
-        return 3;
-    }
-    o[0] = (uint8_t)(0xF0 | x >> 18);
-    o[1] = (uint8_t)(0x80 | (x >> 12 & 0x3F));
-    o[2] = (uint8_t)(0x80 | (x >> 6 & 0x3F));
-    o[3] = (uint8_t)(0x80 | (x & 0x3F));
-    return 4;
+    return utf8_put(o, x);
 }
 
 size_t ucs_utf8_write(const void *chars, size_t n, int kind, int escape_spaces, uint8_t *out, int *surrogate) {

@@ -94,29 +94,6 @@ static int encode_word(const wpm *w, const uint8_t *b, size_t n, ivec *out) {
     return 1;
 }
 
-static size_t put_utf8(uint8_t *d, uint32_t cp) {
-    if (cp < 0x80) {
-        d[0] = (uint8_t)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        d[0] = (uint8_t)(0xC0 | cp >> 6);
-        d[1] = (uint8_t)(0x80 | (cp & 0x3F));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        d[0] = (uint8_t)(0xE0 | cp >> 12);
-        d[1] = (uint8_t)(0x80 | (cp >> 6 & 0x3F));
-        d[2] = (uint8_t)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    d[0] = (uint8_t)(0xF0 | cp >> 18);
-    d[1] = (uint8_t)(0x80 | (cp >> 12 & 0x3F));
-    d[2] = (uint8_t)(0x80 | (cp >> 6 & 0x3F));
-    d[3] = (uint8_t)(0x80 | (cp & 0x3F));
-    return 4;
-}
-
 int wpm_encode(const wpm *w, const uint8_t *text, size_t n, ivec *out) {
     /* a word's normalised bytes: at most 4 per input byte, behind the 3-byte prefix */
     if (n > (SIZE_MAX - 8) / 4) return 0;
@@ -141,14 +118,14 @@ int wpm_encode(const wpm *w, const uint8_t *text, size_t n, ivec *out) {
             if (to < 0x80)
                 word[len++] = (uint8_t)to;
             else
-                len += put_utf8(word + len, to);
+                len += utf8_put(word + len, to);
             continue;
         }
         if (cls == WPM_DROP) continue;
         if (len > 3) r = encode_word(w, word, len, out);
         len = 3;
         if (cls == WPM_ALONE && r == 1) {
-            len += put_utf8(word + len, to);
+            len += utf8_put(word + len, to);
             r = encode_word(w, word, len, out);
             len = 3;
         }

@@ -34,9 +34,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
 
+from ..backend import backend_choice, native_core
 from ..errors import MinillamaError
 from ..fileio import BLANK, PARAGRAPH_CUT, paragraphs
-from ..tokenizer.encoders import backend_choice, native_core
 
 DOC_MODES = ("paragraph", "line", "file")
 FORMATS = ("auto", "text", "jsonl", "parquet")

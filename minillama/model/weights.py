@@ -20,11 +20,11 @@ from typing import Any
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFValueType
 
+from ..backend import backend_choice, native_core
 from ..embedding import Embedding
 from ..errors import FormatError, UnsupportedError
 from ..gguffile.reader import GGUFFile, TensorInfo, read_gguf
 from ..quants import TRAITS, check_tensor_table, dequantize, tensor_view
-from ..tokenizer.encoders import backend_choice, native_core
 from .layers import Linear, QuantLinear
 
 __all__ = ["HParams", "Weights", "TensorSpec"]

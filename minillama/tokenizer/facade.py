@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from ..backend import native_core
 from ..errors import ArgumentError, ArgumentTypeError, DoubleBosWarning, MinillamaError, UnsupportedError
 from ..fileio import input_path
 from .batch import (
@@ -30,7 +31,7 @@ from .batch import (
     with_affixes,
 )
 from .decode import PieceTable, StreamDecoder, check_id, check_ids
-from .encoders import Encoder, make_encoder, native_core
+from .encoders import Encoder, make_encoder
 from .formats import model_file, read_metadata
 from .healing import completion
 from .hf_api import (
