@@ -31,9 +31,9 @@ from itertools import repeat
 from types import ModuleType
 
 import numpy as np
-from gguf import Keys
 
 from ...errors import FormatError
+from ...gguffile.constants import Keys
 from ..text import SPACE, SURROGATES, UTF8_LEN
 from ..unicode import byte_token, raw_byte_token
 from ..vocab import Vocab
