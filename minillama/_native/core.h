@@ -214,9 +214,9 @@ size_t ucs_utf8_write(const void *chars, size_t n, int kind, int escape_spaces, 
 
 /* fileio.paragraphs of UTF-8 text as byte spans: text cut at each r"\n[ \t\r\f\v]*\n" (leftmost, not overlapping),
  * each part stripped of newlines at both ends and kept when it holds a character that is not whitespace
- * (str.isspace). Writes (start, end) pairs into spans (room for n / 2 + 1 pairs: parts are kept only with
- * content) and returns how many. */
-size_t paragraph_spans(const uint8_t *s, size_t n, size_t *spans);
+ * (str.isspace). Returns how many parts are kept and writes the (start, end) pairs of the first cap of them into
+ * spans. */
+size_t paragraph_spans(const uint8_t *s, size_t n, size_t *spans, size_t cap);
 
 /* digest.c: BLAKE2b (RFC 7693, unkeyed) of n bytes: outlen (1..64) bytes, hashlib.blake2b's. */
 void blake2b(const uint8_t *data, size_t n, uint8_t *out, size_t outlen);

@@ -1616,16 +1616,24 @@ static PyObject *paragraphs_of(PyObject *unused, PyObject *arg) {
     (void)unused;
     Py_buffer b;
     if (PyObject_GetBuffer(arg, &b, PyBUF_SIMPLE) < 0) return NULL;
-    size_t n = (size_t)b.len, k;
-    size_t *spans = PyMem_Malloc((n / 2 + 1) * 2 * sizeof *spans);
+    /* room for a paragraph every 64 bytes at first (a 256 KiB chunk of prose has one every ~200), more when the
+     * text has more: a long paragraph costs no memory in proportion to it */
+    size_t n = (size_t)b.len, cap = n / 64 + 16, k;
+    size_t *spans = PyMem_Malloc(2 * cap * sizeof *spans);
     PyObject *res = NULL;
-    if (!spans) {
-        PyErr_NoMemory();
-        goto done;
+    for (;;) {
+        if (!spans) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        Py_BEGIN_ALLOW_THREADS /* the buffer is held: bytes stay alive and unchanged */
+        k = paragraph_spans(b.buf, n, spans, cap);
+        Py_END_ALLOW_THREADS
+        if (k <= cap) break;
+        PyMem_Free(spans);
+        cap = k;
+        spans = PyMem_Malloc(2 * cap * sizeof *spans);
     }
-    Py_BEGIN_ALLOW_THREADS /* the buffer is held: bytes stay alive and unchanged */
-    k = paragraph_spans(b.buf, n, spans);
-    Py_END_ALLOW_THREADS
     if (!(res = PyList_New((Py_ssize_t)k))) goto done;
     for (size_t i = 0; i < k; i++) {
         PyObject *text = PyUnicode_DecodeUTF8((const char *)b.buf + spans[2 * i], (Py_ssize_t)(spans[2 * i + 1] -

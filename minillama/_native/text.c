@@ -90,7 +90,7 @@ static int has_content(const uint8_t *s, size_t n) {
     return 0;
 }
 
-size_t paragraph_spans(const uint8_t *s, size_t n, size_t *spans) {
+size_t paragraph_spans(const uint8_t *s, size_t n, size_t *spans, size_t cap) {
     size_t k = 0, start = 0, i = 0;
     for (;;) {
         /* the next cut: a newline, blanks (space, \t, \r, \f, \v), a newline */
@@ -110,8 +110,11 @@ size_t paragraph_spans(const uint8_t *s, size_t n, size_t *spans) {
         while (a < b && s[a] == '\n') a++;
         while (b > a && s[b - 1] == '\n') b--;
         if (has_content(s + start, cut - start)) {
-            spans[k++] = a;
-            spans[k++] = b;
+            if (k / 2 < cap) {
+                spans[k] = a;
+                spans[k + 1] = b;
+            }
+            k += 2;
         }
         if (cut == n) return k / 2;
         start = i = next;
