@@ -349,8 +349,9 @@ def run_local(tok: Tokenizer, source: Source, writer: ShardWriter, settings: tup
         if failed:
             raise failed[0]
         return
-    pool: Threads | Workers = (Threads if THREADS and tok.encodes_in_core(settings[1]) else Workers)(workers, tok,
-                                                                                                  settings)
+    parse_special = settings[1]
+    kind = Threads if THREADS and tok.encodes_in_core(parse_special) else Workers
+    pool: Threads | Workers = kind(workers, tok, settings)
     ok = False
     try:
         for batch in until_bad():
