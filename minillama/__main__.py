@@ -1,7 +1,5 @@
 """Run the command line tool: python -m minillama ..."""
 
-import sys
+from minillama.cli import run
 
-from minillama.cli import main
-
-sys.exit(main())
+run()

@@ -134,8 +134,10 @@ def test_paragraph_shards_equal_encode_plus_eos_for_1_and_2_workers(vocab, corpu
     for p in corpus["paras"]:
         expected += tok.encode(p) + [tok.eos_id]
     outs = []
-    for workers in (1, 2):
-        out = tmp_path / f"w{workers}"
+    # 2 workers: threads sharing the tokenizer where it encodes in the native core, and processes as always
+    for workers, threads in ((1, True), (2, True), (2, False)):
+        monkeypatch.setattr(local, "THREADS", threads)
+        out = tmp_path / f"w{workers}{threads}"
         index = dataset.prepare(str(vocab_path(f"ggml-vocab-{vocab}")), out, [corpus["txt"]], workers=workers,
                                 docs="paragraph", shard_tokens=4000)
         assert index["dtype"] == VOCABS[vocab] and index["docs"] == N_DOCS and len(index["shards"]) > 2
@@ -145,7 +147,7 @@ def test_paragraph_shards_equal_encode_plus_eos_for_1_and_2_workers(vocab, corpu
         assert ds.document(7).tolist() == tok.encode(corpus["paras"][7]) + [tok.eos_id]
         assert ds.document(N_DOCS - 1).tolist() == tok.encode(corpus["paras"][-1]) + [tok.eos_id]
         outs.append(_files(out))
-    assert outs[0] == outs[1]
+    assert outs[0] == outs[1] == outs[2]
 
 
 @pytest.mark.parametrize("vocab", list(VOCABS))
@@ -480,6 +482,70 @@ def test_text_chunks_cover_the_file_and_end_at_cuts(tmp_path):
         sources.TextChunk("t.txt", 10, b"ab\xffcd").documents()
 
 
+@pytest.mark.parametrize("vocab", list(VOCABS))
+def test_encode_concat_equals_encode_plus_suffix(vocab):
+    """Tokenizer.encode_concat (a dataset batch in one call): each text's encode() and the suffix, in order, with
+    each text's end; texts the core leaves to encode (lone surrogates) and parse_special take encode's path."""
+    tok = load(f"ggml-vocab-{vocab}")
+    texts = [*_paragraphs()[:40], "", " ", "a\udc80b", "x" * 3000, "日本語 テキスト"]
+    assert tok.encodes_in_core() == (tok.backend == "native") and not tok.encodes_in_core(parse_special=True)
+    for add_special, parse_special, suffix in ((True, False, [tok.eos_id]), (False, False, []), (True, True, [5, 6])):
+        for batch in (texts, texts[:40], []):
+            ids, ends = tok.encode_concat(batch, add_special, parse_special, suffix)
+            rows = [tok.encode(t, add_special, parse_special) + suffix for t in batch]
+            assert ids.dtype == np.int32 and ends.dtype == np.int64
+            assert ids.tolist() == [i for r in rows for i in r]
+            assert ends.tolist() == np.cumsum([len(r) for r in rows], dtype=np.int64).tolist()
+
+
+def test_doc_digests_equal_hashlib_blake2b():
+    """shards.doc_digests, in the native core or not: hashlib's BLAKE2b of each document's UTF-8 (surrogatepass),
+    at block boundaries (128 bytes) and past them, for every width of character."""
+    import hashlib
+
+    from minillama.dataset.shards import doc_digests
+
+    docs = ["", "a", "é", "€" * 43, "😀" * 32, *("x" * n for n in (127, 128, 129, 255, 256, 257, 5000)),
+            *_paragraphs()[:50]]
+    for batch in (docs, [*docs, "lone \udc80 surrogate"]):
+        raws = [d.encode("utf-8", "surrogatepass") for d in batch]
+        expected = (b"".join(hashlib.blake2b(r, digest_size=16).digest() for r in raws), sum(map(len, raws)))
+        assert doc_digests(batch, native=True) == expected == doc_digests(batch)
+
+
+def test_native_paragraph_cut_equals_fileio_paragraphs():
+    """The core's paragraph cut (TextChunk.documents on the native backend) is fileio.paragraphs: blank lines of any
+    blanks, runs of them, newlines stripped, parts of whitespace only (str.isspace, non-ASCII too) dropped."""
+    import random
+
+    core = pytest.importorskip("minillama._native._core")
+    rng = random.Random(5)
+    alphabet = ["\n", "\n", " ", "\t", "\r", "\f", "\v", "a", "é", "\u3000", "\x85", "\xa0", "\u2028", "\x1c",
+                "日", "\u200b", "😀"]
+    texts = ["".join(rng.choice(alphabet) for _ in range(rng.randrange(40))) for _ in range(5000)]
+    texts += ["\n\n".join(_paragraphs()), "", "\n \n\n", "a\n\t\nb\n\n\n\nc"]
+    for t in texts:
+        assert core.paragraphs(t.encode()) == paragraphs(t), repr(t)
+    assert core.paragraphs(b"ab\xffcd") is None and core.paragraphs("a\udc80".encode("utf-8", "surrogatepass")) is None
+
+
+def test_native_workers_are_threads_and_pure_ones_processes(corpus, tmp_path, monkeypatch):
+    """Where the tokenizer encodes in the native core with the GIL released, workers are threads sharing it (no
+    process started); the pure backend's hold the GIL and are processes. Both give the same bytes."""
+    from minillama.dataset import local
+
+    model = str(vocab_path("ggml-vocab-llama-spm"))
+    native = Tokenizer.from_file(model).encodes_in_core()
+
+    def never(*_):
+        raise AssertionError("the other kind of worker was started")
+
+    monkeypatch.setattr(local, "Workers" if native else "Threads", never)
+    dataset.prepare(model, tmp_path / "a", [corpus["txt"]], workers=2)
+    dataset.prepare(model, tmp_path / "b", [corpus["txt"]], workers=1)
+    assert _files(tmp_path / "a") == _files(tmp_path / "b")
+
+
 @pytest.mark.skipif(sys.platform == "win32" or multiprocessing.get_start_method() != "fork",
                     reason="the fault is put into the workers by forking this process")
 def test_a_failing_or_dying_worker_stops_the_run_with_a_clear_error(corpus, tmp_path, monkeypatch):
@@ -491,8 +557,11 @@ def test_a_failing_or_dying_worker_stops_the_run_with_a_clear_error(corpus, tmp_
         raise dataset.BadRecordError("in.txt", "line 3", "a test failure")
 
     monkeypatch.setattr(local, "encode_units", fail)
-    with pytest.raises(dataset.BadRecordError, match="in.txt, line 3: a test failure"):
-        dataset.prepare(model, tmp_path / "a", [corpus["txt"]], workers=2)
+    for threads in (True, False):  # worker threads (native backend) and processes
+        monkeypatch.setattr(local, "THREADS", threads)
+        with pytest.raises(dataset.BadRecordError, match="in.txt, line 3: a test failure"):
+            dataset.prepare(model, tmp_path / f"a{threads}", [corpus["txt"]], workers=2)
+    monkeypatch.setattr(local, "THREADS", False)  # a thread's os._exit would end this process: processes only
     monkeypatch.setattr(local, "encode_units", lambda *_: os._exit(3))
     with pytest.raises(MinillamaError, match=r"a worker process ended unexpectedly \(exit status 3"):
         dataset.prepare(model, tmp_path / "b", [corpus["txt"]], workers=2)
@@ -720,7 +789,8 @@ def test_the_lock_ends_with_the_run_not_with_its_workers(tmp_path):
     big = _text_file(tmp_path / "big.txt", 300_000)
     run = subprocess.Popen([sys.executable, "-m", "minillama", "dataset", "--model", model, "--out", str(out),
                             "--workers", "2", "--shard-tokens", "20000", "--no-progress", str(big)],
-                           env={**os.environ, "PYTHONPATH": str(REPO)}, start_new_session=True,
+                           env={**os.environ, "PYTHONPATH": str(REPO), "MINILLAMA_BACKEND": "pure"},  # processes
+                           start_new_session=True,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 120

@@ -29,6 +29,8 @@ from minillama.errors import MinillamaError
 from minillama.tokenizer import Tokenizer
 
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
+# Worker processes: the pure backend's (the native one's workers are threads of the run's own process)
+PROCESSES = {**ENV, "MINILLAMA_BACKEND": "pure"}
 
 
 def _descendants(pid: int) -> list[int]:
@@ -62,10 +64,10 @@ def _big_text(tmp_path: Path, copies: int) -> Path:
     return src
 
 
-def _start(tmp_path: Path, src: Path, out: Path) -> subprocess.Popen:
+def _start(tmp_path: Path, src: Path, out: Path, env: dict[str, str] = PROCESSES) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "minillama", "dataset", "--model", str(vocab_path("ggml-vocab-llama-bpe")),
            "--workers", "2", "--shard-tokens", "20000", "--no-progress", "--out", str(out), str(src)]
-    return subprocess.Popen(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def _workers_of(proc: subprocess.Popen, n: int = 2) -> list[int]:
@@ -92,10 +94,13 @@ def test_kill9_of_the_main_process_leaves_no_live_worker(tmp_path):
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds worker pids in /proc")
-def test_sigterm_stops_a_run_as_ctrl_c_does(tmp_path):
+@pytest.mark.parametrize("workers", ["processes", "threads"])
+def test_sigterm_stops_a_run_as_ctrl_c_does(tmp_path, workers):
+    """Worker processes (the pure backend) are ended; worker threads (the native backend's, where the core is
+    built) end with the batch they encode."""
     out = tmp_path / "out"
-    proc = _start(tmp_path, _big_text(tmp_path, 3), out)
-    kids = _workers_of(proc)
+    proc = _start(tmp_path, _big_text(tmp_path, 3), out, PROCESSES if workers == "processes" else ENV)
+    kids = _workers_of(proc) if workers == "processes" else []
     deadline = time.monotonic() + 120
     while not (out / "shard-00000.json").exists():
         assert proc.poll() is None and time.monotonic() < deadline, "the run ended before it could be stopped"

@@ -216,6 +216,15 @@ int spm_encode_plain(spm *m, const void *chars, size_t n, int kind, int add_pref
 size_t ucs_utf8_size(const void *chars, size_t n, int kind, int escape_spaces, int *surrogate);
 size_t ucs_utf8_write(const void *chars, size_t n, int kind, int escape_spaces, uint8_t *out, int *surrogate);
 
+/* fileio.paragraphs of UTF-8 text as byte spans: text cut at each r"\n[ \t\r\f\v]*\n" (leftmost, not overlapping),
+ * each part stripped of newlines at both ends and kept when it holds a character that is not whitespace
+ * (str.isspace). Returns how many parts are kept and writes the (start, end) pairs of the first cap of them into
+ * spans. */
+size_t paragraph_spans(const uint8_t *s, size_t n, size_t *spans, size_t cap);
+
+/* digest.c: BLAKE2b (RFC 7693, unkeyed) of n bytes: outlen (1..64) bytes, hashlib.blake2b's. */
+void blake2b(const uint8_t *data, size_t n, uint8_t *out, size_t outlen);
+
 /* decode.c: every token's piece (blob, n + 1 offsets into it; special[i] 1 where the plain table has it empty),
  * copied. pieces_size: the bytes of the pieces of ids[0..n) (each < pieces_count) in the full or plain table,
  * less the first piece's leading space when strip_space (*skip: 1 then, else 0); pieces_join writes them. */

@@ -196,6 +196,86 @@ static long splitter_mode(BPEObject *self, PyObject *const *args, Py_ssize_t nar
     return mode;
 }
 
+/* ---- encode_flat: many texts' ids in one int32 buffer (minillama dataset's batches) ------------------------- */
+
+#define FLAT_MAX_AFFIX 64 /* ids in encode_flat's prefix or suffix: bos/eos and a separator, a few at most */
+
+/* A sequence of at most FLAT_MAX_AFFIX ids into ids[]; its length, or -1 and an exception naming what. */
+static Py_ssize_t flat_affix(PyObject *seq, int32_t *ids, const char *name) {
+    PyObject *t = PySequence_Tuple(seq);
+    if (!t) return -1;
+    Py_ssize_t n = PyTuple_GET_SIZE(t);
+    if (n > FLAT_MAX_AFFIX) {
+        Py_DECREF(t);
+        PyErr_Format(PyExc_ValueError, "encode_flat: expected a %s of at most %d ids, got %zd", name, FLAT_MAX_AFFIX, n);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        long x = PyLong_AsLong(PyTuple_GET_ITEM(t, i));
+        if (x == -1 && PyErr_Occurred()) {
+            Py_DECREF(t);
+            return -1;
+        }
+        if (x < 0 || x > INT32_MAX) {
+            Py_DECREF(t);
+            PyErr_Format(PyExc_ValueError, "encode_flat: expected %s ids >= 0, got %ld", name, x);
+            return -1;
+        }
+        ids[i] = (int32_t)x;
+    }
+    Py_DECREF(t);
+    return n;
+}
+
+/* seq as a tuple of str (owning every item while the GIL is released); NULL and a TypeError naming who and the
+ * first item that is no str. */
+static PyObject *str_tuple(PyObject *seq, const char *who) {
+    PyObject *texts = PySequence_Tuple(seq);
+    if (!texts) return NULL;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(texts); i++)
+        if (!PyUnicode_Check(PyTuple_GET_ITEM(texts, i))) {
+            PyErr_Format(PyExc_TypeError, "%s: item %zd is %s, expected str", who, i,
+                         Py_TYPE(PyTuple_GET_ITEM(texts, i))->tp_name);
+            Py_DECREF(texts);
+            return NULL;
+        }
+    return texts;
+}
+
+/* encode_flat's texts (a tuple owning them while the GIL is released) and its prefix and suffix ids; NULL and an
+ * exception when they are not (texts, prefix, suffix). */
+static PyObject *flat_args(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t most, int32_t *pre, Py_ssize_t *npre,
+                           int32_t *suf, Py_ssize_t *nsuf, const char *signature) {
+    if (nargs < 3 || nargs > most) return PyErr_Format(PyExc_TypeError, "expected %s", signature);
+    if ((*npre = flat_affix(args[1], pre, "prefix")) < 0 || (*nsuf = flat_affix(args[2], suf, "suffix")) < 0)
+        return NULL;
+    return str_tuple(args[0], "encode_flat");
+}
+
+/* encode_flat's result: (ids as int32 bytes, each text's end in them as int64 bytes); None when some text failed
+ * (failed, out.ok set) and MemoryError when memory ran out. Frees out. */
+static PyObject *flat_result(ivec *out, const int64_t *ends, Py_ssize_t n, int failed) {
+    PyObject *res = NULL;
+    if (!out->ok)
+        PyErr_NoMemory();
+    else if (failed)
+        res = Py_NewRef(Py_None);
+    else
+        res = Py_BuildValue("(y#y#)", out->v ? (const char *)out->v : "", (Py_ssize_t)(out->n * sizeof *out->v),
+                            (const char *)ends, /* y# of NULL would be None */
+                            (Py_ssize_t)(n * (Py_ssize_t)sizeof *ends));
+    ivec_free(out);
+    return res;
+}
+
+/* One text's ids between prefix and suffix in out (ok: the encoder's result, 1 for success); ends[i] set. 0 when
+ * the text failed or memory ran out. */
+static inline int flat_push(ivec *out, int ok, const int32_t *suf, Py_ssize_t nsuf, int64_t *end) {
+    if (ok <= 0 || !out->ok || !ivec_extend(out, suf, (size_t)nsuf)) return 0;
+    *end = (int64_t)out->n;
+    return 1;
+}
+
 /* encode_plain(text: str, mode) -> list[int] | None: encode() of a str whose UTF-8 Python already holds (no
  * bytes object made per call); None when text has lone surrogates (the caller's raw-byte path handles it). */
 static PyObject *BPE_encode_plain(BPEObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -284,6 +364,53 @@ done:
     return res;
 }
 
+/* encode_flat(texts, prefix, suffix, mode = own) -> (bytes, bytes) | None: each text's encode_plain ids between the
+ * prefix and suffix ids, all in one int32 buffer, and where each text's ends (int64), the GIL released once: no
+ * list per text. None when a text holds lone surrogates (the caller encodes the batch its usual way). */
+static PyObject *BPE_encode_flat(BPEObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    static const char sig[] = "encode_flat(texts: sequence of str, prefix: ids, suffix: ids, mode: int = own)";
+    int32_t pre[FLAT_MAX_AFFIX], suf[FLAT_MAX_AFFIX];
+    Py_ssize_t npre, nsuf;
+    PyObject *texts = flat_args(args, nargs, 4, pre, &npre, suf, &nsuf, sig);
+    if (!texts) return NULL;
+    long mode = splitter_mode(self, args + 2, nargs - 2, sig); /* (suffix[, mode]) as (text[, mode]) */
+    Py_ssize_t n = PyTuple_GET_SIZE(texts);
+    const char **utf8 = PyMem_Calloc((size_t)n + 1, sizeof *utf8);
+    Py_ssize_t *lens = PyMem_Calloc((size_t)n + 1, sizeof *lens);
+    int64_t *ends = PyMem_Calloc((size_t)n + 1, sizeof *ends);
+    PyObject *res = NULL;
+    int failed = 0;
+    if (mode < 0) goto done;
+    if (!utf8 || !lens || !ends) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; !failed && i < n; i++) {
+        utf8[i] = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(texts, i), &lens[i]);
+        if (!utf8[i]) {
+            if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError)) goto done;
+            PyErr_Clear(); /* lone surrogates: None */
+            failed = 1;
+        }
+    }
+    ivec out = {NULL, 0, 0, 1};
+    if (!failed) {
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = 0; !failed && i < n; i++)
+            failed = !(ivec_extend(&out, pre, (size_t)npre) &&
+                       flat_push(&out, bpe_encode(self->b, (const uint8_t *)utf8[i], (size_t)lens[i], (int)mode, NULL,
+                                                  0, self->flags.buf, &out), suf, nsuf, &ends[i]));
+        Py_END_ALLOW_THREADS
+    }
+    res = flat_result(&out, ends, n, failed);
+done:
+    PyMem_Free(utf8);
+    PyMem_Free(lens);
+    PyMem_Free(ends);
+    Py_DECREF(texts);
+    return res;
+}
+
 /* BPE.resolve_merges(token_bytes, token_offsets, merge_text, n_merges) -> bytes | None: the int32 rows
  * (left, right, result) of Vocab.arrays().merges, resolved in C (merges.c); None when merge_text does not
  * hold n_merges lines. */
@@ -355,6 +482,10 @@ static PyMethodDef BPE_methods[] = {
     {"encode_many", (PyCFunction)(void (*)(void))BPE_encode_many, METH_FASTCALL,
      "encode_many(texts: sequence of str, mode: int) -> list[list[int] | None]: encode_plain of each, the GIL "
      "released once for all."},
+    {"encode_flat", (PyCFunction)(void (*)(void))BPE_encode_flat, METH_FASTCALL,
+     "encode_flat(texts: sequence of str, prefix: ids, suffix: ids, mode: int = own) -> (bytes, bytes) | None: "
+     "prefix + encode_plain + suffix of each text as one int32 buffer, and each text's end there (int64); None "
+     "when a text holds lone surrogates. The GIL is released once for all."},
     {"resolve_merges", (PyCFunction)BPE_resolve_merges, METH_VARARGS | METH_STATIC,
      "resolve_merges(token_bytes, token_offsets, merge_text: bytes, n_merges) -> bytes | None: the int32 "
      "(left, right, result) rows of the merges, one a line of merge_text; None when the lines are not n_merges."},
@@ -831,6 +962,52 @@ done:
     return res;
 }
 
+/* encode_flat(texts, prefix, suffix) -> (bytes, bytes) | None: BPE.encode_flat for encode_plain's SPM ids. None
+ * where encode_plain gives None for some text. */
+static PyObject *SPM_encode_flat(SPMObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    int32_t pre[FLAT_MAX_AFFIX], suf[FLAT_MAX_AFFIX];
+    Py_ssize_t npre, nsuf;
+    if (!self->m) {
+        PyErr_SetString(PyExc_RuntimeError, "SPM is not initialised");
+        return NULL;
+    }
+    PyObject *texts = flat_args(args, nargs, 3, pre, &npre, suf, &nsuf,
+                                "encode_flat(texts: sequence of str, prefix: ids, suffix: ids)");
+    if (!texts) return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(texts);
+    const void **data = PyMem_Calloc((size_t)n + 1, sizeof *data);
+    size_t *lens = PyMem_Calloc((size_t)n + 1, sizeof *lens);
+    int *kinds = PyMem_Calloc((size_t)n + 1, sizeof *kinds);
+    int64_t *ends = PyMem_Calloc((size_t)n + 1, sizeof *ends);
+    PyObject *res = NULL;
+    int failed = 0;
+    if (!data || !lens || !kinds || !ends) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!plain_chars(PyTuple_GET_ITEM(texts, i), &data[i], &lens[i], &kinds[i])) goto done;
+        failed |= !kinds[i];
+    }
+    ivec out = {NULL, 0, 0, 1};
+    if (!failed) {
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = 0; !failed && i < n; i++)
+            failed = !(ivec_extend(&out, pre, (size_t)npre) &&
+                       flat_push(&out, spm_encode_plain(self->m, data[i], lens[i], kinds[i], self->add_prefix, &out),
+                                 suf, nsuf, &ends[i]));
+        Py_END_ALLOW_THREADS
+    }
+    res = flat_result(&out, ends, n, failed);
+done:
+    PyMem_Free(data);
+    PyMem_Free(lens);
+    PyMem_Free(kinds);
+    PyMem_Free(ends);
+    Py_DECREF(texts);
+    return res;
+}
+
 static PyObject *SPM_cache_info(SPMObject *self, PyObject *unused) {
     (void)unused;
     return self->m ? cache_dict(spm_cache(self->m)) : PyDict_New();
@@ -852,6 +1029,10 @@ static PyMethodDef SPM_methods[] = {
      "byte token, 2**29 characters or more)."},
     {"encode_many", (PyCFunction)SPM_encode_many, METH_O,
      "encode_many(texts: sequence of str) -> list[list[int] | None]: encode_plain of each, the GIL released once."},
+    {"encode_flat", (PyCFunction)(void (*)(void))SPM_encode_flat, METH_FASTCALL,
+     "encode_flat(texts: sequence of str, prefix: ids, suffix: ids) -> (bytes, bytes) | None: prefix + "
+     "encode_plain + suffix of each text as one int32 buffer, and each text's end there (int64); None where "
+     "encode_plain gives None for a text. The GIL is released once for all."},
     {"cache_info", (PyCFunction)SPM_cache_info, METH_NOARGS, "The word cache as numbers (Encoder.cache_info)."},
     {"clear_cache", (PyCFunction)SPM_clear_cache, METH_NOARGS, "Forget every cached word."},
     {NULL, NULL, 0, NULL},
@@ -1422,11 +1603,135 @@ static int add_stack(PyObject *m) {
 
 /* ---- end of model.c binding --------------------------------------------------------------------------------- */
 
+/* utf8_digests(texts: sequence of str, size: int) -> (bytes, int) | None: the BLAKE2b digest of size bytes
+ * (hashlib.blake2b(t.encode(), digest_size=size).digest()) of each text's UTF-8, joined, and the UTF-8 bytes of all;
+ * the GIL released while it hashes. None when a text holds a surrogate (the caller's surrogatepass path). */
+static PyObject *utf8_digests(PyObject *unused, PyObject *args) {
+    (void)unused;
+    PyObject *arg;
+    Py_ssize_t size;
+    if (!PyArg_ParseTuple(args, "On", &arg, &size)) return NULL;
+    if (size < 1 || size > 64) return PyErr_Format(PyExc_ValueError, "utf8_digests: expected a size of 1 to 64, got %zd", size);
+    PyObject *texts = str_tuple(arg, "utf8_digests");
+    if (!texts) return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(texts);
+    const void **data = PyMem_Calloc((size_t)n + 1, sizeof *data);
+    size_t *lens = PyMem_Calloc((size_t)n + 1, sizeof *lens);
+    int *kinds = PyMem_Calloc((size_t)n + 1, sizeof *kinds);
+    PyObject *res = NULL, *digests = NULL;
+    if (!data || !lens || !kinds) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *t = PyTuple_GET_ITEM(texts, i);
+        data[i] = PyUnicode_DATA(t);
+        lens[i] = (size_t)PyUnicode_GET_LENGTH(t);
+        kinds[i] = PyUnicode_IS_ASCII(t) ? 0 : (int)PyUnicode_KIND(t); /* 0: the data is its UTF-8 */
+    }
+    if (!(digests = PyBytes_FromStringAndSize(NULL, n * size))) goto done;
+    uint8_t *out = (uint8_t *)PyBytes_AS_STRING(digests), *buf = NULL;
+    size_t cap = 0, total = 0;
+    int failed = 0; /* 1: a surrogate, 2: no memory */
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; !failed && i < n; i++) {
+        const uint8_t *utf8 = data[i];
+        size_t len = lens[i];
+        if (kinds[i]) {
+            int surrogate = 0;
+            len = ucs_utf8_size(data[i], lens[i], kinds[i], 0, &surrogate);
+            if (surrogate) {
+                failed = 1;
+                break;
+            }
+            if (len + 4 > cap) {
+                free(buf);
+                cap = 2 * len + 64;
+                if (!(buf = malloc(cap))) {
+                    failed = 2;
+                    break;
+                }
+            }
+            ucs_utf8_write(data[i], lens[i], kinds[i], 0, buf, &surrogate);
+            utf8 = buf;
+        }
+        blake2b(utf8, len, out + i * size, (size_t)size);
+        total += len;
+    }
+    free(buf);
+    Py_END_ALLOW_THREADS
+    if (failed == 2)
+        PyErr_NoMemory();
+    else if (failed)
+        res = Py_NewRef(Py_None);
+    else
+        res = Py_BuildValue("(On)", digests, (Py_ssize_t)total);
+done:
+    Py_XDECREF(digests);
+    PyMem_Free(data);
+    PyMem_Free(lens);
+    PyMem_Free(kinds);
+    Py_DECREF(texts);
+    return res;
+}
+
+/* paragraphs(data: bytes) -> list[str] | None: fileio.paragraphs(data.decode()) -- the cut found with the GIL
+ * released (paragraph_spans), then each paragraph decoded; None when data is not UTF-8 (the caller's decode names
+ * the byte). */
+static PyObject *paragraphs_of(PyObject *unused, PyObject *arg) {
+    (void)unused;
+    Py_buffer b;
+    if (PyObject_GetBuffer(arg, &b, PyBUF_SIMPLE) < 0) return NULL;
+    /* room for a paragraph every 64 bytes at first (a 256 KiB chunk of prose has one every ~200), more when the
+     * text has more: a long paragraph costs no memory in proportion to it */
+    size_t n = (size_t)b.len, cap = n / 64 + 16, k;
+    size_t *spans = PyMem_Malloc(2 * cap * sizeof *spans);
+    PyObject *res = NULL;
+    for (;;) {
+        if (!spans) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        Py_BEGIN_ALLOW_THREADS /* the buffer is held: bytes stay alive and unchanged */
+        k = paragraph_spans(b.buf, n, spans, cap);
+        Py_END_ALLOW_THREADS
+        if (k <= cap) break;
+        PyMem_Free(spans);
+        cap = k;
+        spans = PyMem_Malloc(2 * cap * sizeof *spans);
+    }
+    if (!(res = PyList_New((Py_ssize_t)k))) goto done;
+    for (size_t i = 0; i < k; i++) {
+        PyObject *text = PyUnicode_DecodeUTF8((const char *)b.buf + spans[2 * i], (Py_ssize_t)(spans[2 * i + 1] -
+                                              spans[2 * i]), NULL);
+        if (!text) {
+            Py_CLEAR(res);
+            if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
+                PyErr_Clear();
+                res = Py_NewRef(Py_None);
+            }
+            goto done;
+        }
+        PyList_SET_ITEM(res, (Py_ssize_t)i, text);
+    }
+done:
+    PyMem_Free(spans);
+    PyBuffer_Release(&b);
+    return res;
+}
+
 static PyMethodDef core_methods[] = {
     QUANTS_METHODS
     {"utf8_blob", utf8_blob, METH_O,
      "utf8_blob(tokens: list[str]) -> (bytes, bytes) | None: the tokens' UTF-8 joined and their n + 1 int64 "
      "offsets; None when one is no str or holds a surrogate."},
+    {"utf8_digests", utf8_digests, METH_VARARGS,
+     "utf8_digests(texts: sequence of str, size: int) -> (bytes, int) | None: hashlib.blake2b(t.encode(), "
+     "digest_size=size).digest() of each text, joined, and their UTF-8 bytes in all, the GIL released; None when a "
+     "text holds a surrogate."},
+    {"paragraphs", paragraphs_of, METH_O,
+     "paragraphs(data: bytes) -> list[str] | None: fileio.paragraphs(data.decode()), the cut found with the GIL "
+     "released; None when data is not UTF-8."},
     {NULL, NULL, 0, NULL},
 };
 

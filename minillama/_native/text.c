@@ -69,3 +69,54 @@ size_t ucs_utf8_write(const void *chars, size_t n, int kind, int escape_spaces, 
     *surrogate = bad;
     return o;
 }
+
+/* Whether the UTF-8 text holds a character that is not whitespace as str.isspace() has it (ASCII 9-13, 28-32;
+ * U+0085, U+00A0, U+1680, U+2000-U+200A, U+2028, U+2029, U+202F, U+205F, U+3000). */
+static int has_content(const uint8_t *s, size_t n) {
+    for (size_t i = 0; i < n;) {
+        uint8_t b = s[i];
+        if (b < 0x80) {
+            if (!((b >= 9 && b <= 13) || (b >= 28 && b <= 32))) return 1;
+            i++;
+            continue;
+        }
+        size_t len;
+        uint32_t c = utf8_next(s + i, n - i, &len);
+        i += len;
+        if (!(c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 ||
+              c == 0x202F || c == 0x205F || c == 0x3000))
+            return 1;
+    }
+    return 0;
+}
+
+size_t paragraph_spans(const uint8_t *s, size_t n, size_t *spans, size_t cap) {
+    size_t k = 0, start = 0, i = 0;
+    for (;;) {
+        /* the next cut: a newline, blanks (space, \t, \r, \f, \v), a newline */
+        const uint8_t *nl = i < n ? memchr(s + i, '\n', n - i) : NULL;
+        size_t cut = n, next = n;
+        while (nl) {
+            size_t j = (size_t)(nl - s) + 1;
+            while (j < n && (s[j] == ' ' || s[j] == '\t' || s[j] == '\r' || s[j] == '\f' || s[j] == '\v')) j++;
+            if (j < n && s[j] == '\n') {
+                cut = (size_t)(nl - s);
+                next = j + 1;
+                break;
+            }
+            nl = j < n ? memchr(s + j, '\n', n - j) : NULL; /* no cut starts before j: blanks are no newline */
+        }
+        size_t a = start, b = cut;
+        while (a < b && s[a] == '\n') a++;
+        while (b > a && s[b - 1] == '\n') b--;
+        if (has_content(s + start, cut - start)) {
+            if (k / 2 < cap) {
+                spans[k] = a;
+                spans[k + 1] = b;
+            }
+            k += 2;
+        }
+        if (cut == n) return k / 2;
+        start = i = next;
+    }
+}

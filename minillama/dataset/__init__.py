@@ -22,6 +22,7 @@ import json
 import os
 import pickle
 import signal
+import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -159,13 +160,36 @@ def prepare(model: str | os.PathLike[str] | Tokenizer, out: str | os.PathLike[st
                     log)
 
 
+class _NoBar:
+    """What the engines call on a progress bar, doing nothing: no bar is shown (tqdm is not even imported)."""
+
+    format_dict: dict = {}
+
+    def update(self, n: int) -> None:
+        pass
+
+    def set_postfix_str(self, text: str, refresh: bool = True) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _progress_bar(total: int, progress: bool | None):
+    """A tqdm bar of total bytes when progress, or when progress is None and stderr is a terminal (tqdm's
+    disable=None); else _NoBar."""
+    if not (progress or (progress is None and sys.stderr is not None and sys.stderr.isatty())):
+        return _NoBar()
+    from tqdm import tqdm
+
+    return tqdm(desc="dataset", total=total, unit="B", unit_scale=True, unit_divisor=1000, leave=False)
+
+
 def _run(tok: Tokenizer, source: Source, out: str, shown: str, head: dict, settings_hash: str, enc: tuple,
          engine: str, workers: int, ray_address: str | None, progress: bool | None,
          log: Callable[[str], None] | None) -> dict:
     """prepare()'s run once the settings are checked and out is claimed: encode and write, starting over a
     kept shard whose input changed (at most 3 times). shown is out as the user typed it, for messages."""
-    from tqdm import tqdm
-
     dtype = enc[3]
     # The bar counts the documents' UTF-8 bytes against the input files' sizes: percent and ETA are exact for
     # text, and a JSONL file's keys and escapes make the end come a little before 100%.
@@ -177,9 +201,7 @@ def _run(tok: Tokenizer, source: Source, out: str, shown: str, head: dict, setti
             log(f"{shown}: resuming an earlier run: {n:,} finished shard{'s' if n > 1 else ''} kept "
                 f"({writer.skip_docs:,} documents, {sum(r['tokens'] for r in writer.kept):,} tokens)")
         bad = BadRecords()
-        # disable=None: a bar on a terminal only
-        bar = tqdm(desc="dataset", total=total, unit="B", unit_scale=True, unit_divisor=1000, leave=False,
-                   disable=None if progress is None else not progress)
+        bar = _progress_bar(total, progress)
         try:
             if engine == "local":
                 from .local import run_local

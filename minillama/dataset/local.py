@@ -1,49 +1,54 @@
-"""The local engine: input read in this process, encoded by worker processes, written in order.
+"""The local engine: input read in this thread, encoded by worker threads or processes, written in order.
 
-The main process reads the input in order as units (sources.Source.units): for text files read by
+The main thread reads the input in order as units (sources.Source.units): for text files read by
 paragraph, chunks of about BATCH_CHARS raw bytes that each split into whole documents by themselves,
-so this process does no work per document there; for other inputs, the documents. It groups them into
-batches of about BATCH_CHARS characters and hands each batch to the worker process with the least
-work in hand. Each worker holds its own Tokenizer (inherited or pickled as its tables), splits chunks
-into documents, encodes them and hashes each document (doc_digest); at most AHEAD batches per worker
-are in flight, and no more once they hold AHEAD * BATCH_CHARS characters (a long document is in
-flight alone), so memory stays flat however large the input, and results are written in submission
-order whatever finishes first. The writer (shards.ShardWriter) cuts shards by its fixed rule: the
-output does not depend on the worker count.
+so it does no work per document there; for other inputs, the documents. It groups them into batches
+of about BATCH_CHARS characters and hands each to a worker; at most AHEAD batches per worker are in
+flight, and no more once they hold AHEAD * BATCH_CHARS characters (a long document is in flight
+alone), so memory stays flat however large the input, and results are written in submission order
+whatever finishes first. The writer (shards.ShardWriter) cuts shards by its fixed rule: the output does
+not depend on the worker count. A worker splits chunks into documents, encodes them
+(Tokenizer.encode_concat: one call a batch) and hashes each document (doc_digest).
 
-Workers share what they learn: after each batch a worker sends back the word-cache entries it computed
-(Tokenizer.take_cache_entries), and this process passes them on at once to every other worker, which
-adds them to its cache before it starts its next batch. Without that each worker would compute every
-distinct word of the input itself (diverse.txt: 69,337 words, about 1.7 CPU s, three quarters of the
-time of a first pass over it, in each worker). Ids do not depend on it: an entry is exactly what
-encoding its word gives.
+Workers are threads where the Tokenizer's core encodes a whole batch with the GIL released
+(Tokenizer.encodes_in_core: the native backend): no fork, nothing pickled, results handed over as they
+are; each thread has a Tokenizer of its own made from the same vocab (the core's word cache takes one lock
+per word, which threads sharing it contend for). Elsewhere (the pure backend, whose
+encoding holds the GIL) they are processes (Workers), each with its own Tokenizer (inherited or pickled
+as its tables); after each batch a process sends back the word-cache entries it computed
+(Tokenizer.take_cache_entries), and this process passes them on at once to every other worker, which adds
+them to its cache before it starts its next batch. Without that each would compute every distinct word
+of the input itself. Ids do not depend on it: an entry is exactly what encoding its word gives.
 
-With workers=1 everything runs in this process.
+With workers=1 everything runs in this thread.
 
-Workers never outlive this process: each asks the kernel for SIGKILL when its parent dies (Linux
-prctl PR_SET_PDEATHSIG) and, wherever that is not available, checks every PARENT_CHECK_S seconds
+Worker processes never outlive this process: each asks the kernel for SIGKILL when its parent dies
+(Linux prctl PR_SET_PDEATHSIG) and, wherever that is not available, checks every PARENT_CHECK_S seconds
 while idle whether its parent is still the process that started it.
 """
 
 from __future__ import annotations
 
-import ctypes
 import gc
-import multiprocessing
 import os
 import pickle
 import queue
 import signal
-from array import array
+import threading
 from collections import deque
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..errors import MinillamaError
 from ..tokenizer import Tokenizer
-from .shards import ShardWriter, doc_digest, utf8_digest
+from .shards import ShardWriter, doc_digest, doc_digests
 from .sources import BadRecordError, BadRecords, Source, TextChunk
+
+if TYPE_CHECKING:  # imported where processes start: threads and one worker need neither
+    import multiprocessing
 
 Unit = str | TextChunk  # a document, or a chunk of a text file that splits into documents where it is encoded
 Encoded = tuple[np.ndarray, np.ndarray, bytes, int]  # encode_docs' result
@@ -51,32 +56,20 @@ Encoded = tuple[np.ndarray, np.ndarray, bytes, int]  # encode_docs' result
 BATCH_CHARS = 1 << 18
 AHEAD = 4
 PARENT_CHECK_S = 1.0
+THREADS = True  # worker threads where the tokenizer encodes with the GIL released (False: processes always)
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
-_TYPECODES = {a.itemsize: a.typecode for a in (array("H"), array("I"))}  # machine arrays of uint16, uint32
 
 
 def encode_docs(tok: Tokenizer, docs: Sequence[str], add_special: bool, parse_special: bool, sep: Sequence[int],
                 dtype: np.dtype) -> Encoded:
     """(id count per document, all ids concatenated, doc_digest()s concatenated, UTF-8 bytes) of a batch.
 
-    Each document is tok.encode(doc, add_special, parse_special) followed by the separator ids. Each
-    document's ids go into a machine array at once (array() from a list of ints takes a third of np.array's
-    time), so a long document costs 2-4 bytes an id here beside encode's own list, not a second list."""
-    out = array(_TYPECODES[dtype.itemsize])
-    lens = np.empty(len(docs), np.int64)
-    sep = list(sep)
-    n_bytes = 0
-    digests = []
-    for i, doc in enumerate(docs):
-        before = len(out)
-        out.extend(tok.encode(doc, add_special, parse_special))  # 2-4 bytes an id kept, not a list's 8
-        out.extend(sep)
-        lens[i] = len(out) - before
-        raw = doc.encode("utf-8", "surrogatepass")
-        n_bytes += len(raw)
-        digests.append(utf8_digest(raw))
-    ids = np.frombuffer(out, dtype.newbyteorder("=")).astype(dtype, copy=False)
-    return lens, ids, b"".join(digests), n_bytes
+    Each document is tok.encode(doc, add_special, parse_special) followed by the separator ids, all of them
+    in one call (Tokenizer.encode_concat: on the native backend the core writes them into one buffer with the
+    GIL released, no list per document), and so are the digests (shards.doc_digests)."""
+    ids, ends = tok.encode_concat(docs, add_special, parse_special, sep)
+    digests, n_bytes = doc_digests(docs, tok.backend == "native")
+    return np.diff(ends, prepend=0), ids.astype(dtype), digests, n_bytes
 
 
 def encode_units(tok: Tokenizer, units: Sequence[Unit], *settings) -> Encoded:
@@ -134,8 +127,61 @@ def _work(me: int, tok: Tokenizer, settings: tuple, inbox: multiprocessing.Queue
         results.put((seq, me, ok, out, pickle.dumps(tok.take_cache_entries(), pickle.HIGHEST_PROTOCOL)))
 
 
+class Threads:
+    """`n` threads, for a tokenizer that encodes with the GIL released (Tokenizer.encodes_in_core): Workers' calls,
+    with batches in flight bounded the same way in all.
+
+    Each thread encodes with a Tokenizer of its own, made from tok's vocab (what a worker process unpickles):
+    the core's word cache is guarded by one mutex taken per word, and two threads sharing it contend for it on
+    every word (measured with two free cores: 0.31 s on one thread became 0.64 s on two, 0.37 s of it in the
+    kernel). Each thread then computes the words it meets itself, as a worker process did."""
+
+    def __init__(self, n: int, tok: Tokenizer, settings: tuple) -> None:
+        self.n, self.settings = n, settings
+        self.local = threading.local()
+        make, args = tok.__reduce__()[:2]  # the vocab's tables, not pickled: shared, read only
+
+        def own_tokenizer() -> None:
+            self.local.tok = make(*args)
+
+        self.pool = ThreadPoolExecutor(n, thread_name_prefix="minillama-dataset", initializer=own_tokenizer)
+        self.in_flight: deque[tuple[Future[Encoded], int]] = deque()  # and their characters
+        self.chars = 0
+
+    def _encode(self, units: list[Unit]) -> Encoded:
+        return encode_units(self.local.tok, units, *self.settings)
+
+    @property
+    def pending(self) -> int:
+        """Batches submitted and not yet returned by next_result()."""
+        return len(self.in_flight)
+
+    def has_room(self) -> bool:
+        """Whether another batch may go: none in flight, or fewer than AHEAD a thread holding fewer than AHEAD *
+        BATCH_CHARS characters a thread (Workers.has_room's bound, over all threads)."""
+        return not self.in_flight or (len(self.in_flight) < AHEAD * self.n and self.chars < AHEAD * self.n * BATCH_CHARS)
+
+    def submit(self, units: list[Unit]) -> None:
+        """Queue a batch for the next free thread (call when has_room())."""
+        size = sum(map(_size, units))
+        self.in_flight.append((self.pool.submit(self._encode, units), size))
+        self.chars += size
+
+    def next_result(self) -> Encoded:
+        """The oldest batch's result (its exception raised here)."""
+        future, size = self.in_flight.popleft()
+        self.chars -= size
+        return future.result()
+
+    def close(self, ok: bool) -> None:
+        """Stop the threads once the batches they encode are done (on an error the queued ones are dropped)."""
+        self.pool.shutdown(wait=True, cancel_futures=not ok)
+
+
 def die_with_parent(parent: int) -> None:
     """Have the kernel SIGKILL this process when its parent dies (Linux), and exit now if it already has."""
+    import ctypes
+
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
@@ -152,6 +198,8 @@ class Workers:
     in submission order, passing on the cache entries each result brings to the other workers."""
 
     def __init__(self, n: int, tok: Tokenizer, settings: tuple) -> None:
+        import multiprocessing
+
         ctx = multiprocessing.get_context()
         self.results: multiprocessing.Queue = ctx.Queue()
         self.inboxes: list[multiprocessing.Queue] = [ctx.Queue() for _ in range(n)]
@@ -293,7 +341,7 @@ def skip_kept(units: Iterator[Unit], writer: ShardWriter) -> Iterator[Unit]:
 
 def run_local(tok: Tokenizer, source: Source, writer: ShardWriter, settings: tuple, workers: int,
               bad: BadRecords, progress) -> None:
-    """Read, encode (on `workers` processes) and write every document of source, in order."""
+    """Read, encode (on `workers` threads or processes) and write every document of source, in order."""
     units = skip_kept(source.units(bad, BATCH_CHARS), writer)
 
     def take(result: Encoded) -> None:
@@ -317,7 +365,9 @@ def run_local(tok: Tokenizer, source: Source, writer: ShardWriter, settings: tup
         if failed:
             raise failed[0]
         return
-    pool = Workers(workers, tok, settings)
+    parse_special = settings[1]
+    kind = Threads if THREADS and tok.encodes_in_core(parse_special) else Workers
+    pool: Threads | Workers = kind(workers, tok, settings)
     ok = False
     try:
         for batch in until_bad():

@@ -34,6 +34,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
 
+from ..backend import backend_choice, native_core
 from ..errors import MinillamaError
 from ..fileio import BLANK, PARAGRAPH_CUT, paragraphs
 
@@ -139,6 +140,11 @@ class TextChunk:
     data: bytes
 
     def documents(self) -> list[str]:
+        """fileio.paragraphs of the chunk's text: cut in the native core where it is built and the backend allows it
+        (the GIL released meanwhile: worker threads cut their chunks in parallel), else here."""
+        core = native_core(backend_choice())
+        if core is not None and (docs := core.paragraphs(self.data)) is not None:
+            return docs
         try:
             text = self.data.decode("utf-8")
         except UnicodeDecodeError as exc:  # checked when read: the file changed meanwhile

@@ -4,7 +4,8 @@ back to it, and its short name in `inspect` listings."""
 from __future__ import annotations
 
 import numpy as np
-from gguf import GGUFValueType
+
+from .constants import GGUFValueType
 
 V = GGUFValueType
 

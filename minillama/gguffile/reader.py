@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from gguf import GGUF_MAGIC, GGUFValueType, Keys
 
 from ..errors import FormatError, UnsupportedError
 from ..fileio import input_path
+from .constants import GGUF_MAGIC, GGUFValueType, Keys
 from .dtypes import FILE_DTYPES
 
 SUPPORTED_VERSIONS = (2, 3)

@@ -13,10 +13,10 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-from gguf import GGUFValueType, GGUFWriter, Keys
 
 from ..errors import FormatError
 from ..fileio import write_output
+from .constants import GGUFValueType, Keys
 from .dtypes import ARRAY_TYPES
 
 K = Keys.Tokenizer
@@ -124,6 +124,8 @@ def write_vocab_gguf(metadata: Mapping[str, Any], out_path: str | os.PathLike[st
 
 def _write(metadata: Mapping[str, Any], path: str, arch: str, name: str | None,
            types: Mapping[str, GGUFValueType]) -> None:
+    from gguf import GGUFWriter  # the whole package, only where a file is written (constants.py)
+
     w = GGUFWriter(path, arch)
     title = name if name is not None else metadata.get(Keys.General.NAME)
     if isinstance(title, str) and title:

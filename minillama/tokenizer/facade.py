@@ -12,6 +12,7 @@ import gc
 import os
 import threading
 import warnings
+from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -76,6 +77,7 @@ class Tokenizer:
         # one and no special token is matched in plain text (no user-defined ones, none cutting a character).
         plain = getattr(self._encoder, "encode_plain", None)
         self._plain = plain if plain is not None and not always_matched(vocab) and not self._raw_special else None
+        self._flat = getattr(self._encoder, "encode_flat", None) if self._plain is not None else None
 
     def __reduce__(self) -> tuple:
         """Pickle as the vocab's tables alone (process pools, Ray actors): the encoder, its word caches,
@@ -311,6 +313,34 @@ class Tokenizer:
         released once): encode_batch's work where the fast path applies."""
         got = self._encoder.encode_many(texts)  # type: ignore[attr-defined]
         return [ids if ids is not None else self.encode(t, False) for t, ids in zip(texts, got)]
+
+    def encodes_in_core(self, parse_special: bool = False) -> bool:
+        """Whether encode_concat(..., parse_special) runs in the native core with the GIL released for the whole
+        call: then threads sharing this Tokenizer encode in parallel (else they take turns holding the GIL)."""
+        return self._flat is not None and not parse_special
+
+    def encode_concat(self, texts: Sequence[str], add_special: bool = True, parse_special: bool = False,
+                      suffix: Sequence[int] = ()) -> tuple[np.ndarray, np.ndarray]:
+        """encode(t, add_special, parse_special) + suffix of every text, concatenated: (ids, ends), int32 ids and
+        the int64 end of each text's ids in them. Where encodes_in_core(parse_special), one call to the native
+        core with the GIL released does it all, with no list of ints made per text (minillama dataset's
+        batches); else, and for a text that call leaves to encode (lone surrogates), each text is encoded."""
+        texts = list(texts)
+        suffix = list(suffix)
+        if self.encodes_in_core(parse_special) and all(type(t) is str for t in texts):
+            before, after = self._encoder.affixes() if add_special else ((), ())
+            got = self._flat(texts, list(before), [*after, *suffix])  # type: ignore[misc]
+            if got is not None:
+                if add_special and self._warn_bos and any(t.startswith(self._warn_bos) for t in texts):
+                    self._warn_double_bos()
+                return np.frombuffer(got[0], np.int32), np.frombuffer(got[1], np.int64)
+        ids = array("i")  # 4 bytes an id kept, not a list's 8
+        ends = np.empty(len(texts), np.int64)
+        for i, t in enumerate(texts):
+            ids.fromlist(self.encode(t, add_special, parse_special))
+            ids.fromlist(suffix)
+            ends[i] = len(ids)
+        return np.frombuffer(ids, np.int32), ends
 
     def _warn_double_bos(self) -> None:
         warnings.warn(f"the text already starts with the bos text {self._bos_text!r} and add_special=True adds bos "

@@ -10,9 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from gguf import Keys
-
 from ..errors import UnsupportedError
+from ..gguffile.constants import Keys
 
 K = Keys.Tokenizer
 

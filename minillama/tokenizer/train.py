@@ -62,10 +62,10 @@ from typing import TYPE_CHECKING, Any, Union
 
 import numpy as np
 import regex
-from gguf import Keys, TokenType
 
 from ..errors import ArgumentError, ArgumentTypeError, FormatError, MinillamaError
 from ..fileio import input_path, utf8_error
+from ..gguffile.constants import Keys, TokenType
 from .pretokenize import PreTokenizer
 from .tables import PATTERNS, PRE_TOKENIZERS
 from .text import SPACE

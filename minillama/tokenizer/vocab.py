@@ -16,9 +16,9 @@ from enum import IntFlag
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from gguf import Keys, TokenType
 
 from ..errors import FormatError, MissingPreTokenizerWarning, UnsupportedError
+from ..gguffile.constants import Keys, TokenType
 from .tables import (
     ALWAYS_RENDERED,
     EOG_TEXTS,

@@ -1,6 +1,12 @@
 """Benchmark `minillama dataset`: end-to-end MB/s for 1 and 2 workers, against HF tokenizers, and peak memory.
 
-    python tools/bench/bench_dataset.py [--mb 50] [--big-mb 200] [--repeat 3] [--vocab llama-bpe]
+    python tools/bench/bench_dataset.py [--mb 50] [--big-mb 200] [--repeat 3] [--vocab llama-bpe|llama-spm]
+
+(issue 23's figure: --vocab llama-spm --mb 25 --big-mb 0.)
+
+minillama's bytecode is compiled first (compileall, into the checkout's __pycache__), as `pip install` leaves an
+installed package: with PYTHONDONTWRITEBYTECODE=1 (set on some machines) each run would otherwise compile every
+module it imports from source, ~0.1 s of start-up that a user's runs do not pay (--no-compile measures that).
 
 The corpus is ../shared/corpus/diverse.txt repeated to --mb megabytes (paragraph documents). Figures:
 
@@ -9,7 +15,7 @@ The corpus is ../shared/corpus/diverse.txt repeated to --mb megabytes (paragraph
   CPU seconds other processes used meanwhile (on a shared machine they stretch our wall time); the
   ratio of each pair and their median (goal >= 1.7x on 2 cores);
 * Hugging Face tokenizers' `encode_batch` (Rust, all cores) on the same vocab (llama-3.2-tokenizer.json
-  for llama-bpe) and the same paragraphs, timed around encode_batch alone (no reading, no writing);
+  for llama-bpe; none for llama-spm) and the same paragraphs, timed around encode_batch alone (no reading, no writing);
   ours / theirs (goal >= 2x);
 * CPU seconds of each (all processes; load on a shared machine stretches wall time, not CPU time);
 * peak RSS of the whole run (the main process and every worker, summed; sampled from /proc every
@@ -113,7 +119,10 @@ def run_dataset(model: Path, corpus: Path, out: Path, workers: int) -> tuple[flo
 
 
 def hf_encode_batch(vocab: str, corpus: Path) -> tuple[float, float] | None:
-    """Wall and CPU seconds of HF tokenizers' encode_batch over the corpus's paragraphs (None: not installed)."""
+    """Wall and CPU seconds of HF tokenizers' encode_batch over the corpus's paragraphs (None: not installed, or no
+    tokenizer.json for this vocab)."""
+    if vocab not in HF_JSON:
+        return None
     try:
         from tokenizers import Tokenizer as HFTokenizer
     except ImportError:
@@ -134,15 +143,20 @@ def main() -> None:
     ap.add_argument("--mb", type=int, default=50, help="corpus size for the speed figures (default 50)")
     ap.add_argument("--big-mb", type=int, default=200, help="larger corpus for the memory figure (0: skip)")
     ap.add_argument("--repeat", type=int, default=3, help="pairs of 1- and 2-worker runs, alternating (default 3)")
-    ap.add_argument("--vocab", default="llama-bpe", choices=sorted(HF_JSON))
+    ap.add_argument("--vocab", default="llama-bpe", choices=["llama-bpe", "llama-spm"])
+    ap.add_argument("--no-compile", action="store_true", help="do not compile minillama's bytecode first")
     args = ap.parse_args()
+    if not args.no_compile:
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO / "minillama")], check=True,
+                       stdout=subprocess.DEVNULL)
     model = SHARED / "vocab" / f"ggml-vocab-{args.vocab}.gguf"
     tmp = Path(tempfile.mkdtemp(prefix="bench-dataset-"))
     try:
         corpus = tmp / "corpus.txt"
         size = make_corpus(corpus, args.mb)
         mb = size / 1e6
-        print(f"corpus: diverse.txt repeated to {mb:.1f} MB, vocab {args.vocab}, {os.cpu_count()} cores")
+        print(f"corpus: diverse.txt repeated to {mb:.1f} MB, vocab {args.vocab}, {os.cpu_count()} cores, bytecode "
+              f"{'compiled at each start' if args.no_compile and sys.dont_write_bytecode else 'cached'}")
         runs: dict[int, list[tuple[float, int, float]]] = {1: [], 2: []}
         for r in range(args.repeat):
             for w in (1, 2):

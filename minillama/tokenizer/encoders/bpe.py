@@ -19,7 +19,7 @@ import functools
 import operator
 import re
 from bisect import bisect_left
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from itertools import accumulate, repeat
 from types import ModuleType
 
@@ -247,7 +247,7 @@ class NativeBPEEncoder(BPEEncoder):
                               np.array([ord(c) for c in BYTE_TO_CHAR], np.int32), vocab.ignore_merges,
                               base.CACHE_MAX_BYTES, base.CACHE_MAX_WORDS, self._mode)
         if not self._mode:  # the words are split here: no fast path
-            self.encode_plain = self.encode_many = None  # type: ignore[assignment]
+            self.encode_plain = self.encode_many = self.encode_flat = None  # type: ignore[assignment]
         else:  # the core's method itself, which knows the mode: no Python frame per call of the fast path
             self.encode_plain = self._core.encode_plain  # type: ignore[method-assign]
 
@@ -279,6 +279,11 @@ class NativeBPEEncoder(BPEEncoder):
     def encode_many(self, texts: list[str]) -> list[list[int] | None]:
         """encode_plain of each text, the GIL released once for all of them (encode_batch's threads)."""
         return self._core.encode_many(texts, self._mode)
+
+    def encode_flat(self, texts: Sequence[str], prefix: Sequence[int], suffix: Sequence[int]) -> tuple[bytes, bytes] | None:
+        """prefix + encode_plain(t) + suffix of every text as one int32 buffer, and each text's end in it (int64
+        bytes), the GIL released once for all and no list made per text; None when a text holds lone surrogates."""
+        return self._core.encode_flat(texts, prefix, suffix, self._mode)
 
     def encode(self, text: str) -> list[int]:
         data = text.encode("utf-8", "surrogatepass")  # code points; a surrogate stands for itself

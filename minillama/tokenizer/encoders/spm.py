@@ -26,14 +26,14 @@ from __future__ import annotations
 
 import operator
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from itertools import repeat
 from types import ModuleType
 
 import numpy as np
-from gguf import Keys
 
 from ...errors import FormatError
+from ...gguffile.constants import Keys
 from ..text import SPACE, SURROGATES, UTF8_LEN
 from ..unicode import byte_token, raw_byte_token
 from ..vocab import Vocab
@@ -292,6 +292,7 @@ class NativeSPMEncoder(SPMEncoder):
                               base.CACHE_MAX_BYTES, base.CACHE_MAX_WORDS, vocab.add_space_prefix)
         # the core's own methods, no Python frame between Tokenizer.encode's fast path and C
         self.encode_plain, self.encode_many = self._core.encode_plain, self._core.encode_many  # type: ignore[method-assign]
+        self.encode_flat = self._core.encode_flat  # type: ignore[method-assign]
 
     @classmethod
     def build(cls, vocab: Vocab, core: ModuleType) -> NativeSPMEncoder:
@@ -308,6 +309,12 @@ class NativeSPMEncoder(SPMEncoder):
     def encode_many(self, texts: list[str]) -> list[list[int] | None]:
         """encode_plain of each text, the GIL released once for all of them (encode_batch's threads)."""
         return self._core.encode_many(texts)
+
+    def encode_flat(self, texts: Sequence[str], prefix: Sequence[int], suffix: Sequence[int]) -> tuple[bytes, bytes] | None:
+        """prefix + encode_plain(t) + suffix of every text as one int32 buffer, and each text's end in it (int64
+        bytes), the GIL released once for all and no list made per text; None where encode_plain gives None for a
+        text. (__init__ binds the core's method itself in its place.)"""
+        return self._core.encode_flat(texts, prefix, suffix)
 
     def encode(self, text: str) -> list[int]:
         ids = None

@@ -38,9 +38,9 @@ from types import ModuleType
 from typing import TypeVar
 
 import numpy as np
-from gguf import Keys
 
 from ...errors import FormatError
+from ...gguffile.constants import Keys
 from ..text import SPACE, SURROGATES, to_bytes, utf8_len
 from ..vocab import Attr, Vocab
 from . import base

@@ -12,9 +12,9 @@ without listing every key.
 from __future__ import annotations
 
 import numpy as np
-from gguf import Keys
 
 from ...errors import FormatError
+from ...gguffile.constants import Keys
 
 
 class Charsmap:

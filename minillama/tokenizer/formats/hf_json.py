@@ -26,9 +26,9 @@ from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
-from gguf import Keys, TokenType
 
 from ...errors import FormatError, UnsupportedError
+from ...gguffile.constants import Keys, TokenType
 from ..tables import KEY_LOWERCASE, KEY_STRIP_ACCENTS, LLAMA3_ORIGINAL, SPECIAL_ID_KEY
 from ..text import SPACE, SURROGATES
 

@@ -14,10 +14,10 @@ import struct
 from typing import Any
 
 import numpy as np
-from gguf import Keys, TokenType
 
 from ...errors import FormatError
 from ...fileio import write_output
+from ...gguffile.constants import Keys, TokenType
 from ..text import SPACE  # a plain space in tokenizer.bin
 from ..unicode import BYTE_TOKEN
 

@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from gguf import Keys, TokenType
 
 from ...errors import FormatError, IgnoredNormalizerWarning, UnsupportedError
+from ...gguffile.constants import Keys, TokenType
 
 K = Keys.Tokenizer
 G = Keys.General
