@@ -430,7 +430,8 @@ static int lane_step(const bpe *b, lane *l) {
     return 1;
 }
 
-/* Merge the window's words, cache them and put their ids in place of their markers; 0 on allocation failure. */
+/* Merge the window's words, cache them (under one taking of the cache's lock) and put their ids in place of
+ * their markers; 0 on allocation failure. */
 static int batch_flush(bpe *b, batch *t, ivec *out) {
     size_t next = 0, active = 0;
     t->res.n = 0;
@@ -450,7 +451,6 @@ static int batch_flush(bpe *b, batch *t, ivec *out) {
             p->start = t->res.n;
             p->nids = syms_to_ids(b, l->syms, l->nsym, t->res.v + p->start);
             t->res.n += p->nids;
-            wcache_put_h(b->cache, p->hash, p->w, p->n, t->res.v + p->start, p->nids);
             if (next < t->n) { /* the lane takes the next word */
                 lane_start(b, l, &t->p[next], next);
                 next++;
@@ -460,6 +460,12 @@ static int batch_flush(bpe *b, batch *t, ivec *out) {
             }
         }
     }
+    wcache_item items[WINDOW]; /* cached together: the lock taken once a window */
+    for (size_t j = 0; j < t->n; j++) {
+        const pending *p = &t->p[j];
+        items[j] = (wcache_item){p->hash, p->w, p->n, t->res.v + p->start, p->nids};
+    }
+    wcache_put_many(b->cache, t->n, items);
     t->tail.n = 0;
     if (!ivec_extend(&t->tail, out->v + t->first, out->n - t->first)) return 0;
     out->n = t->first;

@@ -1,8 +1,9 @@
 /* The word cache: word bytes -> ids, in two generations as the Python one (encoders/base.py). New words go
  * into the young generation; a word found only in the old one is copied back; when the young one reaches
  * max_bytes (each entry's real size: header, ids, key, slots) or max_words it becomes the old one and the
- * previous old one is freed, so memory stays under 2 x max_bytes. One mutex guards it: encoders on many
- * threads share one cache and hold the lock only to look up or insert. */
+ * previous old one is freed (its entries' chunks at once), so memory stays under 2 x max_bytes (and a
+ * chunk's slack). One mutex guards it: encoders on many threads share one cache and hold the lock only to
+ * look up or insert. */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
 #include <stdlib.h>
@@ -21,15 +22,25 @@ typedef struct {
     entry *e;
 } slot;
 
+/* Entries live in chunks a generation frees all at once: no malloc or free an entry (a generation turning
+ * old frees thousands), and neighbours in time are neighbours in memory. */
+typedef struct chunk {
+    struct chunk *next;
+    size_t used, cap;
+    uint64_t data[]; /* entries are 8-aligned */
+} chunk;
+
 typedef struct {
     slot *slots;
     size_t cap, count, bytes;
+    chunk *chunks; /* the newest first: entries are cut from its end */
 } gen;
 
 struct wcache {
     pthread_mutex_t lock;
     gen young, old;
     size_t max_bytes, max_words;
+    size_t chunk_bytes; /* a chunk's room: a sixteenth of max_bytes, 4 KB to 256 KB */
 };
 
 static const uint8_t *key_of(const entry *e) { return (const uint8_t *)(e->ids + e->nids); }
@@ -45,7 +56,10 @@ static uint64_t hash_bytes(const uint8_t *s, size_t n) {
 }
 
 static void gen_free(gen *g) {
-    for (size_t i = 0; i < g->cap; i++) free(g->slots[i].e);
+    for (chunk *c = g->chunks, *next; c; c = next) {
+        next = c->next;
+        free(c);
+    }
     free(g->slots);
     memset(g, 0, sizeof *g);
 }
@@ -85,6 +99,31 @@ static int gen_insert(gen *g, entry *e) {
     return 1;
 }
 
+/* Room for an entry of size bytes in g's newest chunk, or a new chunk (of chunk_bytes, or just the entry's
+ * size when larger); NULL when memory ran out. */
+static entry *gen_alloc(gen *g, size_t chunk_bytes, size_t size) {
+    size = (size + 7) & ~(size_t)7;
+    chunk *c = g->chunks;
+    if (!c || c->cap - c->used < size) {
+        size_t cap = size > chunk_bytes ? size : chunk_bytes;
+        c = malloc(sizeof(chunk) + cap);
+        if (!c) return NULL;
+        c->used = 0;
+        c->cap = cap;
+        c->next = g->chunks;
+        g->chunks = c;
+    }
+    entry *e = (entry *)((uint8_t *)c->data + c->used);
+    c->used += size;
+    return e;
+}
+
+/* Give back the entry gen_alloc just made (the table could not take it). */
+static void gen_unalloc(gen *g, const entry *e) {
+    chunk *c = g->chunks;
+    c->used = (size_t)((const uint8_t *)e - (const uint8_t *)c->data);
+}
+
 wcache *wcache_new(size_t max_bytes, size_t max_words) {
     wcache *c = calloc(1, sizeof *c);
     if (!c) return NULL;
@@ -94,6 +133,7 @@ wcache *wcache_new(size_t max_bytes, size_t max_words) {
     }
     c->max_bytes = max_bytes;
     c->max_words = max_words;
+    c->chunk_bytes = max_bytes / 16 < 4096 ? 4096 : max_bytes / 16 > 262144 ? 262144 : max_bytes / 16;
     return c;
 }
 
@@ -115,14 +155,14 @@ static void put_locked(wcache *c, uint64_t h, const uint8_t *key, size_t klen, c
         c->old = c->young;
         memset(&c->young, 0, sizeof c->young);
     }
-    entry *e = malloc(sizeof(entry) + nids * sizeof(int32_t) + klen);
+    entry *e = gen_alloc(&c->young, c->chunk_bytes, sizeof(entry) + nids * sizeof(int32_t) + klen);
     if (!e) return;
     e->hash = h;
     e->klen = (uint32_t)klen;
     e->nids = (uint32_t)nids;
     if (nids) memcpy(e->ids, ids, nids * sizeof(int32_t));
     if (klen) memcpy((uint8_t *)(e->ids + nids), key, klen);
-    if (!gen_insert(&c->young, e)) free(e);
+    if (!gen_insert(&c->young, e)) gen_unalloc(&c->young, e);
 }
 
 int wcache_get(wcache *c, const uint8_t *key, size_t klen, ivec *out) {
@@ -150,6 +190,15 @@ void wcache_put(wcache *c, const uint8_t *key, size_t klen, const int32_t *ids, 
 void wcache_put_h(wcache *c, uint64_t h, const uint8_t *key, size_t klen, const int32_t *ids, size_t nids) {
     pthread_mutex_lock(&c->lock);
     put_locked(c, h, key, klen, ids, nids);
+    pthread_mutex_unlock(&c->lock);
+}
+
+void wcache_put_many(wcache *c, size_t n, const wcache_item *items) {
+    pthread_mutex_lock(&c->lock);
+    for (size_t i = 0; i < n; i++) {
+        const wcache_item *x = &items[i];
+        put_locked(c, x->hash, x->key, x->klen, x->ids, x->nids);
+    }
     pthread_mutex_unlock(&c->lock);
 }
 

@@ -157,6 +157,15 @@ void wcache_put(wcache *c, const uint8_t *key, size_t klen, const int32_t *ids, 
 /* The same with the key's hash (word_key_of) already known. */
 int wcache_get_h(wcache *c, uint64_t hash, const uint8_t *key, size_t klen, ivec *out);
 void wcache_put_h(wcache *c, uint64_t hash, const uint8_t *key, size_t klen, const int32_t *ids, size_t nids);
+/* Several puts under one taking of the lock (a BPE merge window's new words). */
+typedef struct {
+    uint64_t hash;
+    const uint8_t *key;
+    size_t klen;
+    const int32_t *ids;
+    size_t nids;
+} wcache_item;
+void wcache_put_many(wcache *c, size_t n, const wcache_item *items);
 void wcache_clear(wcache *c);
 typedef struct {
     size_t words, bytes, old_words, old_bytes, largest_entry, longest_word, max_bytes, max_words;
