@@ -9,15 +9,16 @@
  * Matching those roundings bit for bit is what makes minillama's log-probs track llama.cpp's (a float32
  * softmax is closer to the exact value but about 1e-3 away from llama.cpp's in every attention output, which
  * the 8-bit activation quantization of the next product then amplifies). A scalar kernel (the reference and
- * the fallback) and an AVX2/F16C one compute the same bits; MINILLAMA_KERNELS=scalar picks the scalar one.
+ * the fallback) and an AVX2/F16C one compute the same bits; the AVX2 one runs where quants.c runs its AVX2
+ * kernels (mq_isa: the CPU's features and MINILLAMA_KERNELS, decided there once) and the CPU has F16C.
  *
  * Keys and values come as float32 arrays holding float16 values (the cache rounds them as it stores them). */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <pthread.h>
-#include <stdlib.h>
 #include <string.h>
 
+#include "core.h"
 #include "model.h"
 
 /* x . y over n values in ggml_vec_dot_f16's order: lanes l of four accumulators take x[32 i + 8 j + l] y[..]
@@ -131,17 +132,15 @@ static row_fn row = row_scalar;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 static void pick(void) {
-    const char *k = getenv("MINILLAMA_KERNELS");
-    if (k && strcmp(k, "scalar") == 0) return;
 #ifdef HAVE_AVX2_ROW
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
-        row = row_avx2;
+    if (strcmp(mq_isa(), "avx2") == 0 && __builtin_cpu_supports("f16c")) row = row_avx2;
+#else
+    (void)mq_isa(); /* fills the float16 table mq_round_f16 reads */
 #endif
 }
 
 void ma_attend_row(const float *q, const float *k, int64_t k_stride, const float *v, int64_t v_stride, int64_t s0,
                    int64_t s1, int64_t D, int64_t Dv, float scale, float *out, float *work) {
     pthread_once(&once, pick);
-    mq_init();
     row(q, k, k_stride, v, v_stride, s0, s1, D, Dv, scale, out, work);
 }

@@ -5,14 +5,15 @@
  * llama.cpp's: a silu one ulp apart now and then flips an 8-bit activation quantum in the next product.
  *
  * A scalar kernel does each lane's operations one at a time with fmaf (the reference and the fallback); an
- * AVX2 kernel does eight at once; they give the same bits. MINILLAMA_KERNELS=scalar picks the scalar one. */
+ * AVX2 kernel does eight at once; they give the same bits. The AVX2 one runs where quants.c runs its AVX2
+ * kernels (mq_isa: the CPU's features and MINILLAMA_KERNELS, decided there once). */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
-#include <stdlib.h>
 #include <string.h>
 
+#include "core.h"
 #include "model.h"
 
 static inline float bits_float(uint32_t u) {
@@ -100,10 +101,8 @@ static swiglu_fn kernel = swiglu_scalar;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 static void pick(void) {
-    const char *k = getenv("MINILLAMA_KERNELS");
-    if (k && strcmp(k, "scalar") == 0) return;
 #ifdef HAVE_AVX2_SWIGLU
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) kernel = swiglu_avx2;
+    if (strcmp(mq_isa(), "avx2") == 0) kernel = swiglu_avx2;
 #endif
 }
 
