@@ -59,7 +59,7 @@ static void init_once(void) {
     kernels = kernels_scalar;
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
     const mq_dot_fn *k = mq_kernels_avx2();
-    if (k && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    if (k && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
         kernels = k;
         rows_kernels = mq_rows_avx2();
         isa = "avx2";
