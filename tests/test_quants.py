@@ -186,6 +186,13 @@ def compare_all_types() -> list[str]:
                 _core.matvec(raw, int(t), rows, cols, x[2], one, threads)
                 if not (close(t, raw, x, got, want) and close(t, raw, x[2:3], one, want[2:3])):
                     bad.append(f"{t.name} {rows}x{cols} threads={threads}: max |diff| {np.nanmax(np.abs(got - want))}")
+            # a row's result does not depend on the rows beside it (tiles of 4, weight rows unpacked in panels of
+            # two): each row of a 9-row product has the bits of that row alone
+            x9 = (rng.standard_normal((9, cols)) * rng.uniform(0.01, 10)).astype(np.float32)
+            many = kernel(t, raw, cols, x9, 2)
+            alone = np.stack([kernel(t, raw, cols, x9[i:i + 1], 1)[0] for i in range(9)])
+            if not np.array_equal(many, alone, equal_nan=True):
+                bad.append(f"{t.name} {rows}x{cols}: a row of a 9-row product differs from the row alone")
     return bad
 
 

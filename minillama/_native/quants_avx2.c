@@ -268,6 +268,75 @@ static inline __attribute__((always_inline)) void q32_rows(const int type, const
     for (int r = 0; r < nrc; r++) out[(size_t)r * os] = hsum_ps(acc[r]) + summs[r];
 }
 
+/* The 32-value block types with their weight rows unpacked once (mq_unpack_fn, mq_panel_fn): q32_rows' float
+ * operations for each (weight row, activation row) pair, two weight rows sharing each activation load. */
+static void unpack32(int type, const uint8_t *w, int n, int8_t *q, float *dm) {
+    const int size = type == MQ_Q4_0 ? 18 : type == MQ_Q4_1 ? 20 : type == MQ_Q5_0 ? 22 : type == MQ_Q5_1 ? 24 : 34;
+    const int nb = n / 32, with_min = type == MQ_Q4_1 || type == MQ_Q5_1;
+    for (int ib = 0; ib < nb; ib++, w += size) {
+        _mm256_storeu_si256((__m256i *)(q + 32 * ib), qblock(type, w));
+        dm[ib] = h2f(ld_u16(w));
+        if (with_min) dm[nb + ib] = h2f(ld_u16(w + 2));
+    }
+}
+
+static inline __attribute__((always_inline)) void q32_panel(const int with_min, const int8_t *q, const float *dm,
+                                                            size_t qs, const int nw, const uint8_t *y, size_t ys,
+                                                            int n, const int nrc, float *out, size_t os,
+                                                            const float *yf) {
+    const int nb = n / 32, ysize = with_min ? 36 : 34, at = with_min ? 4 : 2;
+    __m256 acc[2][MQ_NRC];
+    __m128 summ4[2] = {_mm_setzero_ps(), _mm_setzero_ps()};
+    for (int k = 0; k < nw; k++)
+        for (int r = 0; r < nrc; r++) acc[k][r] = _mm256_setzero_ps();
+    for (int ib = 0; ib < nb; ib++) {
+        __m256i qv[2], aq[2];
+        float dwy[2][4];
+        const __m128 yd = _mm_loadu_ps(yf + ib * MQ_NRC);
+        for (int k = 0; k < nw; k++) {
+            const float *dk = dm + (size_t)k * 2 * nb;
+            qv[k] = _mm256_loadu_si256((const __m256i *)(q + (size_t)k * qs + 32 * ib));
+            aq[k] = with_min ? qv[k] : _mm256_sign_epi8(qv[k], qv[k]);
+            _mm_storeu_ps(dwy[k], _mm_mul_ps(_mm_set1_ps(dk[ib]), yd));
+            if (with_min)
+                summ4[k] = _mm_add_ps(summ4[k], _mm_mul_ps(_mm_set1_ps(dk[nb + ib]),
+                                                           _mm_loadu_ps(yf + (nb + ib) * MQ_NRC)));
+        }
+        for (int r = 0; r < nrc; r++) {
+            const __m256i yq = load32(y + (size_t)r * ys + (size_t)ib * ysize + at);
+            for (int k = 0; k < nw; k++) {
+                const __m256 p = sum_u8_ps(aq[k], with_min ? yq : _mm256_sign_epi8(yq, qv[k]));
+                acc[k][r] = _mm256_fmadd_ps(_mm256_broadcast_ss(&dwy[k][r]), p, acc[k][r]);
+            }
+        }
+    }
+    for (int k = 0; k < nw; k++) {
+        float summs[4] = {0, 0, 0, 0};
+        if (with_min) _mm_storeu_ps(summs, summ4[k]);
+        for (int r = 0; r < nrc; r++) out[(size_t)r * os + k] = hsum_ps(acc[k][r]) + summs[r];
+    }
+}
+
+static void panel32(int type, const int8_t *q, const float *dm, size_t qs, int nw, const uint8_t *y, size_t ys, int n,
+                    int nrc, float *out, size_t os, const float *yf) {
+    const int with_min = type == MQ_Q4_1 || type == MQ_Q5_1;
+#define PANEL(m, w, r) q32_panel(m, q, dm, qs, w, y, ys, n, r, out, os, yf)
+#define PANEL_R(m, w)                                                                                              \
+    switch (nrc) {                                                                                                 \
+    case 1: PANEL(m, w, 1); break;                                                                                 \
+    case 2: PANEL(m, w, 2); break;                                                                                 \
+    case 3: PANEL(m, w, 3); break;                                                                                 \
+    default: PANEL(m, w, 4); break;                                                                                \
+    }
+    if (with_min) {
+        if (nw == 2) PANEL_R(1, 2) else PANEL_R(1, 1)
+    } else {
+        if (nw == 2) PANEL_R(0, 2) else PANEL_R(0, 1)
+    }
+#undef PANEL_R
+#undef PANEL
+}
+
 /* Each kernel for nrc = 1..4 with nrc a constant in its body. */
 #define ROWS_KERNEL(name, call)                                                                                     \
     static void name(const uint8_t *w, const uint8_t *y, size_t ys, int n, int nrc, float *out, size_t os,          \
@@ -326,6 +395,11 @@ static const mq_dotn_fn rows_table[MQ_NTYPES] = {
 
 const mq_dotn_fn *mq_rows_avx2(void) { return rows_table; }
 
+int mq_panel_avx2(mq_unpack_fn *unpack, mq_panel_fn *panel) {
+    *unpack = unpack32, *panel = panel32;
+    return 1;
+}
+
 const mq_dot_fn *mq_kernels_avx2(void) {
     for (int t = 0; t < MQ_NTYPES; t++) table[t] = kernels_avx2[t];
     table[MQ_Q4_0] = dot_q4_0_x, table[MQ_Q4_1] = dot_q4_1_x, table[MQ_Q5_0] = dot_q5_0_x;
@@ -336,4 +410,8 @@ const mq_dot_fn *mq_kernels_avx2(void) {
 #else
 const mq_dotn_fn *mq_rows_avx2(void) { return 0; }
 const mq_dot_fn *mq_kernels_avx2(void) { return 0; }
+int mq_panel_avx2(mq_unpack_fn *unpack, mq_panel_fn *panel) {
+    (void)unpack, (void)panel;
+    return 0;
+}
 #endif
