@@ -149,10 +149,12 @@ static inline __attribute__((always_inline)) void q45_k_rows(const uint8_t *w, c
             }
         }
         const float dw = h2f(ld_u16(w)), mw = h2f(ld_u16(w + 2));
+        /* the mins against the activation's 16 sums of 16 (exact in int32, in any order) */
+        const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)mn),
+                                                                      _mm_loadl_epi64((const __m128i *)mn)));
         for (int r = 0; r < nrc; r++) {
             const uint8_t *yr = y + (size_t)r * ys, *q8 = yr + 4;
-            int sumi_m = 0;
-            for (int j = 0; j < 16; j++) sumi_m += ld_i16(yr + 260 + 2 * j) * mn[j / 2];
+            const int sumi_m = hsum_epi32(_mm256_madd_epi16(load32(yr + 260), mins16));
             __m256i sumi = _mm256_setzero_si256();
             for (int j = 0; j < 4; j++) {
                 __m256i pl = _mm256_madd_epi16(_mm256_maddubs_epi16(lo[j], load32(q8 + 64 * j)),
