@@ -220,13 +220,31 @@ static void product(run *r, const ms_matrix *M, const float *x, int64_t stride, 
     barrier_wait(&r->bar, parts);
 }
 
+/* The first (row, head) pair of this part's share of attention: pairs cost about as many cached positions as
+ * they see (a prompt's later rows see more), so the parts get equal sums of positions rather than equal counts. */
+static int64_t attention_split(const run *r, int part, int parts) {
+    const int64_t T = r->T, H = r->m->n_head;
+    if (part == 0) return 0;
+    if (part == parts) return T * H;
+    double total = 0;
+    for (int64_t t = 0; t < T; t++) total += (double)(r->pos[t] + 1 + 16) * (double)H; /* + a pair's fixed cost */
+    const double goal = total * part / parts;
+    double sum = 0;
+    for (int64_t t = 0; t < T; t++) {
+        const double c = (double)(r->pos[t] + 1 + 16);
+        if (sum + c * (double)H >= goal) return t * H + (int64_t)((goal - sum) / c);
+        sum += c * (double)H;
+    }
+    return T * H;
+}
+
 static void team(void *ctx, int part, int parts) {
     run *r = ctx;
     const ms_model *m = r->m;
     const int64_t T = r->T, d = m->n_embd, n_ff = m->n_ff, work = m->head_dim + m->head_dim_v; /* attend's */
-    int64_t t0, t1, a0, a1;
+    int64_t t0, t1;
     share(T, part, parts, &t0, &t1);
-    share(T * m->n_head, part, parts, &a0, &a1); /* attention: (row, head) pairs */
+    const int64_t a0 = attention_split(r, part, parts), a1 = attention_split(r, part + 1, parts);
     for (int il = 0; il < m->n_layer; il++) {
         const ms_layer *L = &m->layers[il];
         const int table = table_of(r, L);
