@@ -18,7 +18,7 @@ float mq_f16_table[65536];
 
 const mq_dot_fn *mq_kernels_avx2(void);
 const mq_dotn_fn *mq_rows_avx2(void);
-int mq_panel_avx2(mq_unpack_fn *unpack, mq_panel_fn *panel);
+const mq_panel *mq_panels_avx2(void);
 
 static uint32_t f32_bits(float f) {
     uint32_t u;
@@ -53,8 +53,7 @@ static uint16_t float_to_half(float f) {
 
 static const mq_dot_fn *kernels;
 static const mq_dotn_fn no_rows[MQ_NTYPES], *rows_kernels = no_rows; /* NULL entries: one dot per activation row */
-static mq_unpack_fn unpack32; /* NULL: no panel kernels (the rows kernels unpack per tile) */
-static mq_panel_fn panel32;
+static const mq_panel no_panels[MQ_NTYPES], *panels = no_panels; /* NULL entries: the rows kernels unpack per tile */
 static const char *isa = "scalar";
 
 static void init_once(void) {
@@ -65,14 +64,14 @@ static void init_once(void) {
     if (k && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
         kernels = k;
         rows_kernels = mq_rows_avx2();
-        if (!mq_panel_avx2(&unpack32, &panel32)) unpack32 = NULL, panel32 = NULL;
+        panels = mq_panels_avx2() ? mq_panels_avx2() : no_panels;
         isa = "avx2";
     }
 #endif
     if (getenv("MINILLAMA_KERNELS") && strcmp(getenv("MINILLAMA_KERNELS"), "scalar") == 0) {
         kernels = kernels_scalar;
         rows_kernels = no_rows;
-        unpack32 = NULL, panel32 = NULL;
+        panels = no_panels;
         isa = "scalar";
     }
 }
@@ -204,32 +203,28 @@ static float *tile_scales(int type, const uint8_t *y, size_t y_bytes, int64_t co
 
 #define ROW_BLOCK 16
 
-/* dot_range for a 32-value block type when panel kernels exist: ROW_BLOCK weight rows unpacked once (quant bytes
- * and float scales, at most ~24 KB so they stay in L1 with a tile), then every tile of MQ_NRC activation rows
- * against them two rows at a time. 0 when the buffer cannot be had (the caller falls back to the rows kernel). */
-static int dot_panels(int type, const uint8_t *w, size_t row_bytes, const uint8_t *y, size_t y_bytes, int64_t cols,
-                      int64_t n_x, int64_t r0, int64_t r1, float *out, int64_t out_stride, const float *yf) {
-    const int64_t nb = cols / 32, per_row = cols + 2 * nb * (int64_t)sizeof(float);
-    int64_t block = (24 * 1024 / per_row) & ~(int64_t)1;
+/* dot_range where the type has panel kernels: weight rows unpacked once into panel rows (up to ROW_BLOCK of them,
+ * ~24 KB, so that they stay in L1 with a tile), then every tile of MQ_NRC activation rows against them two rows
+ * at a time. 0 when the buffer cannot be had (the caller falls back to the rows kernel). */
+static int dot_panels(const mq_panel *P, int type, const uint8_t *w, size_t row_bytes, const uint8_t *y,
+                      size_t y_bytes, int64_t cols, int64_t n_x, int64_t r0, int64_t r1, float *out, int64_t out_stride,
+                      const float *yf) {
+    const size_t rs = (P->row_bytes((int)cols) + 31) & ~(size_t)31;
+    int64_t block = (int64_t)(24 * 1024 / rs) & ~(int64_t)1;
     block = block < 2 ? 2 : block > ROW_BLOCK ? ROW_BLOCK : block;
-    int8_t *q = malloc((size_t)(block * cols) + 32);
-    float *dm = malloc((size_t)(block * 2 * nb) * sizeof(float) + 4);
-    if (!q || !dm) {
-        free(q), free(dm);
-        return 0;
-    }
-    const size_t tile_f = (size_t)nb * 2 * MQ_NRC;
+    uint8_t *buf = aligned_alloc(32, (size_t)block * rs);
+    if (!buf) return 0;
+    const size_t tile_f = (size_t)(cols / 32) * 2 * MQ_NRC;
     for (int64_t rb = r0; rb < r1; rb += block) {
         const int64_t nr = r1 - rb < block ? r1 - rb : block;
-        for (int64_t k = 0; k < nr; k++)
-            unpack32(type, w + (size_t)(rb + k) * row_bytes, (int)cols, q + k * cols, dm + k * 2 * nb);
+        for (int64_t k = 0; k < nr; k++) P->unpack(type, w + (size_t)(rb + k) * row_bytes, (int)cols, buf + k * rs);
         for (int64_t t = 0; t < n_x; t += MQ_NRC)
             for (int64_t k = 0; k < nr; k += 2)
-                panel32(type, q + k * cols, dm + k * 2 * nb, (size_t)cols, nr - k < 2 ? 1 : 2, y + (size_t)t * y_bytes,
-                        y_bytes, (int)cols, (int)(n_x - t < MQ_NRC ? n_x - t : MQ_NRC), out + t * out_stride + rb + k,
-                        (size_t)out_stride, yf + (size_t)(t / MQ_NRC) * tile_f);
+                P->panel(type, buf + k * rs, rs, nr - k < 2 ? 1 : 2, y + (size_t)t * y_bytes, y_bytes, (int)cols,
+                         (int)(n_x - t < MQ_NRC ? n_x - t : MQ_NRC), out + t * out_stride + rb + k, (size_t)out_stride,
+                         yf ? yf + (size_t)(t / MQ_NRC) * tile_f : NULL);
     }
-    free(q), free(dm);
+    free(buf);
     return 1;
 }
 
@@ -240,8 +235,9 @@ static void dot_range(int type, const uint8_t *w, size_t row_bytes, const uint8_
     const mq_dotn_fn dotn = rows_kernels[type];
     float *yf = dotn ? tile_scales(type, y, y_bytes, cols, n_x) : NULL;
     const size_t tile_f = (size_t)(cols / 32) * 2 * MQ_NRC;
-    if (dotn && yf && panel32 && n_x > MQ_NRC && dot_panels(type, w, row_bytes, y, y_bytes, cols, n_x, r0, r1, out,
-                                                          out_stride, yf)) {
+    const mq_panel *P = &panels[type];
+    if (P->panel && n_x > MQ_NRC && (yf || type == MQ_Q4_K) &&
+        dot_panels(P, type, w, row_bytes, y, y_bytes, cols, n_x, r0, r1, out, out_stride, yf)) {
         /* done: the weight rows unpacked once */
     } else if (dotn && n_x > 1) {
         /* ROW_BLOCK weight rows at a time against every tile of MQ_NRC activation rows: both stay in L1 */

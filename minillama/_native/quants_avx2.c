@@ -270,22 +270,25 @@ static inline __attribute__((always_inline)) void q32_rows(const int type, const
     for (int r = 0; r < nrc; r++) out[(size_t)r * os] = hsum_ps(acc[r]) + summs[r];
 }
 
-/* The 32-value block types with their weight rows unpacked once (mq_unpack_fn, mq_panel_fn): q32_rows' float
- * operations for each (weight row, activation row) pair, two weight rows sharing each activation load. */
-static void unpack32(int type, const uint8_t *w, int n, int8_t *q, float *dm) {
+/* Panels (mq_panel) of the 32-value block types: a row is its n quant bytes (qblock's), then each block's scale
+ * and (Q4_1/Q5_1) min as floats. q32_rows' float operations for each (weight row, activation row) pair, two
+ * weight rows sharing each activation load. */
+static size_t row_bytes32(int n) { return (size_t)n + (size_t)(n / 32) * 2 * sizeof(float); }
+
+static void unpack32(int type, const uint8_t *w, int n, uint8_t *row) {
     const int size = type == MQ_Q4_0 ? 18 : type == MQ_Q4_1 ? 20 : type == MQ_Q5_0 ? 22 : type == MQ_Q5_1 ? 24 : 34;
     const int nb = n / 32, with_min = type == MQ_Q4_1 || type == MQ_Q5_1;
+    float *dm = (float *)(row + n);
     for (int ib = 0; ib < nb; ib++, w += size) {
-        _mm256_storeu_si256((__m256i *)(q + 32 * ib), qblock(type, w));
+        _mm256_storeu_si256((__m256i *)(row + 32 * ib), qblock(type, w));
         dm[ib] = h2f(ld_u16(w));
         if (with_min) dm[nb + ib] = h2f(ld_u16(w + 2));
     }
 }
 
-static inline __attribute__((always_inline)) void q32_panel(const int with_min, const int8_t *q, const float *dm,
-                                                            size_t qs, const int nw, const uint8_t *y, size_t ys,
-                                                            int n, const int nrc, float *out, size_t os,
-                                                            const float *yf) {
+static inline __attribute__((always_inline)) void q32_panel(const int with_min, const uint8_t *rows, size_t rs,
+                                                            const int nw, const uint8_t *y, size_t ys, int n,
+                                                            const int nrc, float *out, size_t os, const float *yf) {
     const int nb = n / 32, ysize = with_min ? 36 : 34, at = with_min ? 4 : 2;
     __m256 acc[2][MQ_NRC];
     __m128 summ4[2] = {_mm_setzero_ps(), _mm_setzero_ps()};
@@ -296,12 +299,13 @@ static inline __attribute__((always_inline)) void q32_panel(const int with_min, 
         float dwy[2][4];
         const __m128 yd = _mm_loadu_ps(yf + ib * MQ_NRC);
         for (int k = 0; k < nw; k++) {
-            const float *dk = dm + (size_t)k * 2 * nb;
-            qv[k] = _mm256_loadu_si256((const __m256i *)(q + (size_t)k * qs + 32 * ib));
+            const uint8_t *row = rows + (size_t)k * rs;
+            const float *dm = (const float *)(row + n);
+            qv[k] = load32(row + 32 * ib);
             aq[k] = with_min ? qv[k] : _mm256_sign_epi8(qv[k], qv[k]);
-            _mm_storeu_ps(dwy[k], _mm_mul_ps(_mm_set1_ps(dk[ib]), yd));
+            _mm_storeu_ps(dwy[k], _mm_mul_ps(_mm_set1_ps(dm[ib]), yd));
             if (with_min)
-                summ4[k] = _mm_add_ps(summ4[k], _mm_mul_ps(_mm_set1_ps(dk[nb + ib]),
+                summ4[k] = _mm_add_ps(summ4[k], _mm_mul_ps(_mm_set1_ps(dm[nb + ib]),
                                                            _mm_loadu_ps(yf + (nb + ib) * MQ_NRC)));
         }
         for (int r = 0; r < nrc; r++) {
@@ -319,25 +323,110 @@ static inline __attribute__((always_inline)) void q32_panel(const int with_min, 
     }
 }
 
-static void panel32(int type, const int8_t *q, const float *dm, size_t qs, int nw, const uint8_t *y, size_t ys, int n,
-                    int nrc, float *out, size_t os, const float *yf) {
-    const int with_min = type == MQ_Q4_1 || type == MQ_Q5_1;
-#define PANEL(m, w, r) q32_panel(m, q, dm, qs, w, y, ys, n, r, out, os, yf)
-#define PANEL_R(m, w)                                                                                              \
-    switch (nrc) {                                                                                                 \
-    case 1: PANEL(m, w, 1); break;                                                                                 \
-    case 2: PANEL(m, w, 2); break;                                                                                 \
-    case 3: PANEL(m, w, 3); break;                                                                                 \
-    default: PANEL(m, w, 4); break;                                                                                \
+/* A panel kernel's body for nw = 1..2 and nrc = 1..4, each a constant where it is inlined. */
+#define PANEL_CASES(call)                                                                                          \
+    switch (nw * 8 + nrc) {                                                                                        \
+    case 9: call(1, 1); break;                                                                                     \
+    case 10: call(1, 2); break;                                                                                    \
+    case 11: call(1, 3); break;                                                                                    \
+    case 12: call(1, 4); break;                                                                                    \
+    case 17: call(2, 1); break;                                                                                    \
+    case 18: call(2, 2); break;                                                                                    \
+    case 19: call(2, 3); break;                                                                                    \
+    default: call(2, 4); break;                                                                                    \
     }
-    if (with_min) {
-        if (nw == 2) PANEL_R(1, 2) else PANEL_R(1, 1)
-    } else {
-        if (nw == 2) PANEL_R(0, 2) else PANEL_R(0, 1)
-    }
-#undef PANEL_R
-#undef PANEL
+
+static void panel32(int type, const uint8_t *rows, size_t rs, int nw, const uint8_t *y, size_t ys, int n, int nrc,
+                    float *out, size_t os, const float *yf) {
+#define P32(m) q32_panel(m, rows, rs, w_, y, ys, n, r_, out, os, yf)
+#define CALL_MIN(w_c, r_c) { const int w_ = w_c, r_ = r_c; P32(1); }
+#define CALL_NOMIN(w_c, r_c) { const int w_ = w_c, r_ = r_c; P32(0); }
+    if (type == MQ_Q4_1 || type == MQ_Q5_1)
+        PANEL_CASES(CALL_MIN)
+    else
+        PANEL_CASES(CALL_NOMIN)
+#undef CALL_NOMIN
+#undef CALL_MIN
+#undef P32
 }
+
+/* Panels of Q4_K: a row is per block its 256 nibbles as bytes (lo[0], hi[0], ..., lo[3], hi[3] of q45_k_rows,
+ * 32 each), then per block its 8 scales and 8 mins (16 bytes), then per block d and dmin as floats. q45_k_rows'
+ * Q4_K arithmetic (one float chain per block, the mins in a second) for each pair, two weight rows sharing each
+ * activation load. */
+static size_t row_bytes_q4k(int n) { return (size_t)n + (size_t)(n / 256) * (16 + 2 * sizeof(float)); }
+
+static void unpack_q4k(int type, const uint8_t *w, int n, uint8_t *row) {
+    (void)type;
+    const int nb = n / 256;
+    const __m256i low4 = _mm256_set1_epi8(0x0F);
+    uint8_t *scm = row + n;
+    float *dm = (float *)(scm + 16 * nb);
+    for (int ib = 0; ib < nb; ib++, w += 144) {
+        kscales(w + 4, scm + 16 * ib, scm + 16 * ib + 8);
+        for (int j = 0; j < 4; j++) {
+            const __m256i v = load32(w + 16 + 32 * j);
+            _mm256_storeu_si256((__m256i *)(row + 256 * ib + 64 * j), _mm256_and_si256(v, low4));
+            _mm256_storeu_si256((__m256i *)(row + 256 * ib + 64 * j + 32),
+                                _mm256_and_si256(_mm256_srli_epi16(v, 4), low4));
+        }
+        dm[2 * ib] = h2f(ld_u16(w)), dm[2 * ib + 1] = h2f(ld_u16(w + 2));
+    }
+}
+
+static inline __attribute__((always_inline)) void q4k_panel(const uint8_t *rows, size_t rs, const int nw,
+                                                            const uint8_t *y, size_t ys, int n, const int nrc,
+                                                            float *out, size_t os) {
+    const int nb = n / 256;
+    float acc1[2][MQ_NRC], summ[2][MQ_NRC];
+    for (int k = 0; k < nw; k++)
+        for (int r = 0; r < nrc; r++) acc1[k][r] = 0, summ[k][r] = 0;
+    for (int ib = 0; ib < nb; ib++) {
+        const uint8_t *sc[2];
+        __m256i mins16[2];
+        float dw[2], mw[2];
+        for (int k = 0; k < nw; k++) {
+            const uint8_t *row = rows + (size_t)k * rs, *scm = row + n + 16 * ib;
+            const float *dm = (const float *)(row + n + 16 * nb) + 2 * ib;
+            sc[k] = scm, dw[k] = dm[0], mw[k] = dm[1];
+            const __m128i mn = _mm_loadl_epi64((const __m128i *)(scm + 8));
+            mins16[k] = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mn, mn));
+        }
+        for (int r = 0; r < nrc; r++) {
+            const uint8_t *yr = y + (size_t)r * ys + (size_t)ib * 292, *q8 = yr + 4;
+            __m256i sumi[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+            for (int j = 0; j < 4; j++) {
+                const __m256i yl = load32(q8 + 64 * j), yh = load32(q8 + 64 * j + 32);
+                for (int k = 0; k < nw; k++) {
+                    const uint8_t *q = rows + (size_t)k * rs + 256 * ib + 64 * j;
+                    const __m256i pl = _mm256_madd_epi16(_mm256_maddubs_epi16(load32(q), yl),
+                                                         _mm256_set1_epi16(sc[k][2 * j]));
+                    const __m256i ph = _mm256_madd_epi16(_mm256_maddubs_epi16(load32(q + 32), yh),
+                                                         _mm256_set1_epi16(sc[k][2 * j + 1]));
+                    sumi[k] = _mm256_add_epi32(sumi[k], _mm256_add_epi32(pl, ph));
+                }
+            }
+            const __m256i bs = load32(yr + 260);
+            const float yd = ld_f32(yr);
+            for (int k = 0; k < nw; k++) {
+                const int sumi_m = hsum_epi32(_mm256_madd_epi16(bs, mins16[k]));
+                acc1[k][r] = fmaf((float)hsum_epi32(sumi[k]), dw[k] * yd, acc1[k][r]);
+                summ[k][r] = fmaf((float)sumi_m, mw[k] * yd, summ[k][r]);
+            }
+        }
+    }
+    for (int k = 0; k < nw; k++)
+        for (int r = 0; r < nrc; r++) out[(size_t)r * os + k] = acc1[k][r] - summ[k][r];
+}
+
+static void panel_q4k(int type, const uint8_t *rows, size_t rs, int nw, const uint8_t *y, size_t ys, int n, int nrc,
+                      float *out, size_t os, const float *yf) {
+    (void)type, (void)yf;
+#define CALL_Q4K(w_c, r_c) q4k_panel(rows, rs, w_c, y, ys, n, r_c, out, os);
+    PANEL_CASES(CALL_Q4K)
+#undef CALL_Q4K
+}
+#undef PANEL_CASES
 
 /* Each kernel for nrc = 1..4 with nrc a constant in its body. */
 #define ROWS_KERNEL(name, call)                                                                                     \
@@ -397,10 +486,13 @@ static const mq_dotn_fn rows_table[MQ_NTYPES] = {
 
 const mq_dotn_fn *mq_rows_avx2(void) { return rows_table; }
 
-int mq_panel_avx2(mq_unpack_fn *unpack, mq_panel_fn *panel) {
-    *unpack = unpack32, *panel = panel32;
-    return 1;
-}
+static const mq_panel panel_table[MQ_NTYPES] = {
+    [MQ_Q4_0] = {row_bytes32, unpack32, panel32}, [MQ_Q4_1] = {row_bytes32, unpack32, panel32},
+    [MQ_Q5_0] = {row_bytes32, unpack32, panel32}, [MQ_Q5_1] = {row_bytes32, unpack32, panel32},
+    [MQ_Q8_0] = {row_bytes32, unpack32, panel32}, [MQ_Q4_K] = {row_bytes_q4k, unpack_q4k, panel_q4k},
+};
+
+const mq_panel *mq_panels_avx2(void) { return panel_table; }
 
 const mq_dot_fn *mq_kernels_avx2(void) {
     for (int t = 0; t < MQ_NTYPES; t++) table[t] = kernels_avx2[t];
@@ -412,8 +504,5 @@ const mq_dot_fn *mq_kernels_avx2(void) {
 #else
 const mq_dotn_fn *mq_rows_avx2(void) { return 0; }
 const mq_dot_fn *mq_kernels_avx2(void) { return 0; }
-int mq_panel_avx2(mq_unpack_fn *unpack, mq_panel_fn *panel) {
-    (void)unpack, (void)panel;
-    return 0;
-}
+const mq_panel *mq_panels_avx2(void) { return 0; }
 #endif

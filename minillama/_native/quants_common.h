@@ -40,14 +40,17 @@ typedef float (*mq_dot_fn)(const uint8_t *w, const uint8_t *y, int n);
 typedef void (*mq_dotn_fn)(const uint8_t *w, const uint8_t *y, size_t y_stride, int n, int nrc, float *out,
                            size_t out_stride, const float *yf);
 
-/* A prompt's product over a 32-value block type (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) with its weight rows unpacked once
- * rather than once per tile of activation rows. mq_unpack_fn: weight row w (n values) as n quant bytes q (signed,
- * or for Q4_1/Q5_1 unsigned) and per block its scale dm[b] and (Q4_1/Q5_1) min dm[n / 32 + b] as floats.
- * mq_panel_fn: nw (1..2) such unpacked rows (q_stride bytes and 2 n / 32 floats of dm apart) against nrc
- * (1..MQ_NRC) activation rows with their tile scales yf (mq_dotn_fn's): out[i * out_stride + k] = weight row k's
- * dot with row i, the same float operations as the rows kernel, so the same bits. */
-typedef void (*mq_unpack_fn)(int type, const uint8_t *w, int n, int8_t *q, float *dm);
-typedef void (*mq_panel_fn)(int type, const int8_t *q, const float *dm, size_t q_stride, int nw, const uint8_t *y,
-                            size_t y_stride, int n, int nrc, float *out, size_t out_stride, const float *yf);
+/* A prompt's product with each weight row unpacked once rather than once per tile of activation rows (Q4_0,
+ * Q4_1, Q5_0, Q5_1, Q8_0 and Q4_K on AVX2). A panel row is one weight row of n values unpacked into
+ * mq_panel.row_bytes(n) bytes (the quants as bytes, the block scales as floats). panel: nw (1..2) panel rows
+ * (row_stride bytes apart) against nrc (1..MQ_NRC) activation rows (y_stride apart; yf their tile scales, as for
+ * mq_dotn_fn): out[i * out_stride + k] = panel row k's dot with activation row i, by the same float operations as
+ * the type's rows kernel, so with the same bits. */
+typedef struct {
+    size_t (*row_bytes)(int n);
+    void (*unpack)(int type, const uint8_t *w, int n, uint8_t *row);
+    void (*panel)(int type, const uint8_t *rows, size_t row_stride, int nw, const uint8_t *y, size_t y_stride, int n,
+                  int nrc, float *out, size_t out_stride, const float *yf);
+} mq_panel;
 
 #endif
