@@ -236,7 +236,7 @@ static void dot_range(int type, const uint8_t *w, size_t row_bytes, const uint8_
     float *yf = dotn ? tile_scales(type, y, y_bytes, cols, n_x) : NULL;
     const size_t tile_f = (size_t)(cols / 32) * 2 * MQ_NRC;
     const mq_panel *P = &panels[type];
-    if (P->panel && n_x > MQ_NRC && (yf || type == MQ_Q4_K) &&
+    if (P->panel && n_x > MQ_NRC && (yf || !P->tile_scales) &&
         dot_panels(P, type, w, row_bytes, y, y_bytes, cols, n_x, r0, r1, out, out_stride, yf)) {
         /* done: the weight rows unpacked once */
     } else if (dotn && n_x > 1) {

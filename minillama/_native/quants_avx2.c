@@ -426,6 +426,76 @@ static void panel_q4k(int type, const uint8_t *rows, size_t rs, int nw, const ui
     PANEL_CASES(CALL_Q4K)
 #undef CALL_Q4K
 }
+/* Panels of Q6_K: a row is per block its 256 six-bit values as bytes (v[0..7] of q6_k_rows, 32 each), then per
+ * block the eight scale vectors q6_k_rows builds (32 bytes each), then per block d as a float. q6_k_rows'
+ * arithmetic for each pair; the activation's 32 x sum term is made once for both weight rows. */
+static size_t row_bytes_q6k(int n) { return (size_t)n * 2 + (size_t)(n / 256) * sizeof(float); }
+
+static void unpack_q6k(int type, const uint8_t *w, int n, uint8_t *row) {
+    (void)type;
+    const int nb = n / 256;
+    const __m256i low4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+    float *d = (float *)(row + 2 * n);
+    for (int ib = 0; ib < nb; ib++, w += 210) {
+        uint8_t *v = row + 256 * ib, *scale = row + n + 256 * ib;
+        const int8_t *sc = (const int8_t *)(w + 192);
+        for (int h = 0; h < 2; h++) {
+            const __m256i ql0 = load32(w + 64 * h), ql1 = load32(w + 64 * h + 32), qh = load32(w + 128 + 32 * h);
+            const __m256i vs[4] = {
+                _mm256_or_si256(_mm256_and_si256(ql0, low4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30)),
+                _mm256_or_si256(_mm256_and_si256(ql1, low4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4), _mm256_and_si256(qh, m30)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
+                                _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30))};
+            for (int k = 0; k < 4; k++) {
+                const int s8 = 8 * h + 2 * k;
+                _mm256_storeu_si256((__m256i *)(v + 32 * (4 * h + k)), vs[k]);
+                _mm256_storeu_si256((__m256i *)(scale + 32 * (4 * h + k)),
+                                    _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(sc[s8])),
+                                                            _mm_set1_epi16(sc[s8 + 1]), 1));
+            }
+        }
+        d[ib] = h2f(ld_u16(w + 208));
+    }
+}
+
+static inline __attribute__((always_inline)) void q6k_panel(const uint8_t *rows, size_t rs, const int nw,
+                                                            const uint8_t *y, size_t ys, int n, const int nrc,
+                                                            float *out, size_t os) {
+    const int nb = n / 256;
+    const __m256i m32 = _mm256_set1_epi8(32);
+    __m256 acc[2][MQ_NRC];
+    for (int k = 0; k < nw; k++)
+        for (int r = 0; r < nrc; r++) acc[k][r] = _mm256_setzero_ps();
+    for (int ib = 0; ib < nb; ib++) {
+        for (int r = 0; r < nrc; r++) {
+            const uint8_t *yr = y + (size_t)r * ys + (size_t)ib * 292, *q8 = yr + 4;
+            __m256i sumi[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+            for (int j = 0; j < 8; j++) {
+                const __m256i y8 = load32(q8 + 32 * j), y32 = _mm256_maddubs_epi16(m32, y8);
+                for (int k = 0; k < nw; k++) {
+                    const uint8_t *row = rows + (size_t)k * rs;
+                    const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(load32(row + 256 * ib + 32 * j), y8), y32);
+                    sumi[k] = _mm256_add_epi32(sumi[k], _mm256_madd_epi16(p, load32(row + n + 256 * ib + 32 * j)));
+                }
+            }
+            for (int k = 0; k < nw; k++) {
+                const float dw = ((const float *)(rows + (size_t)k * rs + 2 * n))[ib];
+                acc[k][r] = _mm256_fmadd_ps(_mm256_set1_ps(ld_f32(yr) * dw), _mm256_cvtepi32_ps(sumi[k]), acc[k][r]);
+            }
+        }
+    }
+    for (int k = 0; k < nw; k++)
+        for (int r = 0; r < nrc; r++) out[(size_t)r * os + k] = hsum_ps(acc[k][r]);
+}
+
+static void panel_q6k(int type, const uint8_t *rows, size_t rs, int nw, const uint8_t *y, size_t ys, int n, int nrc,
+                      float *out, size_t os, const float *yf) {
+    (void)type, (void)yf;
+#define CALL_Q6K(w_c, r_c) q6k_panel(rows, rs, w_c, y, ys, n, r_c, out, os);
+    PANEL_CASES(CALL_Q6K)
+#undef CALL_Q6K
+}
 #undef PANEL_CASES
 
 /* Each kernel for nrc = 1..4 with nrc a constant in its body. */
@@ -487,9 +557,10 @@ static const mq_dotn_fn rows_table[MQ_NTYPES] = {
 const mq_dotn_fn *mq_rows_avx2(void) { return rows_table; }
 
 static const mq_panel panel_table[MQ_NTYPES] = {
-    [MQ_Q4_0] = {row_bytes32, unpack32, panel32}, [MQ_Q4_1] = {row_bytes32, unpack32, panel32},
-    [MQ_Q5_0] = {row_bytes32, unpack32, panel32}, [MQ_Q5_1] = {row_bytes32, unpack32, panel32},
-    [MQ_Q8_0] = {row_bytes32, unpack32, panel32}, [MQ_Q4_K] = {row_bytes_q4k, unpack_q4k, panel_q4k},
+    [MQ_Q4_0] = {1, row_bytes32, unpack32, panel32}, [MQ_Q4_1] = {1, row_bytes32, unpack32, panel32},
+    [MQ_Q5_0] = {1, row_bytes32, unpack32, panel32}, [MQ_Q5_1] = {1, row_bytes32, unpack32, panel32},
+    [MQ_Q8_0] = {1, row_bytes32, unpack32, panel32}, [MQ_Q4_K] = {0, row_bytes_q4k, unpack_q4k, panel_q4k},
+    [MQ_Q6_K] = {0, row_bytes_q6k, unpack_q6k, panel_q6k},
 };
 
 const mq_panel *mq_panels_avx2(void) { return panel_table; }

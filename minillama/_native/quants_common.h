@@ -45,8 +45,9 @@ typedef void (*mq_dotn_fn)(const uint8_t *w, const uint8_t *y, size_t y_stride, 
  * mq_panel.row_bytes(n) bytes (the quants as bytes, the block scales as floats). panel: nw (1..2) panel rows
  * (row_stride bytes apart) against nrc (1..MQ_NRC) activation rows (y_stride apart; yf their tile scales, as for
  * mq_dotn_fn): out[i * out_stride + k] = panel row k's dot with activation row i, by the same float operations as
- * the type's rows kernel, so with the same bits. */
+ * the type's rows kernel, so with the same bits. tile_scales: the kernel reads yf (the 32-value types). */
 typedef struct {
+    int tile_scales;
     size_t (*row_bytes)(int n);
     void (*unpack)(int type, const uint8_t *w, int n, uint8_t *row);
     void (*panel)(int type, const uint8_t *rows, size_t row_stride, int nw, const uint8_t *y, size_t y_stride, int n,
