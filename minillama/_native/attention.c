@@ -12,7 +12,7 @@
  * the fallback) and an AVX2/F16C one compute the same bits; the AVX2 one runs where quants.c runs its AVX2
  * kernels (mq_isa: the CPU's features and MINILLAMA_KERNELS, decided there once) and the CPU has F16C.
  *
- * Keys and values come as float32 arrays holding float16 values (the cache rounds them as it stores them). */
+ * Keys and values come as float16 (the cache's type, as llama.cpp's): half the bytes a step reads. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <pthread.h>
@@ -24,21 +24,21 @@
 /* x . y over n values in ggml_vec_dot_f16's order: lanes l of four accumulators take x[32 i + 8 j + l] y[..]
  * by fused multiply-adds; then acc0 += acc2, acc1 += acc3, acc0 += acc1; the eight lanes summed as
  * (l + l+4) pairs, then pairs of those; the tail (n % 32 values) added in double. */
-static float dot_f16_scalar(const float *x, const float *y, int64_t n) {
+static float dot_f16_scalar(const uint16_t *x, const float *y, int64_t n) {
     float acc[4][8] = {{0}};
     const int64_t np = n & ~(int64_t)31;
     for (int64_t i = 0; i < np; i += 32)
         for (int j = 0; j < 4; j++)
-            for (int l = 0; l < 8; l++) acc[j][l] = fmaf(x[i + 8 * j + l], y[i + 8 * j + l], acc[j][l]);
+            for (int l = 0; l < 8; l++) acc[j][l] = fmaf(mq_half_float(x[i + 8 * j + l]), y[i + 8 * j + l], acc[j][l]);
     float t[8];
     for (int l = 0; l < 8; l++) t[l] = (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]);
     const float h0 = t[0] + t[4], h1 = t[1] + t[5], h2 = t[2] + t[6], h3 = t[3] + t[7];
     double sum = (double)((h0 + h1) + (h2 + h3));
-    for (int64_t i = np; i < n; i++) sum += (double)(x[i] * y[i]);
+    for (int64_t i = np; i < n; i++) sum += (double)(mq_half_float(x[i]) * y[i]);
     return (float)sum;
 }
 
-static void row_scalar(const float *q, const float *k, int64_t ks, const float *v, int64_t vs, int64_t s0,
+static void row_scalar(const float *q, const uint16_t *k, int64_t ks, const uint16_t *v, int64_t vs, int64_t s0,
                        int64_t s1, int64_t D, int64_t Dv, float scale, float *out, float *work) {
     float *q16 = work, *acc = work + D;
     for (int64_t i = 0; i < D; i++) q16[i] = mq_round_f16(q[i]);
@@ -54,16 +54,16 @@ static void row_scalar(const float *q, const float *k, int64_t ks, const float *
             for (int64_t i = 0; i < Dv; i++) acc[i] = mq_round_f16(acc[i] * ms);
         } else
             w = expf(sc - M);
-        const float *vr = v + s * vs;
-        for (int64_t i = 0; i < Dv; i++) acc[i] = mq_round_f16(fmaf(vr[i], w, acc[i]));
+        const uint16_t *vr = v + s * vs;
+        for (int64_t i = 0; i < Dv; i++) acc[i] = mq_round_f16(fmaf(mq_half_float(vr[i]), w, acc[i]));
         S = S * ms + w;
     }
     const float inv = S == 0 ? 0 : 1.0f / S;
     for (int64_t i = 0; i < Dv; i++) out[i] = acc[i] * inv;
 }
 
-typedef void (*row_fn)(const float *, const float *, int64_t, const float *, int64_t, int64_t, int64_t, int64_t,
-                       int64_t, float, float *, float *);
+typedef void (*row_fn)(const float *, const uint16_t *, int64_t, const uint16_t *, int64_t, int64_t, int64_t,
+                       int64_t, int64_t, float, float *, float *);
 
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__) && !defined(__clang__)
 #pragma GCC push_options
@@ -75,23 +75,25 @@ static inline __m256 round_f16x8(__m256 x) {
     return _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
 
-static float dot_f16_avx2(const float *x, const float *y, int64_t n) {
+static inline __m256 load_f16x8(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+
+static float dot_f16_avx2(const uint16_t *x, const float *y, int64_t n) {
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
     const int64_t np = n & ~(int64_t)31;
     for (int64_t i = 0; i < np; i += 32)
         for (int j = 0; j < 4; j++)
-            acc[j] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8 * j), _mm256_loadu_ps(y + i + 8 * j), acc[j]);
+            acc[j] = _mm256_fmadd_ps(load_f16x8(x + i + 8 * j), _mm256_loadu_ps(y + i + 8 * j), acc[j]);
     acc[0] = _mm256_add_ps(acc[0], acc[2]);
     acc[1] = _mm256_add_ps(acc[1], acc[3]);
     acc[0] = _mm256_add_ps(acc[0], acc[1]);
     const __m128 t0 = _mm_add_ps(_mm256_castps256_ps128(acc[0]), _mm256_extractf128_ps(acc[0], 1));
     const __m128 t1 = _mm_hadd_ps(t0, t0);
     double sum = (double)_mm_cvtss_f32(_mm_hadd_ps(t1, t1));
-    for (int64_t i = np; i < n; i++) sum += (double)(x[i] * y[i]);
+    for (int64_t i = np; i < n; i++) sum += (double)(mq_half_float(x[i]) * y[i]);
     return (float)sum;
 }
 
-static void row_avx2(const float *q, const float *k, int64_t ks, const float *v, int64_t vs, int64_t s0,
+static void row_avx2(const float *q, const uint16_t *k, int64_t ks, const uint16_t *v, int64_t vs, int64_t s0,
                      int64_t s1, int64_t D, int64_t Dv, float scale, float *out, float *work) {
     float *q16 = work, *acc = work + D;
     const int64_t dv8 = Dv & ~(int64_t)7;
@@ -113,12 +115,11 @@ static void row_avx2(const float *q, const float *k, int64_t ks, const float *v,
             for (; i < Dv; i++) acc[i] = mq_round_f16(acc[i] * ms);
         } else
             w = expf(sc - M);
-        const float *vr = v + s * vs;
+        const uint16_t *vr = v + s * vs;
         const __m256 w8 = _mm256_set1_ps(w);
         for (i = 0; i < dv8; i += 8)
-            _mm256_storeu_ps(acc + i, round_f16x8(_mm256_fmadd_ps(_mm256_loadu_ps(vr + i), w8,
-                                                                 _mm256_loadu_ps(acc + i))));
-        for (; i < Dv; i++) acc[i] = mq_round_f16(fmaf(vr[i], w, acc[i]));
+            _mm256_storeu_ps(acc + i, round_f16x8(_mm256_fmadd_ps(load_f16x8(vr + i), w8, _mm256_loadu_ps(acc + i))));
+        for (; i < Dv; i++) acc[i] = mq_round_f16(fmaf(mq_half_float(vr[i]), w, acc[i]));
         S = S * ms + w;
     }
     const float inv = S == 0 ? 0 : 1.0f / S;
@@ -139,8 +140,8 @@ static void pick(void) {
 #endif
 }
 
-void ma_attend_row(const float *q, const float *k, int64_t k_stride, const float *v, int64_t v_stride, int64_t s0,
-                   int64_t s1, int64_t D, int64_t Dv, float scale, float *out, float *work) {
+void ma_attend_row(const float *q, const uint16_t *k, int64_t k_stride, const uint16_t *v, int64_t v_stride,
+                   int64_t s0, int64_t s1, int64_t D, int64_t Dv, float scale, float *out, float *work) {
     pthread_once(&once, pick);
     row(q, k, k_stride, v, v_stride, s0, s1, D, Dv, scale, out, work);
 }

@@ -160,9 +160,9 @@ static void prepare_qkv(run *r, const ms_layer *L, int il, int table, int64_t t)
     }
     const int64_t pos = r->pos[t], v_dim = m->n_head_kv * m->head_dim_v;
     const ms_seq *seq = &r->seqs[r->seq_of[t]];
-    float *kd = seq->k[il] + pos * k_dim, *vd = seq->v[il] + pos * v_dim;
-    for (int64_t i = 0; i < k_dim; i++) kd[i] = mq_round_f16(k[i]);
-    for (int64_t i = 0; i < v_dim; i++) vd[i] = mq_round_f16(v[i]);
+    uint16_t *kd = seq->k[il] + pos * k_dim, *vd = seq->v[il] + pos * v_dim;
+    for (int64_t i = 0; i < k_dim; i++) kd[i] = mq_half(k[i]);
+    for (int64_t i = 0; i < v_dim; i++) vd[i] = mq_half(v[i]);
     (void)q;
 }
 

@@ -26,11 +26,11 @@ void mq_quantize_row(int type, const float *x, int64_t cols, uint8_t *y);
 void mq_dot_rows(int type, const uint8_t *w, int64_t cols, const uint8_t *y, int64_t n_x, int64_t r0, int64_t r1,
                  float *out, int64_t out_stride);
 
-/* attention.c: out [Dv] = query q [D] attending to the cached keys k and values v of positions s0..s1 (rows
- * k_stride / v_stride floats apart, float16 values), scores times scale, as ggml's CPU flash attention computes
- * it (one_chunk: every generated token, and batches of fewer than 64 rows). work: D + Dv floats. */
-void ma_attend_row(const float *q, const float *k, int64_t k_stride, const float *v, int64_t v_stride, int64_t s0,
-                   int64_t s1, int64_t D, int64_t Dv, float scale, float *out, float *work);
+/* attention.c: out [Dv] = query q [D] attending to the cached float16 keys k and values v of positions s0..s1
+ * (rows k_stride / v_stride values apart), scores times scale, as ggml's CPU flash attention computes it
+ * (one_chunk: every generated token, and batches of fewer than 64 rows). work: D + Dv floats. */
+void ma_attend_row(const float *q, const uint16_t *k, int64_t k_stride, const uint16_t *v, int64_t v_stride,
+                   int64_t s0, int64_t s1, int64_t D, int64_t Dv, float scale, float *out, float *work);
 
 /* swiglu.c: y [n] = silu(x) * g as ggml_vec_swiglu_f32 computes it (ggml_v_expf for all but the last n % 8). */
 void ma_swiglu(int64_t n, float *y, const float *x, const float *g);
@@ -67,11 +67,11 @@ typedef struct {
 } ms_model;
 
 /* One sequence's rows of a pass: n >= 1 tokens at positions start.., their keys and values stored in k[l]
- * [.., n_head_kv, head_dim] / v[l] (float16-rounded, as llama.cpp's cache), each holding at least start + n
+ * [.., n_head_kv, head_dim] / v[l] as float16 (llama.cpp's cache type), each holding at least start + n
  * positions; no two sequences of a call share a cache. */
 typedef struct {
     int64_t n, start;
-    float *const *k, *const *v; /* n_layer arrays each */
+    uint16_t *const *k, *const *v; /* n_layer arrays each */
 } ms_seq;
 
 /* Runs every block over x [sum of seqs[i].n, n_embd] (in place): seqs[0]'s rows first, then seqs[1]'s, ...;

@@ -1466,7 +1466,7 @@ static int span_cmp(const void *a, const void *b) {
 /* forward(x, seqs, threads): x [T, n_embd] float32, run through every block in place; seqs a list of (rows, start,
  * k_caches, v_caches), one per sequence, whose rows lie in x one sequence after the other (rows >= 1, adding up to
  * T): that sequence's tokens at positions start..start+rows-1, their keys and values stored in its caches (one
- * float32 array per layer, [capacity, n_head_kv, head_dim(_v)], capacity >= start + rows). No two of the arrays
+ * float16 array per layer, [capacity, n_head_kv, head_dim(_v)], capacity >= start + rows). No two of the arrays
  * (x and every cache) may share memory: the threads of a pass write them at once. */
 static PyObject *Stack_forward(StackObject *self, PyObject *args) {
     PyObject *xo, *list;
@@ -1490,7 +1490,7 @@ static PyObject *Stack_forward(StackObject *self, PyObject *args) {
     const size_t n_arrays = 2 * (size_t)m->n_layer * (size_t)n_seq;
     size_t n_caches = 0;
     Py_buffer *cb = PyMem_Calloc(n_arrays, sizeof(Py_buffer));
-    float **ptrs = PyMem_Calloc(n_arrays, sizeof(float *));
+    uint16_t **ptrs = PyMem_Calloc(n_arrays, sizeof(uint16_t *));
     ms_seq *seqs = PyMem_Calloc((size_t)n_seq, sizeof(ms_seq));
     span *spans = PyMem_Calloc(n_arrays + 1, sizeof(span));
     if (!cb || !ptrs || !seqs || !spans) {
@@ -1520,7 +1520,7 @@ static PyObject *Stack_forward(StackObject *self, PyObject *args) {
             goto done;
         }
         rows_seen += rows;
-        float **kp = ptrs + 2 * (size_t)m->n_layer * (size_t)s;
+        uint16_t **kp = ptrs + 2 * (size_t)m->n_layer * (size_t)s;
         for (int i = 0; i < 2 * m->n_layer; i++) {
             const int is_v = i >= m->n_layer;
             /* the list may have changed size while an earlier item's buffer was taken (a __buffer__ in Python) */
@@ -1530,12 +1530,12 @@ static PyObject *Stack_forward(StackObject *self, PyObject *args) {
                 goto done;
             }
             Py_buffer *b = &cb[n_caches];
-            if (!get_array(PyList_GET_ITEM(list, i % m->n_layer), b, 4, "cache")) goto done;
+            if (!get_array(PyList_GET_ITEM(list, i % m->n_layer), b, 2, "cache")) goto done;
             n_caches++;
             const long long need = (start + rows) * m->n_head_kv * (is_v ? m->head_dim_v : m->head_dim);
-            if (b->readonly || (b->format && strcmp(b->format, "f")) || b->len / 4 < need) {
+            if (b->readonly || !b->format || strcmp(b->format, "e") || b->len / 2 < need) {
                 PyErr_Format(PyExc_ValueError, "forward: sequence %zd: cache %d has %zd values, expected at least "
-                             "%lld writable float32", s, i, b->len / 4, need);
+                             "%lld writable float16", s, i, b->len / 2, need);
                 goto done;
             }
             kp[i] = b->buf;

@@ -219,7 +219,8 @@ class Model:
 
     def _new_cache(self) -> KVCache:
         hp = self.hparams
-        return KVCache(hp.n_layer, hp.n_head_kv, hp.head_dim, hp.head_dim_v)
+        dtype = np.float16 if self._stack is not None else np.float32  # the C blocks read float16, as llama.cpp
+        return KVCache(hp.n_layer, hp.n_head_kv, hp.head_dim, hp.head_dim_v, dtype=dtype)
 
     def _check(self, ids: Sequence[int], n_ctx: int | None = None) -> list[int]:
         """ids as a list of ints within the vocab and the context (n_ctx, at most the model's)."""

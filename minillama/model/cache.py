@@ -1,7 +1,9 @@
 """The key/value cache: every layer's keys and values for the positions processed so far, plus their token ids.
 
-Keys and values are rounded to float16 as they are stored (kept as float32 for the matmuls) because llama.cpp's
-cache is float16: the attention then sees the values llama.cpp's does. The arrays grow by doubling.
+Keys and values are rounded to float16 as they are stored because llama.cpp's cache is float16: the attention then
+sees the values llama.cpp's does. The native blocks keep them as float16 (half the memory, and half the bytes
+attention reads per step, as llama.cpp's cache); the pure backend keeps float32 arrays of float16 values for its
+numpy matmuls. The arrays grow by doubling.
 """
 
 from __future__ import annotations
@@ -9,17 +11,20 @@ from __future__ import annotations
 import numpy as np
 
 F32 = np.float32
+F16 = np.float16
 
 
 class KVCache:
     """Keys [n, Hkv, D] and values [n, Hkv, Dv] of every layer for the first n positions, and those n ids."""
 
-    def __init__(self, n_layer: int, n_head_kv: int, head_dim: int, head_dim_v: int, capacity: int = 64) -> None:
+    def __init__(self, n_layer: int, n_head_kv: int, head_dim: int, head_dim_v: int, capacity: int = 64,
+                 dtype: type = F32) -> None:
         self.ids: list[int] = []
         self._shape_k, self._shape_v = (n_head_kv, head_dim), (n_head_kv, head_dim_v)
         self._cap = capacity
-        self.k = [np.empty((capacity, *self._shape_k), F32) for _ in range(n_layer)]
-        self.v = [np.empty((capacity, *self._shape_v), F32) for _ in range(n_layer)]
+        self._dtype = dtype  # F32 (the numpy blocks) or F16 (the native blocks)
+        self.k = [np.empty((capacity, *self._shape_k), dtype) for _ in range(n_layer)]
+        self.v = [np.empty((capacity, *self._shape_v), dtype) for _ in range(n_layer)]
 
     @property
     def n(self) -> int:
@@ -37,7 +42,7 @@ class KVCache:
         cap = max(n, 2 * self._cap)
         for store, shape in ((self.k, self._shape_k), (self.v, self._shape_v)):
             for i, old in enumerate(store):
-                new = np.empty((cap, *shape), F32)
+                new = np.empty((cap, *shape), self._dtype)
                 new[:self._cap] = old
                 store[i] = new
         self._cap = cap
