@@ -3,10 +3,10 @@
  * SmolLM2's Q4_1 and Q4_K_M files hold) are shaped as ggml's own AVX2 kernels: exact integer sums per block or
  * sub-block, float terms accumulated in eight lanes as ggml's AVX2 kernels accumulate them (equal to the scalar
  * kernels to float rounding), and each comes as a "rows" kernel that unpacks a weight block once for up to
- * MQ_NRC activation rows, and Q4_0..Q8_0, Q4_K and Q6_K also as panel kernels (mq_panel: a prompt's weight rows
- * unpacked once, two of them against each tile of activation rows, same bits). Q3_K keeps the scalar kernels' arithmetic with its
- * integer part in SIMD (same bits); Q2_K is quants_kernels.h compiled for AVX2 (the compiler vectorises its
- * integer loops). */
+ * MQ_NRC activation rows, and Q4_0..Q8_0, Q4_K and Q6_K also as panel kernels (mq_panel: a prompt's weight
+ * rows unpacked once, two of them against each tile of activation rows, same bits). Q3_K keeps the scalar
+ * kernels' arithmetic with its integer part in SIMD (same bits); Q2_K is quants_kernels.h compiled for AVX2 (the
+ * compiler vectorises its integer loops). */
 #include <math.h>
 
 #include "quants_common.h"
