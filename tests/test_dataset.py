@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -501,6 +502,39 @@ def test_encode_concat_equals_encode_plus_suffix(vocab):
             assert ids.dtype == np.int32 and ends.dtype == np.int64
             assert ids.tolist() == [i for r in rows for i in r]
             assert ends.tolist() == np.cumsum([len(r) for r in rows], dtype=np.int64).tolist()
+
+
+def test_encode_concat_warns_double_bos_once_and_takes_what_encode_takes():
+    """encode_concat with add_special on a bos-adding vocab (llama-spm, bos '<s>'): one DoubleBosWarning for a batch
+    where one text starts with '<s>' (whatever the other texts' characters), none where no text does or add_special
+    is off; an item that is no str is refused as encode refuses it (ArgumentTypeError), a str subclass encoded as
+    its str."""
+    from minillama.errors import ArgumentTypeError, DoubleBosWarning
+
+    tok = load("ggml-vocab-llama-spm")
+
+    def n_warned(batch, add_special=True):
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            tok.encode_concat(batch, add_special, False, [2])
+        return sum(issubclass(w.category, DoubleBosWarning) for w in seen)
+
+    plain = ["日本語 <s>", "😀 x", "<", "<s", " <s>", "s>", "<S>", "\u3000<s>"]
+    for batch in ([*plain, "<s>"], ["<s>日本語", *plain], [*plain[:4], "<s>😀", *plain[4:]], ["<s> x"]):
+        assert n_warned(batch) == 1, batch
+        assert n_warned(batch, add_special=False) == 0, batch
+    assert n_warned(plain) == 0 and n_warned([]) == 0
+    assert n_warned(["<s>a", "<s>b"]) >= 1
+
+    class Text(str):
+        pass
+
+    ids, ends = tok.encode_concat([Text("ab c"), "d"], False, False, [2])
+    assert (ids.tolist(), ends.tolist()) == ([*tok.encode("ab c", False), 2, *tok.encode("d", False), 2],
+                                             [len(tok.encode("ab c", False)) + 1, len(ids)])
+    for bad in (5, b"x", None):
+        with pytest.raises(ArgumentTypeError, match="takes a str"):
+            tok.encode_concat(["a", bad])
 
 
 def test_doc_digests_equal_hashlib_blake2b():

@@ -242,28 +242,51 @@ static PyObject *str_tuple(PyObject *seq, const char *who) {
     return texts;
 }
 
-/* encode_flat's texts (a tuple owning them while the GIL is released) and its prefix and suffix ids; NULL and an
- * exception when they are not (texts, prefix, suffix). */
-static PyObject *flat_args(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t most, int32_t *pre, Py_ssize_t *npre,
-                           int32_t *suf, Py_ssize_t *nsuf, const char *signature) {
-    if (nargs < 3 || nargs > most) return PyErr_Format(PyExc_TypeError, "expected %s", signature);
-    if ((*npre = flat_affix(args[1], pre, "prefix")) < 0 || (*nsuf = flat_affix(args[2], suf, "suffix")) < 0)
-        return NULL;
-    return str_tuple(args[0], "encode_flat");
+/* Whether str t starts with str s (str.startswith, code point by code point); 0 for an empty s. */
+static int str_starts_with(PyObject *t, PyObject *s) {
+    Py_ssize_t n = PyUnicode_GET_LENGTH(s);
+    if (n == 0 || PyUnicode_GET_LENGTH(t) < n) return 0;
+    int tk = PyUnicode_KIND(t), sk = PyUnicode_KIND(s);
+    const void *td = PyUnicode_DATA(t), *sd = PyUnicode_DATA(s);
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (PyUnicode_READ(tk, td, i) != PyUnicode_READ(sk, sd, i)) return 0;
+    return 1;
 }
 
-/* encode_flat's result: (ids as int32 bytes, each text's end in them as int64 bytes); None when some text failed
- * (failed, out.ok set) and MemoryError when memory ran out. Frees out. */
-static PyObject *flat_result(ivec *out, const int64_t *ends, Py_ssize_t n, int failed) {
+/* encode_flat's arguments (texts, prefix, suffix, starts, ...): its texts as a tuple (owning them while the GIL is
+ * released), its prefix and suffix ids and starts (a str, borrowed); NULL and an exception when they are not.
+ * *plain is 0 when some text is no str of exactly type str (the caller returns None: Tokenizer.encode_concat
+ * then encodes text by text, which takes or refuses it as encode does). */
+static PyObject *flat_args(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t most, int32_t *pre, Py_ssize_t *npre,
+                           int32_t *suf, Py_ssize_t *nsuf, PyObject **starts, int *plain, const char *signature) {
+    if (nargs < 4 || nargs > most) return PyErr_Format(PyExc_TypeError, "expected %s", signature);
+    if ((*npre = flat_affix(args[1], pre, "prefix")) < 0 || (*nsuf = flat_affix(args[2], suf, "suffix")) < 0)
+        return NULL;
+    if (!PyUnicode_Check(args[3]))
+        return PyErr_Format(PyExc_TypeError, "encode_flat: starts must be a str, got %s", Py_TYPE(args[3])->tp_name);
+#if PY_VERSION_HEX < 0x030C0000
+    if (PyUnicode_READY(args[3]) < 0) return NULL;
+#endif
+    *starts = args[3];
+    PyObject *texts = PySequence_Tuple(args[0]);
+    if (!texts) return NULL;
+    *plain = 1;
+    for (Py_ssize_t i = 0; *plain && i < PyTuple_GET_SIZE(texts); i++) *plain = PyUnicode_CheckExact(PyTuple_GET_ITEM(texts, i));
+    return texts;
+}
+
+/* encode_flat's result: (ids as int32 bytes, each text's end in them as int64 bytes, whether some text starts
+ * with starts); None when some text failed (failed, out.ok set) and MemoryError when memory ran out. Frees out. */
+static PyObject *flat_result(ivec *out, const int64_t *ends, Py_ssize_t n, int failed, int found) {
     PyObject *res = NULL;
     if (!out->ok)
         PyErr_NoMemory();
     else if (failed)
         res = Py_NewRef(Py_None);
     else
-        res = Py_BuildValue("(y#y#)", out->v ? (const char *)out->v : "", (Py_ssize_t)(out->n * sizeof *out->v),
+        res = Py_BuildValue("(y#y#N)", out->v ? (const char *)out->v : "", (Py_ssize_t)(out->n * sizeof *out->v),
                             (const char *)ends, /* y# of NULL would be None */
-                            (Py_ssize_t)(n * (Py_ssize_t)sizeof *ends));
+                            (Py_ssize_t)(n * (Py_ssize_t)sizeof *ends), PyBool_FromLong(found));
     ivec_free(out);
     return res;
 }
@@ -364,34 +387,40 @@ done:
     return res;
 }
 
-/* encode_flat(texts, prefix, suffix, mode = own) -> (bytes, bytes) | None: each text's encode_plain ids between the
- * prefix and suffix ids, all in one int32 buffer, and where each text's ends (int64), the GIL released once: no
- * list per text. None when a text holds lone surrogates (the caller encodes the batch its usual way). */
+/* encode_flat(texts, prefix, suffix, starts, mode = own) -> (bytes, bytes, bool) | None: each text's encode_plain
+ * ids between the prefix and suffix ids, all in one int32 buffer, where each text's ends (int64), and whether some
+ * text starts with the str starts (never for ''), the GIL released once: no list per text. None when a text holds
+ * lone surrogates or is no str of exactly type str (the caller encodes the batch its usual way). */
 static PyObject *BPE_encode_flat(BPEObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    static const char sig[] = "encode_flat(texts: sequence of str, prefix: ids, suffix: ids, mode: int = own)";
+    static const char sig[] = "encode_flat(texts: sequence of str, prefix: ids, suffix: ids, starts: str, "
+                              "mode: int = own)";
     int32_t pre[FLAT_MAX_AFFIX], suf[FLAT_MAX_AFFIX];
     Py_ssize_t npre, nsuf;
-    PyObject *texts = flat_args(args, nargs, 4, pre, &npre, suf, &nsuf, sig);
+    PyObject *starts;
+    int plain, found = 0;
+    PyObject *texts = flat_args(args, nargs, 5, pre, &npre, suf, &nsuf, &starts, &plain, sig);
     if (!texts) return NULL;
-    long mode = splitter_mode(self, args + 2, nargs - 2, sig); /* (suffix[, mode]) as (text[, mode]) */
+    long mode = splitter_mode(self, args + 3, nargs - 3, sig); /* (starts[, mode]) as (text[, mode]) */
     Py_ssize_t n = PyTuple_GET_SIZE(texts);
     const char **utf8 = PyMem_Calloc((size_t)n + 1, sizeof *utf8);
     Py_ssize_t *lens = PyMem_Calloc((size_t)n + 1, sizeof *lens);
     int64_t *ends = PyMem_Calloc((size_t)n + 1, sizeof *ends);
     PyObject *res = NULL;
-    int failed = 0;
+    int failed = !plain;
     if (mode < 0) goto done;
     if (!utf8 || !lens || !ends) {
         PyErr_NoMemory();
         goto done;
     }
     for (Py_ssize_t i = 0; !failed && i < n; i++) {
-        utf8[i] = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(texts, i), &lens[i]);
+        PyObject *t = PyTuple_GET_ITEM(texts, i);
+        utf8[i] = PyUnicode_AsUTF8AndSize(t, &lens[i]);
         if (!utf8[i]) {
             if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError)) goto done;
             PyErr_Clear(); /* lone surrogates: None */
             failed = 1;
         }
+        found = found || str_starts_with(t, starts);
     }
     ivec out = {NULL, 0, 0, 1};
     if (!failed) {
@@ -402,7 +431,7 @@ static PyObject *BPE_encode_flat(BPEObject *self, PyObject *const *args, Py_ssiz
                                                   0, self->flags.buf, &out), suf, nsuf, &ends[i]));
         Py_END_ALLOW_THREADS
     }
-    res = flat_result(&out, ends, n, failed);
+    res = flat_result(&out, ends, n, failed, found);
 done:
     PyMem_Free(utf8);
     PyMem_Free(lens);
@@ -483,9 +512,10 @@ static PyMethodDef BPE_methods[] = {
      "encode_many(texts: sequence of str, mode: int) -> list[list[int] | None]: encode_plain of each, the GIL "
      "released once for all."},
     {"encode_flat", (PyCFunction)(void (*)(void))BPE_encode_flat, METH_FASTCALL,
-     "encode_flat(texts: sequence of str, prefix: ids, suffix: ids, mode: int = own) -> (bytes, bytes) | None: "
-     "prefix + encode_plain + suffix of each text as one int32 buffer, and each text's end there (int64); None "
-     "when a text holds lone surrogates. The GIL is released once for all."},
+     "encode_flat(texts: sequence of str, prefix: ids, suffix: ids, starts: str, mode: int = own) -> (bytes, bytes, "
+     "bool) | None: prefix + encode_plain + suffix of each text as one int32 buffer, each text's end there (int64) "
+     "and whether some text starts with starts (never for ''); None when a text holds lone surrogates or is no "
+     "str of exactly type str. The GIL is released once for all."},
     {"resolve_merges", (PyCFunction)BPE_resolve_merges, METH_VARARGS | METH_STATIC,
      "resolve_merges(token_bytes, token_offsets, merge_text: bytes, n_merges) -> bytes | None: the int32 "
      "(left, right, result) rows of the merges, one a line of merge_text; None when the lines are not n_merges."},
@@ -962,17 +992,19 @@ done:
     return res;
 }
 
-/* encode_flat(texts, prefix, suffix) -> (bytes, bytes) | None: BPE.encode_flat for encode_plain's SPM ids. None
- * where encode_plain gives None for some text. */
+/* encode_flat(texts, prefix, suffix, starts) -> (bytes, bytes, bool) | None: BPE.encode_flat for encode_plain's SPM
+ * ids. None where encode_plain gives None for some text, or a text is no str of exactly type str. */
 static PyObject *SPM_encode_flat(SPMObject *self, PyObject *const *args, Py_ssize_t nargs) {
     int32_t pre[FLAT_MAX_AFFIX], suf[FLAT_MAX_AFFIX];
     Py_ssize_t npre, nsuf;
+    PyObject *starts;
+    int plain, found = 0;
     if (!self->m) {
         PyErr_SetString(PyExc_RuntimeError, "SPM is not initialised");
         return NULL;
     }
-    PyObject *texts = flat_args(args, nargs, 3, pre, &npre, suf, &nsuf,
-                                "encode_flat(texts: sequence of str, prefix: ids, suffix: ids)");
+    PyObject *texts = flat_args(args, nargs, 4, pre, &npre, suf, &nsuf, &starts, &plain,
+                                "encode_flat(texts: sequence of str, prefix: ids, suffix: ids, starts: str)");
     if (!texts) return NULL;
     Py_ssize_t n = PyTuple_GET_SIZE(texts);
     const void **data = PyMem_Calloc((size_t)n + 1, sizeof *data);
@@ -980,14 +1012,16 @@ static PyObject *SPM_encode_flat(SPMObject *self, PyObject *const *args, Py_ssiz
     int *kinds = PyMem_Calloc((size_t)n + 1, sizeof *kinds);
     int64_t *ends = PyMem_Calloc((size_t)n + 1, sizeof *ends);
     PyObject *res = NULL;
-    int failed = 0;
+    int failed = !plain;
     if (!data || !lens || !kinds || !ends) {
         PyErr_NoMemory();
         goto done;
     }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (!plain_chars(PyTuple_GET_ITEM(texts, i), &data[i], &lens[i], &kinds[i])) goto done;
+    for (Py_ssize_t i = 0; !failed && i < n; i++) {
+        PyObject *t = PyTuple_GET_ITEM(texts, i);
+        if (!plain_chars(t, &data[i], &lens[i], &kinds[i])) goto done;
         failed |= !kinds[i];
+        found = found || str_starts_with(t, starts);
     }
     ivec out = {NULL, 0, 0, 1};
     if (!failed) {
@@ -998,7 +1032,7 @@ static PyObject *SPM_encode_flat(SPMObject *self, PyObject *const *args, Py_ssiz
                                  suf, nsuf, &ends[i]));
         Py_END_ALLOW_THREADS
     }
-    res = flat_result(&out, ends, n, failed);
+    res = flat_result(&out, ends, n, failed, found);
 done:
     PyMem_Free(data);
     PyMem_Free(lens);
@@ -1030,9 +1064,10 @@ static PyMethodDef SPM_methods[] = {
     {"encode_many", (PyCFunction)SPM_encode_many, METH_O,
      "encode_many(texts: sequence of str) -> list[list[int] | None]: encode_plain of each, the GIL released once."},
     {"encode_flat", (PyCFunction)(void (*)(void))SPM_encode_flat, METH_FASTCALL,
-     "encode_flat(texts: sequence of str, prefix: ids, suffix: ids) -> (bytes, bytes) | None: prefix + "
-     "encode_plain + suffix of each text as one int32 buffer, and each text's end there (int64); None where "
-     "encode_plain gives None for a text. The GIL is released once for all."},
+     "encode_flat(texts: sequence of str, prefix: ids, suffix: ids, starts: str) -> (bytes, bytes, bool) | None: "
+     "prefix + encode_plain + suffix of each text as one int32 buffer, each text's end there (int64) and whether "
+     "some text starts with starts (never for ''); None where encode_plain gives None for a text or a text is no "
+     "str of exactly type str. The GIL is released once for all."},
     {"cache_info", (PyCFunction)SPM_cache_info, METH_NOARGS, "The word cache as numbers (Encoder.cache_info)."},
     {"clear_cache", (PyCFunction)SPM_clear_cache, METH_NOARGS, "Forget every cached word."},
     {NULL, NULL, 0, NULL},

@@ -327,11 +327,13 @@ class Tokenizer:
         batches); else, and for a text that call leaves to encode (lone surrogates), each text is encoded."""
         texts = list(texts)
         suffix = list(suffix)
-        if self.encodes_in_core(parse_special) and all(type(t) is str for t in texts):
+        if self.encodes_in_core(parse_special):
             before, after = self._encoder.affixes() if add_special else ((), ())
-            got = self._flat(texts, list(before), [*after, *suffix])  # type: ignore[misc]
+            # the core checks each text is a str (else None: the loop below) and whether one starts with the bos
+            # text, with no Python run per text (threads encoding batches would take turns holding the GIL for it)
+            got = self._flat(texts, list(before), [*after, *suffix], self._warn_bos if add_special else "")  # type: ignore[misc]
             if got is not None:
-                if add_special and self._warn_bos and any(t.startswith(self._warn_bos) for t in texts):
+                if got[2]:
                     self._warn_double_bos()
                 return np.frombuffer(got[0], np.int32), np.frombuffer(got[1], np.int64)
         ids = array("i")  # 4 bytes an id kept, not a list's 8

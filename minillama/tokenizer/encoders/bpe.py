@@ -280,10 +280,12 @@ class NativeBPEEncoder(BPEEncoder):
         """encode_plain of each text, the GIL released once for all of them (encode_batch's threads)."""
         return self._core.encode_many(texts, self._mode)
 
-    def encode_flat(self, texts: Sequence[str], prefix: Sequence[int], suffix: Sequence[int]) -> tuple[bytes, bytes] | None:
-        """prefix + encode_plain(t) + suffix of every text as one int32 buffer, and each text's end in it (int64
-        bytes), the GIL released once for all and no list made per text; None when a text holds lone surrogates."""
-        return self._core.encode_flat(texts, prefix, suffix, self._mode)
+    def encode_flat(self, texts: Sequence[str], prefix: Sequence[int], suffix: Sequence[int],
+                    starts: str) -> tuple[bytes, bytes, bool] | None:
+        """prefix + encode_plain(t) + suffix of every text as one int32 buffer, each text's end in it (int64 bytes)
+        and whether some text starts with starts (never for ''), the GIL released once for all and no list made per
+        text; None when a text holds lone surrogates or is no str of exactly type str."""
+        return self._core.encode_flat(texts, prefix, suffix, starts, self._mode)
 
     def encode(self, text: str) -> list[int]:
         data = text.encode("utf-8", "surrogatepass")  # code points; a surrogate stands for itself

@@ -310,11 +310,13 @@ class NativeSPMEncoder(SPMEncoder):
         """encode_plain of each text, the GIL released once for all of them (encode_batch's threads)."""
         return self._core.encode_many(texts)
 
-    def encode_flat(self, texts: Sequence[str], prefix: Sequence[int], suffix: Sequence[int]) -> tuple[bytes, bytes] | None:
-        """prefix + encode_plain(t) + suffix of every text as one int32 buffer, and each text's end in it (int64
-        bytes), the GIL released once for all and no list made per text; None where encode_plain gives None for a
-        text. (__init__ binds the core's method itself in its place.)"""
-        return self._core.encode_flat(texts, prefix, suffix)
+    def encode_flat(self, texts: Sequence[str], prefix: Sequence[int], suffix: Sequence[int],
+                    starts: str) -> tuple[bytes, bytes, bool] | None:
+        """prefix + encode_plain(t) + suffix of every text as one int32 buffer, each text's end in it (int64 bytes)
+        and whether some text starts with starts (never for ''), the GIL released once for all and no list made per
+        text; None where encode_plain gives None for a text, or a text is no str of exactly type str. (__init__
+        binds the core's method itself in its place.)"""
+        return self._core.encode_flat(texts, prefix, suffix, starts)
 
     def encode(self, text: str) -> list[int]:
         ids = None
