@@ -781,10 +781,10 @@ def _subparser(parser: argparse.ArgumentParser, names: Sequence[str]) -> argpars
 def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
     """parse_args, but an unknown command gets a 'did you mean' and an unknown flag the usage of its own
     subcommand (argparse reports both at the top level)."""
-    import difflib
-
     first = next((a for a in argv if not a.startswith("-")), None)
     if first is not None and first not in COMMANDS and argv and argv[0] == first:
+        import difflib
+
         near = difflib.get_close_matches(first, list(COMMANDS), n=1)
         hint = f"; did you mean '{near[0]}'?" if near else f" (one of {', '.join(COMMANDS)})"
         parser.error(f"expected a command, found '{first}'{hint}")

@@ -10,12 +10,14 @@ app.py has the routes, slots.py the --parallel slots, params.py the request tabl
 from __future__ import annotations
 
 import os
-import socket
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import MinillamaError
+
+if TYPE_CHECKING:  # imported where a socket is made: every CLI command reads DEFAULT_HOST/PORT from here
+    import socket
 
 __all__ = ["serve", "require_extra", "DEFAULT_HOST", "DEFAULT_PORT", "MAX_PARALLEL"]
 
@@ -40,6 +42,8 @@ def require_extra() -> None:
 
 def listen(host: str, port: int) -> socket.socket:
     """A bound, listening TCP socket, or MinillamaError naming host:port and why not (e.g. in use)."""
+    import socket
+
     if not 0 <= port <= 65535:
         raise MinillamaError(f"expected --port from 0 to 65535, found {port}")
     try:
