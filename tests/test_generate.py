@@ -218,6 +218,27 @@ def test_sampler_greedy() -> None:
     assert Sampler(temperature=0).sample_logits([1.0, 3.0], ids=[7, 9]) == 9
 
 
+def test_greedy_over_a_whole_vocab_keeps_the_chains_answers() -> None:
+    """Greedy with nothing to adjust takes a shortcut (argmax over the raw scores): llama.cpp's greedy sampler's
+    pick (the first highest score, -inf never, +inf first), and the chain's errors for NaN and no candidate;
+    logit_bias, penalties and the allowed set still go through the chain."""
+    greedy = Sampler(temperature=0)
+    f32 = np.array([0.5, -np.inf, 2.0, 2.0, -1.0], np.float32)
+    assert greedy.sample_logits(f32) == 2
+    assert greedy.sample_logits(np.array([-np.inf, 1.0, np.inf, np.inf])) == 2
+    assert greedy.sample_logits(np.array([3, 7, 7])) == 1
+    for bad in ([1.0, np.nan, 5.0], [-np.inf, -np.inf], np.array([], np.float32)):
+        with pytest.raises(ArgumentError):
+            greedy.sample_logits(bad)
+    assert Sampler(temperature=0, logit_bias={0: 10.0}).sample_logits(f32) == 0
+    penalized = Sampler(temperature=0, repeat_penalty=2.0)
+    penalized.accept([2, 3])
+    assert penalized.sample_logits(np.array([1.5, -np.inf, 2.0, 2.0])) == 0  # 2.0 / 2 for the seen ids 2, 3
+    allowed = Sampler(temperature=0)
+    allowed.constrain(np.array([True, False, False, True, True]))
+    assert allowed.sample_logits(f32) == 3
+
+
 def test_sampler_top_k_top_p() -> None:
     assert set(_draws(temperature=1.0, top_k=2, top_p=1.0)) == {1, 3}
     assert set(_draws(temperature=1.0, top_k=0, top_p=0.75)) == {1, 3}  # 0.5 + 0.3 reaches 0.75
