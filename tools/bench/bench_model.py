@@ -199,10 +199,24 @@ def main() -> int:
         print(f"{name:<36} {'ratio':<10} {'':>6} {mine['pp_tps'] / ref['pp_tps']:>8.2f}x "
               f"{mine['tg_tps'] / ref['tg_tps']:>8.2f}x {mine['load_s'] / ref['load_s']:>6.2f}x "
               f"{mine['rss_mb'] / ref['rss_mb']:>8.2f}x")
-    for model, data in zip(args.models, args.exactness, strict=False):
+    for model, data in exactness_pairs(args.models, args.exactness):
         for name, line in exactness(model, data, args.llamacpp_self):
             print(f"exactness {Path(model).name} {name}: {line}")
     return 0
+
+
+def exactness_pairs(models: list[str], files: list[str]) -> list[tuple[str, str]]:
+    """Each exactness file with the model it was made on (its "model" field names the GGUF), whatever the order
+    of --models; a file whose model is not among them is skipped with a note."""
+    pairs = []
+    for data in files:
+        want = Path(json.loads(Path(data).read_text(encoding="utf-8")).get("model", "")).name
+        model = next((m for m in models if Path(m).name == want), None)
+        if model is None:
+            print(f"exactness: {data} was made on {want or 'an unnamed model'}, which is not among --models: skipped")
+        else:
+            pairs.append((model, data))
+    return pairs
 
 
 if __name__ == "__main__":
