@@ -71,6 +71,7 @@ typedef struct {
     float *gu;      /* [T, max(2 n_ff, d)]: gate|up, and the outputs of wo and w_down */
     float *scores;  /* [parts, D + Dv]: attend's work */
     uint8_t *y;     /* activation rows quantized for the next product (T rows per piece type: y_offset) */
+    atomic_int *chunks; /* [4 n_layer]: each product's next chunk of weight rows (matmul_part) */
     const float *cos_sin[2]; /* [T, n_rot / 2] cos then sin, per rope table */
     const double *table_base[2];
     const float *table_freqs[2];
@@ -105,15 +106,24 @@ static size_t y_size(const ms_matrix *M, int64_t T) {
     return y_offset(M, M->n - 1, T) + (size_t)T * mq_partner_bytes(M->type[M->n - 1], M->cols);
 }
 
-/* This part's share of out [T, n_out] = M . y (the T rows quantized for M's pieces). */
-static void matmul_part(const ms_matrix *M, const uint8_t *y, int64_t T, float *out, int part, int parts) {
-    int64_t g0, g1, off = 0;
-    share(M->n_out, part, parts, &g0, &g1);
-    for (int i = 0; i < M->n; off += M->rows[i], i++) {
-        int64_t lo = g0 > off ? g0 : off, hi = g1 < off + M->rows[i] ? g1 : off + M->rows[i];
-        if (lo < hi)
-            mq_dot_rows(M->type[i], M->w[i], M->cols, y + y_offset(M, i, T), T, lo - off, hi - off, out + off,
-                        M->n_out);
+/* This part's share of out [T, n_out] = M . y (the T rows quantized for M's pieces): chunks of weight rows taken
+ * from the product's counter until none is left, as ggml hands out its chunks, so a part that runs slower (a core
+ * the machine gives to something else for a while) takes fewer rows instead of keeping the others waiting at the
+ * barrier. Which part computes a row does not change the row's bits. */
+static void matmul_part(const ms_matrix *M, const uint8_t *y, int64_t T, float *out, int parts, atomic_int *next) {
+    int64_t chunk = M->n_out / ((int64_t)parts * 8);
+    chunk = chunk < 16 ? 16 : (chunk + 15) / 16 * 16; /* whole panels of ROW_BLOCK rows */
+    for (;;) {
+        const int64_t g0 = (int64_t)atomic_fetch_add_explicit(next, 1, memory_order_relaxed) * chunk;
+        if (g0 >= M->n_out) return;
+        const int64_t g1 = g0 + chunk < M->n_out ? g0 + chunk : M->n_out;
+        int64_t off = 0;
+        for (int i = 0; i < M->n; off += M->rows[i], i++) {
+            const int64_t lo = g0 > off ? g0 : off, hi = g1 < off + M->rows[i] ? g1 : off + M->rows[i];
+            if (lo < hi)
+                mq_dot_rows(M->type[i], M->w[i], M->cols, y + y_offset(M, i, T), T, lo - off, hi - off, out + off,
+                            M->n_out);
+        }
     }
 }
 
@@ -213,10 +223,10 @@ static void residual(float *x, float *o, const float *bias, const float *norm, i
 /* out [T, n_out] = M . x: this part quantizes its tokens' rows of x (stride apart), then the team shares M's
  * rows; a barrier after each half. */
 static void product(run *r, const ms_matrix *M, const float *x, int64_t stride, float *out, int64_t t0, int64_t t1,
-                    int part, int parts) {
+                    int parts, atomic_int *next) {
     quantize_rows(M, x, stride, r->T, t0, t1, r->y);
     barrier_wait(&r->bar, parts);
-    matmul_part(M, r->y, r->T, out, part, parts);
+    matmul_part(M, r->y, r->T, out, parts, next);
     barrier_wait(&r->bar, parts);
 }
 
@@ -250,19 +260,19 @@ static void team(void *ctx, int part, int parts) {
         const int table = table_of(r, L);
         /* qkv = wqkv attn_norm(x); rope, norms, the cache; att = attention */
         for (int64_t t = t0; t < t1; t++) rmsnorm(r->x + t * d, L->attn_norm, d, m->eps, r->h + t * d);
-        product(r, &L->wqkv, r->h, d, r->qkv, t0, t1, part, parts);
+        product(r, &L->wqkv, r->h, d, r->qkv, t0, t1, parts, &r->chunks[4 * il]);
         for (int64_t t = t0; t < t1; t++) prepare_qkv(r, L, il, table, t);
         barrier_wait(&r->bar, parts);
         for (int64_t i = a0; i < a1; i++) attend(r, L, il, i / m->n_head, i % m->n_head, r->scores + part * work);
         barrier_wait(&r->bar, parts);
         /* x += post_attn_norm(wo att + bo) */
-        product(r, &L->wo, r->att, m->n_head * m->head_dim_v, r->gu, t0, t1, part, parts);
+        product(r, &L->wo, r->att, m->n_head * m->head_dim_v, r->gu, t0, t1, parts, &r->chunks[4 * il + 1]);
         for (int64_t t = t0; t < t1; t++) {
             residual(r->x + t * d, r->gu + t * d, L->bo, L->post_attn_norm, d, m->eps);
             rmsnorm(r->x + t * d, L->ffn_norm, d, m->eps, r->h + t * d);
         }
         /* x += post_ffn_norm(w_down (act(gate + b) * (up + b)) + b_down), gate|up = w_gate_up ffn_norm(x) */
-        product(r, &L->w_gate_up, r->h, d, r->gu, t0, t1, part, parts);
+        product(r, &L->w_gate_up, r->h, d, r->gu, t0, t1, parts, &r->chunks[4 * il + 2]);
         for (int64_t t = t0; t < t1; t++) {
             float *gu = r->gu + t * 2 * n_ff, *h = r->h + t * n_ff;
             if (L->b_gate_up)
@@ -272,7 +282,7 @@ static void team(void *ctx, int part, int parts) {
             else
                 ma_swiglu(n_ff, h, gu, gu + n_ff);
         }
-        product(r, &L->w_down, r->h, n_ff, r->gu, t0, t1, part, parts);
+        product(r, &L->w_down, r->h, n_ff, r->gu, t0, t1, parts, &r->chunks[4 * il + 3]);
         for (int64_t t = t0; t < t1; t++) residual(r->x + t * d, r->gu + t * d, L->b_down, L->post_ffn_norm, d, m->eps);
         /* the next layer's first stage reads only this part's rows of x: no barrier */
     }
@@ -328,10 +338,13 @@ int ms_forward(const ms_model *m, float *x, const ms_seq *seqs, int n_seq, int t
     uint8_t *y = malloc(y_bytes + 1);
     int64_t *pos = malloc(T * sizeof(int64_t) + 1);
     int32_t *seq_of = malloc(T * sizeof(int32_t) + 1);
-    if (!f || !y || !pos || !seq_of) {
-        free(f), free(y), free(pos), free(seq_of);
+    atomic_int *chunks = malloc(4 * (size_t)m->n_layer * sizeof(atomic_int) + 1);
+    if (!f || !y || !pos || !seq_of || !chunks) {
+        free(f), free(y), free(pos), free(seq_of), free(chunks);
         return 0;
     }
+    for (int i = 0; i < 4 * m->n_layer; i++) atomic_init(&chunks[i], 0);
+    r.chunks = chunks;
     int64_t t = 0;
     for (int i = 0; i < n_seq; i++)
         for (int64_t j = 0; j < seqs[i].n; j++, t++) pos[t] = seqs[i].start + j, seq_of[t] = i;
@@ -347,6 +360,6 @@ int ms_forward(const ms_model *m, float *x, const ms_seq *seqs, int n_seq, int t
     atomic_init(&r.bar.count, 0);
     atomic_init(&r.bar.gen, 0);
     mq_team(team, &r, parts);
-    free(f), free(y), free(pos), free(seq_of);
+    free(f), free(y), free(pos), free(seq_of), free(chunks);
     return 1;
 }
