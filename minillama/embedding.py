@@ -147,6 +147,8 @@ class Embedding:
         idx = self._check_ids(ids)
         if len(idx) == 0:
             return np.empty((0, self._n_embd), F32)
+        if len(idx) == 1:  # a decode step's token
+            return self._rows(idx)
         # A repeated id (common in text) is read and dequantized once, then copied.
         uniq, inverse = np.unique(idx, return_inverse=True)
         todo = idx if len(uniq) == len(idx) else uniq

@@ -231,9 +231,10 @@ class Model:
         if len(out) > n_ctx:
             raise ContextLengthError(f"{len(out)} tokens do not fit the model's context of {n_ctx} tokens "
                                      f"({self.path})")
-        bad = next((i for i in out if not 0 <= i < self.n_vocab), None)
-        if bad is not None:
-            raise ArgumentError(f"token id {bad} is out of range for this model (expected 0..{self.n_vocab - 1})")
+        n_vocab = self.n_vocab
+        if min(out) < 0 or max(out) >= n_vocab:  # in C: a step's check of its whole context stays cheap
+            bad = next(i for i in out if not 0 <= i < n_vocab)
+            raise ArgumentError(f"token id {bad} is out of range for this model (expected 0..{n_vocab - 1})")
         return out
 
     def _forward(self, ids: list[int], start: int, cache: KVCache, last_only: bool, hidden: bool = False,
