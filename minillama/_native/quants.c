@@ -5,6 +5,7 @@
  * same kernels for AVX2, used when the CPU has it. */
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 
 #include "model.h"
@@ -178,6 +179,8 @@ typedef struct {
     const uint8_t *w, *y;
     size_t row_bytes, y_bytes;
     int64_t rows, cols, n_x, r0, r1;
+    atomic_int *next; /* set: take chunks of `chunk` weight rows from this counter until none is left */
+    int64_t chunk;
     float *out;
 } job;
 
@@ -258,6 +261,11 @@ static void *run_job(void *arg) {
     const job *j = arg;
     if (j->team)
         j->team(j->ctx, j->part, j->parts);
+    else if (j->next)
+        for (int64_t r0; (r0 = (int64_t)atomic_fetch_add_explicit(j->next, 1, memory_order_relaxed) * j->chunk) <
+                         j->rows;)
+            dot_range(j->type, j->w, j->row_bytes, j->y, j->y_bytes, j->cols, j->n_x, r0,
+                      r0 + j->chunk < j->rows ? r0 + j->chunk : j->rows, j->out, j->rows);
     else
         dot_range(j->type, j->w, j->row_bytes, j->y, j->y_bytes, j->cols, j->n_x, j->r0, j->r1, j->out, j->rows);
     return NULL;
@@ -389,12 +397,19 @@ int mq_matmul(int type, const uint8_t *w, int64_t rows, int64_t cols, const floa
     /* Below about a million weights times activation rows, waking a worker costs more than it saves (SmolLM2's
      * attention projections: generation 54 -> 60 tok/s with two threads for the rest). */
     if ((double)rows * (double)cols * (double)n_x < (double)SMALL_PRODUCT) threads = 1;
+    /* the rows in chunks from a shared counter (whole panels of ROW_BLOCK rows): a part the machine slows takes
+     * fewer of them rather than keeping the others waiting; which part computes a row does not change its bits */
     job jobs[MAX_THREADS];
+    atomic_int next;
+    atomic_init(&next, 0);
+    int64_t chunk = rows / ((int64_t)threads * 8);
+    chunk = chunk < ROW_BLOCK ? ROW_BLOCK : (chunk + ROW_BLOCK - 1) / ROW_BLOCK * ROW_BLOCK;
     for (int i = 0; i < threads; i++)
         jobs[i] = (job){.type = type, .w = w, .y = y,
                         .row_bytes = (size_t)(cols / TYPES[type].block) * (size_t)TYPES[type].size,
                         .y_bytes = y_bytes, .rows = rows, .cols = cols, .n_x = n_x, .r0 = rows * i / threads,
-                        .r1 = rows * (i + 1) / threads, .out = out};
+                        .r1 = rows * (i + 1) / threads, .out = out, .next = threads > 1 ? &next : NULL,
+                        .chunk = chunk};
     if (threads == 1)
         run_job(&jobs[0]);
     else
