@@ -20,7 +20,6 @@ float mq_f16_table[65536];
 const mq_dot_fn *mq_kernels_avx2(void);
 const mq_dotn_fn *mq_rows_avx2(void);
 const mq_panel *mq_panels_avx2(void);
-const mq_pair_fn *mq_pairs_avx2(void);
 
 static uint32_t f32_bits(float f) {
     uint32_t u;
@@ -56,7 +55,6 @@ static uint16_t float_to_half(float f) {
 static const mq_dot_fn *kernels;
 static const mq_dotn_fn no_rows[MQ_NTYPES], *rows_kernels = no_rows; /* NULL entries: one dot per activation row */
 static const mq_panel no_panels[MQ_NTYPES], *panels = no_panels; /* NULL entries: the rows kernels unpack per tile */
-static const mq_pair_fn no_pairs[MQ_NTYPES], *pairs = no_pairs;    /* NULL entries: one weight row at a time */
 static const char *isa = "scalar";
 
 static void init_once(void) {
@@ -68,7 +66,6 @@ static void init_once(void) {
         kernels = k;
         rows_kernels = mq_rows_avx2();
         panels = mq_panels_avx2() ? mq_panels_avx2() : no_panels;
-        pairs = mq_pairs_avx2() ? mq_pairs_avx2() : no_pairs;
         isa = "avx2";
     }
 #endif
@@ -76,7 +73,6 @@ static void init_once(void) {
         kernels = kernels_scalar;
         rows_kernels = no_rows;
         panels = no_panels;
-        pairs = no_pairs;
         isa = "scalar";
     }
 }
@@ -254,10 +250,6 @@ static void dot_range(int type, const uint8_t *w, size_t row_bytes, const uint8_
                     dotn(w + (size_t)r * row_bytes, y + (size_t)t * y_bytes, y_bytes, (int)cols,
                          (int)(n_x - t < MQ_NRC ? n_x - t : MQ_NRC), out + t * out_stride + r, (size_t)out_stride,
                          yf ? yf + (size_t)(t / MQ_NRC) * tile_f : NULL);
-    } else if (n_x == 1 && pairs[type]) {
-        int64_t r = r0;
-        for (; r + 1 < r1; r += 2) pairs[type](w + (size_t)r * row_bytes, row_bytes, y, (int)cols, out + r);
-        if (r < r1) out[r] = dot(w + (size_t)r * row_bytes, y, (int)cols);
     } else
         for (int64_t r = r0; r < r1; r++)
             for (int64_t t = 0; t < n_x; t++)
