@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import os
 import re
+import signal
 import sys
 import time
 
@@ -38,8 +39,11 @@ class Term:
     """`python -m minillama chat ...` in a pseudo-terminal: type, and wait for what appears on screen."""
 
     def __init__(self, *args: str) -> None:
+        # preexec_fn: Ctrl-C as at a user's terminal, even when these tests run as a background job (where the shell
+        # starts them with SIGINT ignored, and a program keeps a disposition it inherits as ignored)
         self.child = pexpect.spawn(sys.executable, ["-m", "minillama", "chat", *args], env=terminal_env(), cwd=str(REPO),
-                                   encoding="utf-8", codec_errors="replace", dimensions=(40, 160))
+                                   encoding="utf-8", codec_errors="replace", dimensions=(40, 160),
+                                   preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         self.raw = ""
         self.mark = 0
         self.eof = False
