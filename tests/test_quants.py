@@ -103,19 +103,61 @@ def llamacpp():
     return ffi, lib
 
 
-@pytest.mark.parametrize("name,ours", [("q8_0", quantize_q8_0), ("q8_1", quantize_q8_1), ("q8_K", quantize_q8_k)])
-def test_activation_quantizers_equal_llamacpp(name: str, ours) -> None:
-    ffi, lib = llamacpp()
+#: Each partner's llama.cpp quantizer, and a weight type that uses it.
+PARTNERS = {"q8_0": T.Q8_0, "q8_1": T.Q4_1, "q8_K": T.Q4_K}
+
+
+def quantizer_inputs():
+    """Rows that reach every branch: three scales, an all-zero block, equal magnitudes (the first wins in Q8_K)."""
     rng = np.random.default_rng(7)
     for scale in (1e-3, 1.0, 40.0):
         x = (rng.standard_normal(1024) * scale).astype(np.float32)
-        x[:32] = 0  # an all-zero block
-        x[256:258] = [-scale * 9, scale * 9]  # equal magnitudes: the first wins in Q8_K
+        x[:32] = 0
+        x[256:258] = [-scale * 9, scale * 9]
+        yield scale, x
+
+
+def quantizer_mismatches(lib=None, ffi=None) -> list[str]:
+    """The native partner quantizers (this process's kernels: AVX2 or scalar) against llama.cpp's quantize_row_*
+    and, for the float16 partner, numpy's float16 rounding; the failures as text."""
+    if lib is None:
+        ffi, lib = llamacpp()
+    bad = []
+    for scale, x in quantizer_inputs():
+        for name, t in PARTNERS.items():
+            want = np.zeros(len(_core.quantize(int(t), x)), np.uint8)
+            getattr(lib, f"quantize_row_{name}")(ffi.cast("float *", x.ctypes.data),
+                                                 ffi.cast("void *", want.ctypes.data), len(x))
+            if _core.quantize(int(t), x) != want.tobytes():
+                bad.append(f"{name} at scale {scale}")
+        odd = np.concatenate([x, x[:7]])  # float16 rows of any length: the cache's rows
+        if _core.quantize(int(T.F16), odd) != odd.astype("<f2").tobytes():
+            bad.append(f"f16 at scale {scale}")
+    return bad
+
+
+@pytest.mark.parametrize("name,ours", [("q8_0", quantize_q8_0), ("q8_1", quantize_q8_1), ("q8_K", quantize_q8_k)])
+def test_activation_quantizers_equal_llamacpp(name: str, ours) -> None:
+    ffi, lib = llamacpp()
+    for scale, x in quantizer_inputs():
         mine = ours(x)
         out = np.zeros(len(mine), np.uint8)
         getattr(lib, f"quantize_row_{name}")(ffi.cast("float *", x.ctypes.data), ffi.cast("void *", out.ctypes.data),
                                              len(x))
         assert mine == out.tobytes(), f"{name} differs from llama.cpp at scale {scale}"
+
+
+@needs_core
+def test_native_quantizers_equal_llamacpp() -> None:
+    """What every product quantizes its activations with, on this CPU's kernels and (in a child) the scalar ones."""
+    ffi, lib = llamacpp()
+    assert quantizer_mismatches(lib, ffi) == [], f"{_core.kernels()} quantizers differ"
+    code = ("import sys, json; sys.path[:0] = [sys.argv[1], sys.argv[1] + '/tests']; import test_quants as q; "
+            "from minillama._native import _core; print(json.dumps([_core.kernels(), q.quantizer_mismatches()]))")
+    env = dict(os.environ, MINILLAMA_KERNELS="scalar")
+    out = subprocess.run([sys.executable, "-c", code, str(REPO)], capture_output=True, text=True, env=env,
+                         check=True, timeout=600)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == ["scalar", []]
 
 
 @pytest.mark.parametrize("t", list(VEC_DOT), ids=lambda t: t.name)

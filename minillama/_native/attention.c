@@ -93,6 +93,10 @@ static float dot_f16_avx2(const uint16_t *x, const float *y, int64_t n) {
     return (float)sum;
 }
 
+/* The scores of a run of keys are made before the softmax goes over them (they depend only on q and the keys),
+ * so their dot products overlap rather than wait, each behind the previous key's exp and value update. */
+#define SCORE_RUN 128
+
 static void row_avx2(const float *q, const uint16_t *k, int64_t ks, const uint16_t *v, int64_t vs, int64_t s0,
                      int64_t s1, int64_t D, int64_t Dv, float scale, float *out, float *work) {
     float *q16 = work, *acc = work + D;
@@ -101,26 +105,31 @@ static void row_avx2(const float *q, const uint16_t *k, int64_t ks, const uint16
     for (; i + 8 <= D; i += 8) _mm256_storeu_ps(q16 + i, round_f16x8(_mm256_loadu_ps(q + i)));
     for (; i < D; i++) q16[i] = mq_round_f16(q[i]);
     for (i = 0; i < Dv; i++) acc[i] = 0;
-    float M = -INFINITY, S = 0;
-    for (int64_t s = s0; s <= s1; s++) {
-        const float sc = dot_f16_avx2(k + s * ks, q16, D) * scale;
-        float ms = 1, w = 1;
-        if (sc > M) {
-            const float old = M;
-            M = sc;
-            ms = expf(old - M);
-            const __m256 m8 = _mm256_set1_ps(ms);
+    float M = -INFINITY, S = 0, sc_run[SCORE_RUN];
+    for (int64_t c0 = s0; c0 <= s1; c0 += SCORE_RUN) {
+        const int64_t n = s1 + 1 - c0 < SCORE_RUN ? s1 + 1 - c0 : SCORE_RUN;
+        for (int64_t j = 0; j < n; j++) sc_run[j] = dot_f16_avx2(k + (c0 + j) * ks, q16, D) * scale;
+        for (int64_t j = 0; j < n; j++) {
+            const float sc = sc_run[j];
+            float ms = 1, w = 1;
+            if (sc > M) {
+                const float old = M;
+                M = sc;
+                ms = expf(old - M);
+                const __m256 m8 = _mm256_set1_ps(ms);
+                for (i = 0; i < dv8; i += 8)
+                    _mm256_storeu_ps(acc + i, round_f16x8(_mm256_mul_ps(_mm256_loadu_ps(acc + i), m8)));
+                for (; i < Dv; i++) acc[i] = mq_round_f16(acc[i] * ms);
+            } else
+                w = expf(sc - M);
+            const uint16_t *vr = v + (c0 + j) * vs;
+            const __m256 w8 = _mm256_set1_ps(w);
             for (i = 0; i < dv8; i += 8)
-                _mm256_storeu_ps(acc + i, round_f16x8(_mm256_mul_ps(_mm256_loadu_ps(acc + i), m8)));
-            for (; i < Dv; i++) acc[i] = mq_round_f16(acc[i] * ms);
-        } else
-            w = expf(sc - M);
-        const uint16_t *vr = v + s * vs;
-        const __m256 w8 = _mm256_set1_ps(w);
-        for (i = 0; i < dv8; i += 8)
-            _mm256_storeu_ps(acc + i, round_f16x8(_mm256_fmadd_ps(load_f16x8(vr + i), w8, _mm256_loadu_ps(acc + i))));
-        for (; i < Dv; i++) acc[i] = mq_round_f16(fmaf(mq_half_float(vr[i]), w, acc[i]));
-        S = S * ms + w;
+                _mm256_storeu_ps(acc + i,
+                                 round_f16x8(_mm256_fmadd_ps(load_f16x8(vr + i), w8, _mm256_loadu_ps(acc + i))));
+            for (; i < Dv; i++) acc[i] = mq_round_f16(fmaf(mq_half_float(vr[i]), w, acc[i]));
+            S = S * ms + w;
+        }
     }
     const float inv = S == 0 ? 0 : 1.0f / S;
     for (i = 0; i < Dv; i++) out[i] = acc[i] * inv;

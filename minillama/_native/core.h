@@ -321,9 +321,10 @@ enum {
 };
 /* The mq_type of a ggml type number, -1 when quants.c has no kernel for it. */
 int mq_type_of_ggml(int ggml_type);
-/* Values per block and bytes per block of an mq_type. */
+/* Values per block and bytes per block of an mq_type; values per block of its partner. */
 int mq_block(int type);
 int mq_type_size(int type);
+int mq_partner_block(int type);
 /* "avx2" or "scalar": the kernels mq_matmul uses on this CPU. */
 const char *mq_isa(void);
 /* out[t * rows + r] = row r of w (rows x cols of type, row_bytes = cols / block * type_size) . x[t * cols ..]

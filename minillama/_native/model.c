@@ -171,8 +171,8 @@ static void prepare_qkv(run *r, const ms_layer *L, int il, int table, int64_t t)
     const int64_t pos = r->pos[t], v_dim = m->n_head_kv * m->head_dim_v;
     const ms_seq *seq = &r->seqs[r->seq_of[t]];
     uint16_t *kd = seq->k[il] + pos * k_dim, *vd = seq->v[il] + pos * v_dim;
-    for (int64_t i = 0; i < k_dim; i++) kd[i] = mq_half(k[i]);
-    for (int64_t i = 0; i < v_dim; i++) vd[i] = mq_half(v[i]);
+    mq_halves(k, k_dim, kd);
+    mq_halves(v, v_dim, vd);
     (void)q;
 }
 

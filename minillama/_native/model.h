@@ -19,6 +19,7 @@ void mq_init(void);
 /* f rounded to float16 (nearest even) and back. */
 float mq_round_f16(float f);
 uint16_t mq_half(float f);         /* the float16 bits of f (nearest even) */
+void mq_halves(const float *x, int64_t n, uint16_t *h); /* of n values at once (F16C where the kernels are AVX2) */
 float mq_half_float(uint16_t h);   /* and back */
 void mq_quantize_row(int type, const float *x, int64_t cols, uint8_t *y);
 /* out[t * out_stride + r] = row r of w (cols values of type) . activation row t of y (n_x rows quantized by

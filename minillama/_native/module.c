@@ -1237,6 +1237,7 @@ static PyObject *utf8_blob(PyObject *unused, PyObject *list) {
 /* ---- end of decode.c binding ----------------------------------------------------------------------------- */
 
 /* ---- quants.c: matrix products of quantized weights (issue 24) ------------------------------------------------ */
+#include "model.h" /* mq_quantize_row, mq_partner_bytes */
 
 /* matmul(weight, ggml_type, rows, cols, x, out, threads): out[t, r] = weight row r . x[t] for every activation
  * row t of x (float32, n x cols), out float32 (n x rows). weight: the raw rows, exactly rows * row_bytes bytes.
@@ -1303,6 +1304,34 @@ static PyObject *quants_matvec(PyObject *self, PyObject *args) {
     return quants_product(args, 1);
 }
 
+/* quantize(ggml_type, x) -> bytes: x (float32, a multiple of the partner's block) quantized to the partner of
+ * weights of ggml_type, as every product quantizes its activation rows (tests compare it with llama.cpp's). */
+static PyObject *quants_quantize(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *xo;
+    int gtype;
+    if (!PyArg_ParseTuple(args, "iO", &gtype, &xo)) return NULL;
+    const int type = mq_type_of_ggml(gtype);
+    if (type < 0) return PyErr_Format(PyExc_ValueError, "quantize: no kernel for ggml type %d", gtype);
+    Py_buffer xb;
+    if (!get_array(xo, &xb, 4, "x")) return NULL;
+    PyObject *res = NULL;
+    const long long n = xb.len / 4, block = mq_partner_block(type);
+    if ((xb.format && strcmp(xb.format, "f")) || n % block || n > INT32_MAX) {
+        PyErr_Format(PyExc_ValueError, "quantize: expected float32 x of a multiple of %lld values, got %lld", block,
+                     n);
+        goto x;
+    }
+    res = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)mq_partner_bytes(type, n));
+    if (res) {
+        mq_init();
+        mq_quantize_row(type, xb.buf, n, (uint8_t *)PyBytes_AS_STRING(res));
+    }
+x:
+    PyBuffer_Release(&xb);
+    return res;
+}
+
 static PyObject *quants_isa(PyObject *self, PyObject *unused) {
     (void)self, (void)unused;
     return PyUnicode_FromString(mq_isa());
@@ -1312,7 +1341,8 @@ static PyObject *quants_isa(PyObject *self, PyObject *unused) {
     {"matmul", quants_matmul, METH_VARARGS,                                                                          \
      "matmul(weight, ggml_type, rows, cols, x, out, threads): out[t] = weight . x[t] as ggml computes it."},          \
     {"matvec", quants_matvec, METH_VARARGS, "matvec(weight, ggml_type, rows, cols, x, out, threads): one row x."},   \
-    {"kernels", quants_isa, METH_NOARGS, "'avx2' or 'scalar': the quantized kernels this CPU runs."},
+    {"kernels", quants_isa, METH_NOARGS, "'avx2' or 'scalar': the quantized kernels this CPU runs."},               \
+    {"quantize", quants_quantize, METH_VARARGS, "quantize(ggml_type, x): x as the partner of ggml_type's weights."},
 
 /* ---- end of quants.c binding ------------------------------------------------------------------------------------ */
 

@@ -20,6 +20,7 @@ float mq_f16_table[65536];
 const mq_dot_fn *mq_kernels_avx2(void);
 const mq_dotn_fn *mq_rows_avx2(void);
 const mq_panel *mq_panels_avx2(void);
+const mq_quantizers *mq_quantizers_avx2(void);
 
 static uint32_t f32_bits(float f) {
     uint32_t u;
@@ -56,6 +57,11 @@ static const mq_dot_fn *kernels;
 static const mq_dotn_fn no_rows[MQ_NTYPES], *rows_kernels = no_rows; /* NULL entries: one dot per activation row */
 static const mq_panel no_panels[MQ_NTYPES], *panels = no_panels; /* NULL entries: the rows kernels unpack per tile */
 static const char *isa = "scalar";
+static void quantize_f16(const float *x, int64_t n, uint8_t *y);
+static void quantize_q8(const float *x, int64_t n, uint8_t *y, int with_sum);
+static void quantize_q8_k(const float *x, int64_t n, uint8_t *y);
+static const mq_quantizers quantizers_scalar = {quantize_f16, quantize_q8, quantize_q8_k};
+static const mq_quantizers *quantizers = &quantizers_scalar;
 
 static void init_once(void) {
     for (uint32_t h = 0; h < 65536; h++) mq_f16_table[h] = half_to_float((uint16_t)h);
@@ -66,6 +72,7 @@ static void init_once(void) {
         kernels = k;
         rows_kernels = mq_rows_avx2();
         panels = mq_panels_avx2() ? mq_panels_avx2() : no_panels;
+        quantizers = mq_quantizers_avx2() ? mq_quantizers_avx2() : &quantizers_scalar;
         isa = "avx2";
     }
 #endif
@@ -73,6 +80,7 @@ static void init_once(void) {
         kernels = kernels_scalar;
         rows_kernels = no_rows;
         panels = no_panels;
+        quantizers = &quantizers_scalar;
         isa = "scalar";
     }
 }
@@ -96,6 +104,7 @@ int mq_type_of_ggml(int ggml_type) {
 }
 int mq_block(int type) { return TYPES[type].block; }
 int mq_type_size(int type) { return TYPES[type].size; }
+int mq_partner_block(int type) { return TYPES[type].partner_block; }
 const char *mq_isa(void) {
     pthread_once(&once, init_once);
     return isa;
@@ -148,15 +157,17 @@ static void quantize_q8_k(const float *x, int64_t n, uint8_t *y) {
     }
 }
 
+static void quantize_f16(const float *x, int64_t n, uint8_t *y) {
+    for (int64_t i = 0; i < n; i++) {
+        uint16_t h = float_to_half(x[i]);
+        y[2 * i] = (uint8_t)h, y[2 * i + 1] = (uint8_t)(h >> 8);
+    }
+}
+
 static void quantize_partner(int type, const float *x, int64_t n, uint8_t *y) {
     switch (type) {
     case MQ_F32: memcpy(y, x, (size_t)n * 4); break;
-    case MQ_F16:
-        for (int64_t i = 0; i < n; i++) {
-            uint16_t h = float_to_half(x[i]);
-            y[2 * i] = (uint8_t)h, y[2 * i + 1] = (uint8_t)(h >> 8);
-        }
-        break;
+    case MQ_F16: quantizers->f16(x, n, y); break;
     case MQ_BF16:
         for (int64_t i = 0; i < n; i++) {
             uint32_t u = f32_bits(x[i]);
@@ -165,9 +176,9 @@ static void quantize_partner(int type, const float *x, int64_t n, uint8_t *y) {
             y[2 * i] = (uint8_t)h, y[2 * i + 1] = (uint8_t)(h >> 8);
         }
         break;
-    case MQ_Q4_1: case MQ_Q5_1: quantize_q8(x, n, y, 1); break;
-    case MQ_Q4_0: case MQ_Q5_0: case MQ_Q8_0: quantize_q8(x, n, y, 0); break;
-    default: quantize_q8_k(x, n, y); break;
+    case MQ_Q4_1: case MQ_Q5_1: quantizers->q8(x, n, y, 1); break;
+    case MQ_Q4_0: case MQ_Q5_0: case MQ_Q8_0: quantizers->q8(x, n, y, 0); break;
+    default: quantizers->q8_k(x, n, y); break;
     }
 }
 
@@ -366,6 +377,7 @@ int mq_team(mq_team_fn fn, void *ctx, int threads) {
 void mq_init(void) { pthread_once(&once, init_once); }
 float mq_round_f16(float f) { return mq_f16_table[float_to_half(f)]; }
 uint16_t mq_half(float f) { return float_to_half(f); }
+void mq_halves(const float *x, int64_t n, uint16_t *h) { quantizers->f16(x, n, (uint8_t *)h); }
 float mq_half_float(uint16_t h) { return mq_f16_table[h]; }
 
 size_t mq_partner_bytes(int type, int64_t cols) {

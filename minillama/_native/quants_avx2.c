@@ -546,7 +546,89 @@ ONE_ROW(dot_q5_k_fast, rows_q5_k)
 ONE_ROW(dot_q6_k_fast, rows_q6_k)
 #undef ONE_ROW
 
+/* The partner quantizers as ggml's x86 quantize_row_q8_0 / _q8_1 (AVX2) and quantize_row_q8_K_ref compute
+ * them, so the scalar ones' bits (tests/test_quants.py): the largest magnitude by max, x * (127 / amax) rounded
+ * to nearest even; Q8_K: x * (-127 / the value of largest magnitude, its first occurrence), at most 127. The
+ * scalar ones call nearbyintf per value: a quarter of a generated token's time outside the products. */
+static inline __m256i round_i32(__m256 v) {
+    return _mm256_cvtps_epi32(_mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+
+/* 16 int32 in -128..127 as 16 bytes, in order. */
+static inline __m128i bytes16(__m256i a, __m256i b) {
+    const __m256i w = _mm256_permute4x64_epi64(_mm256_packs_epi32(a, b), 0xD8);
+    return _mm_packs_epi16(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1));
+}
+
+static inline float max8(__m256 m) {
+    __m128 m4 = _mm_max_ps(_mm256_extractf128_ps(m, 1), _mm256_castps256_ps128(m));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    return _mm_cvtss_f32(m4);
+}
+
+static void half_x(const float *x, int64_t n, uint8_t *y) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(y + 2 * i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    for (; i < n; i++) {
+        const uint16_t h = _cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        y[2 * i] = (uint8_t)h, y[2 * i + 1] = (uint8_t)(h >> 8);
+    }
+}
+
+static inline void put_half(uint8_t *p, float f) {
+    const uint16_t h = _cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    p[0] = (uint8_t)h, p[1] = (uint8_t)(h >> 8);
+}
+
+static void q8_x(const float *x, int64_t n, uint8_t *y, int with_sum) {
+    const int size = with_sum ? 36 : 34, at = with_sum ? 4 : 2;
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (int64_t ib = 0; ib < n / 32; ib++, x += 32, y += size) {
+        __m256 v[4], m = _mm256_setzero_ps();
+        for (int j = 0; j < 4; j++) v[j] = _mm256_loadu_ps(x + 8 * j), m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[j]));
+        const float amax = max8(m), d = amax / 127.f, id = amax != 0.0f ? 127.f / amax : 0.0f;
+        __m256i q[4];
+        for (int j = 0; j < 4; j++) q[j] = round_i32(_mm256_mul_ps(v[j], _mm256_set1_ps(id)));
+        _mm_storeu_si128((__m128i *)(y + at), bytes16(q[0], q[1]));
+        _mm_storeu_si128((__m128i *)(y + at + 16), bytes16(q[2], q[3]));
+        put_half(y, d);
+        if (with_sum)
+            put_half(y + 2, d * (float)hsum_epi32(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]),
+                                                                   _mm256_add_epi32(q[2], q[3]))));
+    }
+}
+
+static void q8_k_x(const float *x, int64_t n, uint8_t *y) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (int64_t ib = 0; ib < n / 256; ib++, x += 256, y += 292) {
+        __m256 m = _mm256_setzero_ps();
+        for (int j = 0; j < 256; j += 8) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)));
+        const float amax = max8(m);
+        memset(y, 0, 292);
+        if (amax == 0.0f) continue;
+        int first = 0;
+        while (fabsf(x[first]) != amax) first++;
+        const float iscale = -127.f / x[first], d = 1 / iscale;
+        const __m256 s = _mm256_set1_ps(iscale);
+        const __m256i top = _mm256_set1_epi32(127);
+        for (int j = 0; j < 16; j++) {
+            const __m256i a = _mm256_min_epi32(round_i32(_mm256_mul_ps(_mm256_loadu_ps(x + 16 * j), s)), top);
+            const __m256i b = _mm256_min_epi32(round_i32(_mm256_mul_ps(_mm256_loadu_ps(x + 16 * j + 8), s)), top);
+            _mm_storeu_si128((__m128i *)(y + 4 + 16 * j), bytes16(a, b));
+            const int sum = hsum_epi32(_mm256_add_epi32(a, b));
+            y[260 + 2 * j] = (uint8_t)sum, y[261 + 2 * j] = (uint8_t)((uint16_t)sum >> 8);
+        }
+        memcpy(y, &d, 4);
+    }
+}
+
 #pragma GCC pop_options
+
+static const mq_quantizers quantizers = {half_x, q8_x, q8_k_x};
+const mq_quantizers *mq_quantizers_avx2(void) { return &quantizers; }
 
 static mq_dot_fn table[MQ_NTYPES];
 
@@ -574,6 +656,7 @@ const mq_dot_fn *mq_kernels_avx2(void) {
     return table;
 }
 #else
+const mq_quantizers *mq_quantizers_avx2(void) { return 0; }
 const mq_dotn_fn *mq_rows_avx2(void) { return 0; }
 const mq_dot_fn *mq_kernels_avx2(void) { return 0; }
 const mq_panel *mq_panels_avx2(void) { return 0; }

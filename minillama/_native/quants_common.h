@@ -54,4 +54,13 @@ typedef struct {
                   int nrc, float *out, size_t out_stride, const float *yf);
 } mq_panel;
 
+/* An activation row quantized to its partner (quants.c: the scalar ones; quants_avx2.c: the same bits in SIMD).
+ * f16: n values to float16 (F16 weights' partner, and the key/value cache); q8: blocks of 32 to Q8_0 (34 bytes)
+ * or with_sum Q8_1 (36 bytes); q8_k: blocks of 256 to Q8_K (292 bytes). */
+typedef struct {
+    void (*f16)(const float *x, int64_t n, uint8_t *y);
+    void (*q8)(const float *x, int64_t n, uint8_t *y, int with_sum);
+    void (*q8_k)(const float *x, int64_t n, uint8_t *y);
+} mq_quantizers;
+
 #endif
