@@ -257,6 +257,54 @@ def test_binding_checks_every_length(tiny: Model) -> None:
     stack.forward(x, [(2, 2, *caches)], 2)
 
 
+def test_binding_checks_the_head(tiny: Model) -> None:
+    """The final norm and output matrix a Stack may run (forward's logits): every length checked."""
+    ns = tiny._stack
+    assert ns is not None and ns.n_vocab == tiny.n_vocab
+    hparams, layers, head = ns._stack_args
+    norm, out, n_vocab = head
+    bad_heads = {
+        "not a tuple": "head",
+        "too short": (norm, out),
+        "a short norm": (norm[:-1], out, n_vocab),
+        "more outputs than the matrix has": (norm, out, n_vocab + 1),
+        "no outputs": (norm, out, 0),
+        "an output matrix of the wrong width": (norm, tuple((p[0], p[1], p[2], p[3] * 2) for p in out), n_vocab),
+    }
+    for what, h in bad_heads.items():
+        with pytest.raises((ValueError, TypeError)):
+            _core.Stack(hparams, layers, h)
+            pytest.fail(what)
+    with_head, without = _core.Stack(hparams, layers, head), _core.Stack(hparams, layers)
+    cache = tiny._new_cache()
+    cache.reserve(4)
+    x = np.zeros((2, tiny.hparams.n_embd), np.float32)
+    seqs = [(2, 0, cache.k, cache.v)]
+    both = np.zeros(x.size + n_vocab, np.float32)  # x and logits in one buffer
+    bad_calls = {
+        "logits of the wrong size": (with_head, np.zeros(n_vocab - 1, np.float32)),
+        "logits float64": (with_head, np.zeros(n_vocab)),
+        "logits read-only": (with_head, np.frombuffer(bytes(4 * n_vocab), np.float32)),
+        "logits over x": (with_head, both[:n_vocab]),
+        "logits from a Stack without a head": (without, np.zeros(n_vocab, np.float32)),
+    }
+    for what, (stack, logits) in bad_calls.items():
+        xx = both[:x.size].reshape(x.shape) if what == "logits over x" else x
+        with pytest.raises((ValueError, TypeError, BufferError)):
+            stack.forward(xx, seqs, 1, logits)
+            pytest.fail(what)
+
+
+def test_head_in_the_pass_equals_the_head_after_it(tiny: Model) -> None:
+    """A step's logits from the C pass's head (final norm and output matrix in C) equal the logits of the
+    blocks' output through the Python head (numpy's norm, then the output product)."""
+    for n in (1, 5, len(IDS)):
+        session = tiny.session()
+        got = session.logits_next(IDS[:n])
+        want = tiny.logits(IDS[:n])[-1]
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6 * np.abs(want).max())
+
+
 #: Sequences of unlike lengths (gemma3's window of 3 is crossed by all but the last).
 PROMPTS = [IDS[:9], IDS[3:5], IDS[:14], [IDS[7]]]
 

@@ -71,7 +71,10 @@ typedef struct {
     float *gu;      /* [T, max(2 n_ff, d)]: gate|up, and the outputs of wo and w_down */
     float *scores;  /* [parts, D + Dv]: attend's work */
     uint8_t *y;     /* activation rows quantized for the next product (T rows per piece type: y_offset) */
-    atomic_int *chunks; /* [4 n_layer]: each product's next chunk of weight rows (matmul_part) */
+    atomic_int *chunks; /* [4 n_layer + 1]: each product's next chunk of weight rows (matmul_part) */
+    int64_t n_seq;
+    const int64_t *last; /* [n_seq]: each sequence's last row */
+    float *logits;       /* NULL, or [n_seq, n_vocab] */
     const float *cos_sin[2]; /* [T, n_rot / 2] cos then sin, per rope table */
     const double *table_base[2];
     const float *table_freqs[2];
@@ -286,6 +289,17 @@ static void team(void *ctx, int part, int parts) {
         for (int64_t t = t0; t < t1; t++) residual(r->x + t * d, r->gu + t * d, L->b_down, L->post_ffn_norm, d, m->eps);
         /* the next layer's first stage reads only this part's rows of x: no barrier */
     }
+    if (r->logits) {
+        /* logits [n_seq, n_vocab] = output out_norm(each sequence's last row); when every sequence has one row
+         * (decode steps) this part's sequences are its rows of x, else they wait for the other parts' rows */
+        int64_t s0, s1;
+        share(r->n_seq, part, parts, &s0, &s1);
+        if (r->n_seq != T) barrier_wait(&r->bar, parts);
+        for (int64_t s = s0; s < s1; s++) rmsnorm(r->x + r->last[s] * d, m->out_norm, d, m->eps, r->h + s * d);
+        quantize_rows(&m->output, r->h, d, r->n_seq, s0, s1, r->y);
+        barrier_wait(&r->bar, parts);
+        matmul_part(&m->output, r->y, r->n_seq, r->logits, parts, &r->chunks[4 * m->n_layer]);
+    }
 }
 
 /* cos and sin of each pair's angle for the T rows' positions, as ggml's rope computes them (ggml_rope_cache_init):
@@ -308,7 +322,7 @@ static void angles(const ms_model *m, double base, const float *freqs, const int
 
 static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
 
-int ms_forward(const ms_model *m, float *x, const ms_seq *seqs, int n_seq, int threads) {
+int ms_forward(const ms_model *m, float *x, const ms_seq *seqs, int n_seq, int threads, float *logits) {
     int64_t n_tok = 0;
     for (int i = 0; i < n_seq; i++) n_tok += seqs[i].n;
     const size_t T = (size_t)n_tok, d = (size_t)m->n_embd, n_ff = (size_t)m->n_ff;
@@ -329,6 +343,7 @@ int ms_forward(const ms_model *m, float *x, const ms_seq *seqs, int n_seq, int t
             r.table_base[r.n_tables] = &L->rope_base, r.table_freqs[r.n_tables++] = L->rope_freqs;
         }
     }
+    if (logits) y_bytes = max_sz(y_bytes, y_size(&m->output, n_seq));
     const int parts = threads < 1 ? 1 : threads > 64 ? 64 : threads;
     const size_t attn_work = (size_t)(m->head_dim + m->head_dim_v);
     const size_t n_f = T * max_sz(d, n_ff) + T * qkv + T * (size_t)(m->n_head * m->head_dim_v) +
@@ -338,16 +353,20 @@ int ms_forward(const ms_model *m, float *x, const ms_seq *seqs, int n_seq, int t
     uint8_t *y = malloc(y_bytes + 1);
     int64_t *pos = malloc(T * sizeof(int64_t) + 1);
     int32_t *seq_of = malloc(T * sizeof(int32_t) + 1);
-    atomic_int *chunks = malloc(4 * (size_t)m->n_layer * sizeof(atomic_int) + 1);
-    if (!f || !y || !pos || !seq_of || !chunks) {
-        free(f), free(y), free(pos), free(seq_of), free(chunks);
+    atomic_int *chunks = malloc((4 * (size_t)m->n_layer + 1) * sizeof(atomic_int));
+    int64_t *last = malloc((size_t)n_seq * sizeof(int64_t) + 1);
+    if (!f || !y || !pos || !seq_of || !chunks || !last) {
+        free(f), free(y), free(pos), free(seq_of), free(chunks), free(last);
         return 0;
     }
-    for (int i = 0; i < 4 * m->n_layer; i++) atomic_init(&chunks[i], 0);
+    for (int i = 0; i < 4 * m->n_layer + 1; i++) atomic_init(&chunks[i], 0);
     r.chunks = chunks;
     int64_t t = 0;
-    for (int i = 0; i < n_seq; i++)
+    for (int i = 0; i < n_seq; i++) {
         for (int64_t j = 0; j < seqs[i].n; j++, t++) pos[t] = seqs[i].start + j, seq_of[t] = i;
+        last[i] = t - 1;
+    }
+    r.n_seq = n_seq, r.last = last, r.logits = m->out_norm ? logits : NULL;
     r.pos = pos, r.seq_of = seq_of;
     r.h = f, r.qkv = r.h + T * max_sz(d, n_ff), r.att = r.qkv + T * qkv;
     r.gu = r.att + T * (size_t)(m->n_head * m->head_dim_v), r.scores = r.gu + T * max_sz(2 * n_ff, d);
@@ -360,6 +379,6 @@ int ms_forward(const ms_model *m, float *x, const ms_seq *seqs, int n_seq, int t
     atomic_init(&r.bar.count, 0);
     atomic_init(&r.bar.gen, 0);
     mq_team(team, &r, parts);
-    free(f), free(y), free(pos), free(seq_of), free(chunks);
+    free(f), free(y), free(pos), free(seq_of), free(chunks), free(last);
     return 1;
 }

@@ -65,6 +65,9 @@ typedef struct {
     int scale_q;            /* multiply q by q_scale after rope (gemma3) */
     float q_scale, attn_scale;
     ms_layer *layers;
+    /* The head, when out_norm is not NULL: the final norm and the output matrix (n_embd -> n_vocab outputs). */
+    const float *out_norm;
+    ms_matrix output;
 } ms_model;
 
 /* One sequence's rows of a pass: n >= 1 tokens at positions start.., their keys and values stored in k[l]
@@ -77,7 +80,8 @@ typedef struct {
 
 /* Runs every block over x [sum of seqs[i].n, n_embd] (in place): seqs[0]'s rows first, then seqs[1]'s, ...;
  * n_seq >= 1. Every weight matrix is read once for all the rows; each row attends to its own sequence's cache.
- * 1 done, 0 out of memory. */
-int ms_forward(const ms_model *m, float *x, const ms_seq *seqs, int n_seq, int threads);
+ * logits: NULL, or (the model has a head) [n_seq, n_vocab]: each sequence's last row through the final norm and
+ * the output matrix, in the same pass (one wake of the threads per step). 1 done, 0 out of memory. */
+int ms_forward(const ms_model *m, float *x, const ms_seq *seqs, int n_seq, int threads, float *logits);
 
 #endif

@@ -1349,12 +1349,13 @@ static PyObject *quants_isa(PyObject *self, PyObject *unused) {
 /* ---- model.c: the blocks of a llama-family model in C (issue 24) ------------------------------------------------ */
 #include "model.h"
 
-/* Stack(hparams, layers): a model's blocks over its quantized weights, for model.c. hparams = (n_embd, n_head,
- * n_head_kv, head_dim, head_dim_v, n_ff, n_rot, eps, rope_neox, gelu, scale_q, q_scale, attn_scale); each layer =
+/* Stack(hparams, layers, head=None): a model's blocks over its quantized weights, for model.c. hparams = (n_embd,
+ * n_head, n_head_kv, head_dim, head_dim_v, n_ff, n_rot, eps, rope_neox, gelu, scale_q, q_scale, attn_scale); each layer =
  * (attn_norm, wqkv, bqkv, q_norm, k_norm, wo, bo, post_attn_norm, ffn_norm, w_gate_up, b_gate_up, w_down, b_down,
  * post_ffn_norm, rope_freqs, rope_base, window), vectors float32 or None, matrices a tuple of 1-3 pieces
- * (raw uint8 rows, ggml type, rows, cols). Every length is checked here, once; the buffers are kept for the
- * object's life (the map stays open while a view of it is held). */
+ * (raw uint8 rows, ggml type, rows, cols); head = (out_norm, output matrix, n_vocab), for forward's logits.
+ * Every length is checked here, once; the buffers are kept for the object's life (the map stays open while a
+ * view of it is held). */
 typedef struct {
     PyObject_HEAD
     ms_model m;
@@ -1438,7 +1439,7 @@ static int stack_matrix(StackObject *self, PyObject *o, int64_t in, int64_t out,
 
 static int Stack_init(StackObject *self, PyObject *args, PyObject *kwds) {
     (void)kwds;
-    PyObject *layers;
+    PyObject *layers, *head = Py_None;
     long long n_embd, n_head, n_head_kv, head_dim, head_dim_v, n_ff, n_rot;
     float eps, q_scale, attn_scale;
     int neox, gelu, scale_q;
@@ -1446,8 +1447,9 @@ static int Stack_init(StackObject *self, PyObject *args, PyObject *kwds) {
         PyErr_SetString(PyExc_RuntimeError, "Stack is already initialised");
         return -1;
     }
-    if (!PyArg_ParseTuple(args, "(LLLLLLLfpppff)O!", &n_embd, &n_head, &n_head_kv, &head_dim, &head_dim_v, &n_ff,
-                          &n_rot, &eps, &neox, &gelu, &scale_q, &q_scale, &attn_scale, &PyList_Type, &layers))
+    if (!PyArg_ParseTuple(args, "(LLLLLLLfpppff)O!|O", &n_embd, &n_head, &n_head_kv, &head_dim, &head_dim_v,
+                          &n_ff, &n_rot, &eps, &neox, &gelu, &scale_q, &q_scale, &attn_scale, &PyList_Type, &layers,
+                          &head))
         return -1;
     const long long lim = 1 << 20;
     if (n_embd < 1 || n_embd > lim || n_head < 1 || n_head > lim || n_head_kv < 1 || n_head % n_head_kv ||
@@ -1463,7 +1465,7 @@ static int Stack_init(StackObject *self, PyObject *args, PyObject *kwds) {
                          .rope_neox = neox, .gelu = gelu, .scale_q = scale_q, .q_scale = q_scale,
                          .attn_scale = attn_scale};
     self->m.layers = PyMem_Calloc((size_t)n_layer, sizeof(ms_layer));
-    self->bufs = PyMem_Calloc((size_t)n_layer * ST_MAX_BUFS_PER_LAYER, sizeof(Py_buffer));
+    self->bufs = PyMem_Calloc((size_t)(n_layer + 1) * ST_MAX_BUFS_PER_LAYER, sizeof(Py_buffer));
     if (!self->m.layers || !self->bufs) {
         PyErr_NoMemory();
         return -1;
@@ -1515,6 +1517,24 @@ static int Stack_init(StackObject *self, PyObject *args, PyObject *kwds) {
         }
 #undef F
     }
+    if (head != Py_None) { /* (out_norm, output matrix, n_vocab): "layer" n_layer in the messages */
+        long long n_vocab;
+        PyObject *norm, *out;
+        if (!PyTuple_Check(head) || !PyArg_ParseTuple(head, "OOL", &norm, &out, &n_vocab)) {
+            if (!PyErr_Occurred() || PyErr_ExceptionMatches(PyExc_TypeError)) {
+                PyErr_Clear();
+                PyErr_SetString(PyExc_ValueError, "Stack: head must be None or (out_norm, output, n_vocab)");
+            }
+            return -1;
+        }
+        if (n_vocab < 1 || n_vocab > (1LL << 31)) {
+            PyErr_Format(PyExc_ValueError, "Stack: head: n_vocab %lld out of range", n_vocab);
+            return -1;
+        }
+        if (!stack_vector(self, norm, d, 1, &self->m.out_norm, "out_norm", n_layer) ||
+            !stack_matrix(self, out, d, n_vocab, &self->m.output, "output", n_layer))
+            return -1;
+    }
     return 0;
 }
 
@@ -1534,10 +1554,10 @@ static int span_cmp(const void *a, const void *b) {
  * float16 array per layer, [capacity, n_head_kv, head_dim(_v)], capacity >= start + rows). No two of the arrays
  * (x and every cache) may share memory: the threads of a pass write them at once. */
 static PyObject *Stack_forward(StackObject *self, PyObject *args) {
-    PyObject *xo, *list;
+    PyObject *xo, *list, *lo = Py_None;
     int threads;
     if (!self->m.layers) return PyErr_Format(PyExc_RuntimeError, "Stack is not initialised");
-    if (!PyArg_ParseTuple(args, "OO!i", &xo, &PyList_Type, &list, &threads)) return NULL;
+    if (!PyArg_ParseTuple(args, "OO!i|O", &xo, &PyList_Type, &list, &threads, &lo)) return NULL;
     const ms_model *m = &self->m;
     const Py_ssize_t n_seq = PyList_GET_SIZE(list);
     if (threads < 1 || threads > 1024 || n_seq < 1 || n_seq > (1 << 16))
@@ -1545,8 +1565,13 @@ static PyObject *Stack_forward(StackObject *self, PyObject *args) {
                             "%zd", threads, n_seq);
     PyObject *so = PyList_AsTuple(list); /* the items stay alive whatever a buffer export does to the list */
     if (!so) return NULL;
-    Py_buffer xb;
+    Py_buffer xb, lb = {0};
     if (!get_array(xo, &xb, 4, "x")) {
+        Py_DECREF(so);
+        return NULL;
+    }
+    if (lo != Py_None && !get_array(lo, &lb, 4, "logits")) {
+        PyBuffer_Release(&xb);
         Py_DECREF(so);
         return NULL;
     }
@@ -1557,7 +1582,7 @@ static PyObject *Stack_forward(StackObject *self, PyObject *args) {
     Py_buffer *cb = PyMem_Calloc(n_arrays, sizeof(Py_buffer));
     uint16_t **ptrs = PyMem_Calloc(n_arrays, sizeof(uint16_t *));
     ms_seq *seqs = PyMem_Calloc((size_t)n_seq, sizeof(ms_seq));
-    span *spans = PyMem_Calloc(n_arrays + 1, sizeof(span));
+    span *spans = PyMem_Calloc(n_arrays + 2, sizeof(span));
     if (!cb || !ptrs || !seqs || !spans) {
         PyErr_NoMemory();
         goto done;
@@ -1611,20 +1636,29 @@ static PyObject *Stack_forward(StackObject *self, PyObject *args) {
         PyErr_Format(PyExc_ValueError, "forward: the sequences have %lld rows, x has %lld", rows_seen, T);
         goto done;
     }
+    if (lb.buf && (!m->out_norm || lb.readonly || (lb.format && strcmp(lb.format, "f")) ||
+                   lb.len != (Py_ssize_t)n_seq * m->output.n_out * 4)) {
+        PyErr_Format(PyExc_ValueError, "forward: logits must be writable float32 [%zd sequences, %lld] of a Stack "
+                     "made with a head, got %zd values%s", n_seq, (long long)m->output.n_out, lb.len / 4,
+                     m->out_norm ? "" : " (this Stack has none)");
+        goto done;
+    }
     for (size_t i = 0; i < n_caches; i++)
         spans[i] = (span){(uintptr_t)cb[i].buf, (uintptr_t)cb[i].buf + (uintptr_t)cb[i].len};
     spans[n_caches] = (span){(uintptr_t)xb.buf, (uintptr_t)xb.buf + (uintptr_t)xb.len};
-    qsort(spans, n_caches + 1, sizeof(span), span_cmp);
+    size_t n_spans = n_caches + 1;
+    if (lb.buf) spans[n_spans++] = (span){(uintptr_t)lb.buf, (uintptr_t)lb.buf + (uintptr_t)lb.len};
+    qsort(spans, n_spans, sizeof(span), span_cmp);
     uintptr_t end = spans[0].hi;
-    for (size_t i = 1; i <= n_caches; end = spans[i].hi > end ? spans[i].hi : end, i++)
+    for (size_t i = 1; i < n_spans; end = spans[i].hi > end ? spans[i].hi : end, i++)
         if (spans[i].lo < end && spans[i].lo < spans[i].hi) {
-            PyErr_SetString(PyExc_ValueError, "forward: x and the caches must not share memory (is a cache given "
-                            "twice?)");
+            PyErr_SetString(PyExc_ValueError, "forward: x, the logits and the caches must not share memory (is a "
+                            "cache given twice?)");
             goto done;
         }
     int ok;
     Py_BEGIN_ALLOW_THREADS
-    ok = ms_forward(m, xb.buf, seqs, (int)n_seq, threads);
+    ok = ms_forward(m, xb.buf, seqs, (int)n_seq, threads, lb.buf);
     Py_END_ALLOW_THREADS
     if (ok) {
         Py_INCREF(Py_None);
@@ -1637,6 +1671,7 @@ done:
     PyMem_Free(ptrs);
     PyMem_Free(seqs);
     PyMem_Free(spans);
+    if (lb.buf) PyBuffer_Release(&lb);
     PyBuffer_Release(&xb);
     Py_DECREF(so);
     return res;
@@ -1644,8 +1679,9 @@ done:
 
 static PyMethodDef Stack_methods[] = {
     {"forward", (PyCFunction)Stack_forward, METH_VARARGS,
-     "forward(x, seqs, threads): every block over x [T, n_embd] in place; seqs: [(rows, start, k_caches, "
-     "v_caches), ...], each sequence's rows in turn."},
+     "forward(x, seqs, threads, logits=None): every block over x [T, n_embd] in place; seqs: [(rows, start, "
+     "k_caches, v_caches), ...], each sequence's rows in turn; logits [len(seqs), n_vocab]: each sequence's last "
+     "row through the head (a Stack made with one)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -87,15 +87,22 @@ class Model:
         #: The matrix products run in the native kernels (QuantLinear), not BLAS.
         self._native = isinstance(output, QuantLinear) or any(
             isinstance(v, QuantLinear) for layer in layers[:1] for v in layer.values())
-        self._auto = AutoThreads(DEFAULT_THREADS, self._native) if self.threads == AUTO else None
         #: The blocks in C (model.c) on the native backend (prompts and batched steps alike), else None.
-        self._stack: NativeStack | None = build_stack(_core_of(layers), hp, hp.arch, layers) if self._native else None
+        self._stack: NativeStack | None = (build_stack(_core_of(layers), hp, hp.arch, layers, (output_norm, output))
+                                           if self._native else None)
+        #: A pass calls BLAS (unless the C blocks run it): limited() sets its threads around each pass.
+        self._blas = self._stack is None
+        self._auto = self._new_auto()
         self._output_norm, self._output, self._output_bias = output_norm, output, output_bias
         self._scale = arch.embed_scale(hp)
         #: Single-token steps of sessions on several threads at once go through the weights as one pass.
         self.batcher = StepBatcher(self._run_steps)
-        self._step_auto = AutoThreads(DEFAULT_THREADS, self._native) if self.threads == AUTO else None
+        self._step_auto = self._new_auto()
         self._default = Session(self)  # what next_token uses: one sequence, as before sessions existed
+
+    def _new_auto(self) -> AutoThreads | None:
+        """The thread chooser of one kind of caller (threads="auto"), else None."""
+        return AutoThreads(DEFAULT_THREADS, self._native, self._blas) if self.threads == AUTO else None
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str], *, progress: Progress | None = None,
@@ -250,7 +257,7 @@ class Model:
         auto = self._auto if auto is None else auto
         if auto is not None:
             return auto.run(len(ids), run)
-        return limited(self.threads, run, self._native)  # type: ignore[arg-type]
+        return limited(self.threads, run, self._native, self._blas)  # type: ignore[arg-type]
 
     def _chunks(self, ids: list[int], start: int, cache: KVCache, last_only: bool, hidden: bool) -> np.ndarray:
         cache.reserve(start + len(ids))
@@ -262,6 +269,10 @@ class Model:
         x = self._embedding.lookup(np.asarray(ids, dtype=np.intp))
         if self._scale is not None:
             x *= np.float32(self._scale)
+        if last_only and not hidden and self._stack is not None and self._stack.n_vocab is not None:
+            logits = self._stack.logits(x, Batch.single(start, len(ids), cache))  # blocks and head: one pass
+            cache.ids[start:] = ids
+            return self._bias(logits)
         x = self._blocks(x, Batch.single(start, len(ids), cache))
         cache.ids[start:] = ids
         if last_only:
@@ -277,7 +288,9 @@ class Model:
 
     def _logits(self, x: np.ndarray) -> np.ndarray:
         """The output matrix (and its bias, when the file has one) over the final-normed stream x."""
-        logits = self._output(x)
+        return self._bias(self._output(x))
+
+    def _bias(self, logits: np.ndarray) -> np.ndarray:
         return logits if self._output_bias is None else logits + self._output_bias
 
     def _run_steps(self, tokens: list[int], batch: Batch) -> np.ndarray:
@@ -288,14 +301,17 @@ class Model:
             x = self._embedding.lookup(np.asarray(tokens, dtype=np.intp))
             if self._scale is not None:
                 x *= np.float32(self._scale)
-            x = self._blocks(x, batch)
+            head = self._stack is not None and self._stack.n_vocab is not None
+            logits = self._stack.logits(x, batch) if head else None  # type: ignore[union-attr]
+            if not head:
+                x = self._blocks(x, batch)
             for token, (_, start, cache) in zip(tokens, batch.seqs, strict=True):
                 cache.ids[start:] = [token]
-            return self._logits(rmsnorm(x, self._output_norm, self.hparams.eps))
+            return self._bias(logits) if head else self._logits(rmsnorm(x, self._output_norm, self.hparams.eps))
 
         if self._step_auto is not None:
             return self._step_auto.run(1, run)
-        return limited(self.threads, run, self._native)  # type: ignore[arg-type]
+        return limited(self.threads, run, self._native, self._blas)  # type: ignore[arg-type]
 
 
 class Session:
@@ -311,7 +327,7 @@ class Session:
         self.model = model
         #: Most tokens this session's sequence may hold.
         self.n_ctx = model.n_ctx if n_ctx is None else min(int(n_ctx), model.n_ctx)
-        self._auto = AutoThreads(DEFAULT_THREADS, model._native) if model.threads == AUTO else None
+        self._auto = model._new_auto()
         self._cache = model._new_cache()
         self.batched = batched  # single-token steps through model.batcher, with other sessions' steps
         #: Positions the last next_token ran through the model (the rest came from the cache).

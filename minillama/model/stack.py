@@ -55,7 +55,8 @@ def _vector(v: Any) -> np.ndarray | None:
 class NativeStack:
     """The C blocks of one model: forward(x, batch) runs every block over x [T, d], the rows of batch's sequences."""
 
-    def __init__(self, core: Any, hp: HParams, arch: str, layers: list[dict[str, Any]]) -> None:
+    def __init__(self, core: Any, hp: HParams, arch: str, layers: list[dict[str, Any]],
+                 head: tuple[np.ndarray, Any] | None = None) -> None:
         neox, geglu = KINDS[arch]
         gemma = arch == "gemma3"
         q_scale = float(np.float32(1.0 / np.sqrt(np.float32(hp.head_dim)))) if gemma else 1.0
@@ -70,29 +71,50 @@ class NativeStack:
             base = gemma3.ROPE_BASE_SWA if swa else hp.rope_base
             rows.append((*fields, float(base), hp.sliding_window if swa else 0))
         #: What the Stack was made from (the vectors' and views' owners: model.c reads them).
+        out = None if head is None else _matrix(head[1])
+        #: The final norm and the output matrix run in the same pass (forward's logits): the output is quantized.
+        self.n_vocab = None if out is None else sum(piece[2] for piece in out)
         self._stack_args = ((hp.n_embd, hp.n_head, hp.n_head_kv, hp.head_dim, hp.head_dim_v, hp.n_ff, hp.n_rot, hp.eps,
-                             neox, geglu, gemma, q_scale, attn_scale), rows)
+                             neox, geglu, gemma, q_scale, attn_scale), rows,
+                            None if out is None else (_vector(head[0]), out, self.n_vocab))
         self._stack = core.Stack(*self._stack_args)
 
     def forward(self, x: np.ndarray, batch: Batch) -> np.ndarray:
         """x [T, d] after every block: each sequence of batch at its positions, its keys and values into its cache
         (which holds room for them)."""
-        x = np.ascontiguousarray(x, dtype=np.float32)
-        if not x.flags.writeable:
-            x = x.copy()
-        ends = [row for row, _, _ in batch.seqs[1:]] + [x.shape[0]]
-        seqs = [(end - row, start, cache.k, cache.v) for (row, start, cache), end in zip(batch.seqs, ends, strict=True)]
-        self._stack.forward(x, seqs, native_threads())
+        x = _writable(x)
+        self._stack.forward(x, _seqs(x, batch), native_threads())
         return x
 
+    def logits(self, x: np.ndarray, batch: Batch) -> np.ndarray:
+        """Logits [sequences, n_vocab] of each sequence's last row after every block and the head, in one pass (a
+        decode step wakes the threads once); the stack must have been made with the head (n_vocab not None)."""
+        x = _writable(x)
+        out = np.empty((len(batch.seqs), self.n_vocab), np.float32)
+        self._stack.forward(x, _seqs(x, batch), native_threads(), out)
+        return out
 
-def build(core: ModuleType | None, hp: HParams, arch: str, layers: list[dict[str, Any]]) -> NativeStack | None:
+
+def _writable(x: np.ndarray) -> np.ndarray:
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    return x if x.flags.writeable else x.copy()
+
+
+def _seqs(x: np.ndarray, batch: Batch) -> list[tuple]:
+    """batch's sequences as the C Stack takes them: (rows, start, key caches, value caches), rows in x in turn."""
+    ends = [row for row, _, _ in batch.seqs[1:]] + [x.shape[0]]
+    return [(end - row, start, cache.k, cache.v) for (row, start, cache), end in zip(batch.seqs, ends, strict=True)]
+
+
+def build(core: ModuleType | None, hp: HParams, arch: str, layers: list[dict[str, Any]],
+          head: tuple[np.ndarray, Any] | None = None) -> NativeStack | None:
     """The C blocks for this model, or None: no native core, an architecture model.c does not run, a matrix that
-    is not quantized views, or MINILLAMA_NATIVE_BLOCKS=0 (the Python blocks, for comparison)."""
+    is not quantized views, or MINILLAMA_NATIVE_BLOCKS=0 (the Python blocks, for comparison). head: (the final
+    norm's weight, the output matrix), run in the blocks' pass when the matrix is quantized views."""
     if core is None or arch not in KINDS or os.environ.get("MINILLAMA_NATIVE_BLOCKS") == "0":
         return None
     for w in layers:
         for name in ("wqkv", "wo", "w_gate_up", "w_down"):
             if not isinstance(w.get(name), Linear) or _matrix(w[name]) is None:
                 return None
-    return NativeStack(core, hp, arch, layers)
+    return NativeStack(core, hp, arch, layers, head)

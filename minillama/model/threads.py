@@ -64,14 +64,18 @@ def native_threads() -> int:
     return _NATIVE[0]
 
 
-def limited(threads: int | None, fn: Callable[[], R], native: bool = False) -> R:
+def limited(threads: int | None, fn: Callable[[], R], native: bool = False, blas: bool = True) -> R:
     """fn() with numpy's BLAS and the native kernels limited to threads (None: as numpy set it). native: the
     matrix products run in the native kernels, so BLAS (attention's small products) gets one thread: OpenBLAS's
-    threads spin after each call and would take the cores from the kernels' workers (prompt 36 -> 8-14 tok/s)."""
+    threads spin after each call and would take the cores from the kernels' workers (prompt 36 -> 8-14 tok/s).
+    blas=False: fn calls no BLAS at all (the C blocks), so BLAS is left alone (the limit costs about a tenth of a
+    millisecond per call, a step's tenth of that)."""
     if threads is None:
         return fn()
     before, _NATIVE[0] = _NATIVE[0], threads
     try:
+        if not blas:
+            return fn()
         with _BLAS.limit(limits=1 if native else threads, user_api="blas"):
             return fn()
     finally:
@@ -112,20 +116,20 @@ class _Choice:
 class AutoThreads:
     """Runs forward passes with 1 or n BLAS threads, whichever its timings say is faster for that kind of pass."""
 
-    def __init__(self, n: int, native: bool = False) -> None:
-        self.n, self.native = max(1, n), native
+    def __init__(self, n: int, native: bool = False, blas: bool = True) -> None:
+        self.n, self.native, self.blas = max(1, n), native, blas  # as limited() takes them
         self._choices: dict[bool, _Choice] = {}
 
     def run(self, tokens: int, fn: Callable[[], R]) -> R:
         """fn() (a pass over `tokens` tokens) with the thread count chosen for its kind, timed."""
         if self.n == 1:
-            return limited(1, fn, self.native)
+            return limited(1, fn, self.native, self.blas)
         choice = self._choices.get(tokens > 1)
         if choice is None:
             choice = self._choices[tokens > 1] = _Choice(self.n)
         threads = choice.pick()
         start = time.perf_counter()
-        out = limited(threads, fn, self.native)
+        out = limited(threads, fn, self.native, self.blas)
         choice.record(threads, (time.perf_counter() - start) / max(tokens, 1))
         return out
 
