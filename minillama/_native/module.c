@@ -1349,11 +1349,12 @@ static PyObject *quants_isa(PyObject *self, PyObject *unused) {
 /* ---- model.c: the blocks of a llama-family model in C (issue 24) ------------------------------------------------ */
 #include "model.h"
 
-/* Stack(hparams, layers, head=None): a model's blocks over its quantized weights, for model.c. hparams = (n_embd,
- * n_head, n_head_kv, head_dim, head_dim_v, n_ff, n_rot, eps, rope_neox, gelu, scale_q, q_scale, attn_scale); each layer =
- * (attn_norm, wqkv, bqkv, q_norm, k_norm, wo, bo, post_attn_norm, ffn_norm, w_gate_up, b_gate_up, w_down, b_down,
- * post_ffn_norm, rope_freqs, rope_base, window), vectors float32 or None, matrices a tuple of 1-3 pieces
- * (raw uint8 rows, ggml type, rows, cols); head = (out_norm, output matrix, n_vocab), for forward's logits.
+/* Stack(hparams, layers, head=None): a model's blocks over its quantized weights, for model.c. hparams =
+ * (n_embd, n_head, n_head_kv, head_dim, head_dim_v, n_ff, n_rot, eps, rope_neox, gelu, scale_q, q_scale,
+ * attn_scale); each layer = (attn_norm, wqkv, bqkv, q_norm, k_norm, wo, bo, post_attn_norm, ffn_norm, w_gate_up,
+ * b_gate_up, w_down, b_down, post_ffn_norm, rope_freqs, rope_base, window), vectors float32 or None, matrices a
+ * tuple of 1-3 pieces (raw uint8 rows, ggml type, rows, cols); head = (out_norm, output matrix, n_vocab), for
+ * forward's logits.
  * Every length is checked here, once; the buffers are kept for the object's life (the map stays open while a
  * view of it is held). */
 typedef struct {
