@@ -394,3 +394,21 @@ def test_sniffing(tmp_path):
     (tmp_path / "x").write_bytes(b"\x01\x02\x03\x04" * 8)
     with pytest.raises(FormatError, match="SentencePiece .model, a Hugging Face tokenizer.json"):
         read_metadata(tmp_path / "x")
+
+
+def test_gguf_merges_stay_joined_and_equal_gguf_py() -> None:
+    """A tokenizer keeps a GGUF's merges as one text (JoinedStrings: the native core reads them so), whose items,
+    joined or one by one, are gguf-py's; inspect and convert read the same merges as a plain list."""
+    gguf = pytest.importorskip("gguf")
+    from minillama.gguffile import JoinedStrings
+
+    path = vocab_path("ggml-vocab-gpt-2.gguf")
+    field = gguf.GGUFReader(path).fields[K.MERGES]
+    want = [bytes(field.parts[i]).decode("utf-8") for i in field.data]
+    merges = Tokenizer.from_file(path).vocab.merges
+    assert isinstance(merges, JoinedStrings) and len(merges) == len(want) > 1000
+    assert merges.joined("\n") == "\n".join(want)  # before anything splits it
+    assert merges[7] == want[7] and merges[-3:] == want[-3:] and list(reversed(merges))[:5] == want[::-1][:5]
+    assert merges == want and list(merges) == want and merges.joined("\n") == "\n".join(want)
+    assert read_gguf(path, tensors=False).metadata[K.MERGES] == want
+    assert type(read_metadata(path)[K.MERGES]) is list

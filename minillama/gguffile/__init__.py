@@ -5,7 +5,7 @@ The tokenizer, the embedding, `inspect` and the forward pass all read GGUF files
 
 from __future__ import annotations
 
-from .reader import GGUFFile, TensorInfo, is_gguf, read_gguf
+from .reader import GGUFFile, JoinedStrings, TensorInfo, is_gguf, join_strings, read_gguf
 from .writer import write_vocab_gguf
 
-__all__ = ["GGUFFile", "TensorInfo", "is_gguf", "read_gguf", "write_vocab_gguf"]
+__all__ = ["GGUFFile", "JoinedStrings", "TensorInfo", "is_gguf", "join_strings", "read_gguf", "write_vocab_gguf"]

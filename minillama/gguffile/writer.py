@@ -18,6 +18,7 @@ from ..errors import FormatError
 from ..fileio import write_output
 from .constants import GGUFValueType, Keys
 from .dtypes import ARRAY_TYPES
+from .reader import JoinedStrings
 
 K = Keys.Tokenizer
 V = GGUFValueType
@@ -38,7 +39,7 @@ def _bytes(s: str) -> bytes:
 def _tokenizer_value(key: str, value: Any) -> tuple[Any, GGUFValueType, GGUFValueType | None]:
     """(value as GGUFWriter takes it, type, item type) for a tokenizer key; FormatError on a wrong value."""
     if key in _STRING_ARRAYS:
-        if not isinstance(value, list) or not all(isinstance(t, (str, bytes)) for t in value):
+        if not isinstance(value, (list, JoinedStrings)) or not all(isinstance(t, (str, bytes)) for t in value):
             raise FormatError(f"{key} is {type(value).__name__}, expected a list of strings", key=key)
         return [_bytes(t) if isinstance(t, str) else t for t in value], V.ARRAY, V.STRING
     if key in _NUMERIC_ARRAYS:

@@ -95,7 +95,7 @@ class Tokenizer:
         Hugging Face tokenizers' ids for a tokenizer.json that says "ignore_merges": false (llama 3's).
         """
         path = input_path(model_file(path), "model file")
-        vocab = Vocab.from_metadata(read_metadata(path), path)
+        vocab = Vocab.from_metadata(read_metadata(path, lazy=True), path)
         if ignore_merges is not None:
             if vocab.kind != "bpe":
                 raise ArgumentError(f"ignore_merges applies to BPE vocabs, expected one; {path} holds a "

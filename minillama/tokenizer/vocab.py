@@ -19,6 +19,7 @@ import numpy as np
 
 from ..errors import FormatError, MissingPreTokenizerWarning, UnsupportedError
 from ..gguffile.constants import Keys, TokenType
+from ..gguffile.reader import JoinedStrings
 from .tables import (
     ALWAYS_RENDERED,
     EOG_TEXTS,
@@ -108,7 +109,7 @@ class Vocab:
     # int32 Attr bits the token types alone give, before the special-token-by-text pass (Unigram builds
     # its tables from these, as llama.cpp does); None means attrs' NORMAL for every token
     type_attrs: np.ndarray | None = field(default=None, repr=False)
-    merges: list[str] = field(default_factory=list)
+    merges: Sequence[str] = field(default_factory=list)  # a JoinedStrings when read from GGUF
     pre: str = ""
     pre_spec: PreSpec | None = None
     special: dict[str, int | None] = field(default_factory=dict)
@@ -297,8 +298,10 @@ def _type_attrs(md: dict[str, Any], n: int, source: str) -> np.ndarray:
     return np.where((types >= 0) & (types < 8), table[np.clip(types, 0, 7)], 0).astype(np.int32)
 
 
-def _read_merges(md: dict[str, Any], kind: str, source: str) -> list[str]:
+def _read_merges(md: dict[str, Any], kind: str, source: str) -> Sequence[str]:
     merges = md.get(K.MERGES, [])
+    if isinstance(merges, JoinedStrings):  # strings by construction (GGUF's reader): not split here
+        return merges
     if kind == "bpe" and K.MERGES not in md:
         raise FormatError(f"BPE vocab without {K.MERGES}", path=source, key=K.MERGES)
     if not isinstance(merges, list) or not _all_str(merges):

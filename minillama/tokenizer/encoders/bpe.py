@@ -25,6 +25,7 @@ from types import ModuleType
 
 import numpy as np
 
+from ...gguffile.reader import join_strings
 from .. import unicode_data as ud
 from ..pretokenize import PreTokenizer
 from ..tables import GPT2, LLAMA3, PATTERNS
@@ -222,7 +223,7 @@ def native_merges(vocab: Vocab, core: ModuleType) -> np.ndarray:
     separator), the Python resolution runs instead: it matches texts, the core bytes."""
     arrays, merges = vocab.arrays(), vocab.merges
     try:
-        text = "\n".join(merges).encode("utf-8")
+        text = join_strings(merges, "\n").encode("utf-8")
         "".join(vocab.tokens).encode("utf-8")
     except UnicodeEncodeError:
         return arrays.merges

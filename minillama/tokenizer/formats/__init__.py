@@ -79,10 +79,11 @@ def model_file(path: str | os.PathLike[str]) -> str:
     return inside
 
 
-def read_metadata(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Tokenizer metadata of any supported file, chosen by content (not by name)."""
+def read_metadata(path: str | os.PathLike[str], lazy: bool = False) -> dict[str, Any]:
+    """Tokenizer metadata of any supported file, chosen by content (not by name). lazy: a GGUF's merges as a
+    JoinedStrings (what a Vocab keeps: the native core reads them as one text)."""
     path, fmt, _ = sniff_file(path)
-    return fmt.read(path)
+    return read_gguf_tokenizer(path, lazy=True) if lazy and fmt is GGUF else fmt.read(path)
 
 
 # Files people pass by mistake, recognised by their first bytes, with what to do instead.

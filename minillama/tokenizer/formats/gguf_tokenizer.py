@@ -17,9 +17,10 @@ def looks_like_gguf(head: bytes, size: int) -> bool:
     return is_gguf(head)
 
 
-def read_gguf_tokenizer(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """All metadata of a GGUF file (the tokenizer.* keys among them); the tensor table is not read."""
-    return read_gguf(path, tensors=False).metadata
+def read_gguf_tokenizer(path: str | os.PathLike[str], lazy: bool = False) -> dict[str, Any]:
+    """All metadata of a GGUF file (the tokenizer.* keys among them); the tensor table is not read. lazy: the
+    merges as a JoinedStrings (for a Vocab; inspect and convert get plain lists)."""
+    return read_gguf(path, tensors=False, lazy=lazy).metadata
 
 
 __all__ = ["looks_like_gguf", "read_gguf_tokenizer", "write_vocab_gguf"]
