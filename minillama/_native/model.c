@@ -343,6 +343,7 @@ int ms_forward(const ms_model *m, float *x, const ms_seq *seqs, int n_seq, int t
             r.table_base[r.n_tables] = &L->rope_base, r.table_freqs[r.n_tables++] = L->rope_freqs;
         }
     }
+    if (!m->out_norm) logits = NULL; /* no head: no logits */
     if (logits) y_bytes = max_sz(y_bytes, y_size(&m->output, n_seq));
     const int parts = threads < 1 ? 1 : threads > 64 ? 64 : threads;
     const size_t attn_work = (size_t)(m->head_dim + m->head_dim_v);
@@ -366,7 +367,7 @@ int ms_forward(const ms_model *m, float *x, const ms_seq *seqs, int n_seq, int t
         for (int64_t j = 0; j < seqs[i].n; j++, t++) pos[t] = seqs[i].start + j, seq_of[t] = i;
         last[i] = t - 1;
     }
-    r.n_seq = n_seq, r.last = last, r.logits = m->out_norm ? logits : NULL;
+    r.n_seq = n_seq, r.last = last, r.logits = logits;
     r.pos = pos, r.seq_of = seq_of;
     r.h = f, r.qkv = r.h + T * max_sz(d, n_ff), r.att = r.qkv + T * qkv;
     r.gu = r.att + T * (size_t)(m->n_head * m->head_dim_v), r.scores = r.gu + T * max_sz(2 * n_ff, d);
