@@ -268,8 +268,7 @@ static void dot_range(int type, const uint8_t *w, size_t row_bytes, const uint8_
                          yf ? yf + (size_t)(t / MQ_NRC) * tile_f : NULL);
     } else if (n_x == 1 && pairs[type]) {
         int64_t r = r0;
-        for (; r + MQ_GROUP <= r1; r += MQ_GROUP)
-            pairs[type](w + (size_t)r * row_bytes, row_bytes, y, (int)cols, out + r, MQ_GROUP);
+        for (; r + 3 < r1; r += MQ_GROUP) pairs[type](w + (size_t)r * row_bytes, row_bytes, y, (int)cols, out + r, MQ_GROUP);
         for (; r + 1 < r1; r += 2) pairs[type](w + (size_t)r * row_bytes, row_bytes, y, (int)cols, out + r, 2);
         if (r < r1) out[r] = dot(w + (size_t)r * row_bytes, y, (int)cols);
     } else
