@@ -57,7 +57,6 @@ static uint16_t float_to_half(float f) {
 static const mq_dot_fn *kernels;
 static const mq_dotn_fn no_rows[MQ_NTYPES], *rows_kernels = no_rows; /* NULL entries: one dot per activation row */
 static const mq_panel no_panels[MQ_NTYPES], *panels = no_panels; /* NULL entries: the rows kernels unpack per tile */
-#define MQ_GROUP 4 /* weight rows a decode product's kernel takes at once (then 2, then 1 for the rest) */
 static const mq_pair_fn no_pairs[MQ_NTYPES], *pairs = no_pairs;    /* NULL entries: one weight row at a time */
 static const char *isa = "scalar";
 static void quantize_f16(const float *x, int64_t n, uint8_t *y);
@@ -268,8 +267,7 @@ static void dot_range(int type, const uint8_t *w, size_t row_bytes, const uint8_
                          yf ? yf + (size_t)(t / MQ_NRC) * tile_f : NULL);
     } else if (n_x == 1 && pairs[type]) {
         int64_t r = r0;
-        for (; r + 3 < r1; r += MQ_GROUP) pairs[type](w + (size_t)r * row_bytes, row_bytes, y, (int)cols, out + r, MQ_GROUP);
-        for (; r + 1 < r1; r += 2) pairs[type](w + (size_t)r * row_bytes, row_bytes, y, (int)cols, out + r, 2);
+        for (; r + 1 < r1; r += 2) pairs[type](w + (size_t)r * row_bytes, row_bytes, y, (int)cols, out + r);
         if (r < r1) out[r] = dot(w + (size_t)r * row_bytes, y, (int)cols);
     } else
         for (int64_t r = r0; r < r1; r++)

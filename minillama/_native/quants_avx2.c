@@ -271,36 +271,38 @@ static inline __attribute__((always_inline)) void q32_rows(const int type, const
     for (int r = 0; r < nrc; r++) out[(size_t)r * os] = hsum_ps(acc[r]) + summs[r];
 }
 
-/* q32_rows with one activation row (yf NULL) for nw (2 or 4) weight rows at once (mq_pair_fn): the same
- * operations per weight row in nw independent chains (the one-row kernel waits on its accumulator's fused
- * multiply-add every block), the activation's 32 bytes and its float16 scales loaded and converted once. */
-static inline __attribute__((always_inline)) void q32_multi(const int type, const uint8_t *w, size_t rb,
-                                                            const uint8_t *y, int n, float *out, const int nw) {
+/* q32_rows with one activation row (yf NULL) for two weight rows at once (mq_pair_fn): the same operations per
+ * weight row, the activation's 32 bytes and its float16 scales loaded and converted once for both. */
+static inline __attribute__((always_inline)) void q32_pair(const int type, const uint8_t *w, size_t rb,
+                                                           const uint8_t *y, int n, float *out) {
     const int size = type == MQ_Q4_0 ? 18 : type == MQ_Q4_1 ? 20 : type == MQ_Q5_0 ? 22 : type == MQ_Q5_1 ? 24 : 34;
     const int with_min = type == MQ_Q4_1 || type == MQ_Q5_1, ysize = with_min ? 36 : 34, at = with_min ? 4 : 2;
-    __m256 acc[4];
-    float summs[4];
-    for (int k = 0; k < nw; k++) acc[k] = _mm256_setzero_ps(), summs[k] = 0;
-    for (int ib = 0; ib < n / 32; ib++, w += size, y += ysize) {
+    const uint8_t *w1 = w + rb;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    float summs0 = 0, summs1 = 0;
+    for (int ib = 0; ib < n / 32; ib++, w += size, w1 += size, y += ysize) {
         const __m256i yq = load32(y + at);
-        const float yd = h2f(ld_u16(y)), ys = with_min ? h2f(ld_u16(y + 2)) : 0;
-        for (int k = 0; k < nw; k++) {
-            const uint8_t *wk = w + (size_t)k * rb;
-            const __m256i q = qblock(type, wk);
-            const __m256 p = with_min ? sum_u8_ps(q, yq) : sum_u8_ps(_mm256_sign_epi8(q, q), _mm256_sign_epi8(yq, q));
-            acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(h2f(ld_u16(wk)) * yd), p, acc[k]);
-            if (with_min) summs[k] += h2f(ld_u16(wk + 2)) * ys;
+        const float yd = h2f(ld_u16(y));
+        const __m256i q0 = qblock(type, w), q1 = qblock(type, w1);
+        const __m256 p0 = with_min ? sum_u8_ps(q0, yq)
+                                   : sum_u8_ps(_mm256_sign_epi8(q0, q0), _mm256_sign_epi8(yq, q0));
+        const __m256 p1 = with_min ? sum_u8_ps(q1, yq)
+                                   : sum_u8_ps(_mm256_sign_epi8(q1, q1), _mm256_sign_epi8(yq, q1));
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(ld_u16(w)) * yd), p0, acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(ld_u16(w1)) * yd), p1, acc1);
+        if (with_min) {
+            const float ys = h2f(ld_u16(y + 2));
+            summs0 += h2f(ld_u16(w + 2)) * ys;
+            summs1 += h2f(ld_u16(w1 + 2)) * ys;
         }
     }
-    for (int k = 0; k < nw; k++) out[k] = hsum_ps(acc[k]) + summs[k];
+    out[0] = hsum_ps(acc0) + summs0;
+    out[1] = hsum_ps(acc1) + summs1;
 }
 
 #define PAIR(name, type)                                                                                           \
-    static void name(const uint8_t *w, size_t rb, const uint8_t *y, int n, float *out, int nw) {                   \
-        if (nw == 4)                                                                                               \
-            q32_multi(type, w, rb, y, n, out, 4);                                                                  \
-        else                                                                                                       \
-            q32_multi(type, w, rb, y, n, out, 2);                                                                  \
+    static void name(const uint8_t *w, size_t rb, const uint8_t *y, int n, float *out) {                           \
+        q32_pair(type, w, rb, y, n, out);                                                                          \
     }
 PAIR(pair_q4_0, MQ_Q4_0)
 PAIR(pair_q4_1, MQ_Q4_1)
