@@ -21,7 +21,6 @@ const mq_dot_fn *mq_kernels_avx2(void);
 const mq_dotn_fn *mq_rows_avx2(void);
 const mq_panel *mq_panels_avx2(void);
 const mq_quantizers *mq_quantizers_avx2(void);
-const mq_pair_fn *mq_pairs_avx2(void);
 
 static uint32_t f32_bits(float f) {
     uint32_t u;
@@ -57,7 +56,6 @@ static uint16_t float_to_half(float f) {
 static const mq_dot_fn *kernels;
 static const mq_dotn_fn no_rows[MQ_NTYPES], *rows_kernels = no_rows; /* NULL entries: one dot per activation row */
 static const mq_panel no_panels[MQ_NTYPES], *panels = no_panels; /* NULL entries: the rows kernels unpack per tile */
-static const mq_pair_fn no_pairs[MQ_NTYPES], *pairs = no_pairs;    /* NULL entries: one weight row at a time */
 static const char *isa = "scalar";
 static void quantize_f16(const float *x, int64_t n, uint8_t *y);
 static void quantize_q8(const float *x, int64_t n, uint8_t *y, int with_sum);
@@ -75,7 +73,6 @@ static void init_once(void) {
         rows_kernels = mq_rows_avx2();
         panels = mq_panels_avx2() ? mq_panels_avx2() : no_panels;
         quantizers = mq_quantizers_avx2() ? mq_quantizers_avx2() : &quantizers_scalar;
-        pairs = mq_pairs_avx2() ? mq_pairs_avx2() : no_pairs;
         isa = "avx2";
     }
 #endif
@@ -84,7 +81,6 @@ static void init_once(void) {
         rows_kernels = no_rows;
         panels = no_panels;
         quantizers = &quantizers_scalar;
-        pairs = no_pairs;
         isa = "scalar";
     }
 }
@@ -251,7 +247,7 @@ static void dot_range(int type, const uint8_t *w, size_t row_bytes, const uint8_
                       int64_t n_x, int64_t r0, int64_t r1, float *out, int64_t out_stride) {
     const mq_dot_fn dot = kernels[type];
     const mq_dotn_fn dotn = rows_kernels[type];
-    float *yf = dotn && n_x > 1 ? tile_scales(type, y, y_bytes, cols, n_x) : NULL;
+    float *yf = dotn ? tile_scales(type, y, y_bytes, cols, n_x) : NULL;
     const size_t tile_f = (size_t)(cols / 32) * 2 * MQ_NRC;
     const mq_panel *P = &panels[type];
     if (P->panel && n_x > MQ_NRC && (yf || !P->tile_scales) &&
@@ -265,10 +261,6 @@ static void dot_range(int type, const uint8_t *w, size_t row_bytes, const uint8_
                     dotn(w + (size_t)r * row_bytes, y + (size_t)t * y_bytes, y_bytes, (int)cols,
                          (int)(n_x - t < MQ_NRC ? n_x - t : MQ_NRC), out + t * out_stride + r, (size_t)out_stride,
                          yf ? yf + (size_t)(t / MQ_NRC) * tile_f : NULL);
-    } else if (n_x == 1 && pairs[type]) {
-        int64_t r = r0;
-        for (; r + 1 < r1; r += 2) pairs[type](w + (size_t)r * row_bytes, row_bytes, y, (int)cols, out + r);
-        if (r < r1) out[r] = dot(w + (size_t)r * row_bytes, y, (int)cols);
     } else
         for (int64_t r = r0; r < r1; r++)
             for (int64_t t = 0; t < n_x; t++)

@@ -271,52 +271,6 @@ static inline __attribute__((always_inline)) void q32_rows(const int type, const
     for (int r = 0; r < nrc; r++) out[(size_t)r * os] = hsum_ps(acc[r]) + summs[r];
 }
 
-/* q32_rows with one activation row (yf NULL) for two weight rows at once (mq_pair_fn): the same operations per
- * weight row, the activation's 32 bytes and its float16 scales loaded and converted once for both. */
-static inline __attribute__((always_inline)) void q32_pair(const int type, const uint8_t *w, size_t rb,
-                                                           const uint8_t *y, int n, float *out) {
-    const int size = type == MQ_Q4_0 ? 18 : type == MQ_Q4_1 ? 20 : type == MQ_Q5_0 ? 22 : type == MQ_Q5_1 ? 24 : 34;
-    const int with_min = type == MQ_Q4_1 || type == MQ_Q5_1, ysize = with_min ? 36 : 34, at = with_min ? 4 : 2;
-    const uint8_t *w1 = w + rb;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    float summs0 = 0, summs1 = 0;
-    for (int ib = 0; ib < n / 32; ib++, w += size, w1 += size, y += ysize) {
-        const __m256i yq = load32(y + at);
-        const float yd = h2f(ld_u16(y));
-        const __m256i q0 = qblock(type, w), q1 = qblock(type, w1);
-        const __m256 p0 = with_min ? sum_u8_ps(q0, yq)
-                                   : sum_u8_ps(_mm256_sign_epi8(q0, q0), _mm256_sign_epi8(yq, q0));
-        const __m256 p1 = with_min ? sum_u8_ps(q1, yq)
-                                   : sum_u8_ps(_mm256_sign_epi8(q1, q1), _mm256_sign_epi8(yq, q1));
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(ld_u16(w)) * yd), p0, acc0);
-        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(ld_u16(w1)) * yd), p1, acc1);
-        if (with_min) {
-            const float ys = h2f(ld_u16(y + 2));
-            summs0 += h2f(ld_u16(w + 2)) * ys;
-            summs1 += h2f(ld_u16(w1 + 2)) * ys;
-        }
-    }
-    out[0] = hsum_ps(acc0) + summs0;
-    out[1] = hsum_ps(acc1) + summs1;
-}
-
-#define PAIR(name, type)                                                                                           \
-    static void name(const uint8_t *w, size_t rb, const uint8_t *y, int n, float *out) {                           \
-        q32_pair(type, w, rb, y, n, out);                                                                          \
-    }
-PAIR(pair_q4_0, MQ_Q4_0)
-PAIR(pair_q4_1, MQ_Q4_1)
-PAIR(pair_q5_0, MQ_Q5_0)
-PAIR(pair_q5_1, MQ_Q5_1)
-PAIR(pair_q8_0, MQ_Q8_0)
-#undef PAIR
-
-static const mq_pair_fn pair_table[MQ_NTYPES] = {
-    [MQ_Q4_0] = pair_q4_0, [MQ_Q4_1] = pair_q4_1, [MQ_Q5_0] = pair_q5_0, [MQ_Q5_1] = pair_q5_1, [MQ_Q8_0] = pair_q8_0,
-};
-
-const mq_pair_fn *mq_pairs_avx2(void) { return pair_table; }
-
 /* Panels (mq_panel) of the 32-value block types: a row is its n quant bytes (qblock's), then each block's scale
  * and (Q4_1/Q5_1) min as floats. q32_rows' float operations for each (weight row, activation row) pair, two
  * weight rows sharing each activation load. */
@@ -706,5 +660,4 @@ const mq_quantizers *mq_quantizers_avx2(void) { return 0; }
 const mq_dotn_fn *mq_rows_avx2(void) { return 0; }
 const mq_dot_fn *mq_kernels_avx2(void) { return 0; }
 const mq_panel *mq_panels_avx2(void) { return 0; }
-const mq_pair_fn *mq_pairs_avx2(void) { return 0; }
 #endif

@@ -46,10 +46,6 @@ typedef void (*mq_dotn_fn)(const uint8_t *w, const uint8_t *y, size_t y_stride, 
  * (row_stride bytes apart) against nrc (1..MQ_NRC) activation rows (y_stride apart; yf their tile scales, as for
  * mq_dotn_fn): out[i * out_stride + k] = panel row k's dot with activation row i, by the same float operations as
  * the type's rows kernel, so with the same bits. tile_scales: the kernel reads yf (the 32-value types). */
-/* A decode step's product: two weight rows (w, and w + row_bytes) against one activation row y, out[0] and out[1]
- * by the one-row kernel's float operations (same bits), the activation's loads and scales shared. */
-typedef void (*mq_pair_fn)(const uint8_t *w, size_t row_bytes, const uint8_t *y, int n, float *out);
-
 typedef struct {
     int tile_scales;
     size_t (*row_bytes)(int n);
