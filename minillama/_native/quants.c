@@ -247,7 +247,8 @@ static void dot_range(int type, const uint8_t *w, size_t row_bytes, const uint8_
                       int64_t n_x, int64_t r0, int64_t r1, float *out, int64_t out_stride) {
     const mq_dot_fn dot = kernels[type];
     const mq_dotn_fn dotn = rows_kernels[type];
-    float *yf = dotn && n_x > 1 ? tile_scales(type, y, y_bytes, cols, n_x) : NULL; /* a single row: the one-row kernel */
+    /* the rows kernels' tile scales; a single activation row goes to the one-row kernel, which reads none */
+    float *yf = dotn && n_x > 1 ? tile_scales(type, y, y_bytes, cols, n_x) : NULL;
     const size_t tile_f = (size_t)(cols / 32) * 2 * MQ_NRC;
     const mq_panel *P = &panels[type];
     if (P->panel && n_x > MQ_NRC && (yf || !P->tile_scales) &&

@@ -588,7 +588,10 @@ static void q8_x(const float *x, int64_t n, uint8_t *y, int with_sum) {
     const __m256 sign = _mm256_set1_ps(-0.0f);
     for (int64_t ib = 0; ib < n / 32; ib++, x += 32, y += size) {
         __m256 v[4], m = _mm256_setzero_ps();
-        for (int j = 0; j < 4; j++) v[j] = _mm256_loadu_ps(x + 8 * j), m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[j]));
+        for (int j = 0; j < 4; j++) {
+            v[j] = _mm256_loadu_ps(x + 8 * j);
+            m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[j]));
+        }
         const float amax = max8(m), d = amax / 127.f, id = amax != 0.0f ? 127.f / amax : 0.0f;
         __m256i q[4];
         for (int j = 0; j < 4; j++) q[j] = round_i32(_mm256_mul_ps(v[j], _mm256_set1_ps(id)));
