@@ -70,10 +70,10 @@ class NativeStack:
             swa = gemma and gemma3.is_swa(hp, il)
             base = gemma3.ROPE_BASE_SWA if swa else hp.rope_base
             rows.append((*fields, float(base), hp.sliding_window if swa else 0))
-        #: What the Stack was made from (the vectors' and views' owners: model.c reads them).
         out = None if head is None else _matrix(head[1])
-        #: The final norm and the output matrix run in the same pass (forward's logits): the output is quantized.
+        #: Outputs of the head, which runs in the blocks' pass (logits()); None: no head (an unquantized output).
         self.n_vocab = None if out is None else sum(piece[2] for piece in out)
+        #: What the Stack was made from (the vectors' and views' owners: model.c reads them).
         self._stack_args = ((hp.n_embd, hp.n_head, hp.n_head_kv, hp.head_dim, hp.head_dim_v, hp.n_ff, hp.n_rot, hp.eps,
                              neox, geglu, gemma, q_scale, attn_scale), rows,
                             None if out is None else (_vector(head[0]), out, self.n_vocab))
