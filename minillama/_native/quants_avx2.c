@@ -567,20 +567,18 @@ static inline float max8(__m256 m) {
     return _mm_cvtss_f32(m4);
 }
 
+/* f as float16 (nearest even) in two little-endian bytes at p. */
+static inline void put_half(uint8_t *p, float f) {
+    const uint16_t h = _cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    p[0] = (uint8_t)h, p[1] = (uint8_t)(h >> 8);
+}
+
 static void half_x(const float *x, int64_t n, uint8_t *y) {
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
         _mm_storeu_si128((__m128i *)(y + 2 * i),
                          _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-    for (; i < n; i++) {
-        const uint16_t h = _cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        y[2 * i] = (uint8_t)h, y[2 * i + 1] = (uint8_t)(h >> 8);
-    }
-}
-
-static inline void put_half(uint8_t *p, float f) {
-    const uint16_t h = _cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    p[0] = (uint8_t)h, p[1] = (uint8_t)(h >> 8);
+    for (; i < n; i++) put_half(y + 2 * i, x[i]);
 }
 
 static void q8_x(const float *x, int64_t n, uint8_t *y, int with_sum) {
