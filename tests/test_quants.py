@@ -96,8 +96,10 @@ def llamacpp():
     ffi.cdef("size_t ggml_quantize_chunk(int type, const float *src, void *dst, int64_t start, int64_t nrows,"
              " int64_t n_per_row, const float *imatrix); void ggml_cpu_init(void);"
              + "".join(f"void quantize_row_{k}(const float *x, void *y, int64_t k);" for k in ("q8_0", "q8_1", "q8_K"))
-             + "".join(f"void ggml_vec_dot_{n}_generic(int n, float *s, size_t bs, const void *vx, size_t bx,"
-                       f" const void *vy, size_t by, int nrc);" for n in VEC_DOT.values()))
+             + "".join(f"void ggml_vec_dot_{n}{g}(int n, float *s, size_t bs, const void *vx, size_t bx,"
+                       f" const void *vy, size_t by, int nrc);" for n in VEC_DOT.values() for g in ("", "_generic"))
+             + "void ggml_gemv_q4_K_8x8_q8_K(int n, float *s, size_t bs, const void *vx, const void *vy, int nr,"
+               " int nc);")
     lib = ffi.dlopen(os.path.join(os.path.dirname(xl.__file__), "xllamacpp.abi3.so"))
     lib.ggml_cpu_init()
     return ffi, lib
@@ -182,6 +184,73 @@ def test_reference_matvec_equals_llamacpp_vec_dot(t: T) -> None:
     # whole scale steps, orders of magnitude more).
     bound = 1e-5 * np.abs(tr.dequantize(raw.reshape(-1, tr.type_size)).reshape(rows, cols) * x).sum(axis=1)
     assert np.all(np.abs(got - want) <= bound), (got - want, bound)
+
+
+def q4_k_x8(blocks: list[np.ndarray]) -> np.ndarray:
+    """Eight Q4_K blocks (one per weight row) as llama.cpp's CPU backend repacks them (block_q4_Kx8, ggml's
+    make_block_q4_Kx8 with 8-byte interleave): the eight d, the eight dmin, the scales and mins regrouped, the quants
+    interleaved 8 bytes at a time."""
+    out = np.zeros(1152, np.uint8)
+    out[0:16] = np.concatenate([b[0:2] for b in blocks])
+    out[16:32] = np.concatenate([b[2:4] for b in blocks])
+    for i in range(128):
+        out[128 + 8 * i:136 + 8 * i] = blocks[i % 8][16 + 8 * (i // 8):24 + 8 * (i // 8)]
+    k = [b[4:16].astype(np.int32) for b in blocks]
+    for i in range(4):
+        low = ([x[i] & 63 for x in k], [x[i + 4] & 63 for x in k])
+        high = ([((x[i] & 192) >> 2) | (x[i + 8] & 15) for x in k],
+                [((x[i + 4] & 192) >> 2) | ((x[i + 8] & 240) >> 4) for x in k])
+        for base, (sc, mn) in ((32, low), (80, high)):
+            o = base + 12 * i
+            for j in range(4):
+                out[o + j] = (sc[j] & 63) + ((sc[j + 4] & 48) << 2)
+                out[o + 4 + j] = (mn[j] & 63) + ((mn[j + 4] & 48) << 2)
+                out[o + 8 + j] = (sc[j + 4] & 15) + ((mn[j + 4] & 15) << 4)
+    return out
+
+
+#: The types whose AVX2 kernel computes the bits of the kernel llama.cpp's CPU backend runs on an AVX2 machine:
+#: ggml_vec_dot_<name> (its x86 build), and for Q4_K, which it repacks eight rows interleaved at load,
+#: ggml_gemv_q4_K_8x8_q8_K. Q2_K and Q3_K have no AVX2 kernel here (the scalar order, equal to float rounding).
+LLAMACPP_AVX2 = [T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.Q4_K, T.Q5_K, T.Q6_K]
+
+
+@needs_core
+@pytest.mark.parametrize("t", LLAMACPP_AVX2, ids=lambda t: t.name)
+def test_avx2_kernels_equal_llamacpp_bit_for_bit(t: T) -> None:
+    """One activation row against llama.cpp's own x86 kernel on blocks made by its quantizer: every output equal,
+    not only close. (A difference in which float lane a term lands in, e.g. where Q6_K's -32 offset is taken,
+    changed about 80% of the outputs in their last bits; on Gemma 3 that moved the log-probs measurably.)"""
+    if _core.kernels() != "avx2":
+        pytest.skip(f"this CPU runs the {_core.kernels()} kernels")
+    ffi, lib = llamacpp()
+    tr, rng = TRAITS[t], np.random.default_rng(int(t) + 200)
+    rows, cols = 16, 2048
+    for trial in range(4):
+        w = rng.standard_normal((rows, cols)).astype(np.float32)
+        raw = np.empty((rows, cols // tr.block * tr.type_size), np.uint8)
+        lib.ggml_quantize_chunk(int(t), ffi.cast("float *", w.ctypes.data), ffi.cast("void *", raw.ctypes.data), 0,
+                                rows, cols, ffi.NULL)
+        x = (rng.standard_normal(cols) * rng.uniform(0.01, 10)).astype(np.float32)
+        y = np.frombuffer(tr.quantize_partner(x), np.uint8).copy()  # llama.cpp's bytes (tested above)
+        want = np.empty(rows, np.float32)
+        if t == T.Q4_K:
+            nb = cols // 256
+            for r0 in range(0, rows, 8):
+                packed = np.concatenate([q4_k_x8([raw[r0 + r, 144 * b:144 * (b + 1)] for r in range(8)])
+                                         for b in range(nb)])
+                lib.ggml_gemv_q4_K_8x8_q8_K(cols, ffi.cast("float *", want[r0:].ctypes.data), 8,
+                                            ffi.cast("void *", packed.ctypes.data),
+                                            ffi.cast("void *", y.ctypes.data), 1, 8)
+        else:
+            s = ffi.new("float *")
+            for r in range(rows):
+                getattr(lib, f"ggml_vec_dot_{VEC_DOT[t]}")(cols, s, 0, ffi.cast("void *", raw[r].ctypes.data), 0,
+                                                          ffi.cast("void *", y.ctypes.data), 0, 1)
+                want[r] = s[0]
+        got = np.empty((1, rows), np.float32)
+        _core.matvec(raw, int(t), rows, cols, x, got, 1)
+        np.testing.assert_array_equal(got[0], want, err_msg=f"trial {trial}")
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -126,7 +126,8 @@ static inline int hsum_epi32(__m256i v) {
  * quants unpacked once, then multiplied with every row. Q4_K sums as llama.cpp runs it on AVX2, where its loader
  * repacks Q4_K matrices eight rows interleaved (ggml_gemv_q4_K_8x8_q8_K / ggml_gemm_q4_K_8x8_q8_K): each output a
  * single float chain over the 256-value blocks, the block's exact integer sum fused with d x the activation's d,
- * the mins' sum in a second chain, subtracted at the end. Q5_K keeps ggml_vec_dot_q5_K_q8_K's eight lanes. */
+ * the mins' sum in a second chain, subtracted at the end. Q5_K as ggml_vec_dot_q5_K_q8_K: eight lanes, each
+ * block's lanes fused in, and the mins in a fused chain of their own. */
 static inline __attribute__((always_inline)) void q45_k_rows(const uint8_t *w, const uint8_t *y, size_t ys, int n,
                                                              const int nrc, float *out, size_t os, int five) {
     __m256 acc[MQ_NRC];
@@ -165,23 +166,28 @@ static inline __attribute__((always_inline)) void q45_k_rows(const uint8_t *w, c
                 sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
             }
             float yd = ld_f32(yr);
-            if (five) {
-                acc[r] = _mm256_add_ps(acc[r], _mm256_mul_ps(_mm256_set1_ps(dw * yd), _mm256_cvtepi32_ps(sumi)));
-                summ[r] += mw * yd * (float)sumi_m;
-            } else {
+            if (five)
+                acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * yd), _mm256_cvtepi32_ps(sumi), acc[r]);
+            else
                 acc1[r] = fmaf((float)hsum_epi32(sumi), dw * yd, acc1[r]);
-                summ[r] = fmaf((float)sumi_m, mw * yd, summ[r]);
-            }
+            summ[r] = fmaf((float)sumi_m, mw * yd, summ[r]);
         }
     }
     for (int r = 0; r < nrc; r++) out[(size_t)r * os] = (five ? hsum_ps(acc[r]) : acc1[r]) - summ[r];
+}
+
+/* Q6_K's -32 offset as ggml_vec_dot_q6_K_q8_K takes it on AVX2: the unsigned quants multiply the activation, and
+ * lane l then loses 32 x (the activation's sums of 16-value groups 2l and 2l + 1, each times its scale). Where the
+ * offset is taken decides which lane each term lands in, so the float sum's bits. */
+static inline __m256i q6k_offset(const uint8_t *yr, __m256i sc16) {
+    return _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(_mm256_madd_epi16(load32(yr + 260), sc16), 5));
 }
 
 static inline __attribute__((always_inline)) void q6_k_rows(const uint8_t *w, const uint8_t *y, size_t ys, int n,
                                                             const int nrc, float *out, size_t os) {
     __m256 acc[MQ_NRC];
     for (int r = 0; r < nrc; r++) acc[r] = _mm256_setzero_ps();
-    const __m256i low4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30), m32 = _mm256_set1_epi8(32);
+    const __m256i low4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
     for (int ib = 0; ib < n / 256; ib++, w += 210, y += 292) {
         const int8_t *sc = (const int8_t *)(w + 192);
         __m256i v[8], scale[8];
@@ -201,14 +207,12 @@ static inline __attribute__((always_inline)) void q6_k_rows(const uint8_t *w, co
             }
         }
         const float dw = h2f(ld_u16(w + 208));
+        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
         for (int r = 0; r < nrc; r++) {
             const uint8_t *yr = y + (size_t)r * ys, *q8 = yr + 4;
-            __m256i sumi = _mm256_setzero_si256();
-            for (int k = 0; k < 8; k++) {
-                __m256i y8 = load32(q8 + 32 * k);
-                __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(v[k], y8), _mm256_maddubs_epi16(m32, y8));
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, scale[k]));
-            }
+            __m256i sumi = q6k_offset(yr, sc16);
+            for (int k = 0; k < 8; k++)
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(v[k], load32(q8 + 32 * k)), scale[k]));
             acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(ld_f32(yr) * dw), _mm256_cvtepi32_ps(sumi), acc[r]); /* as ggml */
         }
     }
@@ -428,9 +432,9 @@ static void panel_q4k(int type, const uint8_t *rows, size_t rs, int nw, const ui
 #undef CALL_Q4K
 }
 /* Panels of Q6_K: a row is per block its 256 six-bit values as bytes (v[0..7] of q6_k_rows, 32 each), then per
- * block the eight scale vectors q6_k_rows builds (32 bytes each), then per block d as a float. q6_k_rows'
- * arithmetic for each pair; the activation's 32 x sum term is made once for both weight rows. */
-static size_t row_bytes_q6k(int n) { return (size_t)n * 2 + (size_t)(n / 256) * sizeof(float); }
+ * block the eight scale vectors q6_k_rows builds (32 bytes each), then per block d as a float, then per block the
+ * 16 scales as int16 (for q6k_offset). q6_k_rows' arithmetic for each pair. */
+static size_t row_bytes_q6k(int n) { return (size_t)n * 2 + (size_t)(n / 256) * (sizeof(float) + 32); }
 
 static void unpack_q6k(int type, const uint8_t *w, int n, uint8_t *row) {
     (void)type;
@@ -457,6 +461,7 @@ static void unpack_q6k(int type, const uint8_t *w, int n, uint8_t *row) {
             }
         }
         d[ib] = h2f(ld_u16(w + 208));
+        _mm256_storeu_si256((__m256i *)(d + nb) + ib, _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc)));
     }
 }
 
@@ -464,19 +469,19 @@ static inline __attribute__((always_inline)) void q6k_panel(const uint8_t *rows,
                                                             const uint8_t *y, size_t ys, int n, const int nrc,
                                                             float *out, size_t os) {
     const int nb = n / 256;
-    const __m256i m32 = _mm256_set1_epi8(32);
     __m256 acc[2][MQ_NRC];
     for (int k = 0; k < nw; k++)
         for (int r = 0; r < nrc; r++) acc[k][r] = _mm256_setzero_ps();
     for (int ib = 0; ib < nb; ib++) {
         for (int r = 0; r < nrc; r++) {
             const uint8_t *yr = y + (size_t)r * ys + (size_t)ib * 292, *q8 = yr + 4;
-            __m256i sumi[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+            __m256i sumi[2];
+            for (int k = 0; k < nw; k++) sumi[k] = q6k_offset(yr, load32(rows + (size_t)k * rs + 2 * n + 4 * nb + 32 * ib));
             for (int j = 0; j < 8; j++) {
-                const __m256i y8 = load32(q8 + 32 * j), y32 = _mm256_maddubs_epi16(m32, y8);
+                const __m256i y8 = load32(q8 + 32 * j);
                 for (int k = 0; k < nw; k++) {
                     const uint8_t *row = rows + (size_t)k * rs;
-                    const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(load32(row + 256 * ib + 32 * j), y8), y32);
+                    const __m256i p = _mm256_maddubs_epi16(load32(row + 256 * ib + 32 * j), y8);
                     sumi[k] = _mm256_add_epi32(sumi[k], _mm256_madd_epi16(p, load32(row + n + 256 * ib + 32 * j)));
                 }
             }
