@@ -88,6 +88,11 @@ def test_dequantize_equals_gguf(t: T) -> None:
     np.testing.assert_array_equal(ours, gguf.quants.dequantize(raw, t).reshape(raw.shape[0], -1))
 
 
+#: ggml_quantize_mat_t<8, GGML_TYPE_Q8_K> (C++, so by its mangled name): the four-row Q8_K quantizer llama.cpp's
+#: repacked Q4_K product (ggml_gemm_q4_K_8x8_q8_K) takes its activations from.
+QUANTIZE_MAT_Q8_K_4X8 = "_Z19ggml_quantize_mat_tILl8EL9ggml_type15EEvPKfPvll"
+
+
 def llamacpp():
     """llama.cpp's quantizers and dot products through cffi (the xllamacpp wheel), or skip."""
     cffi = pytest.importorskip("cffi")
@@ -98,8 +103,20 @@ def llamacpp():
              + "".join(f"void quantize_row_{k}(const float *x, void *y, int64_t k);" for k in ("q8_0", "q8_1", "q8_K"))
              + "".join(f"void ggml_vec_dot_{n}{g}(int n, float *s, size_t bs, const void *vx, size_t bx,"
                        f" const void *vy, size_t by, int nrc);" for n in VEC_DOT.values() for g in ("", "_generic"))
-             + "void ggml_gemv_q4_K_8x8_q8_K(int n, float *s, size_t bs, const void *vx, const void *vy, int nr,"
-               " int nc);")
+             + "".join(f"void ggml_{g}_q4_K_8x8_q8_K(int n, float *s, size_t bs, const void *vx, const void *vy,"
+                       f" int nr, int nc);" for g in ("gemv", "gemm"))
+             + f"void {QUANTIZE_MAT_Q8_K_4X8}(const float *x, void *y, int64_t nrow, int64_t n_per_row);"
+             + """struct ggml_init_params { size_t mem_size; void *mem_buffer; bool no_alloc; };
+                  struct ggml_context; struct ggml_tensor; struct ggml_cgraph;
+                  struct ggml_context *ggml_init(struct ggml_init_params params);
+                  void ggml_free(struct ggml_context *ctx);
+                  struct ggml_tensor *ggml_new_tensor_2d(struct ggml_context *ctx, int type, int64_t ne0, int64_t ne1);
+                  struct ggml_tensor *ggml_mul_mat(struct ggml_context *ctx, struct ggml_tensor *a,
+                                                   struct ggml_tensor *b);
+                  struct ggml_cgraph *ggml_new_graph(struct ggml_context *ctx);
+                  void ggml_build_forward_expand(struct ggml_cgraph *cgraph, struct ggml_tensor *tensor);
+                  int ggml_graph_compute_with_ctx(struct ggml_context *ctx, struct ggml_cgraph *cgraph, int n_threads);
+                  void *ggml_get_data(const struct ggml_tensor *tensor);""")
     lib = ffi.dlopen(os.path.join(os.path.dirname(xl.__file__), "xllamacpp.abi3.so"))
     lib.ggml_cpu_init()
     return ffi, lib
@@ -253,9 +270,77 @@ def test_avx2_kernels_equal_llamacpp_bit_for_bit(t: T) -> None:
         np.testing.assert_array_equal(got[0], want, err_msg=f"trial {trial}")
 
 
+def ggml_mul_mat(ffi, lib, t: T, raw: np.ndarray, cols: int, x: np.ndarray) -> np.ndarray:
+    """llama.cpp's own product of raw (rows of type t) with the float32 rows x: a one-node ggml graph on its CPU
+    backend, 2 threads (the weights in a plain buffer: not repacked)."""
+    rows, n = raw.shape[0], x.shape[0]
+    params = ffi.new("struct ggml_init_params *", {"mem_size": raw.nbytes + 8 * x.nbytes + (1 << 24)})
+    ctx = lib.ggml_init(params[0])
+    try:
+        a, b = lib.ggml_new_tensor_2d(ctx, int(t), cols, rows), lib.ggml_new_tensor_2d(ctx, 0, cols, n)
+        ffi.memmove(lib.ggml_get_data(a), raw.tobytes(), raw.nbytes)
+        ffi.memmove(lib.ggml_get_data(b), x.tobytes(), x.nbytes)
+        c = lib.ggml_mul_mat(ctx, a, b)
+        graph = lib.ggml_new_graph(ctx)
+        lib.ggml_build_forward_expand(graph, c)
+        assert lib.ggml_graph_compute_with_ctx(ctx, graph, 2) == 0
+        return np.frombuffer(ffi.buffer(lib.ggml_get_data(c), 4 * rows * n), np.float32).reshape(n, rows).copy()
+    finally:
+        lib.ggml_free(ctx)
+
+
+@needs_core
+@pytest.mark.parametrize("t", LLAMACPP_AVX2, ids=lambda t: t.name)
+def test_avx2_products_equal_llamacpp_at_every_batch_size(t: T) -> None:
+    """A product of n activation rows against llama.cpp's for the same n: its CPU backend sums a row by where it
+    falls in a batch (Q5_K and Q6_K from 8 rows on by its tiled kernels; Q4_K, which it repacks, in groups of four
+    by ggml_gemm_q4_K_8x8_q8_K and the rows past the last group by ggml_gemv_q4_K_8x8_q8_K), and so does
+    minillama, so every row of every batch has llama.cpp's bits."""
+    if _core.kernels() != "avx2":
+        pytest.skip(f"this CPU runs the {_core.kernels()} kernels")
+    ffi, lib = llamacpp()
+    tr, rng = TRAITS[t], np.random.default_rng(int(t) + 300)
+    rows, cols = 32, 1024
+    w = rng.standard_normal((rows, cols)).astype(np.float32)
+    raw = np.empty((rows, cols // tr.block * tr.type_size), np.uint8)
+    lib.ggml_quantize_chunk(int(t), ffi.cast("float *", w.ctypes.data), ffi.cast("void *", raw.ctypes.data), 0,
+                            rows, cols, ffi.NULL)
+    for n in (1, 3, 4, 6, 7, 8, 9, 13):
+        x = (rng.standard_normal((n, cols)) * rng.uniform(0.01, 10)).astype(np.float32)
+        got = np.empty((n, rows), np.float32)
+        _core.matmul(raw, int(t), rows, cols, x, got, 2)
+        if t != T.Q4_K:
+            want = ggml_mul_mat(ffi, lib, t, raw, cols, x)
+        else:  # as llama.cpp multiplies a repacked Q4_K matrix (ggml-cpu's repack forward_mul_mat)
+            nb, full = cols // 256, n - n % 4
+            want = np.empty((n, rows), np.float32)
+            packed = [np.concatenate([q4_k_x8([raw[r0 + r, 144 * b:144 * (b + 1)] for r in range(8)])
+                                      for b in range(nb)]) for r0 in range(0, rows, 8)]
+            for i0 in range(0, full, 4):
+                y4 = np.empty(nb * (16 + 4 * 256 + 4 * 32), np.uint8)  # block_q8_Kx4
+                getattr(lib, QUANTIZE_MAT_Q8_K_4X8)(ffi.cast("float *", x[i0:].ctypes.data),
+                                                    ffi.cast("void *", y4.ctypes.data), 4, cols)
+                for g, p in enumerate(packed):
+                    tile = np.empty((4, 8), np.float32)
+                    lib.ggml_gemm_q4_K_8x8_q8_K(cols, ffi.cast("float *", tile.ctypes.data), 8,
+                                                ffi.cast("void *", p.ctypes.data), ffi.cast("void *", y4.ctypes.data),
+                                                4, 8)
+                    want[i0:i0 + 4, 8 * g:8 * g + 8] = tile
+            for i in range(full, n):
+                y = np.frombuffer(tr.quantize_partner(x[i]), np.uint8).copy()
+                for g, p in enumerate(packed):
+                    lib.ggml_gemv_q4_K_8x8_q8_K(cols, ffi.cast("float *", want[i, 8 * g:].ctypes.data), 8,
+                                                ffi.cast("void *", p.ctypes.data), ffi.cast("void *", y.ctypes.data),
+                                                1, 8)
+        np.testing.assert_array_equal(got, want, err_msg=f"{n} activation rows")
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # the C kernels against the numpy references
 # ---------------------------------------------------------------------------------------------------------------------
+
+#: Types whose AVX2 products sum a row by its place in the batch, as llama.cpp's CPU backend does.
+BATCH_FORMS = {T.Q4_K, T.Q5_K, T.Q6_K}
 
 #: Types whose AVX2 kernel groups the float terms as ggml's AVX2 kernel does (eight lanes of whole sub-block sums)
 #: rather than as the scalar one: exact integer parts, equal to float rounding.
@@ -298,11 +383,13 @@ def compare_all_types() -> list[str]:
                 if not (close(t, raw, x, got, want) and close(t, raw, x[2:3], one, want[2:3])):
                     bad.append(f"{t.name} {rows}x{cols} threads={threads}: max |diff| {np.nanmax(np.abs(got - want))}")
             # a row's result does not depend on the rows beside it (tiles of 4, weight rows unpacked in panels of
-            # two): each row of a 9-row product has the bits of that row alone
+            # two): each row of a 9-row product has the bits of that row alone; except where llama.cpp's own
+            # kernels sum by batch (BATCH_FORMS, compared with llama.cpp at every batch size above)
             x9 = (rng.standard_normal((9, cols)) * rng.uniform(0.01, 10)).astype(np.float32)
             many = kernel(t, raw, cols, x9, 2)
             alone = np.stack([kernel(t, raw, cols, x9[i:i + 1], 1)[0] for i in range(9)])
-            if not np.array_equal(many, alone, equal_nan=True):
+            if not (t in BATCH_FORMS and _core.kernels() == "avx2") and not np.array_equal(many, alone,
+                                                                                           equal_nan=True):
                 bad.append(f"{t.name} {rows}x{cols}: a row of a 9-row product differs from the row alone")
     return bad
 

@@ -19,6 +19,7 @@ float mq_f16_table[65536];
 
 const mq_dot_fn *mq_kernels_avx2(void);
 const mq_dotn_fn *mq_rows_avx2(void);
+const mq_dotn_fn *mq_rows_batch_avx2(void);
 const mq_panel *mq_panels_avx2(void);
 const mq_quantizers *mq_quantizers_avx2(void);
 
@@ -55,6 +56,7 @@ static uint16_t float_to_half(float f) {
 
 static const mq_dot_fn *kernels;
 static const mq_dotn_fn no_rows[MQ_NTYPES], *rows_kernels = no_rows; /* NULL entries: one dot per activation row */
+static const mq_dotn_fn *rows_batch = no_rows; /* the MQ_BATCH forms (NULL: the rows kernel at any size) */
 static const mq_panel no_panels[MQ_NTYPES], *panels = no_panels; /* NULL entries: the rows kernels unpack per tile */
 static const char *isa = "scalar";
 static void quantize_f16(const float *x, int64_t n, uint8_t *y);
@@ -71,6 +73,7 @@ static void init_once(void) {
     if (k && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
         kernels = k;
         rows_kernels = mq_rows_avx2();
+        rows_batch = mq_rows_batch_avx2();
         panels = mq_panels_avx2() ? mq_panels_avx2() : no_panels;
         quantizers = mq_quantizers_avx2() ? mq_quantizers_avx2() : &quantizers_scalar;
         isa = "avx2";
@@ -79,6 +82,7 @@ static void init_once(void) {
     if (getenv("MINILLAMA_KERNELS") && strcmp(getenv("MINILLAMA_KERNELS"), "scalar") == 0) {
         kernels = kernels_scalar;
         rows_kernels = no_rows;
+        rows_batch = no_rows;
         panels = no_panels;
         quantizers = &quantizers_scalar;
         isa = "scalar";
@@ -220,9 +224,9 @@ static float *tile_scales(int type, const uint8_t *y, size_t y_bytes, int64_t co
 /* dot_range where the type has panel kernels: weight rows unpacked once into panel rows (up to ROW_BLOCK of them,
  * ~24 KB, so that they stay in L1 with a tile), then every tile of MQ_NRC activation rows against them two rows
  * at a time. 0 when the buffer cannot be had (the caller falls back to the rows kernel). */
-static int dot_panels(const mq_panel *P, int type, const uint8_t *w, size_t row_bytes, const uint8_t *y,
-                      size_t y_bytes, int64_t cols, int64_t n_x, int64_t r0, int64_t r1, float *out, int64_t out_stride,
-                      const float *yf) {
+static int dot_panels(const mq_panel *P, mq_panel_fn panel, int type, const uint8_t *w, size_t row_bytes,
+                      const uint8_t *y, size_t y_bytes, int64_t cols, int64_t n_x, int64_t r0, int64_t r1, float *out,
+                      int64_t out_stride, const float *yf) {
     const size_t rs = (P->row_bytes((int)cols) + 31) & ~(size_t)31;
     int64_t block = (int64_t)(24 * 1024 / rs) & ~(int64_t)1;
     block = block < 2 ? 2 : block > ROW_BLOCK ? ROW_BLOCK : block;
@@ -234,7 +238,7 @@ static int dot_panels(const mq_panel *P, int type, const uint8_t *w, size_t row_
         for (int64_t k = 0; k < nr; k++) P->unpack(type, w + (size_t)(rb + k) * row_bytes, (int)cols, buf + k * rs);
         for (int64_t t = 0; t < n_x; t += MQ_NRC)
             for (int64_t k = 0; k < nr; k += 2)
-                P->panel(type, buf + k * rs, rs, nr - k < 2 ? 1 : 2, y + (size_t)t * y_bytes, y_bytes, (int)cols,
+                panel(type, buf + k * rs, rs, nr - k < 2 ? 1 : 2, y + (size_t)t * y_bytes, y_bytes, (int)cols,
                          (int)(n_x - t < MQ_NRC ? n_x - t : MQ_NRC), out + t * out_stride + rb + k, (size_t)out_stride,
                          yf ? yf + (size_t)(t / MQ_NRC) * tile_f : NULL);
     }
@@ -246,13 +250,15 @@ static int dot_panels(const mq_panel *P, int type, const uint8_t *w, size_t row_
 static void dot_range(int type, const uint8_t *w, size_t row_bytes, const uint8_t *y, size_t y_bytes, int64_t cols,
                       int64_t n_x, int64_t r0, int64_t r1, float *out, int64_t out_stride) {
     const mq_dot_fn dot = kernels[type];
-    const mq_dotn_fn dotn = rows_kernels[type];
+    const int batch = n_x >= MQ_BATCH && rows_batch[type];
+    const mq_dotn_fn dotn = batch ? rows_batch[type] : rows_kernels[type];
     /* the rows kernels' tile scales; a single activation row goes to the one-row kernel, which reads none */
     float *yf = dotn && n_x > 1 ? tile_scales(type, y, y_bytes, cols, n_x) : NULL;
     const size_t tile_f = (size_t)(cols / 32) * 2 * MQ_NRC;
     const mq_panel *P = &panels[type];
-    if (P->panel && n_x > MQ_NRC && (yf || !P->tile_scales) &&
-        dot_panels(P, type, w, row_bytes, y, y_bytes, cols, n_x, r0, r1, out, out_stride, yf)) {
+    const mq_panel_fn panel = batch ? P->panel_batch : P->panel;
+    if (panel && n_x > MQ_NRC && (yf || !P->tile_scales) &&
+        dot_panels(P, panel, type, w, row_bytes, y, y_bytes, cols, n_x, r0, r1, out, out_stride, yf)) {
         /* done: the weight rows unpacked once */
     } else if (dotn && n_x > 1) {
         /* ROW_BLOCK weight rows at a time against every tile of MQ_NRC activation rows: both stay in L1 */

@@ -122,14 +122,39 @@ static inline int hsum_epi32(__m256i v) {
     return _mm_cvtsi128_si32(s);
 }
 
+/* One Q4_K block into an output's two float chains (d: the weight's d x the activation's; dm: the same with dmin).
+ * p[j]: products times scales of the block's 64-value part j (eight int32 lanes); m: the mins against the
+ * activation's sums (lane l: sub-block l). A row alone, or past the last full tile, adds the block's whole sum to
+ * each chain, as llama.cpp's ggml_gemv_q4_K_8x8_q8_K does; a full tile of four rows adds it part by part, as its
+ * ggml_gemm_q4_K_8x8_q8_K does for groups of four rows, so each row's bits are the ones llama.cpp computes for a
+ * row in that place of a batch. */
+static inline void q4k_block(const __m256i p[4], __m256i m, float d, float dm, int full_tile, float *acc,
+                             float *accm) {
+    if (!full_tile) {
+        const __m256i s = _mm256_add_epi32(_mm256_add_epi32(p[0], p[1]), _mm256_add_epi32(p[2], p[3]));
+        *acc = fmaf((float)hsum_epi32(s), d, *acc);
+        *accm = fmaf((float)hsum_epi32(m), dm, *accm);
+        return;
+    }
+    const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+    int32_t part[4], mpart[8];
+    _mm_storeu_si128((__m128i *)part, _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
+    _mm256_storeu_si256((__m256i *)mpart, _mm256_hadd_epi32(m, m)); /* parts 0 and 1 at 0, 1; 2 and 3 at 4, 5 */
+    for (int j = 0; j < 4; j++) *acc = fmaf((float)part[j], d, *acc);
+    for (int j = 0; j < 4; j++) *accm = fmaf((float)mpart[j + (j & 2)], dm, *accm);
+}
+
 /* The body of the Q4_K/Q5_K kernel for nrc activation rows (a constant where it is inlined): each block's
  * quants unpacked once, then multiplied with every row. Q4_K sums as llama.cpp runs it on AVX2, where its loader
  * repacks Q4_K matrices eight rows interleaved (ggml_gemv_q4_K_8x8_q8_K / ggml_gemm_q4_K_8x8_q8_K): each output a
- * single float chain over the 256-value blocks, the block's exact integer sum fused with d x the activation's d,
- * the mins' sum in a second chain, subtracted at the end. Q5_K as ggml_vec_dot_q5_K_q8_K: eight lanes, each
- * block's lanes fused in, and the mins in a fused chain of their own. */
+ * single float chain over the blocks, exact integer sums fused with d x the activation's d, the mins in a second
+ * chain, subtracted at the end (q4k_block: a full tile of four rows as its gemm, other rows as its gemv). Q5_K as
+ * ggml_vec_dot_q5_K_q8_K: eight lanes, each block's lanes fused in, the mins in a fused chain of their own; with
+ * batch (MQ_BATCH rows or more), as llama.cpp's tiled kernel: one chain of (d x sum - dmin x mins) x the
+ * activation's d. */
 static inline __attribute__((always_inline)) void q45_k_rows(const uint8_t *w, const uint8_t *y, size_t ys, int n,
-                                                             const int nrc, float *out, size_t os, int five) {
+                                                             const int nrc, float *out, size_t os, int five,
+                                                             const int batch) {
     __m256 acc[MQ_NRC];
     float summ[MQ_NRC], acc1[MQ_NRC];
     for (int r = 0; r < nrc; r++) acc[r] = _mm256_setzero_ps(), summ[r] = 0, acc1[r] = 0;
@@ -156,24 +181,30 @@ static inline __attribute__((always_inline)) void q45_k_rows(const uint8_t *w, c
                                                                       _mm_loadl_epi64((const __m128i *)mn)));
         for (int r = 0; r < nrc; r++) {
             const uint8_t *yr = y + (size_t)r * ys, *q8 = yr + 4;
-            const int sumi_m = hsum_epi32(_mm256_madd_epi16(load32(yr + 260), mins16));
-            __m256i sumi = _mm256_setzero_si256();
+            const __m256i m = _mm256_madd_epi16(load32(yr + 260), mins16);
+            __m256i p[4];
             for (int j = 0; j < 4; j++) {
                 __m256i pl = _mm256_madd_epi16(_mm256_maddubs_epi16(lo[j], load32(q8 + 64 * j)),
                                                _mm256_set1_epi16(sc[2 * j]));
                 __m256i ph = _mm256_madd_epi16(_mm256_maddubs_epi16(hi[j], load32(q8 + 64 * j + 32)),
                                                _mm256_set1_epi16(sc[2 * j + 1]));
-                sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
+                p[j] = _mm256_add_epi32(pl, ph);
             }
             float yd = ld_f32(yr);
-            if (five)
-                acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * yd), _mm256_cvtepi32_ps(sumi), acc[r]);
-            else
-                acc1[r] = fmaf((float)hsum_epi32(sumi), dw * yd, acc1[r]);
-            summ[r] = fmaf((float)sumi_m, mw * yd, summ[r]);
+            if (five) {
+                const __m256i sumi = _mm256_add_epi32(_mm256_add_epi32(p[0], p[1]), _mm256_add_epi32(p[2], p[3]));
+                if (batch) { /* MQ_BATCH: llama.cpp's tiled kernel */
+                    const float res = fmaf(-mw, (float)hsum_epi32(m), dw * (float)hsum_epi32(sumi));
+                    acc1[r] = fmaf(res, yd, acc1[r]);
+                } else {
+                    acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * yd), _mm256_cvtepi32_ps(sumi), acc[r]);
+                    summ[r] = fmaf((float)hsum_epi32(m), mw * yd, summ[r]);
+                }
+            } else
+                q4k_block(p, m, dw * yd, mw * yd, nrc == MQ_NRC, &acc1[r], &summ[r]);
         }
     }
-    for (int r = 0; r < nrc; r++) out[(size_t)r * os] = (five ? hsum_ps(acc[r]) : acc1[r]) - summ[r];
+    for (int r = 0; r < nrc; r++) out[(size_t)r * os] = (five && !batch ? hsum_ps(acc[r]) : acc1[r]) - summ[r];
 }
 
 /* Q6_K's -32 offset as ggml_vec_dot_q6_K_q8_K takes it on AVX2: the unsigned quants multiply the activation, and
@@ -183,10 +214,13 @@ static inline __m256i q6k_offset(const uint8_t *yr, __m256i sc16) {
     return _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(_mm256_madd_epi16(load32(yr + 260), sc16), 5));
 }
 
+/* Q6_K for nrc activation rows: ggml_vec_dot_q6_K_q8_K's eight lanes; with batch (MQ_BATCH rows or more), as
+ * llama.cpp's tiled kernel: one chain of d x the block's sum, by the activation's d. */
 static inline __attribute__((always_inline)) void q6_k_rows(const uint8_t *w, const uint8_t *y, size_t ys, int n,
-                                                            const int nrc, float *out, size_t os) {
+                                                            const int nrc, float *out, size_t os, const int batch) {
     __m256 acc[MQ_NRC];
-    for (int r = 0; r < nrc; r++) acc[r] = _mm256_setzero_ps();
+    float acc1[MQ_NRC];
+    for (int r = 0; r < nrc; r++) acc[r] = _mm256_setzero_ps(), acc1[r] = 0;
     const __m256i low4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
     for (int ib = 0; ib < n / 256; ib++, w += 210, y += 292) {
         const int8_t *sc = (const int8_t *)(w + 192);
@@ -212,11 +246,15 @@ static inline __attribute__((always_inline)) void q6_k_rows(const uint8_t *w, co
             const uint8_t *yr = y + (size_t)r * ys, *q8 = yr + 4;
             __m256i sumi = q6k_offset(yr, sc16);
             for (int k = 0; k < 8; k++)
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(v[k], load32(q8 + 32 * k)), scale[k]));
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(ld_f32(yr) * dw), _mm256_cvtepi32_ps(sumi), acc[r]); /* as ggml */
+                sumi = _mm256_add_epi32(sumi,
+                                        _mm256_madd_epi16(_mm256_maddubs_epi16(v[k], load32(q8 + 32 * k)), scale[k]));
+            if (batch) /* MQ_BATCH: llama.cpp's tiled kernel */
+                acc1[r] = fmaf(dw * (float)hsum_epi32(sumi), ld_f32(yr), acc1[r]);
+            else
+                acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(ld_f32(yr) * dw), _mm256_cvtepi32_ps(sumi), acc[r]);
         }
     }
-    for (int r = 0; r < nrc; r++) out[(size_t)r * os] = hsum_ps(acc[r]);
+    for (int r = 0; r < nrc; r++) out[(size_t)r * os] = batch ? acc1[r] : hsum_ps(acc[r]);
 }
 
 /* Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 as ggml's AVX2 kernels compute them: each block's integer sum of 32 products
@@ -357,8 +395,7 @@ static void panel32(int type, const uint8_t *rows, size_t rs, int nw, const uint
 
 /* Panels of Q4_K: a row is per block its 256 nibbles as bytes (lo[0], hi[0], ..., lo[3], hi[3] of q45_k_rows,
  * 32 each), then per block its 8 scales and 8 mins (16 bytes), then per block d and dmin as floats. q45_k_rows'
- * Q4_K arithmetic (one float chain per block, the mins in a second) for each pair, two weight rows sharing each
- * activation load. */
+ * Q4_K arithmetic (q4k_block) for each pair, two weight rows sharing each activation load. */
 static size_t row_bytes_q4k(int n) { return (size_t)n + (size_t)(n / 256) * (16 + 2 * sizeof(float)); }
 
 static void unpack_q4k(int type, const uint8_t *w, int n, uint8_t *row) {
@@ -399,7 +436,7 @@ static inline __attribute__((always_inline)) void q4k_panel(const uint8_t *rows,
         }
         for (int r = 0; r < nrc; r++) {
             const uint8_t *yr = y + (size_t)r * ys + (size_t)ib * 292, *q8 = yr + 4;
-            __m256i sumi[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+            __m256i p[2][4];
             for (int j = 0; j < 4; j++) {
                 const __m256i yl = load32(q8 + 64 * j), yh = load32(q8 + 64 * j + 32);
                 for (int k = 0; k < nw; k++) {
@@ -408,16 +445,14 @@ static inline __attribute__((always_inline)) void q4k_panel(const uint8_t *rows,
                                                          _mm256_set1_epi16(sc[k][2 * j]));
                     const __m256i ph = _mm256_madd_epi16(_mm256_maddubs_epi16(load32(q + 32), yh),
                                                          _mm256_set1_epi16(sc[k][2 * j + 1]));
-                    sumi[k] = _mm256_add_epi32(sumi[k], _mm256_add_epi32(pl, ph));
+                    p[k][j] = _mm256_add_epi32(pl, ph);
                 }
             }
             const __m256i bs = load32(yr + 260);
             const float yd = ld_f32(yr);
-            for (int k = 0; k < nw; k++) {
-                const int sumi_m = hsum_epi32(_mm256_madd_epi16(bs, mins16[k]));
-                acc1[k][r] = fmaf((float)hsum_epi32(sumi[k]), dw[k] * yd, acc1[k][r]);
-                summ[k][r] = fmaf((float)sumi_m, mw[k] * yd, summ[k][r]);
-            }
+            for (int k = 0; k < nw; k++)
+                q4k_block(p[k], _mm256_madd_epi16(bs, mins16[k]), dw[k] * yd, mw[k] * yd, nrc == MQ_NRC, &acc1[k][r],
+                          &summ[k][r]);
         }
     }
     for (int k = 0; k < nw; k++)
@@ -467,16 +502,18 @@ static void unpack_q6k(int type, const uint8_t *w, int n, uint8_t *row) {
 
 static inline __attribute__((always_inline)) void q6k_panel(const uint8_t *rows, size_t rs, const int nw,
                                                             const uint8_t *y, size_t ys, int n, const int nrc,
-                                                            float *out, size_t os) {
+                                                            float *out, size_t os, const int batch) {
     const int nb = n / 256;
     __m256 acc[2][MQ_NRC];
+    float acc1[2][MQ_NRC];
     for (int k = 0; k < nw; k++)
-        for (int r = 0; r < nrc; r++) acc[k][r] = _mm256_setzero_ps();
+        for (int r = 0; r < nrc; r++) acc[k][r] = _mm256_setzero_ps(), acc1[k][r] = 0;
     for (int ib = 0; ib < nb; ib++) {
         for (int r = 0; r < nrc; r++) {
             const uint8_t *yr = y + (size_t)r * ys + (size_t)ib * 292, *q8 = yr + 4;
             __m256i sumi[2];
-            for (int k = 0; k < nw; k++) sumi[k] = q6k_offset(yr, load32(rows + (size_t)k * rs + 2 * n + 4 * nb + 32 * ib));
+            for (int k = 0; k < nw; k++)
+                sumi[k] = q6k_offset(yr, load32(rows + (size_t)k * rs + 2 * n + 4 * nb + 32 * ib));
             for (int j = 0; j < 8; j++) {
                 const __m256i y8 = load32(q8 + 32 * j);
                 for (int k = 0; k < nw; k++) {
@@ -487,18 +524,30 @@ static inline __attribute__((always_inline)) void q6k_panel(const uint8_t *rows,
             }
             for (int k = 0; k < nw; k++) {
                 const float dw = ((const float *)(rows + (size_t)k * rs + 2 * n))[ib];
-                acc[k][r] = _mm256_fmadd_ps(_mm256_set1_ps(ld_f32(yr) * dw), _mm256_cvtepi32_ps(sumi[k]), acc[k][r]);
+                if (batch)
+                    acc1[k][r] = fmaf(dw * (float)hsum_epi32(sumi[k]), ld_f32(yr), acc1[k][r]);
+                else
+                    acc[k][r] = _mm256_fmadd_ps(_mm256_set1_ps(ld_f32(yr) * dw), _mm256_cvtepi32_ps(sumi[k]),
+                                                acc[k][r]);
             }
         }
     }
     for (int k = 0; k < nw; k++)
-        for (int r = 0; r < nrc; r++) out[(size_t)r * os + k] = hsum_ps(acc[k][r]);
+        for (int r = 0; r < nrc; r++) out[(size_t)r * os + k] = batch ? acc1[k][r] : hsum_ps(acc[k][r]);
 }
 
 static void panel_q6k(int type, const uint8_t *rows, size_t rs, int nw, const uint8_t *y, size_t ys, int n, int nrc,
                       float *out, size_t os, const float *yf) {
     (void)type, (void)yf;
-#define CALL_Q6K(w_c, r_c) q6k_panel(rows, rs, w_c, y, ys, n, r_c, out, os);
+#define CALL_Q6K(w_c, r_c) q6k_panel(rows, rs, w_c, y, ys, n, r_c, out, os, 0);
+    PANEL_CASES(CALL_Q6K)
+#undef CALL_Q6K
+}
+
+static void panel_q6k_batch(int type, const uint8_t *rows, size_t rs, int nw, const uint8_t *y, size_t ys, int n,
+                            int nrc, float *out, size_t os, const float *yf) {
+    (void)type, (void)yf;
+#define CALL_Q6K(w_c, r_c) q6k_panel(rows, rs, w_c, y, ys, n, r_c, out, os, 1);
     PANEL_CASES(CALL_Q6K)
 #undef CALL_Q6K
 }
@@ -521,9 +570,11 @@ static void panel_q6k(int type, const uint8_t *rows, size_t rs, int nw, const ui
 #define Q50(k) q32_rows(MQ_Q5_0, w, y, ys, n, k, out, os, yf)
 #define Q51(k) q32_rows(MQ_Q5_1, w, y, ys, n, k, out, os, yf)
 #define Q80(k) q32_rows(MQ_Q8_0, w, y, ys, n, k, out, os, yf)
-#define Q4K(k) q45_k_rows(w, y, ys, n, k, out, os, 0)
-#define Q5K(k) q45_k_rows(w, y, ys, n, k, out, os, 1)
-#define Q6K(k) q6_k_rows(w, y, ys, n, k, out, os)
+#define Q4K(k) q45_k_rows(w, y, ys, n, k, out, os, 0, 0)
+#define Q5K(k) q45_k_rows(w, y, ys, n, k, out, os, 1, 0)
+#define Q6K(k) q6_k_rows(w, y, ys, n, k, out, os, 0)
+#define Q5KB(k) q45_k_rows(w, y, ys, n, k, out, os, 1, 1)
+#define Q6KB(k) q6_k_rows(w, y, ys, n, k, out, os, 1)
 ROWS_KERNEL(rows_q4_0, Q40)
 ROWS_KERNEL(rows_q4_1, Q41)
 ROWS_KERNEL(rows_q5_0, Q50)
@@ -532,6 +583,8 @@ ROWS_KERNEL(rows_q8_0, Q80)
 ROWS_KERNEL(rows_q4_k, Q4K)
 ROWS_KERNEL(rows_q5_k, Q5K)
 ROWS_KERNEL(rows_q6_k, Q6K)
+ROWS_KERNEL(rows_q5_k_batch, Q5KB)
+ROWS_KERNEL(rows_q6_k_batch, Q6KB)
 #undef ROWS_KERNEL
 
 /* The one-row kernels of these types: the same code with nrc = 1. */
@@ -645,11 +698,15 @@ static const mq_dotn_fn rows_table[MQ_NTYPES] = {
 
 const mq_dotn_fn *mq_rows_avx2(void) { return rows_table; }
 
+static const mq_dotn_fn rows_batch_table[MQ_NTYPES] = {[MQ_Q5_K] = rows_q5_k_batch, [MQ_Q6_K] = rows_q6_k_batch};
+
+const mq_dotn_fn *mq_rows_batch_avx2(void) { return rows_batch_table; }
+
 static const mq_panel panel_table[MQ_NTYPES] = {
     [MQ_Q4_0] = {1, row_bytes32, unpack32, panel32}, [MQ_Q4_1] = {1, row_bytes32, unpack32, panel32},
     [MQ_Q5_0] = {1, row_bytes32, unpack32, panel32}, [MQ_Q5_1] = {1, row_bytes32, unpack32, panel32},
     [MQ_Q8_0] = {1, row_bytes32, unpack32, panel32}, [MQ_Q4_K] = {0, row_bytes_q4k, unpack_q4k, panel_q4k},
-    [MQ_Q6_K] = {0, row_bytes_q6k, unpack_q6k, panel_q6k},
+    [MQ_Q6_K] = {0, row_bytes_q6k, unpack_q6k, panel_q6k, panel_q6k_batch},
 };
 
 const mq_panel *mq_panels_avx2(void) { return panel_table; }
@@ -664,6 +721,7 @@ const mq_dot_fn *mq_kernels_avx2(void) {
 #else
 const mq_quantizers *mq_quantizers_avx2(void) { return 0; }
 const mq_dotn_fn *mq_rows_avx2(void) { return 0; }
+const mq_dotn_fn *mq_rows_batch_avx2(void) { return 0; }
 const mq_dot_fn *mq_kernels_avx2(void) { return 0; }
 const mq_panel *mq_panels_avx2(void) { return 0; }
 #endif

@@ -46,13 +46,21 @@ typedef void (*mq_dotn_fn)(const uint8_t *w, const uint8_t *y, size_t y_stride, 
  * (row_stride bytes apart) against nrc (1..MQ_NRC) activation rows (y_stride apart; yf their tile scales, as for
  * mq_dotn_fn): out[i * out_stride + k] = panel row k's dot with activation row i, by the same float operations as
  * the type's rows kernel, so with the same bits. tile_scales: the kernel reads yf (the 32-value types). */
+typedef void (*mq_panel_fn)(int type, const uint8_t *rows, size_t row_stride, int nw, const uint8_t *y,
+                            size_t y_stride, int n, int nrc, float *out, size_t out_stride, const float *yf);
 typedef struct {
     int tile_scales;
     size_t (*row_bytes)(int n);
     void (*unpack)(int type, const uint8_t *w, int n, uint8_t *row);
-    void (*panel)(int type, const uint8_t *rows, size_t row_stride, int nw, const uint8_t *y, size_t y_stride, int n,
-                  int nrc, float *out, size_t out_stride, const float *yf);
+    mq_panel_fn panel;
+    mq_panel_fn panel_batch; /* the MQ_BATCH form where the type has one (else NULL) */
 } mq_panel;
+
+/* From MQ_BATCH activation rows on, llama.cpp's CPU backend multiplies Q5_K and Q6_K matrices (which it does not
+ * repack on AVX2) with its tiled kernels, which add each block's whole integer sum times the weight's d (less
+ * dmin times the mins' sum) into one float chain, by the activation's d. The rows kernels of that form
+ * (mq_rows_batch_avx2) are used from that many rows on, so a prompt's rows get the bits llama.cpp gives them. */
+#define MQ_BATCH 8
 
 /* An activation row quantized to its partner (quants.c: the scalar ones; quants_avx2.c: the same bits in SIMD).
  * f16: n values to float16 (F16 weights' partner, and the key/value cache); q8: blocks of 32 to Q8_0 (34 bytes)

@@ -16,7 +16,10 @@ Needs the oracle extra (xllamacpp, cffi) and ../shared.
 tools/make_model_expected.py and print the agreement of the argmax with llama.cpp's token at positions where
 llama.cpp's top-2 margin is >= 0.5 / >= 0.1, and the mean |difference| between minillama's log-probs and
 llama.cpp's over llama.cpp's top 5 at every position: a finer measure than the counts, which move by whole
-positions (a change that helps the forward pass should lower it on both models).
+positions (a change that helps the forward pass should lower it on both models). minillama is fed as llama.cpp's
+server fed the reference (as_served: the prompt in two batches, then one token per step): llama.cpp's CPU kernels
+sum a row by its place in a batch, and so do minillama's native ones, so only the same feeding can give the same
+bits. A second line feeds everything in one batch (Model.logits), which shows how much the feeding moves.
 --llamacpp-self scores llama.cpp's own forward pass the same way (tools/bench/llamacpp_decode.py: llama_decode
 called directly, the prompt in one batch as minillama takes it, and split as llama.cpp's server splits it): how far
 llama.cpp moves from its own reference numbers, the floor under any comparison. --exactness-only skips the speed runs.
@@ -128,6 +131,17 @@ def agreement(cases: list[dict], logps: list[np.ndarray]) -> str:
     return f"{agree}, mean |log-prob difference| over llama.cpp's top 5: {np.mean(diffs):.4f}"
 
 
+def as_served(m, prompt: list[int], gen: list[int]) -> np.ndarray:
+    """minillama's logits [len(gen), n_vocab] before each of gen, fed as llama.cpp's server fed the reference: the
+    prompt in two batches (all but the last 4 tokens, then those 4; llamacpp_decode.py), then one token per step."""
+    s = m.session()
+    if len(prompt) > 4:
+        s.logits_next(prompt[:-4])
+    rows = [s.logits_next(prompt)]
+    rows += [s.logits_next(prompt + gen[:k]) for k in range(1, len(gen))]
+    return np.stack(rows)
+
+
 def exactness(model: str, data: str, llamacpp_too: bool = False) -> list[tuple[str, str]]:
     """Agreement of teacher-forced argmaxes with llama.cpp's greedy tokens (from its server): minillama's,
     and with llamacpp_too llama.cpp's own, called directly with the prompt in one batch and split as the
@@ -137,11 +151,12 @@ def exactness(model: str, data: str, llamacpp_too: bool = False) -> list[tuple[s
     m = Model.from_file(model)
     raw = json.loads(Path(data).read_text(encoding="utf-8"))
     cases = [c for c in (raw["cases"] if isinstance(raw, dict) else raw) if c["aligned"]]
-    sources = {"minillama": []}
+    sources: dict[str, list[np.ndarray]] = {"minillama": [], "minillama, in one batch": []}
     for c in cases:
         gen = [g["id"] for g in c["gen"]]
         n = len(c["prompt_ids"])
-        sources["minillama"].append(log_softmax(m.logits(c["prompt_ids"] + gen[:-1])[n - 1:]))
+        sources["minillama"].append(log_softmax(as_served(m, c["prompt_ids"], gen)))
+        sources["minillama, in one batch"].append(log_softmax(m.logits(c["prompt_ids"] + gen[:-1])[n - 1:]))
     if llamacpp_too:
         from llamacpp_decode import LlamaCpp
 
