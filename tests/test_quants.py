@@ -122,6 +122,15 @@ def llamacpp():
     return ffi, lib
 
 
+def llamacpp_rows(ffi, lib, t: T, rows: int, cols: int, rng: np.random.Generator) -> np.ndarray:
+    """rows x cols normal random weights quantized to type t by llama.cpp's ggml_quantize_chunk: (rows, row bytes)."""
+    w = rng.standard_normal((rows, cols)).astype(np.float32)
+    raw = np.empty((rows, cols // TRAITS[t].block * TRAITS[t].type_size), np.uint8)
+    lib.ggml_quantize_chunk(int(t), ffi.cast("float *", w.ctypes.data), ffi.cast("void *", raw.ctypes.data), 0, rows,
+                            cols, ffi.NULL)
+    return raw
+
+
 #: Each partner's llama.cpp quantizer, and a weight type that uses it.
 PARTNERS = {"q8_0": T.Q8_0, "q8_1": T.Q4_1, "q8_K": T.Q4_K}
 
@@ -184,10 +193,7 @@ def test_reference_matvec_equals_llamacpp_vec_dot(t: T) -> None:
     ffi, lib = llamacpp()
     tr, rng = TRAITS[t], np.random.default_rng(int(t) + 100)
     rows, cols = 9, 512
-    w = rng.standard_normal((rows, cols)).astype(np.float32)
-    raw = np.empty((rows, cols // tr.block * tr.type_size), np.uint8)
-    lib.ggml_quantize_chunk(int(t), ffi.cast("float *", w.ctypes.data), ffi.cast("void *", raw.ctypes.data), 0,
-                            rows, cols, ffi.NULL)
+    raw = llamacpp_rows(ffi, lib, t, rows, cols, rng)
     x = rng.standard_normal(cols).astype(np.float32)
     y = np.frombuffer(tr.quantize_partner(x), np.uint8).copy()
     s = ffi.new("float *")
@@ -244,10 +250,7 @@ def test_avx2_kernels_equal_llamacpp_bit_for_bit(t: T) -> None:
     tr, rng = TRAITS[t], np.random.default_rng(int(t) + 200)
     rows, cols = 16, 2048
     for trial in range(4):
-        w = rng.standard_normal((rows, cols)).astype(np.float32)
-        raw = np.empty((rows, cols // tr.block * tr.type_size), np.uint8)
-        lib.ggml_quantize_chunk(int(t), ffi.cast("float *", w.ctypes.data), ffi.cast("void *", raw.ctypes.data), 0,
-                                rows, cols, ffi.NULL)
+        raw = llamacpp_rows(ffi, lib, t, rows, cols, rng)
         x = (rng.standard_normal(cols) * rng.uniform(0.01, 10)).astype(np.float32)
         y = np.frombuffer(tr.quantize_partner(x), np.uint8).copy()  # llama.cpp's bytes (tested above)
         want = np.empty(rows, np.float32)
@@ -301,10 +304,7 @@ def test_avx2_products_equal_llamacpp_at_every_batch_size(t: T) -> None:
     ffi, lib = llamacpp()
     tr, rng = TRAITS[t], np.random.default_rng(int(t) + 300)
     rows, cols = 32, 1024
-    w = rng.standard_normal((rows, cols)).astype(np.float32)
-    raw = np.empty((rows, cols // tr.block * tr.type_size), np.uint8)
-    lib.ggml_quantize_chunk(int(t), ffi.cast("float *", w.ctypes.data), ffi.cast("void *", raw.ctypes.data), 0,
-                            rows, cols, ffi.NULL)
+    raw = llamacpp_rows(ffi, lib, t, rows, cols, rng)
     for n in (1, 3, 4, 6, 7, 8, 9, 13):
         x = (rng.standard_normal((n, cols)) * rng.uniform(0.01, 10)).astype(np.float32)
         got = np.empty((n, rows), np.float32)
