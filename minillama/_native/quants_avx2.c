@@ -122,33 +122,48 @@ static inline int hsum_epi32(__m256i v) {
     return _mm_cvtsi128_si32(s);
 }
 
-/* One Q4_K block into an output's two float chains (d: the weight's d x the activation's; dm: the same with dmin).
- * p[j]: products times scales of the block's 64-value part j (eight int32 lanes); m: the mins against the
- * activation's sums (lane l: sub-block l). A row alone, or past the last full tile, adds the block's whole sum to
- * each chain, as llama.cpp's ggml_gemv_q4_K_8x8_q8_K does; a full tile of four rows adds it part by part, as its
- * ggml_gemm_q4_K_8x8_q8_K does for groups of four rows, so each row's bits are the ones llama.cpp computes for a
- * row in that place of a batch. */
-static inline void q4k_block(const __m256i p[4], __m256i m, float d, float dm, int full_tile, float *acc,
-                             float *accm) {
-    if (!full_tile) {
-        const __m256i s = _mm256_add_epi32(_mm256_add_epi32(p[0], p[1]), _mm256_add_epi32(p[2], p[3]));
-        *acc = fmaf((float)hsum_epi32(s), d, *acc);
-        *accm = fmaf((float)hsum_epi32(m), dm, *accm);
-        return;
-    }
+/* Q4_K blocks into an output's two float chains (d: the weight's d x the activation's; dm: the same with dmin),
+ * as llama.cpp's repacked kernels add them. p[j]: products times scales of the block's 64-value part j (eight
+ * int32 lanes); m: the mins against the activation's sums (lane l: sub-block l). A row alone, or past the last
+ * full tile of four, adds each block's whole sums (q4k_whole, as ggml_gemv_q4_K_8x8_q8_K); a full tile adds them
+ * part by part (q4k_parts, q4k_tile, as ggml_gemm_q4_K_8x8_q8_K for a group of four rows), so each row has the
+ * bits llama.cpp computes for a row in that place of a batch. */
+static inline void q4k_whole(const __m256i p[4], __m256i m, float d, float dm, float *acc, float *accm) {
+    const __m256i s = _mm256_add_epi32(_mm256_add_epi32(p[0], p[1]), _mm256_add_epi32(p[2], p[3]));
+    *acc = fmaf((float)hsum_epi32(s), d, *acc);
+    *accm = fmaf((float)hsum_epi32(m), dm, *accm);
+}
+
+/* The block's four part sums, and its mins' four part sums (lanes 0..3). */
+static inline __m128i q4k_parts(const __m256i p[4]) {
     const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
-    int32_t part[4], mpart[8];
-    _mm_storeu_si128((__m128i *)part, _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
-    _mm256_storeu_si256((__m256i *)mpart, _mm256_hadd_epi32(m, m)); /* parts 0 and 1 at 0, 1; 2 and 3 at 4, 5 */
-    for (int j = 0; j < 4; j++) *acc = fmaf((float)part[j], d, *acc);
-    for (int j = 0; j < 4; j++) *accm = fmaf((float)mpart[j + (j & 2)], dm, *accm);
+    return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+
+static inline __m128i q4k_min_parts(__m256i m) {
+    const __m256i h = _mm256_hadd_epi32(m, m); /* parts 0, 1 in lanes 0, 1; parts 2, 3 in lanes 4, 5 */
+    return _mm_unpacklo_epi64(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+
+/* A full tile's block: t[r], mt[r] the part sums of row r; lane r of d, dm, acc, accm is row r's. The four rows'
+ * chains take their four fused steps side by side, the same operations lane by lane as one row's. */
+static inline void q4k_tile(const __m128i t[4], const __m128i mt[4], __m128 d, __m128 dm, __m128 *acc,
+                            __m128 *accm) {
+    __m128 a0 = _mm_cvtepi32_ps(t[0]), a1 = _mm_cvtepi32_ps(t[1]), a2 = _mm_cvtepi32_ps(t[2]),
+           a3 = _mm_cvtepi32_ps(t[3]);
+    _MM_TRANSPOSE4_PS(a0, a1, a2, a3); /* a_j: part j of the four rows */
+    *acc = _mm_fmadd_ps(a3, d, _mm_fmadd_ps(a2, d, _mm_fmadd_ps(a1, d, _mm_fmadd_ps(a0, d, *acc))));
+    __m128 m0 = _mm_cvtepi32_ps(mt[0]), m1 = _mm_cvtepi32_ps(mt[1]), m2 = _mm_cvtepi32_ps(mt[2]),
+           m3 = _mm_cvtepi32_ps(mt[3]);
+    _MM_TRANSPOSE4_PS(m0, m1, m2, m3);
+    *accm = _mm_fmadd_ps(m3, dm, _mm_fmadd_ps(m2, dm, _mm_fmadd_ps(m1, dm, _mm_fmadd_ps(m0, dm, *accm))));
 }
 
 /* The body of the Q4_K/Q5_K kernel for nrc activation rows (a constant where it is inlined): each block's
  * quants unpacked once, then multiplied with every row. Q4_K sums as llama.cpp runs it on AVX2, where its loader
  * repacks Q4_K matrices eight rows interleaved (ggml_gemv_q4_K_8x8_q8_K / ggml_gemm_q4_K_8x8_q8_K): each output a
  * single float chain over the blocks, exact integer sums fused with d x the activation's d, the mins in a second
- * chain, subtracted at the end (q4k_block: a full tile of four rows as its gemm, other rows as its gemv). Q5_K as
+ * chain, subtracted at the end (a full tile of four rows as its gemm, other rows as its gemv: q4k_whole). Q5_K as
  * ggml_vec_dot_q5_K_q8_K: eight lanes, each block's lanes fused in, the mins in a fused chain of their own; with
  * batch (MQ_BATCH rows or more), as llama.cpp's tiled kernel: one chain of (d x sum - dmin x mins) x the
  * activation's d. */
@@ -158,6 +173,8 @@ static inline __attribute__((always_inline)) void q45_k_rows(const uint8_t *w, c
     __m256 acc[MQ_NRC];
     float summ[MQ_NRC], acc1[MQ_NRC];
     for (int r = 0; r < nrc; r++) acc[r] = _mm256_setzero_ps(), summ[r] = 0, acc1[r] = 0;
+    const int tile = !five && nrc == MQ_NRC; /* Q4_K, a full tile: q4k_tile */
+    __m128 acct = _mm_setzero_ps(), accmt = _mm_setzero_ps();
     const int size = five ? 176 : 144;
     const __m256i low4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
     for (int ib = 0; ib < n / 256; ib++, w += size, y += 292) {
@@ -179,6 +196,8 @@ static inline __attribute__((always_inline)) void q45_k_rows(const uint8_t *w, c
         /* the mins against the activation's 16 sums of 16 (exact in int32, in any order) */
         const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)mn),
                                                                       _mm_loadl_epi64((const __m128i *)mn)));
+        __m128i t[MQ_NRC], mt[MQ_NRC];
+        float dv[MQ_NRC], dmv[MQ_NRC];
         for (int r = 0; r < nrc; r++) {
             const uint8_t *yr = y + (size_t)r * ys, *q8 = yr + 4;
             const __m256i m = _mm256_madd_epi16(load32(yr + 260), mins16);
@@ -200,10 +219,14 @@ static inline __attribute__((always_inline)) void q45_k_rows(const uint8_t *w, c
                     acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * yd), _mm256_cvtepi32_ps(sumi), acc[r]);
                     summ[r] = fmaf((float)hsum_epi32(m), mw * yd, summ[r]);
                 }
-            } else
-                q4k_block(p, m, dw * yd, mw * yd, nrc == MQ_NRC, &acc1[r], &summ[r]);
+            } else if (tile)
+                t[r] = q4k_parts(p), mt[r] = q4k_min_parts(m), dv[r] = dw * yd, dmv[r] = mw * yd;
+            else
+                q4k_whole(p, m, dw * yd, mw * yd, &acc1[r], &summ[r]);
         }
+        if (tile) q4k_tile(t, mt, _mm_loadu_ps(dv), _mm_loadu_ps(dmv), &acct, &accmt);
     }
+    if (tile) _mm_storeu_ps(acc1, acct), _mm_storeu_ps(summ, accmt);
     for (int r = 0; r < nrc; r++) out[(size_t)r * os] = (five && !batch ? hsum_ps(acc[r]) : acc1[r]) - summ[r];
 }
 
@@ -395,7 +418,8 @@ static void panel32(int type, const uint8_t *rows, size_t rs, int nw, const uint
 
 /* Panels of Q4_K: a row is per block its 256 nibbles as bytes (lo[0], hi[0], ..., lo[3], hi[3] of q45_k_rows,
  * 32 each), then per block its 8 scales and 8 mins (16 bytes), then per block d and dmin as floats. q45_k_rows'
- * Q4_K arithmetic (q4k_block) for each pair, two weight rows sharing each activation load. */
+ * Q4_K arithmetic (q4k_whole, or q4k_tile for a full tile) for each pair, two weight rows sharing each activation
+ * load. */
 static size_t row_bytes_q4k(int n) { return (size_t)n + (size_t)(n / 256) * (16 + 2 * sizeof(float)); }
 
 static void unpack_q4k(int type, const uint8_t *w, int n, uint8_t *row) {
@@ -423,7 +447,11 @@ static inline __attribute__((always_inline)) void q4k_panel(const uint8_t *rows,
     float acc1[2][MQ_NRC], summ[2][MQ_NRC];
     for (int k = 0; k < nw; k++)
         for (int r = 0; r < nrc; r++) acc1[k][r] = 0, summ[k][r] = 0;
+    const int tile = nrc == MQ_NRC; /* a full tile: q4k_tile */
+    __m128 acct[2] = {_mm_setzero_ps(), _mm_setzero_ps()}, accmt[2] = {_mm_setzero_ps(), _mm_setzero_ps()};
     for (int ib = 0; ib < nb; ib++) {
+        __m128i t[2][MQ_NRC], mt[2][MQ_NRC];
+        float dv[2][MQ_NRC], dmv[2][MQ_NRC];
         const uint8_t *sc[2];
         __m256i mins16[2];
         float dw[2], mw[2];
@@ -450,11 +478,21 @@ static inline __attribute__((always_inline)) void q4k_panel(const uint8_t *rows,
             }
             const __m256i bs = load32(yr + 260);
             const float yd = ld_f32(yr);
-            for (int k = 0; k < nw; k++)
-                q4k_block(p[k], _mm256_madd_epi16(bs, mins16[k]), dw[k] * yd, mw[k] * yd, nrc == MQ_NRC, &acc1[k][r],
-                          &summ[k][r]);
+            for (int k = 0; k < nw; k++) {
+                const __m256i m = _mm256_madd_epi16(bs, mins16[k]);
+                if (tile)
+                    t[k][r] = q4k_parts(p[k]), mt[k][r] = q4k_min_parts(m), dv[k][r] = dw[k] * yd,
+                    dmv[k][r] = mw[k] * yd;
+                else
+                    q4k_whole(p[k], m, dw[k] * yd, mw[k] * yd, &acc1[k][r], &summ[k][r]);
+            }
         }
+        if (tile)
+            for (int k = 0; k < nw; k++)
+                q4k_tile(t[k], mt[k], _mm_loadu_ps(dv[k]), _mm_loadu_ps(dmv[k]), &acct[k], &accmt[k]);
     }
+    if (tile)
+        for (int k = 0; k < nw; k++) _mm_storeu_ps(acc1[k], acct[k]), _mm_storeu_ps(summ[k], accmt[k]);
     for (int k = 0; k < nw; k++)
         for (int r = 0; r < nrc; r++) out[(size_t)r * os + k] = acc1[k][r] - summ[k][r];
 }
