@@ -116,7 +116,8 @@ def llamacpp():
                   struct ggml_cgraph *ggml_new_graph(struct ggml_context *ctx);
                   void ggml_build_forward_expand(struct ggml_cgraph *cgraph, struct ggml_tensor *tensor);
                   int ggml_graph_compute_with_ctx(struct ggml_context *ctx, struct ggml_cgraph *cgraph, int n_threads);
-                  void *ggml_get_data(const struct ggml_tensor *tensor);""")
+                  void *ggml_get_data(const struct ggml_tensor *tensor);
+                  extern uint16_t ggml_table_gelu_f16[65536];""")
     lib = ffi.dlopen(os.path.join(os.path.dirname(xl.__file__), "xllamacpp.abi3.so"))
     lib.ggml_cpu_init()
     return ffi, lib
@@ -333,6 +334,20 @@ def test_avx2_products_equal_llamacpp_at_every_batch_size(t: T) -> None:
                                                 ffi.cast("void *", p.ctypes.data), ffi.cast("void *", y.ctypes.data),
                                                 1, 8)
         np.testing.assert_array_equal(got, want, err_msg=f"{n} activation rows")
+
+
+@needs_core
+def test_gelu_table_equals_llamacpp() -> None:
+    """The GELU the native GeGLU looks up, at every float16 it is looked up at (finite, |x| < 10; outside, ggml uses
+    0 or x), equals llama.cpp's ggml_table_gelu_f16, which its CPU backend fills with ggml_gelu_f32 as its compiler
+    fuses it: 1 + a x x became a fused multiply-add, and at x = -1.999 only that form gives llama.cpp's entry (it
+    made one of Gemma 3's test prompts differ from llama.cpp from its fifth layer on)."""
+    ffi, lib = llamacpp()
+    theirs = np.frombuffer(ffi.buffer(lib.ggml_table_gelu_f16, 2 * 65536), "<f2").astype(np.float32)
+    ours = np.frombuffer(_core.gelu_table(), np.float32)
+    x = np.arange(65536, dtype=np.uint16).view("<f2").astype(np.float32)
+    used = np.isfinite(x) & (np.abs(x) < 10)
+    np.testing.assert_array_equal(ours[used], theirs[used])
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -191,19 +191,26 @@ static void attend(run *r, const ms_layer *L, int il, int64_t t, int64_t h, floa
                   pos, D, Dv, m->attn_scale, r->att + t * m->n_head * Dv + h * Dv, work);
 }
 
-/* tanh GELU, grouped as layers.gelu */
+/* tanh GELU as ggml_gelu_f32 fills llama.cpp's table: its compiler fuses 1 + a x x into fmaf(a x, x, 1), which
+ * changes the float16 entry at x = -1.999 (checked against the wheel's ggml_table_gelu_f16, every entry). */
 static inline float gelu(float x) {
     const float c = 0.7978845608028654f; /* sqrt(2 / pi) */
-    return 0.5f * x * (1.0f + tanhf(c * x * (1.0f + 0.044715f * x * x)));
+    return 0.5f * x * (1.0f + tanhf(c * x * fmaf(0.044715f * x, x, 1.0f)));
 }
 
 /* GELU as ggml's CPU backend computes it (GGML_GELU_FP16, ggml_vec_geglu_f32): 0 below -10, x above 10, else
  * a table of gelu at every float16 value, rounded to float16, looked up at x rounded to float16. */
 static float gelu_table[65536];
 static void gelu_table_init(void) {
+    mq_init(); /* mq_half_float's table */
     for (uint32_t h = 0; h < 65536; h++) gelu_table[h] = mq_round_f16(gelu(mq_half_float((uint16_t)h)));
 }
 static pthread_once_t gelu_once = PTHREAD_ONCE_INIT;
+
+const float *ms_gelu_table(void) {
+    pthread_once(&gelu_once, gelu_table_init);
+    return gelu_table;
+}
 
 static inline float gelu_ggml(float x) {
     return x <= -10.0f ? 0.0f : x >= 10.0f ? x : gelu_table[mq_half(x)];

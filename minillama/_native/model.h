@@ -84,4 +84,7 @@ typedef struct {
  * the output matrix, in the same pass (one wake of the threads per step). 1 done, 0 out of memory. */
 int ms_forward(const ms_model *m, float *x, const ms_seq *seqs, int n_seq, int threads, float *logits);
 
+/* GELU at each of the 65536 float16 values (indexed by its bits), rounded to float16: the table GeGLU looks up. */
+const float *ms_gelu_table(void);
+
 #endif

@@ -1822,8 +1822,15 @@ done:
     return res;
 }
 
+/* gelu_table() -> bytes: ms_gelu_table as 65536 float32 (tests compare it with llama.cpp's ggml_table_gelu_f16). */
+static PyObject *gelu_table(PyObject *self, PyObject *unused) {
+    (void)self, (void)unused;
+    return PyBytes_FromStringAndSize((const char *)ms_gelu_table(), 65536 * sizeof(float));
+}
+
 static PyMethodDef core_methods[] = {
     QUANTS_METHODS
+    {"gelu_table", gelu_table, METH_NOARGS, "gelu_table() -> bytes: GeGLU's table of GELU at every float16, float32."},
     {"utf8_blob", utf8_blob, METH_O,
      "utf8_blob(tokens: list[str]) -> (bytes, bytes) | None: the tokens' UTF-8 joined and their n + 1 int64 "
      "offsets; None when one is no str or holds a surrogate."},
