@@ -103,8 +103,9 @@ def llamacpp():
              + "".join(f"void quantize_row_{k}(const float *x, void *y, int64_t k);" for k in ("q8_0", "q8_1", "q8_K"))
              + "".join(f"void ggml_vec_dot_{n}{g}(int n, float *s, size_t bs, const void *vx, size_t bx,"
                        f" const void *vy, size_t by, int nrc);" for n in VEC_DOT.values() for g in ("", "_generic"))
-             + "".join(f"void ggml_{g}_q4_K_8x8_q8_K(int n, float *s, size_t bs, const void *vx, const void *vy,"
-                       f" int nr, int nc);" for g in ("gemv", "gemm"))
+             + "".join(f"void ggml_{g}_{k}(int n, float *s, size_t bs, const void *vx, const void *vy, int nr, int nc);"
+                       for g in ("gemv", "gemm") for k in ("q4_K_8x8_q8_K", "q4_0_8x8_q8_0"))
+             + "void ggml_quantize_mat_q8_0_4x8(const float *x, void *y, int64_t k);"
              + f"void {QUANTIZE_MAT_Q8_K_4X8}(const float *x, void *y, int64_t nrow, int64_t n_per_row);"
              + """struct ggml_init_params { size_t mem_size; void *mem_buffer; bool no_alloc; };
                   struct ggml_context; struct ggml_tensor; struct ggml_cgraph;
@@ -233,9 +234,54 @@ def q4_k_x8(blocks: list[np.ndarray]) -> np.ndarray:
     return out
 
 
+def q4_0_x8(blocks: list[np.ndarray]) -> np.ndarray:
+    """Eight Q4_0 blocks as llama.cpp repacks them (block_q4_0x8, make_block_q4_0x8 with 8-byte interleave): the
+    eight d, then the quants 8 bytes at a time from each block in turn, each nibble's top bit flipped (xor 0x88)."""
+    out = np.zeros(144, np.uint8)
+    out[0:16] = np.concatenate([b[0:2] for b in blocks])
+    for i in range(16):
+        out[16 + 8 * i:24 + 8 * i] = blocks[i % 8][2 + 8 * (i // 8):10 + 8 * (i // 8)] ^ 0x88
+    return out
+
+
+#: What llama.cpp repacks at load on AVX2 (matrices of a multiple of 8 rows): type -> (its packer of 8 blocks,
+#: its products' names, its four-row activation quantizer, the bytes that quantizer makes per block of values).
+REPACKED = {T.Q4_0: (q4_0_x8, "q4_0_8x8_q8_0", "ggml_quantize_mat_q8_0_4x8", 4 * 2 + 4 * 32),
+            T.Q4_K: (q4_k_x8, "q4_K_8x8_q8_K", QUANTIZE_MAT_Q8_K_4X8, 4 * 4 + 4 * 256 + 4 * 32)}
+
+
+def repacked_product(ffi, lib, t: T, raw: np.ndarray, cols: int, x: np.ndarray) -> np.ndarray:
+    """llama.cpp's product of a repacked matrix (ggml-cpu's repack forward_mul_mat) with the rows x: each group of
+    four rows through ggml_gemm_<kind> (activations quantized four rows at a time), the rows after the last group
+    through ggml_gemv_<kind>."""
+    pack, kind, quantize4, y4_bytes = REPACKED[t]
+    tr, rows, n = TRAITS[t], raw.shape[0], x.shape[0]
+    nb, full = cols // tr.block, n - n % 4
+    packed = [np.concatenate([pack([raw[r0 + r, tr.type_size * b:tr.type_size * (b + 1)] for r in range(8)])
+                              for b in range(nb)]) for r0 in range(0, rows, 8)]
+    want = np.empty((n, rows), np.float32)
+    for i0 in range(0, full, 4):
+        y4 = np.empty(nb * y4_bytes, np.uint8)
+        getattr(lib, quantize4)(*(ffi.cast("float *", x[i0:].ctypes.data), ffi.cast("void *", y4.ctypes.data)),
+                                *((4, cols) if t == T.Q4_K else (cols,)))
+        for g, p in enumerate(packed):
+            tile = np.empty((4, 8), np.float32)
+            getattr(lib, f"ggml_gemm_{kind}")(cols, ffi.cast("float *", tile.ctypes.data), 8,
+                                              ffi.cast("void *", p.ctypes.data), ffi.cast("void *", y4.ctypes.data),
+                                              4, 8)
+            want[i0:i0 + 4, 8 * g:8 * g + 8] = tile
+    for i in range(full, n):
+        y = np.frombuffer(tr.quantize_partner(x[i]), np.uint8).copy()  # llama.cpp's bytes (tested above)
+        for g, p in enumerate(packed):
+            getattr(lib, f"ggml_gemv_{kind}")(cols, ffi.cast("float *", want[i, 8 * g:].ctypes.data), 8,
+                                              ffi.cast("void *", p.ctypes.data), ffi.cast("void *", y.ctypes.data),
+                                              1, 8)
+    return want
+
+
 #: The types whose AVX2 kernel computes the bits of the kernel llama.cpp's CPU backend runs on an AVX2 machine:
-#: ggml_vec_dot_<name> (its x86 build), and for Q4_K, which it repacks eight rows interleaved at load,
-#: ggml_gemv_q4_K_8x8_q8_K. Q2_K and Q3_K have no AVX2 kernel here (the scalar order, equal to float rounding).
+#: ggml_vec_dot_<name> (its x86 build), and for Q4_0 and Q4_K, which it repacks eight rows interleaved at load,
+#: its gemv. Q2_K and Q3_K have no AVX2 kernel here (the scalar order, equal to float rounding).
 LLAMACPP_AVX2 = [T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.Q4_K, T.Q5_K, T.Q6_K]
 
 
@@ -255,14 +301,8 @@ def test_avx2_kernels_equal_llamacpp_bit_for_bit(t: T) -> None:
         x = (rng.standard_normal(cols) * rng.uniform(0.01, 10)).astype(np.float32)
         y = np.frombuffer(tr.quantize_partner(x), np.uint8).copy()  # llama.cpp's bytes (tested above)
         want = np.empty(rows, np.float32)
-        if t == T.Q4_K:
-            nb = cols // 256
-            for r0 in range(0, rows, 8):
-                packed = np.concatenate([q4_k_x8([raw[r0 + r, 144 * b:144 * (b + 1)] for r in range(8)])
-                                         for b in range(nb)])
-                lib.ggml_gemv_q4_K_8x8_q8_K(cols, ffi.cast("float *", want[r0:].ctypes.data), 8,
-                                            ffi.cast("void *", packed.ctypes.data),
-                                            ffi.cast("void *", y.ctypes.data), 1, 8)
+        if t in REPACKED:
+            want = repacked_product(ffi, lib, t, raw, cols, x[None])[0]
         else:
             s = ffi.new("float *")
             for r in range(rows):
@@ -298,41 +338,19 @@ def ggml_mul_mat(ffi, lib, t: T, raw: np.ndarray, cols: int, x: np.ndarray) -> n
 def test_avx2_products_equal_llamacpp_at_every_batch_size(t: T) -> None:
     """A product of n activation rows against llama.cpp's for the same n: its CPU backend sums a row by where it
     falls in a batch (Q5_K and Q6_K from 8 rows on by its tiled kernels; Q4_K, which it repacks, in groups of four
-    by ggml_gemm_q4_K_8x8_q8_K and the rows past the last group by ggml_gemv_q4_K_8x8_q8_K), and so does
-    minillama, so every row of every batch has llama.cpp's bits."""
+    by ggml_gemm_q4_K_8x8_q8_K and the rows past the last group by ggml_gemv_q4_K_8x8_q8_K; Q4_0, also repacked, the
+    same way, whose two forms agree), and so does minillama, so every row of every batch has llama.cpp's bits."""
     if _core.kernels() != "avx2":
         pytest.skip(f"this CPU runs the {_core.kernels()} kernels")
     ffi, lib = llamacpp()
-    tr, rng = TRAITS[t], np.random.default_rng(int(t) + 300)
+    rng = np.random.default_rng(int(t) + 300)
     rows, cols = 32, 1024
     raw = llamacpp_rows(ffi, lib, t, rows, cols, rng)
     for n in (1, 3, 4, 6, 7, 8, 9, 13):
         x = (rng.standard_normal((n, cols)) * rng.uniform(0.01, 10)).astype(np.float32)
         got = np.empty((n, rows), np.float32)
         _core.matmul(raw, int(t), rows, cols, x, got, 2)
-        if t != T.Q4_K:
-            want = ggml_mul_mat(ffi, lib, t, raw, cols, x)
-        else:  # as llama.cpp multiplies a repacked Q4_K matrix (ggml-cpu's repack forward_mul_mat)
-            nb, full = cols // 256, n - n % 4
-            want = np.empty((n, rows), np.float32)
-            packed = [np.concatenate([q4_k_x8([raw[r0 + r, 144 * b:144 * (b + 1)] for r in range(8)])
-                                      for b in range(nb)]) for r0 in range(0, rows, 8)]
-            for i0 in range(0, full, 4):
-                y4 = np.empty(nb * (16 + 4 * 256 + 4 * 32), np.uint8)  # block_q8_Kx4
-                getattr(lib, QUANTIZE_MAT_Q8_K_4X8)(ffi.cast("float *", x[i0:].ctypes.data),
-                                                    ffi.cast("void *", y4.ctypes.data), 4, cols)
-                for g, p in enumerate(packed):
-                    tile = np.empty((4, 8), np.float32)
-                    lib.ggml_gemm_q4_K_8x8_q8_K(cols, ffi.cast("float *", tile.ctypes.data), 8,
-                                                ffi.cast("void *", p.ctypes.data), ffi.cast("void *", y4.ctypes.data),
-                                                4, 8)
-                    want[i0:i0 + 4, 8 * g:8 * g + 8] = tile
-            for i in range(full, n):
-                y = np.frombuffer(tr.quantize_partner(x[i]), np.uint8).copy()
-                for g, p in enumerate(packed):
-                    lib.ggml_gemv_q4_K_8x8_q8_K(cols, ffi.cast("float *", want[i, 8 * g:].ctypes.data), 8,
-                                                ffi.cast("void *", p.ctypes.data), ffi.cast("void *", y.ctypes.data),
-                                                1, 8)
+        want = (repacked_product if t in REPACKED else ggml_mul_mat)(ffi, lib, t, raw, cols, x)
         np.testing.assert_array_equal(got, want, err_msg=f"{n} activation rows")
 
 

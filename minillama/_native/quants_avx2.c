@@ -280,13 +280,17 @@ static inline __attribute__((always_inline)) void q6_k_rows(const uint8_t *w, co
     for (int r = 0; r < nrc; r++) out[(size_t)r * os] = batch ? acc1[r] : hsum_ps(acc[r]);
 }
 
-/* Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 as ggml's AVX2 kernels compute them: each block's integer sum of 32 products
- * as eight float lanes, a fused multiply-add by the two scales into eight accumulator lanes (Q4_1/Q5_1: the
- * min times the activation sum added as a scalar), the lanes summed at the end. Integer parts exact, float
- * terms grouped as ggml's AVX2 groups them (equal to the scalar kernels to float rounding). */
-static inline __m256 sum_u8_ps(__m256i u, __m256i y) {
-    return _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(u, y), _mm256_set1_epi16(1)));
+/* Q4_1, Q5_0, Q5_1 and Q8_0 as ggml's AVX2 kernels compute them: each block's integer sum of 32 products as
+ * eight float lanes, a fused multiply-add by the two scales into eight accumulator lanes (Q4_1/Q5_1: the min times
+ * the activation sum added as a scalar), the lanes summed at the end. Integer parts exact, float terms grouped as
+ * ggml's AVX2 groups them (equal to the scalar kernels to float rounding). Q4_0 (Q4_0_CHAIN): llama.cpp repacks
+ * Q4_0 matrices on AVX2 (eight rows interleaved) and its ggml_gemv/gemm_q4_0_8x8_q8_0 fuse each block's whole
+ * integer sum, times the two scales' product, into one float chain per output, for any number of rows. */
+static inline __m256i sum_u8_epi32(__m256i u, __m256i y) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, y), _mm256_set1_epi16(1));
 }
+
+static inline __m256 sum_u8_ps(__m256i u, __m256i y) { return _mm256_cvtepi32_ps(sum_u8_epi32(u, y)); }
 
 /* The quants of one Q4_0..Q8_0 block as 32 bytes, and whether they are signed. */
 static inline __m256i qblock(int type, const uint8_t *w) {
@@ -307,11 +311,11 @@ static inline __attribute__((always_inline)) void q32_rows(const int type, const
                                                            const float *yf) {
     const int size = type == MQ_Q4_0 ? 18 : type == MQ_Q4_1 ? 20 : type == MQ_Q5_0 ? 22 : type == MQ_Q5_1 ? 24 : 34;
     const int with_min = type == MQ_Q4_1 || type == MQ_Q5_1, ysize = with_min ? 36 : 34, at = with_min ? 4 : 2;
-    const int nb = n / 32;
+    const int nb = n / 32, chain = type == MQ_Q4_0; /* Q4_0_CHAIN (above) */
     __m256 acc[MQ_NRC];
-    float summs[MQ_NRC];
+    float summs[MQ_NRC], accs[MQ_NRC];
     __m128 summ4 = _mm_setzero_ps();
-    for (int r = 0; r < nrc; r++) acc[r] = _mm256_setzero_ps(), summs[r] = 0;
+    for (int r = 0; r < nrc; r++) acc[r] = _mm256_setzero_ps(), summs[r] = 0, accs[r] = 0;
     for (int ib = 0; ib < nb; ib++, w += size, y += ysize) {
         const __m256i q = qblock(type, w);
         const __m256i aq = with_min ? q : _mm256_sign_epi8(q, q);
@@ -326,6 +330,11 @@ static inline __attribute__((always_inline)) void q32_rows(const int type, const
         for (int r = 0; r < nrc; r++) {
             const uint8_t *yr = y + (size_t)r * ys;
             __m256i yq = load32(yr + at);
+            if (chain) {
+                const int isum = hsum_epi32(sum_u8_epi32(aq, _mm256_sign_epi8(yq, q)));
+                accs[r] = fmaf((float)isum, yf ? dwy[r] : dw * h2f(ld_u16(yr)), accs[r]);
+                continue;
+            }
             __m256 p = sum_u8_ps(aq, with_min ? yq : _mm256_sign_epi8(yq, q));
             const __m256 d = yf ? _mm256_broadcast_ss(&dwy[r]) : _mm256_set1_ps(dw * h2f(ld_u16(yr)));
             acc[r] = _mm256_fmadd_ps(d, p, acc[r]);
@@ -333,7 +342,7 @@ static inline __attribute__((always_inline)) void q32_rows(const int type, const
         }
     }
     if (yf && with_min) _mm_storeu_ps(summs, summ4);
-    for (int r = 0; r < nrc; r++) out[(size_t)r * os] = hsum_ps(acc[r]) + summs[r];
+    for (int r = 0; r < nrc; r++) out[(size_t)r * os] = chain ? accs[r] : hsum_ps(acc[r]) + summs[r];
 }
 
 /* Panels (mq_panel) of the 32-value block types: a row is its n quant bytes (qblock's), then each block's scale
@@ -352,14 +361,16 @@ static void unpack32(int type, const uint8_t *w, int n, uint8_t *row) {
     }
 }
 
-static inline __attribute__((always_inline)) void q32_panel(const int with_min, const uint8_t *rows, size_t rs,
-                                                            const int nw, const uint8_t *y, size_t ys, int n,
-                                                            const int nrc, float *out, size_t os, const float *yf) {
+static inline __attribute__((always_inline)) void q32_panel(const int with_min, const int chain, const uint8_t *rows,
+                                                            size_t rs, const int nw, const uint8_t *y, size_t ys,
+                                                            int n, const int nrc, float *out, size_t os,
+                                                            const float *yf) {
     const int nb = n / 32, ysize = with_min ? 36 : 34, at = with_min ? 4 : 2;
     __m256 acc[2][MQ_NRC];
+    float accs[2][MQ_NRC];
     __m128 summ4[2] = {_mm_setzero_ps(), _mm_setzero_ps()};
     for (int k = 0; k < nw; k++)
-        for (int r = 0; r < nrc; r++) acc[k][r] = _mm256_setzero_ps();
+        for (int r = 0; r < nrc; r++) acc[k][r] = _mm256_setzero_ps(), accs[k][r] = 0;
     for (int ib = 0; ib < nb; ib++) {
         __m256i qv[2], aq[2];
         float dwy[2][4];
@@ -377,6 +388,11 @@ static inline __attribute__((always_inline)) void q32_panel(const int with_min, 
         for (int r = 0; r < nrc; r++) {
             const __m256i yq = load32(y + (size_t)r * ys + (size_t)ib * ysize + at);
             for (int k = 0; k < nw; k++) {
+                if (chain) {
+                    const int isum = hsum_epi32(sum_u8_epi32(aq[k], _mm256_sign_epi8(yq, qv[k])));
+                    accs[k][r] = fmaf((float)isum, dwy[k][r], accs[k][r]);
+                    continue;
+                }
                 const __m256 p = sum_u8_ps(aq[k], with_min ? yq : _mm256_sign_epi8(yq, qv[k]));
                 acc[k][r] = _mm256_fmadd_ps(_mm256_broadcast_ss(&dwy[k][r]), p, acc[k][r]);
             }
@@ -385,7 +401,7 @@ static inline __attribute__((always_inline)) void q32_panel(const int with_min, 
     for (int k = 0; k < nw; k++) {
         float summs[4] = {0, 0, 0, 0};
         if (with_min) _mm_storeu_ps(summs, summ4[k]);
-        for (int r = 0; r < nrc; r++) out[(size_t)r * os + k] = hsum_ps(acc[k][r]) + summs[r];
+        for (int r = 0; r < nrc; r++) out[(size_t)r * os + k] = chain ? accs[k][r] : hsum_ps(acc[k][r]) + summs[r];
     }
 }
 
@@ -404,13 +420,17 @@ static inline __attribute__((always_inline)) void q32_panel(const int with_min, 
 
 static void panel32(int type, const uint8_t *rows, size_t rs, int nw, const uint8_t *y, size_t ys, int n, int nrc,
                     float *out, size_t os, const float *yf) {
-#define P32(m) q32_panel(m, rows, rs, w_, y, ys, n, r_, out, os, yf)
-#define CALL_MIN(w_c, r_c) { const int w_ = w_c, r_ = r_c; P32(1); }
-#define CALL_NOMIN(w_c, r_c) { const int w_ = w_c, r_ = r_c; P32(0); }
+#define P32(m, c) q32_panel(m, c, rows, rs, w_, y, ys, n, r_, out, os, yf)
+#define CALL_MIN(w_c, r_c) { const int w_ = w_c, r_ = r_c; P32(1, 0); }
+#define CALL_NOMIN(w_c, r_c) { const int w_ = w_c, r_ = r_c; P32(0, 0); }
+#define CALL_CHAIN(w_c, r_c) { const int w_ = w_c, r_ = r_c; P32(0, 1); }
     if (type == MQ_Q4_1 || type == MQ_Q5_1)
         PANEL_CASES(CALL_MIN)
+    else if (type == MQ_Q4_0)
+        PANEL_CASES(CALL_CHAIN)
     else
         PANEL_CASES(CALL_NOMIN)
+#undef CALL_CHAIN
 #undef CALL_NOMIN
 #undef CALL_MIN
 #undef P32
