@@ -239,8 +239,8 @@ static int dot_panels(const mq_panel *P, mq_panel_fn panel, int type, const uint
         for (int64_t t = 0; t < n_x; t += MQ_NRC)
             for (int64_t k = 0; k < nr; k += 2)
                 panel(type, buf + k * rs, rs, nr - k < 2 ? 1 : 2, y + (size_t)t * y_bytes, y_bytes, (int)cols,
-                         (int)(n_x - t < MQ_NRC ? n_x - t : MQ_NRC), out + t * out_stride + rb + k, (size_t)out_stride,
-                         yf ? yf + (size_t)(t / MQ_NRC) * tile_f : NULL);
+                      (int)(n_x - t < MQ_NRC ? n_x - t : MQ_NRC), out + t * out_stride + rb + k, (size_t)out_stride,
+                      yf ? yf + (size_t)(t / MQ_NRC) * tile_f : NULL);
     }
     free(buf);
     return 1;
