@@ -20,6 +20,7 @@ float mq_f16_table[65536];
 const mq_dot_fn *mq_kernels_avx2(void);
 const mq_dotn_fn *mq_rows_avx2(void);
 const mq_dotn_fn *mq_rows_batch_avx2(void);
+const mq_gemv_fn *mq_gemv_avx2(void);
 const mq_panel *mq_panels_avx2(void);
 const mq_quantizers *mq_quantizers_avx2(void);
 
@@ -57,6 +58,7 @@ static uint16_t float_to_half(float f) {
 static const mq_dot_fn *kernels;
 static const mq_dotn_fn no_rows[MQ_NTYPES], *rows_kernels = no_rows; /* NULL entries: one dot per activation row */
 static const mq_dotn_fn *rows_batch = no_rows; /* the MQ_BATCH forms (NULL: the rows kernel at any size) */
+static const mq_gemv_fn no_gemv[MQ_NTYPES], *gemv = no_gemv; /* NULL entries: the one-row kernel row by row */
 static const mq_panel no_panels[MQ_NTYPES], *panels = no_panels; /* NULL entries: the rows kernels unpack per tile */
 static const char *isa = "scalar";
 static void quantize_f16(const float *x, int64_t n, uint8_t *y);
@@ -74,6 +76,7 @@ static void init_once(void) {
         kernels = k;
         rows_kernels = mq_rows_avx2();
         rows_batch = mq_rows_batch_avx2();
+        gemv = mq_gemv_avx2() ? mq_gemv_avx2() : no_gemv;
         panels = mq_panels_avx2() ? mq_panels_avx2() : no_panels;
         quantizers = mq_quantizers_avx2() ? mq_quantizers_avx2() : &quantizers_scalar;
         isa = "avx2";
@@ -83,6 +86,7 @@ static void init_once(void) {
         kernels = kernels_scalar;
         rows_kernels = no_rows;
         rows_batch = no_rows;
+        gemv = no_gemv;
         panels = no_panels;
         quantizers = &quantizers_scalar;
         isa = "scalar";
@@ -250,6 +254,10 @@ static int dot_panels(const mq_panel *P, mq_panel_fn panel, int type, const uint
 static void dot_range(int type, const uint8_t *w, size_t row_bytes, const uint8_t *y, size_t y_bytes, int64_t cols,
                       int64_t n_x, int64_t r0, int64_t r1, float *out, int64_t out_stride) {
     const mq_dot_fn dot = kernels[type];
+    if (n_x == 1 && gemv[type]) {
+        gemv[type](w + (size_t)r0 * row_bytes, row_bytes, r1 - r0, y, (int)cols, out + r0);
+        return;
+    }
     const int batch = n_x >= MQ_BATCH && rows_batch[type];
     const mq_dotn_fn dotn = batch ? rows_batch[type] : rows_kernels[type];
     /* the rows kernels' tile scales; a single activation row goes to the one-row kernel, which reads none */

@@ -40,6 +40,9 @@ typedef float (*mq_dot_fn)(const uint8_t *w, const uint8_t *y, int n);
 typedef void (*mq_dotn_fn)(const uint8_t *w, const uint8_t *y, size_t y_stride, int n, int nrc, float *out,
                            size_t out_stride, const float *yf);
 
+/* A matrix of rows weight rows (row_bytes apart) against one activation row y: out[r] = row r's dot with y, with
+ * the bits of the type's one-row kernel (a decode step's products, several weight rows at a time). */
+typedef void (*mq_gemv_fn)(const uint8_t *w, size_t row_bytes, int64_t rows, const uint8_t *y, int n, float *out);
 /* A prompt's product with each weight row unpacked once rather than once per tile of activation rows (Q4_0,
  * Q4_1, Q5_0, Q5_1, Q8_0 and Q4_K on AVX2). A panel row is one weight row of n values unpacked into
  * mq_panel.row_bytes(n) bytes (the quants as bytes, the block scales as floats). panel: nw (1..2) panel rows
