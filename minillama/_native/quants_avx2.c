@@ -108,6 +108,25 @@ static float dot_q3_k_x(const uint8_t *w, const uint8_t *y, int n) {
  * a multiply-add by the sub-block scale, eight float lanes accumulated per block and added at the end. The
  * integer part of every sub-block is exact; the float terms are grouped as ggml's AVX2 groups them, not as the
  * scalar kernels do, so these agree with the references to float rounding (tests/test_quants.py). */
+/* Q4_K/Q5_K's twelve scale bytes as eight scales (bytes 0-7) and eight mins (bytes 8-15): kscales' values, by
+ * llama.cpp's 32-bit masks (a dozen operations instead of the byte loop). */
+static inline __m128i kscales_x(const uint8_t *s) {
+    const uint32_t m1 = 0x3f3f3f3f, m2 = 0x0f0f0f0f, m3 = 0x03030303;
+    uint32_t u[4];
+    memcpy(u, s, 12);
+    u[3] = ((u[2] >> 4) & m2) | (((u[1] >> 6) & m3) << 4);
+    const uint32_t mins_lo = u[1] & m1;
+    u[1] = (u[2] & m2) | (((u[0] >> 6) & m3) << 4);
+    u[2] = mins_lo;
+    u[0] &= m1;
+    return _mm_loadu_si128((const __m128i *)u);
+}
+
+/* int16 lane k of each 128-bit half (one shuffle; _mm256_set1_epi16 of a scalar costs two). */
+static inline __m256i lane16(__m256i v, int k) {
+    return _mm256_shuffle_epi8(v, _mm256_set1_epi16((short)(0x0100 + 0x0202 * k)));
+}
+
 static inline float hsum_ps(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -178,8 +197,8 @@ static inline __attribute__((always_inline)) void q45_k_rows(const uint8_t *w, c
     const int size = five ? 176 : 144;
     const __m256i low4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
     for (int ib = 0; ib < n / 256; ib++, w += size, y += 292) {
-        uint8_t sc[8], mn[8];
-        kscales(w + 4, sc, mn);
+        const __m128i scm = kscales_x(w + 4);
+        const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(scm)); /* scale j: lane16(sc16, j) */
         const uint8_t *q4 = w + (five ? 48 : 16);
         __m256i hm = load32(w + 16), lo[4], hi[4];
         for (int j = 0; j < 4; j++) {
@@ -194,8 +213,7 @@ static inline __attribute__((always_inline)) void q45_k_rows(const uint8_t *w, c
         }
         const float dw = h2f(ld_u16(w)), mw = h2f(ld_u16(w + 2));
         /* the mins against the activation's 16 sums of 16 (exact in int32, in any order) */
-        const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)mn),
-                                                                      _mm_loadl_epi64((const __m128i *)mn)));
+        const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(scm, scm));
         __m128i t[MQ_NRC], mt[MQ_NRC];
         float dv[MQ_NRC], dmv[MQ_NRC];
         for (int r = 0; r < nrc; r++) {
@@ -204,9 +222,9 @@ static inline __attribute__((always_inline)) void q45_k_rows(const uint8_t *w, c
             __m256i p[4];
             for (int j = 0; j < 4; j++) {
                 __m256i pl = _mm256_madd_epi16(_mm256_maddubs_epi16(lo[j], load32(q8 + 64 * j)),
-                                               _mm256_set1_epi16(sc[2 * j]));
+                                               lane16(sc16, 2 * j));
                 __m256i ph = _mm256_madd_epi16(_mm256_maddubs_epi16(hi[j], load32(q8 + 64 * j + 32)),
-                                               _mm256_set1_epi16(sc[2 * j + 1]));
+                                               lane16(sc16, 2 * j + 1));
                 p[j] = _mm256_add_epi32(pl, ph);
             }
             float yd = ld_f32(yr);
@@ -247,7 +265,8 @@ static inline __attribute__((always_inline)) void q6_k_rows(const uint8_t *w, co
     const __m256i low4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
     for (int ib = 0; ib < n / 256; ib++, w += 210, y += 292) {
         const int8_t *sc = (const int8_t *)(w + 192);
-        __m256i v[8], scale[8];
+        const __m128i scb = _mm_loadu_si128((const __m128i *)sc);
+        __m256i v[8], scale[8]; /* scale[k]: int16 lanes 0-7 scale s, 8-15 scale s + 1 (below) */
         for (int h = 0; h < 2; h++) {
             __m256i ql0 = load32(w + 64 * h), ql1 = load32(w + 64 * h + 32), qh = load32(w + 128 + 32 * h);
             v[4 * h] = _mm256_or_si256(_mm256_and_si256(ql0, low4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30));
@@ -259,8 +278,9 @@ static inline __attribute__((always_inline)) void q6_k_rows(const uint8_t *w, co
                                            _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
             for (int k = 0; k < 4; k++) {
                 const int s = 8 * h + 2 * k; /* the 16-value groups s and s + 1 */
-                scale[4 * h + k] = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(sc[s])),
-                                                           _mm_set1_epi16(sc[s + 1]), 1);
+                scale[4 * h + k] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(
+                    scb, _mm_set_epi64x((long long)(0x0101010101010101ull * (unsigned)(s + 1)),
+                                        (long long)(0x0101010101010101ull * (unsigned)s))));
             }
         }
         const float dw = h2f(ld_u16(w + 208));
