@@ -527,8 +527,8 @@ static void panel32(int type, const uint8_t *rows, size_t rs, int nw, const uint
 
 /* Panels of Q4_K: a row is per block its 256 nibbles as bytes (lo[0], hi[0], ..., lo[3], hi[3] of q45_k_rows,
  * 32 each), then per block its 8 scales and 8 mins (16 bytes), then per block d and dmin as floats. q45_k_rows'
- * Q4_K arithmetic (q4k_whole, or q4k_tile for a full tile) for each pair, two weight rows sharing each activation
- * load. */
+ * Q4_K arithmetic (q4k_whole, or q4k_tile for a full tile) for each pair: each weight row's block (quants, scale
+ * vectors) loaded once for the tile's activation rows. */
 static size_t row_bytes_q4k(int n) { return (size_t)n + (size_t)(n / 256) * (16 + 2 * sizeof(float)); }
 
 static void unpack_q4k(int type, const uint8_t *w, int n, uint8_t *row) {
@@ -559,46 +559,37 @@ static inline __attribute__((always_inline)) void q4k_panel(const uint8_t *rows,
     const int tile = nrc == MQ_NRC; /* a full tile: q4k_tile */
     __m128 acct[2] = {_mm_setzero_ps(), _mm_setzero_ps()}, accmt[2] = {_mm_setzero_ps(), _mm_setzero_ps()};
     for (int ib = 0; ib < nb; ib++) {
-        __m128i t[2][MQ_NRC], mt[2][MQ_NRC];
-        float dv[2][MQ_NRC], dmv[2][MQ_NRC];
-        const uint8_t *sc[2];
-        __m256i mins16[2];
-        float dw[2], mw[2];
+        const uint8_t *yb = y + (size_t)ib * 292;
+        float yd[MQ_NRC];
+        for (int r = 0; r < nrc; r++) yd[r] = ld_f32(yb + (size_t)r * ys);
         for (int k = 0; k < nw; k++) {
-            const uint8_t *row = rows + (size_t)k * rs, *scm = row + n + 16 * ib;
+            /* a weight row's block: its scales and quants loaded once for the tile's activation rows */
+            const uint8_t *row = rows + (size_t)k * rs, *q = row + 256 * ib;
             const float *dm = (const float *)(row + n + 16 * nb) + 2 * ib;
-            sc[k] = scm, dw[k] = dm[0], mw[k] = dm[1];
-            const __m128i mn = _mm_loadl_epi64((const __m128i *)(scm + 8));
-            mins16[k] = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mn, mn));
-        }
-        for (int r = 0; r < nrc; r++) {
-            const uint8_t *yr = y + (size_t)r * ys + (size_t)ib * 292, *q8 = yr + 4;
-            __m256i p[2][4];
+            const __m128i scm = _mm_loadu_si128((const __m128i *)(row + n + 16 * ib)); /* 8 scales, 8 mins */
+            const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(scm));
+            const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(scm, scm));
+            __m256i p[MQ_NRC][4];
             for (int j = 0; j < 4; j++) {
-                const __m256i yl = load32(q8 + 64 * j), yh = load32(q8 + 64 * j + 32);
-                for (int k = 0; k < nw; k++) {
-                    const uint8_t *q = rows + (size_t)k * rs + 256 * ib + 64 * j;
-                    const __m256i pl = _mm256_madd_epi16(_mm256_maddubs_epi16(load32(q), yl),
-                                                         _mm256_set1_epi16(sc[k][2 * j]));
-                    const __m256i ph = _mm256_madd_epi16(_mm256_maddubs_epi16(load32(q + 32), yh),
-                                                         _mm256_set1_epi16(sc[k][2 * j + 1]));
-                    p[k][j] = _mm256_add_epi32(pl, ph);
+                const __m256i ql = load32(q + 64 * j), qh = load32(q + 64 * j + 32);
+                const __m256i sl = lane16(sc16, 2 * j), sh = lane16(sc16, 2 * j + 1);
+                for (int r = 0; r < nrc; r++) {
+                    const uint8_t *q8 = yb + (size_t)r * ys + 4 + 64 * j;
+                    p[r][j] = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(ql, load32(q8)), sl),
+                                               _mm256_madd_epi16(_mm256_maddubs_epi16(qh, load32(q8 + 32)), sh));
                 }
             }
-            const __m256i bs = load32(yr + 260);
-            const float yd = ld_f32(yr);
-            for (int k = 0; k < nw; k++) {
-                const __m256i m = _mm256_madd_epi16(bs, mins16[k]);
+            __m128i t[MQ_NRC], mt[MQ_NRC];
+            float dv[MQ_NRC], dmv[MQ_NRC];
+            for (int r = 0; r < nrc; r++) {
+                const __m256i m = _mm256_madd_epi16(load32(yb + (size_t)r * ys + 260), mins16);
                 if (tile)
-                    t[k][r] = q4k_parts(p[k]), mt[k][r] = q4k_min_parts(m), dv[k][r] = dw[k] * yd,
-                    dmv[k][r] = mw[k] * yd;
+                    t[r] = q4k_parts(p[r]), mt[r] = q4k_min_parts(m), dv[r] = dm[0] * yd[r], dmv[r] = dm[1] * yd[r];
                 else
-                    q4k_whole(p[k], m, dw[k] * yd, mw[k] * yd, &acc1[k][r], &summ[k][r]);
+                    q4k_whole(p[r], m, dm[0] * yd[r], dm[1] * yd[r], &acc1[k][r], &summ[k][r]);
             }
+            if (tile) q4k_tile(t, mt, _mm_loadu_ps(dv), _mm_loadu_ps(dmv), &acct[k], &accmt[k]);
         }
-        if (tile)
-            for (int k = 0; k < nw; k++)
-                q4k_tile(t[k], mt[k], _mm_loadu_ps(dv[k]), _mm_loadu_ps(dmv[k]), &acct[k], &accmt[k]);
     }
     if (tile)
         for (int k = 0; k < nw; k++) _mm_storeu_ps(acc1[k], acct[k]), _mm_storeu_ps(summ[k], accmt[k]);
@@ -615,7 +606,8 @@ static void panel_q4k(int type, const uint8_t *rows, size_t rs, int nw, const ui
 }
 /* Panels of Q6_K: a row is per block its 256 six-bit values as bytes (v[0..7] of q6_k_rows, 32 each), then per
  * block the eight scale vectors q6_k_rows builds (32 bytes each), then per block d as a float, then per block the
- * 16 scales as int16 (for q6k_offset). q6_k_rows' arithmetic for each pair. */
+ * 16 scales as int16 (for q6k_offset). q6_k_rows' arithmetic for each pair, each weight row's block loaded once
+ * for the tile's activation rows (the batch form's four chains stepped side by side). */
 static size_t row_bytes_q6k(int n) { return (size_t)n * 2 + (size_t)(n / 256) * (sizeof(float) + 32); }
 
 static void unpack_q6k(int type, const uint8_t *w, int n, uint8_t *row) {
@@ -652,35 +644,42 @@ static inline __attribute__((always_inline)) void q6k_panel(const uint8_t *rows,
                                                             float *out, size_t os, const int batch) {
     const int nb = n / 256;
     __m256 acc[2][MQ_NRC];
-    float acc1[2][MQ_NRC];
+    __m128 acc4[2] = {_mm_setzero_ps(), _mm_setzero_ps()}; /* batch: lane r, row r's chain */
     for (int k = 0; k < nw; k++)
-        for (int r = 0; r < nrc; r++) acc[k][r] = _mm256_setzero_ps(), acc1[k][r] = 0;
+        for (int r = 0; r < nrc; r++) acc[k][r] = _mm256_setzero_ps();
     for (int ib = 0; ib < nb; ib++) {
-        for (int r = 0; r < nrc; r++) {
-            const uint8_t *yr = y + (size_t)r * ys + (size_t)ib * 292, *q8 = yr + 4;
-            __m256i sumi[2];
-            for (int k = 0; k < nw; k++)
-                sumi[k] = q6k_offset(yr, load32(rows + (size_t)k * rs + 2 * n + 4 * nb + 32 * ib));
+        const uint8_t *yb = y + (size_t)ib * 292;
+        float yd[MQ_NRC] = {0};
+        for (int r = 0; r < nrc; r++) yd[r] = ld_f32(yb + (size_t)r * ys);
+        for (int k = 0; k < nw; k++) {
+            /* a weight row's block loaded once for the tile's activation rows */
+            const uint8_t *row = rows + (size_t)k * rs, *v = row + 256 * ib, *scale = row + n + 256 * ib;
+            const float dw = ((const float *)(row + 2 * n))[ib];
+            const __m256i sc16 = load32(row + 2 * n + 4 * nb + 32 * ib);
+            __m256i sumi[MQ_NRC];
+            for (int r = 0; r < nrc; r++) sumi[r] = q6k_offset(yb + (size_t)r * ys, sc16);
             for (int j = 0; j < 8; j++) {
-                const __m256i y8 = load32(q8 + 32 * j);
-                for (int k = 0; k < nw; k++) {
-                    const uint8_t *row = rows + (size_t)k * rs;
-                    const __m256i p = _mm256_maddubs_epi16(load32(row + 256 * ib + 32 * j), y8);
-                    sumi[k] = _mm256_add_epi32(sumi[k], _mm256_madd_epi16(p, load32(row + n + 256 * ib + 32 * j)));
-                }
+                const __m256i vj = load32(v + 32 * j), sj = load32(scale + 32 * j);
+                for (int r = 0; r < nrc; r++)
+                    sumi[r] = _mm256_add_epi32(sumi[r], _mm256_madd_epi16(
+                        _mm256_maddubs_epi16(vj, load32(yb + (size_t)r * ys + 4 + 32 * j)), sj));
             }
-            for (int k = 0; k < nw; k++) {
-                const float dw = ((const float *)(rows + (size_t)k * rs + 2 * n))[ib];
-                if (batch)
-                    acc1[k][r] = fmaf(dw * (float)hsum_epi32(sumi[k]), ld_f32(yr), acc1[k][r]);
-                else
-                    acc[k][r] = _mm256_fmadd_ps(_mm256_set1_ps(ld_f32(yr) * dw), _mm256_cvtepi32_ps(sumi[k]),
-                                                acc[k][r]);
-            }
+            if (batch) { /* the rows' whole sums side by side (exact, in any order): one fused step each */
+                __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(sumi[0], nrc > 1 ? sumi[1] : sumi[0]),
+                                              _mm256_hadd_epi32(nrc > 2 ? sumi[2] : sumi[0],
+                                                                nrc > 3 ? sumi[3] : sumi[0]));
+                const __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+                acc4[k] = _mm_fmadd_ps(_mm_mul_ps(_mm_set1_ps(dw), _mm_cvtepi32_ps(s4)), _mm_loadu_ps(yd), acc4[k]);
+            } else
+                for (int r = 0; r < nrc; r++)
+                    acc[k][r] = _mm256_fmadd_ps(_mm256_set1_ps(yd[r] * dw), _mm256_cvtepi32_ps(sumi[r]), acc[k][r]);
         }
     }
-    for (int k = 0; k < nw; k++)
-        for (int r = 0; r < nrc; r++) out[(size_t)r * os + k] = batch ? acc1[k][r] : hsum_ps(acc[k][r]);
+    for (int k = 0; k < nw; k++) {
+        float a4[4];
+        _mm_storeu_ps(a4, acc4[k]);
+        for (int r = 0; r < nrc; r++) out[(size_t)r * os + k] = batch ? a4[r] : hsum_ps(acc[k][r]);
+    }
 }
 
 static void panel_q6k(int type, const uint8_t *rows, size_t rs, int nw, const uint8_t *y, size_t ys, int n, int nrc,
