@@ -380,10 +380,12 @@ static inline __attribute__((always_inline)) void q32_gemv4(const int type, cons
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
     __m256 summ = _mm256_setzero_ps(); /* lane 2r + 1: row r's sum of m * s (with_min) */
     __m128 accs = _mm_setzero_ps();    /* lane r: row r's chain (Q4_0) */
-    const uint8_t *ahead = w + GEMV_AHEAD * 4 * rb; /* the group GEMV_AHEAD groups on, 4 blocks' bytes a step */
-    for (int ib = 0; ib < nb; ib++, w += size, y += ysize, ahead += 4 * size) {
+    /* the group GEMV_AHEAD groups on, 4 blocks' bytes a step: an address, as it may lie past the matrix (a
+     * prefetch there is harmless; a pointer there would not be C) */
+    uintptr_t ahead = (uintptr_t)w + GEMV_AHEAD * 4 * rb;
+    for (int ib = 0; ib < nb; ib++, w += size, y += ysize, ahead += 4 * (uintptr_t)size) {
         _mm_prefetch((const char *)ahead, _MM_HINT_T0);
-        _mm_prefetch((const char *)ahead + 64, _MM_HINT_T0);
+        _mm_prefetch((const char *)(ahead + 64), _MM_HINT_T0);
         const __m256i yq = load32(y + at);
         __m256 d8; /* with_min: lane 2r row r's d x the activation's d, lane 2r + 1 its m x s; else lanes 0-3 d */
         if (with_min) {
