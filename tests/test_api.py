@@ -32,7 +32,7 @@ def tok(hf_bpe):
 # ---------------------------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("method", ["decode", "decode_bytes"])
-@pytest.mark.parametrize("offset", [0, 7, 10**6])
+@pytest.mark.parametrize("offset", [0, 7, 10**6, 2**40])  # 2**40: past any C int
 def test_decode_id_too_large(tok, method, offset):
     bad_id = tok.n_vocab + offset
     with pytest.raises(ValueError) as ei:
