@@ -145,7 +145,7 @@ static inline int hsum_epi32(__m256i v) {
  * as llama.cpp's repacked kernels add them. p[j]: products times scales of the block's 64-value part j (eight
  * int32 lanes); m: the mins against the activation's sums (lane l: sub-block l). A row alone, or past the last
  * full tile of four, adds each block's whole sums (q4k_whole, as ggml_gemv_q4_K_8x8_q8_K); a full tile adds them
- * part by part (q4k_parts, q4k_tile, as ggml_gemm_q4_K_8x8_q8_K for a group of four rows), so each row has the
+ * part by part (q4k_tile, as ggml_gemm_q4_K_8x8_q8_K for a group of four rows), so each row has the
  * bits llama.cpp computes for a row in that place of a batch. */
 static inline void q4k_whole(const __m256i p[4], __m256i m, float d, float dm, float *acc, float *accm) {
     const __m256i s = _mm256_add_epi32(_mm256_add_epi32(p[0], p[1]), _mm256_add_epi32(p[2], p[3]));
@@ -153,29 +153,31 @@ static inline void q4k_whole(const __m256i p[4], __m256i m, float d, float dm, f
     *accm = fmaf((float)hsum_epi32(m), dm, *accm);
 }
 
-/* The block's four part sums, and its mins' four part sums (lanes 0..3). */
-static inline __m128i q4k_parts(const __m256i p[4]) {
-    const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+/* Lane i: the sum of x[i]'s eight lanes (exact, in any order). */
+static inline __m128i hsum4_epi32(const __m256i x[4]) {
+    const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(x[0], x[1]), _mm256_hadd_epi32(x[2], x[3]));
     return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
 }
 
-static inline __m128i q4k_min_parts(__m256i m) {
-    const __m256i h = _mm256_hadd_epi32(m, m); /* parts 0, 1 in lanes 0, 1; parts 2, 3 in lanes 4, 5 */
-    return _mm_unpacklo_epi64(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
-}
-
-/* A full tile's block: t[r], mt[r] the part sums of row r; lane r of d, dm, acc, accm is row r's. The four rows'
- * chains take their four fused steps side by side, the same operations lane by lane as one row's. */
-static inline void q4k_tile(const __m128i t[4], const __m128i mt[4], __m128 d, __m128 dm, __m128 *acc,
+/* A full tile's block: p[r][j] the products of row r's part j, m[r] its mins (lane l: sub-block l); lane r of d,
+ * dm, acc, accm is row r's. Each part's sums are made for the four rows side by side (part j of the mins: lanes
+ * 2j and 2j + 1), and the four rows' chains take their four fused steps together, the same operations lane by
+ * lane as one row's. */
+static inline void q4k_tile(__m256i p[MQ_NRC][4], const __m256i m[MQ_NRC], __m128 d, __m128 dm, __m128 *acc,
                             __m128 *accm) {
-    __m128 a0 = _mm_cvtepi32_ps(t[0]), a1 = _mm_cvtepi32_ps(t[1]), a2 = _mm_cvtepi32_ps(t[2]),
-           a3 = _mm_cvtepi32_ps(t[3]);
-    _MM_TRANSPOSE4_PS(a0, a1, a2, a3); /* a_j: part j of the four rows */
-    *acc = _mm_fmadd_ps(a3, d, _mm_fmadd_ps(a2, d, _mm_fmadd_ps(a1, d, _mm_fmadd_ps(a0, d, *acc))));
-    __m128 m0 = _mm_cvtepi32_ps(mt[0]), m1 = _mm_cvtepi32_ps(mt[1]), m2 = _mm_cvtepi32_ps(mt[2]),
-           m3 = _mm_cvtepi32_ps(mt[3]);
-    _MM_TRANSPOSE4_PS(m0, m1, m2, m3);
-    *accm = _mm_fmadd_ps(m3, dm, _mm_fmadd_ps(m2, dm, _mm_fmadd_ps(m1, dm, _mm_fmadd_ps(m0, dm, *accm))));
+    __m128 a[4];
+    for (int j = 0; j < 4; j++) {
+        const __m256i pj[4] = {p[0][j], p[1][j], p[2][j], p[3][j]};
+        a[j] = _mm_cvtepi32_ps(hsum4_epi32(pj));
+    }
+    *acc = _mm_fmadd_ps(a[3], d, _mm_fmadd_ps(a[2], d, _mm_fmadd_ps(a[1], d, _mm_fmadd_ps(a[0], d, *acc))));
+    /* per 128-bit half, rows 0, 1 then 2, 3: parts 0, 1 (low half) or 2, 3 (high half) of each */
+    const __m256 h01 = _mm256_castsi256_ps(_mm256_hadd_epi32(m[0], m[1]));
+    const __m256 h23 = _mm256_castsi256_ps(_mm256_hadd_epi32(m[2], m[3]));
+    const __m256 m02 = _mm256_cvtepi32_ps(_mm256_castps_si256(_mm256_shuffle_ps(h01, h23, _MM_SHUFFLE(2, 0, 2, 0))));
+    const __m256 m13 = _mm256_cvtepi32_ps(_mm256_castps_si256(_mm256_shuffle_ps(h01, h23, _MM_SHUFFLE(3, 1, 3, 1))));
+    *accm = _mm_fmadd_ps(_mm256_extractf128_ps(m13, 1), dm, _mm_fmadd_ps(_mm256_extractf128_ps(m02, 1), dm,
+            _mm_fmadd_ps(_mm256_castps256_ps128(m13), dm, _mm_fmadd_ps(_mm256_castps256_ps128(m02), dm, *accm))));
 }
 
 /* The body of the Q4_K/Q5_K kernel for nrc activation rows (a constant where it is inlined): each block's
@@ -214,7 +216,7 @@ static inline __attribute__((always_inline)) void q45_k_rows(const uint8_t *w, c
         const float dw = h2f(ld_u16(w)), mw = h2f(ld_u16(w + 2));
         /* the mins against the activation's 16 sums of 16 (exact in int32, in any order) */
         const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(scm, scm));
-        __m128i t[MQ_NRC], mt[MQ_NRC];
+        __m256i pt[MQ_NRC][4], mt[MQ_NRC]; /* a full tile's products and mins, row by row */
         float dv[MQ_NRC], dmv[MQ_NRC];
         for (int r = 0; r < nrc; r++) {
             const uint8_t *yr = y + (size_t)r * ys, *q8 = yr + 4;
@@ -237,12 +239,13 @@ static inline __attribute__((always_inline)) void q45_k_rows(const uint8_t *w, c
                     acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * yd), _mm256_cvtepi32_ps(sumi), acc[r]);
                     summ[r] = fmaf((float)hsum_epi32(m), mw * yd, summ[r]);
                 }
-            } else if (tile)
-                t[r] = q4k_parts(p), mt[r] = q4k_min_parts(m), dv[r] = dw * yd, dmv[r] = mw * yd;
-            else
+            } else if (tile) {
+                for (int j = 0; j < 4; j++) pt[r][j] = p[j];
+                mt[r] = m, dv[r] = dw * yd, dmv[r] = mw * yd;
+            } else
                 q4k_whole(p, m, dw * yd, mw * yd, &acc1[r], &summ[r]);
         }
-        if (tile) q4k_tile(t, mt, _mm_loadu_ps(dv), _mm_loadu_ps(dmv), &acct, &accmt);
+        if (tile) q4k_tile(pt, mt, _mm_loadu_ps(dv), _mm_loadu_ps(dmv), &acct, &accmt);
     }
     if (tile) _mm_storeu_ps(acc1, acct), _mm_storeu_ps(summ, accmt);
     for (int r = 0; r < nrc; r++) out[(size_t)r * os] = (five && !batch ? hsum_ps(acc[r]) : acc1[r]) - summ[r];
@@ -581,16 +584,16 @@ static inline __attribute__((always_inline)) void q4k_panel(const uint8_t *rows,
                                                _mm256_madd_epi16(_mm256_maddubs_epi16(qh, load32(q8 + 32)), sh));
                 }
             }
-            __m128i t[MQ_NRC], mt[MQ_NRC];
+            __m256i mt[MQ_NRC];
             float dv[MQ_NRC], dmv[MQ_NRC];
             for (int r = 0; r < nrc; r++) {
                 const __m256i m = _mm256_madd_epi16(load32(yb + (size_t)r * ys + 260), mins16);
                 if (tile)
-                    t[r] = q4k_parts(p[r]), mt[r] = q4k_min_parts(m), dv[r] = dm[0] * yd[r], dmv[r] = dm[1] * yd[r];
+                    mt[r] = m, dv[r] = dm[0] * yd[r], dmv[r] = dm[1] * yd[r];
                 else
                     q4k_whole(p[r], m, dm[0] * yd[r], dm[1] * yd[r], &acc1[k][r], &summ[k][r]);
             }
-            if (tile) q4k_tile(t, mt, _mm_loadu_ps(dv), _mm_loadu_ps(dmv), &acct[k], &accmt[k]);
+            if (tile) q4k_tile(p, mt, _mm_loadu_ps(dv), _mm_loadu_ps(dmv), &acct[k], &accmt[k]);
         }
     }
     if (tile)
