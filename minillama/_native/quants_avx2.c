@@ -439,6 +439,49 @@ GEMV32(gemv_q5_1, MQ_Q5_1)
 GEMV32(gemv_q8_0, MQ_Q8_0)
 #undef GEMV32
 
+/* Four Q4_K rows against one activation row: each row's two chains as q4k_whole adds them (llama.cpp's
+ * ggml_gemv_q4_K_8x8_q8_K), the activation's block loaded once for the four, the rows' whole sums reduced side by
+ * side (hsum4_epi32) and their scales widened and multiplied together, the matrix prefetched as q32_gemv4 does. */
+static void gemv_q4_k(const uint8_t *w, size_t rb, int64_t rows, const uint8_t *y, int n, float *out) {
+    const int nb = n / 256;
+    const __m256i low4 = _mm256_set1_epi8(0x0F);
+    const __m256i split = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7); /* d x y's d to lanes 0-3, dmin x it to 4-7 */
+    int64_t r0 = 0;
+    for (; r0 + 4 <= rows; r0 += 4) {
+        const uint8_t *w4 = w + (size_t)r0 * rb, *yb = y;
+        uintptr_t ahead = (uintptr_t)w4 + GEMV_AHEAD * 4 * rb; /* as in q32_gemv4: an address, maybe past the end */
+        __m128 acc = _mm_setzero_ps(), accm = _mm_setzero_ps(); /* lane r: row r's chains */
+        for (int ib = 0; ib < nb; ib++, w4 += 144, yb += 292, ahead += 4 * 144) {
+            for (int l = 0; l < 4 * 144; l += 64) _mm_prefetch((const char *)(ahead + (uintptr_t)l), _MM_HINT_T0);
+            const __m256i bs = load32(yb + 260);
+            __m256i s[4], m[4];
+            for (int r = 0; r < 4; r++) {
+                const uint8_t *wr = w4 + (size_t)r * rb;
+                const __m128i scm = kscales_x(wr + 4);
+                const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(scm));
+                m[r] = _mm256_madd_epi16(bs, _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(scm, scm)));
+                __m256i sum = _mm256_setzero_si256();
+                for (int j = 0; j < 4; j++) {
+                    const __m256i v = load32(wr + 16 + 32 * j);
+                    const __m256i lo = _mm256_and_si256(v, low4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+                    sum = _mm256_add_epi32(sum, _mm256_add_epi32(
+                        _mm256_madd_epi16(_mm256_maddubs_epi16(lo, load32(yb + 4 + 64 * j)), lane16(sc16, 2 * j)),
+                        _mm256_madd_epi16(_mm256_maddubs_epi16(hi, load32(yb + 36 + 64 * j)), lane16(sc16, 2 * j + 1))));
+                }
+                s[r] = sum;
+            }
+            const __m128i dm = _mm_setr_epi32((int)ld_u32(w4), (int)ld_u32(w4 + rb), (int)ld_u32(w4 + 2 * rb),
+                                              (int)ld_u32(w4 + 3 * rb));
+            const __m256 f = _mm256_permutevar8x32_ps(_mm256_mul_ps(_mm256_cvtph_ps(dm), _mm256_set1_ps(ld_f32(yb))),
+                                                      split);
+            acc = _mm_fmadd_ps(_mm_cvtepi32_ps(hsum4_epi32(s)), _mm256_castps256_ps128(f), acc);
+            accm = _mm_fmadd_ps(_mm_cvtepi32_ps(hsum4_epi32(m)), _mm256_extractf128_ps(f, 1), accm);
+        }
+        _mm_storeu_ps(out + r0, _mm_sub_ps(acc, accm));
+    }
+    for (; r0 < rows; r0++) q45_k_rows(w + (size_t)r0 * rb, y, 0, n, 1, out + r0, 0, 0, 0);
+}
+
 /* Panels (mq_panel) of the 32-value block types: a row is its n quant bytes (qblock's), then each block's scale
  * and (Q4_1/Q5_1) min as floats. q32_rows' float operations for each (weight row, activation row) pair, two
  * weight rows sharing each activation load. */
@@ -855,6 +898,7 @@ const mq_dotn_fn *mq_rows_batch_avx2(void) { return rows_batch_table; }
 
 static const mq_gemv_fn gemv_table[MQ_NTYPES] = {
     [MQ_Q4_0] = gemv_q4_0, [MQ_Q4_1] = gemv_q4_1, [MQ_Q5_0] = gemv_q5_0, [MQ_Q5_1] = gemv_q5_1, [MQ_Q8_0] = gemv_q8_0,
+    [MQ_Q4_K] = gemv_q4_k,
 };
 
 const mq_gemv_fn *mq_gemv_avx2(void) { return gemv_table; }
