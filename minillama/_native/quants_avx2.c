@@ -287,7 +287,7 @@ static inline __attribute__((always_inline)) void q6_k_rows(const uint8_t *w, co
             }
         }
         const float dw = h2f(ld_u16(w + 208));
-        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
+        const __m256i sc16 = _mm256_cvtepi8_epi16(scb);
         for (int r = 0; r < nrc; r++) {
             const uint8_t *yr = y + (size_t)r * ys, *q8 = yr + 4;
             __m256i sumi = q6k_offset(yr, sc16);
@@ -315,6 +315,11 @@ static inline __m256i sum_u8_epi32(__m256i u, __m256i y) {
 
 static inline __m256 sum_u8_ps(__m256i u, __m256i y) { return _mm256_cvtepi32_ps(sum_u8_epi32(u, y)); }
 
+/* Bytes of one Q4_0..Q8_0 block (a constant where the type is). */
+static inline int q32_size(int type) {
+    return type == MQ_Q4_0 ? 18 : type == MQ_Q4_1 ? 20 : type == MQ_Q5_0 ? 22 : type == MQ_Q5_1 ? 24 : 34;
+}
+
 /* The quants of one Q4_0..Q8_0 block as 32 bytes, and whether they are signed. */
 static inline __m256i qblock(int type, const uint8_t *w) {
     switch (type) {
@@ -332,7 +337,7 @@ static inline __m256i qblock(int type, const uint8_t *w) {
 static inline __attribute__((always_inline)) void q32_rows(const int type, const uint8_t *w, const uint8_t *y,
                                                            size_t ys, int n, const int nrc, float *out, size_t os,
                                                            const float *yf) {
-    const int size = type == MQ_Q4_0 ? 18 : type == MQ_Q4_1 ? 20 : type == MQ_Q5_0 ? 22 : type == MQ_Q5_1 ? 24 : 34;
+    const int size = q32_size(type);
     const int with_min = type == MQ_Q4_1 || type == MQ_Q5_1, ysize = with_min ? 36 : 34, at = with_min ? 4 : 2;
     const int nb = n / 32, chain = type == MQ_Q4_0; /* Q4_0_CHAIN (above) */
     __m256 acc[MQ_NRC];
@@ -377,7 +382,7 @@ static inline __attribute__((always_inline)) void q32_rows(const int type, const
 #define GEMV_AHEAD 2
 static inline __attribute__((always_inline)) void q32_gemv4(const int type, const uint8_t *w, size_t rb,
                                                             const uint8_t *y, int n, float *out) {
-    const int size = type == MQ_Q4_0 ? 18 : type == MQ_Q4_1 ? 20 : type == MQ_Q5_0 ? 22 : type == MQ_Q5_1 ? 24 : 34;
+    const int size = q32_size(type);
     const int with_min = type == MQ_Q4_1 || type == MQ_Q5_1, ysize = with_min ? 36 : 34, at = with_min ? 4 : 2;
     const int nb = n / 32, chain = type == MQ_Q4_0; /* Q4_0_CHAIN (above) */
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
@@ -412,11 +417,8 @@ static inline __attribute__((always_inline)) void q32_gemv4(const int type, cons
             const __m256 d = _mm256_permutevar8x32_ps(d8, _mm256_set1_epi32(with_min ? 2 * r : r));
             acc[r] = _mm256_fmadd_ps(d, p, acc[r]);
         }
-        if (chain) { /* the four rows' whole sums side by side (exact, in any order), one fused chain each */
-            const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(isum[0], isum[1]), _mm256_hadd_epi32(isum[2], isum[3]));
-            const __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
-            accs = _mm_fmadd_ps(_mm_cvtepi32_ps(s4), _mm256_castps256_ps128(d8), accs);
-        }
+        if (chain) /* the four rows' whole sums side by side, one fused chain each */
+            accs = _mm_fmadd_ps(_mm_cvtepi32_ps(hsum4_epi32(isum)), _mm256_castps256_ps128(d8), accs);
     }
     float m[8];
     _mm256_storeu_ps(m, summ);
@@ -464,9 +466,10 @@ static void gemv_q4_k(const uint8_t *w, size_t rb, int64_t rows, const uint8_t *
                 for (int j = 0; j < 4; j++) {
                     const __m256i v = load32(wr + 16 + 32 * j);
                     const __m256i lo = _mm256_and_si256(v, low4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
-                    sum = _mm256_add_epi32(sum, _mm256_add_epi32(
-                        _mm256_madd_epi16(_mm256_maddubs_epi16(lo, load32(yb + 4 + 64 * j)), lane16(sc16, 2 * j)),
-                        _mm256_madd_epi16(_mm256_maddubs_epi16(hi, load32(yb + 36 + 64 * j)), lane16(sc16, 2 * j + 1))));
+                    const __m256i pl = _mm256_maddubs_epi16(lo, load32(yb + 4 + 64 * j));
+                    const __m256i ph = _mm256_maddubs_epi16(hi, load32(yb + 36 + 64 * j));
+                    sum = _mm256_add_epi32(sum, _mm256_add_epi32(_mm256_madd_epi16(pl, lane16(sc16, 2 * j)),
+                                                                 _mm256_madd_epi16(ph, lane16(sc16, 2 * j + 1))));
                 }
                 s[r] = sum;
             }
@@ -488,7 +491,7 @@ static void gemv_q4_k(const uint8_t *w, size_t rb, int64_t rows, const uint8_t *
 static size_t row_bytes32(int n) { return (size_t)n + (size_t)(n / 32) * 2 * sizeof(float); }
 
 static void unpack32(int type, const uint8_t *w, int n, uint8_t *row) {
-    const int size = type == MQ_Q4_0 ? 18 : type == MQ_Q4_1 ? 20 : type == MQ_Q5_0 ? 22 : type == MQ_Q5_1 ? 24 : 34;
+    const int size = q32_size(type);
     const int nb = n / 32, with_min = type == MQ_Q4_1 || type == MQ_Q5_1;
     float *dm = (float *)(row + n);
     for (int ib = 0; ib < nb; ib++, w += size) {
@@ -712,12 +715,10 @@ static inline __attribute__((always_inline)) void q6k_panel(const uint8_t *rows,
                     sumi[r] = _mm256_add_epi32(sumi[r], _mm256_madd_epi16(
                         _mm256_maddubs_epi16(vj, load32(yb + (size_t)r * ys + 4 + 32 * j)), sj));
             }
-            if (batch) { /* the rows' whole sums side by side (exact, in any order): one fused step each */
-                __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(sumi[0], nrc > 1 ? sumi[1] : sumi[0]),
-                                              _mm256_hadd_epi32(nrc > 2 ? sumi[2] : sumi[0],
-                                                                nrc > 3 ? sumi[3] : sumi[0]));
-                const __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
-                acc4[k] = _mm_fmadd_ps(_mm_mul_ps(_mm_set1_ps(dw), _mm_cvtepi32_ps(s4)), _mm_loadu_ps(yd), acc4[k]);
+            if (batch) { /* the rows' whole sums side by side (lanes past nrc unused): one fused step each */
+                const __m256i s4[4] = {sumi[0], sumi[nrc > 1 ? 1 : 0], sumi[nrc > 2 ? 2 : 0], sumi[nrc > 3 ? 3 : 0]};
+                acc4[k] = _mm_fmadd_ps(_mm_mul_ps(_mm_set1_ps(dw), _mm_cvtepi32_ps(hsum4_epi32(s4))), _mm_loadu_ps(yd),
+                                       acc4[k]);
             } else
                 for (int r = 0; r < nrc; r++)
                     acc[k][r] = _mm256_fmadd_ps(_mm256_set1_ps(yd[r] * dw), _mm256_cvtepi32_ps(sumi[r]), acc[k][r]);
