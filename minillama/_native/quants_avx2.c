@@ -180,6 +180,35 @@ static inline void q4k_tile(__m256i p[MQ_NRC][4], const __m256i m[MQ_NRC], __m12
             _mm_fmadd_ps(_mm256_castps256_ps128(m13), dm, _mm_fmadd_ps(_mm256_castps256_ps128(m02), dm, *accm))));
 }
 
+/* A Q4_K (five = 0) or Q5_K block's 256 quants as bytes: lo[j], hi[j] the low and high nibbles of its 64-value
+ * part j (with Q5_K's fifth bit). */
+static inline void k_quants(const uint8_t *w, const int five, __m256i lo[4], __m256i hi[4]) {
+    const __m256i low4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
+    const uint8_t *q4 = w + (five ? 48 : 16);
+    const __m256i hm = load32(w + 16);
+    for (int j = 0; j < 4; j++) {
+        const __m256i v = load32(q4 + 32 * j);
+        lo[j] = _mm256_and_si256(v, low4), hi[j] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+        if (five) {
+            lo[j] = _mm256_or_si256(lo[j], _mm256_slli_epi16(
+                _mm256_and_si256(_mm256_srl_epi16(hm, _mm_cvtsi32_si128(2 * j)), one), 4));
+            hi[j] = _mm256_or_si256(hi[j], _mm256_slli_epi16(
+                _mm256_and_si256(_mm256_srl_epi16(hm, _mm_cvtsi32_si128(2 * j + 1)), one), 4));
+        }
+    }
+}
+
+/* p[j]: part j's quants (k_quants) times the activation's q8 (its 256 int8), times the sub-block scales (sc16:
+ * scale k is lane16(sc16, k)); exact in int32. */
+static inline void k_parts(const __m256i lo[4], const __m256i hi[4], __m256i sc16, const uint8_t *q8, __m256i p[4]) {
+    for (int j = 0; j < 4; j++) {
+        const __m256i pl = _mm256_madd_epi16(_mm256_maddubs_epi16(lo[j], load32(q8 + 64 * j)), lane16(sc16, 2 * j));
+        const __m256i ph = _mm256_madd_epi16(_mm256_maddubs_epi16(hi[j], load32(q8 + 64 * j + 32)),
+                                             lane16(sc16, 2 * j + 1));
+        p[j] = _mm256_add_epi32(pl, ph);
+    }
+}
+
 /* The body of the Q4_K/Q5_K kernel for nrc activation rows (a constant where it is inlined): each block's
  * quants unpacked once, then multiplied with every row. Q4_K sums as llama.cpp runs it on AVX2, where its loader
  * repacks Q4_K matrices eight rows interleaved (ggml_gemv_q4_K_8x8_q8_K / ggml_gemm_q4_K_8x8_q8_K): each output a
@@ -197,22 +226,11 @@ static inline __attribute__((always_inline)) void q45_k_rows(const uint8_t *w, c
     const int tile = !five && nrc == MQ_NRC; /* Q4_K, a full tile: q4k_tile */
     __m128 acct = _mm_setzero_ps(), accmt = _mm_setzero_ps();
     const int size = five ? 176 : 144;
-    const __m256i low4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
     for (int ib = 0; ib < n / 256; ib++, w += size, y += 292) {
         const __m128i scm = kscales_x(w + 4);
         const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(scm)); /* scale j: lane16(sc16, j) */
-        const uint8_t *q4 = w + (five ? 48 : 16);
-        __m256i hm = load32(w + 16), lo[4], hi[4];
-        for (int j = 0; j < 4; j++) {
-            __m256i v = load32(q4 + 32 * j);
-            lo[j] = _mm256_and_si256(v, low4), hi[j] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
-            if (five) {
-                lo[j] = _mm256_or_si256(lo[j], _mm256_slli_epi16(
-                    _mm256_and_si256(_mm256_srl_epi16(hm, _mm_cvtsi32_si128(2 * j)), one), 4));
-                hi[j] = _mm256_or_si256(hi[j], _mm256_slli_epi16(
-                    _mm256_and_si256(_mm256_srl_epi16(hm, _mm_cvtsi32_si128(2 * j + 1)), one), 4));
-            }
-        }
+        __m256i lo[4], hi[4];
+        k_quants(w, five, lo, hi);
         const float dw = h2f(ld_u16(w)), mw = h2f(ld_u16(w + 2));
         /* the mins against the activation's 16 sums of 16 (exact in int32, in any order) */
         const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(scm, scm));
@@ -222,13 +240,7 @@ static inline __attribute__((always_inline)) void q45_k_rows(const uint8_t *w, c
             const uint8_t *yr = y + (size_t)r * ys, *q8 = yr + 4;
             const __m256i m = _mm256_madd_epi16(load32(yr + 260), mins16);
             __m256i p[4];
-            for (int j = 0; j < 4; j++) {
-                __m256i pl = _mm256_madd_epi16(_mm256_maddubs_epi16(lo[j], load32(q8 + 64 * j)),
-                                               lane16(sc16, 2 * j));
-                __m256i ph = _mm256_madd_epi16(_mm256_maddubs_epi16(hi[j], load32(q8 + 64 * j + 32)),
-                                               lane16(sc16, 2 * j + 1));
-                p[j] = _mm256_add_epi32(pl, ph);
-            }
+            k_parts(lo, hi, sc16, q8, p);
             float yd = ld_f32(yr);
             if (five) {
                 const __m256i sumi = _mm256_add_epi32(_mm256_add_epi32(p[0], p[1]), _mm256_add_epi32(p[2], p[3]));
@@ -446,7 +458,6 @@ GEMV32(gemv_q8_0, MQ_Q8_0)
  * side (hsum4_epi32) and their scales widened and multiplied together, the matrix prefetched as q32_gemv4 does. */
 static void gemv_q4_k(const uint8_t *w, size_t rb, int64_t rows, const uint8_t *y, int n, float *out) {
     const int nb = n / 256;
-    const __m256i low4 = _mm256_set1_epi8(0x0F);
     const __m256i split = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7); /* d x y's d to lanes 0-3, dmin x it to 4-7 */
     int64_t r0 = 0;
     for (; r0 + 4 <= rows; r0 += 4) {
@@ -462,16 +473,10 @@ static void gemv_q4_k(const uint8_t *w, size_t rb, int64_t rows, const uint8_t *
                 const __m128i scm = kscales_x(wr + 4);
                 const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(scm));
                 m[r] = _mm256_madd_epi16(bs, _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(scm, scm)));
-                __m256i sum = _mm256_setzero_si256();
-                for (int j = 0; j < 4; j++) {
-                    const __m256i v = load32(wr + 16 + 32 * j);
-                    const __m256i lo = _mm256_and_si256(v, low4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
-                    const __m256i pl = _mm256_maddubs_epi16(lo, load32(yb + 4 + 64 * j));
-                    const __m256i ph = _mm256_maddubs_epi16(hi, load32(yb + 36 + 64 * j));
-                    sum = _mm256_add_epi32(sum, _mm256_add_epi32(_mm256_madd_epi16(pl, lane16(sc16, 2 * j)),
-                                                                 _mm256_madd_epi16(ph, lane16(sc16, 2 * j + 1))));
-                }
-                s[r] = sum;
+                __m256i lo[4], hi[4], p[4];
+                k_quants(wr, 0, lo, hi);
+                k_parts(lo, hi, sc16, yb + 4, p);
+                s[r] = _mm256_add_epi32(_mm256_add_epi32(p[0], p[1]), _mm256_add_epi32(p[2], p[3]));
             }
             const __m128i dm = _mm_setr_epi32((int)ld_u32(w4), (int)ld_u32(w4 + rb), (int)ld_u32(w4 + 2 * rb),
                                               (int)ld_u32(w4 + 3 * rb));
