@@ -7,7 +7,7 @@ Every error minillama raises on purpose derives from `MinillamaError`:
   offset and the metadata key where reading failed, and says what was expected and what was found.
   Also raised at encode time by a vocab that lacks what llama.cpp's algorithm needs there (an SPM
   vocab without byte tokens, a WordPiece or Unigram vocab without an unknown token), where llama.cpp
-  itself aborts.
+  itself aborts. `NonFiniteError`, a FormatError, is a model whose forward pass gives NaN or infinity.
 * `UnsupportedError`: a valid file using something minillama does not implement (a pre-tokenizer
   name, a tokenizer model, a tensor type, a GGUF version).
 * `InputError` (also an OSError): an input path that cannot be read (missing, a directory, a FIFO, a
@@ -53,6 +53,11 @@ def _rebuild(cls: type[FormatError], args: tuple, path: str | None, offset: int 
     Exception.__init__(err, *args)
     err.path, err.offset, err.key = path, offset, key
     return err
+
+
+class NonFiniteError(FormatError):
+    """A model whose forward pass gives NaN or infinity (its weights hold them, or its activations overflow
+    float32): raised alike by both backends instead of sampling from meaningless scores."""
 
 
 class UnsupportedError(MinillamaError):

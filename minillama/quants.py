@@ -318,14 +318,26 @@ def _to_f16(v: np.ndarray) -> np.ndarray:
     return v.astype(np.float16).astype(F32)
 
 
+def _finite_blocks(xb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(xb with its non-finite blocks zeroed, which blocks were not finite). A block holding a NaN or an infinity
+    is quantized with a NaN scale (and block_q8_1's sum NaN) and zero quants, as the C quantizers do
+    (quants_common.h: llama.cpp has no one answer for it), so every product with it is NaN and the forward pass
+    reports it; finite blocks keep llama.cpp's bytes."""
+    bad = ~np.isfinite(xb).all(axis=1)
+    if bad.any():
+        xb = np.where(bad[:, None], F32(0), xb)
+    return xb, bad
+
+
 def _q8_blocks(x: np.ndarray, qk: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(d as float32, id, q int8 (nb, qk)): d = amax/127, id = 127/amax (0 for an all-zero block), q = rint(x*id)."""
-    xb = x.reshape(-1, qk).astype(F32, copy=False)
+    """(d as float32, id, q int8 (nb, qk)): d = amax/127, id = 127/amax (0 for an all-zero block), q = rint(x*id);
+    d NaN and q 0 for a block that is not finite (_finite_blocks)."""
+    xb, bad = _finite_blocks(x.reshape(-1, qk).astype(F32, copy=False))
     amax = np.abs(xb).max(axis=1)
     with np.errstate(divide="ignore"):
         inv = np.where(amax != 0, F32(127) / amax, F32(0)).astype(F32)
     q = np.rint(xb * inv[:, None]).astype(np.int8)
-    return (amax / F32(127)).astype(F32), inv, q
+    return np.where(bad, F32(np.nan), amax / F32(127)).astype(F32), inv, q
 
 
 def quantize_q8_0(x: np.ndarray) -> bytes:
@@ -340,7 +352,7 @@ def quantize_q8_0(x: np.ndarray) -> bytes:
 def quantize_q8_1(x: np.ndarray) -> bytes:
     """block_q8_1s (f16 d, f16 s = d * sum(q), int8 qs[32]), as ggml's quantize_row_q8_1."""
     d, _, q = _q8_blocks(x, 32)
-    s = d * q.astype(np.int32).sum(axis=1).astype(F32)
+    s = d * q.astype(np.int32).sum(axis=1).astype(F32)  # NaN where d is
     out = np.empty((len(q), 36), np.uint8)
     out[:, 0:2] = d.astype(np.float16).view(np.uint8).reshape(-1, 2)
     out[:, 2:4] = s.astype(np.float16).view(np.uint8).reshape(-1, 2)
@@ -350,14 +362,15 @@ def quantize_q8_1(x: np.ndarray) -> bytes:
 
 def quantize_q8_k(x: np.ndarray) -> bytes:
     """block_q8_Ks (f32 d, int8 qs[256], int16 bsums[16]), as ggml's quantize_row_q8_K_ref: the scale from the
-    value of largest magnitude (the first of equals), iscale = -127/max, q = min(127, rint(iscale*x))."""
-    xb = x.reshape(-1, 256).astype(F32, copy=False)
+    value of largest magnitude (the first of equals), iscale = -127/max, q = min(127, rint(iscale*x)); d NaN and
+    q 0 for a block that is not finite (_finite_blocks)."""
+    xb, bad = _finite_blocks(x.reshape(-1, 256).astype(F32, copy=False))
     nb = len(xb)
     first = np.abs(xb).argmax(axis=1)
     mx = xb[np.arange(nb), first]
     with np.errstate(divide="ignore"):
         iscale = np.where(mx != 0, F32(-127) / mx, F32(0)).astype(F32)
-        d = np.where(mx != 0, F32(1) / iscale, F32(0)).astype(F32)
+        d = np.where(bad, F32(np.nan), np.where(mx != 0, F32(1) / iscale, F32(0))).astype(F32)
     q = np.minimum(np.rint(xb * iscale[:, None]), 127).astype(np.int8)
     out = np.empty((nb, 292), np.uint8)
     out[:, 0:4] = d.view(np.uint8).reshape(-1, 4)

@@ -7,9 +7,14 @@ tensor's data offset patched in the tensor table.
 
 from __future__ import annotations
 
+import json
+import os
 import struct
+import subprocess
+import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from support.limits import run_limited
 from support.tiny_llama import VOCAB, block_tensors, write_model
@@ -142,3 +147,104 @@ def test_unaligned_offsets_fail_in_model_as_in_embedding(tmp_path: Path) -> None
         Embedding.from_file(path)
     with pytest.raises(FormatError, match=message):
         Model.from_file(path)
+
+
+# --- non-finite activations (issue 34, item 2) ---------------------------------------------------------------------
+
+KD = 256  # one K-quant block per row
+
+
+def write_kquant_model(path: Path, qtype: int, nan_norm: bool = False, random_bytes: bool = False) -> Path:
+    """A tiny llama GGUF (n_embd 256, 4 heads, 2 blocks) whose matrices are of ggml type qtype: random bytes with
+    moderate float16 scales, or (random_bytes) random bytes throughout, scales included (NaN, infinities, 65504);
+    nan_norm: block 0's attn_norm holds a NaN."""
+    rng = np.random.default_rng(qtype)
+    size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(qtype)][1]
+    w = gguf.GGUFWriter(str(path), "llama")
+    keys = {"block_count": 2, "context_length": 64, "embedding_length": KD, "feed_forward_length": KD,
+            "attention.head_count": 4, "attention.head_count_kv": 2}
+    for key, value in keys.items():
+        w.add_key_value(f"llama.{key}", value, V.UINT32)
+    w.add_key_value("llama.attention.layer_norm_rms_epsilon", 1e-5, V.FLOAT32)
+    w.add_tokenizer_model("llama")
+    w.add_token_list(["<unk>", "<s>", "</s>", "\u2581", "t", "1", "2"] + [f"t{i}" for i in range(7, VOCAB)])
+    w.add_tensor("token_embd.weight", rng.standard_normal((VOCAB, KD)).astype(np.float32))
+    w.add_tensor("output_norm.weight", np.ones(KD, np.float32))
+
+    def matrix(name: str, rows: int) -> None:
+        b = rng.integers(0, 256, (rows, size), dtype=np.uint8)
+        if not random_bytes:  # d and dmin (Q4_K, Q5_K: the block's first two float16) moderate
+            b[:, 0:4] = rng.uniform(0.001, 0.01, (rows, 2)).astype("<f2").view(np.uint8).reshape(rows, 4)
+        w.add_tensor(name, b, raw_dtype=gguf.GGMLQuantizationType(qtype))
+
+    for il in range(2):
+        norm = np.ones(KD, np.float32)
+        if nan_norm and il == 0:
+            norm[37] = np.nan
+        w.add_tensor(f"blk.{il}.attn_norm.weight", norm)
+        w.add_tensor(f"blk.{il}.ffn_norm.weight", np.ones(KD, np.float32))
+        for name, rows in (("attn_q", KD), ("attn_k", KD // 2), ("attn_v", KD // 2), ("attn_output", KD),
+                           ("ffn_gate", KD), ("ffn_up", KD), ("ffn_down", KD)):
+            matrix(f"blk.{il}.{name}.weight", rows)
+    matrix("output.weight", VOCAB)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+#: In a child (a crash in the kernels fails the test, not pytest): the model's error on a prompt, a step, a batch of
+#: steps and hidden(), as JSON [class, message] each ([None, None]: no error).
+_NONFINITE_CHILD = """
+import json, sys
+from minillama.model import Model
+from minillama.generate import Sampler
+m = Model.from_file(sys.argv[1], threads=2)
+def err(f):
+    try:
+        f()
+        return [None, None]
+    except Exception as e:
+        return [type(e).__name__, str(e)]
+def batch():
+    s = m.session(batched=True)
+    return s.next_token([1, 2, 3], Sampler(temperature=0))
+print(json.dumps([err(lambda: m.logits([1, 2, 3])), err(lambda: m.next_token([4, 5], Sampler(temperature=0))),
+                  err(batch), err(lambda: m.hidden([1, 2]))]))
+"""
+
+
+@pytest.mark.parametrize("qtype,what", [(12, "nan_norm"), (13, "random_bytes")], ids=["Q4_K-nan-norm", "Q5_K-bytes"])
+def test_nonfinite_activations_are_one_error_on_both_backends(tmp_path: Path, qtype: int, what: str) -> None:
+    """A Q4_K model whose attn_norm holds a NaN, a Q5_K model of random bytes: the native forward pass crashed (the
+    AVX2 Q8_K quantizer ran off the row looking for a NaN block's max) or printed text where the pure one stopped;
+    now both raise NonFiniteError with the same message, whatever runs the pass."""
+    from minillama.errors import NonFiniteError
+
+    path = write_kquant_model(tmp_path / f"{what}.gguf", qtype, **{what: True})
+    got = {}
+    for backend in ("native", "pure"):
+        env = dict(os.environ, MINILLAMA_BACKEND=backend)
+        out = subprocess.run([sys.executable, "-c", _NONFINITE_CHILD, str(path)], capture_output=True, text=True,
+                             env=env, timeout=600)
+        assert out.returncode == 0, f"{backend}: the child ended with {out.returncode}: {out.stderr[-2000:]}"
+        got[backend] = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["native"] == got["pure"]
+    want = (f"the model's scores (logits) are not finite: found NaN, expected finite numbers (its weights hold NaN "
+            f"or infinity, or its activations overflow float32) ({path})")
+    assert got["native"][:3] == [[NonFiniteError.__name__, want]] * 3
+    assert got["native"][3] == [NonFiniteError.__name__, want.replace("scores (logits)", "hidden states")]
+    assert issubclass(NonFiniteError, FormatError)
+
+
+def test_generate_cli_stops_on_nonfinite_activations(tmp_path: Path) -> None:
+    """`minillama generate` on the NaN model: the error and exit status 2 on both backends, no text (the native
+    backend printed text and exited 0)."""
+    path = write_kquant_model(tmp_path / "nan.gguf", 12, nan_norm=True)
+    for backend in ("native", "pure"):
+        out = subprocess.run([sys.executable, "-m", "minillama", "generate", "--model", str(path), "--temperature",
+                              "0", "--max-tokens", "4", "t1 t2"], capture_output=True, text=True,
+                             env=dict(os.environ, MINILLAMA_BACKEND=backend), timeout=600)
+        assert out.returncode == 2 and out.stdout.strip() == "", (backend, out)
+        assert "not finite: found NaN" in out.stderr, (backend, out.stderr)

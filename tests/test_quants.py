@@ -590,3 +590,155 @@ def test_hostile_tensor_metadata(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
         with pytest.raises(FormatError) as e:
             Model.from_file(bad)
         assert str(bad) in str(e.value) or bad.name in str(e.value), what
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# non-finite activations (issue 34, item 2)
+# ---------------------------------------------------------------------------------------------------------------------
+# llama.cpp's quantizers have no single answer for a NaN (quantize_row_q8_K skips it when it looks for the scale and
+# rounds it to 0; the AVX2 quantize_row_q8_0 takes the scale from the other values or not, by where the NaN sits, and
+# stores -128), so minillama specifies one: an activation block holding a NaN or an infinity is quantized with a NaN
+# scale (and, in block_q8_1, a NaN sum) and zero quants, so every product with it is NaN and the forward pass can tell;
+# every finite block keeps llama.cpp's bytes. The float partners (F32, F16, BF16) keep the value as IEEE converts it.
+
+NONFINITE = (np.nan, np.inf, -np.inf)
+#: The partner block of each weight type (values per activation block, bytes, where the scale, sum and quants are).
+PARTNER_LAYOUT = {"q8_0": (32, 34, "<f2", None, 2), "q8_1": (32, 36, "<f2", 2, 4), "q8_K": (256, 292, "<f4", None, 4)}
+PARTNER_OF = {T.Q4_0: "q8_0", T.Q5_0: "q8_0", T.Q8_0: "q8_0", T.Q4_1: "q8_1", T.Q5_1: "q8_1", T.Q2_K: "q8_K",
+              T.Q3_K: "q8_K", T.Q4_K: "q8_K", T.Q5_K: "q8_K", T.Q6_K: "q8_K"}
+
+
+def nonfinite_inputs(block: int, cols: int, rng: np.random.Generator):
+    """(what, row) pairs: a non-finite value as one element of the second block, at the second block's largest
+    magnitude, as every element, and at both ends of the row; each of NaN, +inf, -inf."""
+    for bad in NONFINITE:
+        base = rng.standard_normal(cols).astype(np.float32)
+        at = block + int(rng.integers(block)) if cols > block else int(rng.integers(cols))
+        one = base.copy()
+        one[at] = bad
+        yield f"{bad} at {at}", one
+        top = base.copy()
+        lo = block if cols > block else 0
+        top[lo + int(np.abs(top[lo:lo + block]).argmax())] = bad
+        yield f"{bad} at the block's max", top
+        yield f"{bad} everywhere", np.full(cols, bad, np.float32)
+        ends = base.copy()
+        ends[0] = ends[-1] = bad
+        yield f"{bad} at both ends", ends
+
+
+def partner_mismatches(name: str, x: np.ndarray, got: bytes, want_finite: bytes) -> list[str]:
+    """got (a partner row of x) against the specification: a block with a non-finite value has a NaN scale (and sum)
+    and zero quants; every other block equals want_finite's (llama.cpp's bytes for x with those blocks zeroed)."""
+    block, size, scale_t, sum_at, q_at = PARTNER_LAYOUT[name]
+    g, w = np.frombuffer(got, np.uint8).reshape(-1, size), np.frombuffer(want_finite, np.uint8).reshape(-1, size)
+    bad = []
+    for ib, xb in enumerate(x.reshape(-1, block)):
+        if np.isfinite(xb).all():
+            if not np.array_equal(g[ib], w[ib]):
+                bad.append(f"finite block {ib} differs from llama.cpp's")
+            continue
+        nan_scale = np.isnan(g[ib, :np.dtype(scale_t).itemsize].view(scale_t)[0])
+        nan_sum = sum_at is None or np.isnan(g[ib, sum_at:sum_at + 2].view("<f2")[0])
+        if not (nan_scale and nan_sum and not g[ib, q_at:q_at + block].any()):
+            bad.append(f"non-finite block {ib}: {g[ib, :8].tolist()}..., expected a NaN scale and zero quants")
+    return bad
+
+
+def nonfinite_mismatches(quantizers: dict[str, object], seed: int = 11) -> list[str]:
+    """Every partner quantizer (quantizers: name -> x -> bytes) on nonfinite_inputs against the specification, with
+    llama.cpp's quantize_row_* giving the finite blocks' bytes; the failures as text."""
+    ffi, lib = llamacpp()
+    rng, bad = np.random.default_rng(seed), []
+    for name, (block, _, _, _, _) in PARTNER_LAYOUT.items():
+        for what, x in nonfinite_inputs(block, 3 * block, rng):
+            finite = x.copy()
+            finite.reshape(-1, block)[~np.isfinite(x.reshape(-1, block)).all(axis=1)] = 0
+            want = np.zeros(len(quantizers[name](finite)), np.uint8)
+            getattr(lib, f"quantize_row_{name}")(ffi.cast("float *", finite.ctypes.data),
+                                                 ffi.cast("void *", want.ctypes.data), len(x))
+            bad += [f"{name}, {what}: {m}" for m in partner_mismatches(name, x, quantizers[name](x), want.tobytes())]
+    return bad
+
+
+def test_numpy_quantizers_flag_nonfinite_blocks() -> None:
+    """The pure backend's partners (minillama.quants) follow the specification."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "invalid value encountered in cast": nothing undefined is computed
+        assert nonfinite_mismatches({"q8_0": quantize_q8_0, "q8_1": quantize_q8_1, "q8_K": quantize_q8_k}) == []
+
+
+def native_nonfinite_failures(seed: int = 12, rounds: int = 1) -> list[str]:
+    """This process's kernels (AVX2 or scalar) on non-finite activations: every partner quantizer against the
+    specification; every type's products (one row, the rows kernels, the panels, the batch forms, 1 and 2 threads)
+    NaN for a row with a non-finite value (F32/F16/BF16: not finite), every other row equal to the reference. With
+    rounds > 1, also random rows with random non-finite elements (a fuzz). The failures as text."""
+    bad = nonfinite_mismatches({k: (lambda x, t=t: _core.quantize(int(t), x)) for k, t in PARTNERS.items()}, seed)
+    for src, want_t in ((np.float16, T.F16), (None, T.BF16)):
+        for what, x in nonfinite_inputs(32, 96, np.random.default_rng(seed)):
+            got = np.frombuffer(_core.quantize(int(want_t), x), "<u2")
+            ref = x.astype(src).view("<u2") if src else np.frombuffer(TRAITS[T.BF16].quantize_partner(x), "<u2")
+            bad += [f"{want_t.name} {what}"] if not np.array_equal(got, ref) else []
+    rng = np.random.default_rng(seed)
+    for t in TYPES:
+        block = TRAITS[t].block
+        cols = 512 if block == 256 else 128
+        raw = random_rows(t, 37, cols, rng)
+        rows = [x for _, x in nonfinite_inputs(max(block, 32), cols, rng)]
+        for _ in range(rounds - 1):  # the fuzz: random rows, random non-finite elements at random places
+            x = (rng.standard_normal(cols) * 10.0 ** rng.uniform(-3, 3)).astype(np.float32)
+            at = rng.integers(cols, size=int(rng.integers(1, 4)))
+            x[at] = rng.choice(NONFINITE, size=at.size)
+            rows.append(x)
+        for n in (1, 2, 4, 5, 9):  # one row, a tile, a tile and one, the batch forms (MQ_BATCH) and panels
+            for start in range(0, len(rows), max(1, len(rows) // 3)):
+                x = np.stack([rows[(start + i) % len(rows)] if i % 2 == 0 else
+                              rng.standard_normal(cols).astype(np.float32) for i in range(n)])
+                for threads in (1, 2):
+                    got, xs = kernel(t, raw, cols, x, threads), x
+                    if n == 1:  # and the one-row binding
+                        one = np.empty((1, raw.shape[0]), np.float32)
+                        _core.matvec(raw, int(t), raw.shape[0], cols, x[0], one, threads)
+                        got, xs = np.concatenate([got, one]), np.concatenate([x, x])
+                    for i, xi in enumerate(xs):
+                        if np.isfinite(xi).all():
+                            want = TRAITS[t].matvec(raw, xi)[None]
+                            if not close(t, raw, xi[None], got[i:i + 1], want):
+                                bad.append(f"{t.name} n={n}: the finite row {i} differs from the reference")
+                        elif t in PARTNER_OF and not np.isnan(got[i]).all():
+                            bad.append(f"{t.name} n={n} threads={threads}: row {i} gives {got[i][:4]}, not NaN")
+                        elif t not in PARTNER_OF and np.isfinite(got[i]).any():
+                            bad.append(f"{t.name} n={n} threads={threads}: row {i} has finite outputs")
+    return bad
+
+
+def _in_child(kernels: str | None, call: str) -> list[str]:
+    """call (an expression of test_quants, a list of failures) in a child with MINILLAMA_KERNELS=kernels: a crash in
+    the kernels fails the test instead of ending pytest."""
+    code = ("import sys, json; sys.path[:0] = [sys.argv[1], sys.argv[1] + '/tests']; import test_quants as q; "
+            f"print(json.dumps(q.{call}))")
+    env = dict(os.environ)
+    env.pop("MINILLAMA_KERNELS", None)
+    if kernels:
+        env["MINILLAMA_KERNELS"] = kernels
+    out = subprocess.run([sys.executable, "-c", code, str(REPO)], capture_output=True, text=True, env=env,
+                         timeout=900)
+    assert out.returncode == 0, f"the child ended with {out.returncode}: {out.stderr[-3000:]}"
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@needs_core
+@pytest.mark.parametrize("kernels", [None, "scalar"], ids=["cpu", "scalar"])
+def test_kernels_on_nonfinite_activations(kernels: str | None) -> None:
+    """Every kernel binding on rows holding NaN, +inf, -inf (one element, every element, the block's max): no crash
+    (a NaN block max made the AVX2 Q8_K quantizer run off the row), and NaN out for those rows only."""
+    assert _in_child(kernels, "native_nonfinite_failures()") == []
+
+
+@needs_core
+@pytest.mark.parametrize("kernels", [None, "scalar"], ids=["cpu", "scalar"])
+def test_fuzz_kernels_with_nonfinite_activations(kernels: str | None) -> None:
+    """Random rows with random non-finite elements through every binding (run under the sanitizers in CI)."""
+    assert _in_child(kernels, "native_nonfinite_failures(seed=13, rounds=25)") == []

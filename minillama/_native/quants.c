@@ -3,6 +3,7 @@
  * blocks are dotted in place with every activation row (the row stays in cache across them), the rows split
  * over threads. The scalar kernels (quants_kernels.h, compiled here) are the fallback; quants_avx2.c holds the
  * same kernels for AVX2, used when the CPU has it. */
+#include <float.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -118,12 +119,22 @@ const char *mq_isa(void) {
     return isa;
 }
 
-/* ggml's x86 quantize_row_q8_0 / _q8_1: d = amax / 127, q = round-to-nearest-even(x * 127 / amax). */
+/* ggml's x86 quantize_row_q8_0 / _q8_1: d = amax / 127, q = round-to-nearest-even(x * 127 / amax). A block
+ * holding a NaN or an infinity is mq_nonfinite_q8's instead (quants_common.h). */
 static void quantize_q8(const float *x, int64_t n, uint8_t *y, int with_sum) {
     const int size = with_sum ? 36 : 34, at = with_sum ? 4 : 2;
     for (int64_t ib = 0; ib < n / 32; ib++, x += 32, y += size) {
         float amax = 0;
-        for (int j = 0; j < 32; j++) amax = fabsf(x[j]) > amax ? fabsf(x[j]) : amax; /* fmaxf, not a libm call */
+        int finite = 1;
+        for (int j = 0; j < 32; j++) {
+            const float ax = fabsf(x[j]);
+            amax = ax > amax ? ax : amax; /* fmaxf, not a libm call */
+            finite &= ax <= FLT_MAX;      /* false for an infinity and for a NaN */
+        }
+        if (!finite) {
+            mq_nonfinite_q8(y, with_sum);
+            continue;
+        }
         const float d = amax / 127.f, id = amax != 0.0f ? 127.f / amax : 0.0f;
         int sum = 0;
         for (int j = 0; j < 32; j++) {
@@ -141,13 +152,19 @@ static void quantize_q8(const float *x, int64_t n, uint8_t *y, int with_sum) {
 }
 
 /* ggml's quantize_row_q8_K_ref: iscale = -127 / (the value of largest magnitude), q = min(127, rint(iscale x)),
- * d = 1 / iscale, bsums the sums of 16. */
+ * d = 1 / iscale, bsums the sums of 16. A block holding a NaN or an infinity is mq_nonfinite_q8_k's instead. */
 static void quantize_q8_k(const float *x, int64_t n, uint8_t *y) {
     for (int64_t ib = 0; ib < n / 256; ib++, x += 256, y += 292) {
         float amax = 0, max = 0;
+        int finite = 1;
         for (int j = 0; j < 256; j++) {
             float ax = fabsf(x[j]);
             if (ax > amax) amax = ax, max = x[j];
+            finite &= ax <= FLT_MAX;
+        }
+        if (!finite) {
+            mq_nonfinite_q8_k(y);
+            continue;
         }
         memset(y, 0, 292);
         if (amax == 0.0f) continue;

@@ -807,7 +807,8 @@ ONE_ROW(dot_q6_k_fast, rows_q6_k)
 /* The partner quantizers as ggml's x86 quantize_row_q8_0 / _q8_1 (AVX2) and quantize_row_q8_K_ref compute
  * them, so the scalar ones' bits (tests/test_quants.py): the largest magnitude by max, x * (127 / amax) rounded
  * to nearest even; Q8_K: x * (-127 / the value of largest magnitude, its first occurrence), at most 127. The
- * scalar ones call nearbyintf per value: a quarter of a generated token's time outside the products. */
+ * scalar ones call nearbyintf per value: a quarter of a generated token's time outside the products. A block
+ * holding a NaN or an infinity is quants_common.h's mq_nonfinite_q8(_k), as in the scalar ones. */
 static inline __m256i round_i32(__m256 v) {
     return _mm256_cvtps_epi32(_mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
@@ -841,12 +842,18 @@ static void half_x(const float *x, int64_t n, uint8_t *y) {
 
 static void q8_x(const float *x, int64_t n, uint8_t *y, int with_sum) {
     const int size = with_sum ? 36 : 34, at = with_sum ? 4 : 2;
-    const __m256 sign = _mm256_set1_ps(-0.0f);
+    const __m256 sign = _mm256_set1_ps(-0.0f), inf = _mm256_set1_ps(INFINITY);
     for (int64_t ib = 0; ib < n / 32; ib++, x += 32, y += size) {
-        __m256 v[4], m = _mm256_setzero_ps();
+        __m256 v[4], m = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
         for (int j = 0; j < 4; j++) {
             v[j] = _mm256_loadu_ps(x + 8 * j);
-            m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[j]));
+            const __m256 a = _mm256_andnot_ps(sign, v[j]);
+            m = _mm256_max_ps(m, a);
+            bad = _mm256_or_ps(bad, _mm256_cmp_ps(a, inf, _CMP_NLT_UQ)); /* an infinity or a NaN */
+        }
+        if (_mm256_movemask_ps(bad)) {
+            mq_nonfinite_q8(y, with_sum);
+            continue;
         }
         const float amax = max8(m), d = amax / 127.f, id = amax != 0.0f ? 127.f / amax : 0.0f;
         __m256i q[4];
@@ -861,15 +868,25 @@ static void q8_x(const float *x, int64_t n, uint8_t *y, int with_sum) {
 }
 
 static void q8_k_x(const float *x, int64_t n, uint8_t *y) {
-    const __m256 sign = _mm256_set1_ps(-0.0f);
+    const __m256 sign = _mm256_set1_ps(-0.0f), inf = _mm256_set1_ps(INFINITY);
     for (int64_t ib = 0; ib < n / 256; ib++, x += 256, y += 292) {
-        __m256 m = _mm256_setzero_ps();
-        for (int j = 0; j < 256; j += 8) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)));
+        __m256 m = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
+        for (int j = 0; j < 256; j += 8) {
+            const __m256 a = _mm256_andnot_ps(sign, _mm256_loadu_ps(x + j));
+            m = _mm256_max_ps(m, a);
+            bad = _mm256_or_ps(bad, _mm256_cmp_ps(a, inf, _CMP_NLT_UQ));
+        }
+        if (_mm256_movemask_ps(bad)) {
+            mq_nonfinite_q8_k(y);
+            continue;
+        }
         const float amax = max8(m);
         memset(y, 0, 292);
         if (amax == 0.0f) continue;
+        /* the first value of that magnitude: every value is finite here, so amax is one of them; the bound keeps
+         * the scan inside the block whatever the floats */
         int first = 0;
-        while (fabsf(x[first]) != amax) first++;
+        while (first < 255 && fabsf(x[first]) != amax) first++;
         const float iscale = -127.f / x[first], d = 1 / iscale;
         const __m256 s = _mm256_set1_ps(iscale);
         const __m256i top = _mm256_set1_epi32(127);

@@ -74,4 +74,21 @@ typedef struct {
     void (*q8_k)(const float *x, int64_t n, uint8_t *y);
 } mq_quantizers;
 
+/* An activation block holding a NaN or an infinity (issue 34): llama.cpp's quantizers have no one answer for it
+ * (quantize_row_q8_K skips a NaN when it picks the scale and rounds it to 0; the AVX2 quantize_row_q8_0 keeps or
+ * loses it by where it sits), so minillama quantizes such a block with a NaN scale (and block_q8_1's sum NaN) and
+ * zero quants: every product with it is NaN, which the forward pass reports, and no non-finite float is ever
+ * converted to an integer. minillama/quants.py makes the same bytes. */
+#define MQ_HALF_NAN 0x7E00u
+static inline void mq_nonfinite_q8(uint8_t *y, int with_sum) {
+    memset(y, 0, with_sum ? 36 : 34);
+    y[0] = (uint8_t)MQ_HALF_NAN, y[1] = (uint8_t)(MQ_HALF_NAN >> 8);
+    if (with_sum) y[2] = y[0], y[3] = y[1];
+}
+static inline void mq_nonfinite_q8_k(uint8_t *y) {
+    const uint32_t nan_bits = 0x7FC00000u; /* float32 quiet NaN, as numpy's */
+    memset(y, 0, 292);
+    memcpy(y, &nan_bits, 4);
+}
+
 #endif

@@ -30,7 +30,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ..embedding import Embedding
-from ..errors import ArgumentError, ContextLengthError, FormatError, UnsupportedError
+from ..errors import ArgumentError, ContextLengthError, FormatError, NonFiniteError, UnsupportedError
 from ..sampling import Sampler
 from . import gemma3, llama, phi3, qwen2, qwen3
 from .batch import Batch, StepBatcher
@@ -272,13 +272,26 @@ class Model:
         if last_only and not hidden and self._stack is not None and self._stack.n_vocab is not None:
             logits = self._stack.logits(x, Batch.single(start, len(ids), cache))  # blocks and head: one pass
             cache.ids[start:] = ids
-            return self._bias(logits)
+            return self._finite(self._bias(logits))
         x = self._blocks(x, Batch.single(start, len(ids), cache))
         cache.ids[start:] = ids
         if last_only:
             x = x[-1:]
         x = rmsnorm(x, self._output_norm, self.hparams.eps)
-        return x if hidden else self._logits(x)
+        return self._finite(x, "hidden states") if hidden else self._finite(self._logits(x))
+
+    def _finite(self, a: np.ndarray, what: str = "scores (logits)") -> np.ndarray:
+        """a, a pass's output, when every value is finite; else NonFiniteError, the same on both backends (the C
+        kernels quantize an activation block holding a NaN or an infinity so that its products are NaN, as the
+        float32 path's are). NaN and infinity spread through every later layer and the final norm, so the output
+        alone tells; its minimum and maximum (NaN if any value is) cost one read of it."""
+        with np.errstate(invalid="ignore"):
+            lo, hi = (a.min(), a.max()) if a.size else (0.0, 0.0)
+        if np.isfinite(lo) and np.isfinite(hi):
+            return a
+        found = "NaN" if np.isnan(lo) or np.isnan(hi) else "infinity"
+        raise NonFiniteError(f"the model's {what} are not finite: found {found}, expected finite numbers (its weights "
+                             f"hold NaN or infinity, or its activations overflow float32)", path=self.path)
 
     def _blocks(self, x: np.ndarray, batch: Batch) -> np.ndarray:
         """x [T, d] after every block (the C ones when the model has them): the rows of batch's sequences."""
@@ -307,7 +320,8 @@ class Model:
                 x = self._blocks(x, batch)
             for token, (_, start, cache) in zip(tokens, batch.seqs, strict=True):
                 cache.ids[start:] = [token]
-            return self._bias(logits) if head else self._logits(rmsnorm(x, self._output_norm, self.hparams.eps))
+            return self._finite(self._bias(logits) if head else
+                                self._logits(rmsnorm(x, self._output_norm, self.hparams.eps)))
 
         if self._step_auto is not None:
             return self._step_auto.run(1, run)
