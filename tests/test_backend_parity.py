@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import os
+import random
 import subprocess
 import sys
 from collections.abc import Callable
@@ -21,6 +22,7 @@ from gguf import Keys, TokenType
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support import REPO
+from support.fixtures import hf_bert_from_gguf, unigram_json, write_t5_gguf
 from support.oracle import get_oracle
 from support.paths import params_or_skip, require_shared, vocab_path
 from support.reference import conformance_vocabs, read_conformance
@@ -114,6 +116,18 @@ _CATEGORIES = ("Lu", "Ll", "Lt", "Lm", "Lo", "Mn", "Mc", "Me", "Nd", "Nl", "No",
 _MIXED = st.text(st.one_of(*(st.characters(categories=[c]) for c in _CATEGORIES),
                            st.sampled_from(list(" \t\n\r\x0b\x0c0123456789'!\"#$%&()*+,-./:;<=>?@[\\]^_`{|}~sStT"))),
                  max_size=80)
+# Letters (ASCII, full-width, ones with keys in the Unigram charsmaps), control characters (which nmt_nfkc deletes),
+# combining marks (which those keys join to the letter before) and spaces, side by side: issue 34's
+# "d", U+0016, U+032D.
+_CONTROLS = [chr(c) for c in [*range(0x20), *range(0x7F, 0xA0)]]
+_MARKS = [chr(c) for c in [*range(0x300, 0x370), *range(0x1AB0, 0x1ACF), *range(0x1DC0, 0x1E00), *range(0x20D0, 0x20F1)]]
+_LETTERS = list("adeoAnhzK6!") + ["\uff41", "\uff45", "\uff2e", "\uff0b", "\uff71", "\u0416", "\u304b", "\u30ab",
+                                  "\u1100", "\u1161", "\u11a8", "\u3099", "\u309a", "\ufb01", "\U0001f600"]
+_SPACES = [" ", "  ", "\t", "\n", "\u00a0", "\u3000", "\u2581", "\u2002"]
+_CTRL_MARKS = st.lists(st.tuples(st.sampled_from(_LETTERS + _MARKS[:8] + _SPACES),
+                                  st.lists(st.sampled_from(_CONTROLS), max_size=2).map("".join),
+                                  st.lists(st.sampled_from(_MARKS), max_size=2).map("".join)),
+                        max_size=5).map(lambda parts: "".join("".join(p) for p in parts))
 _PIECES = st.lists(st.sampled_from(["'s", "'LL", " a", "  ", "\r\n", "\n\n ", "123456", "ß", "é", "日本", "👍🏽",
                                     "\u00a0", "\u3000", "\t", "x" * 60, "ab" * 40, "\ud800", "\udcff", "!!?"]),
                    max_size=40).map("".join)
@@ -121,7 +135,7 @@ _PIECES = st.lists(st.sampled_from(["'s", "'LL", " a", "  ", "\r\n", "\n\n ", "1
 
 @pytest.mark.parametrize("vocab", VOCABS)
 @PROPERTY
-@given(text=st.one_of(_TEXT, _RAW, _PIECES, _MIXED))
+@given(text=st.one_of(_TEXT, _RAW, _PIECES, _MIXED, _CTRL_MARKS))
 def test_parity_hypothesis(vocab, text):
     native, pure = pair(vocab)
     assert native.encode(text, add_special=False) == pure.encode(text, add_special=False)
@@ -327,10 +341,94 @@ def test_unigram_sentencepiece_models(name, directory):
 
 @pytest.mark.parametrize("name", ["spm-unigram8k.model", "spm-unigram-ja-test.model"])
 @PROPERTY
-@given(text=st.one_of(_TEXT, _RAW, _PIECES))
+@given(text=st.one_of(_TEXT, _RAW, _PIECES, _CTRL_MARKS))
 def test_unigram_sentencepiece_models_hypothesis(name, text):
     native, pure = _spm_pair(name)
     assert native.encode(text, add_special=False) == pure.encode(text, add_special=False)
+
+
+def _ctrl_marks_texts(n: int = 1500, seed: int = 34) -> list[str]:
+    """Issue 34's cases and n random mixtures of letters, control characters, combining marks and spaces
+    (a letter, then up to two controls, then up to two marks, a few times over; or any of them at random)."""
+    rng = random.Random(seed)
+    out = ["d\x16\u032d", "d\u032d", "a\x01\u0301", "\uff45\x9f\u030c", "o\x08\u0300\u0303", "\u1100\x10\u1161",
+           "\u304b\x05\u3099", "e\x7f\u0301 n\x1b\u0303", "A\x8f\u030a", "6 \u0311h\uff0b\u0416n\x16\u0307"]
+    groups = [_LETTERS, _CONTROLS, _MARKS, _SPACES]
+    for i in range(n):
+        if i % 2:
+            parts = []
+            for _ in range(rng.randint(1, 4)):
+                parts.append(rng.choice(rng.choice([_LETTERS, _LETTERS, _MARKS, _SPACES])))
+                parts += [rng.choice(_CONTROLS) for _ in range(rng.randint(0, 2))]
+                parts += [rng.choice(_MARKS) for _ in range(rng.randint(0, 2))]
+            out.append("".join(parts))
+        else:
+            out.append("".join(rng.choice(rng.choice(groups)) for _ in range(rng.randint(1, 12))))
+    return out
+
+
+CTRL_MARKS_TEXTS = _ctrl_marks_texts()
+
+# Every Unigram and WordPiece vocab the tests load: the shared GGUFs, the SentencePiece models, and the
+# tokenizer.json files made from them (their GGUF twins are llama.cpp's vocab: test_hf_json_wpm_ugm.py checks
+# the metadata are the same).
+UGM_WPM = ["ggml-vocab-unigram8k", "ggml-vocab-bert-bge", "spm-unigram8k.model", "spm-unigram-ja-test.model",
+           "bert-bge tokenizer.json", "unigram8k tokenizer.json"]
+
+
+@functools.cache
+def _ugm_wpm(name: str, workdir: str) -> tuple[Tokenizer, Tokenizer, str]:
+    """(native, pure, the GGUF llama.cpp loads for the same vocab) of one UGM_WPM entry."""
+    if name.startswith("ggml-vocab-"):
+        return (*pair(name), str(vocab_path(name)))
+    if name == "spm-unigram8k.model":
+        return (*_spm_pair(name), str(vocab_path("ggml-vocab-unigram8k")))
+    if name == "spm-unigram-ja-test.model":
+        spm = pytest.importorskip("sentencepiece")
+        model = require_shared("vocab", name)
+        path = os.path.join(workdir, "ja.gguf")  # converted as llama.cpp's converter does, for the oracle
+        write_t5_gguf(spm.SentencePieceProcessor(model_file=str(model)), model.read_bytes(), path)
+        return (*_spm_pair(name), path)
+    twin = "ggml-vocab-bert-bge" if name.startswith("bert") else "ggml-vocab-unigram8k"
+    hf = hf_bert_from_gguf(pair(twin)[1]) if name.startswith("bert") else \
+        unigram_json(str(require_shared("vocab", "spm-unigram8k.model")))
+    path = os.path.join(workdir, f"{twin}.json")
+    hf.save(path)
+    return (*(_build("", b, path) for b in ("native", "pure")), str(vocab_path(twin)))
+
+
+@pytest.fixture(scope="module", params=UGM_WPM)
+def ugm_wpm(request, tmp_path_factory):
+    """(native, pure, llama.cpp) for one Unigram or WordPiece vocab; skips without shared/ or the oracle."""
+    native, pure, gguf_path = _ugm_wpm(request.param, str(tmp_path_factory.mktemp("ugm_wpm")))
+    assert (native.backend, pure.backend) == ("native", "pure")
+    return native, pure, get_oracle(gguf_path)
+
+
+def _three_way(native: Tokenizer, pure: Tokenizer, oracle, text: str) -> list:
+    """The (text, flags, native, pure, llama.cpp) rows where a backend differs from llama.cpp."""
+    bad = []
+    for add, parse in ((False, False), (True, True)):
+        want = oracle.tokenize(text, add, parse)
+        got = [t.encode(text, add_special=add, parse_special=parse) for t in (native, pure)]
+        if got != [want, want]:
+            bad.append((text, add, parse, *got, want))
+    return bad
+
+
+def test_control_combining_match_llamacpp(ugm_wpm):
+    """Issue 34: control characters between letters and combining marks, on every Unigram and WordPiece vocab:
+    both backends give llama.cpp's ids (pure once joined "d", U+0016, U+032D into one key)."""
+    native, pure, oracle = ugm_wpm
+    bad = [row for t in CTRL_MARKS_TEXTS for row in _three_way(native, pure, oracle, t)]
+    assert not bad, f"{len(bad)} differ from llama.cpp, first: {bad[:3]}"
+
+
+@PROPERTY
+@given(text=_CTRL_MARKS)
+def test_control_combining_hypothesis(ugm_wpm, text):
+    native, pure, oracle = ugm_wpm
+    assert not _three_way(native, pure, oracle, text)
 
 
 @pytest.mark.slow

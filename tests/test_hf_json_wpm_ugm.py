@@ -15,7 +15,7 @@ import json
 import numpy as np
 import pytest
 from gguf import Keys
-from support.fixtures import hf_bert_from_gguf
+from support.fixtures import hf_bert_from_gguf, unigram_json
 from support.paths import load, require_shared, vocab_path
 from support.reference import read_conformance
 
@@ -33,42 +33,6 @@ def bert_json(tmp_path_factory):
     path = tmp_path_factory.mktemp("bert") / "tokenizer.json"
     hf.save(str(path))
     return hf, path
-
-
-def unigram_json(model_path: str):
-    """A tokenizer.json for a SentencePiece Unigram model, built as transformers' T5Converter builds it."""
-    spm = pytest.importorskip("sentencepiece")
-    pytest.importorskip("tokenizers")
-    from support.fixtures import sentencepiece_token_type
-    from tokenizers import (
-        AddedToken,
-        Regex,
-        Tokenizer,
-        decoders,
-        models,
-        normalizers,
-        pre_tokenizers,
-        processors,
-    )
-
-    sp = spm.SentencePieceProcessor(model_file=model_path)
-    from support.protobuf import normalizer_spec
-
-    with open(model_path, "rb") as f:
-        spec = normalizer_spec(f.read())
-    vocab = [(sp.id_to_piece(i), sp.get_score(i)) for i in range(sp.get_piece_size())]
-    hf = Tokenizer(models.Unigram(vocab, unk_id=sp.unk_id(), byte_fallback=False))
-    hf.normalizer = normalizers.Sequence([normalizers.Precompiled(spec["precompiled_charsmap"]),
-                                          normalizers.Strip(left=False, right=True),
-                                          normalizers.Replace(Regex(" {2,}"), "\u2581")])
-    hf.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always", split=True)
-    hf.decoder = decoders.Metaspace(replacement="\u2581", prepend_scheme="always", split=True)
-    control = [sp.id_to_piece(i) for i in range(sp.get_piece_size())
-               if sentencepiece_token_type(sp, i) == 3]
-    hf.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in control])
-    hf.post_processor = processors.TemplateProcessing(single=["$A", "</s>"], pair=["$A", "</s>", "$B", "</s>"],
-                                                      special_tokens=[("</s>", sp.piece_to_id("</s>"))])
-    return hf
 
 
 @pytest.fixture(scope="module")

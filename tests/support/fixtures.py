@@ -1,5 +1,6 @@
 """Small tokenizers the tests build themselves (no shared/ needed): training text, a Hugging Face byte-level
-BPE, and GGUF files written with minillama's own writer (minillama.gguffile.write_vocab_gguf)."""
+BPE, and GGUF files written with minillama's own writer (minillama.gguffile.write_vocab_gguf); SentencePiece
+models converted as llama.cpp's converter (write_t5_gguf) and as transformers' T5Converter (unigram_json) do."""
 
 from __future__ import annotations
 
@@ -174,4 +175,91 @@ def hf_bert_from_gguf(tok):
     hf.normalizer = normalizers.BertNormalizer(lowercase=True)
     hf.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     hf.post_processor = processors.BertProcessing(("[SEP]", vocab["[SEP]"]), ("[CLS]", vocab["[CLS]"]))
+    return hf
+
+
+def write_t5_gguf(sp, proto: bytes, path, added_tokens: dict[str, int] | None = None) -> None:
+    """Like convert_hf_to_gguf.py's T5Model.set_vocab (sentencepiece model plus an optional added_tokens.json)."""
+    import gguf
+
+    from support.protobuf import normalizer_spec
+
+    n = sp.get_piece_size() + len(added_tokens or {})
+    tokens = [f"[PAD{i}]".encode() for i in range(n)]
+    scores = [-10000.0] * n
+    types = [int(gguf.TokenType.UNUSED)] * n
+    for i in range(sp.get_piece_size()):
+        tokens[i] = sp.id_to_piece(i).encode("utf-8")
+        scores[i] = sp.get_score(i)
+        types[i] = sentencepiece_token_type(sp, i)
+    for text, i in (added_tokens or {}).items():
+        tokens[i], scores[i], types[i] = text.encode("utf-8"), -1000.0, int(gguf.TokenType.USER_DEFINED)
+    spec = normalizer_spec(proto)
+
+    w = gguf.GGUFWriter(str(path), "t5")
+    # the architecture keys llama.cpp needs to load a (vocab-only) t5 file, so that the oracle can read it too
+    w.add_context_length(64)
+    w.add_embedding_length(8)
+    w.add_feed_forward_length(8)
+    w.add_block_count(1)
+    w.add_head_count(1)
+    w.add_key_length(8)
+    w.add_value_length(8)
+    w.add_layer_norm_eps(1e-6)
+    w.add_relative_attn_buckets_count(32)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_decoder_start_token_id(0)
+    w.add_tokenizer_model("t5")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(tokens)
+    w.add_token_scores(scores)
+    w.add_token_types(types)
+    w.add_add_space_prefix(spec["add_dummy_prefix"])
+    w.add_remove_extra_whitespaces(spec["remove_extra_whitespaces"])
+    if spec["precompiled_charsmap"]:
+        w.add_precompiled_charsmap(spec["precompiled_charsmap"])
+    w.add_eos_token_id(sp.eos_id())
+    w.add_unk_token_id(sp.unk_id())
+    if sp.pad_id() >= 0:
+        w.add_pad_token_id(sp.pad_id())
+    w.add_add_bos_token(False)
+    w.add_add_eos_token(True)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def unigram_json(model_path: str):
+    """A tokenizer.json for a SentencePiece Unigram model, built as transformers' T5Converter builds it."""
+    spm = pytest.importorskip("sentencepiece")
+    pytest.importorskip("tokenizers")
+    from tokenizers import (
+        AddedToken,
+        Regex,
+        Tokenizer,
+        decoders,
+        models,
+        normalizers,
+        pre_tokenizers,
+        processors,
+    )
+
+    from support.protobuf import normalizer_spec
+
+    sp = spm.SentencePieceProcessor(model_file=model_path)
+    with open(model_path, "rb") as f:
+        spec = normalizer_spec(f.read())
+    vocab = [(sp.id_to_piece(i), sp.get_score(i)) for i in range(sp.get_piece_size())]
+    hf = Tokenizer(models.Unigram(vocab, unk_id=sp.unk_id(), byte_fallback=False))
+    hf.normalizer = normalizers.Sequence([normalizers.Precompiled(spec["precompiled_charsmap"]),
+                                          normalizers.Strip(left=False, right=True),
+                                          normalizers.Replace(Regex(" {2,}"), "\u2581")])
+    hf.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always", split=True)
+    hf.decoder = decoders.Metaspace(replacement="\u2581", prepend_scheme="always", split=True)
+    control = [sp.id_to_piece(i) for i in range(sp.get_piece_size())
+               if sentencepiece_token_type(sp, i) == 3]
+    hf.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in control])
+    hf.post_processor = processors.TemplateProcessing(single=["$A", "</s>"], pair=["$A", "</s>", "$B", "</s>"],
+                                                      special_tokens=[("</s>", sp.piece_to_id("</s>"))])
     return hf

@@ -10,8 +10,9 @@ else a dummy U+2581 before the first non-space when add_space_prefix asks for on
 Two normalisers do this. `_normalize_bytes` is the byte-level port, exact on any input (raw bytes,
 odd vocabs), and can also say which input byte each output byte comes from (for offsets).
 `_normalize_chars` is the fast one over str, for valid text and a vocab whose charsmap and
-user-defined tokens are valid UTF-8: characters the charsmap maps on their own are replaced first
-(str.replace, one regex), then a regex finds every place where anything but copying may happen and
+user-defined tokens are valid UTF-8: characters the charsmap maps on their own, and that no longer
+key can involve, are replaced first (str.replace, one regex; not the ones it deletes, which would
+join their neighbours into a key llama.cpp never sees), then a regex finds every place where anything but copying may happen and
 only those are looked at; it returns None where only the byte path is exact (a user-defined prefix or
 charsmap key ending inside a character).
 """
@@ -195,7 +196,10 @@ class UGMNormalizer:
     def _plain_map(self, cm: Charsmap) -> dict[str, str]:
         """The characters one str.translate may replace before the scan, the result unchanged: a character
         whose key is itself alone (no key starts with it or holds it after its first character) and whose
-        replacement holds no character the scan would act on."""
+        replacement holds no character the scan would act on. A character the charsmap deletes (control
+        characters under nmt_nfkc) is left to the scan whenever some key is longer than one character:
+        deleting it first would join its neighbours ("d", U+0016, U+032D into "d" + U+032D, a key of its own),
+        where llama.cpp matches keys over the text as it is and never across the deleted character."""
         firsts, _ = cm.next_chars([cm.root])
         inner: set[str] = set()
         level = sorted({ch for _, _, ch, _ in firsts})
@@ -210,7 +214,8 @@ class UGMNormalizer:
                     level.append(ch)
         active = set(self.single) | self.multi | inner
         return {c: r for c, r in self.single.items()  # type: ignore[misc]
-                if r is not None and c not in self.multi and c not in inner and not (set(r) & active)}
+                if r is not None and (r or not self.multi) and c not in self.multi and c not in inner
+                and not (set(r) & active)}
 
     def _replacement_str(self, offset: int) -> str | None:
         """A charsmap replacement as str; None when it is broken or not UTF-8 (the byte path then decides)."""
