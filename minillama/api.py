@@ -241,7 +241,9 @@ class Llama:
         """OpenAI's chat.completion for messages, rendered with the GGUF's chat template (in its sandbox), or with
         stream=True an iterator of chat.completion.chunk dicts (a first one with the role, the last one with
         finish_reason). Defaults as llama-cpp-python's. logprobs=True, top_logprobs=N (0..20): the chat API's
-        logprobs.content list. Other keywords go to the template as variables (e.g. tools).
+        logprobs.content list. Other keywords go to the template as variables (e.g. tools). A message's content
+        may be OpenAI's list of parts: text parts are joined by newlines (as llama.cpp's server joins them), any
+        other part is an ArgumentError (the model takes text only).
         """
         if top_logprobs is not None and not 0 <= top_logprobs <= MAX_TOP_LOGPROBS:
             raise ArgumentError(f"expected top_logprobs between 0 and {MAX_TOP_LOGPROBS}, found {top_logprobs}")
