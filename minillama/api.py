@@ -57,6 +57,30 @@ def token_text(piece: bytes) -> str:
         return "bytes:" + "".join(f"\\x{b:02x}" for b in piece)
 
 
+def _flat_message(message: Mapping[str, Any], i: int) -> Mapping[str, Any]:
+    """message with its content given as parts ([{"type": "text", "text": ...}, ...], OpenAI's form) joined into
+    one text by newlines, as llama.cpp's server joins them for a template that takes text; ArgumentError for
+    a part that is not text (an image: the model takes text only)."""
+    content = message.get("content")
+    if not isinstance(content, list | tuple):
+        return message
+    texts = []
+    for j, part in enumerate(content):
+        where = f"messages[{i}].content[{j}]"
+        if not isinstance(part, Mapping):
+            raise ArgumentTypeError(f"expected {where} to be a content part {{'type': 'text', 'text': ...}}, found "
+                                    f"{type(part).__name__}")
+        kind = part.get("type")
+        if kind != "text":
+            raise ArgumentError(f"expected {where} to be a part of type 'text' (this model takes text only), found "
+                                f"type {kind!r:.60}")
+        text = part.get("text")
+        if not isinstance(text, str):
+            raise ArgumentTypeError(f"expected {where}.text to be a str, found {type(text).__name__}")
+        texts.append(text)
+    return {**message, "content": "\n".join(texts)}
+
+
 class Stream(Iterator[dict[str, Any]]):
     """The chunks of a streamed call. close() (from the thread that iterates) or cancel() (from any thread, e.g. a
     server's event loop when the client disconnects while a worker thread waits in next()) ends the generation:
@@ -217,7 +241,9 @@ class Llama:
         """OpenAI's chat.completion for messages, rendered with the GGUF's chat template (in its sandbox), or with
         stream=True an iterator of chat.completion.chunk dicts (a first one with the role, the last one with
         finish_reason). Defaults as llama-cpp-python's. logprobs=True, top_logprobs=N (0..20): the chat API's
-        logprobs.content list. Other keywords go to the template as variables (e.g. tools).
+        logprobs.content list. Other keywords go to the template as variables (e.g. tools). A message's content
+        may be OpenAI's list of parts: text parts are joined by newlines (as llama.cpp's server joins them), any
+        other part is an ArgumentError (the model takes text only).
         """
         if top_logprobs is not None and not 0 <= top_logprobs <= MAX_TOP_LOGPROBS:
             raise ArgumentError(f"expected top_logprobs between 0 and {MAX_TOP_LOGPROBS}, found {top_logprobs}")
@@ -331,6 +357,7 @@ class Llama:
             raise ArgumentTypeError("expected messages as a list of {'role': ..., 'content': ...} dicts")
         if not messages:
             raise ArgumentError("expected at least one message, found none")
+        messages = [_flat_message(m, i) for i, m in enumerate(messages)]
         template = self._chat_template()
         if template is None:
             raise ChatTemplateError(f"{self.model_path}: the file has no tokenizer.chat_template to render messages "

@@ -45,16 +45,25 @@ from datetime import datetime
 from typing import Any
 
 from . import limited_worker
-from .errors import ChatTemplateError, ChatTemplateRefused
+from .errors import ArgumentError, ChatTemplateError, ChatTemplateRefused
 
 #: template variable -> the Vocab special id it names (transformers' special_tokens_map)
 SPECIAL_TOKEN_VARS = {"bos_token": "bos", "eos_token": "eos", "unk_token": "unk", "pad_token": "pad"}
 
 
-def _plain(value: Any) -> Any:
-    """value rebuilt from plain JSON types (transformers' _plain_template_data): nothing else reaches the sandbox."""
+#: Deepest nesting of lists and dicts a conversation (or a template variable) may have.
+MAX_DEPTH = 64
+
+
+def _plain(value: Any, depth: int = 0) -> Any:
+    """value rebuilt from plain JSON types (transformers' _plain_template_data): nothing else reaches the sandbox.
+    ArgumentError for a value nested deeper than MAX_DEPTH (a RecursionError otherwise, here or in the render)."""
     if value is None or type(value) in (str, int, float, bool):
         return value
+    if depth >= MAX_DEPTH and isinstance(value, Mapping | list | tuple):
+        raise ArgumentError(f"expected the conversation and template variables nested at most {MAX_DEPTH} levels "
+                            "deep (lists and dicts), found deeper")
+    depth += 1
     if isinstance(value, str):
         return str.__str__(value)
     if isinstance(value, int):
@@ -62,11 +71,11 @@ def _plain(value: Any) -> Any:
     if isinstance(value, float):
         return float.__float__(value)
     if isinstance(value, Mapping):
-        return {_plain(k): _plain(v) for k, v in value.items()}
+        return {_plain(k, depth): _plain(v, depth) for k, v in value.items()}
     if isinstance(value, list):
-        return [_plain(v) for v in value]
+        return [_plain(v, depth) for v in value]
     if isinstance(value, tuple):
-        return tuple(_plain(v) for v in value)
+        return tuple(_plain(v, depth) for v in value)
     np = sys.modules.get("numpy")  # not imported here: a process without numpy holds no numpy scalar
     if np is not None and isinstance(value, np.generic):  # numpy scalars: np.bool_(False) must stay falsy
         return _plain(value.item())

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .errors import ArgumentError, MinillamaError, UnsupportedError
+from .errors import ArgumentError, UnsupportedError
 
 if TYPE_CHECKING:
     from .tokenizer import Tokenizer
@@ -129,28 +129,40 @@ class JsonConstraint:
         except (TypeError, ValueError) as e:
             raise ArgumentError(f"expected a JSON schema that is valid JSON, found an error: {e}") from None
         self._n_vocab = tok.n_vocab
+        self._accepted = 0  # tokens consumed so far
         self._matcher = llg.LLMatcher(_ll_tokenizer(tok), grammar, log_level=0)
         self._check("expected a JSON schema that llguidance can enforce, found one it rejects")
 
     def _check(self, what: str) -> None:
         if self._matcher.is_error():
-            raise ArgumentError(f"{what}: {self._matcher.get_error()}")
+            raise ArgumentError(f"{what}: {_first_line(self._matcher.get_error())}")
 
     def allowed(self) -> np.ndarray:
         """A bool per vocab id: the ids that keep the output a prefix of valid JSON (eog ids once it is complete)."""
         bits = np.frombuffer(self._matcher.compute_bitmask(), np.uint8)
-        self._check("the JSON grammar failed")
+        self._check(f"the JSON grammar failed after {self._accepted} tokens")
         return np.unpackbits(bits, bitorder="little")[:self._n_vocab].astype(bool)
 
     def accept(self, token: int) -> None:
         """Advance the grammar past token (the sampler only picks allowed ids, so this always fits)."""
         if not self._matcher.consume_token(int(token)):
-            raise MinillamaError(f"token {token} does not fit the JSON grammar: {self._matcher.get_error()}")
+            # the sampler found no allowed id with a score above -inf (logit_bias false / -inf on all of them, or
+            # the model's own scores) and fell back to eog, which the unfinished value does not allow
+            raise ArgumentError(f"response_format's JSON schema allows none of the tokens that logit_bias and the "
+                                f"model's scores leave, after {self._accepted} generated tokens: expected a "
+                                "logit_bias that bans fewer tokens")
+        self._accepted += 1
 
     @property
     def done(self) -> bool:
         """True when the output so far is a whole value that the schema accepts."""
         return bool(self._matcher.is_accepting())
+
+
+def _first_line(error: str) -> str:
+    """llguidance's error without its multi-line parser dump: the first line, at most 200 characters."""
+    line = error.strip().split("\n", 1)[0]
+    return line if len(line) <= 200 else line[:197] + "..."
 
 
 def json_constraint(tok: Tokenizer, response_format: Mapping[str, Any] | None) -> JsonConstraint | None:

@@ -14,6 +14,7 @@ llama.cpp's server (n_probs) and OpenAI report them.
 
 from __future__ import annotations
 
+import math
 import secrets
 from collections import deque
 from collections.abc import Iterable, Mapping
@@ -59,21 +60,17 @@ class Sampler:
                  seed: int | None = None, *, min_p: float = 0.0, repeat_penalty: float = 1.0,
                  repeat_last_n: int = 64, presence_penalty: float = 0.0, frequency_penalty: float = 0.0,
                  logit_bias: Mapping[int, float] | None = None, n_probs: int = 0) -> None:
-        if not temperature >= 0:
-            raise ArgumentError(f"expected temperature >= 0 (0 is greedy), found {temperature}")
+        temperature = _finite("temperature", temperature, ">= 0 (0 is greedy)", lambda v: v >= 0)
         if top_k < 0:
             raise ArgumentError(f"expected top_k >= 0 (0 keeps all), found {top_k}")
-        if not 0 < top_p <= 1:
-            raise ArgumentError(f"expected top_p in (0, 1] (1 keeps all), found {top_p}")
-        if not 0 <= min_p <= 1:
-            raise ArgumentError(f"expected min_p in [0, 1] (0 keeps all), found {min_p}")
-        if not repeat_penalty > 0:
-            raise ArgumentError(f"expected repeat_penalty > 0 (1 is off), found {repeat_penalty}")
-        if repeat_last_n < -1:
-            raise ArgumentError(f"expected repeat_last_n >= 0 (or -1 for the whole context), found {repeat_last_n}")
-        for name, value in (("presence_penalty", presence_penalty), ("frequency_penalty", frequency_penalty)):
-            if not np.isfinite(value):
-                raise ArgumentError(f"expected a finite {name}, found {value}")
+        top_p = _finite("top_p", top_p, "in (0, 1] (1 keeps all)", lambda v: 0 < v <= 1)
+        min_p = _finite("min_p", min_p, "in [0, 1] (0 keeps all)", lambda v: 0 <= v <= 1)
+        repeat_penalty = _finite("repeat_penalty", repeat_penalty, "> 0 (1 is off)", lambda v: v > 0)
+        if not -1 <= repeat_last_n <= MAX_WINDOW:
+            raise ArgumentError(f"expected repeat_last_n from 0 to {MAX_WINDOW:,} (or -1 for the whole context), "
+                                f"found {_show(repeat_last_n)}")
+        presence_penalty = _finite("presence_penalty", presence_penalty, "(0 is off)", lambda v: True)
+        frequency_penalty = _finite("frequency_penalty", frequency_penalty, "(0 is off)", lambda v: True)
         if n_probs < 0:
             raise ArgumentError(f"expected n_probs >= 0, found {n_probs}")
         if seed is not None and seed < 0 and seed != RANDOM_SEED:
@@ -237,17 +234,53 @@ def _best_first(x: np.ndarray, k: int) -> np.ndarray:
     return keep[np.argsort(-x[keep], kind="stable")]
 
 
+#: Largest penalty window (repeat_last_n): llama.cpp's is an int32; any window past the context is all of it.
+MAX_WINDOW = 2**31 - 1
+
+
+def _show(v: object) -> str:
+    """v for an error message: a huge integer by its size (its digits could fill the message)."""
+    if isinstance(v, int) and abs(v) >= 10**30:
+        return f"an integer of {len(str(abs(v))) if abs(v) < 10**4000 else '4,000+'} digits"
+    return f"{v!r:.60}"
+
+
+def _finite(name: str, value: object, rule: str, ok: object) -> float:
+    """value as a finite float that passes ok, else ArgumentError naming name, the rule and what was found
+    (infinities, NaN, integers too large for a float, non-numbers)."""
+    try:
+        v = float(value)  # type: ignore[arg-type]
+    except OverflowError:
+        v = math.inf
+    except (TypeError, ValueError):
+        raise ArgumentError(f"expected {name} as a number {rule}, found {type(value).__name__} "
+                            f"{_show(value)}") from None
+    if not (math.isfinite(v) and ok(v)):  # type: ignore[operator]
+        raise ArgumentError(f"expected {name} as a finite number {rule}, found {_show(value)}")
+    return v
+
+
 def _check_bias(bias: Mapping[int, float] | None) -> dict[int, float]:
-    """logit_bias as {id: finite or -inf float} (OpenAI's keys may be strings of ids)."""
+    """logit_bias as {id: finite or -inf float} (OpenAI's keys may be strings of ids). An id past 2**31 - 1 (past
+    every vocab: llama.cpp's ids are int32) is skipped, as ids past the model's vocab are, as llama.cpp skips
+    them."""
     out: dict[int, float] = {}
     for k, v in (bias or {}).items():
+        if isinstance(k, str) and k.isascii() and k.isdigit() and len(k) > 18:
+            continue  # past every vocab (and int() refuses more than 4,300 digits)
         try:
-            i, b = int(k), float(v)
+            i = int(k)
+            b = float(v)
+        except OverflowError:
+            b = math.inf if v > 0 else -math.inf  # type: ignore[operator]
         except (TypeError, ValueError):
-            raise ArgumentError(f"expected logit_bias entries token id -> number, found {k!r}: {v!r}") from None
-        if i < 0 or np.isnan(b) or b == np.inf:
-            raise ArgumentError(f"expected logit_bias entries id >= 0 -> a number (-inf bans), found {k!r}: {v!r}")
-        out[i] = b
+            raise ArgumentError(f"expected logit_bias entries token id -> number, found {_show(k)}: "
+                                f"{_show(v)}") from None
+        if i < 0 or math.isnan(b) or b == math.inf:
+            raise ArgumentError(f"expected logit_bias entries id >= 0 -> a finite number (-inf bans), found "
+                                f"{_show(k)}: {_show(v)}")
+        if i <= MAX_WINDOW:
+            out[i] = b
     return out
 
 

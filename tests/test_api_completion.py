@@ -520,3 +520,50 @@ def test_a_schema_that_cannot_be_enforced_is_an_argument_error(llm: Llama) -> No
         llm.create_chat_completion([{"role": "user", "content": "Hi"}], response_format=bad)
     with pytest.raises(ArgumentError, match=r"expected response_format .*json_schema.*, found"):
         llm.create_completion("Hi", response_format={"type": "json_schema"})
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# issue 34: content parts, deep nesting, numbers too large for a float
+# ---------------------------------------------------------------------------------------------------------------------
+
+def test_chat_content_parts_are_joined_by_newlines(llm: Llama) -> None:
+    """OpenAI's content parts: text parts joined by "\\n" as llama.cpp's server joins them (concat_typed_text);
+    a part that is not text is refused by name (the model takes text only)."""
+    kw = {"max_tokens": 4, "temperature": 0, "seed": 1}
+    parts = [{"type": "text", "text": "Hello"}, {"type": "text", "text": "there"}]
+    a = llm.create_chat_completion([{"role": "user", "content": parts}], **kw)
+    b = llm.create_chat_completion([{"role": "user", "content": "Hello\nthere"}], **kw)
+    assert a["choices"][0]["message"] == b["choices"][0]["message"] and a["usage"] == b["usage"]
+    with pytest.raises(ArgumentError, match=r"messages\[0\]\.content\[1\].*text only.*'image_url'"):
+        llm.create_chat_completion([{"role": "user", "content": [
+            {"type": "text", "text": "What is this?"}, {"type": "image_url", "image_url": {"url": "x"}}]}], **kw)
+
+
+def test_chat_content_nested_5000_deep_is_a_minillama_error(llm: Llama) -> None:
+    deep: list = []
+    for _ in range(5000):
+        deep = [deep]
+    with pytest.raises(MinillamaError):
+        llm.create_chat_completion([{"role": "user", "content": deep}], max_tokens=1)
+    with pytest.raises(MinillamaError, match="64 levels"):
+        llm.tokenizer.apply_chat_template([{"role": "user", "content": deep}], chat_template="{{ messages }}",
+                                          tokenize=False)
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    ({"temperature": 10**400}, "temperature"), ({"temperature": float("inf")}, "temperature"),
+    ({"temperature": float("nan")}, "temperature"), ({"repeat_penalty": 10**400}, "repeat_penalty"),
+    ({"presence_penalty": 10**400}, "presence_penalty"), ({"frequency_penalty": -(10**400)}, "frequency_penalty"),
+    ({"repeat_penalty": float("inf")}, "repeat_penalty"), ({"repeat_last_n": 10**20}, "repeat_last_n"),
+    ({"logit_bias": {5: 10**400}}, "logit_bias")])
+def test_numbers_too_large_for_a_float_are_argument_errors(llm: Llama, kwargs: dict, name: str) -> None:
+    with pytest.raises(ArgumentError, match=name):
+        llm.create_completion("Hi", max_tokens=1, **kwargs)
+
+
+def test_logit_bias_ids_past_every_vocab_are_skipped(llm: Llama) -> None:
+    """As llama.cpp's server skips ids past the vocab (2**70 is past any int32 id), the reply is unchanged."""
+    kw = {"max_tokens": 4, "temperature": 0, "seed": 1}
+    plain = llm.create_completion("Hello", **kw)["choices"][0]["text"]
+    for bias in ({2**70: 50.0}, {str(2**70): 50.0}, {"9" * 5000: 50.0}, {10**6: 50.0}):
+        assert llm.create_completion("Hello", logit_bias=bias, **kw)["choices"][0]["text"] == plain

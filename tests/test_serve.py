@@ -352,7 +352,7 @@ def test_bad_requests_get_400(server: Server) -> None:
         status, r = server.request("POST", "/v1/chat/completions", raw)
         assert status == 400 and _error(status, r)["type"] == "invalid_request_error"
     status, r = server.request("POST", "/v1/completions", {"prompt": "Hi", "temperature": -1})
-    assert status == 400 and "temperature" in _error(status, r)["message"]
+    assert status == 400 and "temperature" in _error(status, r, "temperature")["message"]
     status, r = server.request("GET", "/v1/nothing")
     assert status == 404 and _error(status, r)["type"] == "not_found_error"
     status, r = server.request("POST", "/tokenize", {"content": "x", "vocab": "nope.gguf"})

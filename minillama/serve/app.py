@@ -14,6 +14,7 @@ import contextlib
 import hmac
 import json
 import logging
+import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from importlib import resources
@@ -70,6 +71,8 @@ def create_app(llm: Any, *, parallel: int = 1, api_key: str | None = None,
                 raise _too_large(len(body), max_body)
         try:
             data = json.loads(body)
+        except RecursionError:  # deeper than Python's parser goes: far past params.MAX_DEPTH
+            raise params.too_deep_body() from None
         except (ValueError, UnicodeDecodeError) as exc:
             raise ApiError(400, f"expected a JSON body, found bytes that do not parse: {exc}") from None
         return params.api_kwargs(data, fields)
@@ -152,9 +155,11 @@ def create_app(llm: Any, *, parallel: int = 1, api_key: str | None = None,
     async def slots(request: Request) -> Response:
         return JSONResponse(pool.status())
 
+    model_meta = _model_meta(llm)
+
     async def models(request: Request) -> Response:
-        meta = {"n_ctx": getattr(llm, "n_ctx", None), "n_vocab": getattr(llm, "n_vocab", None),
-                "pooling": getattr(llm, "pooling", None), "slots": parallel}
+        meta = {**model_meta, "n_ctx": getattr(llm, "n_ctx", None), "pooling": getattr(llm, "pooling", None),
+                "slots": parallel}
         return JSONResponse({"object": "list", "data": [{"id": model_name, "object": "model", "created": started,
                                                          "owned_by": "minillama", "meta": meta}]})
 
@@ -169,6 +174,7 @@ def create_app(llm: Any, *, parallel: int = 1, api_key: str | None = None,
                             for path, fn, method in routes],
                     exception_handlers={HTTPException: _http_error, Exception: _server_error},
                     lifespan=_closing(pool))
+    app.router.redirect_slashes = False  # paths are exact, as llama-server's: /v1/completions/ is a 404
     app.state.pool = pool
     return app
 
@@ -220,8 +226,28 @@ def _too_large(n: int, limit: int) -> ApiError:
                     code="request_too_large")
 
 
-def _error(exc: ApiError) -> JSONResponse:
-    return JSONResponse(exc.body(), status_code=exc.status)
+def _error(exc: ApiError) -> Response:
+    """exc's error object as JSON, non-ASCII escaped: any text it quotes encodes, a lone surrogate included."""
+    return Response(json.dumps(exc.body(), ensure_ascii=True), status_code=exc.status,
+                    media_type="application/json")
+
+
+def _model_meta(llm: Any) -> dict[str, Any]:
+    """llama-server's /v1/models "meta": vocab size, training context, embedding width, parameters and bytes of
+    the model's tensors (from the GGUF's tensor table)."""
+    from ..gguffile import read_gguf
+    from ..inspection import tensor_size
+
+    model = getattr(llm, "model", None)
+    hp = getattr(model, "hparams", None)
+    meta: dict[str, Any] = {"n_vocab": getattr(hp, "n_vocab", None), "n_ctx_train": getattr(hp, "n_ctx", None),
+                            "n_embd": getattr(hp, "n_embd", None), "n_params": None, "size": None}
+    path = getattr(llm, "model_path", None)
+    if path is not None:
+        tensors = read_gguf(path, tensors=True).tensors
+        meta["n_params"] = sum(math.prod(t.shape) for t in tensors)
+        meta["size"] = sum(tensor_size(t.shape, t.ggml_type) or 0 for t in tensors)
+    return meta
 
 
 #: Starlette's own HTTP errors (no such route, wrong method) as OpenAI's error types.
@@ -232,6 +258,10 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     what = f"{request.method} {request.url.path}"
     message = {404: f"no such endpoint: {what}", 405: f"method not allowed: {what}"}.get(exc.status_code, exc.detail)
+    path = request.url.path
+    if exc.status_code == 404 and path.endswith("/") and any(
+            getattr(r, "path", None) == path.rstrip("/") for r in request.app.routes):
+        message += f" (paths are exact: {path.rstrip('/')}, without the trailing slash)"
     return _error(ApiError(exc.status_code, message, type=_HTTP_TYPES.get(exc.status_code, "invalid_request_error")))
 
 
@@ -246,7 +276,7 @@ def _server_error_response(request: Request, exc: Exception) -> Response:
 
 
 def _sse(data: Any) -> bytes:
-    return b"data: " + json.dumps(data, ensure_ascii=False).encode() + b"\n\n"
+    return b"data: " + json.dumps(data, ensure_ascii=False).encode("utf-8", "backslashreplace") + b"\n\n"
 
 
 async def _events(first: Any, chunks: AsyncIterator[Any]) -> AsyncIterator[bytes]:

@@ -1,19 +1,35 @@
-"""The request bodies the server accepts: one table per endpoint, field -> (JSON type, the API's keyword).
+"""The request bodies the server accepts: one table per endpoint, field -> (JSON type, range, the API's keyword).
 
-A field that is not in its endpoint's table, or whose value has the wrong JSON type, is refused with an
-ApiError (HTTP 400, OpenAI's error object naming the field as `param`) before any work starts; values are
-checked by the API itself (minillama.api), whose ArgumentError becomes a 400 too. A field mapped to None
-is accepted and not passed on (OpenAI's `model` and `user`). `null` means "the default" for every optional
-field, as OpenAI's API takes it.
+A body nested deeper than MAX_DEPTH levels, or holding a lone surrogate ("\\ud800", not Unicode text: llama.cpp's
+JSON parser refuses it too) in any string, is refused first; then a field that is not in its endpoint's table,
+whose value has the wrong JSON type, or a number outside its range (every number must be finite: 1e400 parses
+as infinity and is refused) is refused with an ApiError (HTTP 400, OpenAI's error object naming the field as
+`param`) before any work starts; the rest is checked by the API itself (minillama.api), whose ArgumentError
+becomes a 400 too. A field mapped to None is accepted and not passed on (OpenAI's `model` and `user`). `null`
+means "the default" for every optional field, as OpenAI's API takes it.
 """
 
 from __future__ import annotations
 
+import json
+import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ApiError", "Field", "COMPLETION", "CHAT", "EMBEDDING", "TOKENIZE", "DETOKENIZE", "api_kwargs"]
+from ..api import MAX_LOGPROBS, MAX_TOP_LOGPROBS
+
+__all__ = ["ApiError", "Field", "COMPLETION", "CHAT", "EMBEDDING", "TOKENIZE", "DETOKENIZE", "MAX_DEPTH",
+           "api_kwargs", "check_body"]
+
+#: Deepest nesting of arrays and objects a request body may have (a JSON schema in response_format included).
+MAX_DEPTH = 64
+#: The largest finite 32-bit float: llama.cpp keeps the sampling controls as floats.
+FLT_MAX = 3.4028234663852886e38
+INT32_MAX, UINT64_MAX = 2**31 - 1, 2**64 - 1
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_TOKEN_ID = re.compile("-?[0-9]+")
 
 
 class ApiError(Exception):
@@ -46,9 +62,9 @@ def _strings(v: Any) -> bool:
 
 
 def _content(v: Any) -> bool:
-    """A message's content: text, or a list of {"type": "text", "text": ...} parts."""
-    return isinstance(v, str) or (isinstance(v, list) and all(
-        isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in v))
+    """A message's content: text, or a list of parts ({"type": "text", "text": ...}; the API refuses other
+    types by name, e.g. image_url: the model takes text only)."""
+    return isinstance(v, str) or (isinstance(v, list) and all(isinstance(p, dict) for p in v))
 
 
 def _messages(v: Any) -> bool:
@@ -68,42 +84,68 @@ TYPES: dict[str, Callable[[Any], bool]] = {
     "string, array of strings or array of token ids": lambda v: isinstance(v, str) or _strings(v) or _ids(v),
     "array of token ids": _ids,
     "array of messages {role, content}": _messages,
-    "object of token id -> number": lambda v: isinstance(v, dict) and all(
-        k.lstrip("-").isdigit() and _number(b) for k, b in v.items()),
-    "1": lambda v: v == 1,
+    "object of token id -> number or false": lambda v: isinstance(v, dict) and all(
+        _TOKEN_ID.fullmatch(k) and (_number(b) or b is False) for k, b in v.items()),
+    "1": lambda v: _int(v) and v == 1,
 }
 
 
 @dataclass(frozen=True)
 class Field:
-    """One accepted field: its JSON type (a TYPES key), the API keyword it becomes (None: not passed on)."""
+    """One accepted field: its JSON type (a TYPES key), the API keyword it becomes (None: not passed on) and,
+    for a number (or logit_bias' values), its range: lo (excluded when lo_open) to hi."""
 
     type: str
     kwarg: str | None
     required: bool = False
+    lo: float | None = None
+    hi: float | None = None
+    lo_open: bool = False
+
+    def in_range(self, v: float) -> bool:
+        """v within the range (False for NaN and the infinities)."""
+        if self.lo is None or self.hi is None:
+            return True
+        return (self.lo < v if self.lo_open else self.lo <= v) and v <= self.hi
+
+    def range_text(self) -> str:
+        """The range in words, e.g. "from 0 to 1" or "greater than 0 and at most 3.4e+38"."""
+        lo, hi = _bound(self.lo), _bound(self.hi)
+        return f"greater than {lo} and at most {hi}" if self.lo_open else f"from {lo} to {hi}"
 
 
-def _f(type: str, kwarg: str | None = "", required: bool = False) -> Field:
-    return Field(type, kwarg, required)
+def _f(type: str, kwarg: str | None = "", required: bool = False, lo: float | None = None,
+       hi: float | None = None, lo_open: bool = False) -> Field:
+    return Field(type, kwarg, required, lo, hi, lo_open)
 
 
-# The controls both generation endpoints pass to the API under the same name.
-_CONTROLS = {name: _f(t) for name, t in {
-    "max_tokens": "integer", "temperature": "number", "top_p": "number", "top_k": "integer", "min_p": "number",
-    "stop": "string or array of strings", "seed": "integer", "repeat_penalty": "number", "repeat_last_n": "integer",
-    "presence_penalty": "number", "frequency_penalty": "number", "logit_bias": "object of token id -> number",
-    "response_format": "object", "stream": "boolean"}.items()}
+def _bound(x: float | None) -> str:
+    return "3.4e+38" if x == FLT_MAX else "-3.4e+38" if x == -FLT_MAX else f"{x:,}" if _int(x) else f"{x:g}"
+
+
+# The controls both generation endpoints pass to the API under the same name, with their ranges: the API's own
+# (minillama.sampling.Sampler), llama.cpp's types (32-bit floats and ints), the seed's 64 bits.
+_CONTROLS = {
+    "max_tokens": _f("integer", lo=-1, hi=INT32_MAX), "temperature": _f("number", lo=0, hi=FLT_MAX),
+    "top_p": _f("number", lo=0, hi=1, lo_open=True), "top_k": _f("integer", lo=0, hi=INT32_MAX),
+    "min_p": _f("number", lo=0, hi=1), "stop": _f("string or array of strings"),
+    "seed": _f("integer", lo=-1, hi=UINT64_MAX), "repeat_penalty": _f("number", lo=0, hi=FLT_MAX, lo_open=True),
+    "repeat_last_n": _f("integer", lo=-1, hi=INT32_MAX),
+    "presence_penalty": _f("number", lo=-FLT_MAX, hi=FLT_MAX), "frequency_penalty": _f("number", lo=-FLT_MAX,
+                                                                                          hi=FLT_MAX),
+    "logit_bias": _f("object of token id -> number or false", lo=-FLT_MAX, hi=FLT_MAX),
+    "response_format": _f("object"), "stream": _f("boolean")}
 # OpenAI fields accepted and not passed on: the model name (one model is served), the end user's id, n and
 # best_of when 1 (one choice per request).
 _OPENAI = {"model": _f("string", None), "user": _f("string", None), "n": _f("1", None),
            "stream_options": _f("object")}
 
 COMPLETION: dict[str, Field] = {"prompt": _f("string, array of strings or array of token ids", required=True),
-                                **_CONTROLS, **_OPENAI, "best_of": _f("1", None), "logprobs": _f("integer"),
-                                "echo": _f("boolean")}
+                                **_CONTROLS, **_OPENAI, "best_of": _f("1", None),
+                                "logprobs": _f("integer", lo=0, hi=MAX_LOGPROBS), "echo": _f("boolean")}
 CHAT: dict[str, Field] = {"messages": _f("array of messages {role, content}", required=True), **_CONTROLS,
-                          **_OPENAI, "max_completion_tokens": _f("integer", "max_tokens"),
-                          "logprobs": _f("boolean"), "top_logprobs": _f("integer")}
+                          **_OPENAI, "max_completion_tokens": _f("integer", "max_tokens", lo=-1, hi=INT32_MAX),
+                          "logprobs": _f("boolean"), "top_logprobs": _f("integer", lo=0, hi=MAX_TOP_LOGPROBS)}
 EMBEDDING: dict[str, Field] = {"input": _f("string or array of strings", required=True), "model": _f("string", None),
                                "user": _f("string", None), "encoding_format": _f("string", None)}
 # llama.cpp's /tokenize and /detokenize; `vocab` (ours) picks a --vocab file by name for the playground.
@@ -112,11 +154,59 @@ TOKENIZE: dict[str, Field] = {"content": _f("string", required=True), "add_speci
 DETOKENIZE: dict[str, Field] = {"tokens": _f("array of token ids", required=True), "vocab": _f("string")}
 
 
+def check_body(body: Any) -> None:
+    """ApiError (400) naming the field for a body nested deeper than MAX_DEPTH or holding a lone surrogate (in a
+    value or a key). Iterative: a body parsed just under Python's recursion limit is walked without recursing."""
+    stack: list[tuple[Any, int, str]] = [(body, 0, "")]
+    while stack:
+        value, depth, where = stack.pop()
+        if isinstance(value, str):
+            _check_text(value, where)
+            continue
+        if not isinstance(value, dict | list):
+            continue
+        if depth >= MAX_DEPTH:
+            raise _too_deep(where)
+        if isinstance(value, dict):
+            for k, v in value.items():
+                path = f"{where}.{k}" if where else k
+                _check_text(k, path)  # a field's name: named by its own (escaped) path
+                stack.append((v, depth + 1, path))
+        else:
+            stack.extend((v, depth + 1, f"{where}[{i}]") for i, v in enumerate(value))
+
+
+def _too_deep(where: str) -> ApiError:
+    what = f"'{_top(where)}'" if where else "the request body"
+    return ApiError(400, f"expected JSON nested at most {MAX_DEPTH} levels deep, found {what} nested deeper",
+                    param=_top(where) or None, code="too_deep")
+
+
+def too_deep_body() -> ApiError:
+    """The error for a body too deep for the JSON parser itself (Python's recursion limit, ~1,000 levels)."""
+    return _too_deep("")
+
+
+def _check_text(s: str, where: str) -> None:
+    m = _SURROGATE.search(s)
+    if m is not None:
+        name = json.dumps(where)[1:-1]  # the path itself may hold the surrogate: escaped
+        raise ApiError(400, f"expected text in '{name}' to be Unicode, found a lone surrogate "
+                       f"U+{ord(m.group()):04X} (not a character; JSON's \\u escapes must pair up)",
+                       param=json.dumps(_top(where))[1:-1] or None, code="invalid_unicode")
+
+
+def _top(where: str) -> str:
+    """The top-level field of a path such as messages[0].content."""
+    return re.split(r"[.\[]", where, maxsplit=1)[0]
+
+
 def api_kwargs(body: Any, fields: Mapping[str, Field]) -> dict[str, Any]:
     """body's fields as keyword arguments (renamed as the table says; nulls and kwarg-None fields dropped).
 
-    ApiError (400) for a body that is not an object, a missing required field, an unknown field or a value of
-    the wrong type, naming the field."""
+    ApiError (400) for a body that is not an object, nested too deep or holding a lone surrogate, a missing
+    required field, an unknown field, a value of the wrong type or a number out of its range, naming the field."""
+    check_body(body)
     if not isinstance(body, dict):
         raise ApiError(400, f"expected a JSON object as the request body, found {_json_type(body)}")
     for name, spec in fields.items():
@@ -135,9 +225,27 @@ def api_kwargs(body: Any, fields: Mapping[str, Field]) -> dict[str, Any]:
         if not TYPES[spec.type](value):
             raise ApiError(400, f"expected '{name}' to be {_article(spec.type)}, found {_json_type(value)} "
                            f"{_short(value)}", param=name, code="invalid_type")
+        value = _in_range(name, spec, value)
         if spec.kwarg is not None:
             out[spec.kwarg or name] = value
     return out
+
+
+def _in_range(name: str, spec: Field, value: Any) -> Any:
+    """value, checked against spec's range (logit_bias: each bias, false becoming -inf, llama.cpp's ban)."""
+    if spec.lo is None:
+        return value
+    if isinstance(value, dict):
+        for k, b in value.items():
+            if b is not False and not spec.in_range(b):
+                raise ApiError(400, f"expected each '{name}' value to be false (bans the token) or a number "
+                               f"{spec.range_text()}, found {_short(b)} for token {k}", param=name,
+                               code="out_of_range")
+        return {k: -math.inf if b is False else b for k, b in value.items()}
+    if not spec.in_range(value):
+        raise ApiError(400, f"expected '{name}' to be {_article(spec.type)} {spec.range_text()}, found "
+                       f"{_short(value)}", param=name, code="out_of_range")
+    return value
 
 
 def _article(type: str) -> str:
@@ -156,8 +264,11 @@ def _json_type(v: Any) -> str:
 
 
 def _short(v: Any) -> str:
-    """v as JSON, cut to 40 characters."""
-    import json
-
-    text = json.dumps(v, ensure_ascii=False)
+    """v as JSON (non-ASCII escaped), cut to 40 characters; a huge integer by its size."""
+    if _int(v) and abs(v) >= 10**30:
+        return f"an integer of {len(str(abs(v))):,} digits" if abs(v) < 10**4000 else "an integer of 4,000+ digits"
+    try:
+        text = json.dumps(v, ensure_ascii=True)
+    except (ValueError, RecursionError):
+        text = f"({_json_type(v)})"
     return text if len(text) <= 40 else text[:37] + "..."

@@ -40,7 +40,6 @@ from .hf_api import (
     as_tensors,
     check_max_length,
     check_padding_side,
-    check_template_kwargs,
     conversations,
     cut_after_final,
     open_final_message,
@@ -584,9 +583,9 @@ class Tokenizer:
         variables. tokenize=False returns the text; tokenize=True (the default) encodes it as tok(text,
         add_special_tokens=False, ...) does -- control tokens matched, no bos but the template's own -- and
         returns a BatchEncoding (return_dict=True, the default) or the ids. continue_final_message leaves the
-        last message open for the model to continue. A keyword argument that is neither a parameter nor a
-        variable the template reads is refused (ArgumentError naming it), as are the options minillama does
-        not implement (sanitize_control_tokens, return_assistant_tokens_mask: UnsupportedError).
+        last message open for the model to continue. Any other keyword argument is a template variable, read or
+        not (e.g. enable_thinking=False), as transformers passes them; the options minillama does not implement
+        (sanitize_control_tokens, return_assistant_tokens_mask) raise UnsupportedError.
         """
         source = chat_template if chat_template is not None else self.chat_template
         if source is None:
@@ -602,7 +601,6 @@ class Tokenizer:
         # ChatTemplateError when the template does not compile, fails or passes a limit; ChatTemplateRefused
         # (also an ArgumentError) when its raise_exception() refuses the conversation
         tmpl = self.build_chat_template(source)
-        check_template_kwargs(kwargs, source)
         chats, batched = conversations(conversation)
         rendered = []
         for chat in chats:

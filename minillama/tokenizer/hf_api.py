@@ -13,12 +13,11 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from functools import lru_cache
 from typing import Any, Literal
 
 import numpy as np
 
-from ..errors import ArgumentError, ArgumentTypeError, ChatTemplateError, UnsupportedError
+from ..errors import ArgumentError, ArgumentTypeError, UnsupportedError
 
 PaddingSide = Literal["right", "left"]
 
@@ -128,33 +127,6 @@ def as_tensors(enc: dict[str, Any], return_tensors: Any, batched: bool) -> dict[
 
 
 # --- apply_chat_template ------------------------------------------------------------------------------------------
-
-
-@lru_cache(maxsize=32)
-def template_variables(source: str) -> frozenset[str]:
-    """The variables a chat template reads from its context (those it neither sets nor imports)."""
-    import jinja2.ext
-    import jinja2.meta
-
-    env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
-    try:
-        return frozenset(jinja2.meta.find_undeclared_variables(env.parse(source)))
-    except (jinja2.TemplateError, RecursionError, MemoryError, SyntaxError, ValueError) as exc:
-        raise ChatTemplateError(f"the chat template does not compile: {type(exc).__name__}: {exc}") from None
-
-
-def check_template_kwargs(kwargs: Mapping[str, Any], source: str) -> None:
-    """ArgumentError for a keyword argument that is neither a parameter of apply_chat_template nor a variable
-    the template reads: a misspelt or unsupported argument is refused rather than silently ignored."""
-    if not kwargs:
-        return
-    used = template_variables(source)
-    for name in kwargs:
-        if name not in used:
-            names = ", ".join(sorted(used - {"messages", "add_generation_prompt", "tools", "documents"})) or "none"
-            raise ArgumentError(f"apply_chat_template() got the keyword argument {name!r}, expected a parameter of "
-                                f"transformers' apply_chat_template ({', '.join(CHAT_PARAMETERS[1:])}) or a "
-                                f"variable the chat template reads (it reads: {names})")
 
 
 def conversations(conversation: Any) -> tuple[list[list[dict[str, Any]]], bool]:
