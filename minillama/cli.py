@@ -710,13 +710,27 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from minillama.serve import serve
 
     serve(args.model, host=args.host, port=args.port, parallel=args.parallel, api_key=args.api_key,
-          vocabs=args.vocab or ())
+          vocabs=args.vocab or (), timeout=args.timeout, header_timeout=args.header_timeout,
+          allowed_hosts=_comma_list(args.allowed_hosts), cors_origins=_comma_list(args.cors_origins),
+          embedding_max_inputs=args.embedding_max_inputs, embedding_max_tokens=args.embedding_max_tokens)
     return 0
+
+
+def _comma_list(values: list[str] | None) -> list[str]:
+    """A repeatable option's values, each also split at commas."""
+    return [part.strip() for value in values or () for part in value.split(",") if part.strip()]
 
 
 def _setup_serve(p: argparse.ArgumentParser) -> None:
     """Declare the arguments of 'serve'."""
-    from minillama.serve import DEFAULT_HOST, DEFAULT_PORT  # no Starlette import: only the names
+    from minillama.serve import (  # no Starlette import: only the names
+        DEFAULT_HEADER_TIMEOUT,
+        DEFAULT_HOST,
+        DEFAULT_PORT,
+        DEFAULT_TIMEOUT,
+        EMBEDDING_MAX_INPUTS,
+        EMBEDDING_MAX_TOKENS,
+    )
 
     p.add_argument("--model", required=True, metavar="PATH", help="the GGUF model to serve")
     p.add_argument("--host", default=DEFAULT_HOST, help=f"address to listen on (default: {DEFAULT_HOST}, this "
@@ -729,6 +743,22 @@ def _setup_serve(p: argparse.ArgumentParser) -> None:
                    "/v1/models)")
     p.add_argument("--vocab", action="append", metavar="PATH", help="another tokenizer file for the playground and "
                    "/tokenize to compare token counts with (repeatable)")
+    p.add_argument("--allowed-hosts", action="append", metavar="NAMES", help="Host names the server answers to "
+                   "besides localhost, IP addresses and --host (comma-separated, repeatable; * for any): other names "
+                   "get 403, which stops DNS rebinding")
+    p.add_argument("--cors-origins", action="append", metavar="ORIGINS", help="origins (e.g. http://app.example:3000) "
+                   "whose pages may call the API from a browser (comma-separated, repeatable; * for any; default: "
+                   "only the server's own pages); other Origin headers get 403")
+    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS", help="most seconds to wait "
+                   f"for a request's body, or for a client to take more of a reply (default: {DEFAULT_TIMEOUT:g})")
+    p.add_argument("--header-timeout", type=float, default=DEFAULT_HEADER_TIMEOUT, metavar="SECONDS",
+                   help=f"most seconds a connection may take to send a request's headers (default: "
+                   f"{DEFAULT_HEADER_TIMEOUT:g})")
+    p.add_argument("--embedding-max-inputs", type=int, default=EMBEDDING_MAX_INPUTS, metavar="N",
+                   help=f"most inputs per /v1/embeddings request (default: {EMBEDDING_MAX_INPUTS}, OpenAI's)")
+    p.add_argument("--embedding-max-tokens", type=int, default=EMBEDDING_MAX_TOKENS, metavar="N",
+                   help=f"most tokens over all inputs of a /v1/embeddings request (default: {EMBEDDING_MAX_TOKENS}, "
+                   "OpenAI's)")
 
 
 COMMANDS: dict[str, Subcommand] = {

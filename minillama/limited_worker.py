@@ -14,6 +14,7 @@ requests over two pipes; each request has
 The request is pickled by the parent (its own data); the reply is a kind and UTF-8 text, so nothing the
 worker sends is unpickled. A worker whose heap grew past a quarter of the cap is replaced after its reply,
 an idle worker exits when its parent dies, and a process forked from the parent forgets the parent's worker.
+The worker keeps none of the parent's other descriptors (a server's sockets): each is pointed at /dev/null.
 Where fork or resource limits do not exist (Windows), `available()` is False and callers run in-process.
 """
 
@@ -148,6 +149,7 @@ class LimitedWorker:
             try:
                 os.close(request_w)
                 os.close(reply_r)
+                _drop_inherited({request_r, reply_w})
                 self._serve(request_r, reply_w, parent)
             except BaseException:
                 status = 1
@@ -230,6 +232,35 @@ class LimitedWorker:
             _write_all(replies, _HEADER.pack(kind.encode("ascii"), retire, len(payload)) + payload)
             if retire:
                 return
+
+
+def _drop_inherited(keep: set[int]) -> None:
+    """In the worker: every descriptor inherited from the parent but stdin/out/err and keep made /dev/null.
+
+    A fork inherits the parent's sockets, a server's listening one and its clients' among them; a worker holding
+    them keeps a closed connection from ending (no FIN reaches the client) and a killed server's port accepting.
+    Each is replaced by /dev/null rather than closed, so its number stays taken: a Python object of the parent's
+    that still names it can close it without closing a file the worker opened since."""
+    for listing in ("/proc/self/fd", "/dev/fd"):
+        try:
+            fds = [int(name) for name in os.listdir(listing)]
+            break
+        except (OSError, ValueError):
+            continue
+    else:  # no listing: every number up to the limit
+        fds = list(range(3, min(os.sysconf("SC_OPEN_MAX") if hasattr(os, "sysconf") else 1024, 1 << 16)))
+    null = os.open(os.devnull, os.O_RDWR)
+    try:
+        for fd in fds:
+            if fd <= 2 or fd == null or fd in keep:
+                continue
+            try:
+                os.fstat(fd)  # still open (the listing's own descriptor is closed by now)
+            except OSError:
+                continue
+            os.dup2(null, fd)
+    finally:
+        os.close(null)
 
 
 def _limit(which: int, soft: int, hard: int) -> None:

@@ -589,7 +589,8 @@ def test_playground_in_headless_chromium(server: Server, tok: Tokenizer, tiny_pa
         counts = {r.find_elements(By.TAG_NAME, "td")[0].text: int(r.find_elements(By.TAG_NAME, "td")[1].text)
                   for r in rows}
         other = Tokenizer.from_file(second_vocab())
-        assert counts == {str(tiny_path): len(shown), str(second_vocab()): len(other.encode(text, add_special=True))}
+        # file names, not paths (the page is public)
+        assert counts == {tiny_path.name: len(shown), second_vocab().name: len(other.encode(text, add_special=True))}
         driver.find_element(By.ID, "add_special").click()  # off: no bos
         driver.find_element(By.ID, "parse_special").click()
         box.send_keys(" <|endoftext|>")

@@ -4,7 +4,8 @@
     curl http://127.0.0.1:8080/v1/chat/completions -d '{"messages": [{"role": "user", "content": "Hi"}]}'
 
 It runs on Starlette and uvicorn, the optional extra `serve` (pip install ".[serve]"), imported only here;
-app.py has the routes, slots.py the --parallel slots, params.py the request tables, playground.html the page.
+app.py has the routes, slots.py the --parallel slots, params.py the request tables, guard.py the timeouts and the
+Host/Origin checks, playground.html the page.
 """
 
 from __future__ import annotations
@@ -19,12 +20,20 @@ from ..errors import MinillamaError
 if TYPE_CHECKING:  # imported where a socket is made: every CLI command reads DEFAULT_HOST/PORT from here
     import socket
 
-__all__ = ["serve", "require_extra", "DEFAULT_HOST", "DEFAULT_PORT", "MAX_PARALLEL"]
+__all__ = ["serve", "require_extra", "DEFAULT_HOST", "DEFAULT_PORT", "MAX_PARALLEL", "DEFAULT_TIMEOUT",
+           "DEFAULT_HEADER_TIMEOUT", "EMBEDDING_MAX_INPUTS", "EMBEDDING_MAX_TOKENS"]
 
 DEFAULT_HOST = "127.0.0.1"  # loopback only unless asked: the server runs code paths anyone could reach
 DEFAULT_PORT = 8080  # llama.cpp's llama-server's
 #: Most slots: each holds a KV cache and a thread; more than a few per core only queue inside BLAS.
 MAX_PARALLEL = 64
+#: Seconds the server waits for a request's body or for a client to take the next part of a reply (--timeout), and
+#: for a request's line and headers (--header-timeout): guard.py. Here, where the CLI reads them without Starlette.
+DEFAULT_TIMEOUT = 600.0
+DEFAULT_HEADER_TIMEOUT = 20.0
+#: Most inputs, and tokens over all inputs, per /v1/embeddings request (OpenAI's limits; app.py checks them).
+EMBEDDING_MAX_INPUTS = 2048
+EMBEDDING_MAX_TOKENS = 300_000
 
 #: The modules the `serve` extra installs (import name -> what pip installs).
 EXTRA = {"starlette": "starlette", "uvicorn": "uvicorn"}
@@ -64,21 +73,34 @@ def listen(host: str, port: int) -> socket.socket:
 
 def serve(model: str, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, parallel: int = 1,
           api_key: str | None = None, vocabs: Sequence[str] = (), threads: Any = "auto",
+          timeout: float = DEFAULT_TIMEOUT, header_timeout: float = DEFAULT_HEADER_TIMEOUT,
+          allowed_hosts: Sequence[str] = (), cors_origins: Sequence[str] = (),
+          embedding_max_inputs: int = EMBEDDING_MAX_INPUTS, embedding_max_tokens: int = EMBEDDING_MAX_TOKENS,
           log: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)) -> None:
     """Load model (and the --vocab tokenizers), listen on host:port and serve until interrupted.
 
     The line "minillama serve: listening on http://HOST:PORT ..." is logged once the socket listens (port 0
-    picks a free port and the line names it)."""
+    picks a free port and the line names it). timeout, header_timeout: see guard.py; allowed_hosts: Host names
+    accepted beside localhost, IP addresses and host ("*": any); cors_origins: origins other sites' pages may call
+    from ("*": any)."""
     require_extra()
     if not 1 <= parallel <= MAX_PARALLEL:
         raise MinillamaError(f"expected --parallel from 1 to {MAX_PARALLEL}, found {parallel}")
     if api_key is not None and not api_key.strip():
         raise MinillamaError("expected a non-empty --api-key, found an empty one")
+    for name, value in (("--timeout", timeout), ("--header-timeout", header_timeout)):
+        if not 0 < value < float("inf"):
+            raise MinillamaError(f"expected {name} as seconds above 0, found {value}")
+    for name, count in (("--embedding-max-inputs", embedding_max_inputs),
+                        ("--embedding-max-tokens", embedding_max_tokens)):
+        if count < 1:
+            raise MinillamaError(f"expected {name} of 1 or more, found {count}")
     import uvicorn
 
     from ..api import Llama
     from ..tokenizer import Tokenizer
     from .app import create_app
+    from .guard import MAX_HEADER_BYTES, Guard, protocol
 
     sock = listen(host, port)  # first: a port in use fails before the model loads
     try:
@@ -88,11 +110,16 @@ def serve(model: str, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, par
         for path in vocabs:
             tokenizers[path] = Tokenizer.from_file(path)
         app = create_app(llm, parallel=parallel, api_key=api_key, vocabs=tokenizers,
-                         model_name=os.path.basename(model))
+                         model_name=os.path.basename(model), embedding_max_inputs=embedding_max_inputs,
+                         embedding_max_tokens=embedding_max_tokens)
+        guarded = Guard(app, bound_host=host, allowed_hosts=allowed_hosts, cors_origins=cors_origins,
+                        body_timeout=timeout)
         bound = sock.getsockname()
         log(f"minillama serve: listening on http://{_url_host(bound[0])}:{bound[1]} ({model}, {parallel} slot"
             f"{'s' if parallel > 1 else ''}{', API key required' if api_key else ''}); Ctrl-C stops")
-        config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=5)
+        # h11 (not httptools) whatever is installed: guard.protocol adds its header and write timers to it
+        config = uvicorn.Config(guarded, log_level="warning", access_log=False, timeout_graceful_shutdown=5,
+                                http=protocol(header_timeout, timeout), h11_max_incomplete_event_size=MAX_HEADER_BYTES)
         try:
             uvicorn.Server(config).run(sockets=[sock])
         except KeyboardInterrupt:  # Ctrl-C (SIGINT), the way to stop a server: uvicorn has shut down cleanly

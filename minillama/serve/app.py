@@ -10,11 +10,13 @@ against the endpoint's table (minillama/serve/params.py), hands them to the Llam
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hmac
 import json
 import logging
 import math
+import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from importlib import resources
@@ -28,16 +30,21 @@ from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingR
 from starlette.routing import Route
 
 from ..errors import ContextLengthError, MinillamaError
-from . import params
+from . import EMBEDDING_MAX_INPUTS, EMBEDDING_MAX_TOKENS, params
 from .params import ApiError
 from .slots import ClientGone, SlotPool
 
-__all__ = ["create_app", "MAX_BODY"]
+__all__ = ["create_app", "MAX_BODY", "TOKENIZE_MAX_PIECES", "TOKENIZE_AT_ONCE"]
 
 log = logging.getLogger("minillama.serve")
 
 #: The largest request body read (4 MiB, far above any prompt the context holds): larger ones get 413.
 MAX_BODY = 4 << 20
+
+#: Most tokens /tokenize answers with pieces (each costs ~270 bytes while the answer is built; ids alone are cheap).
+TOKENIZE_MAX_PIECES = 1 << 17
+#: /tokenize and /detokenize requests run at once (outside the slots; more wait, their bodies not yet read).
+TOKENIZE_AT_ONCE = 2
 
 #: Endpoints anyone may call when --api-key is set, as llama.cpp's server keeps them public.
 PUBLIC = frozenset({"/", "/health", "/v1/models"})
@@ -47,17 +54,24 @@ Handler = Callable[[Request], Awaitable[Response]]
 
 def create_app(llm: Any, *, parallel: int = 1, api_key: str | None = None,
                vocabs: Mapping[str, Any] | None = None, model_name: str = "minillama",
-               max_body: int = MAX_BODY) -> Starlette:
+               max_body: int = MAX_BODY, embedding_max_inputs: int = EMBEDDING_MAX_INPUTS,
+               embedding_max_tokens: int = EMBEDDING_MAX_TOKENS) -> Starlette:
     """The server's ASGI app for one loaded model.
 
     llm: a minillama.api.Llama; each of the `parallel` slots gets its own session (llm.session(): a KV cache of
     its own, its single-token steps batched with the other sessions' by the model's StepBatcher), which every
     request run in that slot uses (session=).
-    vocabs: name -> Tokenizer, the tokenizers /tokenize and the playground offer (the model's own first).
+    vocabs: path -> Tokenizer, the tokenizers /tokenize and the playground offer (the model's own first); the
+    page names each by its file name (never its path), and /tokenize's `vocab` takes either.
+    embedding_max_inputs, embedding_max_tokens: the most inputs and tokens (all inputs together) per embeddings
+    request; more is a 400.
     """
     pool = SlotPool(llm.session, parallel)
     llm.model.batcher.expected = lambda: pool.busy  # a decode step waits (briefly) for the other busy slots'
     tokenizers = dict(vocabs or {})
+    names = _file_names(list(tokenizers))  # path -> the name the page shows
+    by_name = {name: tokenizers[path] for path, name in names.items()}
+    tokenizing = asyncio.Semaphore(TOKENIZE_AT_ONCE)
     started = int(time.time())
 
     async def read_body(request: Request, fields: Mapping[str, params.Field]) -> dict[str, Any]:
@@ -108,33 +122,72 @@ def create_app(llm: Any, *, parallel: int = 1, api_key: str | None = None,
 
     async def embeddings(request: Request) -> Response:
         kwargs = await read_body(request, params.EMBEDDING)
-        return JSONResponse(await pool.call("embedding", lambda s: llm.create_embedding(**kwargs)))
+        texts = [kwargs["input"]] if isinstance(kwargs["input"], str) else kwargs["input"]
+        if not texts:
+            raise ApiError(400, "expected at least one input to embed, found an empty list", param="input")
+        if len(texts) > embedding_max_inputs:
+            raise ApiError(400, f"expected at most {embedding_max_inputs:,} inputs per request "
+                                f"(--embedding-max-inputs), found {len(texts):,}", param="input",
+                           code="too_many_inputs")
+
+        def run(s: Any) -> dict[str, Any]:
+            """Each input encoded (bounded in total), then embedded; a client that leaves stops it between inputs."""
+            inputs, total = [], 0
+            for text in texts:
+                s.check()
+                ids = llm.tokenizer.encode(text, add_special=True, parse_special=True)  # as llm.embed encodes
+                total += len(ids)
+                if total > embedding_max_tokens:
+                    raise ApiError(400, f"expected at most {embedding_max_tokens:,} tokens over all inputs "
+                                        f"(--embedding-max-tokens), found {total:,} or more", param="input",
+                                   code="too_many_tokens")
+                inputs.append(ids)
+            parts = []
+            for ids in inputs:
+                s.check()
+                parts.append(llm.create_embedding(ids))
+            return dict(parts[0], data=[dict(p["data"][0], index=i) for i, p in enumerate(parts)],
+                        usage={"prompt_tokens": total, "total_tokens": total})
+
+        try:
+            return JSONResponse(await pool.call("embedding", run, request.is_disconnected))
+        except ClientGone:  # nobody to answer: the slot is free, the status is only for the access log
+            return Response(status_code=499)
 
     # -- tokenizers ----------------------------------------------------------------------------------------------
 
     def tokenizer(name: str | None) -> Any:
         if name is None:
             return next(iter(tokenizers.values()))
-        tok = tokenizers.get(name)
+        tok = by_name.get(name, tokenizers.get(name))
         if tok is None:
-            raise ApiError(400, f"expected 'vocab' to be one of {', '.join(map(repr, tokenizers))}, found {name!r}",
+            raise ApiError(400, f"expected 'vocab' to be one of {', '.join(map(repr, by_name))}, found {name!r}",
                            param="vocab", code="unknown_vocab")
         return tok
 
     async def tokenize(request: Request) -> Response:
-        kw = await read_body(request, params.TOKENIZE)
-        tok = tokenizer(kw.get("vocab"))
+        async with tokenizing:  # a few at once, each bounded: the body, then the pieces
+            kw = await read_body(request, params.TOKENIZE)
+            tok = tokenizer(kw.get("vocab"))
 
-        def run() -> dict[str, Any]:
-            ids = tok.encode(kw["content"], add_special=kw.get("add_special", False),
-                             parse_special=kw.get("parse_special", True))
-            if not kw.get("with_pieces", False):
-                return {"tokens": ids}
-            return {"tokens": [{"id": i, "piece": _piece(tok.token_to_piece(i))} for i in ids]}
+            def run() -> dict[str, Any]:
+                ids = tok.encode(kw["content"], add_special=kw.get("add_special", False),
+                                 parse_special=kw.get("parse_special", True))
+                if not kw.get("with_pieces", False):
+                    return {"tokens": ids}
+                if len(ids) > TOKENIZE_MAX_PIECES:
+                    raise ApiError(400, f"expected at most {TOKENIZE_MAX_PIECES:,} tokens with 'with_pieces', found "
+                                        f"{len(ids):,} (without pieces, any number)", param="with_pieces",
+                                   code="too_many_tokens")
+                return {"tokens": [{"id": i, "piece": _piece(tok.token_to_piece(i))} for i in ids]}
 
-        return JSONResponse(await run_in_threadpool(run))
+            return JSONResponse(await run_in_threadpool(run))
 
     async def detokenize(request: Request) -> Response:
+        async with tokenizing:
+            return await _detokenize(request)
+
+    async def _detokenize(request: Request) -> Response:
         kw = await read_body(request, params.DETOKENIZE)
         tok = tokenizer(kw.get("vocab"))
         bad = next((i for i in kw["tokens"] if not 0 <= i < tok.n_vocab), None)
@@ -164,7 +217,7 @@ def create_app(llm: Any, *, parallel: int = 1, api_key: str | None = None,
                                                          "owned_by": "minillama", "meta": meta}]})
 
     async def playground(request: Request) -> Response:
-        return HTMLResponse(playground_html(list(tokenizers)))
+        return HTMLResponse(playground_html(list(names.values())))
 
     routes = [("/", playground, "GET"), ("/health", health, "GET"), ("/slots", slots, "GET"),
               ("/v1/models", models, "GET"), ("/v1/completions", completions, "POST"),
@@ -321,6 +374,26 @@ def _piece(data: bytes) -> str | list[int]:
         return list(data)
 
 
+def _file_names(paths: list[str]) -> dict[str, str]:
+    """path -> its file name, the name the public page shows (a path says where the server's files are); a name
+    two paths share gets " (2)", " (3)"... on the later ones."""
+    out: dict[str, str] = {}
+    for path in paths:
+        name = base = os.path.basename(path) or path
+        n = 1
+        while name in out.values():
+            n += 1
+            name = f"{base} ({n})"
+        out[path] = name
+    return out
+
+
+#: JSON made safe inside a <script>: no "</script", "<!--" or "<script" (which end or change the script's parsing
+#: in HTML) and no U+2028/U+2029 (line ends in older JavaScript), all as \u escapes, which JSON and JS read back.
+_SCRIPT_SAFE = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028",
+                              "\u2029": "\\u2029"})
+
+
 def playground_html(vocabs: list[str]) -> str:
     """The playground page, with the CLI's palette and the vocab names filled in."""
     from ..palette import FOREGROUND, NEWLINE_MARK, PALETTE
@@ -331,4 +404,4 @@ def playground_html(vocabs: list[str]) -> str:
     config = {"palette": [css(c) for c in PALETTE], "foreground": css(FOREGROUND), "newline": NEWLINE_MARK,
               "vocabs": vocabs}
     page = resources.files(__package__).joinpath("playground.html").read_text(encoding="utf-8")
-    return page.replace("/*CONFIG*/null", json.dumps(config, ensure_ascii=False).replace("</", "<\\/"))
+    return page.replace("/*CONFIG*/null", json.dumps(config, ensure_ascii=False).translate(_SCRIPT_SAFE))

@@ -7,7 +7,10 @@ numpy's BLAS (the pure backend), both with the GIL released. With more than one 
 steps run as one pass (minillama/model/batch.py's StepBatcher, in the C blocks on the native backend). A
 streamed reply hands its chunks to the loop one at a time; when the client goes away the consumer sets the slot's
 cancel flag and calls the stream's cancel() (minillama.api.Stream: no model step starts after it), the worker stops
-after the token it is computing and closes the stream, and the slot is free again. A non-streamed reply is
+after the token it is computing and closes the stream, and the slot is free again. The slot is freed when its
+worker ends, not when the client has read everything: chunks a client has not read yet wait in the stream's
+queue (at most one reply), so a client that stops reading holds no slot (the server's write timeout ends its
+connection: minillama/serve/guard.py). A non-streamed reply is
 watched too: call() asks every quarter second whether its client is still there, and when it is gone sets the
 cancel flag, which the slot's session checks before each model step (the run ends with ClientGone).
 """
@@ -39,9 +42,13 @@ class _Watched:
         self._session = session
         self._cancel = cancel
 
-    def next_token(self, *args: Any, **kwargs: Any) -> Any:
+    def check(self) -> None:
+        """ClientGone once the slot's cancel flag is set: work that is not model steps (embeddings) calls it."""
         if self._cancel.is_set():
             raise ClientGone("the client left before the reply was complete")
+
+    def next_token(self, *args: Any, **kwargs: Any) -> Any:
+        self.check()
         return self._session.next_token(*args, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
@@ -157,6 +164,8 @@ class SlotPool:
                 put(_END)
 
         done = loop.run_in_executor(slot.executor, work)
+        # the slot is free when the worker ends, whether or not the client has read the items (they wait here)
+        done.add_done_callback(lambda _: self._release(slot))
         try:
             while True:
                 item = await queue.get()
@@ -166,11 +175,11 @@ class SlotPool:
                     raise item.exc
                 yield item
         finally:
-            slot.cancel.set()  # a no-op when the worker is done; else it stops after the current item
-            cancel = getattr(slot.items, "cancel", None)  # the API's Stream: no model step starts after this
-            if cancel is not None and not done.done():
-                cancel()
-            done.add_done_callback(lambda _: self._release(slot))
+            if not done.done():  # still running (a done worker's slot may already run another request)
+                slot.cancel.set()  # it stops after the current item
+                cancel = getattr(slot.items, "cancel", None)  # the API's Stream: no model step starts after this
+                if cancel is not None:
+                    cancel()
 
     def close(self) -> None:
         """Cancel what runs and stop the worker threads (at server shutdown)."""
