@@ -560,12 +560,13 @@ def cmd_train(args: argparse.Namespace) -> int:
     """Train a BPE vocab on text files; write it as a GGUF (and a llama2.c tokenizer.bin) only when complete."""
     import time
 
-    from minillama.fileio import input_path, refuse_input_as_output
+    from minillama.fileio import all_or_nothing, input_path, refuse_input_as_output, refuse_same_outputs
     from minillama.tokenizer.train import min_vocab_size, train_bpe
 
     refuse_input_as_output(args.out, args.files)
     if args.llama2c is not None:
         refuse_input_as_output(args.llama2c, args.files)
+    refuse_same_outputs({"--out": args.out, "--llama2c": args.llama2c})
     for f in args.files:
         if f != "-" and os.path.getsize(input_path(f, "text file")) == 0:
             warn(f"{f} is empty: it adds nothing to the training")
@@ -582,21 +583,19 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.kind == "spm" and args.pre is not None:
         warn(f"--pre {args.pre} is not used by --kind spm (SentencePiece-style vocabs split on spaces only)")
     start = time.perf_counter()
-    written: list[str] = []
+    written = [args.out] + ([args.llama2c] if args.llama2c is not None else [])
     try:
         tv = train_bpe(args.files, args.vocab_size, kind=args.kind, pre=args.pre or "llama3",
                        special_tokens=args.special,
                        min_frequency=args.min_frequency, character_coverage=args.character_coverage,
                        progress=False if args.no_progress else None,
                        name=args.name or os.path.splitext(os.path.basename(args.out))[0])
-        tv.write_gguf(args.out)
-        written.append(args.out)
-        if args.llama2c is not None:
-            tv.write_llama2c(args.llama2c)
-            written.append(args.llama2c)
+        with all_or_nothing():  # both files or neither: a failure keeps the previous ones
+            tv.write_gguf(args.out)
+            if args.llama2c is not None:
+                tv.write_llama2c(args.llama2c)
     except KeyboardInterrupt:
-        done = f"wrote only {', '.join(written)}" if written else "nothing written"
-        print(f"{PROG}: interrupted; {done}", file=sys.stderr)
+        print(f"{PROG}: interrupted; nothing written", file=sys.stderr)
         return 130
     if tv.n_vocab < args.vocab_size:
         warn(f"stopped at {tv.n_vocab:,} tokens, short of --vocab-size {args.vocab_size:,}: no pair left occurs "
