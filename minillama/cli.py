@@ -102,8 +102,14 @@ def format_ids(ids: Iterable[int]) -> str:
 # Subcommands
 
 
-def check_sampling_flags(args: argparse.Namespace) -> None:
-    """--temperature/--top-k/--top-p/--max-tokens/--threads checked before anything loads, errors naming the flags."""
+#: -n -1 and -n -2 (llama.cpp: "infinity", "until context filled"): generate until an end-of-generation token or
+#: the model's context is full.
+NO_LIMIT = (-1, -2)
+
+
+def check_sampling_flags(args: argparse.Namespace, no_limit: bool = False) -> None:
+    """--temperature/--top-k/--top-p/--max-tokens/--threads checked before anything loads, errors naming the flags;
+    no_limit: --max-tokens may also be one of NO_LIMIT."""
     import re
 
     from minillama.generate import Sampler
@@ -113,8 +119,9 @@ def check_sampling_flags(args: argparse.Namespace) -> None:
     except ValueError as exc:
         raise MinillamaError(re.sub(r"\b(temperature|top_k|top_p|seed)\b",
                                     lambda m: "--" + m.group().replace("_", "-"), str(exc))) from None
-    if args.max_tokens < 1:
-        raise MinillamaError(f"expected --max-tokens of at least 1, found {args.max_tokens}")
+    if args.max_tokens < 1 and not (no_limit and args.max_tokens in NO_LIMIT):
+        extra = " (or -1 or -2: until end of generation or a full context)" if no_limit else ""
+        raise MinillamaError(f"expected --max-tokens (-n) of at least 1{extra}, found {args.max_tokens}")
     threads = getattr(args, "threads", None)
     if threads is not None:
         from minillama.model.threads import usable_cores
@@ -368,14 +375,25 @@ def _load_model(path: str, threads: int | None = None) -> Model:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    """Stream a GGUF model's continuation of PROMPT to stdout (the numpy forward pass of minillama.model)."""
+    """Stream a GGUF model's continuation of the prompt to stdout (minillama.model: the C core, or the pure-Python
+    backend)."""
     from minillama.generate import generate, perf_lines
 
-    check_sampling_flags(args)
-    prompt = _read_text(args.prompt)
+    check_sampling_flags(args, no_limit=True)
+    given = [what for what, value in (("PROMPT", args.prompt or None), ("-p", args.prompt_text), ("-f", args.file))
+             if value is not None]
+    if len(given) > 1:
+        raise MinillamaError(f"expected one prompt (PROMPT, -p PROMPT or -f FILE), found {' and '.join(given)}")
+    if args.prompt_text is not None:
+        prompt = args.prompt_text
+    elif args.prompt or args.file is not None:
+        prompt = _read_text(args.prompt, args.file)
+    else:
+        raise MinillamaError("expected a prompt: PROMPT, -p PROMPT, -f FILE or '-' (standard input), found none")
+    max_tokens = sys.maxsize if args.max_tokens in NO_LIMIT else args.max_tokens  # stops at a full context
     tok = _load_tokenizer(args.model)
     model = _load_model(args.model, args.threads)
-    gen = generate(model, tok, prompt, args.max_tokens, temperature=args.temperature, top_k=args.top_k,
+    gen = generate(model, tok, prompt, max_tokens, temperature=args.temperature, top_k=args.top_k,
                    top_p=args.top_p, seed=args.seed, stop_at_eog=not args.ignore_eos)
     out = sys.stdout
     for chunk in gen:
@@ -404,14 +422,19 @@ def _add_sampling_args(p: argparse.ArgumentParser) -> None:
 
 
 def _setup_generate(p: argparse.ArgumentParser) -> None:
-    """Declare the arguments of 'generate'."""
-    p.add_argument("--model", required=True, metavar="PATH",
+    """Declare the arguments of 'generate' (-m, -p, -f, -n as llama.cpp's llama-cli and llama-completion take them)."""
+    p.add_argument("--model", "-m", required=True, metavar="PATH",
                    help="GGUF model with weights (llama, qwen2, qwen3, phi3, gemma3)")
-    p.add_argument("--max-tokens", type=int, default=128, metavar="N", help="most tokens to generate (default: 128)")
+    p.add_argument("-p", "--prompt", dest="prompt_text", metavar="PROMPT",
+                   help="the text to continue (instead of PROMPT words)")
+    p.add_argument("-f", "--file", metavar="FILE", help="continue the contents of FILE (instead of PROMPT words)")
+    p.add_argument("--max-tokens", "-n", "--predict", "--n-predict", dest="max_tokens", type=int, default=128,
+                   metavar="N", help="most tokens to generate; -1 or -2: until an end-of-generation token or a full "
+                   "context (default: 128)")
     _add_sampling_args(p)
     p.add_argument("--ignore-eos", action="store_true", help="do not stop at end-of-generation tokens")
     p.add_argument("-v", "--verbose", action="store_true", help="print token counts and speed to stderr at the end")
-    p.add_argument("prompt", nargs="+", metavar="PROMPT", help="text to continue, as is: no chat template ('-': "
+    p.add_argument("prompt", nargs="*", metavar="PROMPT", help="text to continue, as is: no chat template ('-': "
                    "stdin); special tokens such as <|im_start|> are recognized")
 
 
@@ -426,7 +449,8 @@ def _chat_model(args: argparse.Namespace, tok: Tokenizer, fmt: ChatFormat) -> tu
     if args.ngram is None and args.order is None and args.model is not None and _has_weights(args.model):
         start = time.perf_counter()
         model = _load_model(args.model, args.threads)
-        return model, (f"{model.hparams.arch} forward pass in numpy ({model.hparams.n_layer} layers, "
+        where = "in C (minillama's native core" if model._native else "in Python with numpy (the pure backend"
+        return model, (f"{model.hparams.arch} forward pass {where}; {model.hparams.n_layer} layers, "
                        f"{model.hparams.n_embd} wide), loaded in {time.perf_counter() - start:.1f} s")
     if args.ngram is not None:
         try:
@@ -467,14 +491,16 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
 def _setup_chat(p: argparse.ArgumentParser) -> None:
     """Declare the arguments of 'chat'."""
-    p.add_argument("--model", metavar="PATH", help="GGUF (or other tokenizer file) whose tokenizer and chat "
-                   "template to use (default: built-in vocab)")
+    p.add_argument("--model", "-m", metavar="PATH", help="GGUF (or other tokenizer file) whose tokenizer and chat "
+                   "template to use, and whose weights answer when it has them (default: built-in vocab)")
     p.add_argument("--ngram", metavar="PATH", help="n-gram model saved by 'minillama ngram train' (default: the "
                    "--model GGUF's own weights, or without weights an n-gram trained now on the package's own text)")
     p.add_argument("--order", type=int, metavar="N", help="order of the n-gram trained without --ngram (default: 4)")
-    p.add_argument("--max-tokens", type=int, default=256, metavar="N", help="most tokens per reply (default: 256)")
+    p.add_argument("--max-tokens", "-n", "--predict", "--n-predict", dest="max_tokens", type=int, default=256,
+                   metavar="N", help="most tokens per reply (default: 256)")
     _add_sampling_args(p)
-    p.add_argument("--system", metavar="TEXT", help="a system message to start the conversation with")
+    p.add_argument("--system", "-sys", "--system-prompt", dest="system", metavar="TEXT",
+                   help="a system message to start the conversation with")
     p.add_argument("--ignore-eos", action="store_true", help="do not stop at end-of-generation tokens "
                    "(nor, without a chat template, where the model starts the next turn)")
 
@@ -560,12 +586,13 @@ def cmd_train(args: argparse.Namespace) -> int:
     """Train a BPE vocab on text files; write it as a GGUF (and a llama2.c tokenizer.bin) only when complete."""
     import time
 
-    from minillama.fileio import input_path, refuse_input_as_output
+    from minillama.fileio import all_or_nothing, input_path, refuse_input_as_output, refuse_same_outputs
     from minillama.tokenizer.train import min_vocab_size, train_bpe
 
     refuse_input_as_output(args.out, args.files)
     if args.llama2c is not None:
         refuse_input_as_output(args.llama2c, args.files)
+    refuse_same_outputs({"--out": args.out, "--llama2c": args.llama2c})
     for f in args.files:
         if f != "-" and os.path.getsize(input_path(f, "text file")) == 0:
             warn(f"{f} is empty: it adds nothing to the training")
@@ -582,21 +609,19 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.kind == "spm" and args.pre is not None:
         warn(f"--pre {args.pre} is not used by --kind spm (SentencePiece-style vocabs split on spaces only)")
     start = time.perf_counter()
-    written: list[str] = []
+    written = [args.out] + ([args.llama2c] if args.llama2c is not None else [])
     try:
         tv = train_bpe(args.files, args.vocab_size, kind=args.kind, pre=args.pre or "llama3",
                        special_tokens=args.special,
                        min_frequency=args.min_frequency, character_coverage=args.character_coverage,
                        progress=False if args.no_progress else None,
                        name=args.name or os.path.splitext(os.path.basename(args.out))[0])
-        tv.write_gguf(args.out)
-        written.append(args.out)
-        if args.llama2c is not None:
-            tv.write_llama2c(args.llama2c)
-            written.append(args.llama2c)
+        with all_or_nothing():  # both files or neither: a failure keeps the previous ones
+            tv.write_gguf(args.out)
+            if args.llama2c is not None:
+                tv.write_llama2c(args.llama2c)
     except KeyboardInterrupt:
-        done = f"wrote only {', '.join(written)}" if written else "nothing written"
-        print(f"{PROG}: interrupted; {done}", file=sys.stderr)
+        print(f"{PROG}: interrupted; nothing written", file=sys.stderr)
         return 130
     if tv.n_vocab < args.vocab_size:
         warn(f"stopped at {tv.n_vocab:,} tokens, short of --vocab-size {args.vocab_size:,}: no pair left occurs "

@@ -12,20 +12,25 @@ old file whole; a symlink is followed and its target written the same way, so th
 link; a character device (/dev/null) is written directly, as any Unix tool does; a directory, FIFO,
 socket or block device is refused with an `OutputError` naming the path as the user typed it.
 An output is never one of the command's own inputs (`refuse_input_as_output`, os.path.samefile: the same
-path, a symlink to it or a hard link of it), so a command cannot replace what it reads.
+path, a symlink to it or a hard link of it), so a command cannot replace what it reads, and two outputs of one
+command are never one file (`refuse_same_outputs`). Outputs written inside `all_or_nothing()` are renamed into
+place together when every one was written, or none is. An OSError while writing (a full disk, a quota, a
+read-only file system) becomes an `OutputError` naming the path and the reason (`write_error`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import errno
 import os
 import re
 import stat
 import sys
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
-from .errors import ArgumentError, ArgumentTypeError, FormatError, InputError, OutputError
+from .errors import ArgumentError, ArgumentTypeError, FormatError, InputError, MinillamaError, OutputError
 
 _KINDS = {stat.S_ISREG: "a regular file", stat.S_ISDIR: "a directory", stat.S_ISFIFO: "a FIFO (named pipe)",
           stat.S_ISSOCK: "a socket", stat.S_ISBLK: "a block device", stat.S_ISCHR: "a character device"}
@@ -114,42 +119,139 @@ def refuse_input_as_output(out: str | os.PathLike[str], inputs: Iterable[str | o
                               f"the same file as the input {os.fspath(path)!r}")
 
 
+def refuse_same_outputs(outputs: Mapping[str, str | os.PathLike[str] | None]) -> None:
+    """OutputError when two of a command's outputs ({option: path}) are one file: the same real path (os.path.realpath:
+    './X', a symlink to X) or, both existing, os.path.samefile (a hard link). Checked before any work, so that the
+    second output can never be written over the first. None is skipped; so is a character device (/dev/null: both
+    writes go to it, nothing is replaced)."""
+    seen: list[tuple[str, str, str, os.stat_result | None]] = []
+    for option, path in outputs.items():
+        if path is None:
+            continue
+        shown = os.fspath(path)
+        try:
+            st: os.stat_result | None = os.stat(shown)
+        except OSError:
+            st = None
+        if st is not None and stat.S_ISCHR(st.st_mode):
+            continue
+        real = os.path.realpath(shown)
+        for other, other_shown, other_real, other_st in seen:
+            if real == other_real or (st is not None and other_st is not None and os.path.samestat(st, other_st)):
+                raise OutputError(f"cannot write {shown!r}: expected {option} to name another file than {other}, "
+                                  f"found the same file as {other} {other_shown!r}")
+        seen.append((option, shown, real, st))
+
+
+#: Why a write failed, said plainly, for the errno values a user can do something about.
+_WRITE_REASONS = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is exceeded",
+                  errno.EACCES: "permission denied", errno.EPERM: "operation not permitted",
+                  errno.EROFS: "the file system is read-only", errno.EFBIG: "the file is too large for the file system",
+                  errno.EIO: "an input/output error on the device"}
+
+
+def write_error(shown: str, exc: OSError) -> OutputError:
+    """The OutputError of an OSError while writing the output shown (the path as the user typed it): the path, the
+    reason and the errno name, e.g. "cannot write 'out.gguf': the disk is full (ENOSPC)"."""
+    code = errno.errorcode.get(exc.errno or 0)
+    reason = _WRITE_REASONS.get(exc.errno or 0) or exc.strerror or str(exc) or type(exc).__name__
+    err = OutputError(f"cannot write {shown!r}: {reason}" + (f" ({code})" if code else ""))
+    err.errno = exc.errno  # type: ignore[attr-defined]  # for callers that tell a full disk from the rest
+    return err
+
+
+@contextlib.contextmanager
+def writing(shown: str) -> Iterator[None]:
+    """Turn an OSError raised inside into write_error(shown, ...): the one way a failed write is reported (an
+    error minillama raised on purpose, e.g. an InputError, passes as it is)."""
+    try:
+        yield
+    except MinillamaError:
+        raise
+    except OSError as exc:
+        raise write_error(shown, exc) from exc
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
 
 
-def write_output(path: str | os.PathLike[str], write: Callable[[str], None]) -> None:
-    """Have write(p) write the whole output to the path p it is given, then put it at path (see the module doc)."""
-    shown = os.fspath(path)
+#: The outputs written so far inside all_or_nothing(): (temporary file, target, path as typed); None outside.
+_PENDING: contextvars.ContextVar[list[tuple[str, str, str]] | None] = contextvars.ContextVar("_PENDING", default=None)
+
+
+@contextlib.contextmanager
+def all_or_nothing() -> Iterator[None]:
+    """Outputs written by write_output inside stay in their temporary files beside their targets; when the block
+    ends without an error they are renamed into place together, else removed: a failure (a full disk on the second
+    output, Ctrl-C) leaves every previous file as it was and no new one. Two outputs with one target are refused."""
+    if _PENDING.get() is not None:  # nested: the outer block commits
+        yield
+        return
+    pending: list[tuple[str, str, str]] = []
+    token = _PENDING.set(pending)
+    done = 0
     try:
-        st = os.stat(shown)  # follows symlinks: what is written is the link's target
+        yield
+        for tmp, target, shown in pending:
+            with writing(shown):
+                os.replace(tmp, target)
+            done += 1
+    finally:
+        _PENDING.reset(token)
+        for tmp, _, _ in pending[done:]:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(tmp)
+
+
+def write_output(path: str | os.PathLike[str], write: Callable[[str], None], shown: str | None = None) -> None:
+    """Have write(p) write the whole output to the path p it is given, then put it at path (see the module doc);
+    an OSError while writing is an OutputError naming shown (the path as the user typed it; default: path)."""
+    path = os.fspath(path)
+    shown = path if shown is None else shown
+    try:
+        st = os.stat(path)  # follows symlinks: what is written is the link's target
     except FileNotFoundError:
         st = None
     except OSError as e:
         raise OutputError(f"cannot write {shown!r}: expected a writable file path, found {e.strerror}") from None
     if st is not None and stat.S_ISCHR(st.st_mode):
-        write(shown)
+        with writing(shown):
+            write(path)
         return
     if st is not None and not stat.S_ISREG(st.st_mode):
         raise OutputError(f"cannot write {shown!r}: expected a regular file or a new path, found "
                           f"{file_kind(st.st_mode)}")
-    target = os.path.realpath(shown)
+    target = os.path.realpath(path)
     folder = os.path.dirname(target)
     if not os.path.isdir(folder):
         raise OutputError(f"cannot write {shown!r}: expected an existing directory {os.path.dirname(shown) or '.'!r}"
                           f", found none")
+    pending = _PENDING.get()
+    if pending is not None:
+        for _, other, other_shown in pending:
+            if other == target:
+                raise OutputError(f"cannot write {shown!r}: expected another file than the output "
+                                  f"{other_shown!r} written just before, found the same file")
     tmp = None
     try:
         try:
             fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(target)}.", suffix=".tmp")
         except OSError as e:
+            if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
+                raise write_error(shown, e) from e
             raise OutputError(f"cannot write {shown!r}: expected a writable directory, found {e.strerror}") from None
         os.close(fd)
-        write(tmp)
-        os.chmod(tmp, stat.S_IMODE(st.st_mode) if st is not None else 0o666 & ~_umask())
-        os.replace(tmp, target)
+        with writing(shown):
+            write(tmp)
+            os.chmod(tmp, stat.S_IMODE(st.st_mode) if st is not None else 0o666 & ~_umask())
+            if pending is not None:  # all_or_nothing() renames it with the others
+                pending.append((tmp, target, shown))
+                tmp = None
+                return
+            os.replace(tmp, target)
     finally:  # also when an interrupt comes between mkstemp and write
         if tmp is not None:
             with contextlib.suppress(FileNotFoundError):

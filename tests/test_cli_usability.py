@@ -297,3 +297,92 @@ def test_bad_numbers_never_traceback(tmp_path: Path, n: str) -> None:
         if args[:3] == ["chat", "--top-k", "{n}"] and n == "0":  # --top-k 0 means "keep all": valid
             continue
         assert p.returncode == 2 and err.startswith("minillama: error:"), (args, err)
+
+
+# --- issue 34 item 21: llama.cpp's -m, -p, -n (and -sys), and a banner that says what runs -----------------------------
+
+def _tiny_model_with_default_vocab(path: Path) -> Path:
+    """A tiny llama (support.tiny_llama's shapes, random weights) that speaks the packaged 1,000-token vocab, so that
+    generate and chat can run it on any text."""
+    import numpy as np
+    from support.tiny_llama import GOOD_KEYS, D, block_tensors
+
+    from minillama.gguffile import read_gguf
+
+    md = read_gguf(default_vocab_path(), tensors=False).metadata
+    n_vocab = len(md["tokenizer.ggml.tokens"])
+    w = GGUFWriter(str(path), "llama")
+    for key, (value, vtype) in {**GOOD_KEYS, "context_length": (64, V.UINT32)}.items():
+        w.add_key_value(f"llama.{key}", value, vtype)
+    w.add_tokenizer_model(md["tokenizer.ggml.model"])
+    w.add_tokenizer_pre(md["tokenizer.ggml.pre"])
+    w.add_token_list(md["tokenizer.ggml.tokens"])
+    w.add_token_types([int(t) for t in md["tokenizer.ggml.token_type"]])
+    w.add_token_merges(md["tokenizer.ggml.merges"])
+    w.add_bos_token_id(md["tokenizer.ggml.bos_token_id"])
+    w.add_eos_token_id(md["tokenizer.ggml.eos_token_id"])
+    w.add_add_bos_token(False)
+    rng = np.random.default_rng(0)
+    shapes = {"token_embd.weight": (n_vocab, D), "output_norm.weight": (D,), **block_tensors(0)}
+    for name, shape in shapes.items():
+        w.add_tensor(name, (rng.standard_normal(shape) * 0.1).astype(np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def _generated(err: str) -> tuple[int, int, str]:
+    """(prompt tokens, generated tokens, stop reason) from generate -v's last line."""
+    m = re.search(r"(\d+) prompt tokens, (\d+) generated, stopped by (\w+)", err)
+    assert m, err
+    return int(m.group(1)), int(m.group(2)), m.group(3)
+
+
+def test_generate_takes_llamacpp_m_p_n(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`minillama generate -m MODEL -p PROMPT -n N` as llama.cpp's llama-completion takes them (common/arg.cpp: -m
+    --model, -p --prompt, -n --predict --n-predict, -1 "infinity" and -2 "until context filled"), and -f FILE."""
+    from minillama.cli import main
+
+    model = str(_tiny_model_with_default_vocab(tmp_path / "tiny.gguf"))
+    greedy = ["--temperature", "0", "--ignore-eos", "-v"]
+    assert main(["generate", "--model", model, "--max-tokens", "4", *greedy, "Hello there"]) == 0
+    long_form = capsys.readouterr()
+    assert _generated(long_form.err)[1:] == (4, "max_tokens")
+    assert main(["generate", "-m", model, "-p", "Hello there", "-n", "4", *greedy]) == 0
+    short = capsys.readouterr()
+    assert short.out == long_form.out and _generated(short.err) == _generated(long_form.err)
+    (tmp_path / "prompt.txt").write_text("Hello there", encoding="utf-8")
+    assert main(["generate", "-m", model, "-f", str(tmp_path / "prompt.txt"), "--n-predict", "4", *greedy]) == 0
+    assert capsys.readouterr().out == long_form.out
+    for n in ("-1", "-2"):  # no limit: on to the end of the 64-token context
+        assert main(["generate", "-m", model, "-p", "Hello there", "-n", n, *greedy]) == 0
+        prompt, generated, why = _generated(capsys.readouterr().err)
+        assert (prompt + generated, why) == (64, "context")
+    assert main(["generate", "-m", model, "-n", "-3", "-p", "Hi"]) == 2
+    assert ("expected --max-tokens (-n) of at least 1 (or -1 or -2: until end of generation or a full context), "
+            "found -3") in capsys.readouterr().err
+    assert main(["generate", "-m", model, "-p", "Hi", "Hello"]) == 2
+    assert "expected one prompt (PROMPT, -p PROMPT or -f FILE), found PROMPT and -p" in capsys.readouterr().err
+    assert main(["generate", "-m", model]) == 2
+    assert "expected a prompt: PROMPT, -p PROMPT, -f FILE or '-' (standard input), found none" in \
+        capsys.readouterr().err
+
+
+def test_chat_takes_llamacpp_m_n_sys_and_banner_says_what_runs(tmp_path: Path) -> None:
+    """chat -m MODEL -n N -sys TEXT (llama-cli's flags); the banner said 'forward pass in numpy' on the C core too."""
+    from minillama.backend import backend_choice, native_core
+
+    model = str(_tiny_model_with_default_vocab(tmp_path / "tiny.gguf"))
+    p = cli("chat", "-m", model, "-n", "3", "-sys", "Be brief.", "--ignore-eos", "--seed", "1", stdin=b"hello\n")
+    out = p.stdout.decode()
+    assert p.returncode == 0, p.stderr.decode()[-1500:]
+    assert "[cut at --max-tokens 3]" in out and "numpy (1 layers" not in out
+    where = "in C (minillama's native core" if native_core(backend_choice()) is not None else \
+        "in Python with numpy (the pure backend"
+    assert f"model: llama forward pass {where}; 1 layers, 32 wide), loaded in " in out, out
+    gguf_path = os.environ.get("MINILLAMA_TEST_GGUF")
+    if gguf_path and os.path.isfile(gguf_path):
+        p = cli("chat", "-m", gguf_path, "-n", "1", stdin=b"hi\n", timeout=300)
+        assert f"model: llama forward pass {where}; 30 layers, 576 wide), loaded in " in p.stdout.decode()

@@ -465,3 +465,61 @@ def test_odd_byte_tokens_render_as_llamacpp() -> None:
     tok = Tokenizer(Vocab.from_metadata(md))
     assert [tok.token_to_piece(i) for i in range(3, 11)] == [b"\xf4", b"\x41", b"\x02", b"\x00", b"\x00", b"\xff",
                                                              b"\x00", b"\x00"]
+
+
+# --- issue 34 item 17: a partly downloaded model --------------------------------------------------------------------
+
+def _data_end(path: Path) -> int:
+    """Where the last tensor's data ends, by gguf's own reader (llama.cpp's Python package): the size the file must
+    have."""
+    import gguf
+
+    r = gguf.GGUFReader(str(path))
+    return max(int(t.data_offset) + int(t.n_bytes) for t in r.tensors)
+
+
+def _check_truncated_model(full: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                           capsys: pytest.CaptureFixture[str], backend: str) -> None:
+    from minillama.backend import native_core
+    from minillama.cli import main
+    from minillama.model import Model
+
+    if backend == "native":
+        try:
+            native_core("native")
+        except UnsupportedError as e:
+            pytest.skip(str(e))
+    monkeypatch.setenv("MINILLAMA_BACKEND", backend)
+    expected = _data_end(full)
+    data = full.read_bytes()
+    part = tmp_path / "part.gguf"
+    for cut in (expected // 2, expected - 1):
+        part.write_bytes(data[:cut])
+        message = (f"the file is incomplete (a truncated download?): expected {expected:,} bytes (the data of its "
+                   f"last tensor, ")
+        with pytest.raises(FormatError) as e:
+            Model.from_file(part)
+        assert str(e.value).startswith(message) and str(e.value).endswith(f"ends there), found {cut:,} ({part})"), \
+            str(e.value)
+        assert main(["generate", "--model", str(part), "--max-tokens", "1", "Hi"]) == 2  # what generate/serve say
+        err = capsys.readouterr().err
+        assert err.startswith(f"minillama: error: {message}") and f"found {cut:,}" in err and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("backend", ["pure", "native"])
+def test_truncated_model_says_incomplete(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                         capsys: pytest.CaptureFixture[str], backend: str) -> None:
+    """generate said only 'output.weight ... needs bytes 5953248..453021408 but the file has 199229440' of a partly
+    downloaded GGUF: now that the file is incomplete, its size and the size it should have."""
+    from support.tiny_llama import write_model
+
+    _check_truncated_model(write_model(tmp_path / "full.gguf", blocks=2), tmp_path, monkeypatch, capsys, backend)
+
+
+@pytest.mark.parametrize("backend", ["pure", "native"])
+def test_truncated_real_model_says_incomplete(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                              capsys: pytest.CaptureFixture[str], backend: str) -> None:
+    """The same on a real quantized model (MINILLAMA_TEST_GGUF), cut as a download stopped half way."""
+    from support.paths import real_gguf
+
+    _check_truncated_model(real_gguf(), tmp_path, monkeypatch, capsys, backend)

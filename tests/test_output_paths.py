@@ -3,11 +3,13 @@ output lost its link): minillama.fileio.write_output and every command that writ
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -195,3 +197,151 @@ def test_train_and_convert_say_what_they_wrote(tmp_path: Path) -> None:
     n = Tokenizer.from_file(default_vocab_path()).n_vocab
     assert p.stdout.startswith(f"{conv}: ") and f"vocab of {n} tokens" in p.stdout
     assert f"{conv.stat().st_size:,} bytes" in p.stdout
+
+
+# --- issue 34 item 3: two outputs of one command that are one file ----------------------------------------------------
+
+def _train_spm(out: str, bin_: str, *files: str) -> list[str]:
+    return ["train", "--vocab-size", "300", "--kind", "spm", "--no-progress", "--out", out, "--llama2c", bin_, *files]
+
+
+@pytest.mark.parametrize("same", ["X.gguf", "./X.gguf", "link.gguf", "hard.gguf", "sub/../X.gguf"])
+@pytest.mark.parametrize("existing", [False, True])
+def test_train_refuses_out_and_llama2c_that_are_one_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str], same: str,
+                                                         existing: bool) -> None:
+    """train --out X --llama2c X (./X, a symlink to X, a hard link of X): the GGUF was written, then the tokenizer.bin
+    over it, exit 0. Now: exit 2 before training, one line naming both options and both paths, X as it was."""
+    from minillama.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    Path("corpus.txt").write_text(TEXT, encoding="utf-8")
+    Path("sub").mkdir()
+    Path("link.gguf").symlink_to("X.gguf")
+    if existing:
+        Path("X.gguf").write_bytes(b"previous")
+        os.link("X.gguf", "hard.gguf")
+    elif same == "hard.gguf":
+        pytest.skip("a hard link needs an existing file")
+    assert main(_train_spm("X.gguf", same, "corpus.txt")) == 2
+    err = capsys.readouterr().err
+    assert err == (f"minillama: error: cannot write '{same}': expected --llama2c to name another file than --out, "
+                   f"found the same file as --out 'X.gguf'\n"), err
+    assert (Path("X.gguf").read_bytes() == b"previous") if existing else not Path("X.gguf").exists()
+    assert sorted(os.listdir()) == sorted(["corpus.txt", "sub", "link.gguf"]
+                                          + (["X.gguf", "hard.gguf"] if existing else []))
+
+
+def test_train_two_distinct_outputs_and_dev_null_still_work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check refuses only one file named twice: two files, or /dev/null twice (nothing is replaced), pass."""
+    from minillama.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    Path("corpus.txt").write_text(TEXT, encoding="utf-8")
+    assert main(_train_spm("a.gguf", "a.bin", "corpus.txt")) == 0
+    assert Path("a.gguf").read_bytes()[:4] == b"GGUF" and Path("a.bin").stat().st_size > 0
+    assert main(_train_spm(os.devnull, os.devnull, "corpus.txt")) == 0
+
+
+# --- issue 34 items 3 and 16: a full disk -----------------------------------------------------------------------------
+
+class _FullFile:
+    """A file opened for writing on a disk with no room left: every write raises ENOSPC, as the kernel does."""
+
+    def __init__(self, f) -> None:
+        self._f = f
+
+    def write(self, data) -> int:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    def __enter__(self) -> _FullFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._f.close()
+
+    def __getattr__(self, name: str):
+        return getattr(self._f, name)
+
+
+def _full_disk(monkeypatch: pytest.MonkeyPatch, full: Callable[[str], bool]) -> None:
+    """Every file opened for writing whose path full(path) accepts is on a full disk."""
+    import builtins
+
+    real_open = builtins.open
+
+    def fake_open(file, mode="r", *args, **kwargs):
+        f = real_open(file, mode, *args, **kwargs)
+        if isinstance(file, (str, os.PathLike)) and any(c in mode for c in "wax+") and full(os.fspath(file)):
+            return _FullFile(f)
+        return f
+
+    monkeypatch.setattr(builtins, "open", fake_open)
+
+
+def test_train_full_disk_keeps_both_previous_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """train --llama2c on a disk that fills up while the tokenizer.bin is written: exit 2 naming t.bin and the full
+    disk; t.gguf and t.bin as they were (the new GGUF was left behind), no temporary file."""
+    from minillama.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    Path("corpus.txt").write_text(TEXT, encoding="utf-8")
+    Path("t.gguf").write_bytes(b"old gguf")
+    Path("t.bin").write_bytes(b"old bin")
+    _full_disk(monkeypatch, lambda p: os.path.basename(p).startswith(".t.bin."))
+    assert main(_train_spm("t.gguf", "t.bin", "corpus.txt")) == 2
+    out = capsys.readouterr()
+    assert out.err == "minillama: error: cannot write 't.bin': the disk is full (ENOSPC)\n", out.err
+    assert Path("t.gguf").read_bytes() == b"old gguf" and Path("t.bin").read_bytes() == b"old bin"
+    assert sorted(os.listdir()) == ["corpus.txt", "t.bin", "t.gguf"]
+    # and new paths: neither file appears
+    assert main(_train_spm("n.gguf", "n.bin", "corpus.txt")) == 0  # the n.* names are on the disk with room
+    _full_disk(monkeypatch, lambda p: True)
+    assert main(_train_spm("m.gguf", "m.bin", "corpus.txt")) == 2
+    assert "cannot write 'm.gguf': the disk is full (ENOSPC)" in capsys.readouterr().err
+    assert not Path("m.gguf").exists() and not Path("m.bin").exists()
+
+
+def _full_disk_cases() -> list[tuple[list[str], str, str]]:
+    """(argv run in a folder holding corpus.txt and vocab.gguf, what the paths on the full disk contain, the path the
+    error must name)."""
+    dataset = ["dataset", "--model", "vocab.gguf", "--out", "ds", "--workers", "1", "--no-progress", "corpus.txt"]
+    return [(["train", "--vocab-size", "300", "--no-progress", "--out", "o.gguf", "corpus.txt"], "", "'o.gguf'"),
+            (["convert", "vocab.gguf", "o.gguf"], "", "'o.gguf'"),
+            (["ngram", "train", "--model", "vocab.gguf", "--out", "o.npz", "corpus.txt"], "", "'o.npz'"),
+            (dataset, "", "'ds/.minillama-dataset'"),
+            (dataset, "shard-", "'ds/shard-00000.bin'")]
+
+
+@pytest.mark.parametrize("argv, full, named", _full_disk_cases(),
+                         ids=["train", "convert", "ngram", "dataset-marker", "dataset-shard"])
+def test_full_disk_error_names_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                        capsys: pytest.CaptureFixture[str], argv: list[str], full: str,
+                                        named: str) -> None:
+    """Item 16: dataset, convert, train and ngram on a full disk exited 2 with a bare '[Errno 28] No space left on
+    device'. Now: one line saying which file could not be written and that the disk is full; no temporary file."""
+    from minillama.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    Path("corpus.txt").write_text(TEXT, encoding="utf-8")
+    Path("vocab.gguf").write_bytes(Path(default_vocab_path()).read_bytes())
+    before = sorted(os.listdir())
+    _full_disk(monkeypatch, lambda p: full in p)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err == f"minillama: error: cannot write {named}: the disk is full (ENOSPC)\n", err
+    assert sorted(set(os.listdir()) - {"ds"}) == before
+    if argv[0] == "dataset":  # no shard and no temporary file: at most the marker and the lock
+        assert set(os.listdir("ds")) <= {".lock", ".minillama-dataset"}, os.listdir("ds")
+
+
+def test_write_error_says_why(tmp_path: Path) -> None:
+    """The shared helper: the path as typed, the reason in words and the errno's name; a MinillamaError."""
+    from minillama.fileio import write_error
+
+    for code, words in [(errno.ENOSPC, "the disk is full"), (errno.EDQUOT, "the disk quota is exceeded"),
+                        (errno.EROFS, "the file system is read-only"), (errno.EACCES, "permission denied")]:
+        err = write_error("out/x.gguf", OSError(code, os.strerror(code)))
+        assert isinstance(err, OutputError) and isinstance(err, MinillamaError)
+        assert str(err) == f"cannot write 'out/x.gguf': {words} ({errno.errorcode[code]})"

@@ -195,7 +195,7 @@ def _run(tok: Tokenizer, source: Source, out: str, shown: str, head: dict, setti
     # text, and a JSONL file's keys and escapes make the end come a little before 100%.
     total = sum(os.path.getsize(p) for p in source.paths)
     for attempt in range(3):
-        writer = ShardWriter(out, dtype, head["settings"]["shard_tokens"], settings_hash)
+        writer = ShardWriter(out, dtype, head["settings"]["shard_tokens"], settings_hash, shown)
         if writer.kept and log is not None and attempt == 0:
             n = len(writer.kept)
             log(f"{shown}: resuming an earlier run: {n:,} finished shard{'s' if n > 1 else ''} kept "

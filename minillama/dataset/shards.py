@@ -26,6 +26,7 @@ documents they hold are read again and hashed (not tokenized) to check the input
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import json
@@ -38,7 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import MinillamaError, OutputError
-from ..fileio import file_kind, write_output
+from ..fileio import file_kind, write_output, writing
 from .index_check import check_index, load_offsets
 
 FORMAT, VERSION = "minillama-dataset", 1
@@ -95,24 +96,39 @@ def file_sha256(path: str) -> str:
     return h.hexdigest()
 
 
-def write_atomic(path: str, data: bytes) -> None:
-    """Write data to path through fileio.write_output (a temporary file and a rename: never half-written)."""
+def _allocate(f, size: int) -> None:
+    """Make f size bytes long with its blocks allocated (posix_fallocate where there is one): a full disk raises
+    ENOSPC here rather than SIGBUS when a memory map of the file is written."""
+    fallocate = getattr(os, "posix_fallocate", None)
+    if fallocate is not None:
+        try:
+            fallocate(f.fileno(), 0, size)
+            return
+        except OSError as e:
+            if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+                raise
+    f.truncate(size)
+
+
+def write_atomic(path: str, data: bytes, shown: str | None = None) -> None:
+    """Write data to path through fileio.write_output (a temporary file and a rename: never half-written); shown:
+    the path in messages."""
 
     def write(tmp: str) -> None:
         with open(tmp, "wb") as f:
             f.write(data)
 
-    write_output(path, write)
+    write_output(path, write, shown)
 
 
-def save_npy_atomic(path: str, arr: np.ndarray) -> None:
+def save_npy_atomic(path: str, arr: np.ndarray, shown: str | None = None) -> None:
     """np.save arr at path, atomically as write_atomic."""
 
     def write(tmp: str) -> None:
         with open(tmp, "wb") as f:  # a file object: np.save would append .npy to a name
             np.save(f, arr, allow_pickle=False)
 
-    write_output(path, write)
+    write_output(path, write, shown)
 
 
 def own_file(name: str) -> bool:
@@ -178,7 +194,8 @@ def claimed_dir(out: str, inputs: Iterable[str] = ()) -> Iterator[str]:
     try:
         os.makedirs(path, exist_ok=True)
         if not os.path.exists(os.path.join(path, MARKER)):
-            write_atomic(os.path.join(path, MARKER), (json.dumps({"format": FORMAT, "version": VERSION}) + "\n").encode())
+            write_atomic(os.path.join(path, MARKER), (json.dumps({"format": FORMAT, "version": VERSION}) + "\n").encode(),
+                         os.path.join(out, MARKER))
         fd = os.open(os.path.join(path, LOCK), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
     except OSError as e:
         raise OutputError(f"cannot write to {out!r}: expected a writable directory, found {e.strerror}") from None
@@ -224,8 +241,11 @@ class ShardWriter:
     while replaying documents of kept shards), digests their doc_digest()s concatenated.
     """
 
-    def __init__(self, out: str, dtype: np.dtype, shard_tokens: int, settings_hash: str) -> None:
+    def __init__(self, out: str, dtype: np.dtype, shard_tokens: int, settings_hash: str,
+                 shown: str | None = None) -> None:
         self.out, self.dtype, self.shard_tokens, self.settings_hash = out, dtype, shard_tokens, settings_hash
+        #: out as the user typed it, for messages (a file that could not be written is named under it)
+        self.shown = out if shown is None else shown
         os.makedirs(out, exist_ok=True)
         remove_leftovers(out)  # of a killed run of ours
         for name in (INDEX, OFFSETS):  # an index that is no longer true
@@ -237,6 +257,10 @@ class ShardWriter:
         self._f = None
         self._seen = 0
         self._start_shard()
+
+    def _show(self, path: str) -> str:
+        """A path inside out as the user would type it: under shown."""
+        return os.path.join(self.shown, os.path.relpath(path, self.out))
 
     @property
     def total_tokens(self) -> int:
@@ -294,7 +318,8 @@ class ShardWriter:
         self._text = hashlib.blake2b(digest_size=16)
         if not self._replaying:
             self._path = os.path.join(self.out, shard_name(i))
-            self._f = open(self._path + TMP, "wb")
+            with writing(self._show(self._path)):
+                self._f = open(self._path + TMP, "wb")
             self._sha = hashlib.sha256()
 
     def feed(self, lens: np.ndarray | None, tokens: np.ndarray | None, digests: bytes) -> None:
@@ -334,7 +359,8 @@ class ShardWriter:
             n = int(ends[k - 1])
             self._text.update(digests[16 * d:16 * (d + k)])
             chunk = np.ascontiguousarray(tokens[t:t + n], dtype=self.dtype)
-            self._f.write(chunk.data)
+            with writing(self._show(self._path)):
+                self._f.write(chunk.data)
             self._sha.update(chunk.data)
             self._starts.append(self._n_tokens + np.concatenate(([0], ends[:k - 1])))
             self._n_tokens += n
@@ -351,15 +377,17 @@ class ShardWriter:
             if rec["text"] != text or rec["docs"] != self._n_docs:
                 raise StaleShard(i)
         else:
-            self._f.close()
-            self._f = None
+            f, self._f = self._f, None
+            with writing(self._show(self._path)):
+                f.close()  # the buffer's last bytes: a full disk may show only here
             base = self._path[:-4]
             starts = np.concatenate(self._starts) if self._starts else np.zeros(0, np.int64)
-            save_npy_atomic(base + ".docs.npy", starts.astype("<i8"))
-            os.replace(self._path + TMP, self._path)
+            save_npy_atomic(base + ".docs.npy", starts.astype("<i8"), self._show(base + ".docs.npy"))
+            with writing(self._show(self._path)):
+                os.replace(self._path + TMP, self._path)
             rec = {"tokens": self._n_tokens, "docs": self._n_docs, "sha256": self._sha.hexdigest(), "text": text,
                    "settings": self.settings_hash}
-            write_atomic(base + ".json", json.dumps(rec, indent=1).encode())
+            write_atomic(base + ".json", json.dumps(rec, indent=1).encode(), self._show(base + ".json"))
         self.records.append(rec)
         self._start_shard()
 
@@ -387,17 +415,27 @@ class ShardWriter:
             tok0 += r["tokens"]
             doc0 += r["docs"]
         offsets_path = os.path.join(self.out, OFFSETS)
-        offsets = np.lib.format.open_memmap(offsets_path + TMP, mode="w+", dtype="<i8", shape=(doc0 + 1,))
-        for s in shards:
-            starts = np.load(os.path.join(self.out, s["file"][:-4] + ".docs.npy"), mmap_mode="r")
-            offsets[s["first_doc"]:s["first_doc"] + s["docs"]] = starts + s["first_token"]
-        offsets[doc0] = tok0
-        offsets.flush()
-        del offsets
-        os.replace(offsets_path + TMP, offsets_path)
+        try:
+            with writing(self._show(offsets_path)):  # a memory map of a file the disk has no room for: SIGBUS, so allocated first
+                with open(offsets_path + TMP, "wb") as f:
+                    np.lib.format.write_array_header_1_0(f, {"descr": "<i8", "fortran_order": False,
+                                                             "shape": (doc0 + 1,)})
+                    _allocate(f, f.tell() + 8 * (doc0 + 1))
+                offsets = np.lib.format.open_memmap(offsets_path + TMP, mode="r+")
+                for s in shards:
+                    starts = np.load(os.path.join(self.out, s["file"][:-4] + ".docs.npy"), mmap_mode="r")
+                    offsets[s["first_doc"]:s["first_doc"] + s["docs"]] = starts + s["first_token"]
+                offsets[doc0] = tok0
+                offsets.flush()
+                del offsets
+                os.replace(offsets_path + TMP, offsets_path)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(offsets_path + TMP)
         index = {"format": FORMAT, "version": VERSION, **index, "tokens": tok0, "docs": doc0, "shards": shards,
                  "doc_offsets": OFFSETS}
-        write_atomic(os.path.join(self.out, INDEX), (json.dumps(index, indent=1) + "\n").encode())
+        write_atomic(os.path.join(self.out, INDEX), (json.dumps(index, indent=1) + "\n").encode(),
+                     os.path.join(self.shown, INDEX))
         return index
 
 

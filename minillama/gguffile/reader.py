@@ -117,7 +117,8 @@ class _Cursor:
 
     def need(self, n: int, what: str) -> None:
         if n < 0 or self.pos + n > self.size:
-            raise self.fail(f"truncated file: {what} needs {n} bytes, {self.size - self.pos} remain")
+            raise self.fail(f"truncated file (an incomplete download?): {what} needs {n} bytes, {self.size - self.pos} "
+                            "remain")
 
     def u32(self, what: str) -> int:
         self.need(4, what)

@@ -22,9 +22,9 @@ from gguf import GGMLQuantizationType, GGUFValueType
 
 from ..backend import backend_choice, native_core
 from ..embedding import Embedding
-from ..errors import FormatError, UnsupportedError
+from ..errors import FormatError, MinillamaError, UnsupportedError
 from ..gguffile.reader import GGUFFile, TensorInfo, read_gguf
-from ..quants import TRAITS, check_tensor_table, dequantize, tensor_view
+from ..quants import TRAITS, check_tensor_table, dequantize, tensor_layout, tensor_view
 from .layers import Linear, QuantLinear
 
 __all__ = ["HParams", "Weights", "TensorSpec"]
@@ -125,6 +125,25 @@ _BLOCK = re.compile(r"blk\.(\d+)\.")
 TensorSpec = tuple[str, tuple[str, ...]]
 
 
+def check_complete(gf: GGUFFile, file_size: int) -> None:
+    """FormatError when the file ends before its tensor data does, as a partly downloaded GGUF does: the message
+    says the file is incomplete, its size and the size it should have (where the last tensor's data ends), where
+    check_tensor_table would name only the first tensor past the end. A tensor of a type or shape it cannot size
+    is left to check_tensor_table."""
+    end, last = 0, ""
+    for info in gf.tensors:
+        try:
+            _, rows, row_bytes = tensor_layout(info, gf.path)
+        except MinillamaError:
+            continue
+        tensor_end = gf.data_offset + info.offset + rows * row_bytes
+        if tensor_end > end:
+            end, last = tensor_end, info.name
+    if end > file_size:
+        raise FormatError(f"the file is incomplete (a truncated download?): expected {end:,} bytes (the data of its "
+                          f"last tensor, {last}, ends there), found {file_size:,}", path=gf.path)
+
+
 class Weights:
     """A GGUF file with weights: metadata, tensor table, and the data memory-mapped until dequantized."""
 
@@ -138,6 +157,7 @@ class Weights:
                               path=self.path)
         with open(self.path, "rb") as f:
             self._size = os.fstat(f.fileno()).st_size
+            check_complete(self.gguf, self._size)  # a partial download: said so, with the size it should have
             check_tensor_table(self.gguf, self._size)  # every tensor aligned, inside the file, apart
             self._mmap = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         #: The native core (MINILLAMA_BACKEND): matrices of a type it multiplies stay quantized in the map.
