@@ -14,6 +14,7 @@ if str(Path(__file__).parent) not in sys.path:
 
 from support.fixtures import HFBpe, train_hf_bpe, write_gpt2_gguf
 from support.paths import release_tokenizers, require_shared
+from support.report import skip_summary
 
 
 @pytest.fixture(scope="session")
@@ -38,3 +39,13 @@ def hf_bpe(tmp_path_factory) -> HFBpe:
     path = tmp_path_factory.mktemp("hf_bpe") / "hf-bpe-small.gguf"
     write_gpt2_gguf(path, hf)
     return HFBpe(hf, path)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """The skipped tests counted by cause, one line each ("N tests: why"), instead of a line per test (-rs)."""
+    reports = terminalreporter.stats.get("skipped", [])
+    reasons = [r.longrepr[2] for r in reports if isinstance(r.longrepr, tuple) and len(r.longrepr) == 3]
+    if reasons:
+        terminalreporter.write_sep("=", "skipped, by cause")
+        for line in skip_summary(reasons):
+            terminalreporter.write_line(line)

@@ -573,3 +573,121 @@ def test_ignore_merges_false_gives_hf_ids_default_gives_llamacpp():
     assert any(compat.encode(r["text"], add_special=False) != r["ids"] for r in rows)
     with pytest.raises(ArgumentError, match="BPE vocabs"):
         Tokenizer.from_file(vocab_path("ggml-vocab-llama-spm"), ignore_merges=False)
+
+
+# --- the rest of transformers' and tiktoken's names ---------------------------------------------------------------
+
+# multi-byte characters, an emoji whose four bytes are four tokens, CJK, a control token written in the text
+HF_TEXTS = ["Hello world", "naïve café, 東京 and 🦙🦙!", "🦙", "  spaces\tand\nnewlines ", "",
+            "<|start_header_id|>user<|end_header_id|>\n\nhi 👋🏽<|eot_id|>"]
+
+
+@pytest.mark.parametrize("add", [True, False])
+def test_encode_tokenize_and_token_ids_match_hf(llama3_json, add):
+    """encode(text, add_special_tokens=...), tokenize, convert_tokens_to_ids and len(tok) as transformers has them
+    over HF tokenizers: control tokens in the text matched, bos added only when asked."""
+    tok, hf = llama3_json
+    for text in HF_TEXTS:
+        e = hf.encode(text, add_special_tokens=add)
+        assert tok.encode(text, add_special_tokens=add) == e.ids, text
+        assert tok.tokenize(text, add_special_tokens=add) == e.tokens, text
+        assert tok.convert_tokens_to_ids(e.tokens) == e.ids
+    e = hf.encode(HF_TEXTS[1], add_special_tokens=False)
+    assert tok.tokenize(HF_TEXTS[1]) == e.tokens  # transformers' default: no bos
+    assert tok.convert_tokens_to_ids(e.tokens[1]) == e.ids[1]
+    assert tok.convert_tokens_to_ids("no such token") is None is hf.token_to_id("no such token")  # no unk token
+    assert len(tok) == hf.get_vocab_size(with_added_tokens=True) == tok.max_token_value + 1
+    with pytest.raises(ArgumentError, match="not both"):
+        tok.encode("hi", add_special=False, add_special_tokens=True)
+
+
+def test_vocab_size_and_unknown_tokens_match_hf_bert():
+    """On a vocab without added tokens, vocab_size is HF's get_vocab_size(with_added_tokens=False); a text that is no
+    token converts to the unknown id, as transformers converts it."""
+    tok = load("ggml-vocab-bert-bge")
+    hf = hf_bert_from_gguf(tok)
+    assert tok.vocab_size == len(tok) == hf.get_vocab_size(with_added_tokens=False)
+    # (the GGUF writes word-initial pieces as llama.cpp's converter does, "▁hello" for HF's "hello")
+    assert tok.convert_tokens_to_ids(["[CLS]", "no-such-token"]) == [hf.token_to_id("[CLS]"), hf.token_to_id("[UNK]")]
+    assert tok.unk_token == "[UNK]" and tok.sep_token == "[SEP]"
+
+
+@pytest.mark.parametrize("name", ["ggml-vocab-llama-bpe", "ggml-vocab-llama-spm", "ggml-vocab-bert-bge",
+                                  "ggml-vocab-phi-3"])
+def test_special_token_names_match_the_file(name):
+    """bos_token_id / eos_token_id / unk_token_id / sep_token_id / pad_token_id and their texts are the ids the GGUF
+    names (read with gguf-py, llama.cpp's own reader) and those ids' token texts."""
+    from gguf import GGUFReader
+
+    r = GGUFReader(vocab_path(name))
+    tokens = [bytes(r.fields["tokenizer.ggml.tokens"].parts[i]).decode() for i in r.fields["tokenizer.ggml.tokens"].data]
+    tok = load(name)
+    for role in ("bos", "eos", "unk", "sep", "pad", "mask"):
+        field = r.fields.get(f"tokenizer.ggml.{'padding' if role == 'pad' else role}_token_id")
+        if field is None:
+            continue
+        want = int(field.parts[field.data[0]][0])
+        assert getattr(tok, f"{role}_token_id") == want, role
+        assert getattr(tok, f"{role}_token") == tokens[want], role
+
+
+def test_pad_token_is_settable_as_in_transformers():
+    tok = Tokenizer.from_file(default_vocab_path())
+    assert tok.pad_token is None and tok.pad_token_id is None
+    tok.pad_token = tok.eos_token  # the transformers idiom
+    assert tok.pad_token_id == tok.pad_id == tok.eos_token_id and tok.pad_token == tok.eos_token
+    assert tok(["Hello", "Hello, llamas!"], padding=True).input_ids[0][-1] == tok.eos_token_id
+    tok.pad_token_id = None
+    assert tok.pad_token is None
+    with pytest.raises(ArgumentError, match="got 'no such token'"):
+        tok.pad_token = "no such token"
+    with pytest.raises(ArgumentError, match="out of range"):
+        tok.pad_token_id = len(tok)
+
+
+def test_hf_model_directory_special_tokens(tmp_path):
+    """The bos/eos texts a tokenizer_config.json declares are bos_token / eos_token, with HF tokenizers' ids."""
+    import os
+
+    hf = _hf_llama3()
+    model = tmp_path / "model"
+    model.mkdir()
+    os.symlink(require_shared("vocab", "llama-3.2-tokenizer.json"), model / "tokenizer.json")
+    (model / "tokenizer_config.json").write_text(json.dumps({"bos_token": "<|begin_of_text|>",
+                                                             "eos_token": "<|eot_id|>"}))
+    tok = Tokenizer.from_file(model)
+    assert (tok.bos_token, tok.eos_token) == ("<|begin_of_text|>", "<|eot_id|>")
+    assert (tok.bos_token_id, tok.eos_token_id) == (hf.token_to_id("<|begin_of_text|>"), hf.token_to_id("<|eot_id|>"))
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_offsets_mapping_matches_hf(llama3_json, side):
+    """tok(text, return_offsets_mapping=True)["offset_mapping"] is HF's Encoding.offsets: character spans, the
+    same span for every byte token of one character (the emoji), (0, 0) for bos and padding; truncated too."""
+    tok, hf = llama3_json
+    for text in HF_TEXTS:
+        e = hf.encode(text)
+        assert tok(text, return_offsets_mapping=True)["offset_mapping"] == [tuple(o) for o in e.offsets], text
+    assert len(hf.encode("🦙").ids) > 2  # one character, several tokens: the case worth checking
+    hf.enable_padding(direction=side, pad_id=tok.pad_id, pad_token="<|end_of_text|>")
+    hf.enable_truncation(max_length=7)
+    try:
+        want = hf.encode_batch(HF_TEXTS)
+        got = tok(HF_TEXTS, padding=True, padding_side=side, truncation=True, max_length=7,
+                  return_offsets_mapping=True)
+        assert got.input_ids == [e.ids for e in want]
+        assert got.offset_mapping == [[tuple(o) for o in e.offsets] for e in want]
+        arrays = tok(HF_TEXTS, padding=True, padding_side=side, truncation=True, max_length=7,
+                     return_offsets_mapping=True, return_tensors="np")
+        assert arrays["offset_mapping"].shape == (len(HF_TEXTS), 7, 2)
+        assert arrays["offset_mapping"].tolist() == [[list(o) for o in e.offsets] for e in want]
+    finally:
+        hf.no_padding()
+        hf.no_truncation()
+
+
+def test_tiktoken_batch_and_max_token_value_match_tiktoken(tiktoken_llama3):
+    enc, tok = tiktoken_llama3
+    assert tok.encode_ordinary_batch(SPECIAL_TEXTS + HF_TEXTS) == enc.encode_ordinary_batch(SPECIAL_TEXTS + HF_TEXTS)
+    assert tok.encode_ordinary_batch(HF_TEXTS, num_threads=1) == enc.encode_ordinary_batch(HF_TEXTS, num_threads=1)
+    assert tok.max_token_value == enc.max_token_value and tok.n_vocab == enc.n_vocab

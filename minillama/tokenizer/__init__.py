@@ -9,8 +9,10 @@ For users of Hugging Face tokenizers, tiktoken and transformers: encode_with_off
 disallowed_special, encode_for_completion (token healing), apply_chat_template (transformers' signature and
 defaults), tok(text) (a BatchEncoding), token_to_id / id_to_token / convert_ids_to_tokens / get_vocab /
 get_vocab_size, decode_batch / batch_decode, skip_special_tokens, truncation / max_length, pad_id /
-padding_side, chat_template, encode_batch(return_array=True, pad_to=..., truncate=...), and tiktoken's
-encode_ordinary, eot_token and decode_single_token_bytes.
+padding_side, chat_template, encode_batch(return_array=True, pad_to=..., truncate=...), len(tok) / vocab_size,
+tokenize / convert_tokens_to_ids, bos_token(_id) / eos_token(_id) / unk / sep / mask / pad (settable),
+encode(add_special_tokens=), tok(text, return_offsets_mapping=True), and tiktoken's encode_ordinary,
+encode_ordinary_batch, max_token_value, eot_token and decode_single_token_bytes.
 
 The pipeline: file -> Vocab (formats/, vocab.py) -> special-token split (special.py) -> encoder
 (encoders/: score-based SPM, rank-based BPE with its pre-tokenizer, WordPiece or Unigram) -> ids -> pieces

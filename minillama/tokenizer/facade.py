@@ -184,6 +184,105 @@ class Tokenizer:
         """Whether encode(add_special=True) prepends bos."""
         return self.vocab.add_bos
 
+    # --- transformers' and tiktoken's names for the same facts ---------------------------------------------------
+    def __len__(self) -> int:
+        """transformers' len(tokenizer): every token, added ones included (n_vocab)."""
+        return self.vocab.n_vocab
+
+    @property
+    def vocab_size(self) -> int:
+        """transformers' vocab_size. transformers leaves out tokens added to a model's own vocab (llama 3.2's
+        tokenizer.json: 128,000 of 128,256); a GGUF does not record which those are, so this is n_vocab, the
+        rows of the model's embedding and output."""
+        return self.vocab.n_vocab
+
+    @property
+    def max_token_value(self) -> int:
+        """tiktoken's max_token_value: the highest id (n_vocab - 1)."""
+        return self.vocab.n_vocab - 1
+
+    def _special_text(self, role: str) -> str | None:
+        token_id = self.vocab.special.get(role)
+        return None if token_id is None else self.vocab.tokens[token_id]
+
+    @property
+    def bos_token_id(self) -> int | None:
+        """transformers' bos_token_id (bos_id)."""
+        return self.vocab.special.get("bos")
+
+    @property
+    def eos_token_id(self) -> int | None:
+        """transformers' eos_token_id (eos_id)."""
+        return self.vocab.special.get("eos")
+
+    @property
+    def unk_token_id(self) -> int | None:
+        """transformers' unk_token_id (unk_id)."""
+        return self.vocab.special.get("unk")
+
+    @property
+    def sep_token_id(self) -> int | None:
+        """transformers' sep_token_id (WordPiece's [SEP])."""
+        return self.vocab.special.get("sep")
+
+    @property
+    def mask_token_id(self) -> int | None:
+        """transformers' mask_token_id (WordPiece's [MASK])."""
+        return self.vocab.special.get("mask")
+
+    @property
+    def pad_token_id(self) -> int | None:
+        """transformers' pad_token_id: pad_id, settable the same way."""
+        return self.pad_id
+
+    @pad_token_id.setter
+    def pad_token_id(self, token_id: int | None) -> None:
+        self.pad_id = token_id
+
+    @property
+    def bos_token(self) -> str | None:
+        """transformers' bos_token: the bos token's text ("<|begin_of_text|>", "<s>"), None when there is none."""
+        return self._special_text("bos")
+
+    @property
+    def eos_token(self) -> str | None:
+        """transformers' eos_token: the eos token's text, None when there is none."""
+        return self._special_text("eos")
+
+    @property
+    def unk_token(self) -> str | None:
+        """transformers' unk_token: the unknown token's text, None when there is none."""
+        return self._special_text("unk")
+
+    @property
+    def sep_token(self) -> str | None:
+        """transformers' sep_token: the separator token's text, None when there is none."""
+        return self._special_text("sep")
+
+    @property
+    def mask_token(self) -> str | None:
+        """transformers' mask_token: the mask token's text, None when there is none."""
+        return self._special_text("mask")
+
+    @property
+    def pad_token(self) -> str | None:
+        """transformers' pad_token: the text of pad_id's token. Settable with a token's text, as transformers
+        users write tok.pad_token = tok.eos_token (None: the vocab's own pad token again)."""
+        token_id = self.pad_id
+        return None if token_id is None else self.vocab.tokens[token_id]
+
+    @pad_token.setter
+    def pad_token(self, token: str | None) -> None:
+        if token is None:
+            self.pad_id = None
+            return
+        if not isinstance(token, str):
+            raise ArgumentTypeError(f"pad_token must be a token's text (str) or None, got {type(token).__name__}")
+        token_id = self.vocab.token_to_id.get(token)
+        if token_id is None:
+            raise ArgumentError(f"pad_token must be a token of this vocab, got {token!r}, which is none")
+        self.pad_id = token_id
+
     def is_eog(self, token_id: int) -> bool:
         """True for ids that end generation (eos, eot, eom and the ids llama.cpp recognises by text)."""
         return token_id in self.vocab.eog_ids
@@ -191,8 +290,12 @@ class Tokenizer:
     # --- encoding ---------------------------------------------------------------------------
     def encode(self, text: str, add_special: bool = True, parse_special: bool = False, *,
                allowed_special: SpecialSet | None = None, disallowed_special: SpecialSet | None = None,
-               truncation: bool = False, max_length: int | None = None) -> list[int]:
+               truncation: bool = False, max_length: int | None = None,
+               add_special_tokens: bool | None = None) -> list[int]:
         """llama_tokenize(text, add_special, parse_special): ids for text.
+
+        add_special_tokens (transformers' name) gives transformers' encode: add_special=add_special_tokens and
+        control tokens written in the text matched (parse_special=True), as tok(text) does.
 
         truncation=True, max_length=N (transformers' names) keeps at most N ids, the bos/eos add_special
         adds included and kept (the text's ids are cut at the end).
@@ -214,6 +317,11 @@ class Tokenizer:
         clean-up of spaces before punctuation in vocabs that ask for it, and for SPM, U+2581 (which
         is its space marker) and the space llama.cpp adds after a special token.
         """
+        if add_special_tokens is not None:
+            if not add_special:
+                raise ArgumentError("pass add_special_tokens (transformers' name) or add_special, not both (got "
+                                    f"add_special=False, add_special_tokens={add_special_tokens!r})")
+            add_special, parse_special = bool(add_special_tokens), True
         plain = self._plain
         if plain is not None and type(text) is str and not parse_special and allowed_special is None \
                 and disallowed_special is None and not truncation and max_length is None \
@@ -285,27 +393,58 @@ class Tokenizer:
         """tiktoken's encode_ordinary: the ids of text with special tokens as plain text and no bos/eos added."""
         return self.encode(text, add_special=False, parse_special=False)
 
+    def encode_ordinary_batch(self, text: Iterable[str], *, num_threads: int = 8) -> list[list[int]]:
+        """tiktoken's encode_ordinary_batch: encode_ordinary of every text, in order, on num_threads threads."""
+        return self.encode_batch(text, num_threads, add_special=False, parse_special=False)  # type: ignore[return-value]
+
     def __call__(self, text: str | Sequence[str], *, add_special_tokens: bool = True, padding: bool | str = False,
                  truncation: bool | None = None, max_length: int | None = None, return_tensors: str | None = None,
-                 padding_side: PaddingSide | None = None, return_attention_mask: bool = True) -> BatchEncoding:
+                 padding_side: PaddingSide | None = None, return_attention_mask: bool = True,
+                 return_offsets_mapping: bool = False) -> BatchEncoding:
         """transformers' tokenizer(text): a BatchEncoding of input_ids and attention_mask, for one text (lists of
         ids) or a list of texts (lists of lists). Control tokens written in the text are matched, as
         transformers matches added tokens; add_special_tokens adds bos/eos as the vocab says. padding=True /
         'longest' / 'max_length' pads with pad_id on padding_side (default tok.padding_side); truncation=True
-        with max_length cuts each text's ids; return_tensors='np' gives int64 arrays with a batch axis."""
+        with max_length cuts each text's ids; return_tensors='np' gives int64 arrays with a batch axis.
+        return_offsets_mapping=True adds "offset_mapping": each token's (start, end) character span in its
+        text, as encode_with_offsets gives it ((0, 0) for added bos/eos and padding)."""
         batched = not isinstance(text, str)
         if batched and (isinstance(text, bytes) or not isinstance(text, Sequence)):
             raise ArgumentTypeError(f"tokenizer() takes a str or a list of str, got {type(text).__name__}")
         side = check_padding_side(self.padding_side if padding_side is None else padding_side)
         cut = check_max_length(truncation, max_length)
         texts = list(text) if batched else [text]
-        rows = [self._encode_truncated(t, add_special_tokens, True, cut) if cut is not None
-                else self.encode(t, add_special_tokens, True) for t in texts]
+        spans: list[list[tuple[int, int]]] = []
+        if return_offsets_mapping:
+            rows = []
+            for t in texts:
+                ids, offs = self._encode_spans(t, add_special_tokens, cut)
+                rows.append(ids)
+                spans.append(offs)
+        else:
+            rows = [self._encode_truncated(t, add_special_tokens, True, cut) if cut is not None
+                    else self.encode(t, add_special_tokens, True) for t in texts]
         rows, masks = pad(rows, padding, max_length, self.pad_id, side)
         enc = {"input_ids": rows if batched else rows[0]}
         if return_attention_mask:
             enc["attention_mask"] = masks if batched else masks[0]
-        return BatchEncoding(as_tensors(enc, return_tensors, batched))
+        enc = as_tensors(enc, return_tensors, batched)
+        if return_offsets_mapping:
+            padded = [[(0, 0)] * (len(r) - len(o)) + o if side == "left" else o + [(0, 0)] * (len(r) - len(o))
+                      for r, o in zip(rows, spans)]
+            enc["offset_mapping"] = (padded if batched else padded[0]) if return_tensors is None \
+                else np.array(padded, dtype=np.int64).reshape(len(padded), -1, 2)
+        return BatchEncoding(enc)
+
+    def _encode_spans(self, text: str, add_special: bool, cut: int | None) -> tuple[list[int], list[tuple[int, int]]]:
+        """tok(text)'s ids (control tokens matched, cut to `cut` ids as _encode_truncated cuts them) with each
+        token's character span."""
+        if cut is None:
+            return self.encode_with_offsets(text, add_special, True)
+        before, after = truncation_affixes(self._encoder, cut, add_special)
+        ids, offs = self.encode_with_offsets(text, False, True)
+        keep = cut - len(before) - len(after)
+        return before + ids[:keep] + after, [(0, 0)] * len(before) + offs[:keep] + [(0, 0)] * len(after)
 
     def _encode_run(self, texts: list[str]) -> list[list[int]]:
         """encode(t, add_special=False) of each text, through the fast path in one call to the core (the GIL
@@ -505,6 +644,22 @@ class Tokenizer:
         mask = int(Attr.CONTROL | Attr.UNKNOWN) if skip_special_tokens else 0
         tokens, attrs = self.vocab.tokens, self.vocab.attrs
         return [tokens[i] for i in self._check_ids(ids) if not attrs[check_id(i, self.vocab.n_vocab)] & mask]
+
+    def convert_tokens_to_ids(self, tokens: str | Iterable[str]) -> int | None | list[int | None]:
+        """transformers' convert_tokens_to_ids: the id of one token text, or of each in a sequence; a text that
+        is no token gives unk_token_id (None when the vocab has no unknown token), as transformers does."""
+        lookup, unk = self.vocab.token_to_id, self.unk_token_id
+        if isinstance(tokens, str):
+            return lookup.get(tokens, unk)
+        if isinstance(tokens, bytes) or not isinstance(tokens, Iterable):
+            raise ArgumentTypeError(f"convert_tokens_to_ids() takes a str or a sequence of str, got "
+                                    f"{type(tokens).__name__}")
+        return [lookup.get(t, unk) for t in tokens]
+
+    def tokenize(self, text: str, add_special_tokens: bool = False) -> list[str]:
+        """transformers' tokenize: the token texts of tok(text) ("Ġworld", "▁world", "##s"), control tokens
+        written in the text matched and, by default, no bos/eos added."""
+        return self.convert_ids_to_tokens(self.encode(text, add_special_tokens, True))  # type: ignore[return-value]
 
     # --- decoding ---------------------------------------------------------------------------
     @property

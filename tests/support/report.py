@@ -1,6 +1,10 @@
-"""Readable failures: a mismatch report of the first differing cases instead of pytest's repr of them all."""
+"""Readable failures: a mismatch report of the first differing cases instead of pytest's repr of them all; and
+the run's skips counted by cause, one line each."""
 
 from __future__ import annotations
+
+import re
+from collections import Counter
 
 import pytest
 
@@ -30,3 +34,25 @@ def piece_mismatches(tok, oracle) -> list[tuple]:
     return [(f"<token {i}>", f"token_to_piece(special={special}) {got!r}", want)
             for i in range(oracle.n_vocab) for special in (True, False)
             if (got := tok.token_to_piece(i, special=special)) != (want := oracle.piece(i, special))]
+
+
+# Skip reasons that name one cause in several wordings (each test file words its own): one line for each.
+_SAME_CAUSE = [
+    (re.compile(r"\$?MINILLAMA_TEST_GGUF\b.*(not set|does not exist|no such file)", re.S),
+     "MINILLAMA_TEST_GGUF is not set to a model file (the README's Run a model fetches one)"),
+]
+
+
+def skip_cause(reason: str) -> str:
+    """The cause a skip reason names: the reason without pytest's 'Skipped: ', wordings of one cause made one."""
+    reason = reason.removeprefix("Skipped: ").strip()
+    for pattern, cause in _SAME_CAUSE:
+        if pattern.search(reason):
+            return cause
+    return reason
+
+
+def skip_summary(reasons: list[str]) -> list[str]:
+    """'N tests: cause' for each cause of skipping, the most frequent first (ties in order of first appearance)."""
+    counts = Counter(skip_cause(r) for r in reasons)
+    return [f"{n} test{'s' if n != 1 else ''}: {cause}" for cause, n in counts.most_common()]
