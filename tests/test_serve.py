@@ -16,7 +16,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -27,139 +26,23 @@ from pathlib import Path
 import numpy as np
 import pytest
 from support import REPO
-from support.paths import SHARED, real_gguf
+from support.paths import real_gguf
+from support.serve import N_CTX, Server, error_object, second_vocab, wait_idle, write_tiny_chat_model
 
-from minillama.tokenizer import Tokenizer, default_vocab_path
+from minillama.tokenizer import Tokenizer
 
 pytest.importorskip("starlette", reason="the serve extra is not installed: pip install -e \".[serve]\"")
 pytest.importorskip("uvicorn", reason="the serve extra is not installed: pip install -e \".[serve]\"")
 openai = pytest.importorskip("openai", reason="the test extra is not installed: pip install -e \".[test]\"")
 gguf = pytest.importorskip("gguf")
 
-N_CTX = 4096
-TEMPLATE = ("{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
-            "{% if add_generation_prompt %}assistant:{% endif %}")
-
-
 # ---------------------------------------------------------------------------------------------------------------------
 # a tiny model and a server process
 # ---------------------------------------------------------------------------------------------------------------------
 
-def write_tiny_chat_model(path: Path, n_ctx: int = N_CTX) -> Path:
-    """A one-block llama with random weights over the built-in vocab (1,000 tokens), with a chat template."""
-    from minillama.gguffile import read_gguf
-
-    meta = read_gguf(default_vocab_path(), tensors=False).metadata
-    d, f, n_head, n_head_kv = 32, 48, 4, 2
-    hd = d // n_head
-    n_vocab = len(meta["tokenizer.ggml.tokens"])
-    w = gguf.GGUFWriter(str(path), "llama")
-    w.add_block_count(1)
-    w.add_context_length(n_ctx)
-    w.add_embedding_length(d)
-    w.add_feed_forward_length(f)
-    w.add_head_count(n_head)
-    w.add_head_count_kv(n_head_kv)
-    w.add_layer_norm_rms_eps(1e-5)
-    w.add_tokenizer_model(meta["tokenizer.ggml.model"])
-    w.add_tokenizer_pre(meta["tokenizer.ggml.pre"])
-    w.add_token_list(meta["tokenizer.ggml.tokens"])
-    w.add_token_types([int(t) for t in meta["tokenizer.ggml.token_type"]])
-    w.add_token_merges(meta["tokenizer.ggml.merges"])
-    w.add_bos_token_id(meta["tokenizer.ggml.bos_token_id"])
-    w.add_eos_token_id(meta["tokenizer.ggml.eos_token_id"])
-    w.add_add_bos_token(False)
-    w.add_chat_template(TEMPLATE)
-    shapes = {"token_embd.weight": (n_vocab, d), "output_norm.weight": (d,), "blk.0.attn_norm.weight": (d,),
-              "blk.0.attn_q.weight": (d, d), "blk.0.attn_k.weight": (n_head_kv * hd, d),
-              "blk.0.attn_v.weight": (n_head_kv * hd, d), "blk.0.attn_output.weight": (d, d),
-              "blk.0.ffn_norm.weight": (d,), "blk.0.ffn_gate.weight": (f, d), "blk.0.ffn_up.weight": (f, d),
-              "blk.0.ffn_down.weight": (d, f)}
-    rng = np.random.default_rng(7)
-    for name, shape in shapes.items():
-        w.add_tensor(name, (rng.standard_normal(shape) * (1.0 if name == "token_embd.weight" else 0.3))
-                     .astype(np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return path
-
-
-class Server:
-    """`minillama serve` in a subprocess on a free loopback port; .url, .pid, .stop()."""
-
-    def __init__(self, model: Path | str, *args: str) -> None:
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
-        self.proc = subprocess.Popen([sys.executable, "-m", "minillama", "serve", "--model", str(model),
-                                      "--port", "0", *args], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                     text=True, env=env, cwd=REPO)
-        self.log: list[str] = []
-        deadline = time.monotonic() + 120
-        line = ""
-        while time.monotonic() < deadline:
-            line = self.proc.stderr.readline()
-            if not line:
-                break
-            self.log.append(line)
-            m = re.search(r"listening on (http://\S+):(\d+)", line)
-            if m:
-                self.host, self.port = m.group(1).removeprefix("http://"), int(m.group(2))
-                self.url = f"{m.group(1)}:{m.group(2)}"
-                break
-        else:
-            self.stop()
-            raise AssertionError("the server did not start in 120 s: " + "".join(self.log))
-        if not hasattr(self, "url"):
-            self.stop()
-            raise AssertionError("the server exited: " + "".join(self.log) + self.proc.stderr.read())
-        threading.Thread(target=self._drain, daemon=True).start()
-
-    def _drain(self) -> None:
-        for line in self.proc.stderr:
-            self.log.append(line)
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def client(self, **kw) -> openai.OpenAI:
-        return openai.OpenAI(base_url=self.url + "/v1", api_key=kw.pop("api_key", "none"), max_retries=0,
-                             timeout=120, **kw)
-
-    def request(self, method: str, path: str, body: bytes | dict | None = None,
-                headers: dict | None = None) -> tuple[int, dict | str]:
-        """One raw HTTP request: (status, the JSON body or the text)."""
-        conn = http.client.HTTPConnection(self.host, self.port, timeout=120)
-        data = json.dumps(body).encode() if isinstance(body, dict) else body
-        conn.request(method, path, body=data, headers={"Content-Type": "application/json", **(headers or {})})
-        r = conn.getresponse()
-        text = r.read().decode()
-        conn.close()
-        try:
-            return r.status, json.loads(text)
-        except ValueError:
-            return r.status, text
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-
 @pytest.fixture(scope="module")
 def tiny_path(tmp_path_factory) -> Path:
     return write_tiny_chat_model(tmp_path_factory.mktemp("serve") / "tiny-chat.gguf")
-
-
-def second_vocab() -> Path:
-    """The playground's second vocab: GPT-2's from ../shared when there, else the built-in one."""
-    gpt2 = SHARED / "vocab" / "ggml-vocab-gpt-2.gguf" if SHARED is not None else None
-    return gpt2 if gpt2 is not None and gpt2.is_file() else Path(default_vocab_path())
 
 
 @pytest.fixture(scope="module")
@@ -173,16 +56,6 @@ def server(tiny_path) -> Iterator[Server]:
 @pytest.fixture(scope="module")
 def tok(tiny_path) -> Tokenizer:
     return Tokenizer.from_file(tiny_path)
-
-
-def wait_idle(server: Server, timeout: float = 10.0) -> list[dict]:
-    """/slots once no slot is processing (or the last answer after timeout)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        _, slots = server.request("GET", "/slots")
-        if not any(s["is_processing"] for s in slots) or time.monotonic() > deadline:
-            return slots
-        time.sleep(0.05)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -326,12 +199,6 @@ def test_tokenize_and_detokenize(server: Server, tok: Tokenizer) -> None:
 # errors: OpenAI's error object with the right status
 # ---------------------------------------------------------------------------------------------------------------------
 
-def _error(status: int, body: dict, param: str | None = None) -> dict:
-    assert set(body) == {"error"} and set(body["error"]) == {"message", "type", "param", "code"}, body
-    assert body["error"]["param"] == param, body
-    return body["error"]
-
-
 def test_bad_requests_get_400(server: Server) -> None:
     client = server.client()
     with pytest.raises(openai.BadRequestError) as e:
@@ -347,18 +214,18 @@ def test_bad_requests_get_400(server: Server) -> None:
     for body, param in cases:
         status, r = server.request("POST", "/v1/completions", body)
         assert status == 400, (body, r)
-        _error(status, r, param)
+        error_object(status, r, param)
     for raw in (b"{not json", b"[1, 2]", b"\xff\xfe"):
         status, r = server.request("POST", "/v1/chat/completions", raw)
-        assert status == 400 and _error(status, r)["type"] == "invalid_request_error"
+        assert status == 400 and error_object(status, r)["type"] == "invalid_request_error"
     status, r = server.request("POST", "/v1/completions", {"prompt": "Hi", "temperature": -1})
-    assert status == 400 and "temperature" in _error(status, r, "temperature")["message"]
+    assert status == 400 and "temperature" in error_object(status, r, "temperature")["message"]
     status, r = server.request("GET", "/v1/nothing")
-    assert status == 404 and _error(status, r)["type"] == "not_found_error"
+    assert status == 404 and error_object(status, r)["type"] == "not_found_error"
     status, r = server.request("POST", "/tokenize", {"content": "x", "vocab": "nope.gguf"})
-    assert status == 400 and _error(status, r, "vocab")
+    assert status == 400 and error_object(status, r, "vocab")
     status, r = server.request("POST", "/detokenize", {"tokens": [5, 100000]})
-    assert status == 400 and "100000" in _error(status, r, "tokens")["message"]
+    assert status == 400 and "100000" in error_object(status, r, "tokens")["message"]
     assert wait_idle(server, 5) and not any(s["is_processing"] for s in wait_idle(server, 5))
 
 
@@ -367,7 +234,7 @@ def test_prompt_longer_than_the_context(server: Server, tok: Tokenizer) -> None:
     for stream in (False, True):
         status, r = server.request("POST", "/v1/completions", {"prompt": ids, "stream": stream})
         assert status == 400, r
-        message = _error(status, r)["message"]
+        message = error_object(status, r)["message"]
         assert str(N_CTX + 10) in message and str(N_CTX) in message and r["error"]["code"] == \
             "context_length_exceeded"
     with pytest.raises(openai.BadRequestError, match=rf"prompt has \d+ tokens .* context holds {N_CTX}"):
@@ -377,7 +244,7 @@ def test_prompt_longer_than_the_context(server: Server, tok: Tokenizer) -> None:
 def test_too_large_a_body_gets_413(server: Server) -> None:
     big = json.dumps({"prompt": "a" * (5 << 20)}).encode()
     status, r = server.request("POST", "/v1/completions", big)
-    assert status == 413 and "4,194,304" in _error(status, r)["message"]
+    assert status == 413 and "4,194,304" in error_object(status, r)["message"]
     # no Content-Length (chunked): the limit is counted while reading
     conn = http.client.HTTPConnection(server.host, server.port, timeout=60)
     conn.putrequest("POST", "/v1/completions")
@@ -403,7 +270,7 @@ def test_api_key(tiny_path: Path) -> None:
         assert e.value.status_code == 401
         for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic sesame"}):
             status, r = s.request("POST", "/tokenize", {"content": "Hi"}, headers)
-            assert status == 401 and _error(status, r)["type"] == "authentication_error"
+            assert status == 401 and error_object(status, r)["type"] == "authentication_error"
         r = s.client(api_key="sesame").completions.create(model="t", prompt="Hi", max_tokens=2)
         assert r.usage.completion_tokens >= 1
         assert s.request("GET", "/health")[0] == 200  # public, as llama.cpp's

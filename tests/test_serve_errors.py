@@ -15,17 +15,31 @@ from __future__ import annotations
 import http.client
 import json
 import math
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import test_serve
-from test_serve import N_CTX, Server
+from support.serve import N_CTX, Server, second_vocab, write_tiny_chat_model
 
 from minillama.tokenizer import Tokenizer
 
-tiny_path, server = test_serve.tiny_path, test_serve.server  # its fixtures: the tiny chat model, a server on it
-
+pytest.importorskip("starlette", reason="the serve extra is not installed: pip install -e \".[serve]\"")
+pytest.importorskip("uvicorn", reason="the serve extra is not installed: pip install -e \".[serve]\"")
+pytest.importorskip("openai", reason="the test extra is not installed: pip install -e \".[test]\"")
 gguf = pytest.importorskip("gguf")
+
+
+@pytest.fixture(scope="module")
+def tiny_path(tmp_path_factory) -> Path:
+    return write_tiny_chat_model(tmp_path_factory.mktemp("serve_errors") / "tiny-chat.gguf")
+
+
+@pytest.fixture(scope="module")
+def server(tiny_path: Path) -> Iterator[Server]:
+    s = Server(tiny_path, "--parallel", "4", "--vocab", str(second_vocab()))
+    yield s
+    s.stop()
+
 
 #: endpoint -> a valid body (the malformed kinds are changes of it)
 ENDPOINTS = {

@@ -18,10 +18,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_serve import Server, _error, wait_idle, write_tiny_chat_model
+from support.serve import Server, error_object, wait_idle, write_tiny_chat_model
 
 from minillama.tokenizer import default_vocab_path
 
+pytest.importorskip("starlette", reason="the serve extra is not installed: pip install -e \".[serve]\"")
+pytest.importorskip("uvicorn", reason="the serve extra is not installed: pip install -e \".[serve]\"")
+pytest.importorskip("gguf")
 
 @pytest.fixture(scope="module")
 def tiny_path(tmp_path_factory) -> Path:
@@ -225,7 +228,7 @@ def test_half_a_header_and_a_slow_body_are_cut_off(server: Server) -> None:
     head, _, body = got.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 408"), got[:300]
     assert time.monotonic() - start < 8
-    assert _error(408, json.loads(body))["code"] == "request_timeout"
+    assert error_object(408, json.loads(body))["code"] == "request_timeout"
     sock.close()
 
 
@@ -237,16 +240,16 @@ def test_embeddings_are_bounded(server: Server, tiny_path: Path) -> None:
     """--embedding-max-inputs 40 --embedding-max-tokens 100000: 41 inputs, or 40 inputs of 3,000 tokens, are a
     400 naming `input`; the server's defaults are OpenAI's (2,048 inputs)."""
     status, r = server.request("POST", "/v1/embeddings", {"input": ["a"] * 41})
-    assert status == 400 and "at most 40 inputs" in _error(status, r, "input")["message"], r
+    assert status == 400 and "at most 40 inputs" in error_object(status, r, "input")["message"], r
     long = "llamas and alpacas " * 500  # 3,002 tokens
     status, r = server.request("POST", "/v1/embeddings", {"input": [long] * 40})
-    assert status == 400 and "at most 100,000 tokens" in _error(status, r, "input")["message"], r
+    assert status == 400 and "at most 100,000 tokens" in error_object(status, r, "input")["message"], r
     status, r = server.request("POST", "/v1/embeddings", {"input": ["a llama", "an alpaca"]})
     assert status == 200 and [d["index"] for d in r["data"]] == [0, 1] and r["usage"]["prompt_tokens"] > 2
     s = Server(tiny_path)
     try:
         status, r = s.request("POST", "/v1/embeddings", {"input": ["a"] * 2049})
-        assert status == 400 and "at most 2,048 inputs" in _error(status, r, "input")["message"], r
+        assert status == 400 and "at most 2,048 inputs" in error_object(status, r, "input")["message"], r
     finally:
         s.stop()
 
@@ -297,7 +300,7 @@ def test_tokenize_with_pieces_is_bounded(server: Server) -> None:
         t.join(300)
     assert len(results) == 8
     for status, r in results:
-        assert status == 400 and f"at most {TOKENIZE_MAX_PIECES:,} tokens" in _error(status, r, "with_pieces")[
+        assert status == 400 and f"at most {TOKENIZE_MAX_PIECES:,} tokens" in error_object(status, r, "with_pieces")[
             "message"], (status, str(r)[:200])
     grew = (_peak_rss_kib(server.pid) - before) / 1024
     assert grew < 150, f"peak RSS grew {grew:.0f} MiB"
@@ -316,10 +319,10 @@ def test_foreign_origin_and_host_are_refused(server: Server, tiny_path: Path) ->
     body = json.dumps({"prompt": "Hi", "max_tokens": 200, "logit_bias": {"999": -100}}).encode()
     status, r = server.request("POST", "/v1/completions", body,
                                {"Content-Type": "text/plain", "Origin": "http://evil.example"})
-    assert status == 403 and _error(status, r)["code"] == "origin_not_allowed", r
+    assert status == 403 and error_object(status, r)["code"] == "origin_not_allowed", r
     assert not any(x["is_processing"] for x in server.request("GET", "/slots")[1])
     status, r = server.request("POST", "/tokenize", {"content": "Hi"}, {"Host": f"evil.example:{server.port}"})
-    assert status == 403 and _error(status, r)["code"] == "host_not_allowed", r
+    assert status == 403 and error_object(status, r)["code"] == "host_not_allowed", r
     status, r = server.request("POST", "/tokenize", {"content": "Hi"}, {"Origin": "null"})
     assert status == 403, r
     for host in (f"127.0.0.1:{server.port}", f"localhost:{server.port}", f"[::1]:{server.port}", "127.0.0.1"):

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import MinillamaError
+from .limits import DEFAULT_HEADER_TIMEOUT, DEFAULT_TIMEOUT, EMBEDDING_MAX_INPUTS, EMBEDDING_MAX_TOKENS
 
 if TYPE_CHECKING:  # imported where a socket is made: every CLI command reads DEFAULT_HOST/PORT from here
     import socket
@@ -27,13 +28,6 @@ DEFAULT_HOST = "127.0.0.1"  # loopback only unless asked: the server runs code p
 DEFAULT_PORT = 8080  # llama.cpp's llama-server's
 #: Most slots: each holds a KV cache and a thread; more than a few per core only queue inside BLAS.
 MAX_PARALLEL = 64
-#: Seconds the server waits for a request's body or for a client to take the next part of a reply (--timeout), and
-#: for a request's line and headers (--header-timeout): guard.py. Here, where the CLI reads them without Starlette.
-DEFAULT_TIMEOUT = 600.0
-DEFAULT_HEADER_TIMEOUT = 20.0
-#: Most inputs, and tokens over all inputs, per /v1/embeddings request (OpenAI's limits; app.py checks them).
-EMBEDDING_MAX_INPUTS = 2048
-EMBEDDING_MAX_TOKENS = 300_000
 
 #: The modules the `serve` extra installs (import name -> what pip installs).
 EXTRA = {"starlette": "starlette", "uvicorn": "uvicorn"}

@@ -30,7 +30,8 @@ from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingR
 from starlette.routing import Route
 
 from ..errors import ContextLengthError, MinillamaError
-from . import EMBEDDING_MAX_INPUTS, EMBEDDING_MAX_TOKENS, params
+from . import params
+from .limits import EMBEDDING_MAX_INPUTS, EMBEDDING_MAX_TOKENS
 from .params import ApiError
 from .slots import ClientGone, SlotPool
 

@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
-from . import DEFAULT_TIMEOUT
+from .limits import DEFAULT_TIMEOUT
 from .params import ApiError
 
 __all__ = ["Guard", "protocol", "MAX_HEADER_BYTES", "LOCAL_HOSTS"]
