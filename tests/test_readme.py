@@ -208,3 +208,94 @@ def test_skips_are_summed_up_by_cause():
     assert tail[0] == "1 test: MINILLAMA_TEST_GGUF is not set to a model file (the README's Run a model fetches one)"
     assert "1 passed, 1 skipped" in tail[1], out.stdout
     assert "-rs" not in _fenced_lines("Quick start")[1]
+
+
+# What a page says is true now: history lives in CHANGELOG.md, measurements in docs/performance.md, which a
+# script writes from the saved benchmark results.
+_DATE = re.compile(r"\b20\d\d-[01]\d-[0-3]\d\b|\b(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)[a-z]* \d{1,2}, 20\d\d\b")
+_DIARY = re.compile(r"this morning|that morning|this evening|\bissues? \d+\b|\bi\d\d-[a-z]+\d*\b", re.IGNORECASE)
+
+
+def test_readme_is_short_and_undated():
+    """The README is at most 200 lines and carries no dates (a dated run belongs in CHANGELOG.md)."""
+    text = README.read_text(encoding="utf-8")
+    assert text.count("\n") <= 200, text.count("\n")
+    assert not _DATE.findall(text), _DATE.findall(text)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[p.relative_to(REPO).as_posix() for p in PAGES])
+def test_docs_state_what_is_true_now(page):
+    """No page of the docs carries a date, a project issue number, a branch name or "this morning": they
+    describe the current product (the history is CHANGELOG.md's)."""
+    text = page.read_text(encoding="utf-8")
+    assert not _DATE.findall(text), _DATE.findall(text)
+    assert not _DIARY.findall(text), _DIARY.findall(text)
+
+
+def test_diary_patterns_catch_what_they_should():
+    """The two patterns above flag the phrasings the docs once carried, and not ordinary text."""
+    for bad in ("a run of 2026-11-27", "Issue 23's figure", "that morning's four runs", "branch i23-bpe2"):
+        assert _DATE.search(bad) or _DIARY.search(bad), bad
+    for good in ("--runs 20000", "issues a request", "ray-project/ray#53727", "Q4_K at 2.30x"):
+        assert not (_DATE.search(good) or _DIARY.search(good)), good
+
+
+def test_changelog_holds_the_history():
+    """CHANGELOG.md exists with an Unreleased section grouped as Keep a Changelog groups it."""
+    text = (REPO / "CHANGELOG.md").read_text(encoding="utf-8")
+    assert "## Unreleased" in text
+    assert "### Added" in text and "### Changed" in text
+
+
+def test_performance_doc_is_written_by_its_script():
+    """docs/performance.md is exactly what tools/bench/make_performance_doc.py writes from the saved results in
+    tools/bench/results/ (so no hand edit survives), and at most 250 lines."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_performance_doc",
+                                                  REPO / "tools" / "bench" / "make_performance_doc.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    text = (REPO / "docs" / "performance.md").read_text(encoding="utf-8")
+    assert text == mod.render(mod.load_results()), "run python tools/bench/make_performance_doc.py"
+    assert text.count("\n") <= 250
+    assert mod.MAX_LINES == 250
+
+
+def test_performance_record_converts_benchmark_output(tmp_path, monkeypatch):
+    """`make_performance_doc.py record` keeps perf_ratio.py's output per backend in one table (a pure run does not
+    drop the native one) and turns bench_model.py's lines into ratios against llama.cpp."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_performance_doc",
+                                                  REPO / "tools" / "bench" / "make_performance_doc.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    monkeypatch.setattr(mod, "RESULTS", tmp_path)
+    native = ("backend: MINILLAMA_BACKEND=auto, tokenizer reports native; goals: native\n"
+              "diverse bert-bge vs llama.cpp                    127.7 ms    1539.9 ms  x 12.06  goal x8.0    ok\n")
+    pure = ("backend: MINILLAMA_BACKEND=pure, tokenizer reports pure; goals: pure-Python floor\n"
+            "diverse bert-bge vs llama.cpp                   1160.6 ms    1261.3 ms  x  1.09  goal x1.2    SHORT\n")
+    mod.record("pr", native, "T", "python perf_ratio.py", "", 1)
+    mod.record("pr", pure, "T", "MINILLAMA_BACKEND=pure python perf_ratio.py", "", 1)
+    (result,) = mod.load_results(tmp_path)
+    assert result["command"] == ["python perf_ratio.py", "MINILLAMA_BACKEND=pure python perf_ratio.py"]
+    table = mod.perf_ratio_table(result["blocks"][0]["perf_ratio"])
+    assert table["rows"] == [["diverse bert-bge vs llama.cpp", "127.7 / 1539.9 ms", "12.06x (>= 8.0x)",
+                              "1160.6 / 1261.3 ms", "1.09x (>= 1.2x, short)"]]
+    model = ("m.gguf                               minillama     127     329.2     85.74    0.09     154 MB     1.2\n"
+             "m.gguf                               llama.cpp     127     180.2     75.25    0.70     210 MB     1.2\n")
+    (block,) = mod.bench_model_blocks(model)
+    assert block["table"]["rows"] == [["m.gguf", "1.83x (329.2 vs 180.2 tok/s)", "1.14x (85.74 vs 75.25)",
+                                       "0.73x (154 vs 210 MB)", "0.13x (0.09 vs 0.70 s)"]]
+    assert "## T" in mod.render([result])
+
+
+def test_readme_speed_figures_come_from_performance_doc():
+    """Every ratio the README's Speed section quotes is one docs/performance.md holds (the README summarises
+    the current figures, it does not keep its own)."""
+    speed = README.read_text(encoding="utf-8").split("\n## Speed\n")[1].split("\n## ")[0]
+    perf = (REPO / "docs" / "performance.md").read_text(encoding="utf-8")
+    quoted = re.findall(r"\b\d+\.\d+x\b", speed)
+    assert len(quoted) >= 10
+    assert [q for q in quoted if q not in perf] == []

@@ -74,7 +74,7 @@ typedef struct {
     void (*q8_k)(const float *x, int64_t n, uint8_t *y);
 } mq_quantizers;
 
-/* An activation block holding a NaN or an infinity (issue 34): llama.cpp's quantizers have no one answer for it
+/* An activation block holding a NaN or an infinity: llama.cpp's quantizers have no one answer for it
  * (quantize_row_q8_K skips a NaN when it picks the scale and rounds it to 0; the AVX2 quantize_row_q8_0 keeps or
  * loses it by where it sits), so minillama quantizes such a block with a NaN scale (and block_q8_1's sum NaN) and
  * zero quants: every product with it is NaN, which the forward pass reports, and no non-finite float is ever

@@ -2,7 +2,7 @@
 
     python tools/bench/bench_dataset.py [--mb 50] [--big-mb 200] [--repeat 3] [--vocab llama-bpe|llama-spm]
 
-(issue 23's figure: --vocab llama-spm --mb 25 --big-mb 0.)
+(docs/performance.md's figure: --vocab llama-spm --mb 25 --big-mb 0.)
 
 minillama's bytecode is compiled first (compileall, into the checkout's __pycache__), as `pip install` leaves an
 installed package: with PYTHONDONTWRITEBYTECODE=1 (set on some machines) each run would otherwise compile every

@@ -8,7 +8,7 @@ Two inputs: the first --mb MB of ../shared/corpus/diverse.txt repeated as needed
 measurement runs in a fresh subprocess: RSS growth is the peak resident set (VmHWM, reset before the
 call) minus the resident set just before it, so it counts the text's working copies, the word lists
 and the returned ids; bytes per input byte = growth / input size. With llama.cpp, a third line
-gives minillama's time and memory as multiples of llama.cpp's. The defaults are issue 15's acceptance sizes (a full run takes
+gives minillama's time and memory as multiples of llama.cpp's. The defaults are the sizes the figures in docs/performance.md use (a full run takes
 about 5 minutes on two cores).
 """
 

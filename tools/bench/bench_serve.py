@@ -6,7 +6,7 @@ Starts `minillama serve --parallel <most clients>` on a free loopback port with 
 $MINILLAMA_TEST_GGUF, e.g. SmolLM2-135M-Instruct.Q4_1.gguf), warms it up, then for each client count runs
 `rounds` rounds in which every client sends one streamed completion of --max-tokens tokens (end of text banned
 with logit_bias, so every reply has that length) at the same moment. Reported per count: the tokens all clients
-received divided by the wall time of the round (best round), and the ratio to one client. The goal in issue 25:
+received divided by the wall time of the round (best round), and the ratio to one client. The goal:
 4 clients >= 2x one client. The machine's load average is printed too: on a shared machine it is the ceiling.
 So is the server's CPU time per token received (user + system, from /proc, median over the rounds): other
 processes slow the wall clock much more than they change it, and one client's CPU per token over four clients'

@@ -4,7 +4,7 @@
 
 Starts `minillama serve --parallel N` on a free loopback port with the model (default $MINILLAMA_TEST_GGUF), then
 --clients threads send --requests requests between them: 90% good (completions, chat, embeddings, tokenize, a few
-streamed), 10% malformed, drawn in turn from MALFORMED (the kinds issue 34 found answered with 5xx, plus the usual
+streamed), 10% malformed, drawn in turn from MALFORMED (kinds once answered with 5xx, plus the usual
 ones). Prints, per kind, the statuses it got, and fails (exit 1) unless every malformed request got a 4xx with
 OpenAI's error object, every good one a 200, no slot is busy after the run, and the server's RSS at the end is within
 64 MB of the RSS after the first 100 requests. Then two clients start streamed replies and never read them; a third
