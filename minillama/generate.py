@@ -13,7 +13,9 @@ never implement sampling themselves, and every model gets greedy/temperature/top
 and exact repeatability from a seed.
 
 Sampler (minillama.sampling) follows llama.cpp's sampler chain; generate imports it from there and it stays
-importable from minillama.generate. StopAt ends the text before a stop string.
+importable from minillama.generate. A run is one Request (minillama.request: the prompt's ids, max_tokens, its
+SamplingParams, stop strings, a constraint or token healing): Generation(model, tok, request) runs it, and
+generate() is that Request built from keywords. chat_prompt renders a conversation for the API and the chat.
 """
 
 from __future__ import annotations
