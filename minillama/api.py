@@ -9,8 +9,9 @@
 
 Each call runs in a Session of its own (its own KV cache; the model's weights are only read), so threads can
 each drive a request on one loaded Llama at once: what a server's slots need. A streamed call is a generator;
-closing it (or dropping it) ends the generation at once and frees its session. Sampling is minillama.generate's
-Sampler: llama.cpp's chain and order (logit_bias, grammar, penalties, top_k, top_p, min_p, temperature).
+closing it (or dropping it) ends the generation at once and frees its session. Each call builds one
+minillama.request.Request (its SamplingParams, stop strings, JSON constraint) and runs it (Llama.run); sampling is
+llama.cpp's chain and order (logit_bias, grammar, penalties, top_k, top_p, min_p, temperature).
 """
 
 from __future__ import annotations
@@ -20,16 +21,17 @@ import secrets
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from .chat_template import ChatTemplate, without_bos
+from .chat_template import ChatTemplate
 from .constrain import json_constraint
 from .errors import ArgumentError, ArgumentTypeError, ChatTemplateError
-from .generate import RANDOM_SEED, Generation, StopAt, generate
+from .generate import Generation, chat_prompt
 from .model import AUTO, Model, Session, Threads
+from .request import RANDOM_SEED, Request, SamplingParams
 from .tokenizer import Tokenizer
 
 __all__ = ["Llama", "Stream", "POOLING", "FINISH_REASONS"]
@@ -101,37 +103,31 @@ class Stream(Iterator[dict[str, Any]]):
         self._gen.cancel()
 
 
-@dataclass
-class _Run:
-    """One request's generation: the Generation, its stop strings wrapper, and what to report."""
+def _finish_reason(gen: Generation) -> str | None:
+    """OpenAI's finish_reason for the run (None while it runs)."""
+    return FINISH_REASONS.get(gen.stats.stop_reason)
 
-    gen: Generation
-    chunks: Iterator[str]  # the Generation or its StopAt wrapper
-    prompt_tokens: int
 
-    @property
-    def reply_ids(self) -> list[int]:
-        """The generated ids the reply's text holds (those before a stop string; no final eog)."""
-        n = getattr(self.chunks, "reply_ids", None)
-        return self.gen.ids if n is None else self.gen.ids[:n]
+def _usage(gen: Generation) -> dict[str, int]:
+    """OpenAI's usage: the prompt's tokens and the generated ones (a final eog included)."""
+    p, n = gen.stats.prompt_tokens, gen.stats.generated_tokens
+    return {"prompt_tokens": p, "completion_tokens": n, "total_tokens": p + n}
 
-    @property
-    def finish_reason(self) -> str | None:
-        return FINISH_REASONS.get(self.gen.stats.stop_reason)
 
-    def text_offsets(self, n: int) -> list[int]:
-        """Where the text of each of the first n generated ids starts in the reply (decoded as the stream is)."""
-        if not hasattr(self, "_offsets"):
-            self._offsets: list[int] = []
-            self._chars, self._dec = 0, self.gen.tok.stream_decoder(skip_special_tokens=True)
-        for i in self.gen.ids[len(self._offsets):n]:
-            self._offsets.append(self._chars)
-            self._chars += len(self._dec.push(i))
-        return self._offsets
+class _Offsets:
+    """Where the text of each generated id starts in the reply (decoded as the stream is), found as needed."""
 
-    def usage(self) -> dict[str, int]:
-        n = self.gen.stats.generated_tokens
-        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": n, "total_tokens": self.prompt_tokens + n}
+    def __init__(self, gen: Generation) -> None:
+        self.gen, self.chars = gen, 0
+        self.starts: list[int] = []
+        self.decoder = gen.tok.stream_decoder(skip_special_tokens=True)
+
+    def __call__(self, n: int) -> list[int]:
+        """The starts of the first n generated ids."""
+        for i in self.gen.ids[len(self.starts):n]:
+            self.starts.append(self.chars)
+            self.chars += len(self.decoder.push(i))
+        return self.starts
 
 
 class Llama:
@@ -209,20 +205,21 @@ class Llama:
         if logprobs is not None and not 0 <= logprobs <= MAX_LOGPROBS:
             raise ArgumentError(f"expected logprobs between 0 and {MAX_LOGPROBS}, found {logprobs}")
         ids = self._prompt_ids(prompt)
-        n_probs = 0 if logprobs is None else max(logprobs, 1)
-        run = self._start(ids, max_tokens, temperature, top_p, top_k, min_p, stop, seed, repeat_penalty,
-                          repeat_last_n, presence_penalty, frequency_penalty, logit_bias, n_probs, response_format,
-                          session)
+        sampling = self._sampling(temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p, seed=seed,
+                                  repeat_penalty=repeat_penalty, repeat_last_n=repeat_last_n,
+                                  presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
+                                  logit_bias=logit_bias, n_probs=0 if logprobs is None else max(logprobs, 1))
+        run = self.run(self._request(ids, max_tokens, sampling, stop, response_format), session)
         head = {"id": f"cmpl-{secrets.token_hex(12)}", "object": "text_completion", "created": int(time.time()),
                 "model": model or self.model_name}
         prefix = (prompt if isinstance(prompt, str) else self.tokenizer.decode(ids)) if echo else ""
         want = logprobs if logprobs is not None else None
         if stream:
-            return Stream(self._completion_chunks(run, head, prefix, want, stream_options), run.gen)
-        text = prefix + "".join(run.chunks)
-        lp = self._completion_logprobs(run, run.reply_ids, want, len(prefix)) if want is not None else None
-        return {**head, "choices": [{"text": text, "index": 0, "logprobs": lp, "finish_reason": run.finish_reason}],
-                "usage": run.usage()}
+            return Stream(self._completion_chunks(run, head, prefix, want, stream_options), run)
+        text = prefix + "".join(run)
+        lp = self._completion_logprobs(run, _Offsets(run), run.reply, want, len(prefix)) if want is not None else None
+        return {**head, "choices": [{"text": text, "index": 0, "logprobs": lp, "finish_reason": _finish_reason(run)}],
+                "usage": _usage(run)}
 
     def __call__(self, prompt: str | Sequence[int], **kwargs: Any) -> dict[str, Any] | Iterator[dict[str, Any]]:
         """create_completion(prompt, ...), as llama-cpp-python's Llama is callable."""
@@ -250,22 +247,22 @@ class Llama:
         if top_logprobs and not logprobs:
             raise ArgumentError("top_logprobs needs logprobs=True")
         ids = self._chat_prompt(messages, template_kwargs)
-        n_probs = max(top_logprobs or 0, 1) if logprobs else 0
-        run = self._start(ids, max_tokens, temperature, top_p, top_k, min_p, stop, seed, repeat_penalty,
-                          repeat_last_n, presence_penalty, frequency_penalty, logit_bias, n_probs, response_format,
-                          session)
+        sampling = self._sampling(temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p, seed=seed,
+                                  repeat_penalty=repeat_penalty, repeat_last_n=repeat_last_n,
+                                  presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
+                                  logit_bias=logit_bias, n_probs=max(top_logprobs or 0, 1) if logprobs else 0)
+        run = self.run(self._request(ids, max_tokens, sampling, stop, response_format), session)
         head = {"id": f"chatcmpl-{secrets.token_hex(12)}", "created": int(time.time()),
                 "model": model or self.model_name}
         want = (top_logprobs or 0) if logprobs else None
         if stream:
-            return Stream(self._chat_chunks(run, head, want, stream_options), run.gen)
-        text = "".join(run.chunks)
-        lp = {"content": self._chat_logprobs(run.gen, run.reply_ids, want), "refusal": None} \
-            if want is not None else None
+            return Stream(self._chat_chunks(run, head, want, stream_options), run)
+        text = "".join(run)
+        lp = {"content": self._chat_logprobs(run, run.reply, want), "refusal": None} if want is not None else None
         return {**head, "object": "chat.completion",
                 "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": lp,
-                             "finish_reason": run.finish_reason}],
-                "usage": run.usage()}
+                             "finish_reason": _finish_reason(run)}],
+                "usage": _usage(run)}
 
     # -- embeddings ------------------------------------------------------------------------------------------
 
@@ -362,42 +359,36 @@ class Llama:
         if template is None:
             raise ChatTemplateError(f"{self.model_path}: the file has no tokenizer.chat_template to render messages "
                                     "with; use create_completion with a prompt")
-        text = without_bos(template.render(messages, add_generation_prompt=True, **kwargs), template.bos_token,
-                           self.tokenizer.add_bos)
-        return self.tokenizer.encode(text, add_special=True, parse_special=True)
+        return chat_prompt(self.tokenizer, template, messages, **kwargs)[0]
 
-    def _start(self, ids: list[int], max_tokens: int | None, temperature: float, top_p: float, top_k: int,
-               min_p: float, stop: str | Sequence[str] | None, seed: int | None, repeat_penalty: float,
-               repeat_last_n: int, presence_penalty: float, frequency_penalty: float,
-               logit_bias: Mapping[int, float] | None, n_probs: int, response_format: Mapping[str, Any] | None,
-               session: Session | None) -> _Run:
-        """A Generation for ids in a session (a new one unless given), wrapped for stop strings."""
-        stops = [stop] if isinstance(stop, str) else list(stop or [])
-        if not all(isinstance(s, str) for s in stops):
-            raise ArgumentTypeError(f"expected stop as a str or a list of str, found {stop!r:.100}")
+    def _sampling(self, seed: int | None, **settings: Any) -> SamplingParams:
+        """A call's SamplingParams: its settings, its seed or else the Llama's."""
+        return SamplingParams(seed=self.seed if seed is None else seed, **settings)
+
+    def _request(self, ids: list[int], max_tokens: int | None, sampling: SamplingParams,
+                 stop: str | Sequence[str] | None, response_format: Mapping[str, Any] | None) -> Request:
+        """A call's Request: max_tokens None or <= 0 meaning until the context is full, a response_format's JSON
+        constraint."""
         if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)):
             raise ArgumentTypeError(f"expected max_tokens as an int or None, found {max_tokens!r}")
         limit = self.n_ctx if max_tokens is None or max_tokens <= 0 else max_tokens
-        constraint = json_constraint(self.tokenizer, response_format)
-        seed = self.seed if seed is None else seed
-        gen = generate(session or self.session(), self.tokenizer, ids, limit, temperature=temperature, top_k=top_k,
-                       top_p=top_p, seed=seed, min_p=min_p, repeat_penalty=repeat_penalty,
-                       repeat_last_n=repeat_last_n, presence_penalty=presence_penalty,
-                       frequency_penalty=frequency_penalty, logit_bias=logit_bias, logprobs=n_probs,
-                       constraint=constraint)
-        chunks = StopAt(gen, stops) if any(stops) else gen
-        return _Run(gen, chunks, len(ids))
+        request = Request(ids, limit, sampling, stop=stop or ())  # stop checked before the grammar is built
+        return replace(request, constraint=json_constraint(self.tokenizer, response_format))
+
+    def run(self, request: Request, session: Session | None = None) -> Generation:
+        """The Generation of request in a session (a new one unless given): what every generation call runs."""
+        return Generation(session or self.session(), self.tokenizer, request)
 
     def _piece(self, token: int) -> str:
         return token_text(self.tokenizer.token_to_piece(token))
 
-    def _completion_logprobs(self, run: _Run, ids: list[int], n: int, offset: int,
+    def _completion_logprobs(self, run: Generation, offsets: _Offsets, ids: list[int], n: int, offset: int,
                              start: int = 0) -> dict[str, Any]:
         """The completions API's logprobs of ids[start:] (tokens, token_logprobs, top_logprobs, text_offset: where
         each token's text starts in the choice's text, offset being the echoed prompt's length)."""
         out: dict[str, list[Any]] = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
-        starts = run.text_offsets(len(ids))
-        for k, (i, lp) in enumerate(zip(ids[start:], run.gen.logprobs[start:len(ids)], strict=False), start):
+        starts = offsets(len(ids))
+        for k, (i, lp) in enumerate(zip(ids[start:], run.logprobs[start:len(ids)], strict=False), start):
             out["tokens"].append(self._piece(i))
             out["token_logprobs"].append(lp.logprob)
             out["top_logprobs"].append({self._piece(t): v for t, v in lp.top[:n]} if n else None)
@@ -413,31 +404,32 @@ class Llama:
         return [{**entry(i, lp.logprob), "top_logprobs": [entry(t, v) for t, v in lp.top[:n]]}
                 for i, lp in zip(ids[start:], gen.logprobs[start:len(ids)], strict=False)]
 
-    def _completion_chunks(self, run: _Run, head: dict[str, Any], prefix: str, want: int | None,
+    def _completion_chunks(self, run: Generation, head: dict[str, Any], prefix: str, want: int | None,
                            stream_options: Mapping[str, Any] | None) -> Iterator[dict[str, Any]]:
         """text_completion chunks: the text as it comes (each with its new tokens' logprobs), then finish_reason."""
         def chunk(text: str, lp: dict[str, Any] | None, finish: str | None) -> dict[str, Any]:
             return {**head, "choices": [{"text": text, "index": 0, "logprobs": lp, "finish_reason": finish}]}
 
-        done = 0
+        done, offsets = 0, _Offsets(run)
         try:
             if prefix:
                 yield chunk(prefix, None, None)
-            for text in run.chunks:
-                ids = run.gen.ids
-                lp = self._completion_logprobs(run, ids, want, len(prefix), done) if want is not None else None
+            for text in run:
+                ids = run.ids
+                lp = self._completion_logprobs(run, offsets, ids, want, len(prefix), done) \
+                    if want is not None else None
                 done = len(ids)
                 yield chunk(text, lp, None)
-            ids = run.reply_ids
-            lp = self._completion_logprobs(run, ids, want, len(prefix), done) \
+            ids = run.reply
+            lp = self._completion_logprobs(run, offsets, ids, want, len(prefix), done) \
                 if want is not None and len(ids) > done else None
-            yield chunk("", lp, run.finish_reason)
+            yield chunk("", lp, _finish_reason(run))
             if stream_options and stream_options.get("include_usage"):
-                yield {**head, "choices": [], "usage": run.usage()}
+                yield {**head, "choices": [], "usage": _usage(run)}
         finally:
-            run.gen.close()  # a client gone: end the generation now (its session goes with it)
+            run.close()  # a client gone: end the generation now (its session goes with it)
 
-    def _chat_chunks(self, run: _Run, head: dict[str, Any], want: int | None,
+    def _chat_chunks(self, run: Generation, head: dict[str, Any], want: int | None,
                      stream_options: Mapping[str, Any] | None) -> Iterator[dict[str, Any]]:
         """chat.completion.chunk dicts: the role, the text as it comes (with its new tokens' logprobs), the end."""
         def chunk(delta: dict[str, Any], lp: list[dict[str, Any]] | None, finish: str | None) -> dict[str, Any]:
@@ -448,16 +440,16 @@ class Llama:
         done = 0
         try:
             yield chunk({"role": "assistant", "content": ""}, None, None)
-            for text in run.chunks:
-                ids = run.gen.ids
-                lp = self._chat_logprobs(run.gen, ids, want, done) if want is not None else None
+            for text in run:
+                ids = run.ids
+                lp = self._chat_logprobs(run, ids, want, done) if want is not None else None
                 done = len(ids)
                 yield chunk({"content": text}, lp, None)
-            ids = run.reply_ids
-            lp = self._chat_logprobs(run.gen, ids, want, done) if want is not None and len(ids) > done else None
-            yield chunk({}, lp, run.finish_reason)
+            ids = run.reply
+            lp = self._chat_logprobs(run, ids, want, done) if want is not None and len(ids) > done else None
+            yield chunk({}, lp, _finish_reason(run))
             if stream_options and stream_options.get("include_usage"):
-                yield {**head, "object": "chat.completion.chunk", "choices": [], "usage": run.usage()}
+                yield {**head, "object": "chat.completion.chunk", "choices": [], "usage": _usage(run)}
         finally:
-            run.gen.close()
+            run.close()
 

@@ -12,14 +12,24 @@ import itertools
 import os
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Protocol, TextIO
+from dataclasses import replace
+from typing import Any, TextIO
 
 from .chat_template import ChatTemplate
 from .chat_template import without_bos as strip_bos
+from .constrain import json_constraint
 from .errors import ContextLengthError, MinillamaError
-from .generate import Generation, GenerationStats, LanguageModel, StopAt, context_length, generate, perf_lines
+from .generate import (
+    ChatFormat,
+    Generation,
+    GenerationStats,
+    LanguageModel,
+    chat_prompt,
+    context_length,
+    perf_lines,
+)
 from .ngram import DEFAULT_ORDER, NGramModel, read_paragraphs
+from .request import RANDOM_SEED, Request, SamplingParams
 from .tokenizer import Tokenizer
 
 Message = Mapping[str, str]
@@ -42,14 +52,6 @@ _CONTROL_PICTURES = {c: 0x2400 + c for c in range(0x20) if c not in (0x09, 0x0A)
 
 # ---------------------------------------------------------------------------------------------
 # Prompt formats
-
-
-class ChatFormat(Protocol):
-    """Turns a conversation into the text the model continues."""
-
-    def render(self, messages: Sequence[Message], add_generation_prompt: bool = True) -> str:
-        """The conversation as prompt text, ending where the assistant's reply starts."""
-        ...
 
 
 class SimpleFormat:
@@ -100,39 +102,36 @@ def train_chat_ngram(tok: Tokenizer, fmt: ChatFormat, paths: Iterable[str | os.P
     return NGramModel.train(tok, rendered, order, parse_special=True)
 
 
-class StopAtMarker(StopAt):
-    """A Generation whose text ends before the first marker it writes (the transcript's next turn): StopAt with
-    stop_reason "next_turn"."""
-
-    def __init__(self, gen: Generation, markers: Sequence[str]) -> None:
-        super().__init__(gen, markers, reason="next_turn")
-
-
-Reply = Generation | StopAtMarker
+#: A reply: the Generation of one turn (its text ends before the transcript's next turn, when the format has
+#: turn markers).
+Reply = Generation
 
 
 # ---------------------------------------------------------------------------------------------
 # The conversation
 
 
-@dataclass
-class Settings:
-    """How replies are generated."""
-
-    max_tokens: int = 256
-    temperature: float = 0.8
-    top_k: int = 40
-    top_p: float = 0.95
-    seed: int | None = None  # each reply uses seed + its turn number, so a whole session repeats
-    stop_at_eog: bool = True
+def Settings(max_tokens: int = 256, temperature: float = 0.8, top_k: int = 40, top_p: float = 0.95,  # noqa: N802
+             seed: int | None = None, stop_at_eog: bool = True) -> Request:
+    """How replies are generated, as the chat's old settings were spelled: a Request with no prompt (min_p 0)."""
+    return Request((), max_tokens, SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
+                                                  min_p=0.0), stop_at_eog=stop_at_eog)
 
 
 class ChatSession:
-    """A conversation: its messages, how to render them, and the last reply's generation and stats."""
+    """A conversation: its messages, how to render them, and the last reply's generation and stats.
 
-    def __init__(self, tok: Tokenizer, model: LanguageModel, fmt: ChatFormat, settings: Settings,
-                 system: str | None = None) -> None:
+    settings: the Request each reply starts from (its prompt is ignored: each reply's is the conversation);
+    each reply uses its sampling seed + its turn number, so a whole session repeats, and ends before its stop
+    strings and, with a format that has turn markers (SimpleFormat), before the transcript's next turn.
+    response_format (the server's; e.g. a json_schema): each reply is constrained to that JSON (a grammar of its
+    own per reply)."""
+
+    def __init__(self, tok: Tokenizer, model: LanguageModel, fmt: ChatFormat, settings: Request,
+                 system: str | None = None, response_format: Mapping[str, Any] | None = None) -> None:
         self.tok, self.model, self.fmt, self.settings, self.system = tok, model, fmt, settings, system
+        self.response_format = response_format
+        json_constraint(tok, response_format)  # a bad schema fails now, not at the first reply
         self.reset()
 
     def reset(self) -> None:
@@ -155,40 +154,35 @@ class ChatSession:
         ends at an end-of-generation token (neither with stop_at_eog=False)."""
         self.messages.append({"role": "user", "content": user_text})
         s = self.settings
-        seed = None if s.seed is None else s.seed + self.turns
+        seed = s.sampling.seed
+        seed = seed if seed is None or seed == RANDOM_SEED else seed + self.turns
         try:
             ids = self.fit_context()
         except Exception:
             self.messages.pop()
             raise
-        gen = generate(self.model, self.tok, ids, s.max_tokens, temperature=s.temperature, top_k=s.top_k,
-                       top_p=s.top_p, seed=seed, stop_at_eog=s.stop_at_eog)
         markers = getattr(self.fmt, "turn_markers", ()) if s.stop_at_eog else ()  # --ignore-eos: on to max_tokens
-        reply = StopAtMarker(gen, markers) if markers else gen
+        request = replace(s, prompt=ids, sampling=replace(s.sampling, seed=seed),
+                          constraint=json_constraint(self.tok, self.response_format) or s.constraint)
+        if markers:  # the transcript's next turn ends the reply ("next_turn"), as a stop string of the user's
+            request = replace(request, stop=(*s.stop, *markers), stop_reason="next_turn")
+        reply = Generation(self.model, self.tok, request)
         self.last = reply
         return reply
 
     def fit_context(self) -> list[int]:
         """The conversation's prompt ids, its oldest exchanges dropped until the prompt and a reply of
-        max_tokens fit the model's context (the system message and the new message are kept).
+        max_tokens fit the model's context (the system message and the new message are kept): chat_prompt,
+        the renderer the API uses too.
 
         Exchanges go whole (a user message with the reply to it), so the roles still alternate as chat
         templates require. When the new message alone leaves no room at all, ContextLengthError.
         """
-        n_ctx = context_length(self.model)
-        self.dropped = 0
-        while True:
-            ids = self.tok.encode(self.prompt_text(), add_special=True, parse_special=True)
-            if len(ids) + self.settings.max_tokens <= n_ctx:
-                return ids
-            first = 1 if self.messages[0]["role"] == "system" else 0
-            if len(self.messages) - first <= 1:  # only the new message is left
-                if len(ids) < n_ctx:
-                    return ids  # the reply stops when the context is full
-                raise ContextLengthError(f"the message takes {len(ids)} tokens with the conversation's format; "
-                                         f"the model's context holds {n_ctx}")
-            del self.messages[first:first + 2]
-            self.dropped += 1
+        ids, self.dropped = chat_prompt(self.tok, self.fmt, self.messages, reply_room=self.settings.max_tokens,
+                                        n_ctx=context_length(self.model))
+        first = 1 if self.messages and self.messages[0]["role"] == "system" else 0
+        del self.messages[first:first + 2 * self.dropped]
+        return ids
 
     def finish_reply(self, gen: Reply) -> None:
         """Record the reply (as far as it got) in the conversation and the totals."""
@@ -208,8 +202,7 @@ class ChatSession:
         gen = self.last
         if gen is None:
             return "No reply yet."
-        shown = getattr(gen, "reply_ids", None)
-        shown = len(gen.ids) if shown is None else shown
+        shown = len(gen.reply)
         ids = gen.ids[:shown] + ([gen.eog_id] if gen.eog_id is not None else [])
         lines = [f"last reply: {len(ids)} tokens", "[" + ", ".join(map(str, ids)) + "]"]
         for n, i in enumerate(ids):

@@ -7,10 +7,11 @@ import codecs
 import gc
 import json
 import os
+import re
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NoReturn, TextIO
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from minillama import __version__
 from minillama.errors import ChatTemplateError, MinillamaError
@@ -108,17 +109,22 @@ NO_LIMIT = (-1, -2)
 
 
 def check_sampling_flags(args: argparse.Namespace, no_limit: bool = False) -> None:
-    """--temperature/--top-k/--top-p/--max-tokens/--threads checked before anything loads, errors naming the flags;
-    no_limit: --max-tokens may also be one of NO_LIMIT."""
-    import re
+    """The sampling flags, --max-tokens and --threads checked before anything loads, errors naming the flags; the
+    sampling settings kept as args.sampling (a SamplingParams), --json-schema's as args.response_format; no_limit:
+    --max-tokens may also be one of NO_LIMIT."""
+    from minillama.request import SamplingParams
 
-    from minillama.generate import Sampler
-
+    bias = dict(_logit_bias(b) for b in getattr(args, "logit_bias", None) or [])
     try:
-        Sampler(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
+        args.sampling = SamplingParams(
+            temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed, min_p=args.min_p,
+            repeat_penalty=args.repeat_penalty, repeat_last_n=args.repeat_last_n,
+            presence_penalty=args.presence_penalty, frequency_penalty=args.frequency_penalty, logit_bias=bias)
     except ValueError as exc:
-        raise MinillamaError(re.sub(r"\b(temperature|top_k|top_p|seed)\b",
+        raise MinillamaError(re.sub(r"\b(temperature|top_k|top_p|min_p|repeat_penalty|repeat_last_n|presence_penalty"
+                                    r"|frequency_penalty|logit_bias|seed)\b",
                                     lambda m: "--" + m.group().replace("_", "-"), str(exc))) from None
+    args.response_format = _json_schema(args.json_schema)
     if args.max_tokens < 1 and not (no_limit and args.max_tokens in NO_LIMIT):
         extra = " (or -1 or -2: until end of generation or a full context)" if no_limit else ""
         raise MinillamaError(f"expected --max-tokens (-n) of at least 1{extra}, found {args.max_tokens}")
@@ -377,7 +383,9 @@ def _load_model(path: str, threads: int | None = None) -> Model:
 def cmd_generate(args: argparse.Namespace) -> int:
     """Stream a GGUF model's continuation of the prompt to stdout (minillama.model: the C core, or the pure-Python
     backend)."""
-    from minillama.generate import generate, perf_lines
+    from minillama.constrain import json_constraint
+    from minillama.generate import Generation, perf_lines, prompt_ids
+    from minillama.request import Request
 
     check_sampling_flags(args, no_limit=True)
     given = [what for what, value in (("PROMPT", args.prompt or None), ("-p", args.prompt_text), ("-f", args.file))
@@ -393,8 +401,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
     max_tokens = sys.maxsize if args.max_tokens in NO_LIMIT else args.max_tokens  # stops at a full context
     tok = _load_tokenizer(args.model)
     model = _load_model(args.model, args.threads)
-    gen = generate(model, tok, prompt, max_tokens, temperature=args.temperature, top_k=args.top_k,
-                   top_p=args.top_p, seed=args.seed, stop_at_eog=not args.ignore_eos)
+    ids, _ = prompt_ids(tok, prompt)
+    request = Request(ids, max_tokens, args.sampling, stop=args.stop or (), stop_at_eog=not args.ignore_eos,
+                      constraint=json_constraint(tok, args.response_format))
+    gen = Generation(model, tok, request)
     out = sys.stdout
     for chunk in gen:
         out.write(chunk)
@@ -409,13 +419,54 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _logit_bias(text: str) -> tuple[int, float]:
+    """-l TOKEN_ID(+/-)BIAS as llama.cpp's common/arg.cpp reads it (15043+1, 15043-1, 15043-inf bans)."""
+    m = re.fullmatch(r"\s*(\d+)\s*([+-])(.+)", text)
+    try:
+        if m is None:
+            raise ValueError
+        return int(m.group(1)), float(m.group(3)) * (-1.0 if m.group(2) == "-" else 1.0)
+    except ValueError:
+        raise MinillamaError(f"expected --logit-bias as TOKEN_ID(+/-)BIAS (e.g. 15043+1 or 15043-inf), found "
+                             f"{text!r:.60}") from None
+
+
+def _json_schema(text: str | None) -> dict[str, Any] | None:
+    """--json-schema's text as the server's response_format (json_schema), or None without it."""
+    if text is None:
+        return None
+    try:
+        schema = json.loads(text)
+    except ValueError as exc:
+        raise MinillamaError(f"expected --json-schema as a JSON schema, found text that does not parse: {exc}") \
+            from None
+    return {"type": "json_schema", "json_schema": {"schema": schema}}
+
+
 def _add_sampling_args(p: argparse.ArgumentParser) -> None:
-    """--temperature, --top-k, --top-p and --seed (generate and chat)."""
-    p.add_argument("--temperature", type=float, default=0.8, metavar="T", help="0 is greedy (default: 0.8)")
+    """The server's generation controls, with llama.cpp's llama-cli spellings (generate and chat)."""
+    p.add_argument("--temperature", "--temp", dest="temperature", type=float, default=0.8, metavar="T",
+                   help="0 is greedy (default: 0.8)")
     p.add_argument("--top-k", type=int, default=40, metavar="K", help="keep the K most likely (0: all; default: 40)")
     p.add_argument("--top-p", type=float, default=0.95, metavar="P",
                    help="keep the most likely up to probability P (1: all; default: 0.95)")
-    p.add_argument("--seed", type=int, metavar="S", help="make the output repeat exactly (default or -1: random)")
+    p.add_argument("--min-p", type=float, default=0.0, metavar="P", help="keep those at least P times as likely as "
+                   "the most likely (default: 0, off; llama.cpp's is 0.05)")
+    p.add_argument("--repeat-penalty", type=float, default=1.0, metavar="N",
+                   help="penalize the ids of the last --repeat-last-n (1: off; default: 1.0)")
+    p.add_argument("--repeat-last-n", type=int, default=64, metavar="N",
+                   help="ids the penalties look back on, prompt included (0: off, -1: all; default: 64)")
+    p.add_argument("--presence-penalty", type=float, default=0.0, metavar="N",
+                   help="subtracted from a seen id's score (0: off; default: 0)")
+    p.add_argument("--frequency-penalty", type=float, default=0.0, metavar="N",
+                   help="subtracted per time an id was seen (0: off; default: 0)")
+    p.add_argument("-l", "--logit-bias", action="append", metavar="TOKEN_ID(+/-)BIAS",
+                   help="add BIAS to a token's score, e.g. 15043+1 or 15043-inf (never); repeatable")
+    p.add_argument("-r", "--reverse-prompt", "--stop", dest="stop", action="append", metavar="TEXT",
+                   help="end the text before TEXT (not shown); repeatable")
+    p.add_argument("-j", "--json-schema", metavar="SCHEMA", help="constrain the output to JSON that SCHEMA (a JSON "
+                   "schema; '{}': any JSON object) accepts, as the server's response_format does")
+    p.add_argument("-s", "--seed", type=int, metavar="S", help="make the output repeat exactly (default or -1: random)")
     p.add_argument("-t", "--threads", type=int, metavar="N",
                    help="threads of the forward pass's matrix products, at most the cores (default: 1 or up to 4, "
                         "whichever runs faster now)")
@@ -468,7 +519,8 @@ def _chat_model(args: argparse.Namespace, tok: Tokenizer, fmt: ChatFormat) -> tu
 
 def cmd_chat(args: argparse.Namespace) -> int:
     """Chat in the terminal with the GGUF's model (or an n-gram placeholder), each reply streamed token by token."""
-    from minillama.chat import ChatSession, Settings, SimpleFormat, banner, format_for, main_loop
+    from minillama.chat import ChatSession, SimpleFormat, banner, format_for, main_loop
+    from minillama.request import Request
     from minillama.tokenizer import default_vocab_path
 
     check_sampling_flags(args)
@@ -483,9 +535,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
         notes.append(f"{model_path}: {exc}; falling back to the simple format.")
         fmt = SimpleFormat()
         lm, desc = _chat_model(args, tok, fmt)
-    settings = Settings(max_tokens=args.max_tokens, temperature=args.temperature, top_k=args.top_k,
-                        top_p=args.top_p, seed=args.seed, stop_at_eog=not args.ignore_eos)
-    session = ChatSession(tok, lm, fmt, settings, system=args.system)
+    settings = Request((), args.max_tokens, args.sampling, stop=args.stop or (), stop_at_eog=not args.ignore_eos)
+    session = ChatSession(tok, lm, fmt, settings, system=args.system, response_format=args.response_format)
     return main_loop(session, "\n".join([*notes, banner(tok, desc, fmt, model_path)]))
 
 

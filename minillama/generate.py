@@ -13,7 +13,9 @@ never implement sampling themselves, and every model gets greedy/temperature/top
 and exact repeatability from a seed.
 
 Sampler (minillama.sampling) follows llama.cpp's sampler chain; generate imports it from there and it stays
-importable from minillama.generate. StopAt ends the text before a stop string.
+importable from minillama.generate. A run is one Request (minillama.request: the prompt's ids, max_tokens, its
+SamplingParams, stop strings, a constraint or token healing): Generation(model, tok, request) runs it, and
+generate() is that Request built from keywords. chat_prompt renders a conversation for the API and the chat.
 """
 
 from __future__ import annotations
@@ -22,18 +24,21 @@ import operator
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from .chat_template import without_bos
 from .errors import ArgumentError, ContextLengthError
-from .sampling import RANDOM_SEED, Sampler, TokenLogprob
+from .request import RANDOM_SEED, Constraint, Request, SamplingParams
+from .sampling import Sampler, TokenLogprob
 
 if TYPE_CHECKING:
     from .tokenizer import Tokenizer
 
-__all__ = ["LanguageModel", "Sampler", "TokenLogprob", "StopAt", "Constraint", "Generation", "GenerationStats", "generate", "perf_lines", "RANDOM_SEED"]
+__all__ = ["LanguageModel", "Sampler", "SamplingParams", "Request", "TokenLogprob", "StopAt", "Constraint", "Generation",
+           "GenerationStats", "generate", "chat_prompt", "prompt_ids", "perf_lines", "RANDOM_SEED"]
 
 
 @runtime_checkable
@@ -102,29 +107,35 @@ def perf_lines(stats: GenerationStats) -> list[str]:
             f"{'first token':>16} = {stats.prompt_seconds * 1000:10.2f} ms after the request"]
 
 
-@dataclass(eq=False, repr=False)
 class Generation(Iterator[str]):
-    """The text chunks of one generate() run, plus its prompt ids, generated ids and stats."""
+    """One run of a Request: an iterator of the reply's text chunks, plus its prompt ids, generated ids and stats.
 
-    model: LanguageModel
-    tok: Tokenizer
-    prompt_ids: list[int]
-    max_tokens: int
-    sampler: Sampler
-    stop_at_eog: bool = True
-    # token healing: (the prompt's ids taken off, the text they decode to); nothing to heal by default
-    heal: tuple[list[int], str] = field(default_factory=lambda: ([], ""))
-    # constrained output (a JSON grammar): allowed ids before each pick, told each id picked; None: free
-    constraint: Constraint | None = None
-    ids: list[int] = field(default_factory=list)  # the generated ids that were decoded (no final eog)
-    # with sampler.n_probs > 0: one TokenLogprob per generated id, the final eog included
-    logprobs: list[TokenLogprob] = field(default_factory=list)
-    eog_id: int | None = None  # the end-of-generation id that stopped the run, if one did
-    text: str = ""  # the chunks yielded so far, joined
-    stats: GenerationStats = field(default_factory=GenerationStats)
+    The only way to the generation loop (generate(), the API, the server, the CLI and the chat all build a
+    Request). Stop strings (request.stop) are matched on the decoded text, so one split over several tokens is
+    found; text that could be the start of one is held back until it is clear; the run stops at the first one
+    (stats.stop_reason request.stop_reason), which is not shown, and reply_ids says how many of ids the reply
+    holds.
+    """
 
-    def __post_init__(self) -> None:
-        n_ctx = context_length(self.model)
+    def __init__(self, model: LanguageModel, tok: Tokenizer, request: Request) -> None:
+        self.model, self.tok, self.request = model, tok, request
+        self.prompt_ids: list[int] = list(request.prompt)
+        self.max_tokens = request.max_tokens
+        self.sampler = Sampler.from_params(request.sampling)
+        self.stop_at_eog = request.stop_at_eog
+        self.constraint = request.constraint
+        removed = list(request.heal)
+        dec = tok.stream_decoder(skip_special_tokens=True)  # the healed tokens' text, which the prompt holds
+        # token healing: (the prompt's ids taken off, the text they decode to); nothing to heal by default
+        self.heal: tuple[list[int], str] = (removed, "".join(dec.push(i) for i in removed) + dec.flush())
+        self.ids: list[int] = []  # the generated ids that were decoded (no final eog)
+        # with n_probs > 0: one TokenLogprob per generated id, the final eog included
+        self.logprobs: list[TokenLogprob] = []
+        self.eog_id: int | None = None  # the end-of-generation id that stopped the run, if one did
+        self.text = ""  # the chunks yielded so far, joined (the reply, without a stop string)
+        self.reply_ids: int | None = None  # when a stop string ended the run: how many of ids the reply holds
+        self.stats = GenerationStats()
+        n_ctx = context_length(model)
         if len(self.prompt_ids) >= n_ctx:  # as llama.cpp: "prompt is too long", not an empty success
             raise ContextLengthError(f"the prompt has {len(self.prompt_ids)} tokens but the model's context holds "
                                      f"{n_ctx}: expected at most {n_ctx - 1}, to leave room for a reply")
@@ -132,7 +143,8 @@ class Generation(Iterator[str]):
         self.stats.seed = self.sampler.seed
         self.sampler.accept(self.prompt_ids)  # the penalties see the prompt, as llama-server's sampler does
         self._cancelled = threading.Event()
-        self._chunks = self._run()
+        self._tokens = self._run()
+        self._chunks = self._stop_at(self._tokens) if request.stop else self._tokens
 
     def __next__(self) -> str:
         return next(self._chunks)
@@ -143,6 +155,11 @@ class Generation(Iterator[str]):
     def __repr__(self) -> str:
         return f"Generation(prompt_tokens={len(self.prompt_ids)}, ids={len(self.ids)}, stats={self.stats})"
 
+    @property
+    def reply(self) -> list[int]:
+        """The generated ids the reply's text holds (those before a stop string; no final eog)."""
+        return self.ids if self.reply_ids is None else self.ids[:self.reply_ids]
+
     def cancel(self) -> None:
         """Stop early from any thread, even while another is inside next(): no model step starts after this
         (the one running finishes), and the iterator ends (stats.stop_reason 'stopped')."""
@@ -151,6 +168,7 @@ class Generation(Iterator[str]):
     def close(self) -> None:
         """Stop early (stats.stop_reason becomes 'stopped' if the run had not ended)."""
         self._chunks.close()
+        self._tokens.close()
         if not self.stats.stop_reason:
             self.stats.stop_reason = "stopped"
 
@@ -207,7 +225,8 @@ class Generation(Iterator[str]):
                 if skip and chunk:
                     chunk, skip = chunk[skip:], max(skip - len(chunk), 0)
                 if chunk:
-                    self.text += chunk
+                    if self._chunks is self._tokens:
+                        self.text += chunk
                     yield chunk
             else:
                 stats.stop_reason = "max_tokens"
@@ -215,52 +234,27 @@ class Generation(Iterator[str]):
             if skip and tail:
                 tail = tail[skip:]
             if tail:
-                self.text += tail
+                if self._chunks is self._tokens:
+                    self.text += tail
                 yield tail
         finally:
             if not stats.stop_reason:
                 stats.stop_reason = "stopped"
 
-
-class StopAt(Iterator[str]):
-    """A Generation whose text ends before the first stop string it writes: the run stops there (stats.stop_reason
-    is `reason`), the stop string is not shown, and nothing after it is generated.
-
-    Stop strings are matched on the decoded text, so one split over several tokens is found; text that could be
-    the start of one is held back until it is clear. Everything else is the Generation's (ids, stats...).
-    """
-
-    def __init__(self, gen: Generation, markers: Sequence[str], reason: str = "stop_string") -> None:
-        self.gen, self.markers, self.reason = gen, tuple(m for m in markers if m), reason
-        self.text = ""  # the chunks yielded so far, joined (the reply without the stop string)
-        self.reply_ids: int | None = None  # when a stop string ended the run: how many of gen.ids the reply holds
-        self._chunks = self._run()
-
-    def __getattr__(self, name: str) -> Any:
-        if name == "gen":  # not set yet: no delegation loop
-            raise AttributeError(name)
-        return getattr(self.gen, name)
-
-    def __next__(self) -> str:
-        return next(self._chunks)
-
-    def close(self) -> None:
-        """Stop early, as Generation.close."""
-        self._chunks.close()
-        self.gen.close()
-
-    def _run(self) -> Iterator[str]:
+    def _stop_at(self, tokens: Iterator[str]) -> Iterator[str]:
+        """tokens' text up to the first stop string: the run stops there, the stop string is not shown."""
+        markers = self.request.stop
         held = ""  # decoded text not yielded yet: it may begin a stop string
-        for chunk in self.gen:
+        for chunk in tokens:
             held += chunk
-            at = min((i for i in (held.find(m) for m in self.markers) if i >= 0), default=-1)
+            at = min((i for i in (held.find(m) for m in markers) if i >= 0), default=-1)
             if at >= 0:
-                self.gen.stats.stop_reason = self.reason
-                self.gen.close()
+                self.stats.stop_reason = self.request.stop_reason
+                tokens.close()  # type: ignore[attr-defined]
                 held = held[:at]
-                self.reply_ids = _ids_within(self.gen.tok, self.gen.ids, self.text + held)
+                self.reply_ids = _ids_within(self.tok, self.ids, self.text + held)
                 break
-            keep = _marker_start(held, self.markers)
+            keep = _marker_start(held, markers)
             out, held = held[:len(held) - keep], held[len(held) - keep:]
             if out:
                 self.text += out
@@ -268,6 +262,14 @@ class StopAt(Iterator[str]):
         if held:
             self.text += held
             yield held
+
+
+def StopAt(gen: Generation, markers: Sequence[str], reason: str = "stop_string") -> Generation:  # noqa: N802
+    """gen's run (not started yet) again, ending before the first of markers it writes (stats.stop_reason
+    `reason`), with the seed gen drew: kept for callers of the old wrapper; a Request's stop does this."""
+    sampling = replace(gen.request.sampling, seed=gen.stats.seed)
+    return Generation(gen.model, gen.tok, replace(gen.request, sampling=sampling, stop=tuple(markers),
+                                                  stop_reason=reason))
 
 
 def _ids_within(tok: Tokenizer, ids: list[int], text: str) -> int:
@@ -290,18 +292,6 @@ def _marker_start(text: str, markers: Sequence[str]) -> int:
     return 0
 
 
-class Constraint(Protocol):
-    """What constrains the tokens generate() may pick, e.g. a JSON grammar (minillama.constrain)."""
-
-    def allowed(self) -> np.ndarray:
-        """A bool per vocab id: which ids may come next."""
-        ...
-
-    def accept(self, token: int) -> None:
-        """Advance past the id just picked."""
-        ...
-
-
 def _first_eog(tok: Tokenizer) -> int:
     """An end-of-generation id (eos, else eot, else 0): what a constraint that allows nothing falls back to."""
     return next((i for i in (tok.eos_id, tok.eot_id) if i is not None), 0)
@@ -319,13 +309,27 @@ def _healing_mask(tok: Tokenizer, heal: bytes) -> np.ndarray:
     return np.fromiter((bool(p) and (p.startswith(heal) or heal.startswith(p)) for p in plain), bool, len(plain))
 
 
+def prompt_ids(tok: Tokenizer, prompt: str | Sequence[int], heal: bool = False) -> tuple[list[int], list[int]]:
+    """A prompt's ids and, with heal=True (str prompts), the ids taken off its end for token healing.
+
+    A str prompt is encoded with add_special=True (bos as the vocab says) and parse_special=True (chat template
+    control tokens become their ids); a sequence of ids is used as is."""
+    if isinstance(prompt, str):
+        if heal:
+            ids, removed, _ = tok._completion(prompt, add_special=True, parse_special=True)
+            return ids, removed
+        return tok.encode(prompt, add_special=True, parse_special=True), []
+    return [operator.index(i) for i in prompt], []
+
+
 def generate(model: LanguageModel, tok: Tokenizer, prompt: str | Sequence[int], max_tokens: int, *,
              temperature: float = 0.8, top_k: int = 40, top_p: float = 0.95, seed: int | None = None,
              stop_at_eog: bool = True, heal: bool = False, min_p: float = 0.0, repeat_penalty: float = 1.0,
              repeat_last_n: int = 64, presence_penalty: float = 0.0, frequency_penalty: float = 0.0,
              logit_bias: Mapping[int, float] | None = None, logprobs: int = 0,
-             constraint: Constraint | None = None) -> Generation:
-    """Stream the text model writes after prompt, up to max_tokens ids or an end-of-generation id.
+             constraint: Constraint | None = None, stop: Sequence[str] | str = ()) -> Generation:
+    """Stream the text model writes after prompt, up to max_tokens ids or an end-of-generation id: a Request
+    built from these keywords, run (Generation(model, tok, request) does the same with a Request).
 
     A str prompt is encoded with add_special=True (bos as the vocab says) and parse_special=True (chat
     template control tokens become their ids); a sequence of ids is used as is. The returned Generation
@@ -338,27 +342,56 @@ def generate(model: LanguageModel, tok: Tokenizer, prompt: str | Sequence[int], 
     Then generation.ids starts with the healed tokens, and the chunks (and generation.text) hold only
     the text after the prompt.
 
-    min_p, repeat_penalty (over the last repeat_last_n ids, prompt included; -1 all), presence_penalty,
-    frequency_penalty and logit_bias ({id: added score}) are llama.cpp's samplers (see Sampler for the order).
-    logprobs=N > 0 records each generated id's log-probability and the N best (generation.logprobs).
-    constraint (e.g. minillama.constrain.JsonConstraint) limits each pick to the ids it allows.
-    Stop strings: wrap the result in StopAt(generation, ["\n\n"]).
+    min_p (0 here: off), repeat_penalty (over the last repeat_last_n ids, prompt included; -1 all),
+    presence_penalty, frequency_penalty and logit_bias ({id: added score}) are llama.cpp's samplers (see
+    SamplingParams and Sampler for the order). logprobs=N > 0 records each generated id's log-probability and the
+    N best (generation.logprobs). constraint (e.g. minillama.constrain.JsonConstraint) limits each pick to the ids
+    it allows. stop: strings that end the text before them (the Generation's text then ends before the first).
     """
     if heal and constraint is not None:
         raise ArgumentError("expected either heal=True or a constraint, found both")
-    removed: list[int] = []
-    if isinstance(prompt, str):
-        if heal:
-            prompt_ids, removed, _ = tok._completion(prompt, add_special=True, parse_special=True)
-        else:
-            prompt_ids = tok.encode(prompt, add_special=True, parse_special=True)
-    else:
-        prompt_ids = [operator.index(i) for i in prompt]
-    sampler = Sampler(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, min_p=min_p,
-                      repeat_penalty=repeat_penalty, repeat_last_n=repeat_last_n, presence_penalty=presence_penalty,
-                      frequency_penalty=frequency_penalty, logit_bias=logit_bias, n_probs=logprobs)
-    # the text the run's stream decoder gives for the healed tokens, which the prompt already holds
-    dec = tok.stream_decoder(skip_special_tokens=True)
-    seen = "".join(dec.push(i) for i in removed) + dec.flush()
-    return Generation(model, tok, prompt_ids, int(max_tokens), sampler, stop_at_eog, heal=(removed, seen),
-                      constraint=constraint)
+    sampling = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, min_p=min_p,
+                              repeat_penalty=repeat_penalty, repeat_last_n=repeat_last_n,
+                              presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
+                              logit_bias=logit_bias or {}, n_probs=logprobs)
+    ids, removed = prompt_ids(tok, prompt, heal)
+    return Generation(model, tok, Request(ids, int(max_tokens), sampling, stop=stop, constraint=constraint,
+                                          heal=removed, stop_at_eog=stop_at_eog))
+
+
+class ChatFormat(Protocol):
+    """Turns a conversation into the text the model continues (a ChatTemplate, or chat.SimpleFormat)."""
+
+    def render(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True) -> str:
+        """The conversation as prompt text, ending where the assistant's reply starts."""
+        ...
+
+
+def chat_prompt(tok: Tokenizer, fmt: ChatFormat, messages: Sequence[Mapping[str, Any]], *,
+                reply_room: int | None = None, n_ctx: int | float = float("inf"),
+                **template_kwargs: Any) -> tuple[list[int], int]:
+    """The one chat-prompt renderer (the API's and the chat's): messages rendered with fmt (add_generation_prompt;
+    template_kwargs go to the template), without a leading bos text when encoding adds bos itself (never two
+    bos), encoded with control tokens matched; and how many exchanges were left out.
+
+    With reply_room, the oldest exchanges are left out (the system message and the last message are kept) until
+    the prompt and a reply of reply_room tokens fit n_ctx. Exchanges go whole (a user message with the reply to
+    it), so the roles still alternate as chat templates require. When the last message alone leaves no room at
+    all, ContextLengthError; when it leaves some, the ids (the reply stops when the context is full).
+    """
+    messages = list(messages)
+    dropped = 0
+    while True:
+        text = without_bos(fmt.render(messages, add_generation_prompt=True, **template_kwargs),
+                           getattr(fmt, "bos_token", ""), tok.add_bos)
+        ids = tok.encode(text, add_special=True, parse_special=True)
+        if reply_room is None or len(ids) + reply_room <= n_ctx:
+            return ids, dropped
+        first = 1 if messages[0]["role"] == "system" else 0
+        if len(messages) - first <= 1:  # only the new message is left
+            if len(ids) < n_ctx:
+                return ids, dropped
+            raise ContextLengthError(f"the message takes {len(ids)} tokens with the conversation's format; "
+                                     f"the model's context holds {n_ctx}")
+        del messages[first:first + 2]
+        dropped += 1

@@ -14,7 +14,6 @@ llama.cpp's server (n_probs) and OpenAI report them.
 
 from __future__ import annotations
 
-import math
 import secrets
 from collections import deque
 from collections.abc import Iterable, Mapping
@@ -24,12 +23,9 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from .errors import ArgumentError
+from .request import RANDOM_SEED, SamplingParams
 
-__all__ = ["Sampler", "RANDOM_SEED", "TokenLogprob"]
-
-
-#: The seed that asks for a random one, as llama.cpp's --seed -1 (LLAMA_DEFAULT_SEED) does; like None.
-RANDOM_SEED = -1
+__all__ = ["Sampler", "SamplingParams", "RANDOM_SEED", "TokenLogprob"]
 
 
 @dataclass(frozen=True)
@@ -52,6 +48,8 @@ class Sampler:
     from a seeded numpy PCG64 generator. temperature <= 0 (or top_k == 1) is greedy: the highest score
     after bias and penalties, the first candidate among equals.
 
+    Built from a SamplingParams (Sampler.from_params), which checks every setting once, or from the same
+    keywords (min_p 0 by default here, where SamplingParams has llama.cpp's 0.05).
     seed None or -1 (llama.cpp's "random seed"): a fresh random seed, kept in .seed so the run can be repeated.
     n_probs > 0 records, after each draw, the chosen id's log-probability and the n_probs best (last_logprob).
     """
@@ -60,33 +58,33 @@ class Sampler:
                  seed: int | None = None, *, min_p: float = 0.0, repeat_penalty: float = 1.0,
                  repeat_last_n: int = 64, presence_penalty: float = 0.0, frequency_penalty: float = 0.0,
                  logit_bias: Mapping[int, float] | None = None, n_probs: int = 0) -> None:
-        temperature = _finite("temperature", temperature, ">= 0 (0 is greedy)", lambda v: v >= 0)
-        if top_k < 0:
-            raise ArgumentError(f"expected top_k >= 0 (0 keeps all), found {top_k}")
-        top_p = _finite("top_p", top_p, "in (0, 1] (1 keeps all)", lambda v: 0 < v <= 1)
-        min_p = _finite("min_p", min_p, "in [0, 1] (0 keeps all)", lambda v: 0 <= v <= 1)
-        repeat_penalty = _finite("repeat_penalty", repeat_penalty, "> 0 (1 is off)", lambda v: v > 0)
-        if not -1 <= repeat_last_n <= MAX_WINDOW:
-            raise ArgumentError(f"expected repeat_last_n from 0 to {MAX_WINDOW:,} (or -1 for the whole context), "
-                                f"found {_show(repeat_last_n)}")
-        presence_penalty = _finite("presence_penalty", presence_penalty, "(0 is off)", lambda v: True)
-        frequency_penalty = _finite("frequency_penalty", frequency_penalty, "(0 is off)", lambda v: True)
-        if n_probs < 0:
-            raise ArgumentError(f"expected n_probs >= 0, found {n_probs}")
-        if seed is not None and seed < 0 and seed != RANDOM_SEED:
-            raise ArgumentError(f"expected a seed of 0 or more (or {RANDOM_SEED} for a random one), found {seed}")
-        self.temperature = float(temperature)
-        self.top_k = int(top_k)
-        self.top_p = float(top_p)
-        self.min_p = float(min_p)
-        self.repeat_penalty = float(repeat_penalty)
-        self.repeat_last_n = int(repeat_last_n)
-        self.presence_penalty = float(presence_penalty)
-        self.frequency_penalty = float(frequency_penalty)
-        self.logit_bias = _check_bias(logit_bias)
-        self.n_probs = int(n_probs)
+        self._use(SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, min_p=min_p,
+                                 repeat_penalty=repeat_penalty, repeat_last_n=repeat_last_n,
+                                 presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
+                                 logit_bias=logit_bias or {}, n_probs=n_probs))
+
+    @classmethod
+    def from_params(cls, params: SamplingParams) -> Sampler:
+        """The sampler for params (checked when params was built), with its own random state."""
+        sampler = cls.__new__(cls)
+        sampler._use(params)
+        return sampler
+
+    def _use(self, p: SamplingParams) -> None:
+        #: The settings, as given (seed None or -1 for a random one); .seed below is the one in use.
+        self.params = p
+        self.temperature = p.temperature
+        self.top_k = p.top_k
+        self.top_p = p.top_p
+        self.min_p = p.min_p
+        self.repeat_penalty = p.repeat_penalty
+        self.repeat_last_n = p.repeat_last_n
+        self.presence_penalty = p.presence_penalty
+        self.frequency_penalty = p.frequency_penalty
+        self.logit_bias = dict(p.logit_bias)
+        self.n_probs = p.n_probs
         #: The seed in use: the one given, or a fresh random one (recorded so a run can be repeated).
-        self.seed = int(seed) if seed is not None and seed != RANDOM_SEED else secrets.randbits(63)
+        self.seed = p.seed if p.seed is not None and p.seed != RANDOM_SEED else secrets.randbits(63)
         self._rng = np.random.Generator(np.random.PCG64(self.seed))
         self._allowed: np.ndarray | None = None  # token healing, grammar: bool per id, or None for no constraint
         self._fallback = 0
@@ -232,56 +230,6 @@ def _best_first(x: np.ndarray, k: int) -> np.ndarray:
     above = np.flatnonzero(x > kth)
     keep = np.concatenate([above, np.flatnonzero(x == kth)[:k - above.size]])
     return keep[np.argsort(-x[keep], kind="stable")]
-
-
-#: Largest penalty window (repeat_last_n): llama.cpp's is an int32; any window past the context is all of it.
-MAX_WINDOW = 2**31 - 1
-
-
-def _show(v: object) -> str:
-    """v for an error message: a huge integer by its size (its digits could fill the message)."""
-    if isinstance(v, int) and abs(v) >= 10**30:
-        return f"an integer of {len(str(abs(v))) if abs(v) < 10**4000 else '4,000+'} digits"
-    return f"{v!r:.60}"
-
-
-def _finite(name: str, value: object, rule: str, ok: object) -> float:
-    """value as a finite float that passes ok, else ArgumentError naming name, the rule and what was found
-    (infinities, NaN, integers too large for a float, non-numbers)."""
-    try:
-        v = float(value)  # type: ignore[arg-type]
-    except OverflowError:
-        v = math.inf
-    except (TypeError, ValueError):
-        raise ArgumentError(f"expected {name} as a number {rule}, found {type(value).__name__} "
-                            f"{_show(value)}") from None
-    if not (math.isfinite(v) and ok(v)):  # type: ignore[operator]
-        raise ArgumentError(f"expected {name} as a finite number {rule}, found {_show(value)}")
-    return v
-
-
-def _check_bias(bias: Mapping[int, float] | None) -> dict[int, float]:
-    """logit_bias as {id: finite or -inf float} (OpenAI's keys may be strings of ids). An id past 2**31 - 1 (past
-    every vocab: llama.cpp's ids are int32) is skipped, as ids past the model's vocab are, as llama.cpp skips
-    them."""
-    out: dict[int, float] = {}
-    for k, v in (bias or {}).items():
-        if isinstance(k, str) and k.isascii() and k.isdigit() and len(k) > 18:
-            continue  # past every vocab (and int() refuses more than 4,300 digits)
-        try:
-            i = int(k)
-            b = float(v)
-        except OverflowError:
-            b = math.inf if v > 0 else -math.inf  # type: ignore[operator]
-        except (TypeError, ValueError):
-            raise ArgumentError(f"expected logit_bias entries token id -> number, found {_show(k)}: "
-                                f"{_show(v)}") from None
-        if i < 0 or math.isnan(b) or b == math.inf:
-            raise ArgumentError(f"expected logit_bias entries id >= 0 -> a finite number (-inf bans), found "
-                                f"{_show(k)}: {_show(v)}")
-        if i <= MAX_WINDOW:
-            out[i] = b
-    return out
 
 
 def _logprob(x: np.ndarray, cand: np.ndarray, choice: int, n: int) -> TokenLogprob:

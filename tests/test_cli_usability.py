@@ -386,3 +386,55 @@ def test_chat_takes_llamacpp_m_n_sys_and_banner_says_what_runs(tmp_path: Path) -
     if gguf_path and os.path.isfile(gguf_path):
         p = cli("chat", "-m", gguf_path, "-n", "1", stdin=b"hi\n", timeout=300)
         assert f"model: llama forward pass {where}; 30 layers, 576 wide), loaded in " in p.stdout.decode()
+
+
+def test_generate_takes_the_servers_controls(capsys: pytest.CaptureFixture[str]) -> None:
+    """`minillama generate` takes every control the server has, in llama.cpp's llama-cli spellings (common/arg.cpp:
+    --temp, --min-p, --repeat-penalty, --repeat-last-n, --presence-penalty, --frequency-penalty, -s, -l
+    TOKEN_ID(+/-)BIAS, -r/--reverse-prompt): at a fixed seed it writes what the API writes with the same settings,
+    and a stop string ends the text before it."""
+    from support.paths import real_gguf
+
+    from minillama.api import Llama
+    from minillama.cli import main
+
+    path = str(real_gguf())
+    prompt = "Once upon a time, in a small village,"
+    llm = Llama(path)
+    comma = llm.tokenize(",", add_special=False)[0]
+    settings = {"temperature": 0.7, "top_k": 30, "top_p": 0.9, "min_p": 0.1, "repeat_penalty": 1.1,
+                "repeat_last_n": 32, "presence_penalty": 0.2, "frequency_penalty": 0.1, "seed": 3,
+                "logit_bias": {comma: -2.5}}
+    flags = ["--temp", "0.7", "--top-k", "30", "--top-p", "0.9", "--min-p", "0.1", "--repeat-penalty", "1.1",
+             "--repeat-last-n", "32", "--presence-penalty", "0.2", "--frequency-penalty", "0.1", "-s", "3",
+             "-l", f"{comma}-2.5"]
+    free = llm.create_completion(prompt, max_tokens=24, **settings)["choices"][0]["text"]
+    assert main(["generate", "-m", path, "-p", prompt, "-n", "24", *flags]) == 0
+    line = "" if free.endswith("\n") else "\n"  # the CLI ends the line a continuation leaves open
+    assert capsys.readouterr().out == free + line
+    stop = free.split()[3]  # a word from the middle of the free text
+    cut = llm.create_completion(prompt, max_tokens=24, stop=[stop], **settings)["choices"][0]
+    assert cut["finish_reason"] == "stop" and free.startswith(cut["text"] + stop) and stop not in cut["text"]
+    assert main(["generate", "-m", path, "-p", prompt, "-n", "24", *flags, "--stop", "\x00never", "-r", stop]) == 0
+    assert capsys.readouterr().out == cut["text"] + ("" if cut["text"].endswith("\n") else "\n")
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--min-p", "2"], "expected --min-p in [0, 1] (0 keeps all), a finite number, found 2.0"),
+    (["--repeat-penalty", "0"], "expected --repeat-penalty > 0 (1 is off), a finite number, found 0.0"),
+    (["--repeat-last-n", "-2"], "expected --repeat-last-n from 0 to 2,147,483,647 (or -1 for the whole context), "
+                                "found -2"),
+    (["--presence-penalty", "nan"], "expected --presence-penalty (0 is off), a finite number, found nan"),
+    (["-l", "15043*1"], "expected --logit-bias as TOKEN_ID(+/-)BIAS (e.g. 15043+1 or 15043-inf), found '15043*1'"),
+    (["-l", "15043+inf"], "expected --logit-bias entries id >= 0 -> a finite number (-inf bans), found 15043: inf"),
+    (["-j", "{oops"], "expected --json-schema as a JSON schema, found text that does not parse"),
+])
+def test_generate_and_chat_name_the_bad_control(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                flags: list[str], message: str) -> None:
+    """A bad sampling flag is refused before anything loads, the message naming the flag, what it expects and what
+    it found (the settings are checked once, by SamplingParams)."""
+    from minillama.cli import main
+
+    for command in (["generate", "-m", str(tmp_path / "absent.gguf"), "-p", "Hi"], ["chat"]):
+        assert main([*command, *flags]) == 2
+        assert message in capsys.readouterr().err

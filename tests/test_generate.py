@@ -456,3 +456,47 @@ def test_stop_strings(lm: NGramModel, tok: Tokenizer, seed: int) -> None:
         assert run.text.startswith(tok.decode(run.ids[:run.reply_ids]))  # the ids wholly before the stop string
     run = StopAt(generate(lm, tok, "Once upon a time", 60, **kw), ["\x00never"])
     assert "".join(run) == full and run.stats.stop_reason == "max_tokens"
+
+
+def test_sampling_params_have_llamacpps_defaults_and_are_checked_once() -> None:
+    """SamplingParams' defaults are llama.cpp's common_params_sampling (common/common.h: temp 0.80, top_k 40, top_p
+    0.95, min_p 0.05, penalty_last_n 64, penalty_repeat 1.0, penalty_freq 0.0, penalty_present 0.0, seed
+    LLAMA_DEFAULT_SEED); each bad value is refused when it is built, with the Sampler's own messages, and it is
+    frozen."""
+    import dataclasses
+
+    from minillama.request import SamplingParams
+
+    p = SamplingParams()
+    assert (p.temperature, p.top_k, p.top_p, p.min_p, p.repeat_last_n, p.repeat_penalty, p.frequency_penalty,
+            p.presence_penalty, p.seed, p.logit_bias, p.n_probs) == (0.8, 40, 0.95, 0.05, 64, 1.0, 0.0, 0.0, None,
+                                                                     {}, 0)
+    for kw in ({"temperature": -1.0}, {"top_k": -1}, {"top_p": 0.0}, {"min_p": 1.5}, {"repeat_penalty": 0.0},
+               {"repeat_last_n": -2}, {"presence_penalty": float("inf")}, {"n_probs": -1}, {"seed": -2},
+               {"logit_bias": {"-1": 1.0}}):
+        with pytest.raises(ArgumentError) as params_error:
+            SamplingParams(**kw)  # type: ignore[arg-type]
+        with pytest.raises(ArgumentError) as sampler_error:
+            Sampler(**kw)  # type: ignore[arg-type]
+        assert str(params_error.value) == str(sampler_error.value)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        p.temperature = 0.0  # type: ignore[misc]
+
+
+def test_a_request_runs_as_the_keywords_do(lm: NGramModel, tok: Tokenizer) -> None:
+    """Generation(model, tok, Request) is what generate() runs: the same ids for the same settings, a Sampler built
+    from SamplingParams picks as the one built from keywords, and stop strings end the text as StopAt does."""
+    from minillama.request import Request, SamplingParams
+
+    kw = {"temperature": 0.9, "top_k": 20, "top_p": 0.9, "min_p": 0.02, "repeat_penalty": 1.2, "seed": 5}
+    by_keywords = generate(lm, tok, "Once upon a time", 40, stop_at_eog=False, **kw)
+    full = "".join(by_keywords)
+    ids = tok.encode("Once upon a time", add_special=True, parse_special=True)
+    run = Generation(lm, tok, Request(ids, 40, SamplingParams(**kw), stop_at_eog=False))
+    assert "".join(run) == full and run.ids == by_keywords.ids
+    stop = full[12:16]
+    cut = Generation(lm, tok, Request(ids, 40, SamplingParams(**kw), stop=[stop], stop_at_eog=False))
+    assert "".join(cut) == full[:full.index(stop)] and cut.stats.stop_reason == "stop_string"
+    assert cut.reply == cut.ids[:cut.reply_ids]
+    with pytest.raises(TypeError, match="expected stop as a str or a list of str"):
+        Request(ids, 4, stop=[1])  # type: ignore[list-item]

@@ -42,8 +42,8 @@ MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 #: never a part of its own layer or above. Parts are minillama's top-level modules and packages.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("minillama", "errors"),                                 # the package's __init__ is its version alone
-    ("fileio", "limited_worker", "sampling", "palette"),
-    ("gguffile", "chat_template", "_native"),
+    ("fileio", "limited_worker", "request", "palette"),     # request: SamplingParams and Request
+    ("gguffile", "chat_template", "_native", "sampling"),
     ("backend",),                                            # MINILLAMA_BACKEND: the C core or the Python path
     ("tokenizer", "quants"),                                 # quants: ggml's block formats and their traits
     ("constrain", "embedding"),                              # JSON output's grammar; token_embd rows

@@ -236,3 +236,16 @@ def test_models_meta_has_the_models_numbers(server: Server, tiny_path: Path) -> 
     assert meta["n_params"] == sum(int(t.n_elements) for t in reader.tensors)
     assert meta["size"] == sum(int(t.n_bytes) for t in reader.tensors)
     assert not any(isinstance(v, float) and math.isnan(v) for v in meta.values())
+
+
+def test_the_servers_sampling_fields_are_the_requests() -> None:
+    """Every SamplingParams setting a client may send is a field of both generation endpoints under the same name
+    (n_probs comes from logprobs / top_logprobs), so the server has every control a Request has."""
+    import dataclasses
+
+    from minillama.request import SamplingParams
+    from minillama.serve import params
+
+    names = {f.name for f in dataclasses.fields(SamplingParams)} - {"n_probs"}
+    for table in (params.COMPLETION, params.CHAT):
+        assert names <= {n for n, f in table.items() if f.kwarg == ""}

@@ -124,7 +124,8 @@ def _bound(x: float | None) -> str:
 
 
 # The controls both generation endpoints pass to the API under the same name, with their ranges: the API's own
-# (minillama.sampling.Sampler), llama.cpp's types (32-bit floats and ints), the seed's 64 bits.
+# (minillama.request.SamplingParams, which the API builds with the Request it runs), llama.cpp's types (32-bit
+# floats and ints), the seed's 64 bits.
 _CONTROLS = {
     "max_tokens": _f("integer", lo=-1, hi=INT32_MAX), "temperature": _f("number", lo=0, hi=FLT_MAX),
     "top_p": _f("number", lo=0, hi=1, lo_open=True), "top_k": _f("integer", lo=0, hi=INT32_MAX),
