@@ -37,6 +37,7 @@ GOOD: list[tuple[str, dict]] = [
     ("/v1/embeddings", {"input": ["hello", "world"]}),
     ("/tokenize", {"content": "Hello, llamas!", "with_pieces": True}),
     ("/detokenize", {"tokens": [1, 2, 3]}),
+    ("/v1/completions", {"prompt": "a", "max_tokens": 4, "logit_bias": {str(2**70): 1}}),  # skipped, as llama.cpp
 ]
 
 NESTED = "[" * 100_000 + "]" * 100_000
@@ -49,8 +50,6 @@ MALFORMED: list[tuple[str, str, bytes, dict[str, str]]] = [
     ("temperature 10**400", "/v1/completions", b'{"prompt": "a", "temperature": 1' + b"0" * 400 + b"}", {}),
     ("temperature Infinity", "/v1/completions", b'{"prompt": "a", "temperature": Infinity}', {}),
     ("repeat_penalty 10**400", "/v1/completions", b'{"prompt": "a", "repeat_penalty": 1' + b"0" * 400 + b"}", {}),
-    ("logit_bias id 2**70", "/v1/completions",
-     json.dumps({"prompt": "a", "logit_bias": {str(2**70): 1}}).encode(), {}),
     ("logit_bias value 10**400", "/v1/completions",
      b'{"prompt": "a", "logit_bias": {"5": 1' + b"0" * 400 + b"}}", {}),
     ("repeat_last_n 10**20", "/v1/completions", json.dumps({"prompt": "a", "repeat_last_n": 10**20}).encode(), {}),
@@ -171,7 +170,9 @@ def main() -> None:
             print(f"{name:45} {dict(sorted(results[name].items()))}")
         print(f"{args.requests} requests, {args.clients} clients, --parallel {args.parallel}: {wall:.1f} s")
         print("RSS MB: " + ", ".join(f"{k} {v:.0f}" for k, v in rss.items()))
-        h = health(host, port)
+        deadline = time.monotonic() + 10  # a reply's slot is freed as its worker ends, just before it is sent
+        while (h := health(host, port))["slots_processing"] and time.monotonic() < deadline:
+            time.sleep(0.1)
         print(f"after the run: {h}")
         if h["slots_processing"]:
             failures.append(f"slots still busy after the run: {h}")
