@@ -1,4 +1,4 @@
-"""Tiny qwen2 / qwen3 / phi3 / llama GGUFs with random weights: models of architectures whose real weights cannot
+"""Tiny qwen2 / qwen3 / phi3 / llama / mistral3 GGUFs with random weights: models of architectures whose real weights cannot
 be downloaded here, small enough (under 1 MB) for a test to make and for llama.cpp to run in a second.
 
     python tools/make_synthetic_arch.py NAME OUT.gguf [--seed N]        (NAME: a key of ARCHS)
@@ -60,7 +60,7 @@ LLAMA_BIASES = ("attn_q.bias", "attn_k.bias", "attn_v.bias", "attn_output.bias",
 #: one of a handful of tokens, whatever the input). n_rot: rope.dimension_count, written only when set (phi3
 #: rotates part of each head, as Phi-4-mini does; qwen2/qwen3 must rotate all of it). sliding_window: phi3 writes one, as Phi-3's files
 #: do, and llama.cpp ignores it for phi3 (SWA disabled), so it is shorter than the test sequences on purpose.
-#: layout: the block tensors of another architecture (when it reuses them).
+#: layout: the block tensors of another architecture (mistral3's are llama's).
 ARCHS: dict[str, dict[str, Any]] = {
     "qwen2": {"n_embd": 128, "n_layer": 2, "n_head": 4, "n_head_kv": 2, "n_ff": 320, "n_ctx": 4096,
               "rope_base": 1000000.0, "eps": 1e-6, "tied": False},
@@ -79,6 +79,8 @@ ARCHS: dict[str, dict[str, Any]] = {
     "phi3-biases": {"arch": "phi3", "n_embd": 128, "n_layer": 2, "n_head": 4, "n_head_kv": 2, "n_ff": 320,
                     "n_ctx": 4096, "rope_base": 10000.0, "eps": 1e-5, "tied": False, "n_rot": 16,
                     "biases": ("attn_qkv.bias",)},
+    "mistral3": {"layout": "llama", "n_embd": 128, "n_layer": 2, "n_head": 4, "n_head_kv": 2, "key_length": 64,
+                 "n_ff": 320, "n_ctx": 4096, "rope_base": 1000000.0, "eps": 1e-5, "tied": False},
     "llama-biases": {"arch": "llama", "n_embd": 128, "n_layer": 2, "n_head": 4, "n_head_kv": 2, "n_ff": 320,
                      "n_ctx": 4096, "rope_base": 10000.0, "eps": 1e-5, "tied": False, "biases": LLAMA_BIASES},
 }
