@@ -132,7 +132,7 @@ class Model:
         hp = w.hparams(name)
         for key, (neutral, what) in arch.refused_keys.items():
             value = w.gguf.metadata.get(f"{name}.{key}")
-            if value is not None and value not in neutral:
+            if value is not None and not (isinstance(value, (int, float, str)) and value in neutral):  # a list too
                 raise UnsupportedError(f"{path}: {name}.{key} is {value!r}: {what}, which minillama does not "
                                        f"implement for {name}; expected a file without it (or "
                                        f"{' or '.join(map(repr, neutral))})")
