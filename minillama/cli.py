@@ -472,10 +472,18 @@ def _add_sampling_args(p: argparse.ArgumentParser) -> None:
                         "whichever runs faster now)")
 
 
+def _architectures() -> list[str]:
+    """The architectures minillama runs (the model registry, minillama.model.spec): imported only when the
+    generate command's arguments are declared, since the model package costs numpy's import."""
+    from minillama.model.spec import supported
+
+    return supported()
+
+
 def _setup_generate(p: argparse.ArgumentParser) -> None:
     """Declare the arguments of 'generate' (-m, -p, -f, -n as llama.cpp's llama-cli and llama-completion take them)."""
     p.add_argument("--model", "-m", required=True, metavar="PATH",
-                   help="GGUF model with weights (llama, qwen2, qwen3, phi3, gemma3)")
+                   help=f"GGUF model with weights ({', '.join(_architectures())})")
     p.add_argument("-p", "--prompt", dest="prompt_text", metavar="PROMPT",
                    help="the text to continue (instead of PROMPT words)")
     p.add_argument("-f", "--file", metavar="FILE", help="continue the contents of FILE (instead of PROMPT words)")
@@ -847,7 +855,7 @@ COMMANDS: dict[str, Subcommand] = {
     "chat": Subcommand("chat with a GGUF model (or an n-gram placeholder), replies streamed token by token", _setup_chat,
                        cmd_chat),
     "ngram": Subcommand("train and save an n-gram placeholder model", _setup_ngram, cmd_ngram),
-    "generate": Subcommand("continue a prompt with a GGUF model (llama, qwen2, qwen3, phi3, gemma3), streamed",
+    "generate": Subcommand("continue a prompt with a GGUF model (an architecture generate --help lists), streamed",
                            _setup_generate, cmd_generate),
     "bench": Subcommand("measure encode/decode speed, load time and memory on a text", _setup_bench, cmd_bench),
     "train": Subcommand("train a BPE vocab on text files and write it as a vocab-only GGUF", _setup_train,
@@ -918,7 +926,7 @@ def run() -> NoReturn:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line tool and return its exit status."""
     words = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser(words[0] if words and words[0] in COMMANDS else None)
+    parser = build_parser(words[0] if words and words[0] in COMMANDS else "")  # "": --help/--version/an error
     try:
         args = _parse(parser, words)
     except SystemExit as exc:  # --help, --version and usage errors

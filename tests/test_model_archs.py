@@ -12,7 +12,12 @@ llama.cpp would not load) must be a clear error naming the tensor.
 The llama models: "llama" is shaped like Llama 3.2 (rope base 500000, rope_freqs.weight computed as llama.cpp's
 converter computes llama3 rope scaling, factor 32) and is also run on three prompts of 1,200 tokens, where the
 factors decide the rotation of the slow pairs; "llama-biases" carries every optional bias llama.cpp loads for llama,
-and "qwen2-output-bias", "qwen3-biases", "phi3-biases" the optional biases llama.cpp loads for those.
+and "qwen2-output-bias", "qwen3-biases", "phi3-biases" the optional biases llama.cpp loads for those. "mistral3"
+is the architecture added as one file (minillama/model/mistral3.py, an ArchSpec of llama's blocks): llama.cpp
+runs its own mistral3 graph on it.
+
+The architectures themselves come from the registry (minillama.model.spec): what the CLI's help, the error
+messages and the docs list is checked against it here.
 """
 
 from __future__ import annotations
@@ -30,12 +35,13 @@ from support import REPO
 
 from minillama.errors import FormatError, UnsupportedError
 from minillama.generate import Sampler
-from minillama.model import Model
+from minillama.model import Model, spec
 
 gguf = pytest.importorskip("gguf")
 
 EXPECTED = REPO / "tests" / "data" / "archs_llamacpp_greedy.json"
-ARCHS = ["qwen2", "qwen3", "phi3", "llama", "llama-biases", "qwen2-output-bias", "qwen3-biases", "phi3-biases"]
+ARCHS = ["qwen2", "qwen3", "phi3", "llama", "llama-biases", "qwen2-output-bias", "qwen3-biases", "phi3-biases",
+         "mistral3"]
 
 
 @functools.cache
@@ -333,3 +339,73 @@ def test_numpy_quantizers_write_llamacpps_bytes() -> None:
         w = rng.standard_normal((7, 96), dtype=np.float32) * np.float32(0.3)
         w[0, :32] = 0  # an all-zero block
         assert np.array_equal(ref(w, qtype), gguf.quants.quantize(w, qtype)), qtype.name
+
+
+# -- the registry of architectures ---------------------------------------------------------------------------------
+
+def test_every_architecture_module_registers_a_frozen_spec() -> None:
+    """supported() finds every architecture module of minillama/model without a list to edit: the six written, each
+    an ArchSpec that cannot be changed after registration and that model.c runs (native kind given)."""
+    import dataclasses
+
+    assert spec.supported() == ["gemma3", "llama", "mistral3", "phi3", "qwen2", "qwen3"]
+    for name in spec.supported():
+        s = spec.get(name)
+        assert isinstance(s, spec.ArchSpec) and s.name == name and s.native is not None
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            s.output_bias = True  # type: ignore[misc]
+        with pytest.raises(TypeError):
+            s.layer_tensors["extra"] = ("blk.{i}.extra.weight", ("n_embd",))  # type: ignore[index]
+    assert spec.get("qwen2").output_bias and not spec.get("llama").output_bias
+    assert spec.get("gemma3").native.geglu and spec.get("qwen3").native.rope_neox
+    assert not spec.get("mistral3").native.rope_neox  # llama.cpp: LLAMA_ROPE_TYPE_NORM for mistral3
+    with pytest.raises(TypeError, match="registered twice"):
+        spec.register(dataclasses.replace(spec.get("llama")))
+
+
+def test_an_unknown_architecture_names_the_registrys(made: Made, tmp_path: Path) -> None:
+    path = rewrite(made.path("llama"), tmp_path / "m.gguf")
+    r = gguf.GGUFReader(path)
+    w = gguf.GGUFWriter(str(tmp_path / "x.gguf"), "falcon")
+    for t in r.tensors:
+        w.add_tensor(t.name, np.asarray(t.data), raw_shape=np.asarray(t.data).shape, raw_dtype=t.tensor_type)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pytest.raises(UnsupportedError, match="architecture 'falcon' is not supported; minillama runs "
+                       + ", ".join(spec.supported())):
+        Model.from_file(tmp_path / "x.gguf")
+
+
+def test_the_cli_and_docs_list_the_registrys_architectures() -> None:
+    """The CLI's --model help comes from the registry; README.md and docs/model.md name exactly its architectures."""
+    import re
+
+    from minillama.cli import build_parser
+
+    names = spec.supported()
+    parser = build_parser("generate")
+    sub = next(a for a in parser._actions if a.dest == "command").choices["generate"]
+    model = next(a for a in sub._actions if a.dest == "model")
+    assert model.help == f"GGUF model with weights ({', '.join(names)})"
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    lists = [set(m.split(", ")) for m in re.findall(r"\(([a-z0-9]+(?:, [a-z0-9]+)+)[;)]", readme)]
+    assert set(names) in lists, "README.md's list of architectures is not the registry's"
+    page = (REPO / "docs" / "model.md").read_text(encoding="utf-8")
+    assert sorted(re.findall(r"^- `([a-z0-9]+)`:", page, re.M)) == names, "docs/model.md's list is not the registry's"
+
+
+@pytest.mark.parametrize("key, value, vtype", [
+    ("mistral3.attention.temperature_scale", 0.25, gguf.GGUFValueType.FLOAT32),
+    ("mistral3.rope.scaling.factor", 16.0, gguf.GGUFValueType.FLOAT32),
+])
+def test_mistral3_features_not_implemented_are_refused(made: Made, tmp_path: Path, key: str, value: float,
+                                                       vtype: gguf.GGUFValueType) -> None:
+    """llama.cpp's mistral3 scales q by position (llama 4 temperature tuning) and rotates with YaRN when the file
+    says so; minillama implements neither, so such a file is refused rather than run as llama."""
+    path = rewrite(made.path("mistral3"), tmp_path / "m.gguf", keys={key: (value, vtype)})
+    with pytest.raises(UnsupportedError, match=f"{key} is {value!r}: .*not implement for mistral3"):
+        Model.from_file(path)
+    neutral = rewrite(made.path("mistral3"), tmp_path / "n.gguf", keys={key: (0.0, vtype)})
+    assert Model.from_file(neutral).hparams.arch == "mistral3"

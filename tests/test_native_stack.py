@@ -14,6 +14,7 @@ test_model.py / test_quants.py (SmolLM2) and tools/bench/bench_model.py --exactn
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -213,23 +214,24 @@ def test_binding_checks_every_length(tiny: Model) -> None:
     _core.Stack(*args)
     good_layer = args[1][0]
 
-    def with_field(i: int, value: object) -> tuple:
-        return (args[0], [good_layer[:i] + (value,) + good_layer[i + 1:]])
+    def with_field(name: str, value: object) -> tuple:
+        return (args[0], [{**good_layer, name: value}])
 
-    wqkv = good_layer[1]
+    wqkv = good_layer["wqkv"]
     bad = {
-        "attn_norm too short": with_field(0, np.ones(hp.n_embd - 1, np.float32)),
-        "attn_norm missing": with_field(0, None),
-        "attn_norm float64": with_field(0, np.ones(hp.n_embd)),
-        "a matrix piece lies about its rows": with_field(1, ((wqkv[0][0], wqkv[0][1], wqkv[0][2] + 1, wqkv[0][3]),)
-                                                      + wqkv[1:]),
-        "a matrix of the wrong width": with_field(1, tuple((p[0], p[1], p[2], p[3] * 2) for p in wqkv)),
-        "an unknown type": with_field(1, tuple((p[0], 99, p[2], p[3]) for p in wqkv)),
-        "too few outputs": with_field(1, ((wqkv[0][0][:-1], wqkv[0][1], wqkv[0][2] - 1, wqkv[0][3]),) + wqkv[1:]),
-        "not a tuple of pieces": with_field(1, wqkv[0][0]),
-        "a negative window": with_field(16, -1),
-        "a layer too short": (args[0], [good_layer[:-1]]),
-        "heads that do not share": ((args[0][0], 3) + args[0][2:], args[1]),
+        "attn_norm too short": with_field("attn_norm", np.ones(hp.n_embd - 1, np.float32)),
+        "attn_norm missing": with_field("attn_norm", None),
+        "attn_norm float64": with_field("attn_norm", np.ones(hp.n_embd)),
+        "a matrix piece lies about its rows": with_field("wqkv", ((wqkv[0][0], wqkv[0][1], wqkv[0][2] + 1,
+                                                                   wqkv[0][3]),) + wqkv[1:]),
+        "a matrix of the wrong width": with_field("wqkv", tuple((p[0], p[1], p[2], p[3] * 2) for p in wqkv)),
+        "an unknown type": with_field("wqkv", tuple((p[0], 99, p[2], p[3]) for p in wqkv)),
+        "too few outputs": with_field("wqkv", ((wqkv[0][0][:-1], wqkv[0][1], wqkv[0][2] - 1, wqkv[0][3]),)
+                                      + wqkv[1:]),
+        "not a tuple of pieces": with_field("wqkv", wqkv[0][0]),
+        "a negative window": with_field("window", -1),
+        "a layer short of a field": (args[0], [{k: v for k, v in good_layer.items() if k != "window"}]),
+        "heads that do not share": ({**args[0], "n_head": 3}, args[1]),
     }
     for what, a in bad.items():
         with pytest.raises((ValueError, TypeError, BufferError)):
@@ -255,6 +257,33 @@ def test_binding_checks_every_length(tiny: Model) -> None:
             stack.forward(*call)
             pytest.fail(what)
     stack.forward(x, [(2, 2, *caches)], 2)
+
+
+def test_layers_and_hyper_parameters_cross_by_name(tiny: Model) -> None:
+    """A layer and the hyper-parameters are dicts keyed by the names model.h lists (Stack.FIELDS, Stack.HPARAMS);
+    a missing or unknown name is a ValueError naming it, and a position-ordered tuple is refused."""
+    assert _core.Stack.FIELDS == ("attn_norm", "wqkv", "bqkv", "q_norm", "k_norm", "wo", "bo", "post_attn_norm",
+                                  "ffn_norm", "w_gate_up", "b_gate_up", "w_down", "b_down", "post_ffn_norm",
+                                  "rope_freqs", "rope_base", "window")
+    assert _core.Stack.HPARAMS == ("n_embd", "n_head", "n_head_kv", "head_dim", "head_dim_v", "n_ff", "n_rot", "eps",
+                                   "rope_neox", "gelu", "scale_q", "q_scale", "attn_scale")
+    ns = tiny._stack
+    assert ns is not None
+    hparams, layers, _ = ns._stack_args
+    assert list(layers[0]) == list(_core.Stack.FIELDS) and list(hparams) == list(_core.Stack.HPARAMS)
+    cases = {
+        "layer 1 has no 'bo'": (hparams, [layers[0], {k: v for k, v in layers[1].items() if k != "bo"}]),
+        "layer 0 has an unknown field 'attn_bias'": (hparams, [{**layers[0], "attn_bias": None}]),
+        "hparams has no 'eps'": ({k: v for k, v in hparams.items() if k != "eps"}, layers),
+        "hparams has an unknown field 'n_expert'": ({**hparams, "n_expert": 4}, layers),
+    }
+    for message, args in cases.items():
+        with pytest.raises(ValueError, match=message):
+            _core.Stack(*args)
+    with pytest.raises(TypeError, match="layer 0 must be a dict by name"):
+        _core.Stack(hparams, [tuple(layers[0].values())])
+    with pytest.raises(TypeError, match="hparams must be a dict by name"):
+        _core.Stack(tuple(hparams.values()), layers)
 
 
 def test_binding_checks_the_head(tiny: Model) -> None:
@@ -312,7 +341,8 @@ PROMPTS = [IDS[:9], IDS[3:5], IDS[:14], [IDS[7]]]
 def test_batched_steps_run_the_c_blocks_and_equal_lone_steps(tiny: Model, monkeypatch: pytest.MonkeyPatch) -> None:
     """Single-token steps of several sequences in one pass (each at its own position, on its own cache) give every
     sequence the bits of its steps alone, through the C blocks (the Python blocks are not called)."""
-    monkeypatch.setattr(tiny._arch, "blocks", lambda *a: pytest.fail("the Python blocks ran"))
+    monkeypatch.setattr(tiny, "_arch", dataclasses.replace(tiny._arch, blocks=lambda *a: pytest.fail("the Python "
+                                                                                                  "blocks ran")))
     got, want = steps_together_and_alone(tiny, PROMPTS, 6)
     np.testing.assert_array_equal(got, want)
 

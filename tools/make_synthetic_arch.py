@@ -1,8 +1,8 @@
-"""Tiny qwen2 / qwen3 / phi3 / llama GGUFs with random weights: models of architectures whose real weights cannot
+"""Tiny qwen2 / qwen3 / phi3 / llama / mistral3 GGUFs with random weights: models of architectures whose real weights cannot
 be downloaded here, small enough (under 1 MB) for a test to make and for llama.cpp to run in a second.
 
     python tools/make_synthetic_arch.py NAME OUT.gguf [--seed N]        (NAME: a key of ARCHS)
-    python tools/make_synthetic_arch.py --expected tests/data/archs_llamacpp_greedy.json
+    python tools/make_synthetic_arch.py --expected tests/data/archs_llamacpp_greedy.json [--only NAME ...]
 
 The vocab is minillama's demo vocab (minillama/data/default-vocab.gguf, 1,000 byte-level BPE tokens; llama.cpp
 loads it). The weights are Gaussian, scaled so activations stay in range; norm weights are drawn around 1 and
@@ -13,7 +13,8 @@ quantizers, which write the same bytes for these types). The same arch and seed 
 byte: tests/test_model_archs.py checks its sha256 before comparing with llama.cpp's stored outputs
 (tests/data/archs_llamacpp_greedy.json, made by --expected from these files). Beside one plain model per
 architecture: "llama" is Llama-3.2-shaped (rope base 500000, rope_freqs.weight as the converter computes llama3
-rope scaling, long prompts), and the "-biases" models carry the optional biases llama.cpp loads.
+rope scaling, long prompts), and the "-biases" models carry the optional biases llama.cpp loads. --only remakes
+the named models' entries of an existing --expected file and keeps the others as they are.
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ LLAMA_BIASES = ("attn_q.bias", "attn_k.bias", "attn_v.bias", "attn_output.bias",
 #: one of a handful of tokens, whatever the input). n_rot: rope.dimension_count, written only when set (phi3
 #: rotates part of each head, as Phi-4-mini does; qwen2/qwen3 must rotate all of it). sliding_window: phi3 writes one, as Phi-3's files
 #: do, and llama.cpp ignores it for phi3 (SWA disabled), so it is shorter than the test sequences on purpose.
+#: layout: the block tensors of another architecture (mistral3's are llama's).
 ARCHS: dict[str, dict[str, Any]] = {
     "qwen2": {"n_embd": 128, "n_layer": 2, "n_head": 4, "n_head_kv": 2, "n_ff": 320, "n_ctx": 4096,
               "rope_base": 1000000.0, "eps": 1e-6, "tied": False},
@@ -77,6 +79,8 @@ ARCHS: dict[str, dict[str, Any]] = {
     "phi3-biases": {"arch": "phi3", "n_embd": 128, "n_layer": 2, "n_head": 4, "n_head_kv": 2, "n_ff": 320,
                     "n_ctx": 4096, "rope_base": 10000.0, "eps": 1e-5, "tied": False, "n_rot": 16,
                     "biases": ("attn_qkv.bias",)},
+    "mistral3": {"layout": "llama", "n_embd": 128, "n_layer": 2, "n_head": 4, "n_head_kv": 2, "key_length": 64,
+                 "n_ff": 320, "n_ctx": 4096, "rope_base": 1000000.0, "eps": 1e-5, "tied": False},
     "llama-biases": {"arch": "llama", "n_embd": 128, "n_layer": 2, "n_head": 4, "n_head_kv": 2, "n_ff": 320,
                      "n_ctx": 4096, "rope_base": 10000.0, "eps": 1e-5, "tied": False, "biases": LLAMA_BIASES},
 }
@@ -153,6 +157,7 @@ def llama3_rope_factors(head_dim: int, base: float, scaling: dict[str, float]) -
 def layer_tensors(arch: str, c: dict[str, Any]) -> list[tuple[str, str, tuple[int, ...]]]:
     """(GGUF name after "blk.{i}.", kind, numpy shape (n_out, n_in) or (n,)) of one block, in file order; each
     bias in c["biases"] right after its matrix."""
+    arch = c.get("layout", arch)
     d, hd = c["n_embd"], c.get("key_length", c["n_embd"] // c["n_head"])
     q, kv, ff = c["n_head"] * hd, c["n_head_kv"] * hd, c["n_ff"]
     attn = {
@@ -254,8 +259,9 @@ def _log_softmax(logits: np.ndarray) -> np.ndarray:
     return x - np.log(np.exp(x).sum())
 
 
-def expected(out: str) -> None:
-    """llama.cpp's greedy continuations on every architecture's seed-0 model, written to out as JSON."""
+def expected(out: str, only: list[str] | None = None) -> None:
+    """llama.cpp's greedy continuations on every architecture's seed-0 model (only: on these, the other entries of
+    the existing file out kept), written to out as JSON."""
     sys.path.insert(0, str(ROOT / "tools" / "bench"))
     sys.path.insert(0, str(SHARED / "tools"))
     from llamacpp_decode import LlamaCpp
@@ -264,8 +270,11 @@ def expected(out: str) -> None:
     prompts = [line.rstrip("\n").replace("\\n", "\n")
                for line in (ROOT / "tools" / "model_prompts.txt").read_text(encoding="utf-8").splitlines() if line]
     data: dict[str, Any] = {"n_predict": N_PREDICT, "archs": {}}
+    if only:
+        data = json.loads(Path(out).read_text(encoding="utf-8"))
+        data["archs"] = {**data["archs"], **dict.fromkeys(only)}  # each new name after the kept ones, in turn
     with tempfile.TemporaryDirectory() as tmp:
-        for arch in ARCHS:
+        for arch in only or ARCHS:
             path = os.path.join(tmp, f"{arch}.gguf")
             write_model(arch, path)
             vocab, ref = Oracle(path), LlamaCpp(path, SHARED)
@@ -294,9 +303,10 @@ def main(argv: list[str]) -> int:
     ap.add_argument("out", nargs="?")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--expected", metavar="OUT.json", help="write llama.cpp's outputs on every arch's model")
+    ap.add_argument("--only", nargs="+", choices=ARCHS, help="with --expected: remake these models' entries only")
     a = ap.parse_args(argv)
     if a.expected:
-        expected(a.expected)
+        expected(a.expected, a.only)
         return 0
     if not (a.arch and a.out):
         ap.error("expected ARCH and OUT.gguf (or --expected OUT.json)")

@@ -390,3 +390,16 @@ int ms_forward(const ms_model *m, float *x, const ms_seq *seqs, int n_seq, int t
     free(f), free(y), free(pos), free(seq_of), free(chunks), free(last);
     return 1;
 }
+
+int64_t ms_dim(const ms_model *m, int dim) {
+    switch (dim) {
+    case MS_DIM_EMBD: return m->n_embd;
+    case MS_DIM_QKV: return m->n_head * m->head_dim + m->n_head_kv * m->head_dim + m->n_head_kv * m->head_dim_v;
+    case MS_DIM_HEAD: return m->head_dim;
+    case MS_DIM_O: return m->n_head * m->head_dim_v;
+    case MS_DIM_GATE_UP: return 2 * m->n_ff;
+    case MS_DIM_FF: return m->n_ff;
+    case MS_DIM_ROT_PAIRS: return m->n_rot / 2;
+    default: return 0;
+    }
+}

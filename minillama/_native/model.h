@@ -46,29 +46,82 @@ typedef struct {
     int64_t cols, n_out;             /* inputs; outputs (the pieces' rows) */
 } ms_matrix;
 
-/* One block; NULL vectors are absent (llama has no q_norm, gemma3 no biases, ...). Lengths: n_embd for the norms
- * of the stream and bo/b_down, head_dim for q_norm/k_norm, n_rot / 2 for rope_freqs, the matrix's outputs for
- * the fused biases. */
+/* The fields of one block, in one list: X(KIND, name, required, size, outputs). It makes ms_layer's members, the
+ * binding's parse table (module.c's Stack takes a dict per layer, field by name) and _core.Stack.FIELDS. KIND:
+ * VEC a float32 vector of `size` values (NULL when absent: llama has no q_norm, gemma3 no biases, ...), MAT a
+ * weight matrix of `size` inputs and `outputs` outputs, F64 / I64 a number. Sizes are MS_DIM_* names: EMBD
+ * n_embd, QKV the q|k|v outputs, HEAD head_dim, O n_head * head_dim_v, GATE_UP 2 n_ff, FF n_ff, ROT_PAIRS
+ * n_rot / 2. rope_base is the layer's rope base; window > 0: a query sees only keys fewer than window positions
+ * back. */
+#define MS_LAYER_FIELDS(X)                                                                                           \
+    X(VEC, attn_norm, 1, EMBD, NONE)                                                                                 \
+    X(MAT, wqkv, 1, EMBD, QKV)                                                                                       \
+    X(VEC, bqkv, 0, QKV, NONE)                                                                                       \
+    X(VEC, q_norm, 0, HEAD, NONE)                                                                                    \
+    X(VEC, k_norm, 0, HEAD, NONE)                                                                                    \
+    X(MAT, wo, 1, O, EMBD)                                                                                           \
+    X(VEC, bo, 0, EMBD, NONE)                                                                                        \
+    X(VEC, post_attn_norm, 0, EMBD, NONE)                                                                            \
+    X(VEC, ffn_norm, 1, EMBD, NONE)                                                                                  \
+    X(MAT, w_gate_up, 1, EMBD, GATE_UP)                                                                              \
+    X(VEC, b_gate_up, 0, GATE_UP, NONE)                                                                              \
+    X(MAT, w_down, 1, FF, EMBD)                                                                                      \
+    X(VEC, b_down, 0, EMBD, NONE)                                                                                    \
+    X(VEC, post_ffn_norm, 0, EMBD, NONE)                                                                             \
+    X(VEC, rope_freqs, 0, ROT_PAIRS, NONE)                                                                           \
+    X(F64, rope_base, 1, NONE, NONE)                                                                                 \
+    X(I64, window, 1, NONE, NONE)
+
+typedef const float *ms_field_VEC;
+typedef ms_matrix ms_field_MAT;
+typedef double ms_field_F64;
+typedef int64_t ms_field_I64;
+
 typedef struct {
-    const float *attn_norm, *bqkv, *q_norm, *k_norm, *bo, *post_attn_norm, *ffn_norm, *b_gate_up, *b_down,
-        *post_ffn_norm, *rope_freqs;
-    ms_matrix wqkv, wo, w_gate_up, w_down; /* d -> q|k|v, H*Dv -> d, d -> gate|up (2 n_ff), n_ff -> d */
-    double rope_base;
-    int64_t window; /* > 0: a query sees only keys fewer than window positions back */
+#define MS_LAYER_MEMBER(kind, name, required, size, outputs) ms_field_##kind name;
+    MS_LAYER_FIELDS(MS_LAYER_MEMBER)
+#undef MS_LAYER_MEMBER
 } ms_layer;
+
+/* The sizes a layer field is given in (MS_LAYER_FIELDS); ms_dim gives their values for a model. */
+enum { MS_DIM_NONE, MS_DIM_EMBD, MS_DIM_QKV, MS_DIM_HEAD, MS_DIM_O, MS_DIM_GATE_UP, MS_DIM_FF, MS_DIM_ROT_PAIRS };
+
+/* The hyper-parameters, in one list: X(KIND, name). It makes ms_model's members and the binding's parse table
+ * (a dict by name) and _core.Stack.HPARAMS. I64 an integer, F32 a float, BOOL a flag: rope_neox (rope pairs
+ * (i, i + n_rot/2) rather than (2i, 2i+1)), gelu (GeGLU rather than SwiGLU), scale_q (multiply q by q_scale after
+ * rope, gemma3); attn_scale multiplies the scores. */
+#define MS_HPARAMS(X)                                                                                                \
+    X(I64, n_embd)                                                                                                   \
+    X(I64, n_head)                                                                                                   \
+    X(I64, n_head_kv)                                                                                                \
+    X(I64, head_dim)                                                                                                 \
+    X(I64, head_dim_v)                                                                                               \
+    X(I64, n_ff)                                                                                                     \
+    X(I64, n_rot)                                                                                                    \
+    X(F32, eps)                                                                                                      \
+    X(BOOL, rope_neox)                                                                                               \
+    X(BOOL, gelu)                                                                                                    \
+    X(BOOL, scale_q)                                                                                                 \
+    X(F32, q_scale)                                                                                                  \
+    X(F32, attn_scale)
+
+typedef int64_t ms_hparam_I64;
+typedef float ms_hparam_F32;
+typedef int ms_hparam_BOOL;
 
 typedef struct {
     int n_layer;
-    int64_t n_embd, n_head, n_head_kv, head_dim, head_dim_v, n_ff, n_rot;
-    float eps;
-    int rope_neox, gelu;    /* rope pairs (i, i + n_rot/2) rather than (2i, 2i+1); GeGLU rather than SwiGLU */
-    int scale_q;            /* multiply q by q_scale after rope (gemma3) */
-    float q_scale, attn_scale;
+#define MS_HPARAM_MEMBER(kind, name) ms_hparam_##kind name;
+    MS_HPARAMS(MS_HPARAM_MEMBER)
+#undef MS_HPARAM_MEMBER
     ms_layer *layers;
     /* The head, when out_norm is not NULL: the final norm and the output matrix (n_embd -> n_vocab outputs). */
     const float *out_norm;
     ms_matrix output;
 } ms_model;
+
+/* The value of size dim (MS_DIM_*) for model m's hyper-parameters; 0 for MS_DIM_NONE. */
+int64_t ms_dim(const ms_model *m, int dim);
 
 /* One sequence's rows of a pass: n >= 1 tokens at positions start.., their keys and values stored in k[l]
  * [.., n_head_kv, head_dim] / v[l] as float16 (llama.cpp's cache type), each holding at least start + n

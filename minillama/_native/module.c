@@ -1349,14 +1349,12 @@ static PyObject *quants_isa(PyObject *self, PyObject *unused) {
 /* ---- model.c: the blocks of a llama-family model in C (issue 24) ------------------------------------------------ */
 #include "model.h"
 
-/* Stack(hparams, layers, head=None): a model's blocks over its quantized weights, for model.c. hparams =
- * (n_embd, n_head, n_head_kv, head_dim, head_dim_v, n_ff, n_rot, eps, rope_neox, gelu, scale_q, q_scale,
- * attn_scale); each layer = (attn_norm, wqkv, bqkv, q_norm, k_norm, wo, bo, post_attn_norm, ffn_norm, w_gate_up,
- * b_gate_up, w_down, b_down, post_ffn_norm, rope_freqs, rope_base, window), vectors float32 or None, matrices a
- * tuple of 1-3 pieces (raw uint8 rows, ggml type, rows, cols); head = (out_norm, output matrix, n_vocab), for
- * forward's logits.
- * Every length is checked here, once; the buffers are kept for the object's life (the map stays open while a
- * view of it is held). */
+/* Stack(hparams, layers, head=None): a model's blocks over its quantized weights, for model.c. hparams: a dict of
+ * every name in Stack.HPARAMS (model.h's MS_HPARAMS); each layer: a dict of every name in Stack.FIELDS (model.h's
+ * MS_LAYER_FIELDS), vectors float32 or None (an optional one), matrices a tuple of 1-3 pieces (raw uint8 rows, ggml
+ * type, rows, cols); head = (out_norm, output matrix, n_vocab), for forward's logits. A name missing or unknown is a
+ * ValueError naming it. Every length is checked here, once; the buffers are kept for the object's life (the map
+ * stays open while a view of it is held). */
 typedef struct {
     PyObject_HEAD
     ms_model m;
@@ -1364,10 +1362,82 @@ typedef struct {
     int n_bufs;
 } StackObject;
 
-enum { ST_ATTN_NORM, ST_WQKV, ST_BQKV, ST_Q_NORM, ST_K_NORM, ST_WO, ST_BO, ST_POST_ATTN_NORM, ST_FFN_NORM,
-       ST_W_GATE_UP, ST_B_GATE_UP, ST_W_DOWN, ST_B_DOWN, ST_POST_FFN_NORM, ST_ROPE_FREQS, ST_ROPE_BASE, ST_WINDOW,
-       ST_FIELDS };
-#define ST_MAX_BUFS_PER_LAYER (11 + 4 * MS_MAX_PARTS)
+enum { ST_VEC, ST_MAT, ST_F64, ST_I64 };
+/* The layer fields' parse table, from MS_LAYER_FIELDS: name, kind, required, size, outputs, place in ms_layer. */
+typedef struct {
+    const char *name;
+    int kind, required, size, outputs;
+    size_t offset;
+} st_field;
+static const st_field st_fields[] = {
+#define ST_FIELD_ROW(kind, name, required, size, outputs)                                                             \
+    {#name, ST_##kind, required, MS_DIM_##size, MS_DIM_##outputs, offsetof(ms_layer, name)},
+    MS_LAYER_FIELDS(ST_FIELD_ROW)
+#undef ST_FIELD_ROW
+};
+#define ST_N_FIELDS ((int)(sizeof st_fields / sizeof st_fields[0]))
+#define ST_MAX_BUFS_PER_LAYER (ST_N_FIELDS * MS_MAX_PARTS)
+
+enum { SH_I64, SH_F32, SH_BOOL };
+/* The hyper-parameters' parse table, from MS_HPARAMS. */
+typedef struct {
+    const char *name;
+    int kind;
+    size_t offset;
+} st_hparam;
+static const st_hparam st_hparams[] = {
+#define ST_HPARAM_ROW(kind, name) {#name, SH_##kind, offsetof(ms_model, name)},
+    MS_HPARAMS(ST_HPARAM_ROW)
+#undef ST_HPARAM_ROW
+};
+#define ST_N_HPARAMS ((int)(sizeof st_hparams / sizeof st_hparams[0]))
+
+/* d's value of each of the n names (names[i] at i, borrowed) into out: a dict holding exactly those keys, else a
+ * ValueError naming the first missing or unknown one (what: "hparams", "layer 3"). */
+static int st_by_name(PyObject *d, const char *const *names, int n, PyObject **out, const char *what) {
+    if (!PyDict_Check(d)) {
+        PyErr_Format(PyExc_TypeError, "Stack: %s must be a dict by name, not %.100s", what, Py_TYPE(d)->tp_name);
+        return 0;
+    }
+    for (int i = 0; i < n; i++) {
+        out[i] = PyDict_GetItemString(d, names[i]);
+        if (!out[i]) {
+            PyErr_Format(PyExc_ValueError, "Stack: %s has no '%s' (expected every name in Stack.%s)", what,
+                         names[i], n == ST_N_FIELDS ? "FIELDS" : "HPARAMS");
+            return 0;
+        }
+    }
+    if (PyDict_GET_SIZE(d) != n) {
+        PyObject *key, *value;
+        Py_ssize_t pos = 0;
+        while (PyDict_Next(d, &pos, &key, &value)) {
+            int known = 0;
+            for (int i = 0; i < n && !known; i++) known = PyUnicode_Check(key) && !PyUnicode_CompareWithASCIIString(key, names[i]);
+            if (!known) {
+                PyErr_Format(PyExc_ValueError, "Stack: %s has an unknown field %R (expected only the names in Stack.%s)",
+                             what, key, n == ST_N_FIELDS ? "FIELDS" : "HPARAMS");
+                return 0;
+            }
+        }
+    }
+    return 1;
+}
+
+static const char *st_field_names[ST_N_FIELDS], *st_hparam_names[ST_N_HPARAMS];
+
+/* A tuple of the names of a table (Stack.FIELDS, Stack.HPARAMS). */
+static PyObject *st_names_tuple(const char *const *names, int n) {
+    PyObject *t = PyTuple_New(n);
+    for (int i = 0; t && i < n; i++) {
+        PyObject *s = PyUnicode_FromString(names[i]);
+        if (!s) {
+            Py_CLEAR(t);
+            break;
+        }
+        PyTuple_SET_ITEM(t, i, s);
+    }
+    return t;
+}
 
 static void Stack_dealloc(StackObject *self) {
     for (int i = 0; i < self->n_bufs; i++) PyBuffer_Release(&self->bufs[i]);
@@ -1440,83 +1510,89 @@ static int stack_matrix(StackObject *self, PyObject *o, int64_t in, int64_t out,
 
 static int Stack_init(StackObject *self, PyObject *args, PyObject *kwds) {
     (void)kwds;
-    PyObject *layers, *head = Py_None;
-    long long n_embd, n_head, n_head_kv, head_dim, head_dim_v, n_ff, n_rot;
-    float eps, q_scale, attn_scale;
-    int neox, gelu, scale_q;
+    PyObject *hparams, *layers, *head = Py_None;
     if (self->m.layers) {
         PyErr_SetString(PyExc_RuntimeError, "Stack is already initialised");
         return -1;
     }
-    if (!PyArg_ParseTuple(args, "(LLLLLLLfpppff)O!|O", &n_embd, &n_head, &n_head_kv, &head_dim, &head_dim_v,
-                          &n_ff, &n_rot, &eps, &neox, &gelu, &scale_q, &q_scale, &attn_scale, &PyList_Type, &layers,
-                          &head))
-        return -1;
+    if (!PyArg_ParseTuple(args, "OO!|O", &hparams, &PyList_Type, &layers, &head)) return -1;
+    PyObject *hv[ST_N_HPARAMS];
+    if (!st_by_name(hparams, st_hparam_names, ST_N_HPARAMS, hv, "hparams")) return -1;
+    ms_model m = {0};
+    for (int i = 0; i < ST_N_HPARAMS; i++) {
+        char *at = (char *)&m + st_hparams[i].offset;
+        if (st_hparams[i].kind == SH_I64) {
+            long long v = PyLong_AsLongLong(hv[i]);
+            if (v == -1 && PyErr_Occurred()) return -1;
+            *(int64_t *)at = v;
+        } else if (st_hparams[i].kind == SH_F32) {
+            double v = PyFloat_AsDouble(hv[i]);
+            if (v == -1.0 && PyErr_Occurred()) return -1;
+            *(float *)at = (float)v;
+        } else {
+            int v = PyObject_IsTrue(hv[i]);
+            if (v < 0) return -1;
+            *(int *)at = v;
+        }
+    }
     const long long lim = 1 << 20;
-    if (n_embd < 1 || n_embd > lim || n_head < 1 || n_head > lim || n_head_kv < 1 || n_head % n_head_kv ||
-        head_dim < 1 || head_dim > lim || head_dim_v < 1 || head_dim_v > lim || n_ff < 1 || n_ff > lim ||
-        n_rot < 0 || n_rot > head_dim || n_rot % 2 || n_head * head_dim > lim || n_head * head_dim_v > lim ||
-        PyList_GET_SIZE(layers) < 1 || PyList_GET_SIZE(layers) > 4096 || !isfinite(eps) || eps < 0) {
+    if (m.n_embd < 1 || m.n_embd > lim || m.n_head < 1 || m.n_head > lim || m.n_head_kv < 1 ||
+        m.n_head % m.n_head_kv || m.head_dim < 1 || m.head_dim > lim || m.head_dim_v < 1 || m.head_dim_v > lim ||
+        m.n_ff < 1 || m.n_ff > lim || m.n_rot < 0 || m.n_rot > m.head_dim || m.n_rot % 2 ||
+        m.n_head * m.head_dim > lim || m.n_head * m.head_dim_v > lim || PyList_GET_SIZE(layers) < 1 ||
+        PyList_GET_SIZE(layers) > 4096 || !isfinite(m.eps) || m.eps < 0) {
         PyErr_SetString(PyExc_ValueError, "Stack: hyper-parameters out of range");
         return -1;
     }
     const int n_layer = (int)PyList_GET_SIZE(layers);
-    self->m = (ms_model){.n_layer = n_layer, .n_embd = n_embd, .n_head = n_head, .n_head_kv = n_head_kv,
-                         .head_dim = head_dim, .head_dim_v = head_dim_v, .n_ff = n_ff, .n_rot = n_rot, .eps = eps,
-                         .rope_neox = neox, .gelu = gelu, .scale_q = scale_q, .q_scale = q_scale,
-                         .attn_scale = attn_scale};
+    m.n_layer = n_layer;
+    self->m = m;
     self->m.layers = PyMem_Calloc((size_t)n_layer, sizeof(ms_layer));
     self->bufs = PyMem_Calloc((size_t)(n_layer + 1) * ST_MAX_BUFS_PER_LAYER, sizeof(Py_buffer));
     if (!self->m.layers || !self->bufs) {
         PyErr_NoMemory();
         return -1;
     }
-    const int64_t d = n_embd, q_dim = n_head * head_dim, kv = n_head_kv * head_dim, vv = n_head_kv * head_dim_v;
+    const int64_t d = m.n_embd;
     double bases[2];
     PyObject *freqs[2];
     int n_tables = 0;
     for (int il = 0; il < n_layer; il++) {
-        PyObject *t = PyList_GET_ITEM(layers, il);
-        if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != ST_FIELDS) {
-            PyErr_Format(PyExc_ValueError, "Stack: layer %d must be a tuple of %d fields", il, ST_FIELDS);
-            return -1;
-        }
+        PyObject *v[ST_N_FIELDS], *rope_freqs = NULL;
+        char what[32];
+        snprintf(what, sizeof what, "layer %d", il);
+        if (!st_by_name(PyList_GET_ITEM(layers, il), st_field_names, ST_N_FIELDS, v, what)) return -1;
         ms_layer *L = &self->m.layers[il];
-#define F(i) PyTuple_GET_ITEM(t, i)
-        if (!stack_vector(self, F(ST_ATTN_NORM), d, 1, &L->attn_norm, "attn_norm", il) ||
-            !stack_matrix(self, F(ST_WQKV), d, q_dim + kv + vv, &L->wqkv, "wqkv", il) ||
-            !stack_vector(self, F(ST_BQKV), q_dim + kv + vv, 0, &L->bqkv, "bqkv", il) ||
-            !stack_vector(self, F(ST_Q_NORM), head_dim, 0, &L->q_norm, "q_norm", il) ||
-            !stack_vector(self, F(ST_K_NORM), head_dim, 0, &L->k_norm, "k_norm", il) ||
-            !stack_matrix(self, F(ST_WO), n_head * head_dim_v, d, &L->wo, "wo", il) ||
-            !stack_vector(self, F(ST_BO), d, 0, &L->bo, "bo", il) ||
-            !stack_vector(self, F(ST_POST_ATTN_NORM), d, 0, &L->post_attn_norm, "post_attn_norm", il) ||
-            !stack_vector(self, F(ST_FFN_NORM), d, 1, &L->ffn_norm, "ffn_norm", il) ||
-            !stack_matrix(self, F(ST_W_GATE_UP), d, 2 * n_ff, &L->w_gate_up, "w_gate_up", il) ||
-            !stack_vector(self, F(ST_B_GATE_UP), 2 * n_ff, 0, &L->b_gate_up, "b_gate_up", il) ||
-            !stack_matrix(self, F(ST_W_DOWN), n_ff, d, &L->w_down, "w_down", il) ||
-            !stack_vector(self, F(ST_B_DOWN), d, 0, &L->b_down, "b_down", il) ||
-            !stack_vector(self, F(ST_POST_FFN_NORM), d, 0, &L->post_ffn_norm, "post_ffn_norm", il) ||
-            !stack_vector(self, F(ST_ROPE_FREQS), n_rot / 2, 0, &L->rope_freqs, "rope_freqs", il))
-            return -1;
-        L->rope_base = PyFloat_AsDouble(F(ST_ROPE_BASE));
-        L->window = PyLong_AsLongLong(F(ST_WINDOW));
-        if (PyErr_Occurred()) return -1;
+        for (int i = 0; i < ST_N_FIELDS; i++) {
+            const st_field *f = &st_fields[i];
+            char *at = (char *)L + f->offset;
+            int ok = 1;
+            if (f->kind == ST_VEC)
+                ok = stack_vector(self, v[i], ms_dim(&self->m, f->size), f->required, (const float **)at, f->name, il);
+            else if (f->kind == ST_MAT)
+                ok = stack_matrix(self, v[i], ms_dim(&self->m, f->size), ms_dim(&self->m, f->outputs),
+                                  (ms_matrix *)at, f->name, il);
+            else if (f->kind == ST_F64)
+                *(double *)at = PyFloat_AsDouble(v[i]);
+            else
+                *(int64_t *)at = PyLong_AsLongLong(v[i]);
+            if (!ok || PyErr_Occurred()) return -1;
+            if (at == (char *)&L->rope_freqs) rope_freqs = v[i];
+        }
         if (!isfinite(L->rope_base) || L->rope_base <= 0 || L->window < 0) {
             PyErr_Format(PyExc_ValueError, "Stack: layer %d: rope base %g, window %lld", il, L->rope_base,
                          (long long)L->window);
             return -1;
         }
         int found = 0;
-        for (int i = 0; i < n_tables; i++) found |= bases[i] == L->rope_base && freqs[i] == F(ST_ROPE_FREQS);
+        for (int i = 0; i < n_tables; i++) found |= bases[i] == L->rope_base && freqs[i] == rope_freqs;
         if (!found) {
             if (n_tables == 2) {
                 PyErr_SetString(PyExc_ValueError, "Stack: at most two rope bases/factors over the layers");
                 return -1;
             }
-            bases[n_tables] = L->rope_base, freqs[n_tables++] = F(ST_ROPE_FREQS);
+            bases[n_tables] = L->rope_base, freqs[n_tables++] = rope_freqs;
         }
-#undef F
     }
     if (head != Py_None) { /* (out_norm, output matrix, n_vocab): "layer" n_layer in the messages */
         long long n_vocab;
@@ -1699,7 +1775,16 @@ static PyTypeObject StackType = {
 };
 
 static int add_stack(PyObject *m) {
+    for (int i = 0; i < ST_N_FIELDS; i++) st_field_names[i] = st_fields[i].name;
+    for (int i = 0; i < ST_N_HPARAMS; i++) st_hparam_names[i] = st_hparams[i].name;
     if (PyType_Ready(&StackType) < 0) return -1;
+    PyObject *fields = st_names_tuple(st_field_names, ST_N_FIELDS), *hps = st_names_tuple(st_hparam_names, ST_N_HPARAMS);
+    int bad = !fields || !hps || PyDict_SetItemString(StackType.tp_dict, "FIELDS", fields) < 0 ||
+              PyDict_SetItemString(StackType.tp_dict, "HPARAMS", hps) < 0;
+    Py_XDECREF(fields);
+    Py_XDECREF(hps);
+    if (bad) return -1;
+    PyType_Modified(&StackType);
     return PyModule_AddObjectRef(m, "Stack", (PyObject *)&StackType);
 }
 

@@ -32,20 +32,26 @@ import numpy as np
 from ..embedding import Embedding
 from ..errors import ArgumentError, ContextLengthError, FormatError, NonFiniteError, UnsupportedError
 from ..sampling import Sampler
-from . import gemma3, llama, phi3, qwen2, qwen3
+from . import llama
 from .batch import Batch, StepBatcher
 from .cache import KVCache
 from .layers import Linear, QuantLinear, _Joined, rmsnorm
+from .spec import ArchSpec, get, supported
 from .stack import NativeStack
 from .stack import build as build_stack
 from .threads import AutoThreads, limited, usable_cores
 from .weights import HParams, TensorSpec, Weights
 
-__all__ = ["Model", "Session", "ARCHITECTURES"]
+__all__ = ["Model", "Session", "ARCHITECTURES", "ArchSpec", "supported"]
 
-#: general.architecture -> the module that implements it (LAYER_TENSORS, OPTIONAL_TENSORS, UNSUPPORTED_TENSORS,
-#: ROPE_WHOLE_HEAD, OUTPUT_BIAS, prepare, embed_scale, blocks).
-ARCHITECTURES: dict[str, ModuleType] = {"llama": llama, "qwen2": qwen2, "qwen3": qwen3, "phi3": phi3, "gemma3": gemma3}
+
+def __getattr__(name: str) -> Any:
+    """ARCHITECTURES, the old name of the registry: general.architecture -> its ArchSpec (spec.ARCHS), every
+    architecture module found first."""
+    if name == "ARCHITECTURES":
+        return {arch: get(arch) for arch in supported()}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 #: Tensors outside the blocks. output.weight is optional: without it the output matrix is the embedding (tied).
 TOKEN_EMBD: TensorSpec = ("token_embd.weight", ("n_embd", "n_vocab"))
@@ -76,7 +82,7 @@ Progress = Callable[[int, int], None]
 class Model:
     """A GGUF model with weights, ready to score tokens: logits(ids) and next_token(ids, sampler)."""
 
-    def __init__(self, path: str, hp: HParams, arch: ModuleType, embedding: Embedding,
+    def __init__(self, path: str, hp: HParams, arch: ArchSpec, embedding: Embedding,
                  layers: list[dict[str, Any]], output_norm: np.ndarray, output: Linear,
                  threads: Threads = AUTO, *, output_bias: np.ndarray | None = None) -> None:
         """Use from_file; this wires loaded weights together."""
@@ -88,7 +94,7 @@ class Model:
         self._native = isinstance(output, QuantLinear) or any(
             isinstance(v, QuantLinear) for layer in layers[:1] for v in layer.values())
         #: The blocks in C (model.c) on the native backend (prompts and batched steps alike), else None.
-        self._stack: NativeStack | None = (build_stack(_core_of(layers), hp, hp.arch, layers, (output_norm, output))
+        self._stack: NativeStack | None = (build_stack(_core_of(layers), hp, arch, layers, (output_norm, output))
                                            if self._native else None)
         #: A pass calls BLAS (unless the C blocks run it): limited() sets its threads around each pass.
         self._blas = self._stack is None
@@ -119,23 +125,29 @@ class Model:
         threads = _check_threads(threads)
         w = Weights(path)
         name = w.arch
-        arch = ARCHITECTURES.get(name)
+        arch = get(name)
         if arch is None:
             raise UnsupportedError(f"{path}: architecture {name!r} is not supported; minillama runs "
-                                   f"{', '.join(sorted(ARCHITECTURES))}")
+                                   f"{', '.join(supported())}")
         hp = w.hparams(name)
-        if arch.ROPE_WHOLE_HEAD and hp.n_rot != hp.head_dim:
+        for key, (neutral, what) in arch.refused_keys.items():
+            value = w.gguf.metadata.get(f"{name}.{key}")
+            if value is not None and not (isinstance(value, (int, float, str)) and value in neutral):  # a list too
+                raise UnsupportedError(f"{path}: {name}.{key} is {value!r}: {what}, which minillama does not "
+                                       f"implement for {name}; expected a file without it (or "
+                                       f"{' or '.join(map(repr, neutral))})")
+        if arch.rope_whole_head and hp.n_rot != hp.head_dim:
             key = f"{name}.rope.dimension_count"
             raise FormatError(f"{key} is {hp.n_rot}, expected {hp.head_dim} (the head size): llama.cpp's {name} "
                               "rotates whole heads and refuses other values", path=path, key=key)
-        for tensor, what in arch.UNSUPPORTED_TENSORS.items():
+        for tensor, what in arch.refused_tensors.items():
             if w.has(tensor):
                 raise UnsupportedError(f"{path}: tensor {tensor} holds {what}, which minillama does not implement "
                                        f"for {name}; expected a file without it")
         # Check that every tensor is there with its shape before the slow part: each block's required tensors
         # and the optional ones the file has, as fields of that block.
         out_spec = OUTPUT if w.has(OUTPUT[0]) else TOKEN_EMBD
-        bias_spec = [OUTPUT_BIAS] if arch.OUTPUT_BIAS and w.has(OUTPUT_BIAS[0]) else []
+        bias_spec = [OUTPUT_BIAS] if arch.output_bias and w.has(OUTPUT_BIAS[0]) else []
         blocks = [_block_fields(arch, w, hp, il) for il in range(hp.n_layer)]
         sizes = []
         for il, fields in enumerate(blocks):
@@ -386,10 +398,10 @@ def _core_of(layers: list[dict[str, Any]]) -> ModuleType | None:
     return None
 
 
-def _block_fields(arch: ModuleType, w: Weights, hp: HParams, il: int) -> list[tuple[str, TensorSpec]]:
+def _block_fields(arch: ArchSpec, w: Weights, hp: HParams, il: int) -> list[tuple[str, TensorSpec]]:
     """Block il's tensors as (field, spec): the required ones, in the q/k/v layout the file uses (llama.cpp's
     create_tensor_qkv takes attn_qkv when the block has it, else attn_q/k/v), and the optional ones it has."""
-    required, optional = dict(arch.LAYER_TENSORS), dict(arch.OPTIONAL_TENSORS)
+    required, optional = dict(arch.layer_tensors), dict(arch.optional_tensors)
     separate = (llama.SEPARATE_QKV, llama.QKV_BIASES)
     fused = (llama.FUSED_QKV, llama.FUSED_QKV_BIAS)
     fused_here = w.has(w.spec(llama.FUSED_QKV["wqkv"], hp, il)[0])

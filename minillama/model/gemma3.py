@@ -18,6 +18,7 @@ import numpy as np
 from .batch import Batch
 from .layers import Linear, gelu, glu_ffn, rmsnorm, rope_angles, rope_neox
 from .llama import SEPARATE_QKV, fuse_qkv, split_heads
+from .spec import ArchSpec, Native, register
 from .weights import HParams, TensorSpec
 
 #: Tensors of block {i}: field -> (GGUF name, ggml shape as HParams fields, ne0 first).
@@ -83,3 +84,13 @@ def blocks(x: np.ndarray, layers: list[dict[str, Any]], hp: HParams, batch: Batc
         f = glu_ffn(rmsnorm(x, w["ffn_norm"], hp.eps), w["w_gate_up"], w["w_down"], gelu)
         x = x + rmsnorm(f, w["post_ffn_norm"], hp.eps)
     return x
+
+
+def layer_attention(hp: HParams, il: int) -> tuple[float, int]:
+    """Layer il's (rope base, sliding window): ROPE_BASE_SWA and the window on the sliding-window layers."""
+    return (ROPE_BASE_SWA, hp.sliding_window) if is_swa(hp, il) else (hp.rope_base, 0)
+
+
+SPEC = register(ArchSpec("gemma3", LAYER_TENSORS, prepare, blocks, OPTIONAL_TENSORS, UNSUPPORTED_TENSORS,
+                         rope_whole_head=ROPE_WHOLE_HEAD, output_bias=OUTPUT_BIAS, embed_scale=embed_scale,
+                         native=Native(rope_neox=True, geglu=True, scale_q=True, layer=layer_attention)))

@@ -20,6 +20,7 @@ import numpy as np
 
 from .batch import Batch
 from .layers import Linear, glu_ffn, rmsnorm, rope_angles, rope_norm, silu
+from .spec import ArchSpec, Native, register
 from .weights import HParams, TensorSpec
 
 #: The two layouts of a block's q, k and v that llama.cpp's loader (create_tensor_qkv) takes in every architecture
@@ -149,3 +150,8 @@ def blocks(x: np.ndarray, layers: list[dict[str, Any]], hp: HParams, batch: Batc
                         w.get("b_down"))
     return x
 
+
+#: The architecture as Model.from_file and the C blocks read it.
+SPEC = register(ArchSpec("llama", LAYER_TENSORS, prepare, blocks, OPTIONAL_TENSORS, UNSUPPORTED_TENSORS,
+                         rope_whole_head=ROPE_WHOLE_HEAD, output_bias=OUTPUT_BIAS, embed_scale=embed_scale,
+                         native=Native()))

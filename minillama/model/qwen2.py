@@ -16,6 +16,7 @@ import numpy as np
 from . import llama
 from .batch import Batch
 from .layers import rope_neox
+from .spec import ArchSpec, Native, register
 from .weights import HParams, TensorSpec
 
 #: Tensors of block {i}: field -> (GGUF name, ggml shape as HParams fields, ne0 first).
@@ -43,3 +44,8 @@ prepare = llama.prepare  # the fused q/k/v bias and its add are llama's optional
 def blocks(x: np.ndarray, layers: list[dict[str, Any]], hp: HParams, batch: Batch) -> np.ndarray:
     """Run every block over x [T, d], the tokens at positions start..start+T-1, extending the cache."""
     return llama.blocks(x, layers, hp, batch, rope_neox)
+
+
+SPEC = register(ArchSpec("qwen2", LAYER_TENSORS, prepare, blocks, OPTIONAL_TENSORS, UNSUPPORTED_TENSORS,
+                         rope_whole_head=ROPE_WHOLE_HEAD, output_bias=OUTPUT_BIAS, embed_scale=embed_scale,
+                         native=Native(rope_neox=True)))

@@ -9,7 +9,9 @@ batch as alone.
 The Python blocks (llama.py and the other architecture files) stay the reference: the pure backend runs them.
 model.c computes the same thing from the same weights (the quantized
 matrices in the map, the float32 norm weights and biases), with what differs between the architectures given as
-data: the rope pairing, GeGLU or SwiGLU, gemma3's query scale, post-norms and per-layer sliding window and rope base.
+data (ArchSpec.native): the rope pairing, GeGLU or SwiGLU, gemma3's query scale, post-norms and per-layer sliding
+window and rope base. Layers and hyper-parameters cross to C as dicts by name (core.Stack.FIELDS, core.Stack.HPARAMS,
+one list in model.h), never by position.
 A model whose matrices are not all quantized views (a type the kernels lack, the pure backend) gets no Stack.
 """
 
@@ -21,23 +23,17 @@ from typing import Any
 
 import numpy as np
 
-from . import gemma3
 from .batch import Batch
 from .layers import Linear, QuantLinear, _Joined
+from .spec import ArchSpec
 from .threads import native_threads
 from .weights import HParams
 
 __all__ = ["NativeStack", "build"]
 
-#: general.architecture -> (rope pairs (i, i + n_rot/2), "NEOX"; GeGLU rather than SwiGLU): the architectures
-#: model.c runs.
-KINDS = {"llama": (False, False), "qwen2": (True, False), "qwen3": (True, False), "phi3": (True, False),
-         "gemma3": (True, True)}
-
-#: Fields of a layer tuple, in model.c's order (module.c's Stack): everything but the rope base and window is
-#: the prepared block's own field, None when the file has no such tensor.
-FIELDS = ("attn_norm", "wqkv", "bqkv", "q_norm", "k_norm", "wo", "bo", "post_attn_norm", "ffn_norm", "w_gate_up",
-          "b_gate_up", "w_down", "b_down", "post_ffn_norm", "rope_freqs")
+#: Per-layer fields of core.Stack.FIELDS that are not the prepared block's own: the layer's rope base and sliding
+#: window (ArchSpec.native.layer).
+LAYER_SCALARS = ("rope_base", "window")
 
 
 def _matrix(m: Any) -> tuple | None:
@@ -55,28 +51,28 @@ def _vector(v: Any) -> np.ndarray | None:
 class NativeStack:
     """The C blocks of one model: forward(x, batch) runs every block over x [T, d], the rows of batch's sequences."""
 
-    def __init__(self, core: Any, hp: HParams, arch: str, layers: list[dict[str, Any]],
+    def __init__(self, core: Any, hp: HParams, arch: ArchSpec, layers: list[dict[str, Any]],
                  head: tuple[np.ndarray, Any] | None = None) -> None:
-        neox, geglu = KINDS[arch]
-        gemma = arch == "gemma3"
-        q_scale = float(np.float32(1.0 / np.sqrt(np.float32(hp.head_dim)))) if gemma else 1.0
-        attn_scale = 1.0 if gemma else float(np.float32(1.0 / np.sqrt(hp.head_dim)))
+        kind = arch.native
+        assert kind is not None, f"model.c does not run {arch.name}"
+        q_scale = float(np.float32(1.0 / np.sqrt(np.float32(hp.head_dim)))) if kind.scale_q else 1.0
+        attn_scale = 1.0 if kind.scale_q else float(np.float32(1.0 / np.sqrt(hp.head_dim)))
+        names = [name for name in core.Stack.FIELDS if name not in LAYER_SCALARS]
         rows = []
         for il, w in enumerate(layers):
-            fields: list[Any] = []
-            for name in FIELDS:
-                v = w.get(name)
-                fields.append(_matrix(v) if isinstance(v, Linear) else _vector(v))
-            swa = gemma and gemma3.is_swa(hp, il)
-            base = gemma3.ROPE_BASE_SWA if swa else hp.rope_base
-            rows.append((*fields, float(base), hp.sliding_window if swa else 0))
+            row = {name: _matrix(v) if isinstance(v, Linear) else _vector(v) for name in names for v in [w.get(name)]}
+            base, window = kind.layer(hp, il)
+            rows.append({**row, "rope_base": float(base), "window": int(window)})
         out = None if head is None else _matrix(head[1])
         #: Outputs of the head, which runs in the blocks' pass (logits()); None: no head (an unquantized output).
         self.n_vocab = None if out is None else sum(piece[2] for piece in out)
-        #: What the Stack was made from (the vectors' and views' owners: model.c reads them).
-        self._stack_args = ((hp.n_embd, hp.n_head, hp.n_head_kv, hp.head_dim, hp.head_dim_v, hp.n_ff, hp.n_rot, hp.eps,
-                             neox, geglu, gemma, q_scale, attn_scale), rows,
-                            None if out is None else (_vector(head[0]), out, self.n_vocab))
+        hparams = {"n_embd": hp.n_embd, "n_head": hp.n_head, "n_head_kv": hp.n_head_kv, "head_dim": hp.head_dim,
+                   "head_dim_v": hp.head_dim_v, "n_ff": hp.n_ff, "n_rot": hp.n_rot, "eps": hp.eps,
+                   "rope_neox": kind.rope_neox, "gelu": kind.geglu, "scale_q": kind.scale_q, "q_scale": q_scale,
+                   "attn_scale": attn_scale}
+        #: What the Stack was made from, by name (core.Stack.HPARAMS, core.Stack.FIELDS): the vectors' and views'
+        #: owners, which model.c reads.
+        self._stack_args = (hparams, rows, None if out is None else (_vector(head[0]), out, self.n_vocab))
         self._stack = core.Stack(*self._stack_args)
 
     def forward(self, x: np.ndarray, batch: Batch) -> np.ndarray:
@@ -106,14 +102,18 @@ def _seqs(x: np.ndarray, batch: Batch) -> list[tuple]:
     return [(end - row, start, cache.k, cache.v) for (row, start, cache), end in zip(batch.seqs, ends, strict=True)]
 
 
-def build(core: ModuleType | None, hp: HParams, arch: str, layers: list[dict[str, Any]],
+def build(core: ModuleType | None, hp: HParams, arch: ArchSpec, layers: list[dict[str, Any]],
           head: tuple[np.ndarray, Any] | None = None) -> NativeStack | None:
-    """The C blocks for this model, or None: no native core, an architecture model.c does not run, a matrix that
-    is not quantized views, or MINILLAMA_NATIVE_BLOCKS=0 (the Python blocks, for comparison). head: (the final
-    norm's weight, the output matrix), run in the blocks' pass when the matrix is quantized views."""
-    if core is None or arch not in KINDS or os.environ.get("MINILLAMA_NATIVE_BLOCKS") == "0":
+    """The C blocks for this model, or None: no native core, an architecture model.c does not run (no
+    ArchSpec.native), a prepared field model.c does not know, a matrix that is not quantized views, or
+    MINILLAMA_NATIVE_BLOCKS=0 (the Python blocks, for comparison). head: (the final norm's weight, the output
+    matrix), run in the blocks' pass when the matrix is quantized views."""
+    if core is None or arch.native is None or os.environ.get("MINILLAMA_NATIVE_BLOCKS") == "0":
         return None
+    known = set(core.Stack.FIELDS)
     for w in layers:
+        if any(v is not None and name not in known for name, v in w.items()):
+            return None  # a field model.c would not read: the Python blocks compute it
         for name in ("wqkv", "wo", "w_gate_up", "w_down"):
             if not isinstance(w.get(name), Linear) or _matrix(w[name]) is None:
                 return None
