@@ -71,12 +71,14 @@ def tok(vocab):
     release_tokenizers()
 
 
+@pytest.mark.conformance_set
 def test_encode_plain(vocab, rows, tok):
     """encode(text, add_special=False, parse_special=False) == llama_tokenize(text, False, False)."""
     _compare_ids(vocab, "encode(add_special=False, parse_special=False)",
                  ((i, r["text"], tok.encode(r["text"], False, False), r["ids"]) for i, r in enumerate(rows)))
 
 
+@pytest.mark.conformance_set
 def test_encode_special(vocab, rows, tok):
     """encode(text, add_special=True, parse_special=True) == llama_tokenize(text, True, True)."""
     _compare_ids(vocab, "encode(add_special=True, parse_special=True)",
@@ -99,6 +101,7 @@ def test_decode(vocab, rows, tok):
     fail_if_any(bad, _fail_report(vocab, "decode_bytes(ids) / decode(ids)", bad, len(rows)))
 
 
+@pytest.mark.conformance_set
 def test_diverse(vocab, tok):
     """The same three checks on shared/conformance-diverse (1,500 paragraphs of code, C headers, docs and man pages
     in 18 languages): the text the speed work (word caches, provable cuts) is tuned on."""
