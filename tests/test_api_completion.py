@@ -1,4 +1,4 @@
-"""minillama.api.Llama (issue 25): completions, chat, streaming, stop strings, logprobs, JSON output, embeddings
+"""minillama.api.Llama: completions, chat, streaming, stop strings, logprobs, JSON output, embeddings
 and concurrent sessions, in the OpenAI shapes.
 
 A tiny random llama with the package's demo vocab and a chat template is written here; the real SmolLM2 runs
@@ -523,7 +523,7 @@ def test_a_schema_that_cannot_be_enforced_is_an_argument_error(llm: Llama) -> No
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# issue 34: content parts, deep nesting, numbers too large for a float
+# content parts, deep nesting, numbers too large for a float
 # ---------------------------------------------------------------------------------------------------------------------
 
 def test_chat_content_parts_are_joined_by_newlines(llm: Llama) -> None:

@@ -117,7 +117,7 @@ _MIXED = st.text(st.one_of(*(st.characters(categories=[c]) for c in _CATEGORIES)
                            st.sampled_from(list(" \t\n\r\x0b\x0c0123456789'!\"#$%&()*+,-./:;<=>?@[\\]^_`{|}~sStT"))),
                  max_size=80)
 # Letters (ASCII, full-width, ones with keys in the Unigram charsmaps), control characters (which nmt_nfkc deletes),
-# combining marks (which those keys join to the letter before) and spaces, side by side: issue 34's
+# combining marks (which those keys join to the letter before) and spaces, side by side: the reported
 # "d", U+0016, U+032D.
 _CONTROLS = [chr(c) for c in [*range(0x20), *range(0x7F, 0xA0)]]
 _MARKS = [chr(c) for c in [*range(0x300, 0x370), *range(0x1AB0, 0x1ACF), *range(0x1DC0, 0x1E00), *range(0x20D0, 0x20F1)]]
@@ -348,7 +348,7 @@ def test_unigram_sentencepiece_models_hypothesis(name, text):
 
 
 def _ctrl_marks_texts(n: int = 1500, seed: int = 34) -> list[str]:
-    """Issue 34's cases and n random mixtures of letters, control characters, combining marks and spaces
+    """The reported cases and n random mixtures of letters, control characters, combining marks and spaces
     (a letter, then up to two controls, then up to two marks, a few times over; or any of them at random)."""
     rng = random.Random(seed)
     out = ["d\x16\u032d", "d\u032d", "a\x01\u0301", "\uff45\x9f\u030c", "o\x08\u0300\u0303", "\u1100\x10\u1161",
@@ -417,7 +417,7 @@ def _three_way(native: Tokenizer, pure: Tokenizer, oracle, text: str) -> list:
 
 
 def test_control_combining_match_llamacpp(ugm_wpm):
-    """Issue 34: control characters between letters and combining marks, on every Unigram and WordPiece vocab:
+    """Control characters between letters and combining marks, on every Unigram and WordPiece vocab:
     both backends give llama.cpp's ids (pure once joined "d", U+0016, U+032D into one key)."""
     native, pure, oracle = ugm_wpm
     bad = [row for t in CTRL_MARKS_TEXTS for row in _three_way(native, pure, oracle, t)]

@@ -78,12 +78,12 @@ def test_session_default_vocab(term_factory) -> None:
     assert len(re.findall(r"^\s+\d+  '", ids_out, re.M)) == len(ids)  # one line per token with its piece
     text = tok.decode(ids)
     assert text.strip() and text in reply, f"streamed reply {reply!r} does not hold decode(ids) {text!r}"
-    # with seed 7 the placeholder writes "\nAssistant: Part eleven..." (issue 21): the reply ends before it
+    # with seed 7 the placeholder writes "\nAssistant: Part eleven...": the reply ends before it
     assert "Assistant:" not in reply and "User:" not in reply, reply
 
     stats = t.command("/stats")
     assert re.search(r"last reply: \d+ tokens, prompt \d+ tokens", stats), stats
-    # prompt processing and generation apart, as llama.cpp's llama_perf_context_print (issue 21, item 10)
+    # prompt processing and generation apart, as llama.cpp's llama_perf_context_print
     assert re.search(r"prompt eval time = +[\d.]+ ms / +\d+ tokens", stats) and re.search(r"eval time = .* runs", stats)
     assert re.search(r"conversation: 1 turn, \d+ tokens in context", stats), stats
     t.command("And then?")
@@ -361,7 +361,7 @@ FRANCE = " Paris.\nUser: What is the capital of France?\nAssistant: Paris."
 
 
 def test_transcript_reply_stops_at_the_next_turn() -> None:
-    """Issue 21: without a template, a model that writes on into "\nUser: ..." is stopped there; the
+    """Without a template, a model that writes on into "\nUser: ..." is stopped there; the
     marker is neither shown nor kept in the conversation, and no token after it is asked for."""
     tok = Tokenizer.from_file(default_vocab_path())
     model = _Script(tok, FRANCE)

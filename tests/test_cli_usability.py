@@ -299,29 +299,18 @@ def test_bad_numbers_never_traceback(tmp_path: Path, n: str) -> None:
         assert p.returncode == 2 and err.startswith("minillama: error:"), (args, err)
 
 
-# --- issue 34 item 21: llama.cpp's -m, -p, -n (and -sys), and a banner that says what runs -----------------------------
+# --- llama.cpp's -m, -p, -n (and -sys), and a banner that says what runs -----------------------------
 
 def _tiny_model_with_default_vocab(path: Path) -> Path:
     """A tiny llama (support.tiny_llama's shapes, random weights) that speaks the packaged 1,000-token vocab, so that
     generate and chat can run it on any text."""
     import numpy as np
-    from support.tiny_llama import GOOD_KEYS, D, block_tensors
+    from support.tiny_llama import GOOD_KEYS, D, add_default_vocab, block_tensors
 
-    from minillama.gguffile import read_gguf
-
-    md = read_gguf(default_vocab_path(), tensors=False).metadata
-    n_vocab = len(md["tokenizer.ggml.tokens"])
     w = GGUFWriter(str(path), "llama")
     for key, (value, vtype) in {**GOOD_KEYS, "context_length": (64, V.UINT32)}.items():
         w.add_key_value(f"llama.{key}", value, vtype)
-    w.add_tokenizer_model(md["tokenizer.ggml.model"])
-    w.add_tokenizer_pre(md["tokenizer.ggml.pre"])
-    w.add_token_list(md["tokenizer.ggml.tokens"])
-    w.add_token_types([int(t) for t in md["tokenizer.ggml.token_type"]])
-    w.add_token_merges(md["tokenizer.ggml.merges"])
-    w.add_bos_token_id(md["tokenizer.ggml.bos_token_id"])
-    w.add_eos_token_id(md["tokenizer.ggml.eos_token_id"])
-    w.add_add_bos_token(False)
+    n_vocab = add_default_vocab(w)
     rng = np.random.default_rng(0)
     shapes = {"token_embd.weight": (n_vocab, D), "output_norm.weight": (D,), **block_tensors(0)}
     for name, shape in shapes.items():

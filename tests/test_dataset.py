@@ -355,7 +355,7 @@ def test_ray_engine_gives_the_same_bytes(corpus, tmp_path):
 # LEVEL pid tid] file.cc:line: message" with LEVEL E (error), C (critical) or F (fatal), also behind an
 # actor's "(Name pid=N) " prefix; Python logging's "date time\tERROR file.py:line -- message".
 RAY_ERROR_LINE = re.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ [ECF] \d+ \d+\]|\b(ERROR|CRITICAL|FATAL)\b")
-# what every successful `minillama dataset --engine ray` printed before (issue 21, item 15), as Ray 2.60 wrote it
+# what every successful `minillama dataset --engine ray` printed before, as Ray 2.60 wrote it
 RAY_ACTOR_RESTART_LINE = (
     "[2026-11-25 16:48:07,895 E 29719 29719] core_worker.cc:2465: Actor with class name: "
     "'MapWorker(MapBatches(Encoder))' and ID: 'f16bddfa925ea1bb20e62f5001000000' has constructor arguments in the "
@@ -635,7 +635,7 @@ def test_a_bad_byte_deep_in_a_paragraph_file_switches_to_the_line_reader(tmp_pat
             next(docs)
 
 
-# --- the output directory: only our own files, one run at a time, inputs never replaced (issue 21) -----------------
+# --- the output directory: only our own files, one run at a time, inputs never replaced -----------------
 
 USER_FILES = {"index.json": b'{"my": "own index"}\n', "notes.tmp": b"draft notes\n",
               "shard-00007.bin.bak": bytes(range(256)), "readme.txt": b"read me\n"}
@@ -661,7 +661,7 @@ def _one_error_line(p: subprocess.CompletedProcess) -> str:
 
 
 def test_a_directory_minillama_did_not_write_is_refused_and_left_byte_for_byte(tmp_path):
-    """Issue 21 item 1: the user's index.json, .tmp, .bak and readme stay as they were, and nothing is added."""
+    """The user's index.json, .tmp, .bak and readme stay as they were, and nothing is added."""
     from minillama.errors import OutputError
 
     out = tmp_path / "mine"
@@ -717,7 +717,7 @@ def test_a_run_of_ours_removes_only_its_own_files_and_says_what_it_kept(tmp_path
 
 
 def test_a_second_run_on_a_locked_directory_fails_and_changes_nothing(tmp_path):
-    """Issue 21 item 2, with the lock held by this test: a clear error, the holder's files untouched."""
+    """With the lock held by this test: a clear error, the holder's files untouched."""
     import fcntl
 
     model, out = default_vocab_path(), tmp_path / "out"
@@ -732,7 +732,7 @@ def test_a_second_run_on_a_locked_directory_fails_and_changes_nothing(tmp_path):
 
 
 def test_two_concurrent_runs_on_one_directory(tmp_path):
-    """Issue 21 item 2 with two real processes: the second fails at once, the first ends with its own data."""
+    """With two real processes: the second fails at once, the first ends with its own data."""
     model, out = default_vocab_path(), tmp_path / "out"
     big = _text_file(tmp_path / "big.txt", 300_000)
     first = subprocess.Popen([sys.executable, "-m", "minillama", "dataset", "--model", model, "--out", str(out),
@@ -758,7 +758,7 @@ def test_two_concurrent_runs_on_one_directory(tmp_path):
 
 
 def test_an_input_that_is_one_of_the_output_files_is_refused(tmp_path):
-    """Issue 21 item 3 for dataset: an input (or the model) that the run would replace, also through a symlink."""
+    """For dataset: an input (or the model) that the run would replace, also through a symlink."""
     model, out = default_vocab_path(), tmp_path / "out"
     dataset.prepare(model, out, [_text_file(tmp_path / "a.txt")], workers=1)
     before = _files(out)
@@ -776,7 +776,7 @@ def test_an_input_that_is_one_of_the_output_files_is_refused(tmp_path):
 
 
 def test_a_dangling_symlink_out_is_followed(tmp_path):
-    """Issue 21 item 8: --out as a symlink to a directory not made yet writes there and keeps the link (cp's
+    """--out as a symlink to a directory not made yet writes there and keeps the link (cp's
     rule for output files, README); a symlink to a file is refused naming what it is."""
     link = tmp_path / "link"
     link.symlink_to(tmp_path / "later")
@@ -791,7 +791,7 @@ def test_a_dangling_symlink_out_is_followed(tmp_path):
 
 
 def test_workers_are_bounded_before_any_starts(tmp_path, monkeypatch):
-    """Issue 21 item 8: --workers 100000 forked until 'Too many open files'; now an error naming the bound."""
+    """--workers 100000 forked until 'Too many open files'; now an error naming the bound."""
     from minillama.dataset import local
 
     def never(*args, **kwargs):
@@ -809,7 +809,7 @@ def test_workers_are_bounded_before_any_starts(tmp_path, monkeypatch):
 
 
 def test_an_input_that_is_no_regular_file_is_named_for_what_it_is(tmp_path):
-    """Issue 21 item 8: a FIFO, a directory or a device was reported as 'no such file'."""
+    """A FIFO, a directory or a device was reported as 'no such file'."""
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
     for path, kind in ((fifo, "a FIFO"), (tmp_path, "a directory"), (Path(os.devnull), "a character device")):
@@ -821,7 +821,7 @@ def test_an_input_that_is_no_regular_file_is_named_for_what_it_is(tmp_path):
 
 def test_the_lock_ends_with_the_run_not_with_its_workers(tmp_path):
     """Workers forked while the run holds DIR/.lock do not hold it: after a kill -9 of the run's own process
-    the directory is free again at once, even while a worker lingers (issue 21 item 7 is about ending those)."""
+    the directory is free again at once, even while a worker lingers."""
     import fcntl
 
     model, out = default_vocab_path(), tmp_path / "out"

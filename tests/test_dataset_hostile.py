@@ -1,4 +1,4 @@
-"""minillama.dataset against hostile input and a hostile environment (issue 21: items 6, 7, 8, 15).
+"""minillama.dataset against hostile input and a hostile environment.
 
 A long document's ids are Tokenizer.encode's (itself llama.cpp-exact by the conformance tests); one over the
 size cap is a skippable bad record that costs no memory in proportion to it; workers never outlive the main

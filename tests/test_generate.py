@@ -290,7 +290,7 @@ def test_sampler_arguments() -> None:
         Sampler().sample_logits([1.0, float("nan")])
 
 
-# --- issue 21: --seed -1, a prompt longer than the context, prompt and generation speeds apart ---------------
+# --- --seed -1, a prompt longer than the context, prompt and generation speeds apart ---------------
 
 
 def test_seed_minus_one_is_a_random_seed() -> None:
@@ -353,7 +353,7 @@ def test_prompt_and_generation_speeds_apart(tok: Tokenizer) -> None:
     assert re.fullmatch(r" *first token = +[\d.]+ ms after the request", lines[3]), lines[3]
 
 
-# --- issue 25: llama.cpp's penalties, min_p, logit_bias, logprobs, stop strings ------------------------------
+# --- llama.cpp's penalties, min_p, logit_bias, logprobs, stop strings ------------------------------
 
 
 def test_penalties_follow_llamacpps_formula() -> None:

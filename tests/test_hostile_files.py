@@ -485,7 +485,7 @@ def test_odd_byte_tokens_render_as_llamacpp() -> None:
                                                              b"\x00", b"\x00"]
 
 
-# --- issue 34 item 17: a partly downloaded model --------------------------------------------------------------------
+# --- a partly downloaded model --------------------------------------------------------------------
 
 def _data_end(path: Path) -> int:
     """Where the last tensor's data ends, by gguf's own reader (llama.cpp's Python package): the size the file must

@@ -1,4 +1,4 @@
-"""Hostile model files (issue 21, item 4): Model.from_file checks a GGUF's hyper-parameters and tensor table as ggml
+"""Hostile model files: Model.from_file checks a GGUF's hyper-parameters and tensor table as ggml
 and llama.cpp do, before anything is sized by a metadata number, and every bad file is a FormatError.
 
 The files are tiny llama models written with gguf's GGUFWriter, with one key given a hostile value or type, or a
@@ -149,7 +149,7 @@ def test_unaligned_offsets_fail_in_model_as_in_embedding(tmp_path: Path) -> None
         Model.from_file(path)
 
 
-# --- non-finite activations (issue 34, item 2) ---------------------------------------------------------------------
+# --- non-finite activations ---------------------------------------------------------------------
 
 KD = 256  # one K-quant block per row
 

@@ -1,7 +1,7 @@
 """Chat templates from a file are untrusted code: each hostile template fails within 2 s with a ChatTemplateError,
 in bounded memory (checked in a subprocess under RLIMIT_AS), and `chat` starts anyway with the simple format.
 
-The constructs of issue 21 item 5 (loops and calls the in-process checks never saw, compile errors of Python's own
+The constructs (loops and calls the in-process checks never saw, compile errors of Python's own
 compiler, strings built before any size check) each run in a fresh interpreter: construction and render together
 end within 2 s, and the peak memory of that process and its render worker grows by less than the stated cap
 (chat_template.MAX_RENDER_MEMORY) plus 64 MiB of slack."""
@@ -114,8 +114,8 @@ def test_ordinary_templates_still_render(worker: bool, monkeypatch: pytest.Monke
 
 @pytest.mark.parametrize("source, why", [
     ("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", "took longer than"),
-    ("{{ lipsum(10 ** 7) }}", "took longer than"),  # issue 21: start-up hung past 20 s
-    ("{% for x in [] %}" * 25 + "{% endfor %}" * 25, "does not compile"),  # issue 21: start-up died
+    ("{{ lipsum(10 ** 7) }}", "took longer than"),  # start-up hung past 20 s
+    ("{% for x in [] %}" * 25 + "{% endfor %}" * 25, "does not compile"),  # start-up died
 ])
 def test_chat_starts_with_a_failing_template(tmp_path: Path, source: str, why: str) -> None:
     from minillama.gguffile.writer import write_vocab_gguf
@@ -134,7 +134,7 @@ def test_chat_starts_with_a_failing_template(tmp_path: Path, source: str, why: s
     assert why in out and "falling back to the simple format" in out
 
 
-# Issue 21 item 5: each construct once, in its own interpreter. 'S' is a string of 4,000,000 characters, just under
+# Each construct once, in its own interpreter. 'S' is a string of 4,000,000 characters, just under
 # the 4 Mi output cap, so every size check that looks at values one at a time lets it through.
 _S = "{% set S = 'a' * 4000000 %}"
 CONSTRUCTS = {

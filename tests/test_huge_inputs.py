@@ -122,7 +122,7 @@ _RUN_CHILD = textwrap.dedent("""
                                   "ggml-vocab-unigram8k"])
 def test_one_letter_run_under_40_bytes_a_byte(name: str) -> None:
     """One word of 2,000,000 letters (the merge heaps' worst case) encodes with the address space capped at
-    what is mapped after loading + 40 bytes per letter + 48 MiB (issue 15's bound). The heap of Python ints
+    what is mapped after loading + 40 bytes per letter + 48 MiB (the bound). The heap of Python ints
     needed 66-75 bytes a letter; the merge queue keeps entries in machine arrays (encoders/merge.py)."""
     out = subprocess.run([sys.executable, "-c", _RUN_CHILD, str(vocab_path(name)), "2000000"],
                          capture_output=True, text=True, timeout=300)

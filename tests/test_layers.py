@@ -69,7 +69,7 @@ def test_every_part_has_a_layer() -> None:
 
 def test_no_part_shadows_a_package_it_imports() -> None:
     """No module or package of minillama is named like a top-level package the code imports (minillama/gguf/
-    was named like the third-party gguf it reads files with: issue 22)."""
+    was named like the third-party gguf it reads files with)."""
     outside = set()
     for path in MODULES.values():
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -132,7 +132,7 @@ def test_tokenizer_inside_flows_one_way() -> None:
 
 def test_inspection_and_cli_use_the_tokenizers_public_face() -> None:
     """inspect and the CLI import minillama.tokenizer itself (and the public train module), never its tables,
-    formats, decode internals or vocab module (issue 22: they reached past the public face)."""
+    formats, decode internals or vocab module (they reached past the public face)."""
     public = {"minillama.tokenizer", "minillama.tokenizer.train"}
     for user in ("minillama.inspection", "minillama.cli"):
         inside = {m for m in IMPORTS[user] if m.startswith("minillama.tokenizer")}
@@ -141,7 +141,7 @@ def test_inspection_and_cli_use_the_tokenizers_public_face() -> None:
 
 def test_no_test_module_imports_another() -> None:
     """Test modules share code through tests/support/ only: importing a test module runs its module-level
-    setup and couples two test files by their private names (issue 22: _t5_gguf, Term, _hf_bert_from_gguf)."""
+    setup and couples two test files by their private names (_t5_gguf, Term, _hf_bert_from_gguf)."""
     tests = Path(__file__).resolve().parent
     names = {p.stem for p in tests.glob("test_*.py")} | {"helpers", "conftest"}
     bad = []

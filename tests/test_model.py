@@ -281,7 +281,7 @@ def test_cli_generate_errors(capsys: pytest.CaptureFixture[str], tmp_path: Path)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# issue 21: --seed -1, -t bounds, a prompt longer than the context, timings apart, threads under load, the load bar
+# --seed -1, -t bounds, a prompt longer than the context, timings apart, threads under load, the load bar
 # ---------------------------------------------------------------------------------------------------------------------
 
 def test_cli_generate_seed_threads_and_long_prompt(capsys: pytest.CaptureFixture[str]) -> None:

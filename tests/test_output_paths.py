@@ -140,7 +140,7 @@ def test_convert_through_symlink_and_into_fifo(tmp_path: Path) -> None:
     assert f"cannot write '{fifo}'" in p.stderr and "FIFO" in p.stderr
 
 
-# --- an output that is one of the inputs (issue 21 item 3) ------------------------------------------------------------
+# --- an output that is one of the inputs ------------------------------------------------------------
 
 TEXT = "hello llamas and tokens\n\nhello again, llamas\n" * 20
 
@@ -179,7 +179,7 @@ def test_no_command_writes_over_its_own_input(tmp_path: Path, monkeypatch: pytes
 
 
 def test_train_and_convert_say_what_they_wrote(tmp_path: Path) -> None:
-    """Issue 21 item 15: each path written, its size in bytes and the vocab size, on stdout."""
+    """Each path written, its size in bytes and the vocab size, on stdout."""
     from minillama.tokenizer import Tokenizer
 
     src = tmp_path / "corpus.txt"
@@ -199,7 +199,7 @@ def test_train_and_convert_say_what_they_wrote(tmp_path: Path) -> None:
     assert f"{conv.stat().st_size:,} bytes" in p.stdout
 
 
-# --- issue 34 item 3: two outputs of one command that are one file ----------------------------------------------------
+# --- two outputs of one command that are one file ----------------------------------------------------
 
 def _train_spm(out: str, bin_: str, *files: str) -> list[str]:
     return ["train", "--vocab-size", "300", "--kind", "spm", "--no-progress", "--out", out, "--llama2c", bin_, *files]
@@ -243,7 +243,7 @@ def test_train_two_distinct_outputs_and_dev_null_still_work(tmp_path: Path, monk
     assert main(_train_spm(os.devnull, os.devnull, "corpus.txt")) == 0
 
 
-# --- issue 34 items 3 and 16: a full disk -----------------------------------------------------------------------------
+# --- a full disk -----------------------------------------------------------------------------
 
 class _FullFile:
     """A file opened for writing on a disk with no room left: every write raises ENOSPC, as the kernel does."""

@@ -480,7 +480,7 @@ def test_binding_checks_every_length() -> None:
 def test_native_forward_tracks_llamacpp(monkeypatch: pytest.MonkeyPatch) -> None:
     """SmolLM2 on the native kernels (weights left quantized), teacher-forced on llama.cpp's greedy continuations:
     every position at margin >= 0.5 agrees, >= 98% at margin >= 0.1, and the mean |log-prob difference| over
-    llama.cpp's top 5 stays at most 0.11 (0.098 measured; the float32 path's 0.086, issue 24 wants 0.03)."""
+    llama.cpp's top 5 stays at most 0.11 (0.098 measured; the float32 path's 0.086, the goal was 0.03)."""
     from support.paths import real_gguf
 
     from minillama.model import Model
@@ -593,7 +593,7 @@ def test_hostile_tensor_metadata(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# non-finite activations (issue 34, item 2)
+# non-finite activations
 # ---------------------------------------------------------------------------------------------------------------------
 # llama.cpp's quantizers have no single answer for a NaN (quantize_row_q8_K skips it when it looks for the scale and
 # rounds it to 0; the AVX2 quantize_row_q8_0 takes the scale from the other values or not, by where the NaN sits, and

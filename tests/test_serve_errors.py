@@ -1,4 +1,4 @@
-"""`minillama serve` refusing malformed requests (issue 34): every one gets a 4xx with OpenAI's error object
+"""`minillama serve` refusing malformed requests: every one gets a 4xx with OpenAI's error object
 {"error": {"message", "type", "param", "code"}} whose message names the field; none gets a 5xx.
 
 The kinds of malformed request, each sent to every endpoint it applies to: JSON nested too deep (inside a field,

@@ -88,7 +88,7 @@ CONTROL_BETWEEN = {
 
 @pytest.mark.parametrize("text", list(CONTROL_BETWEEN))
 def test_control_between_letter_and_mark(text):
-    """Issue 34: "d", U+0016, U+032D gave [20, 0] (U+1E13 as <unk>) on the pure path, llama.cpp [688, 0]."""
+    """The text "d", U+0016, U+032D gave [20, 0] (U+1E13 as <unk>) on the pure path, llama.cpp [688, 0]."""
     assert load(VOCAB).encode(text, add_special=False) == CONTROL_BETWEEN[text]
 
 

@@ -146,7 +146,7 @@ def test_bge_against_oracle():
 
 
 # llama.cpp's ids (written down from the oracle) for control characters between letters and combining marks
-# (issue 34 found the Unigram path wrong there): WordPiece drops the control and strips the mark.
+# (where the pure Unigram path once differed): WordPiece drops the control and strips the mark.
 CONTROL_BETWEEN = {"d\x16\u032d": [1040], "a\x01\u0301": [1037], "\uff45\x9f\u030c": [100], "o\x08\u0300\u0303": [1051],
                    "6 \u0311h\uff0b\u0416n\x16\u0307": [1020, 100], "\u1100\x10\u1161": [1455, 30006],
                    "\u304b\x05\u3099": [1651], "e\x7f\u0301 n\x1b\u0303": [1041, 1050], "A\x8f\u030a": [1037]}

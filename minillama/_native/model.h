@@ -1,4 +1,4 @@
-/* model.c: the blocks of a llama-family transformer run in C over the quantized weights in the map (issue 24),
+/* model.c: the blocks of a llama-family transformer run in C over the quantized weights in the map,
  * and what it needs from quants.c (a team of pool threads, one activation row quantized, a range of weight rows
  * dotted). No Python here: module.c's Stack binding checks every length and keeps the buffers alive. */
 #ifndef MINILLAMA_MODEL_H

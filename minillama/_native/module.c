@@ -1236,7 +1236,7 @@ static PyObject *utf8_blob(PyObject *unused, PyObject *list) {
 
 /* ---- end of decode.c binding ----------------------------------------------------------------------------- */
 
-/* ---- quants.c: matrix products of quantized weights (issue 24) ------------------------------------------------ */
+/* ---- quants.c: matrix products of quantized weights ------------------------------------------------ */
 #include "model.h" /* mq_quantize_row, mq_partner_bytes */
 
 /* matmul(weight, ggml_type, rows, cols, x, out, threads): out[t, r] = weight row r . x[t] for every activation
@@ -1346,7 +1346,7 @@ static PyObject *quants_isa(PyObject *self, PyObject *unused) {
 
 /* ---- end of quants.c binding ------------------------------------------------------------------------------------ */
 
-/* ---- model.c: the blocks of a llama-family model in C (issue 24) ------------------------------------------------ */
+/* ---- model.c: the blocks of a llama-family model in C ------------------------------------------------ */
 #include "model.h"
 
 /* Stack(hparams, layers, head=None): a model's blocks over its quantized weights, for model.c. hparams: a dict of

@@ -4,7 +4,7 @@ than one thread.
 A second core reads a single-token step's weights faster on a quiet machine (SmolLM2 16 -> 23 tokens/s here), but
 OpenBLAS's threads meet at a barrier after every matrix product and spin while they wait: when another process
 holds a core, each of a step's ~200 products waits for a descheduled thread, and generation collapsed from about
-5 tokens/s with one thread to 1 with two (issue 21, item 9). OpenBLAS reads its spin time only when numpy loads,
+5 tokens/s with one thread to 1 with two. OpenBLAS reads its spin time only when numpy loads,
 so a library cannot change it. Instead AutoThreads times the two choices it has, one thread and n, separately
 for single-token steps and for batched passes: it starts with n when /proc/stat shows idle cores for them (else
 1), tries the other choice on the ninth pass (a short run keeps its start) and then again after a number of passes that grows with how much

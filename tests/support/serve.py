@@ -32,12 +32,10 @@ def write_tiny_chat_model(path: Path, n_ctx: int = N_CTX) -> Path:
     """A one-block llama with random weights over the built-in vocab (1,000 tokens), with a chat template."""
     import gguf
 
-    from minillama.gguffile import read_gguf
+    from .tiny_llama import add_default_vocab
 
-    meta = read_gguf(default_vocab_path(), tensors=False).metadata
     d, f, n_head, n_head_kv = 32, 48, 4, 2
     hd = d // n_head
-    n_vocab = len(meta["tokenizer.ggml.tokens"])
     w = gguf.GGUFWriter(str(path), "llama")
     w.add_block_count(1)
     w.add_context_length(n_ctx)
@@ -46,14 +44,7 @@ def write_tiny_chat_model(path: Path, n_ctx: int = N_CTX) -> Path:
     w.add_head_count(n_head)
     w.add_head_count_kv(n_head_kv)
     w.add_layer_norm_rms_eps(1e-5)
-    w.add_tokenizer_model(meta["tokenizer.ggml.model"])
-    w.add_tokenizer_pre(meta["tokenizer.ggml.pre"])
-    w.add_token_list(meta["tokenizer.ggml.tokens"])
-    w.add_token_types([int(t) for t in meta["tokenizer.ggml.token_type"]])
-    w.add_token_merges(meta["tokenizer.ggml.merges"])
-    w.add_bos_token_id(meta["tokenizer.ggml.bos_token_id"])
-    w.add_eos_token_id(meta["tokenizer.ggml.eos_token_id"])
-    w.add_add_bos_token(False)
+    n_vocab = add_default_vocab(w)
     w.add_chat_template(TEMPLATE)
     shapes = {"token_embd.weight": (n_vocab, d), "output_norm.weight": (d,), "blk.0.attn_norm.weight": (d,),
               "blk.0.attn_q.weight": (d, d), "blk.0.attn_k.weight": (n_head_kv * hd, d),

@@ -49,3 +49,21 @@ def write_model(path: Path, keys: dict[str, tuple[object, object]] | None = None
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+def add_default_vocab(w: gguf.GGUFWriter) -> int:
+    """Write the packaged demo vocab (1,000 tokens, byte-level BPE) into w's tokenizer keys, without a BOS added;
+    its size, the rows token_embd needs: a tiny model that speaks real text."""
+    from minillama.gguffile import read_gguf
+    from minillama.tokenizer import default_vocab_path
+
+    md = read_gguf(default_vocab_path(), tensors=False).metadata
+    w.add_tokenizer_model(md["tokenizer.ggml.model"])
+    w.add_tokenizer_pre(md["tokenizer.ggml.pre"])
+    w.add_token_list(md["tokenizer.ggml.tokens"])
+    w.add_token_types([int(t) for t in md["tokenizer.ggml.token_type"]])
+    w.add_token_merges(md["tokenizer.ggml.merges"])
+    w.add_bos_token_id(md["tokenizer.ggml.bos_token_id"])
+    w.add_eos_token_id(md["tokenizer.ggml.eos_token_id"])
+    w.add_add_bos_token(False)
+    return len(md["tokenizer.ggml.tokens"])
