@@ -166,8 +166,9 @@ except ChatTemplateError as e:
 except BaseException as e:
     result = type(e).__name__ + ": " + str(e)[:300]
 seconds = time.monotonic() - t
-peak = max(resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
-print(json.dumps([result, seconds, peak * 1024]))
+use = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+cpu = sum(u.ru_utime + u.ru_stime for u in use)  # the worker's too, once reaped
+print(json.dumps([result, seconds, cpu, max(u.ru_maxrss for u in use) * 1024]))
 """
 
 BASELINE = """
@@ -185,16 +186,18 @@ def baseline_peak() -> int:
 
 @pytest.mark.parametrize("name", list(CONSTRUCTS))
 def test_construct_ends_fast_in_bounded_memory(name: str, baseline_peak: int) -> None:
-    """ChatTemplateError within 2 s of wall clock (construction included), peak memory under the cap."""
+    """ChatTemplateError within 2 s of CPU time (construction included; the render's budget is 1 s), peak memory
+    under the cap. CPU time, not the wall clock: CI runs this beside other test processes on two cores, where a
+    start-up of the interpreter alone can take a second of wall clock. The wall clock is bounded too, loosely."""
     start = time.monotonic()
     try:
         p = run_limited(RUN_ONE, mem_mb=4096, timeout=20, stdin=CONSTRUCTS[name].encode())
     except subprocess.TimeoutExpired:
         pytest.fail(f"{name}: still running after {time.monotonic() - start:.0f} s")
     assert p.returncode == 0, p.stderr.decode()[-2000:]
-    result, seconds, peak = json.loads(p.stdout)
+    result, seconds, cpu, peak = json.loads(p.stdout)
     assert result.startswith("ChatTemplateError"), result
-    assert seconds < 2.0, (result, seconds)
+    assert cpu < 2.0 and seconds < 10.0, (result, cpu, seconds)
     assert peak - baseline_peak < MAX_RENDER_MEMORY + (64 << 20), (result, f"{(peak - baseline_peak) >> 20} MiB")
 
 
