@@ -299,3 +299,17 @@ def test_readme_speed_figures_come_from_performance_doc():
     quoted = re.findall(r"\b\d+\.\d+x\b", speed)
     assert len(quoted) >= 10
     assert [q for q in quoted if q not in perf] == []
+
+
+def test_readme_conformance_table_lists_every_conformance_vocab() -> None:
+    """The README's conformance table names every vocab ../shared/conformance holds llama.cpp's outputs for, each
+    with its 600 texts' three checks, and their total (CI's check_conformance.py runs them all)."""
+    if SHARED is None:
+        pytest.skip(NO_SHARED_REASON)
+    vocabs = sorted(p.stem for p in (SHARED / "conformance").glob("*.jsonl"))
+    text = README.read_text(encoding="utf-8")
+    rows = dict(re.findall(r"^\| (ggml-vocab-[\w.-]+) \| [^|]+ \| (\d+/\d+) \|$", text, re.MULTILINE))
+    assert sorted(rows) == vocabs
+    assert set(rows.values()) == {"1800/1800"}
+    n = 1800 * len(vocabs)
+    assert f"| **total** | | **{n}/{n}** |" in text
