@@ -304,22 +304,9 @@ def test_bad_numbers_never_traceback(tmp_path: Path, n: str) -> None:
 def _tiny_model_with_default_vocab(path: Path) -> Path:
     """A tiny llama (support.tiny_llama's shapes, random weights) that speaks the packaged 1,000-token vocab, so that
     generate and chat can run it on any text."""
-    import numpy as np
-    from support.tiny_llama import GOOD_KEYS, D, add_default_vocab, block_tensors
+    from support.tiny_llama import write_model
 
-    w = GGUFWriter(str(path), "llama")
-    for key, (value, vtype) in {**GOOD_KEYS, "context_length": (64, V.UINT32)}.items():
-        w.add_key_value(f"llama.{key}", value, vtype)
-    n_vocab = add_default_vocab(w)
-    rng = np.random.default_rng(0)
-    shapes = {"token_embd.weight": (n_vocab, D), "output_norm.weight": (D,), **block_tensors(0)}
-    for name, shape in shapes.items():
-        w.add_tensor(name, (rng.standard_normal(shape) * 0.1).astype(np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return path
+    return write_model(path, {"context_length": (64, V.UINT32)}, default_vocab=True)
 
 
 def _generated(err: str) -> tuple[int, int, str]:

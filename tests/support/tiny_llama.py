@@ -29,13 +29,16 @@ def block_tensors(il: int) -> dict[str, tuple[int, ...]]:
 
 
 def write_model(path: Path, keys: dict[str, tuple[object, object]] | None = None, blocks: int = 1,
-                n_vocab: int = VOCAB, tokens: int | None = VOCAB) -> Path:
+                n_vocab: int = VOCAB, tokens: int | None = VOCAB, default_vocab: bool = False) -> Path:
     """A tiny llama GGUF: GOOD_KEYS (block_count = blocks) updated by keys, tensors for `blocks` blocks, a token_embd of n_vocab rows and
-    a vocab of `tokens` tokens (None: no tokenizer keys)."""
+    a vocab of `tokens` tokens (None: no tokenizer keys); with default_vocab, the packaged demo vocab instead
+    (add_default_vocab, n_vocab its size): a tiny model that speaks real text."""
     w = gguf.GGUFWriter(str(path), "llama")
     for key, (value, vtype) in {**GOOD_KEYS, "block_count": (blocks, V.UINT32), **(keys or {})}.items():
         w.add_key_value(f"llama.{key}", value, vtype)
-    if tokens is not None:
+    if default_vocab:
+        n_vocab = add_default_vocab(w)
+    elif tokens is not None:
         w.add_tokenizer_model("llama")
         w.add_token_list([f"t{i}" for i in range(tokens)])
     shapes = {"token_embd.weight": (n_vocab, D), "output_norm.weight": (D,)}
