@@ -24,7 +24,7 @@ import numpy as np
 
 from .errors import ArgumentError, ArgumentTypeError
 
-__all__ = ["SamplingParams", "Request", "Constraint", "RANDOM_SEED", "MAX_WINDOW"]
+__all__ = ["SamplingParams", "Request", "Constraint", "RANDOM_SEED", "MAX_WINDOW", "huge_int_text"]
 
 #: The seed that asks for a random one, as llama.cpp's --seed -1 (LLAMA_DEFAULT_SEED) does; like None.
 RANDOM_SEED = -1
@@ -154,11 +154,17 @@ def _index(i: Any) -> int:
     return operator.index(i)
 
 
+def huge_int_text(v: object) -> str | None:
+    """A huge integer (30 digits or more) for an error message, by its size: its digits could fill the message, and
+    str() refuses more than 4,300 of them. None for anything else. The server's messages use it too."""
+    if not isinstance(v, int) or isinstance(v, bool) or abs(v) < 10**30:
+        return None
+    return f"an integer of {len(str(abs(v))):,} digits" if abs(v) < 10**4000 else "an integer of 4,000+ digits"
+
+
 def _show(v: object) -> str:
-    """v for an error message: a huge integer by its size (its digits could fill the message)."""
-    if isinstance(v, int) and abs(v) >= 10**30:
-        return f"an integer of {len(str(abs(v))) if abs(v) < 10**4000 else '4,000+'} digits"
-    return f"{v!r:.60}"
+    """v for an error message: a huge integer by its size, anything else by its repr (cut to 60 characters)."""
+    return huge_int_text(v) or f"{v!r:.60}"
 
 
 def _finite(name: str, value: object, rule: str, ok: object) -> float:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..api import MAX_LOGPROBS, MAX_TOP_LOGPROBS
+from ..request import huge_int_text
 
 __all__ = ["ApiError", "Field", "COMPLETION", "CHAT", "EMBEDDING", "TOKENIZE", "DETOKENIZE", "MAX_DEPTH",
            "api_kwargs", "check_body"]
@@ -266,8 +267,9 @@ def _json_type(v: Any) -> str:
 
 def _short(v: Any) -> str:
     """v as JSON (non-ASCII escaped), cut to 40 characters; a huge integer by its size."""
-    if _int(v) and abs(v) >= 10**30:
-        return f"an integer of {len(str(abs(v))):,} digits" if abs(v) < 10**4000 else "an integer of 4,000+ digits"
+    huge = huge_int_text(v)
+    if huge is not None:
+        return huge
     try:
         text = json.dumps(v, ensure_ascii=True)
     except (ValueError, RecursionError):
