@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from support import REPO
+from support import DATA, REPO
 
 from minillama.quants import TRAITS, quantize_q8_0, quantize_q8_1, quantize_q8_k
 
@@ -490,7 +490,7 @@ def test_native_forward_tracks_llamacpp(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setenv("MINILLAMA_BACKEND", "native")
     m = Model.from_file(path, threads=2)
     assert isinstance(m._layers[0]["w_gate_up"], QuantLinear)
-    data = json.loads((REPO / "tests" / "data" / "smollm2_llamacpp_greedy.json").read_text(encoding="utf-8"))
+    data = json.loads((DATA / "smollm2_llamacpp_greedy.json").read_text(encoding="utf-8"))
     diffs, wrong, n01, ok01 = [], 0, 0, 0
     for case in (c for c in data["cases"] if c["aligned"]):
         gen = [g["id"] for g in case["gen"]]

@@ -12,6 +12,9 @@ from support.limits import run_limited
 from minillama.errors import FormatError
 from minillama.tokenizer import Tokenizer
 
+# Bounds wall time or memory: under xdist, one worker runs these files one after another (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("bounds")
+
 
 def _folder(tmp_path: Path, vocab_extra: str = "", config: str | None = None, tok_config: str | None = None) -> Path:
     vocab = {"a": 0, "b": 1, "ab": 2}

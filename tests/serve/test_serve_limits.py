@@ -1,4 +1,4 @@
-"""`minillama serve`'s limits, run on a real server (a subprocess on a loopback port, as tests/test_serve.py runs
+"""`minillama serve`'s limits, run on a real server (a subprocess on a loopback port, as tests/serve/test_serve.py runs
 it): slots freed when generation ends whatever the client reads, a client that reads nothing cut off, the
 chat-template worker holding none of the server's sockets, header and body timeouts, bounded embeddings and
 /tokenize, the Host/Origin checks, and the playground's config kept inside its <script>.

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from support import REPO
+from support import DATA
 from support.batching import steps_together_and_alone
 from support.paths import real_gguf as _real_gguf
 
@@ -26,7 +26,7 @@ from minillama.tokenizer import default_vocab_path
 
 gguf = pytest.importorskip("gguf")
 
-EXPECTED = REPO / "tests" / "data" / "smollm2_llamacpp_greedy.json"
+EXPECTED = DATA / "smollm2_llamacpp_greedy.json"
 
 
 

@@ -25,6 +25,7 @@ from minillama.tokenizer import Tokenizer
 from minillama.tokenizer import train as T
 from minillama.tokenizer.pretokenize import PreTokenizer
 from minillama.tokenizer.tables import PATTERNS, PRE_TOKENIZERS
+from minillama.tokenizer.train import train_bpe
 
 # Strings that are hard to tokenize: every whitespace kind, contractions, digits, code, CJK, emoji, marks, bytes
 # that need fallback, special-token text.
@@ -412,3 +413,15 @@ def test_cli_ctrl_c_writes_nothing(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr("gguf.GGUFWriter.write_kv_data_to_file", interrupted)  # the writer imports it when it writes
     assert cli.main(["train", "--vocab-size", "500", "--out", str(out), str(src)]) == 130
     assert list(tmp_path.iterdir()) == [src]
+
+
+def test_spm_training_on_text_with_nul(tmp_path: Path) -> None:
+    tv = train_bpe(["hello\0world hello world\n" * 5], 300, kind="spm", min_frequency=1)
+    tok = tv.tokenizer()
+    assert tok.decode(tok.encode("hello\0world", add_special=False)) == "hello\0world"
+
+
+def test_spm_training_with_tiny_character_coverage() -> None:
+    tv = train_bpe(["日本語\n"], 300, kind="spm", character_coverage=0.1)
+    tok = tv.tokenizer()
+    assert tok.decode(tok.encode("日本語", add_special=False)) == "日本語"

@@ -23,6 +23,9 @@ from minillama.embedding import Embedding
 from minillama.errors import FormatError
 from minillama.model import Model
 
+# Bounds wall time or memory: under xdist, one worker runs these files one after another (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("bounds")
+
 gguf = pytest.importorskip("gguf")
 V = gguf.GGUFValueType
 

@@ -19,6 +19,9 @@ from support.paths import SHARED, load, require_shared, vocab_path
 
 from minillama.tokenizer.encoders import base
 
+# Bounds wall time or memory: under xdist, one worker runs these files one after another (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("bounds")
+
 # one vocab per tokenizer kind, and BPE pre-tokenizers of different shapes (several patterns, digit groups)
 VOCABS = ["ggml-vocab-llama-spm", "ggml-vocab-llama-bpe", "ggml-vocab-gpt-2", "ggml-vocab-deepseek-coder",
           "ggml-vocab-falcon", "ggml-vocab-bert-bge", "ggml-vocab-unigram8k"]

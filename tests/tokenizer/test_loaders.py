@@ -341,7 +341,7 @@ def test_unknown_pre_tokenizer():
         pre_name({"type": "ByteLevel", "add_prefix_space": True, "use_regex": True})
     with pytest.raises(UnsupportedError, match="'WordLevel'"):
         hf_json_metadata({"model": {"type": "WordLevel", "vocab": {}}})
-    with pytest.raises(FormatError, match="empty"):  # Unigram and WordPiece load (tests/test_hf_json_wpm_ugm.py)
+    with pytest.raises(FormatError, match="empty"):  # Unigram and WordPiece load (tests/tokenizer/test_hf_json_wpm_ugm.py)
         hf_json_metadata({"model": {"type": "Unigram", "vocab": []}})
     with pytest.raises(UnsupportedError, match="byte_fallback"):
         hf_json_metadata({"model": {"type": "BPE", "vocab": {}, "merges": [], "byte_fallback": True}})

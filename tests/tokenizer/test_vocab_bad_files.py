@@ -22,13 +22,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from support import TESTS
 from support.paths import SHARED, params_or_skip
 from support.protobuf import pb_read_varint
 
 from minillama.errors import FormatError, MinillamaError, UnsupportedError
 from minillama.tokenizer import Tokenizer, Vocab
 
-SEEDS = Path(__file__).parent / "fuzz_seeds"
+# Bounds wall time or memory: under xdist, one worker runs these files one after another (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("bounds")
+
+SEEDS = TESTS / "fuzz_seeds"
 MB = 1 << 20
 TIME_LIMIT = 30.0  # seconds per case: generous, a CI machine has 2 cores
 TEXTS = ("Hello world! It's 2024.", " héllo  wörld\n\t中文 😀 \u2581", "\x00\udcff\udcc3a \ud800", "<s></s>[CLS]", "")

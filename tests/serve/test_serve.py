@@ -487,7 +487,7 @@ def smollm2_server() -> Iterator[Server]:
 def test_smollm2_chat_stream_and_json(smollm2_server: Server) -> None:
     jsonschema = pytest.importorskip("jsonschema")
     # llama.cpp itself answers the bare question with "L'Étoile..." (its first token ahead by 0.16 nats); asked for
-    # one sentence it answers Paris with every token ahead by >= 0.77 (test_model_chat asks the same)
+    # one sentence it answers Paris with every token ahead by >= 0.77 (test_chat_cli_model asks the same)
     messages = [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}]
     client = smollm2_server.client()
     r = client.chat.completions.create(model="smollm2", messages=messages, max_tokens=24, temperature=0)

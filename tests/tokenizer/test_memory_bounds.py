@@ -11,6 +11,9 @@ from support.fixtures import BASE_TOKENS, t5_gguf
 from support.limits import run_limited
 from support.paths import require_shared
 
+# Bounds wall time or memory: under xdist, one worker runs these files one after another (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("bounds")
+
 MB = 1 << 20
 
 PEAK = """

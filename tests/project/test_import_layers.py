@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[1] / "minillama"
+PACKAGE = Path(__file__).resolve().parents[2] / "minillama"
 
 
 def module_name(path: Path) -> str:
@@ -142,8 +142,8 @@ def test_inspection_and_cli_use_the_tokenizers_public_face() -> None:
 def test_no_test_module_imports_another() -> None:
     """Test modules share code through tests/support/ only: importing a test module runs its module-level
     setup and couples two test files by their private names (_t5_gguf, Term, _hf_bert_from_gguf)."""
-    tests = Path(__file__).resolve().parent
-    names = {p.stem for p in tests.glob("test_*.py")} | {"helpers", "conftest"}
+    tests = Path(__file__).resolve().parents[1]
+    names = {p.stem for p in tests.glob("**/test_*.py")} | {"helpers", "conftest"}
     bad = []
     for path in sorted(tests.glob("**/*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):

@@ -31,7 +31,7 @@ from types import ModuleType
 
 import numpy as np
 import pytest
-from support import REPO
+from support import DATA, REPO
 
 from minillama.errors import FormatError, UnsupportedError
 from minillama.generate import Sampler
@@ -39,7 +39,7 @@ from minillama.model import Model, spec
 
 gguf = pytest.importorskip("gguf")
 
-EXPECTED = REPO / "tests" / "data" / "archs_llamacpp_greedy.json"
+EXPECTED = DATA / "archs_llamacpp_greedy.json"
 ARCHS = ["qwen2", "qwen3", "phi3", "llama", "llama-biases", "qwen2-output-bias", "qwen3-biases", "phi3-biases",
          "mistral3"]
 

@@ -16,17 +16,17 @@ import inspect
 import json
 import os
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
+from support import DATA
 from support.paths import require_shared, vocab_path
 
 from minillama.chat_template import ChatTemplate
 from minillama.errors import ArgumentError, ChatTemplateRefused, MinillamaError, UnsupportedError
 from minillama.tokenizer import BatchEncoding, Tokenizer, default_vocab_path
 
-DATA = json.loads((Path(__file__).parent / "data" / "chat_templates.json").read_text(encoding="utf-8"))
+DATA = json.loads((DATA / "chat_templates.json").read_text(encoding="utf-8"))
 TEMPLATES = {t["name"]: t for t in DATA["templates"]}
 CALLS = DATA["apply_chat_template"]
 

@@ -27,6 +27,9 @@ from minillama.errors import ArgumentError, ArgumentTypeError, MinillamaError
 from minillama.tokenizer import Attr
 from minillama.tokenizer.text import llama_utf8_cps
 
+# Bounds wall time or memory: under xdist, one worker runs these files one after another (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("bounds")
+
 VOCABS = params_or_skip(conformance_vocabs(), "conformance vocabs")
 # Bounded: every property runs this many examples per vocab, the same ones on every run.
 PROPERTY = settings(max_examples=150, deadline=None, derandomize=True, database=None,

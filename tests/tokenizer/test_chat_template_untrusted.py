@@ -21,6 +21,9 @@ from support.limits import run_limited
 
 from minillama.chat_template import MAX_RENDER_MEMORY, ChatTemplate
 
+# Bounds wall time or memory: under xdist, one worker runs these files one after another (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("bounds")
+
 HOSTILE = {
     "raise_exception": "{{ raise_exception('no') }}",
     "undefined attribute": "{{ messages[0].nope.deeper }}",

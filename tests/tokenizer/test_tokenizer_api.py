@@ -17,7 +17,14 @@ from support.fixtures import write_gpt2_gguf
 from support.oracle import get_oracle
 from support.paths import load_file, release_tokenizers, vocab_path
 
-from minillama.errors import FormatError, MinillamaError, UnsupportedError
+from minillama.errors import (
+    ArgumentError,
+    ArgumentTypeError,
+    FormatError,
+    InputError,
+    MinillamaError,
+    UnsupportedError,
+)
 from minillama.tokenizer import Tokenizer, default_vocab_path
 
 
@@ -280,3 +287,29 @@ def test_encode_returns_list_of_int(tok, hf_bpe):
     assert ids == _hf_ids(hf_bpe, "Hello world")
     assert tok.encode("") == []
     assert tok.encode("", add_special=False) == []
+
+
+def test_from_file_with_bad_paths(tmp_path: Path) -> None:
+    for bad in (None, 123, 1.5, ["x"]):
+        with pytest.raises(ArgumentTypeError, match="expected a path"):
+            Tokenizer.from_file(bad)  # type: ignore[arg-type]
+    with pytest.raises(ArgumentError, match="without NUL"):
+        Tokenizer.from_file("a\0b")
+    with pytest.raises(InputError, match="found no such file"):
+        Tokenizer.from_file(tmp_path / "missing.gguf")
+    with pytest.raises(InputError, match="found a directory"):
+        Tokenizer.from_file(tmp_path)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(InputError, match="found a FIFO"):  # open() on a FIFO would wait for a writer forever
+        Tokenizer.from_file(fifo)
+    assert issubclass(InputError, MinillamaError) and issubclass(InputError, OSError)
+
+
+def test_decode_refuses_unordered_ids() -> None:
+    tok = Tokenizer.from_file(default_vocab_path())
+    for bad in ({1, 2}, {1: 2}, frozenset([3])):
+        with pytest.raises(ArgumentTypeError, match="in order"):
+            tok.decode(bad)  # type: ignore[arg-type]
+    with pytest.raises(ArgumentTypeError):
+        tok.decode(True)  # type: ignore[arg-type]

@@ -11,6 +11,9 @@ import numpy as np
 import pytest
 from support.limits import run_limited
 
+# Bounds wall time or memory: under xdist, one worker runs these files one after another (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("bounds")
+
 LOAD = """
 from minillama.errors import FormatError
 from minillama.ngram import NGramModel

@@ -26,7 +26,7 @@ from minillama.tokenizer import tables
 from minillama.tokenizer import unicode_data as ud
 from minillama.tokenizer.unicode import HAN_RANGES, WHITESPACE_CPS, category_placeholder, is_han
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 MAX = ud.MAX_CODE_POINT + 1
 CATEGORY_FLAG = {"C": ud.CONTROL, "L": ud.LETTER, "M": ud.ACCENT_MARK, "N": ud.NUMBER, "P": ud.PUNCTUATION,
                  "S": ud.SYMBOL, "Z": ud.SEPARATOR}

@@ -9,12 +9,13 @@ import json
 from pathlib import Path
 
 import pytest
+from support import DATA
 from support.derived_vocabs import RECIPES
 from support.paths import require_shared
 
 from minillama.tokenizer import Tokenizer
 
-EXPECTED = json.loads((Path(__file__).parent / "data" / "derived_expected.json").read_text(encoding="utf-8"))
+EXPECTED = json.loads((DATA / "derived_expected.json").read_text(encoding="utf-8"))
 
 
 @pytest.fixture(scope="module")
