@@ -112,7 +112,7 @@ class Tokenizer:
     def model(self) -> str:
         """The tokenizer kind: 'spm' (SentencePiece scores), 'bpe' (merges), 'wpm' (WordPiece) or 'ugm' (Unigram).
 
-        Named after llama.cpp's `tokenizer.ggml.model` key (its values 'llama', 'gpt2', 'bert', 't5' read as
+        Named after llama.cpp's `tokenizer.ggml.model` key (its values 'llama', 'gpt2' and 'gemma4', 'bert', 't5' read as
         llama.cpp's vocab types SPM, BPE, WPM, UGM): it says which encoder runs; the forward pass is
         minillama.model.Model.
         """

@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 from support import REPO
 from support.paths import NO_SHARED_REASON, SHARED
+from support.reference import conformance_vocabs
 from support.report import skip_summary
 
 README = REPO / "README.md"
@@ -306,7 +307,7 @@ def test_readme_conformance_table_lists_every_conformance_vocab() -> None:
     with its 600 texts' three checks, and their total (CI's check_conformance.py runs them all)."""
     if SHARED is None:
         pytest.skip(NO_SHARED_REASON)
-    vocabs = sorted(p.stem for p in (SHARED / "conformance").glob("*.jsonl"))
+    vocabs = conformance_vocabs()
     text = README.read_text(encoding="utf-8")
     rows = dict(re.findall(r"^\| (ggml-vocab-[\w.-]+) \| [^|]+ \| (\d+/\d+) \|$", text, re.MULTILINE))
     assert sorted(rows) == vocabs

@@ -7,16 +7,14 @@ expected ids for one text, from llama_tokenize(add_special=False, parse_special=
 from __future__ import annotations
 
 import pytest
-from support.paths import SHARED, load, params_or_skip, release_tokenizers, vocab_path
+from support.paths import load, params_or_skip, release_tokenizers, shared_roots, vocab_path
 from support.reference import LLAMACPP_TEST_SEP, read_llamacpp_inp_out
 from support.report import fail_if_any
 
 
 def _inp_out_vocabs() -> list[str]:
-    if SHARED is None:
-        return []
     names = []
-    for inp in sorted((SHARED / "vocab").glob("*.gguf.inp")):
+    for inp in sorted(p for root in shared_roots() for p in (root / "vocab").glob("*.gguf.inp")):
         name = inp.name[: -len(".gguf.inp")]
         if inp.with_suffix(".out").exists():
             names.append(name)
