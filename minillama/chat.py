@@ -338,7 +338,7 @@ def _reply(session: ChatSession, text: str, out: TextIO, safe: bool) -> None:
 
 def banner(tok: Tokenizer, model_desc: str, fmt: ChatFormat, model_path: str) -> str:
     """What the session runs on, said plainly at start (including the absence of a chat template)."""
-    lines = [f"minillama chat: tokenizer {model_path} ({tok.model}, {tok.n_vocab} tokens)", f"model: {model_desc}"]
+    lines = [f"minillama chat: tokenizer {model_path} ({tok.kind}, {tok.n_vocab} tokens)", f"model: {model_desc}"]
     if isinstance(fmt, ChatTemplate):
         lines.append("chat template: from the file (tokenizer.chat_template)")
     else:

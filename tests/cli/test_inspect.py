@@ -112,7 +112,7 @@ def check_tokenizer(summary: dict[str, Any], path: Path) -> None:
     tok = load_file(path)
     v = tok.vocab
     assert summary["error"] is None
-    assert summary["type"] == tok.model
+    assert summary["type"] == tok.kind
     assert summary["vocab_size"] == tok.n_vocab
     assert summary["merges"] == len(v.merges)
     expected_special = {k: i for k, i in v.special.items() if i is not None}

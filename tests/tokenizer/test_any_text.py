@@ -70,9 +70,9 @@ def _byte_tokens(tok) -> frozenset[int]:
     from minillama.tokenizer.unicode import BYTE_TO_CHAR
 
     t2i = tok.vocab.token_to_id
-    if tok.model == "bpe" and tok.vocab.pre_spec.byte_encode:
+    if tok.kind == "bpe" and tok.vocab.pre_spec.byte_encode:
         return frozenset(b for b in range(256) if BYTE_TO_CHAR[b] in t2i)
-    if tok.model == "spm":
+    if tok.kind == "spm":
         return frozenset(b for b in range(256) if f"<0x{b:02X}>" in t2i)
     return frozenset()
 
@@ -109,7 +109,7 @@ def test_valid_text_encodes_and_round_trips(vocab):
     @PROPERTY
     @given(text=texts(tok))
     def prop(text):
-        if tok.model == "spm":
+        if tok.kind == "spm":
             text = text.replace("\u2581", "")  # SPM's space marker: decodes as a space
         ids = tok.encode(text, add_special=False)
         _check_ids(tok, ids)
@@ -142,7 +142,7 @@ def test_raw_bytes_match_llamacpp(vocab):
     """Text read with errors='surrogateescape' tokenizes as llama.cpp tokenizes the bytes themselves."""
     tok = load(vocab)
     oracle = get_oracle(vocab_path(vocab))
-    aborts = tok.model in ("bpe", "wpm")
+    aborts = tok.kind in ("bpe", "wpm")
 
     @FEWER
     @given(data=RAW)
@@ -161,7 +161,7 @@ def test_raw_bytes_and_surrogates(vocab):
     very bytes back; surrogates other than U+DC80..U+DCFF are U+FFFD; escapes that form valid UTF-8
     are that character."""
     tok = load(vocab)
-    byte_fallback = tok.model == "spm" and _kind(tok) == "bytes"
+    byte_fallback = tok.kind == "spm" and _kind(tok) == "bytes"
 
     @FEWER
     @given(data=RAW, parts=st.lists(st.one_of(st.text(SURROGATES, min_size=1, max_size=3),
@@ -216,7 +216,7 @@ def test_long_texts_without_spaces(vocab):
         ids = tok.encode(text, add_special=False)
         assert time.perf_counter() - t0 < 20, (vocab, text[:4])
         _check_ids(tok, ids)
-        if _kind(tok) == "bytes" and text.isascii() and tok.model == "spm":
+        if _kind(tok) == "bytes" and text.isascii() and tok.kind == "spm":
             assert tok.decode(ids) == text
 
 

@@ -122,7 +122,7 @@ def test_metadata_matches_llamacpp(vocab, tok):
     """n_vocab, model type, bos/eos/eot ids and is_eog() for every id, as llama.cpp reports them."""
     o = get_oracle(vocab_path(vocab))
     assert tok.n_vocab == o.n_vocab
-    assert tok.model == o.model
+    assert tok.kind == o.model
     assert (tok.bos_id, tok.eos_id, tok.eot_id) == (o.bos_id, o.eos_id, o.eot_id)
     got = [i for i in range(o.n_vocab) if tok.is_eog(i)]
     want = [i for i in range(o.n_vocab) if o.is_eog(i)]

@@ -186,7 +186,7 @@ def test_gguf_sniffed_by_content(tmp_path, hf_bpe, name):
     p = tmp_path / name
     shutil.copyfile(hf_bpe.path, p)
     t = Tokenizer.from_file(str(p))
-    assert t.model == "bpe"
+    assert t.kind == "bpe" and t.model == "bpe"  # `model`: the older name, kept for the scripts that call it
     text = "Hello world, it's 2024!"
     assert t.encode(text, add_special=False) == _hf_ids(hf_bpe, text)
 
@@ -214,7 +214,7 @@ def test_llama2c_sniffed_by_content(tmp_path):
     shutil.copyfile(src, p)
     t = Tokenizer.from_file(str(p))
     assert t.n_vocab == 32000
-    assert t.model == "spm"
+    assert t.kind == "spm"
     # llama.cpp (llama-spm vocab): "Hello world" -> [15043, 3186]
     assert t.encode("Hello world", add_special=False) == [15043, 3186]
 
@@ -229,7 +229,7 @@ def test_default_vocab():
     assert os.path.isfile(path)
     t = Tokenizer.from_file(path)
     assert t.n_vocab > 256
-    assert t.model == "bpe"
+    assert t.kind == "bpe"
     assert isinstance(t.pre, str) and t.pre
     for text in ["Hello world", "It's 2024 -- naïve café, 日本語 🦙\n\tend"]:
         ids = t.encode(text, add_special=False)
@@ -274,7 +274,7 @@ def test_eos_is_eog(tok, hf_bpe):
 
 def test_properties(tok, hf_bpe):
     assert tok.n_vocab == hf_bpe.vocab_size
-    assert tok.model == "bpe"
+    assert tok.kind == "bpe"
     assert tok.pre == "gpt-2"
     assert tok.bos_id == hf_bpe.eot_id  # the GGUF sets bos = eos = <|endoftext|>, as GPT-2's converter does
 
