@@ -41,7 +41,7 @@ void mq_quantize_bf16(const float *x, int64_t n, uint8_t *y);
  * (quantize_row_q8_K skips a NaN when it picks the scale and rounds it to 0; the AVX2 quantize_row_q8_0 keeps or
  * loses it by where it sits), so minillama quantizes such a block with a NaN scale (and block_q8_1's sum NaN) and
  * zero quants: every product with it is NaN, which the forward pass reports, and no non-finite float is ever
- * converted to an integer. minillama/quants.py makes the same bytes. */
+ * converted to an integer. tests/support/quant_reference.py makes the same bytes. */
 #define MQ_HALF_NAN 0x7E00u
 static inline void mq_nonfinite_q8(uint8_t *y, int with_sum) {
     memset(y, 0, with_sum ? 36 : 34);
