@@ -311,24 +311,3 @@ void wpm_free(wpm *w);
 int wpm_encode(const wpm *w, const uint8_t *text, size_t n, ivec *out);
 
 #endif
-
-/* quants.c: matrix products of ggml quantized weights (read in place, never dequantized) with float32
- * activations, as ggml computes them: each activation row quantized once to the type's partner (Q8_0, Q8_1,
- * Q8_K; F16/BF16/F32 for the float types), integer dot products per block, float32 sums in ggml's order. */
-enum {
-    MQ_F32, MQ_F16, MQ_BF16, MQ_Q4_0, MQ_Q4_1, MQ_Q5_0, MQ_Q5_1, MQ_Q8_0, MQ_Q2_K, MQ_Q3_K, MQ_Q4_K, MQ_Q5_K,
-    MQ_Q6_K, MQ_NTYPES
-};
-/* The mq_type of a ggml type number, -1 when quants.c has no kernel for it. */
-int mq_type_of_ggml(int ggml_type);
-/* Values per block and bytes per block of an mq_type; values per block of its partner. */
-int mq_block(int type);
-int mq_type_size(int type);
-int mq_partner_block(int type);
-/* "avx2" or "scalar": the kernels mq_matmul uses on this CPU. */
-const char *mq_isa(void);
-/* out[t * rows + r] = row r of w (rows x cols of type, row_bytes = cols / block * type_size) . x[t * cols ..]
- * for t < n_x, rows split over `threads` threads. cols must be a positive multiple of the block. 0 when
- * memory ran out. */
-int mq_matmul(int type, const uint8_t *w, int64_t rows, int64_t cols, const float *x, int64_t n_x, float *out,
-              int threads);

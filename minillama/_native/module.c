@@ -1337,11 +1337,28 @@ static PyObject *quants_isa(PyObject *self, PyObject *unused) {
     return PyUnicode_FromString(mq_isa());
 }
 
+/* quant_types() -> {ggml_type: (block, type_size, partner, partner_block, partner_size)}: the weight types that run
+ * in C (the chosen instruction set's traits table, quants.h), the one list Python routes by. */
+static PyObject *quants_types(PyObject *self, PyObject *unused) {
+    (void)self, (void)unused;
+    PyObject *d = PyDict_New();
+    for (int t = 0; d && t < MQ_NTYPES; t++) {
+        const mq_traits *r = mq_traits_of(t);
+        if (!r) continue;
+        PyObject *k = PyLong_FromLong(t), *v = Py_BuildValue("(iiiii)", r->block, r->size, r->partner,
+                                                             r->partner_block, r->partner_size);
+        if (!k || !v || PyDict_SetItem(d, k, v) < 0) Py_CLEAR(d);
+        Py_XDECREF(k), Py_XDECREF(v);
+    }
+    return d;
+}
+
 #define QUANTS_METHODS                                                                                               \
     {"matmul", quants_matmul, METH_VARARGS,                                                                          \
      "matmul(weight, ggml_type, rows, cols, x, out, threads): out[t] = weight . x[t] as ggml computes it."},          \
     {"matvec", quants_matvec, METH_VARARGS, "matvec(weight, ggml_type, rows, cols, x, out, threads): one row x."},   \
     {"kernels", quants_isa, METH_NOARGS, "'avx2' or 'scalar': the quantized kernels this CPU runs."},               \
+    {"quant_types", quants_types, METH_NOARGS, "{ggml_type: (block, size, partner, ...)}: the types run in C."},     \
     {"quantize", quants_quantize, METH_VARARGS, "quantize(ggml_type, x): x as the partner of ggml_type's weights."},
 
 /* ---- end of quants.c binding ------------------------------------------------------------------------------------ */

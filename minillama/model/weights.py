@@ -24,7 +24,7 @@ from ..backend import backend_choice, native_core
 from ..embedding import Embedding
 from ..errors import FormatError, MinillamaError, UnsupportedError
 from ..gguffile.reader import GGUFFile, TensorInfo, read_gguf
-from ..quants import TRAITS, check_tensor_table, dequantize, tensor_layout, tensor_view
+from ..quants import check_tensor_table, dequantize, native_types, tensor_layout, tensor_view
 from .layers import Linear, QuantLinear
 
 __all__ = ["HParams", "Weights", "TensorSpec"]
@@ -162,6 +162,8 @@ class Weights:
             self._mmap = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         #: The native core (MINILLAMA_BACKEND): matrices of a type it multiplies stay quantized in the map.
         self._core = native_core(backend_choice())
+        #: The types whose matrices stay quantized and run in C (the C traits table's rows); none on the pure backend.
+        self._native_types = native_types(self._core) if self._core is not None else frozenset()
 
     @property
     def arch(self) -> str:
@@ -267,7 +269,7 @@ class Weights:
         Linear: on the native backend a QuantLinear over the raw blocks in the map (nothing dequantized), on
         the pure one the (ne1, ne0) matrix dequantized to float32."""
         raw, qtype = self._raw(name, shape)
-        if len(shape) == 2 and self._core is not None and qtype in TRAITS and shape[0] > 0:
+        if len(shape) == 2 and qtype in self._native_types and shape[0] > 0:
             return QuantLinear(raw, qtype, shape[0], self._core, self._mmap)
         out = dequantize(raw, qtype, shape[0])
         return out.reshape(shape[0]) if len(shape) == 1 else Linear(out)

@@ -1,5 +1,5 @@
 """minillama.quants and the native kernels (minillama/_native/quants.c): every type the kernels cover, against
-independent references.
+independent references (the numpy ones in tests/support/quant_reference.py).
 
 - the numpy dequantizers equal gguf-py's ``gguf.quants.dequantize`` bit for bit, on random blocks;
 - the activation quantizers produce the bytes of llama.cpp's own quantize_row_q8_0 / _q8_1 / _q8_K, and the numpy
@@ -7,6 +7,8 @@ independent references.
   fused multiply-adds, the references do not), on blocks made by llama.cpp's ggml_quantize_chunk (xllamacpp);
 - each C kernel (AVX2 where the CPU has it, and the scalar fallback in a child process) equals the numpy reference
   exactly, on random blocks and odd shapes, 1-3 threads, one and several activation rows;
+- the C traits table (quants.h) is the one list of types that run in C, its layouts gguf-py's, and Python routes by
+  it; attention and swiglu take cpu.c's one choice of kernels;
 - the binding checks every length against its buffer; the native forward pass agrees with llama.cpp's greedy
   tokens (SmolLM2, MINILLAMA_TEST_GGUF).
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -23,8 +26,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from support import DATA, REPO
-
-from minillama.quants import TRAITS, quantize_q8_0, quantize_q8_1, quantize_q8_k
+from support.quant_reference import TRAITS, quantize_q8_0, quantize_q8_1, quantize_q8_k
 
 gguf = pytest.importorskip("gguf")
 T = gguf.GGMLQuantizationType
@@ -182,7 +184,7 @@ def test_native_quantizers_equal_llamacpp() -> None:
     """What every product quantizes its activations with, on this CPU's kernels and (in a child) the scalar ones."""
     ffi, lib = llamacpp()
     assert quantizer_mismatches(lib, ffi) == [], f"{_core.kernels()} quantizers differ"
-    code = ("import sys, json; sys.path[:0] = [sys.argv[1], sys.argv[1] + '/tests']; import test_quants as q; "
+    code = ("import sys, json; sys.path[:0] = [sys.argv[1], sys.argv[1] + '/tests', sys.argv[1] + '/tests/quants']; import test_quants as q; "
             "from minillama._native import _core; print(json.dumps([_core.kernels(), q.quantizer_mismatches()]))")
     env = dict(os.environ, MINILLAMA_KERNELS="scalar")
     out = subprocess.run([sys.executable, "-c", code, str(REPO)], capture_output=True, text=True, env=env,
@@ -435,13 +437,89 @@ def test_kernels_equal_references() -> None:
 @needs_core
 def test_scalar_kernels_equal_references() -> None:
     """The fallback every CPU has: MINILLAMA_KERNELS=scalar in a child (the choice is made once per process)."""
-    code = ("import sys, json; sys.path[:0] = [sys.argv[1], sys.argv[1] + '/tests']; import test_quants as q; "
+    code = ("import sys, json; sys.path[:0] = [sys.argv[1], sys.argv[1] + '/tests', sys.argv[1] + '/tests/quants']; import test_quants as q; "
             "from minillama._native import _core; print(json.dumps([_core.kernels(), q.compare_all_types()]))")
     env = dict(os.environ, MINILLAMA_KERNELS="scalar")
     out = subprocess.run([sys.executable, "-c", code, str(REPO)], capture_output=True, text=True, env=env,
                          check=True, timeout=600)
     isa, bad = json.loads(out.stdout.strip().splitlines()[-1])
     assert isa == "scalar" and bad == []
+
+
+NATIVE = REPO / "minillama" / "_native"
+
+
+def table_rows(source: str, table: str) -> set[T]:
+    """The ggml types with a row in the C traits table `table` (its `[MQ_NAME] = {` lines), read from the source."""
+    text = (NATIVE / source).read_text(encoding="utf-8")
+    body = text[text.index(f" {table}[MQ_NTYPES] = {{"):]
+    body = body[:body.index("\n};")]
+    return {T[name] for name in re.findall(r"^ +\[MQ_(\w+)\] = \{", body, re.M)}
+
+
+@needs_core
+def test_quant_types_are_the_traits_tables_and_what_python_runs_in_c(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """_core.quant_types() lists the rows of the chosen instruction set's table, the scalar and AVX2 tables have
+    the same rows, the scalar kernels' choice (a child) lists the same, and a matrix of every type the package
+    reads stays quantized in C exactly when its type is listed (the one truth Python routes by)."""
+    from minillama.model.layers import QuantLinear
+    from minillama.model.weights import Weights
+    from minillama.quants import SUPPORTED_TYPES, native_types
+
+    types = _core.quant_types()
+    assert {T(t) for t in types} == table_rows("quants.c", "scalar_traits") == table_rows("quants_avx2.c", "traits")
+    assert native_types(_core) == {T(t) for t in types}
+    code = "import json; from minillama._native import _core; print(json.dumps(sorted(_core.quant_types().items())))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120,
+                         env=dict(os.environ, MINILLAMA_KERNELS="scalar", PYTHONPATH=str(REPO)))
+    assert {t: tuple(v) for t, v in json.loads(out.stdout)} == types
+
+    w = gguf.GGUFWriter(str(tmp_path / "types.gguf"), "llama")
+    cols = 256  # a multiple of every block size
+    for name in SUPPORTED_TYPES:
+        block, size = gguf.GGML_QUANT_SIZES[T[name]]
+        w.add_tensor(name, np.zeros((2, cols // block * size), np.uint8), raw_dtype=T[name])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    monkeypatch.setenv("MINILLAMA_BACKEND", "native")
+    weights = Weights(tmp_path / "types.gguf")
+    in_c = {T[name] for name in SUPPORTED_TYPES if isinstance(weights.matrix(name, (cols, 2)), QuantLinear)}
+    weights.close()
+    assert in_c == {T(t) for t in types}
+    assert set(SUPPORTED_TYPES) - {t.name for t in in_c}, "expected some types the package reads but C does not run"
+
+
+@needs_core
+def test_traits_rows_have_ggml_layouts() -> None:
+    """Every row's block size and bytes, and its partner's, are gguf-py's GGML_QUANT_SIZES; the partner is the
+    activation type ggml-cpu pairs with the type (its vec_dot_type). Q8_1 is the one exception: gguf-py still
+    lists it with float32 d and s (40 bytes), ggml-common.h's block_q8_1 holds them as halves (static_assert
+    2 * sizeof(ggml_half) + QK8_1: 36), the bytes test_activation_quantizers_equal_llamacpp compares."""
+    partner_sizes = {**gguf.GGML_QUANT_SIZES, T.Q8_1: (32, 36)}
+    types = _core.quant_types()
+    assert types, "no type runs in C"
+    for t, (block, size, partner, partner_block, partner_size) in types.items():
+        assert gguf.GGML_QUANT_SIZES[T(t)] == (block, size), T(t).name
+        assert T(partner) == TRAITS[T(t)].partner, T(t).name
+        assert partner_sizes[T(partner)] == (partner_block, partner_size), T(t).name
+
+
+def test_kernel_choice_is_made_once_in_cpu_c() -> None:
+    """attention.c and swiglu.c take cpu.c's choice of instruction set (no pick() of their own behind a
+    pthread_once, no comparing mq_isa()'s string); the thread pool is threadpool.c's alone; the tokenizer's
+    header holds nothing of the quantized types."""
+    for name in ("attention.c", "swiglu.c"):
+        text = (NATIVE / name).read_text(encoding="utf-8")
+        assert "mq_cpu_isa()" in text, name
+        for banned in ("pthread_once", "mq_isa", "strcmp", "__builtin_cpu_supports"):
+            assert banned not in text, f"{name} has {banned}"
+    for name in ("quants.c", "quants_avx2.c", "model.c", "attention.c", "swiglu.c"):
+        text = (NATIVE / name).read_text(encoding="utf-8")
+        assert "pthread_create" not in text and "__builtin_cpu_supports" not in text, name
+    assert "MQ_" not in (NATIVE / "core.h").read_text(encoding="utf-8")
 
 
 @needs_core
@@ -717,7 +795,7 @@ def native_nonfinite_failures(seed: int = 12, rounds: int = 1) -> list[str]:
 def _in_child(kernels: str | None, call: str) -> list[str]:
     """call (an expression of test_quants, a list of failures) in a child with MINILLAMA_KERNELS=kernels: a crash in
     the kernels fails the test instead of ending pytest."""
-    code = ("import sys, json; sys.path[:0] = [sys.argv[1], sys.argv[1] + '/tests']; import test_quants as q; "
+    code = ("import sys, json; sys.path[:0] = [sys.argv[1], sys.argv[1] + '/tests', sys.argv[1] + '/tests/quants']; import test_quants as q; "
             f"print(json.dumps(q.{call}))")
     env = dict(os.environ)
     env.pop("MINILLAMA_KERNELS", None)
