@@ -244,3 +244,15 @@ def test_verbose_logs_each_request(tiny_path: Path) -> None:
     log = "".join(server.log)
     assert "POST /v1/completions 200 prompt_tokens=" in log and "GET /nowhere 404 " in log
     assert "POST /v1/chat/completions 200 prompt_tokens=" in log
+
+
+def test_a_prefix_of_another_shape_is_refused(tiny: Model) -> None:
+    from minillama.errors import ArgumentError
+
+    s = tiny.session()
+    s.logits_next(_prompt(40, 10))
+    prefix = s.export_prefix()
+    prefix.k = [k[:, :1] for k in prefix.k]  # one kv head of two
+    with pytest.raises(ArgumentError, match=r"expected a prefix of 1 layers of keys \(2, 8\).*found 1 layers of "
+                                            r"keys \(1, 8\)"):
+        tiny.session().import_prefix(prefix)

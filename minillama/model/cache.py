@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import ArgumentError
+
 F32 = np.float32
 F16 = np.float16
 
@@ -54,12 +56,6 @@ class KVCache:
         self.v[layer][start:end] = v.astype(np.float16)
         return self.k[layer][:end], self.v[layer][:end]
 
-    @property
-    def row_bytes(self) -> int:
-        """Bytes one position's keys and values take over every layer (what a saved prefix costs per token)."""
-        item = np.dtype(self._dtype).itemsize
-        return len(self.k) * item * (int(np.prod(self._shape_k)) + int(np.prod(self._shape_v)))
-
     def export(self, n: int | None = None) -> Prefix:
         """A copy of the first n cached positions (all: None): their ids and every layer's key and value rows."""
         n = self.n if n is None else max(0, min(n, self.n))
@@ -69,7 +65,9 @@ class KVCache:
         """Hold exactly prefix's positions (ids, keys, values), as if they had been computed here."""
         if len(prefix.k) != len(self.k) or any(k.shape[1:] != self._shape_k for k in prefix.k) \
                 or any(v.shape[1:] != self._shape_v for v in prefix.v):
-            raise ValueError("expected a prefix of this model's cache shape, found another")
+            raise ArgumentError(f"expected a prefix of {len(self.k)} layers of keys {self._shape_k} and values "
+                                f"{self._shape_v} (this model's cache), found {len(prefix.k)} layers of keys "
+                                f"{prefix.k[0].shape[1:] if prefix.k else ()}")
         n = prefix.n
         self.reserve(n)
         for store, rows in ((self.k, prefix.k), (self.v, prefix.v)):
