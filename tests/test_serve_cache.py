@@ -60,9 +60,22 @@ def smollm2_server() -> Iterator[Server]:
     s.stop()
 
 
+def _chat(server: Server, system: str) -> list[tuple[int, int]]:
+    """A 5-turn greedy chat's (prompt_tokens, cached_tokens) of each turn."""
+    client = server.client()
+    messages = [{"role": "system", "content": system}]
+    counts = []
+    for question in ["Name a fruit.", "Name another.", "And a vegetable?", "A colour?", "Thanks!"]:
+        messages.append({"role": "user", "content": question})
+        r = client.chat.completions.create(model="m", messages=messages, max_tokens=6, temperature=0)
+        counts.append((r.usage.prompt_tokens, r.usage.prompt_tokens_details.cached_tokens))
+        messages.append({"role": "assistant", "content": r.choices[0].message.content})
+    return counts
+
+
 def test_five_turn_chat_on_two_slots_is_served_from_the_cache(smollm2_server: Server) -> None:
-    """Every turn after the first finds the whole previous prompt cached (the slot that holds it is chosen), and
-    the counts agree: timings.cache_n is cached_tokens, timings.prompt_n the rest of the prompt."""
+    """Every turn after the first finds the whole previous prompt cached (the slot that holds it is chosen), as
+    much as with one slot, and the counts agree: timings.cache_n is cached_tokens, timings.prompt_n the rest."""
     client = smollm2_server.client()
     messages = [{"role": "system", "content": "You are a helpful assistant who answers briefly."}]
     previous = 0
@@ -93,6 +106,16 @@ def test_five_turn_chat_on_two_slots_is_served_from_the_cache(smollm2_server: Se
             and time.monotonic() < deadline:
         time.sleep(0.05)
     assert len(lines) == 6 and "cached_tokens=0 " in lines[0] and f"prompt_tokens={previous} " in lines[4], lines
+    one_slot = Server(real_gguf(), "--parallel", "1")
+    try:
+        alone = _chat(one_slot, "You answer in few words.")
+    finally:
+        one_slot.stop()
+    two = _chat(smollm2_server, "You answer in few words.")
+    # a new conversation on two slots (one holding the first, the other idle) computes no more of each prompt than
+    # on one slot
+    assert [p for p, _ in two] == [p for p, _ in alone]
+    assert all(c2 >= c1 for (_, c2), (_, c1) in zip(two, alone, strict=True)), (two, alone)
 
 
 def test_timings_and_usage_fields_are_llama_servers(smollm2_server: Server) -> None:
