@@ -1,5 +1,5 @@
 /* The native core's C interface: UTF-8 decoding, llama.cpp's hand-written pre-tokenizers, the bounded word
- * cache and byte-level BPE rank merging. No Python here: module.c is the only file that knows CPython. */
+ * cache and byte-level BPE rank merging. No Python here: only the binding files (module.c, bind*.c) know CPython. */
 #ifndef MINILLAMA_CORE_H
 #define MINILLAMA_CORE_H
 
@@ -230,9 +230,18 @@ size_t ucs_utf8_write(const void *chars, size_t n, int kind, int escape_spaces, 
  * (str.isspace). Returns how many parts are kept and writes the (start, end) pairs of the first cap of them into
  * spans. */
 size_t paragraph_spans(const uint8_t *s, size_t n, size_t *spans, size_t cap);
+/* paragraph_spans with the room it needs: every kept part's (start, end) pair, *k of them, in a malloc'd array
+ * (the caller frees it); NULL when memory ran out. */
+size_t *paragraph_cut(const uint8_t *s, size_t n, size_t *k);
 
 /* digest.c: BLAKE2b (RFC 7693, unkeyed) of n bytes: outlen (1..64) bytes, hashlib.blake2b's. */
 void blake2b(const uint8_t *data, size_t n, uint8_t *out, size_t outlen);
+/* The BLAKE2b digest of size (1..64) bytes of the UTF-8 of each of n texts into out (n x size bytes), and the UTF-8
+ * bytes of all in *total. Text i: lens[i] characters of kinds[i] (1, 2 or 4) bytes each at data[i], as CPython
+ * stores a str, or lens[i] bytes of UTF-8 when kinds[i] is 0. 0 done, 1 a text holds a surrogate, 2 memory ran
+ * out. */
+int blake2b_texts(const void *const *data, const size_t *lens, const int *kinds, size_t n, size_t size, uint8_t *out,
+                  size_t *total);
 
 /* decode.c: every token's piece (blob, n + 1 offsets into it; special[i] 1 where the plain table has it empty),
  * copied. pieces_size: the bytes of the pieces of ids[0..n) (each < pieces_count) in the full or plain table,

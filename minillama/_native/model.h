@@ -1,6 +1,7 @@
 /* model.c: the blocks of a llama-family transformer run in C over the quantized weights in the map,
  * and what it needs from quants.c (one activation row quantized, a range of weight rows dotted) and threadpool.c (a
- * team of pool threads). No Python here: module.c's Stack binding checks every length and keeps the buffers alive. */
+ * team of pool threads). No Python here: bind_model.c's Stack binding checks every length and keeps the buffers
+ * alive. */
 #ifndef MINILLAMA_MODEL_H
 #define MINILLAMA_MODEL_H
 
@@ -119,6 +120,15 @@ typedef struct {
  * logits: NULL, or (the model has a head) [n_seq, n_vocab]: each sequence's last row through the final norm and
  * the output matrix, in the same pass (one wake of the threads per step). 1 done, 0 out of memory. */
 int ms_forward(const ms_model *m, float *x, const ms_seq *seqs, int n_seq, int threads, float *logits);
+
+/* The bytes [lo, hi) of one array a pass writes (x, the logits, a cache). */
+typedef struct {
+    uintptr_t lo, hi;
+} ms_span;
+
+/* Whether two of the n >= 1 spans share a byte (an empty span shares none): the threads of a pass write them at
+ * once, so ms_forward's arrays must not. Sorts spans by start. */
+int ms_spans_overlap(ms_span *spans, size_t n);
 
 /* GELU at each of the 65536 float16 values (indexed by its bits), rounded to float16: the table GeGLU looks up. */
 const float *ms_gelu_table(void);

@@ -4,6 +4,7 @@ docs/design.md states about who may import whom."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "minillama"
@@ -151,3 +152,35 @@ def test_no_test_module_imports_another() -> None:
                 [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
             bad += [f"{path.relative_to(tests)} imports {m}" for m in found if m.split(".")[0] in names]
     assert not bad, "\n".join(bad)
+
+
+NATIVE = PACKAGE / "_native"
+
+
+def test_only_binding_files_know_python() -> None:
+    """In the native core only the bindings (module.c, bind*.c, bind.h) include Python.h, or bind.h which
+    includes it: every algorithm is plain C, testable and reusable without CPython."""
+    binding = re.compile(r"module\.c|bind(_\w+)?\.[ch]")
+    includes = re.compile(r'^\s*#\s*include\s*[<"](Python\.h|bind\.h)[>"]', re.MULTILINE)
+    sources = sorted(NATIVE.glob("*.[ch]"))
+    assert any(p.name == "model.c" for p in sources)  # the sources were found
+    bad = [f"{p.name} includes {m.group(1)}" for p in sources if not binding.fullmatch(p.name)
+           for m in includes.finditer(p.read_text(encoding="utf-8"))]
+    assert not bad, "\n".join(bad)
+
+
+def test_module_c_is_module_init_and_each_area_has_its_binding() -> None:
+    """module.c creates the module and asks each area's binding file to add its types and functions; it binds
+    nothing itself."""
+    assert {f"bind_{area}.c" for area in ("tokenizer", "quants", "model", "text")} <= {p.name for p in NATIVE.iterdir()}
+    module = (NATIVE / "module.c").read_text(encoding="utf-8")
+    assert not re.findall(r"PyTypeObject|PyArg_Parse\w*|Py_BEGIN_ALLOW_THREADS", module)
+    assert re.findall(r"\badd_(\w+)\(m\)", module) == ["tokenizer", "quants", "model", "text"]
+
+
+def test_no_native_source_over_1000_lines() -> None:
+    """Each C source and header of the native core stays under 1,000 lines: a binding per area, an algorithm
+    per file."""
+    lines = {p.name: len(p.read_text(encoding="utf-8").splitlines()) for p in sorted(NATIVE.glob("*.[ch]"))}
+    assert lines.get("module.c"), "the sources were not found"
+    assert not {name: n for name, n in lines.items() if n > 1000}, lines
