@@ -25,8 +25,8 @@ from minillama.chat import (
     SimpleFormat,
     chat_documents,
     format_for,
+    format_without_bos,
     template_of,
-    without_bos,
 )
 from minillama.errors import ContextLengthError
 from minillama.ngram import NGramModel
@@ -131,7 +131,7 @@ def test_real_model_session(term_factory) -> None:
     assert 0 < len(ids) <= 40
     assert tok.decode(ids) in reply
     stats = t.command("/stats")
-    rendered = without_bos(fmt.render([{"role": "user", "content": message}]), fmt, tok)
+    rendered = format_without_bos(fmt.render([{"role": "user", "content": message}]), fmt, tok)
     prompt_ids = tok.encode(rendered, add_special=True, parse_special=True)
     assert f"prompt {len(prompt_ids)} tokens" in stats, stats
     if "stopped by end-of-generation" in stats:
@@ -266,7 +266,7 @@ def test_session_forgets_the_oldest_exchanges_to_fit_the_context() -> None:
         session.finish_reply(gen)
         # the prompt fits with room for max_tokens, and it is the conversation as kept, rendered
         assert len(gen.prompt_ids) + 4 <= model.n_ctx
-        assert gen.prompt_ids == tok.encode(without_bos(fmt.render(session.messages[:-1]), fmt, tok),
+        assert gen.prompt_ids == tok.encode(format_without_bos(fmt.render(session.messages[:-1]), fmt, tok),
                                             add_special=True, parse_special=True)
         assert session.messages[0] == {"role": "system", "content": "Be brief."}
         assert session.messages[-2] == {"role": "user", "content": f"hello number {turn}"}
