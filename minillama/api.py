@@ -34,6 +34,7 @@ from .model import AUTO, Model, Session, Threads
 from .request import RANDOM_SEED, Request, SamplingParams
 from .tokenizer import Tokenizer
 from .toolcalls import Plan, StreamSplitter, detect, opened_thinking, thinks
+from .toolcalls.lazy import LazyConstraint
 
 __all__ = ["Llama", "Stream", "POOLING", "FINISH_REASONS"]
 
@@ -290,6 +291,8 @@ class Llama:
         request = self._request(ids, max_tokens, sampling, stop, response_format)
         if grammar is not None:
             request = replace(request, constraint=JsonConstraint(self.tokenizer, None, lark=grammar))
+        elif plan.lazy_triggers() and response_format is None:
+            request = replace(request, constraint=LazyConstraint(self.tokenizer, plan.lazy_triggers()))
         run = self.run(request, session)
         head = {"id": f"chatcmpl-{secrets.token_hex(12)}", "created": int(time.time()),
                 "model": model or self.model_name}

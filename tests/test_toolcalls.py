@@ -307,3 +307,30 @@ def _forced_llm(template: str):
     if template not in _LLMS:
         _LLMS[template] = Llama(real_gguf(), seed=1, chat_template=_source(template))
     return _LLMS[template]
+
+
+def test_lazy_constraint_starts_when_a_call_starts(qwen3_llm) -> None:
+    """Under "auto" the reply is free until <tool_call>; from there only a call that follows the schema."""
+    from minillama.toolcalls.lazy import LazyConstraint
+
+    tok = qwen3_llm.tokenizer
+    plan = Plan.make("hermes", WEATHER, "auto")
+    c = LazyConstraint(tok, plan.lazy_triggers())
+    for t in tok.encode("Let me look. Hello", add_special=False):
+        assert c.allowed() is None  # free text
+        c.accept(t)
+    for t in tok.encode(" <tool_call>\n", add_special=False, parse_special=True):
+        c.accept(t)
+    mask = c.allowed()
+    assert mask is not None
+    assert mask[tok.encode("{", add_special=False)[0]] and not mask[tok.encode("Hello", add_special=False)[0]]
+    for t in tok.encode('{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>', add_special=False,
+                        parse_special=True):
+        assert c.allowed()[t], tok.token_to_piece(t)
+        c.accept(t)
+    assert c.done and c.allowed().sum() == len([i for i in range(tok.n_vocab) if tok.is_eog(i)])
+    # a call to a function that is not in tools cannot be written
+    c = LazyConstraint(tok, plan.lazy_triggers())
+    for t in tok.encode('<tool_call>\n{"name": "', add_special=False, parse_special=True):
+        c.accept(t)
+    assert not c.allowed()[tok.encode("nope", add_special=False)[0]]

@@ -222,6 +222,15 @@ class Plan:
         key = "parameters" if self.family == "llama3" else "arguments"
         return self.module.grammar(_json(_call_schema(self.names, key)), self.parallel)
 
+    def lazy_triggers(self) -> dict[str, str]:
+        """Under "auto": trigger -> the Lark grammar of the call that follows it (see lazy.LazyConstraint)."""
+        if not self.active or self.choice != "auto" or self.family == "generic":
+            return {}
+        from .lazy import triggers
+
+        key = "parameters" if self.family == "llama3" else "arguments"
+        return triggers(self.family, _json(_call_schema(self.names, key)), self.parallel)
+
     def parse(self, text: str, think_open: str = "") -> Parsed:
         """The reply split into reasoning, content and calls."""
         reasoning, rest = split_reasoning(text, self.reasoning_format, think_open)
