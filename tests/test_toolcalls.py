@@ -334,3 +334,29 @@ def test_lazy_constraint_starts_when_a_call_starts(qwen3_llm) -> None:
     for t in tok.encode('<tool_call>\n{"name": "', add_special=False, parse_special=True):
         c.accept(t)
     assert not c.allowed()[tok.encode("nope", add_special=False)[0]]
+
+
+def test_reasoning_format_flag_is_the_servers_default(qwen3_llm, monkeypatch) -> None:
+    """--reasoning-format none keeps thinking in content; a request's reasoning_format overrides it (the chat
+    path of the server's app, in-process, with a reply forced to llama.cpp's text)."""
+    pytest.importorskip("starlette", reason="the serve extra is not installed: pip install -e \".[serve]\"")
+    from starlette.testclient import TestClient
+
+    from minillama.cli import build_parser
+    from minillama.serve.app import create_app
+
+    args = build_parser().parse_args(["serve", "--model", "m.gguf", "--reasoning-format", "none"])
+    assert args.reasoning_format == "none"
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--model", "m.gguf", "--reasoning-format", "verbose"])
+    (case,) = [c for c in DATA["reasoning"] if c["template"] == "qwen3.jinja" and c["reasoning_format"] == "auto"
+               and c["text"].endswith("Hello!") and c["text"].startswith("<think>")]
+    monkeypatch.setattr(Plan, "constraint_grammar", lambda self: f"start: {json.dumps(case['text'])}\n")
+    with TestClient(create_app(qwen3_llm, reasoning_format=args.reasoning_format)) as client:
+        body = {"messages": [{"role": "user", "content": "hi"}], "temperature": 0, "max_tokens": 64}
+        msg = client.post("/v1/chat/completions", json=body).json()["choices"][0]["message"]
+        assert msg["content"] == case["text"] and "reasoning_content" not in msg
+        msg = client.post("/v1/chat/completions", json={**body, "reasoning_format": "auto"}).json()[
+            "choices"][0]["message"]
+        assert (msg["content"], msg["reasoning_content"]) == (case["llamacpp"]["content"],
+                                                              case["llamacpp"]["reasoning_content"])

@@ -70,14 +70,16 @@ def serve(model: str, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, par
           timeout: float = DEFAULT_TIMEOUT, header_timeout: float = DEFAULT_HEADER_TIMEOUT,
           allowed_hosts: Sequence[str] = (), cors_origins: Sequence[str] = (),
           embedding_max_inputs: int = EMBEDDING_MAX_INPUTS, embedding_max_tokens: int = EMBEDDING_MAX_TOKENS,
-          log: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)) -> None:
+          reasoning_format: str = "auto", log: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)) -> None:
     """Load model (and the --vocab tokenizers), listen on host:port and serve until interrupted.
 
     The line "minillama serve: listening on http://HOST:PORT ..." is logged once the socket listens (port 0
     picks a free port and the line names it). timeout, header_timeout: see guard.py; allowed_hosts: Host names
     accepted beside localhost, IP addresses and host ("*": any); cors_origins: origins other sites' pages may call
-    from ("*": any)."""
+    from ("*": any); reasoning_format: chat's default (a request's reasoning_format overrides it)."""
     require_extra()
+    if reasoning_format not in ("auto", "deepseek", "none"):
+        raise MinillamaError(f"expected --reasoning-format auto, deepseek or none, found {reasoning_format!r}")
     if not 1 <= parallel <= MAX_PARALLEL:
         raise MinillamaError(f"expected --parallel from 1 to {MAX_PARALLEL}, found {parallel}")
     if api_key is not None and not api_key.strip():
@@ -105,7 +107,7 @@ def serve(model: str, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, par
             tokenizers[path] = Tokenizer.from_file(path)
         app = create_app(llm, parallel=parallel, api_key=api_key, vocabs=tokenizers,
                          model_name=os.path.basename(model), embedding_max_inputs=embedding_max_inputs,
-                         embedding_max_tokens=embedding_max_tokens)
+                         embedding_max_tokens=embedding_max_tokens, reasoning_format=reasoning_format)
         guarded = Guard(app, bound_host=host, allowed_hosts=allowed_hosts, cors_origins=cors_origins,
                         body_timeout=timeout)
         bound = sock.getsockname()

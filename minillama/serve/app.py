@@ -56,7 +56,7 @@ Handler = Callable[[Request], Awaitable[Response]]
 def create_app(llm: Any, *, parallel: int = 1, api_key: str | None = None,
                vocabs: Mapping[str, Any] | None = None, model_name: str = "minillama",
                max_body: int = MAX_BODY, embedding_max_inputs: int = EMBEDDING_MAX_INPUTS,
-               embedding_max_tokens: int = EMBEDDING_MAX_TOKENS) -> Starlette:
+               embedding_max_tokens: int = EMBEDDING_MAX_TOKENS, reasoning_format: str = "auto") -> Starlette:
     """The server's ASGI app for one loaded model.
 
     llm: a minillama.api.Llama; each of the `parallel` slots gets its own session (llm.session(): a KV cache of
@@ -65,7 +65,7 @@ def create_app(llm: Any, *, parallel: int = 1, api_key: str | None = None,
     vocabs: path -> Tokenizer, the tokenizers /tokenize and the playground offer (the model's own first); the
     page names each by its file name (never its path), and /tokenize's `vocab` takes either.
     embedding_max_inputs, embedding_max_tokens: the most inputs and tokens (all inputs together) per embeddings
-    request; more is a 400.
+    request; more is a 400. reasoning_format: chat's default (--reasoning-format), a request's own overrides it.
     """
     pool = SlotPool(llm.session, parallel)
     llm.model.batcher.expected = lambda: pool.busy  # a decode step waits (briefly) for the other busy slots'
@@ -95,8 +95,8 @@ def create_app(llm: Any, *, parallel: int = 1, api_key: str | None = None,
     # -- generation ----------------------------------------------------------------------------------------------
 
     async def generation(request: Request, fields: Mapping[str, params.Field], task: str,
-                         method: str) -> Response:
-        kwargs = await read_body(request, fields)
+                         method: str, defaults: Mapping[str, Any] | None = None) -> Response:
+        kwargs = {**(defaults or {}), **await read_body(request, fields)}
         stream = bool(kwargs.pop("stream", False))
         if not stream:
             try:
@@ -119,7 +119,8 @@ def create_app(llm: Any, *, parallel: int = 1, api_key: str | None = None,
         return await generation(request, params.COMPLETION, "completion", "create_completion")
 
     async def chat_completions(request: Request) -> Response:
-        return await generation(request, params.CHAT, "chat completion", "create_chat_completion")
+        return await generation(request, params.CHAT, "chat completion", "create_chat_completion",
+                                {"reasoning_format": reasoning_format})
 
     async def embeddings(request: Request) -> Response:
         kwargs = await read_body(request, params.EMBEDDING)
