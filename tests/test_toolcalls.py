@@ -49,6 +49,10 @@ def _deviation(kind: str, c: dict) -> str | None:
     if kind == "cases" and not got.get("error") and got["content"].startswith("<think>\n\n</think>") \
             and not c["text"].startswith("<think>\n\n</think>"):
         return "llama.cpp puts the empty thinking block its template renders for a turn before a prefill"
+    if kind == "cases" and c["template"] == "gpt_oss.jinja" and (
+            "<|channel|>" in c["text"] or got.get("content", "").startswith("<|channel|>analysis<|message|><|end|>")):
+        return ("llama.cpp does not parse a Harmony prefill (it leaves it raw, or puts an empty analysis message "
+                "before it); Harmony replies are checked as generated replies below")
     if kind == "reasoning" and not got.get("error") and not c["text"].endswith(got["content"]):
         return "llama.cpp's reply was cut by max_tokens"
     return None
@@ -133,10 +137,10 @@ def test_streamed_split_equals_whole(case) -> None:
 def test_detect_families() -> None:
     got = {name: detect(_source(name)) for name in
            ("hermes.jinja", "qwen3.jinja", "llama3.jinja", "mistral.jinja", "qwen3coder.jinja", "deepseek_r1.jinja",
-            None)}
+            "gpt_oss.jinja", None)}
     assert got == {"hermes.jinja": "hermes", "qwen3.jinja": "hermes", "llama3.jinja": "llama3",
                    "mistral.jinja": "mistral", "qwen3coder.jinja": "qwen3_coder", "deepseek_r1.jinja": "deepseek_r1",
-                   None: "generic"}
+                   "gpt_oss.jinja": "gpt_oss", None: "generic"}
 
 
 @pytest.mark.parametrize("tools, choice, message", [

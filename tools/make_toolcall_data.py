@@ -69,6 +69,12 @@ CASES: dict[str | None, list[str]] = {
         "</think><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>add\n```json\n{\"a\": 1, \"b\": 2}\n```"
         "<｜tool▁call▁end｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\": \"Rome\"}\n```"
         "<｜tool▁call▁end｜><｜tool▁calls▁end｜>"],
+    "gpt_oss.jinja": PLAIN + [
+        '<|channel|>final<|message|>Hello!',
+        '<|channel|>analysis<|message|>The user wants the weather.<|end|><|start|>assistant<|channel|>commentary '
+        'to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris"}',
+        '<|channel|>commentary to=functions.add <|constrain|>json<|message|>{"a": 1, "b": 2}',
+        '<|channel|>commentary to=functions.nope <|constrain|>json<|message|>{}'],
 }
 REASONING_FORMATS = ["none", "deepseek", "auto"]
 # Reasoning is split only in what the model generates (not in a prefill): these replies are generated, forced by a
@@ -79,6 +85,9 @@ REASONING: dict[str | None, list[str]] = {
                     "<think>\nA call.\n</think>\n\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
                     "{\"city\": \"Paris\"}}\n</tool_call>"],
     None: ["<think>I should greet.</think>Hello!", "Hello!"],
+    "gpt_oss.jinja": ["<|channel|>analysis<|message|>I should greet.<|end|><|start|>assistant<|channel|>final"
+                      "<|message|>Hello!", "<|channel|>final<|message|>Hello!",
+                      "<|channel|>analysis<|message|>Still thinking"],
 }
 
 
@@ -96,11 +105,17 @@ def _message(r: dict) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("model", help="SmolLM2-135M-Instruct GGUF (its vocab, and its ChatML template)")
+    ap.add_argument("--only", metavar="TEMPLATE", help="redo this template's cases only, keeping the others")
     args = ap.parse_args()
     import xllamacpp as xlc
 
     out = {"tools": TOOLS, "cases": [], "reasoning": []}
+    if args.only:
+        old = json.loads(OUT.read_text(encoding="utf-8"))
+        out = {"tools": TOOLS, **{k: [c for c in old[k] if c["template"] != args.only] for k in ("cases", "reasoning")}}
     for name, texts in CASES.items():
+        if args.only and name != args.only:
+            continue
         for fmt in REASONING_FORMATS:
             p = xlc.CommonParams()
             p.model.path = args.model

@@ -1,7 +1,7 @@
 """minillama.toolcalls: tool calls and reasoning in chat replies, as llama.cpp's server handles them.
 
     fam = detect(template_source)                  # "hermes", "llama3", "mistral", "qwen3_coder", "deepseek_r1",
-                                                   # or "generic" for a template without tool support
+                                                   # "gpt_oss", or "generic" for a template without tool support
     plan = Plan.make(fam, tools, tool_choice, parallel_tool_calls, reasoning_format)
     messages = plan.messages(messages)             # histories with calls and tool results, polyfilled if needed
     parsed = plan.parse(reply_text)                # Parsed(content, reasoning_content, tool_calls)
@@ -23,13 +23,13 @@ from types import ModuleType
 from typing import Any
 
 from ..errors import ArgumentError, ArgumentTypeError
-from . import deepseek_r1, generic, hermes, llama3, mistral, qwen3_coder
+from . import deepseek_r1, generic, gpt_oss, hermes, llama3, mistral, qwen3_coder
 from .base import Parsed, ToolCall, held_back, new_call_id
 
 __all__ = ["FAMILIES", "REASONING_FORMATS", "Parsed", "Plan", "ToolCall", "detect", "new_call_id", "opened_thinking", "split_reasoning", "thinks"]
 
 FAMILIES: dict[str, ModuleType] = {"generic": generic, "hermes": hermes, "llama3": llama3, "mistral": mistral,
-                                   "qwen3_coder": qwen3_coder, "deepseek_r1": deepseek_r1}
+                                   "qwen3_coder": qwen3_coder, "deepseek_r1": deepseek_r1, "gpt_oss": gpt_oss}
 #: llama.cpp's --reasoning-format choices ("auto": as deepseek, thinking to reasoning_content).
 REASONING_FORMATS = ("none", "deepseek", "auto")
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
@@ -39,6 +39,8 @@ def detect(source: str | None) -> str:
     """The tool-call family a chat template speaks, from the markers its text holds (as llama.cpp tells them
     apart); "generic" when it has none of them (no tool support of its own)."""
     s = source or ""
+    if "<|channel|>" in s:
+        return "gpt_oss"
     if deepseek_r1.BEGIN in s:
         return "deepseek_r1"
     if "<function=" in s and "<parameter=" in s:
@@ -56,7 +58,7 @@ def thinks(source: str | None) -> bool:
     """Whether a chat template writes thinking (<think> or a message's reasoning_content): only then is a
     reply's <think> block split off, as llama.cpp does."""
     s = source or ""
-    return THINK_OPEN in s or "reasoning_content" in s
+    return THINK_OPEN in s or "reasoning_content" in s or "<|channel|>" in s
 
 
 def opened_thinking(prompt_tail: str) -> str:
@@ -233,6 +235,10 @@ class Plan:
 
     def parse(self, text: str, think_open: str = "") -> Parsed:
         """The reply split into reasoning, content and calls."""
+        if self.family == "gpt_oss":  # channels, not <think>
+            if self.reasoning_format == "none":
+                return Parsed(gpt_oss.unsplit(text))
+            return gpt_oss.parse_reply(text, self.names) or Parsed(text)
         reasoning, rest = split_reasoning(text, self.reasoning_format, think_open)
         if not self.active:
             return Parsed(rest, reasoning)
@@ -264,6 +270,8 @@ class StreamSplitter:
     def feed(self, text: str) -> list[dict[str, Any]]:
         """The deltas to send now for the reply so far."""
         fmt = self.plan.reasoning_format
+        if self.plan.family == "gpt_oss":
+            return []  # Harmony's channels: the reply is split once it is whole
         body = text.lstrip()
         if fmt != "none" and not self.think_open and THINK_OPEN.startswith(body):
             return []  # may be the start of <think>
