@@ -27,12 +27,14 @@ from typing import Any
 import numpy as np
 
 from .chat_template import ChatTemplate
-from .constrain import json_constraint
+from .constrain import JsonConstraint, json_constraint
 from .errors import ArgumentError, ArgumentTypeError, ChatTemplateError
 from .generate import Generation, chat_prompt
 from .model import AUTO, Model, Session, Threads
 from .request import RANDOM_SEED, Request, SamplingParams
 from .tokenizer import Tokenizer
+from .toolcalls import Plan, StreamSplitter, detect, opened_thinking, thinks
+from .toolcalls.lazy import LazyConstraint
 
 __all__ = ["Llama", "Stream", "POOLING", "FINISH_REASONS"]
 
@@ -108,6 +110,12 @@ def _finish_reason(gen: Generation) -> str | None:
     return FINISH_REASONS.get(gen.stats.stop_reason)
 
 
+def _chat_finish(gen: Generation, calls: Sequence[Any]) -> str | None:
+    """The chat reply's finish_reason: "tool_calls" when it ended by itself with calls."""
+    reason = _finish_reason(gen)
+    return "tool_calls" if calls and reason == "stop" else reason
+
+
 def _usage(gen: Generation) -> dict[str, Any]:
     """OpenAI's usage: the prompt's tokens and the generated ones (a final eog included), and of the prompt's, those
     the session's cache already held (prompt_tokens_details.cached_tokens, as llama-server counts them)."""
@@ -142,12 +150,12 @@ class Llama:
     {arch}.pooling_type for create_embedding (mean when the file says none); model_name is the "model" the
     results name (default: the file's name); batch_steps=True runs the single-token steps of requests that come
     at the same time as one pass (worth it from 2 at once on the native backend, about 4 on the pure one:
-    minillama/model/batch.py).
+    minillama/model/batch.py); chat_template: a Jinja chat template to use instead of the file's.
     """
 
     def __init__(self, model_path: str | os.PathLike[str], n_ctx: int | None = None, seed: int = RANDOM_SEED,
                  threads: Threads = None, *, pooling: str | None = None, model_name: str | None = None,
-                 batch_steps: bool = False, verbose: bool = False) -> None:
+                 batch_steps: bool = False, verbose: bool = False, chat_template: str | None = None) -> None:
         path = os.fspath(model_path)
         if n_ctx is not None and (isinstance(n_ctx, bool) or not isinstance(n_ctx, int) or n_ctx < 0):
             raise ArgumentError(f"expected n_ctx as a count of tokens (0 or None: the model's), found {n_ctx!r}")
@@ -164,6 +172,8 @@ class Llama:
         self.pooling = self._pooling(pooling)
         #: Requests' single-token steps that come at the same time share one pass (minillama/model/batch.py).
         self.batch_steps = batch_steps
+        #: The Jinja chat template chat uses instead of the file's (llama-server's --chat-template-file), or None.
+        self.chat_template = chat_template
         self._template: ChatTemplate | None = None
         self._template_lock = threading.Lock()
 
@@ -237,6 +247,9 @@ class Llama:
                                logprobs: bool | None = False, top_logprobs: int | None = None, *,
                                repeat_last_n: int = 64, model: str | None = None, session: Session | None = None,
                                stream_options: Mapping[str, Any] | None = None,
+                               tools: Sequence[Mapping[str, Any]] | None = None, tool_choice: Any = "auto",
+                               parallel_tool_calls: bool = False, reasoning_format: str = "auto",
+                               chat_template_kwargs: Mapping[str, Any] | None = None,
                                **template_kwargs: Any) -> dict[str, Any] | Iterator[dict[str, Any]]:
         """OpenAI's chat.completion for messages, rendered with the GGUF's chat template (in its sandbox), or with
         stream=True an iterator of chat.completion.chunk dicts (a first one with the role, the last one with
@@ -244,27 +257,63 @@ class Llama:
         logprobs.content list. Other keywords go to the template as variables (e.g. tools). A message's content
         may be OpenAI's list of parts: text parts are joined by newlines (as llama.cpp's server joins them), any
         other part is an ArgumentError (the model takes text only).
+
+        tools (OpenAI's function tools), tool_choice ("auto", "none", "required" or {"type": "function",
+        "function": {"name": ...}}) and parallel_tool_calls: the reply's calls come as message.tool_calls with
+        finish_reason "tool_calls", parsed in the format of the template's family (minillama.toolcalls); with
+        "required" or a named function the reply is constrained to a call whose arguments follow the function's
+        schema; a template without tool support gets llama.cpp's generic JSON format (always constrained). Messages
+        may hold an assistant's tool_calls and "tool" results. reasoning_format ("auto", the default, "deepseek"
+        or "none"): thinking (<think>...</think>) goes to message.reasoning_content. chat_template_kwargs are
+        template variables (e.g. {"enable_thinking": False}), as llama.cpp's server takes them.
         """
         if top_logprobs is not None and not 0 <= top_logprobs <= MAX_TOP_LOGPROBS:
             raise ArgumentError(f"expected top_logprobs between 0 and {MAX_TOP_LOGPROBS}, found {top_logprobs}")
         if top_logprobs and not logprobs:
             raise ArgumentError("top_logprobs needs logprobs=True")
-        ids = self._chat_prompt(messages, template_kwargs)
+        if chat_template_kwargs is not None and not isinstance(chat_template_kwargs, Mapping):
+            raise ArgumentTypeError(f"expected chat_template_kwargs as a dict, found {type(chat_template_kwargs).__name__}")
+        template = self._chat_template()
+        source = template.source if template is not None else None
+        plan = Plan.make(detect(source), tools, tool_choice, parallel_tool_calls, reasoning_format, thinks(source))
+        grammar = plan.constraint_grammar()
+        if grammar is not None and response_format is not None:
+            raise ArgumentError("expected either response_format or tools that constrain the reply, found both")
+        if plan.tools or any(m.get("tool_calls") or m.get("role") == "tool" for m in messages
+                             if isinstance(m, Mapping)):
+            messages = plan.messages(messages)
+        extra = {**dict(chat_template_kwargs or {}), **template_kwargs}
+        if plan.template_tools():
+            extra["tools"] = plan.template_tools()
+        ids = self._chat_prompt(messages, extra)
+        think_open = opened_thinking(self.tokenizer.decode(ids[-4:])) if thinks(source) else ""
         sampling = self._sampling(temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p, seed=seed,
                                   repeat_penalty=repeat_penalty, repeat_last_n=repeat_last_n,
                                   presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
                                   logit_bias=logit_bias, n_probs=max(top_logprobs or 0, 1) if logprobs else 0)
-        run = self.run(self._request(ids, max_tokens, sampling, stop, response_format), session)
+        request = self._request(ids, max_tokens, sampling, stop, response_format)
+        if grammar is not None:
+            request = replace(request, constraint=JsonConstraint(self.tokenizer, None, lark=grammar))
+        elif plan.lazy_triggers() and response_format is None:
+            request = replace(request, constraint=LazyConstraint(self.tokenizer, plan.lazy_triggers()))
+        run = self.run(request, session)
         head = {"id": f"chatcmpl-{secrets.token_hex(12)}", "created": int(time.time()),
                 "model": model or self.model_name}
         want = (top_logprobs or 0) if logprobs else None
+        splitter = StreamSplitter(plan, think_open)
         if stream:
-            return Stream(self._chat_chunks(run, head, want, stream_options), run)
-        text = "".join(run)
+            return Stream(self._chat_chunks(run, head, want, stream_options, splitter), run)
+        _, parsed = splitter.finish("".join(run))
+        message: dict[str, Any] = {"role": "assistant", "content": parsed.content}
+        if parsed.reasoning_content:
+            message["reasoning_content"] = parsed.reasoning_content
+        if parsed.tool_calls:
+            message["content"] = parsed.content or None
+            message["tool_calls"] = [c.to_openai() for c in parsed.tool_calls]
         lp = {"content": self._chat_logprobs(run, run.reply, want), "refusal": None} if want is not None else None
         return {**head, "object": "chat.completion",
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": lp,
-                             "finish_reason": _finish_reason(run)}],
+                "choices": [{"index": 0, "message": message, "logprobs": lp,
+                             "finish_reason": _chat_finish(run, parsed.tool_calls)}],
                 "usage": _usage(run)}
 
     # -- embeddings ------------------------------------------------------------------------------------------
@@ -347,7 +396,7 @@ class Llama:
     def _chat_template(self) -> ChatTemplate | None:
         with self._template_lock:
             if self._template is None:
-                self._template = self.tokenizer.build_chat_template()
+                self._template = self.tokenizer.build_chat_template(self.chat_template)
             return self._template
 
     def _chat_prompt(self, messages: Sequence[Mapping[str, Any]], kwargs: Mapping[str, Any]) -> list[int]:
@@ -433,24 +482,35 @@ class Llama:
             run.close()  # a client gone: end the generation now (its session goes with it)
 
     def _chat_chunks(self, run: Generation, head: dict[str, Any], want: int | None,
-                     stream_options: Mapping[str, Any] | None) -> Iterator[dict[str, Any]]:
-        """chat.completion.chunk dicts: the role, the text as it comes (with its new tokens' logprobs), the end."""
+                     stream_options: Mapping[str, Any] | None,
+                     splitter: StreamSplitter) -> Iterator[dict[str, Any]]:
+        """chat.completion.chunk dicts: the role, the text as it comes (with its new tokens' logprobs; split by
+        splitter into reasoning_content and content, a possible call held back), the calls, the end."""
         def chunk(delta: dict[str, Any], lp: list[dict[str, Any]] | None, finish: str | None) -> dict[str, Any]:
             return {**head, "object": "chat.completion.chunk",
                     "choices": [{"index": 0, "delta": delta, "logprobs": None if lp is None else
                                  {"content": lp, "refusal": None}, "finish_reason": finish}]}
 
-        done = 0
+        done, so_far = 0, ""
         try:
             yield chunk({"role": "assistant", "content": ""}, None, None)
             for text in run:
+                so_far += text
+                deltas = splitter.feed(so_far)
+                if not deltas:
+                    continue
                 ids = run.ids
                 lp = self._chat_logprobs(run, ids, want, done) if want is not None else None
                 done = len(ids)
-                yield chunk({"content": text}, lp, None)
+                for k, delta in enumerate(deltas):
+                    yield chunk(delta, lp if k == 0 else None, None)
+            deltas, parsed = splitter.finish(so_far)
             ids = run.reply
             lp = self._chat_logprobs(run, ids, want, done) if want is not None and len(ids) > done else None
-            yield chunk({}, lp, _finish_reason(run))
+            for delta in deltas:
+                yield chunk(delta, lp, None)
+                lp = None
+            yield chunk({}, lp, _chat_finish(run, parsed.tool_calls))
             if stream_options and stream_options.get("include_usage"):
                 yield {**head, "object": "chat.completion.chunk", "choices": [], "usage": _usage(run)}
         finally:

@@ -797,7 +797,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
           vocabs=args.vocab or (), timeout=args.timeout, header_timeout=args.header_timeout,
           allowed_hosts=_comma_list(args.allowed_hosts), cors_origins=_comma_list(args.cors_origins),
           embedding_max_inputs=args.embedding_max_inputs, embedding_max_tokens=args.embedding_max_tokens,
-          cache_ram=args.cache_ram, verbose=args.verbose)
+          cache_ram=args.cache_ram, verbose=args.verbose,
+          reasoning_format=args.reasoning_format)
     return 0
 
 
@@ -827,6 +828,9 @@ def _setup_serve(p: argparse.ArgumentParser) -> None:
                    "own slot with its own KV cache; more wait their turn (default: 1)")
     p.add_argument("--api-key", metavar="KEY", help="require 'Authorization: Bearer KEY' (all but /, /health and "
                    "/v1/models)")
+    p.add_argument("--reasoning-format", choices=("auto", "deepseek", "none"), default="auto",
+                   help="where a thinking template's <think> goes: reasoning_content (auto, deepseek) or content "
+                   "(none); a request's reasoning_format overrides it (default: auto)")
     p.add_argument("--vocab", action="append", metavar="PATH", help="another tokenizer file for the playground and "
                    "/tokenize to compare token counts with (repeatable)")
     p.add_argument("--allowed-hosts", action="append", metavar="NAMES", help="Host names the server answers to "

@@ -121,11 +121,14 @@ def _ll_tokenizer(tok: Tokenizer) -> Any:
 class JsonConstraint:
     """One reply's grammar state: which ids may come next (allowed) and the picks so far (accept)."""
 
-    def __init__(self, tok: Tokenizer, schema: Mapping[str, Any]) -> None:
+    def __init__(self, tok: Tokenizer, schema: Mapping[str, Any] | None, *, lark: str | None = None) -> None:
+        """schema: the JSON schema the reply must follow; or lark: a Lark grammar (llguidance's, %json{...}
+        embedding a schema), e.g. a tool call's syntax around its arguments."""
         llg = _llguidance()
-        self.schema = dict(schema)
+        self.schema = dict(schema or {})
         try:
-            grammar = llg.LLMatcher.grammar_from_json_schema(json.dumps(self.schema), overrides=JSON_OPTIONS)
+            grammar = llg.LLMatcher.grammar_from_lark(lark) if lark is not None else \
+                llg.LLMatcher.grammar_from_json_schema(json.dumps(self.schema), overrides=JSON_OPTIONS)
         except (TypeError, ValueError) as e:
             raise ArgumentError(f"expected a JSON schema that is valid JSON, found an error: {e}") from None
         self._n_vocab = tok.n_vocab

@@ -81,7 +81,7 @@ def serve(model: str, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, par
           timeout: float = DEFAULT_TIMEOUT, header_timeout: float = DEFAULT_HEADER_TIMEOUT,
           allowed_hosts: Sequence[str] = (), cors_origins: Sequence[str] = (),
           embedding_max_inputs: int = EMBEDDING_MAX_INPUTS, embedding_max_tokens: int = EMBEDDING_MAX_TOKENS,
-          cache_ram: int | str = DEFAULT_CACHE_RAM_MIB, verbose: bool = False,
+          cache_ram: int | str = DEFAULT_CACHE_RAM_MIB, verbose: bool = False, reasoning_format: str = "auto",
           log: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)) -> None:
     """Load model (and the --vocab tokenizers), listen on host:port and serve until interrupted.
 
@@ -89,9 +89,12 @@ def serve(model: str, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, par
     picks a free port and the line names it). timeout, header_timeout: see guard.py; allowed_hosts: Host names
     accepted beside localhost, IP addresses and host ("*": any); cors_origins: origins other sites' pages may call
     from ("*": any); cache_ram: MiB of host RAM for prefixes evicted from the slots (llama-server's --cache-ram, 0:
-    none); verbose: one log line per request."""
+    none); verbose: one log line per request; reasoning_format: chat's default (a request's reasoning_format
+    overrides it)."""
     require_extra()
     cache_bytes = cache_ram_bytes(cache_ram)
+    if reasoning_format not in ("auto", "deepseek", "none"):
+        raise MinillamaError(f"expected --reasoning-format auto, deepseek or none, found {reasoning_format!r}")
     if not 1 <= parallel <= MAX_PARALLEL:
         raise MinillamaError(f"expected --parallel from 1 to {MAX_PARALLEL}, found {parallel}")
     if api_key is not None and not api_key.strip():
@@ -120,7 +123,7 @@ def serve(model: str, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, par
         app = create_app(llm, parallel=parallel, api_key=api_key, vocabs=tokenizers,
                          model_name=os.path.basename(model), embedding_max_inputs=embedding_max_inputs,
                          embedding_max_tokens=embedding_max_tokens, cache_bytes=cache_bytes,
-                         request_log=log if verbose else None)
+                         request_log=log if verbose else None, reasoning_format=reasoning_format)
         guarded = Guard(app, bound_host=host, allowed_hosts=allowed_hosts, cors_origins=cors_origins,
                         body_timeout=timeout)
         bound = sock.getsockname()

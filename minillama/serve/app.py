@@ -58,7 +58,7 @@ def create_app(llm: Any, *, parallel: int = 1, api_key: str | None = None,
                vocabs: Mapping[str, Any] | None = None, model_name: str = "minillama",
                max_body: int = MAX_BODY, embedding_max_inputs: int = EMBEDDING_MAX_INPUTS,
                embedding_max_tokens: int = EMBEDDING_MAX_TOKENS, cache_bytes: int = 0,
-               request_log: Callable[[str], None] | None = None) -> Starlette:
+               request_log: Callable[[str], None] | None = None, reasoning_format: str = "auto") -> Starlette:
     """The server's ASGI app for one loaded model.
 
     llm: a minillama.api.Llama; each of the `parallel` slots gets its own session (llm.session(): a KV cache of
@@ -70,6 +70,7 @@ def create_app(llm: Any, *, parallel: int = 1, api_key: str | None = None,
     request; more is a 400.
     cache_bytes: the RAM cache of prefixes evicted from the slots, in bytes (--cache-ram; 0: none).
     request_log: given, it gets one line per request (method, route, status, tokens, time: -v).
+    reasoning_format: chat's default (--reasoning-format), a request's own overrides it.
     """
     pool = SlotPool(llm.session, parallel, cache_bytes)
     llm.model.batcher.expected = lambda: pool.busy  # a decode step waits (briefly) for the other busy slots'
@@ -99,8 +100,8 @@ def create_app(llm: Any, *, parallel: int = 1, api_key: str | None = None,
     # -- generation ----------------------------------------------------------------------------------------------
 
     async def generation(request: Request, fields: Mapping[str, params.Field], task: str,
-                         method: str) -> Response:
-        kwargs = await read_body(request, fields)
+                         method: str, defaults: Mapping[str, Any] | None = None) -> Response:
+        kwargs = {**(defaults or {}), **await read_body(request, fields)}
         stream = bool(kwargs.pop("stream", False))
 
         def run(s: Any, **more: Any) -> Any:
@@ -127,7 +128,8 @@ def create_app(llm: Any, *, parallel: int = 1, api_key: str | None = None,
         return await generation(request, params.COMPLETION, "completion", "create_completion")
 
     async def chat_completions(request: Request) -> Response:
-        return await generation(request, params.CHAT, "chat completion", "create_chat_completion")
+        return await generation(request, params.CHAT, "chat completion", "create_chat_completion",
+                                {"reasoning_format": reasoning_format})
 
     async def embeddings(request: Request) -> Response:
         kwargs = await read_body(request, params.EMBEDDING)

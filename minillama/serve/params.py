@@ -68,10 +68,23 @@ def _content(v: Any) -> bool:
     return isinstance(v, str) or (isinstance(v, list) and all(isinstance(p, dict) for p in v))
 
 
+def _message(m: Any) -> bool:
+    """One message: {role, content} (and name); an assistant's may hold tool_calls (its content then null or
+    absent), a tool result's its tool_call_id."""
+    if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+        return False
+    calls = m.get("tool_calls")
+    if calls is not None and not (m["role"] == "assistant" and isinstance(calls, list) and all(
+            isinstance(c, dict) and isinstance(c.get("function"), dict) and isinstance(c["function"].get("name"), str)
+            and isinstance(c["function"].get("arguments", "{}"), str | dict) for c in calls)):
+        return False
+    content = m.get("content")
+    return (_content(content) or (content is None and bool(calls))) and set(m) <= {
+        "role", "content", "name", "tool_calls", "tool_call_id", "reasoning_content"}
+
+
 def _messages(v: Any) -> bool:
-    return isinstance(v, list) and bool(v) and all(
-        isinstance(m, dict) and isinstance(m.get("role"), str) and _content(m.get("content"))
-        and set(m) <= {"role", "content", "name"} for m in v)
+    return isinstance(v, list) and bool(v) and all(_message(m) for m in v)
 
 
 #: JSON type name (as said in the error message) -> the check.
@@ -85,6 +98,8 @@ TYPES: dict[str, Callable[[Any], bool]] = {
     "string, array of strings or array of token ids": lambda v: isinstance(v, str) or _strings(v) or _ids(v),
     "array of token ids": _ids,
     "array of messages {role, content}": _messages,
+    "array": lambda v: isinstance(v, list),
+    "string or object": lambda v: isinstance(v, str | dict),
     "object of token id -> number or false": lambda v: isinstance(v, dict) and all(
         _TOKEN_ID.fullmatch(k) and (_number(b) or b is False) for k, b in v.items()),
     "1": lambda v: _int(v) and v == 1,
@@ -147,7 +162,10 @@ COMPLETION: dict[str, Field] = {"prompt": _f("string, array of strings or array 
                                 "logprobs": _f("integer", lo=0, hi=MAX_LOGPROBS), "echo": _f("boolean")}
 CHAT: dict[str, Field] = {"messages": _f("array of messages {role, content}", required=True), **_CONTROLS,
                           **_OPENAI, "max_completion_tokens": _f("integer", "max_tokens", lo=-1, hi=INT32_MAX),
-                          "logprobs": _f("boolean"), "top_logprobs": _f("integer", lo=0, hi=MAX_TOP_LOGPROBS)}
+                          "logprobs": _f("boolean"), "top_logprobs": _f("integer", lo=0, hi=MAX_TOP_LOGPROBS),
+                          "tools": _f("array"), "tool_choice": _f("string or object"),
+                          "parallel_tool_calls": _f("boolean"), "reasoning_format": _f("string"),
+                          "chat_template_kwargs": _f("object")}
 EMBEDDING: dict[str, Field] = {"input": _f("string or array of strings", required=True), "model": _f("string", None),
                                "user": _f("string", None), "encoding_format": _f("string", None)}
 # llama.cpp's /tokenize and /detokenize; `vocab` (ours) picks a --vocab file by name for the playground.

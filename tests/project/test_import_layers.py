@@ -48,7 +48,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("backend",),                                            # MINILLAMA_BACKEND: the C core or the Python path
     ("tokenizer", "quants"),                                 # quants: ggml's block formats and their traits
     ("constrain", "embedding"),                              # JSON output's grammar; token_embd rows
-    ("model", "generate", "dataset", "bench", "inspection"),  # model: the forward pass
+    ("model", "generate", "dataset", "bench", "inspection", "toolcalls"),  # model: the forward pass
     ("ngram", "api"),                                        # api: the OpenAI shapes over model + generate
     ("chat", "serve"),
     ("cli",),
