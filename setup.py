@@ -12,7 +12,7 @@ from setuptools.command.build_ext import build_ext
 
 SOURCES = [f"minillama/_native/{name}.c" for name in ("module", "bpe", "pretok", "cache", "utf8", "pretok_multi", "merges",
                                                           "btrie", "ugm", "wpm", "spm", "decode", "text", "quants",
-                                                          "quants_avx2", "model", "attention", "swiglu", "digest", "cpu",
+                                                          "quants_avx2", "quants_avx2_iq", "model", "attention", "swiglu", "digest", "cpu",
                                                           "threadpool")]
 FLAGS = ["-std=c11", "-O2", "-ffp-contract=off", "-Wall", "-Wextra", "-Werror", *os.environ.get("MINILLAMA_CFLAGS", "").split()]
 
@@ -42,7 +42,7 @@ class OptionalBuild(build_ext):
 
 setup(
     ext_modules=[Extension("minillama._native._core", SOURCES, depends=["minillama/_native/core.h", "minillama/_native/quants_common.h",
-                                                                    "minillama/_native/quants_kernels.h",
+                                                                    "minillama/_native/quants_kernels.h", "minillama/_native/quants_avx2.h",
                                                                     "minillama/_native/model.h",
                                                                     "minillama/_native/quants.h",
                                                                     "minillama/_native/cpu.h",
