@@ -12,10 +12,9 @@ from setuptools.command.build_ext import build_ext
 
 # The bindings (module.c, bind*.c: the only files that include Python.h), then the plain C they call.
 BINDINGS = ("module", "bind", "bind_tokenizer", "bind_bpe", "bind_spm", "bind_quants", "bind_model", "bind_text")
-SOURCES = [f"minillama/_native/{name}.c" for name in (*BINDINGS, "bpe", "pretok", "cache", "utf8", "pretok_multi",
-                                                          "merges", "btrie", "ugm", "wpm", "spm", "decode", "text",
-                                                          "quants", "quants_avx2", "model", "attention", "swiglu",
-                                                          "digest", "cpu", "threadpool")]
+SOURCES = [f"minillama/_native/{name}.c" for name in (
+    *BINDINGS, "bpe", "pretok", "cache", "utf8", "pretok_multi", "merges", "btrie", "ugm", "wpm", "spm", "decode", "text",
+    "quants", "quants_avx2", "quants_avx2_iq", "model", "attention", "swiglu", "digest", "cpu", "threadpool")]
 FLAGS = ["-std=c11", "-O2", "-ffp-contract=off", "-Wall", "-Wextra", "-Werror", *os.environ.get("MINILLAMA_CFLAGS", "").split()]
 
 
@@ -46,6 +45,7 @@ setup(
     ext_modules=[Extension("minillama._native._core", SOURCES, depends=["minillama/_native/bind.h", "minillama/_native/core.h",
                                                                     "minillama/_native/quants_common.h",
                                                                     "minillama/_native/quants_kernels.h",
+                                                                    "minillama/_native/quants_avx2.h",
                                                                     "minillama/_native/model.h",
                                                                     "minillama/_native/quants.h",
                                                                     "minillama/_native/cpu.h",

@@ -70,6 +70,9 @@ static const mq_traits scalar_traits[MQ_NTYPES] = {
     [MQ_Q4_K] = {MQ_LAYOUT_Q4_K, .quantize = quantize_q8_k, .dot = dot_q4_k_scalar},
     [MQ_Q5_K] = {MQ_LAYOUT_Q5_K, .quantize = quantize_q8_k, .dot = dot_q5_k_scalar},
     [MQ_Q6_K] = {MQ_LAYOUT_Q6_K, .quantize = quantize_q8_k, .dot = dot_q6_k_scalar},
+    [MQ_IQ4_NL] = {MQ_LAYOUT_IQ4_NL, .quantize = quantize_q8_0, .dot = dot_iq4_nl_scalar},
+    [MQ_IQ4_XS] = {MQ_LAYOUT_IQ4_XS, .quantize = quantize_q8_k, .dot = dot_iq4_xs_scalar},
+    [MQ_MXFP4] = {MQ_LAYOUT_MXFP4, .quantize = quantize_q8_0, .dot = dot_mxfp4_scalar},
 };
 
 /* The chosen instruction set's table (cpu.c), set once by init_once. */

@@ -6,7 +6,8 @@
  * once for up to MQ_NRC activation rows, and Q4_0..Q8_0, Q4_K and Q6_K also as panel kernels (mq_panel: a
  * prompt's weight rows unpacked once, two of them against each tile of activation rows, same bits). Q3_K keeps the
  * scalar kernels' arithmetic with its integer part in SIMD (same bits); Q2_K and the float types are
- * quants_kernels.h compiled for AVX2 (the compiler vectorises their integer loops). */
+ * quants_kernels.h compiled for AVX2 (the compiler vectorises their integer loops). IQ4_NL and MXFP4 run as Q4_0
+ * (their nibbles through a grid), as llama.cpp's repacked kernels run them; IQ4_XS is quants_avx2_iq.c's. */
 #include <math.h>
 
 #include "cpu.h"
@@ -20,18 +21,7 @@
 
 #define KNAME(name) name##_avx2
 #include "quants_kernels.h"
-
-/* A float16 scale as float32 by the CPU's own conversion (exact, as the table is): ggml's AVX2 kernels convert
- * with F16C too. The 256 KB table is out of cache while a step streams weights, and its misses cost a quarter
- * of a Q4_1 product. */
-static inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
-
-/* 16 bytes of nibbles as 32 values: low nibbles first (values 0-15), then high (16-31). */
-static inline __m256i nibbles(const uint8_t *p) {
-    __m128i t = _mm_loadu_si128((const __m128i *)p);
-    __m256i b = _mm256_inserti128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1);
-    return _mm256_and_si256(b, _mm256_set1_epi8(0x0F));
-}
+#include "quants_avx2.h"
 
 /* 32 bits as 32 bytes: 0xFF where the bit is set. */
 static inline __m256i bits_to_bytes(const uint8_t *p) {
@@ -126,20 +116,6 @@ static inline __m128i kscales_x(const uint8_t *s) {
 /* int16 lane k of each 128-bit half (one shuffle; _mm256_set1_epi16 of a scalar costs two). */
 static inline __m256i lane16(__m256i v, int k) {
     return _mm256_shuffle_epi8(v, _mm256_set1_epi16((short)(0x0100 + 0x0202 * k)));
-}
-
-static inline float hsum_ps(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-static inline int hsum_epi32(__m256i v) {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
-    return _mm_cvtsi128_si32(s);
 }
 
 /* Q4_K blocks into an output's two float chains (d: the weight's d x the activation's; dm: the same with dmin),
@@ -330,7 +306,15 @@ static inline __m256 sum_u8_ps(__m256i u, __m256i y) { return _mm256_cvtepi32_ps
 
 /* Bytes of one Q4_0..Q8_0 block (a constant where the type is). */
 static inline int q32_size(int type) {
-    return type == MQ_Q4_0 ? 18 : type == MQ_Q4_1 ? 20 : type == MQ_Q5_0 ? 22 : type == MQ_Q5_1 ? 24 : 34;
+    return type == MQ_Q4_0 || type == MQ_IQ4_NL ? 18 : type == MQ_Q4_1 ? 20 : type == MQ_Q5_0 ? 22
+           : type == MQ_Q5_1 ? 24 : type == MQ_MXFP4 ? 17 : 34;
+}
+
+/* Q4_0_CHAIN: the types llama.cpp repacks on AVX2 with Q4_0's kernels (IQ4_NL, MXFP4: their nibbles through a grid,
+ * MXFP4's scale an E8M0 byte). */
+static inline int q32_chain(int type) { return type == MQ_Q4_0 || type == MQ_IQ4_NL || type == MQ_MXFP4; }
+static inline float q32_scale(int type, const uint8_t *w) {
+    return type == MQ_MXFP4 ? e8m0_half(w[0]) : h2f(ld_u16(w));
 }
 
 /* The quants of one Q4_0..Q8_0 block as 32 bytes, and whether they are signed. */
@@ -341,6 +325,8 @@ static inline __m256i qblock(int type, const uint8_t *w) {
     case MQ_Q5_0: return _mm256_or_si256(nibbles(w + 6), _mm256_andnot_si256(bits_to_bytes(w + 2),
                                                                                _mm256_set1_epi8((char)0xF0)));
     case MQ_Q5_1: return _mm256_or_si256(nibbles(w + 8), _mm256_and_si256(bits_to_bytes(w + 4), _mm256_set1_epi8(0x10)));
+    case MQ_IQ4_NL: return grid(mq_kvalues_iq4nl, nibbles(w + 2));
+    case MQ_MXFP4: return grid(mq_kvalues_mxfp4, nibbles(w + 1));
     default: return load32(w + 2);
     }
 }
@@ -352,7 +338,7 @@ static inline __attribute__((always_inline)) void q32_rows(const int type, const
                                                            const float *yf) {
     const int size = q32_size(type);
     const int with_min = type == MQ_Q4_1 || type == MQ_Q5_1, ysize = with_min ? 36 : 34, at = with_min ? 4 : 2;
-    const int nb = n / 32, chain = type == MQ_Q4_0; /* Q4_0_CHAIN (above) */
+    const int nb = n / 32, chain = q32_chain(type); /* Q4_0_CHAIN (above) */
     __m256 acc[MQ_NRC];
     float summs[MQ_NRC], accs[MQ_NRC];
     __m128 summ4 = _mm_setzero_ps();
@@ -360,7 +346,7 @@ static inline __attribute__((always_inline)) void q32_rows(const int type, const
     for (int ib = 0; ib < nb; ib++, w += size, y += ysize) {
         const __m256i q = qblock(type, w);
         const __m256i aq = with_min ? q : _mm256_sign_epi8(q, q);
-        const float dw = h2f(ld_u16(w));
+        const float dw = q32_scale(type, w);
         float dwy[MQ_NRC];
         if (yf) {
             _mm_storeu_ps(dwy, _mm_mul_ps(_mm_set1_ps(dw), _mm_loadu_ps(yf + ib * MQ_NRC)));
@@ -397,7 +383,7 @@ static inline __attribute__((always_inline)) void q32_gemv4(const int type, cons
                                                             const uint8_t *y, int n, float *out) {
     const int size = q32_size(type);
     const int with_min = type == MQ_Q4_1 || type == MQ_Q5_1, ysize = with_min ? 36 : 34, at = with_min ? 4 : 2;
-    const int nb = n / 32, chain = type == MQ_Q4_0; /* Q4_0_CHAIN (above) */
+    const int nb = n / 32, chain = q32_chain(type); /* Q4_0_CHAIN (above) */
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
     __m256 summ = _mm256_setzero_ps(); /* lane 2r + 1: row r's sum of m * s (with_min) */
     __m128 accs = _mm_setzero_ps();    /* lane r: row r's chain (Q4_0) */
@@ -417,7 +403,10 @@ static inline __attribute__((always_inline)) void q32_gemv4(const int type, cons
         } else {
             const __m128i dd = _mm_setr_epi16((short)ld_u16(w), (short)ld_u16(w + rb), (short)ld_u16(w + 2 * rb),
                                               (short)ld_u16(w + 3 * rb), 0, 0, 0, 0);
-            d8 = _mm256_castps128_ps256(_mm_mul_ps(_mm_cvtph_ps(dd), _mm_set1_ps(h2f(ld_u16(y)))));
+            const __m128 dw4 = type == MQ_MXFP4 ? _mm_setr_ps(e8m0_half(w[0]), e8m0_half(w[rb]), e8m0_half(w[2 * rb]),
+                                                              e8m0_half(w[3 * rb]))
+                                                : _mm_cvtph_ps(dd);
+            d8 = _mm256_castps128_ps256(_mm_mul_ps(dw4, _mm_set1_ps(h2f(ld_u16(y)))));
         }
         __m256i isum[4];
         for (int r = 0; r < 4; r++) {
@@ -452,6 +441,8 @@ GEMV32(gemv_q4_1, MQ_Q4_1)
 GEMV32(gemv_q5_0, MQ_Q5_0)
 GEMV32(gemv_q5_1, MQ_Q5_1)
 GEMV32(gemv_q8_0, MQ_Q8_0)
+GEMV32(gemv_iq4_nl, MQ_IQ4_NL)
+GEMV32(gemv_mxfp4, MQ_MXFP4)
 #undef GEMV32
 
 /* Four Q4_K rows against one activation row: each row's two chains as q4k_whole adds them (llama.cpp's
@@ -502,7 +493,7 @@ static void unpack32(int type, const uint8_t *w, int n, uint8_t *row) {
     float *dm = (float *)(row + n);
     for (int ib = 0; ib < nb; ib++, w += size) {
         _mm256_storeu_si256((__m256i *)(row + 32 * ib), qblock(type, w));
-        dm[ib] = h2f(ld_u16(w));
+        dm[ib] = q32_scale(type, w);
         if (with_min) dm[nb + ib] = h2f(ld_u16(w + 2));
     }
 }
@@ -572,7 +563,7 @@ static void panel32(int type, const uint8_t *rows, size_t rs, int nw, const uint
 #define CALL_CHAIN(w_c, r_c) { const int w_ = w_c, r_ = r_c; P32(0, 1); }
     if (type == MQ_Q4_1 || type == MQ_Q5_1)
         PANEL_CASES(CALL_MIN)
-    else if (type == MQ_Q4_0)
+    else if (q32_chain(type))
         PANEL_CASES(CALL_CHAIN)
     else
         PANEL_CASES(CALL_NOMIN)
@@ -771,6 +762,8 @@ static void panel_q6k_batch(int type, const uint8_t *rows, size_t rs, int nw, co
 #define Q50(k) q32_rows(MQ_Q5_0, w, y, ys, n, k, out, os, yf)
 #define Q51(k) q32_rows(MQ_Q5_1, w, y, ys, n, k, out, os, yf)
 #define Q80(k) q32_rows(MQ_Q8_0, w, y, ys, n, k, out, os, yf)
+#define IQ4NL(k) q32_rows(MQ_IQ4_NL, w, y, ys, n, k, out, os, yf)
+#define MXFP4(k) q32_rows(MQ_MXFP4, w, y, ys, n, k, out, os, yf)
 #define Q4K(k) q45_k_rows(w, y, ys, n, k, out, os, 0, 0)
 #define Q5K(k) q45_k_rows(w, y, ys, n, k, out, os, 1, 0)
 #define Q6K(k) q6_k_rows(w, y, ys, n, k, out, os, 0)
@@ -781,6 +774,8 @@ ROWS_KERNEL(rows_q4_1, Q41)
 ROWS_KERNEL(rows_q5_0, Q50)
 ROWS_KERNEL(rows_q5_1, Q51)
 ROWS_KERNEL(rows_q8_0, Q80)
+ROWS_KERNEL(rows_iq4_nl, IQ4NL)
+ROWS_KERNEL(rows_mxfp4, MXFP4)
 ROWS_KERNEL(rows_q4_k, Q4K)
 ROWS_KERNEL(rows_q5_k, Q5K)
 ROWS_KERNEL(rows_q6_k, Q6K)
@@ -800,6 +795,8 @@ ONE_ROW(dot_q4_1_x, rows_q4_1)
 ONE_ROW(dot_q5_0_x, rows_q5_0)
 ONE_ROW(dot_q5_1_x, rows_q5_1)
 ONE_ROW(dot_q8_0_x, rows_q8_0)
+ONE_ROW(dot_iq4_nl_x, rows_iq4_nl)
+ONE_ROW(dot_mxfp4_x, rows_mxfp4)
 ONE_ROW(dot_q4_k_fast, rows_q4_k)
 ONE_ROW(dot_q5_k_fast, rows_q5_k)
 ONE_ROW(dot_q6_k_fast, rows_q6_k)
@@ -931,6 +928,12 @@ static const mq_traits traits[MQ_NTYPES] = {
                  .rows_batch = rows_q5_k_batch},
     [MQ_Q6_K] = {MQ_LAYOUT_Q6_K, .quantize = q8_k_x, .dot = dot_q6_k_fast, .rows = rows_q6_k,
                  .rows_batch = rows_q6_k_batch, .panel = {row_bytes_q6k, unpack_q6k, panel_q6k, panel_q6k_batch}},
+    [MQ_IQ4_NL] = {MQ_LAYOUT_IQ4_NL, .tile_scales = 1, .quantize = q8_0_x, .dot = dot_iq4_nl_x, .rows = rows_iq4_nl,
+                   .gemv = gemv_iq4_nl, .panel = PANEL32},
+    [MQ_MXFP4] = {MQ_LAYOUT_MXFP4, .tile_scales = 1, .quantize = q8_0_x, .dot = dot_mxfp4_x, .rows = rows_mxfp4,
+                  .gemv = gemv_mxfp4, .panel = PANEL32},
+    [MQ_IQ4_XS] = {MQ_LAYOUT_IQ4_XS, .quantize = q8_k_x, .dot = mq_dot_iq4_xs_avx2, .rows = mq_rows_iq4_xs_avx2,
+                   .rows_batch = mq_rows_iq4_xs_batch_avx2},
 };
 #undef PANEL32
 

@@ -30,6 +30,19 @@ static inline float bf16(uint16_t h) {
     return f;
 }
 
+/* The 4-bit grids of the non-linear types (ggml-common.h's kvalues_iq4nl, and kvalues_mxfp4: twice the E2M1
+ * values, the block's E8M0 scale taken at half, as ggml_e8m0_to_fp32_half). */
+__attribute__((unused)) static const int8_t mq_kvalues_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                                                     1,    13,   25,  38,  53,  69,  89,  113};
+__attribute__((unused)) static const int8_t mq_kvalues_mxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+/* An E8M0 exponent byte as half its power of two (exact: 2^(e - 128), subnormal below e = 2, finite at 255). */
+static inline float e8m0_half(uint8_t e) {
+    const uint32_t u = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
 /* Kernels a table may leave out (quants_kernels.h is compiled for both tables; the AVX2 one replaces some). */
 #define MQ_MAYBE_UNUSED __attribute__((unused))
 

@@ -95,6 +95,57 @@ MQ_MAYBE_UNUSED static float KNAME(dot_q8_0)(const uint8_t *w, const uint8_t *y,
     return sumf;
 }
 
+/* The 4-bit grid types against Q8_0 (ggml_vec_dot_iq4_nl_q8_0_generic, _mxfp4_q8_0_generic): a block's 16 bytes
+ * of nibbles index the type's grid, low nibbles values 0-15, high 16-31; sumf += d * sumi. at: where the nibbles
+ * start (IQ4_NL: after its float16 d; MXFP4: after its E8M0 exponent byte). */
+static inline float KNAME(dot_grid4)(const uint8_t *w, const uint8_t *y, int n, const int8_t *grid, int size, int at) {
+    float sumf = 0;
+    for (int ib = 0; ib < n / 32; ib++, w += size, y += 34) {
+        const int8_t *q8 = (const int8_t *)(y + 2);
+        int s0 = 0, s1 = 0;
+        for (int j = 0; j < 16; j++) {
+            s0 += q8[j] * grid[w[at + j] & 0x0F];
+            s1 += q8[j + 16] * grid[w[at + j] >> 4];
+        }
+        const float d = at == 1 ? f16(ld_u16(y)) * e8m0_half(w[0]) : f16(ld_u16(y)) * f16(ld_u16(w));
+        sumf += d * (float)(s0 + s1);
+    }
+    return sumf;
+}
+
+MQ_MAYBE_UNUSED static float KNAME(dot_iq4_nl)(const uint8_t *w, const uint8_t *y, int n) {
+    return KNAME(dot_grid4)(w, y, n, mq_kvalues_iq4nl, 18, 2);
+}
+MQ_MAYBE_UNUSED static float KNAME(dot_mxfp4)(const uint8_t *w, const uint8_t *y, int n) {
+    return KNAME(dot_grid4)(w, y, n, mq_kvalues_mxfp4, 17, 1);
+}
+
+/* The scale (6 bits, less 32) of sub-block j of an IQ4_XS block: low 4 bits in scales_l (at 4), high 2 in scales_h
+ * (the u16 at 2). */
+static inline int iq4_xs_scale(const uint8_t *w, int j) {
+    return (((w[4 + j / 2] >> (4 * (j & 1))) & 0xF) | (((ld_u16(w + 2) >> (2 * j)) & 3) << 4)) - 32;
+}
+
+/* IQ4_XS (f16 d at 0, scales_h at 2, scales_l[4] at 4, nibbles at 8, 16 bytes per 32 values) against Q8_K, as
+ * ggml_vec_dot_iq4_xs_q8_K_generic: sumf += (d x the activation's d x scale) x sumi per 32 values. */
+MQ_MAYBE_UNUSED static float KNAME(dot_iq4_xs)(const uint8_t *w, const uint8_t *y, int n) {
+    float sumf = 0;
+    for (int ib = 0; ib < n / 256; ib++, w += 136, y += 292) {
+        const float d4d8 = f16(ld_u16(w)) * ld_f32(y);
+        const uint8_t *qs = w + 8;
+        const int8_t *q8 = (const int8_t *)(y + 4);
+        for (int j = 0; j < 8; j++, qs += 16, q8 += 32) {
+            int s0 = 0, s1 = 0;
+            for (int l = 0; l < 16; l++) {
+                s0 += q8[l] * mq_kvalues_iq4nl[qs[l] & 0x0F];
+                s1 += q8[l + 16] * mq_kvalues_iq4nl[qs[l] >> 4];
+            }
+            sumf += (d4d8 * (float)iq4_xs_scale(w, j)) * (float)(s0 + s1);
+        }
+    }
+    return sumf;
+}
+
 /* block_q8_K: float d at 0, int8 qs[256] at 4, int16 bsums[16] at 260. */
 MQ_MAYBE_UNUSED static float KNAME(dot_q2_k)(const uint8_t *w, const uint8_t *y, int n) {
     float sumf = 0;

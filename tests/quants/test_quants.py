@@ -39,12 +39,15 @@ needs_core = pytest.mark.skipif(_core is None, reason="the native core is not bu
 
 #: Byte offsets of every float16 scale field in a block (ggml-common.h): set to finite, moderate values.
 F16_FIELDS = {"Q4_0": [0], "Q4_1": [0, 2], "Q5_0": [0], "Q5_1": [0, 2], "Q8_0": [0], "Q2_K": [80, 82],
-              "Q3_K": [108], "Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208]}
+              "Q3_K": [108], "Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208], "IQ4_NL": [0], "IQ4_XS": [0], "MXFP4": []}
+#: MXFP4's E8M0 exponent byte (at 0) in random blocks: scales 2^-20..2^-2, finite products.
+E8M0_RANDOM = (108, 127)
 
 #: ggml's name of each type's dot product with its partner (ggml_vec_dot_<name>_generic in llama.cpp).
 VEC_DOT = {T.Q4_0: "q4_0_q8_0", T.Q4_1: "q4_1_q8_1", T.Q5_0: "q5_0_q8_0", T.Q5_1: "q5_1_q8_1",
            T.Q8_0: "q8_0_q8_0", T.Q2_K: "q2_K_q8_K", T.Q3_K: "q3_K_q8_K", T.Q4_K: "q4_K_q8_K",
-           T.Q5_K: "q5_K_q8_K", T.Q6_K: "q6_K_q8_K"}
+           T.Q5_K: "q5_K_q8_K", T.Q6_K: "q6_K_q8_K", T.IQ4_NL: "iq4_nl_q8_0", T.IQ4_XS: "iq4_xs_q8_K",
+           T.MXFP4: "mxfp4_q8_0"}
 
 TYPES = list(TRAITS)
 
@@ -62,6 +65,8 @@ def random_rows(t: T, rows: int, cols: int, rng: np.random.Generator) -> np.ndar
     b = rng.integers(0, 256, (rows * nb, tr.type_size), dtype=np.uint8)
     for at in F16_FIELDS[t.name]:
         b[:, at:at + 2] = (rng.uniform(-0.05, 0.05, rows * nb)).astype("<f2").view(np.uint8).reshape(-1, 2)
+    if t == T.MXFP4:
+        b[:, 0] = rng.integers(*E8M0_RANDOM, rows * nb)
     return b.reshape(rows, nb * tr.type_size)
 
 
@@ -106,7 +111,8 @@ def llamacpp():
              + "".join(f"void ggml_vec_dot_{n}{g}(int n, float *s, size_t bs, const void *vx, size_t bx,"
                        f" const void *vy, size_t by, int nrc);" for n in VEC_DOT.values() for g in ("", "_generic"))
              + "".join(f"void ggml_{g}_{k}(int n, float *s, size_t bs, const void *vx, const void *vy, int nr, int nc);"
-                       for g in ("gemv", "gemm") for k in ("q4_K_8x8_q8_K", "q4_0_8x8_q8_0"))
+                       for g in ("gemv", "gemm") for k in ("q4_K_8x8_q8_K", "q4_0_8x8_q8_0", "iq4_nl_8x8_q8_0",
+                                                            "mxfp4_8x8_q8_0"))
              + "void ggml_quantize_mat_q8_0_4x8(const float *x, void *y, int64_t k);"
              + f"void {QUANTIZE_MAT_Q8_K_4X8}(const float *x, void *y, int64_t nrow, int64_t n_per_row);"
              + """struct ggml_init_params { size_t mem_size; void *mem_buffer; bool no_alloc; };
@@ -246,10 +252,26 @@ def q4_0_x8(blocks: list[np.ndarray]) -> np.ndarray:
     return out
 
 
+def scaled_x8(scale_bytes: int) -> object:
+    """The packer of IQ4_NL (scale_bytes 2: its float16 d) or MXFP4 (1: its E8M0 byte) blocks as llama.cpp repacks
+    them (block_iq4_nlx8 / block_mxfp4x8, make_block_*x8 with 8-byte interleave): the eight scales, then the quants
+    8 bytes at a time from each block in turn, unchanged."""
+    def pack(blocks: list[np.ndarray]) -> np.ndarray:
+        out = np.zeros(8 * scale_bytes + 128, np.uint8)
+        out[:8 * scale_bytes] = np.concatenate([b[:scale_bytes] for b in blocks])
+        for i in range(16):
+            at = 8 * scale_bytes + 8 * i
+            out[at:at + 8] = blocks[i % 8][scale_bytes + 8 * (i // 8):scale_bytes + 8 * (i // 8) + 8]
+        return out
+    return pack
+
+
 #: What llama.cpp repacks at load on AVX2 (matrices of a multiple of 8 rows): type -> (its packer of 8 blocks,
 #: its products' names, its four-row activation quantizer, the bytes that quantizer makes per block of values).
 REPACKED = {T.Q4_0: (q4_0_x8, "q4_0_8x8_q8_0", "ggml_quantize_mat_q8_0_4x8", 4 * 2 + 4 * 32),
-            T.Q4_K: (q4_k_x8, "q4_K_8x8_q8_K", QUANTIZE_MAT_Q8_K_4X8, 4 * 4 + 4 * 256 + 4 * 32)}
+            T.Q4_K: (q4_k_x8, "q4_K_8x8_q8_K", QUANTIZE_MAT_Q8_K_4X8, 4 * 4 + 4 * 256 + 4 * 32),
+            T.IQ4_NL: (scaled_x8(2), "iq4_nl_8x8_q8_0", "ggml_quantize_mat_q8_0_4x8", 4 * 2 + 4 * 32),
+            T.MXFP4: (scaled_x8(1), "mxfp4_8x8_q8_0", "ggml_quantize_mat_q8_0_4x8", 4 * 2 + 4 * 32)}
 
 
 def repacked_product(ffi, lib, t: T, raw: np.ndarray, cols: int, x: np.ndarray) -> np.ndarray:
@@ -283,8 +305,9 @@ def repacked_product(ffi, lib, t: T, raw: np.ndarray, cols: int, x: np.ndarray) 
 
 #: The types whose AVX2 kernel computes the bits of the kernel llama.cpp's CPU backend runs on an AVX2 machine:
 #: ggml_vec_dot_<name> (its x86 build), and for Q4_0 and Q4_K, which it repacks eight rows interleaved at load,
-#: its gemv. Q2_K and Q3_K have no AVX2 kernel here (the scalar order, equal to float rounding).
-LLAMACPP_AVX2 = [T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.Q4_K, T.Q5_K, T.Q6_K]
+#: its gemv (IQ4_NL and MXFP4 too, by Q4_0's kernels). Q2_K and Q3_K have no AVX2 kernel here (the scalar order,
+#: equal to float rounding).
+LLAMACPP_AVX2 = [T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.Q4_K, T.Q5_K, T.Q6_K, T.IQ4_NL, T.IQ4_XS, T.MXFP4]
 
 
 @needs_core
@@ -356,6 +379,69 @@ def test_avx2_products_equal_llamacpp_at_every_batch_size(t: T) -> None:
         np.testing.assert_array_equal(got, want, err_msg=f"{n} activation rows")
 
 
+#: The scale fields of the grid types at their edges: float16 zero, subnormal, max, inf and NaN; E8M0 bytes 0 (a
+#: subnormal half), 1, 2, 127 (one half), 254 and 255 (2^126: products overflow to inf).
+EDGE_F16 = [0x0000, 0x8000, 0x0001, 0x03FF, 0x3C00, 0x7BFF, 0xFBFF, 0x7C00, 0x7E00]
+EDGE_E8M0 = [0, 1, 2, 127, 254, 255]
+GRID_TYPES = [T.IQ4_NL, T.IQ4_XS, T.MXFP4]
+
+
+def edge_rows(t: T, rng: np.random.Generator) -> tuple[np.ndarray, int]:
+    """Eight rows of type t made by llama.cpp's quantizer, their scales set to every edge value in turn (and a row of
+    all-zero quants / all-top quants), and the row length."""
+    ffi, lib = llamacpp()
+    cols = 512
+    raw = llamacpp_rows(ffi, lib, t, 8, cols, rng)
+    tr = TRAITS[t]
+    blocks = raw.reshape(-1, tr.type_size)
+    edges = EDGE_E8M0 if t == T.MXFP4 else EDGE_F16
+    for i in range(len(blocks)):
+        if t == T.MXFP4:
+            blocks[i, 0] = edges[i % len(edges)]
+        else:
+            blocks[i, 0:2] = np.array([edges[i % len(edges)]], "<u2").view(np.uint8)
+    quants = {T.IQ4_NL: 2, T.IQ4_XS: 8, T.MXFP4: 1}[t]
+    blocks[0::5, quants:] = 0x00
+    blocks[1::5, quants:] = 0xFF
+    return raw, cols
+
+
+def llamacpp_product(ffi, lib, t: T, raw: np.ndarray, cols: int, x: np.ndarray) -> np.ndarray:
+    """llama.cpp's product on an AVX2 machine: the repacked kernels where it repacks t, else its ggml graph (one
+    row: ggml_vec_dot_*)."""
+    return (repacked_product if t in REPACKED else ggml_mul_mat)(ffi, lib, t, raw, cols, x)
+
+
+def grid_edge_mismatches() -> list[str]:
+    """The grid types' kernels (this process's: AVX2 or scalar) on blocks with edge scales, against llama.cpp's own
+    kernels (AVX2: bit for bit, NaN where it has NaN) or the numpy references in ggml's generic order (scalar:
+    exactly), one and nine activation rows, some of them zero or huge; the failures as text."""
+    rng, bad = np.random.default_rng(41), []
+    avx2 = _core.kernels() == "avx2"
+    ffi, lib = llamacpp() if avx2 else (None, None)
+    for t in GRID_TYPES:
+        raw, cols = edge_rows(t, rng)
+        x = (rng.standard_normal((9, cols)) * np.array([1, 0, 1e-3, 1e3, 3e38, 1, 1, 1, 1])[:, None]).astype(np.float32)
+        for n in (1, 9):
+            got = kernel(t, raw, cols, x[:n], 1)
+            if avx2:
+                want = llamacpp_product(ffi, lib, t, raw, cols, x[:n])
+            else:
+                want = np.stack([TRAITS[t].matvec(raw, xi) for xi in x[:n]])
+            if not np.array_equal(got, want, equal_nan=True):
+                bad.append(f"{t.name} n={n}: {int((~((got == want) | (np.isnan(got) & np.isnan(want)))).sum())} "
+                           f"outputs differ")
+    return bad
+
+
+@needs_core
+@pytest.mark.parametrize("kernels", [None, "scalar"], ids=["cpu", "scalar"])
+def test_grid_types_on_edge_scales(kernels: str | None) -> None:
+    """MXFP4, IQ4_NL and IQ4_XS blocks with zero, subnormal, huge, infinite and NaN scales (E8M0 0..255): the same
+    outputs as llama.cpp's kernels (AVX2) or ggml's generic order (scalar), in a child so a crash fails the test."""
+    assert _in_child(kernels, "grid_edge_mismatches()") == []
+
+
 @needs_core
 def test_gelu_table_equals_llamacpp() -> None:
     """The GELU the native GeGLU looks up, at every float16 it is looked up at (finite, |x| < 10; outside, ggml uses
@@ -375,11 +461,11 @@ def test_gelu_table_equals_llamacpp() -> None:
 # ---------------------------------------------------------------------------------------------------------------------
 
 #: Types whose AVX2 products sum a row by its place in the batch, as llama.cpp's CPU backend does.
-BATCH_FORMS = {T.Q4_K, T.Q5_K, T.Q6_K}
+BATCH_FORMS = {T.Q4_K, T.Q5_K, T.Q6_K, T.IQ4_XS}
 
 #: Types whose AVX2 kernel groups the float terms as ggml's AVX2 kernel does (eight lanes of whole sub-block sums)
 #: rather than as the scalar one: exact integer parts, equal to float rounding.
-AVX2_FLOAT_ORDER = {T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.Q4_K, T.Q5_K, T.Q6_K}
+AVX2_FLOAT_ORDER = {T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.Q4_K, T.Q5_K, T.Q6_K, T.IQ4_NL, T.IQ4_XS, T.MXFP4}
 
 
 def close(t: T, raw: np.ndarray, x: np.ndarray, got: np.ndarray, want: np.ndarray) -> bool:
@@ -529,7 +615,7 @@ def test_binding_checks_every_length() -> None:
     good = (raw, int(T.Q4_K), 4, 512, x, out, 2)
     _core.matmul(*good)
     bad_calls = {
-        "unknown type": (raw, 20, 4, 512, x, out, 2),
+        "unknown type": (raw, 31, 4, 512, x, out, 2),
         "cols not whole blocks": (raw, int(T.Q4_K), 4, 500, x, out, 2),
         "more rows than the buffer": (raw, int(T.Q4_K), 5, 512, x, out, 2),
         "fewer rows than the buffer": (raw, int(T.Q4_K), 3, 512, x, out, 2),
@@ -609,19 +695,30 @@ def patched(path: Path, name: str, ggml_type: int | None = None, ne1: int | None
     return out
 
 
-def tiny_model(tmp_path: Path, dtype: type = np.float16) -> Path:
+def tiny_model(tmp_path: Path, dtype: type = np.float16, qtypes: dict[str, T] | None = None) -> Path:
+    """The tiny llama of support.tiny_llama with its matrices as dtype, or (qtypes: a tensor name's part -> type) the
+    matrices whose name holds a key quantized to that type by llama.cpp's quantizer."""
     from support.tiny_llama import write_model
 
     path = write_model(tmp_path / "f32.gguf", blocks=2)
     r = gguf.GGUFReader(str(path))
     w = gguf.GGUFWriter(str(tmp_path / "tiny.gguf"), "llama")
+    ffi, lib = llamacpp() if qtypes else (None, None)
     for field in r.fields.values():
         if field.name.startswith("llama.") or field.name.startswith("tokenizer."):
             w.add_key_value(field.name, field.contents(), field.types[0] if len(field.types) == 1 else field.types[0],
                             sub_type=field.types[-1] if len(field.types) > 1 else None)
     for t in r.tensors:
         arr = np.array(t.data).reshape([int(d) for d in reversed(t.shape)])
-        w.add_tensor(t.name, arr.astype(dtype) if arr.ndim == 2 else arr)
+        qtype = next((q for part, q in (qtypes or {}).items() if part in t.name), None)
+        if arr.ndim == 2 and qtype is not None:
+            raw = np.empty((arr.shape[0], arr.shape[1] // TRAITS[qtype].block * TRAITS[qtype].type_size), np.uint8)
+            x = np.ascontiguousarray(arr, np.float32)
+            lib.ggml_quantize_chunk(int(qtype), ffi.cast("float *", x.ctypes.data), ffi.cast("void *", raw.ctypes.data),
+                                    0, arr.shape[0], arr.shape[1], ffi.NULL)
+            w.add_tensor(t.name, raw, raw_dtype=qtype)
+        else:
+            w.add_tensor(t.name, arr.astype(dtype) if arr.ndim == 2 else arr)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -647,6 +744,27 @@ def test_native_model_matches_pure(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     got = m.logits(ids)
     tol = 2e-2 if dtype == np.float16 else 1e-4
     np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max())
+
+
+@needs_core
+def test_native_model_of_grid_types_matches_pure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tiny llama whose matrices are IQ4_NL (attention, output) and MXFP4 (token embedding, feed-forward), as
+    llama.cpp quantizes them: the native backend keeps them quantized in C and scores like the pure backend, which
+    dequantizes them (numpy), to the rounding of the activations to Q8_0. (IQ4_XS's 256-value blocks do not fit
+    the tiny model's 32-wide rows; its kernels are compared with llama.cpp's above.)"""
+    from minillama.model import Model
+    from minillama.model.layers import QuantLinear
+
+    path = tiny_model(tmp_path, qtypes={"attn": T.IQ4_NL, "output": T.IQ4_NL, "ffn": T.MXFP4, "token_embd": T.MXFP4})
+    assert {t.tensor_type for t in gguf.GGUFReader(str(path)).tensors if len(t.shape) == 2} == {T.IQ4_NL, T.MXFP4}
+    ids = [1, 5, 9, 3, 7, 2]
+    monkeypatch.setenv("MINILLAMA_BACKEND", "pure")
+    want = Model.from_file(path, threads=1).logits(ids)
+    monkeypatch.setenv("MINILLAMA_BACKEND", "native")
+    m = Model.from_file(path, threads=2)
+    assert isinstance(m._output, QuantLinear) and isinstance(m._layers[0]["w_gate_up"], QuantLinear)
+    got = m.logits(ids)
+    np.testing.assert_allclose(got, want, rtol=2e-2, atol=2e-2 * np.abs(want).max())
 
 
 @needs_core
@@ -683,7 +801,8 @@ NONFINITE = (np.nan, np.inf, -np.inf)
 #: The partner block of each weight type (values per activation block, bytes, where the scale, sum and quants are).
 PARTNER_LAYOUT = {"q8_0": (32, 34, "<f2", None, 2), "q8_1": (32, 36, "<f2", 2, 4), "q8_K": (256, 292, "<f4", None, 4)}
 PARTNER_OF = {T.Q4_0: "q8_0", T.Q5_0: "q8_0", T.Q8_0: "q8_0", T.Q4_1: "q8_1", T.Q5_1: "q8_1", T.Q2_K: "q8_K",
-              T.Q3_K: "q8_K", T.Q4_K: "q8_K", T.Q5_K: "q8_K", T.Q6_K: "q8_K"}
+              T.Q3_K: "q8_K", T.Q4_K: "q8_K", T.Q5_K: "q8_K", T.Q6_K: "q8_K", T.IQ4_NL: "q8_0", T.IQ4_XS: "q8_K",
+              T.MXFP4: "q8_0"}
 
 
 def nonfinite_inputs(block: int, cols: int, rng: np.random.Generator):

@@ -17,6 +17,9 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from minillama.quants import (
     _DEQUANT,
+    _E8M0_HALF,
+    _IQ4_VALUES,
+    _MXFP4_VALUES,
     _bf16,
     _bits,
     _f16,
@@ -265,6 +268,40 @@ def _mv_q6_k(w: np.ndarray, y: bytes) -> np.ndarray:
     return _acc_lanes(aux32, _f16(flat, 208).reshape(rows, nb) * yd[None])
 
 
+def _mv_grid4(values: np.ndarray, size: int, at: int) -> Callable[[np.ndarray, bytes], np.ndarray]:
+    """IQ4_NL/MXFP4 . Q8_0 (ggml_vec_dot_iq4_nl_q8_0_generic, _mxfp4_q8_0_generic): nibbles from byte `at` index
+    the grid; d = the activation's d x the block's (float16 d, or at == 1 the E8M0 byte at half), sumf += d*sumi."""
+    def matvec(w: np.ndarray, y: bytes) -> np.ndarray:
+        b, a = _blocks(w, size), _act(y, 34)
+        rows, nb = b.shape[:2]
+        flat = b.reshape(-1, size)
+        q = values[_bits(flat[:, at:], 16, 4)].astype(np.int64).reshape(rows, nb, 32)
+        sumi = _int_dot(q, a[:, 2:].view(np.int8)).astype(F32)
+        dx = (_E8M0_HALF[flat[:, 0]] if at == 1 else _f16(flat, 0).reshape(-1)).reshape(rows, nb)
+        d = _f16(a, 0).reshape(1, nb) * dx
+        return _acc_blocks(lambda ib: d[:, ib] * sumi[:, ib], rows, nb)
+    return matvec
+
+
+def _mv_iq4_xs(w: np.ndarray, y: bytes) -> np.ndarray:
+    """IQ4_XS . Q8_K (ggml_vec_dot_iq4_xs_q8_K_generic): per 32 values sumf += (d x the activation's d x scale) *
+    sumi, the scales 6 bits (4 in scales_l, 2 in scales_h) less 32."""
+    b, (yd, yq, _) = _blocks(w, 136), _q8k(y)
+    rows, nb = b.shape[:2]
+    flat = b.reshape(-1, 136)
+    low = np.stack([flat[:, 4:8] & 0x0F, flat[:, 4:8] >> 4], axis=2).reshape(-1, 8).astype(np.int64)
+    high = (flat[:, 2:4].copy().view("<u2").astype(np.int64) >> (2 * np.arange(8))) & 3
+    ls = ((low | (high << 4)) - 32).reshape(rows, nb, 8).astype(F32)
+    q = _IQ4_VALUES[_bits(flat[:, 8:].reshape(-1, 16), 16, 4)].astype(np.int64).reshape(rows, nb, 8, 32)
+    sumi = (q * yq.reshape(1, nb, 8, 32).astype(np.int64)).sum(axis=3).astype(F32)
+    d4d8 = _f16(flat, 0).reshape(rows, nb) * yd[None]
+    sumf = np.zeros(rows, F32)
+    for ib in range(nb):
+        for j in range(8):
+            sumf += (d4d8[:, ib] * ls[:, ib, j]) * sumi[:, ib, j]
+    return sumf
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # The traits table
 # ---------------------------------------------------------------------------------------------------------------------
@@ -307,4 +344,7 @@ TRAITS: dict[GGMLQuantizationType, Traits] = {
     T.Q4_K: _traits(T.Q4_K, T.Q8_K, quantize_q8_k, _mv_q45_k(lambda f: _bits(f[:, 16:144], 32, 4), 144)),
     T.Q5_K: _traits(T.Q5_K, T.Q8_K, quantize_q8_k, _mv_q45_k(_q5_k_ints, 176)),
     T.Q6_K: _traits(T.Q6_K, T.Q8_K, quantize_q8_k, _mv_q6_k),
+    T.IQ4_NL: _traits(T.IQ4_NL, T.Q8_0, quantize_q8_0, _mv_grid4(_IQ4_VALUES, 18, 2)),
+    T.IQ4_XS: _traits(T.IQ4_XS, T.Q8_K, quantize_q8_k, _mv_iq4_xs),
+    T.MXFP4: _traits(T.MXFP4, T.Q8_0, quantize_q8_0, _mv_grid4(_MXFP4_VALUES, 17, 1)),
 }
