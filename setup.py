@@ -12,7 +12,7 @@ from setuptools.command.build_ext import build_ext
 
 SOURCES = [f"minillama/_native/{name}.c" for name in ("module", "bpe", "pretok", "cache", "utf8", "pretok_multi", "merges",
                                                           "btrie", "ugm", "wpm", "spm", "decode", "text", "quants",
-                                                          "quants_avx2", "model", "attention", "swiglu", "digest")]
+                                                          "quants_avx2", "model", "moe", "attention", "swiglu", "digest")]
 FLAGS = ["-std=c11", "-O2", "-ffp-contract=off", "-Wall", "-Wextra", "-Werror", *os.environ.get("MINILLAMA_CFLAGS", "").split()]
 
 
