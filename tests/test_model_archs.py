@@ -465,6 +465,36 @@ def test_qwen3moe_runs_in_the_c_blocks_on_the_native_backend(made: Made) -> None
             ids.append(g["id"])
 
 
+def test_qwen3moe_fed_as_llamacpps_server_gives_its_log_probs(made: Made) -> None:
+    """Fed as llama.cpp's server feeds a prompt (all but its last 4 tokens, then those 4, then one token per step),
+    the C blocks give llama.cpp's log-probs to their stored rounding at every position: the router's float32 product
+    in llama.cpp's order (ggml_vec_dot_f32 for one row, tinyBLAS for more), its softmax with ggml_v_expf, and each
+    expert's rows one at a time as mul_mat_id multiplies them (a batch's rows grouped four to a tile would take
+    other bits). Prompts of fewer than 64 tokens: from 64 rows on llama.cpp's attention takes its tiled path."""
+    m = made.model("qwen3moe")
+    if m._stack is None:
+        pytest.skip("the pure backend's float32 products are not llama.cpp's bits")
+    from minillama._native import _core
+
+    if _core.kernels() != "avx2":
+        pytest.skip(f"the {_core.kernels()} kernels sum in ggml's generic order, not its AVX2 one")
+    diffs, seen = [], 0
+    for case in expected("qwen3moe")["cases"]:
+        prompt = case["prompt_ids"]
+        if len(prompt) >= 64:
+            continue
+        s = m.session()
+        s.logits_next(prompt[:-4])
+        for i, g in enumerate(case["gen"]):
+            row = s.logits_next(prompt + [x["id"] for x in case["gen"][:i]]).astype(np.float64)
+            lp = row - row.max() - np.log(np.exp(row - row.max()).sum())
+            assert int(lp.argmax()) == g["id"], f"position {i} of {prompt[:4]}...: {int(lp.argmax())} != {g['id']}"
+            diffs += [abs(lp[t] - v) for t, v in g["top"]]
+            seen += 1
+    assert seen >= 150
+    assert np.mean(diffs) < 1e-4 and np.max(diffs) < 1e-4, (np.mean(diffs), np.max(diffs))
+
+
 def test_qwen3moe_reads_only_the_chosen_experts(made: Made, monkeypatch: pytest.MonkeyPatch) -> None:
     """A single-token step multiplies (on the pure backend, dequantizes) only the matrices of the experts its
     token chose; a prompt's rows are grouped by expert, so no expert matrix is taken twice in a block."""

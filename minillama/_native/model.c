@@ -298,8 +298,16 @@ static void expert_items(run *r, const ms_matrix *const *M, const uint8_t *const
 static void moe_ffn(run *r, const ms_layer *L, int il, int64_t t0, int64_t t1, int part, int parts) {
     const ms_model *m = r->m;
     const int64_t d = m->n_embd, E = m->n_expert, k = m->n_expert_used, F = m->n_ff_exp, n = r->T * k;
-    product(r, &L->router, r->h, d, r->mo_logits, t0, t1, parts, &r->chunks[CHUNKS * il + 2]);
-    for (int64_t t = t0; t < t1; t++) mo_route(r->mo_logits + t * E, E, k, r->mo_chosen + t * k, r->mo_w + t * k);
+    /* the router: a float32 one as llama.cpp's CPU backend multiplies it (mo_router: by the rows its product has,
+     * one in the last layer of a pass that wants only the last rows' logits), another type as any matrix */
+    const int simd = mo_simd();
+    if (mo_router_f32(&L->router)) {
+        const int64_t rows = il == m->n_layer - 1 && r->logits ? r->n_seq : r->T;
+        for (int64_t t = t0; t < t1; t++)
+            mo_router((const float *)(const void *)L->router.w[0], r->h + t * d, E, d, rows, simd, r->mo_logits + t * E);
+    } else
+        product(r, &L->router, r->h, d, r->mo_logits, t0, t1, parts, &r->chunks[CHUNKS * il + 2]);
+    for (int64_t t = t0; t < t1; t++) mo_route(r->mo_logits + t * E, E, k, simd, r->mo_chosen + t * k, r->mo_w + t * k);
     barrier_wait(&r->bar, parts);
     if (part == 0) {
         mo_group(r->mo_chosen, n, E, r->mo_start, r->mo_list, r->mo_inv);

@@ -35,6 +35,8 @@ void ma_attend_row(const float *q, const uint16_t *k, int64_t k_stride, const ui
 
 /* swiglu.c: y [n] = silu(x) * g as ggml_vec_swiglu_f32 computes it (ggml_v_expf for all but the last n % 8). */
 void ma_swiglu(int64_t n, float *y, const float *x, const float *g);
+/* One lane of ggml_v_expf (the exp of ggml's SIMD soft_max and silu; not libm's expf). */
+float ma_v_expf(float x);
 
 /* A weight matrix: its rows in up to MS_MAX_PARTS pieces of the map (q, k, v apart in the file, each of its own
  * type: gemma3's Q4_K_M has Q5_0 q and k beside a Q8_0 v). */
@@ -145,8 +147,18 @@ const char *ms_check_layer(const ms_model *m, const ms_layer *L);
 /* moe.c: the mixture-of-experts feed-forward's pieces, as llama.cpp's build_moe_ffn computes them (softmax gating,
  * the k best experts, their weights renormalised); model.c runs them between its barriers.
  * mo_route: logits [E] of one token -> chosen [k] (descending probability; ties: the lower expert first) and their
- * weights [k] (divided by their sum, clamped to float16's smallest normal). */
-void mo_route(const float *logits, int64_t E, int64_t k, int32_t *chosen, float *weights);
+ * weights [k] (divided by their sum, clamped to float16's smallest normal). simd: the softmax of ggml's AVX2 build
+ * (ggml_v_expf eight values at a time, each eight summed in float), else of its generic one (libm's expf). */
+void mo_route(const float *logits, int64_t E, int64_t k, int simd, int32_t *chosen, float *weights);
+/* mo_router: logits [E] = the float32 router w [E, d] times one row x [d], in the order of llama.cpp's AVX2 build:
+ * ggml_vec_dot_f32 (four accumulators of eight) when its product has one row (rows), llamafile's tinyBLAS (one
+ * accumulator of eight per output) for more when d % 8 == 0 and E % 4 == 0; simd 0: ggml's generic dot (a double
+ * sum in order). */
+void mo_router(const float *w, const float *x, int64_t E, int64_t d, int64_t rows, int simd, float *logits);
+/* 1 when the mq kernels are AVX2 (ggml's AVX2 orders: mo_route's and mo_router's simd). */
+int mo_simd(void);
+/* 1 when M is one float32 piece at a float's alignment: mo_router multiplies it. */
+int mo_router_f32(const ms_matrix *M);
 /* The n = T k choices chosen [n] grouped by expert: start [E + 1] (expert e's slots start[e]..start[e+1]), list
  * [n] (choice ids t k + i, by expert, then by id), inv [n] (the slot of each choice id). */
 void mo_group(const int32_t *chosen, int64_t n, int64_t E, int64_t *start, int32_t *list, int32_t *inv);

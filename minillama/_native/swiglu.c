@@ -106,6 +106,8 @@ static void pick(void) {
 #endif
 }
 
+float ma_v_expf(float x) { return v_expf_lane(x); }
+
 void ma_swiglu(int64_t n, float *y, const float *x, const float *g) {
     pthread_once(&once, pick);
     kernel(n, y, x, g);
