@@ -10,9 +10,12 @@ import sys
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
-SOURCES = [f"minillama/_native/{name}.c" for name in ("module", "bpe", "pretok", "cache", "utf8", "pretok_multi", "merges",
-                                                          "btrie", "ugm", "wpm", "spm", "decode", "text", "quants",
-                                                          "quants_avx2", "model", "moe", "attention", "swiglu", "digest")]
+# The bindings (module.c, bind*.c: the only files that include Python.h), then the plain C they call.
+BINDINGS = ("module", "bind", "bind_tokenizer", "bind_bpe", "bind_spm", "bind_quants", "bind_model", "bind_text")
+SOURCES = [f"minillama/_native/{name}.c" for name in (*BINDINGS, "bpe", "pretok", "cache", "utf8", "pretok_multi",
+                                                          "merges", "btrie", "ugm", "wpm", "spm", "decode", "text",
+                                                          "quants", "quants_avx2", "model", "moe", "attention", "swiglu",
+                                                          "digest", "cpu", "threadpool")]
 FLAGS = ["-std=c11", "-O2", "-ffp-contract=off", "-Wall", "-Wextra", "-Werror", *os.environ.get("MINILLAMA_CFLAGS", "").split()]
 
 
@@ -40,9 +43,13 @@ class OptionalBuild(build_ext):
 
 
 setup(
-    ext_modules=[Extension("minillama._native._core", SOURCES, depends=["minillama/_native/core.h", "minillama/_native/quants_common.h",
+    ext_modules=[Extension("minillama._native._core", SOURCES, depends=["minillama/_native/bind.h", "minillama/_native/core.h",
+                                                                    "minillama/_native/quants_common.h",
                                                                     "minillama/_native/quants_kernels.h",
-                                                                    "minillama/_native/model.h"],
+                                                                    "minillama/_native/model.h",
+                                                                    "minillama/_native/quants.h",
+                                                                    "minillama/_native/cpu.h",
+                                                                    "minillama/_native/threadpool.h"],
                            extra_compile_args=FLAGS, extra_link_args=["-pthread"], optional=True)],
     cmdclass={"build_ext": OptionalBuild},
 )

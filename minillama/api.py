@@ -108,10 +108,13 @@ def _finish_reason(gen: Generation) -> str | None:
     return FINISH_REASONS.get(gen.stats.stop_reason)
 
 
-def _usage(gen: Generation) -> dict[str, int]:
-    """OpenAI's usage: the prompt's tokens and the generated ones (a final eog included)."""
+def _usage(gen: Generation) -> dict[str, Any]:
+    """OpenAI's usage: the prompt's tokens and the generated ones (a final eog included), and of the prompt's, those
+    the session's cache already held (prompt_tokens_details.cached_tokens, as llama-server counts them)."""
     p, n = gen.stats.prompt_tokens, gen.stats.generated_tokens
-    return {"prompt_tokens": p, "completion_tokens": n, "total_tokens": p + n}
+    cached = p - gen.stats.prompt_evaluated if n else 0
+    return {"prompt_tokens": p, "completion_tokens": n, "total_tokens": p + n,
+            "prompt_tokens_details": {"cached_tokens": cached}}
 
 
 class _Offsets:

@@ -15,8 +15,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, TextIO
 
-from .chat_template import ChatTemplate
-from .chat_template import without_bos as strip_bos
+from .chat_template import ChatTemplate, without_bos
 from .constrain import json_constraint
 from .errors import ContextLengthError, MinillamaError
 from .generate import (
@@ -79,9 +78,9 @@ def format_for(tok: Tokenizer) -> ChatFormat:
     return template_of(tok) or SimpleFormat()
 
 
-def without_bos(text: str, fmt: ChatFormat, tok: Tokenizer) -> str:
-    """Rendered text without a leading bos text when encoding adds bos itself (never two bos)."""
-    return strip_bos(text, getattr(fmt, "bos_token", ""), tok.add_bos)
+def format_without_bos(text: str, fmt: ChatFormat, tok: Tokenizer) -> str:
+    """Text fmt rendered, without a leading bos text when tok's encoding adds bos itself (never two bos)."""
+    return without_bos(text, getattr(fmt, "bos_token", ""), tok.add_bos)
 
 
 def chat_documents(fmt: ChatFormat, texts: Sequence[str]) -> list[str]:
@@ -98,7 +97,7 @@ def train_chat_ngram(tok: Tokenizer, fmt: ChatFormat, paths: Iterable[str | os.P
     and often ends the reply at once; trained this way it answers with a paragraph in the style of
     the text and ends it as the format does (the template's end-of-turn token, or eos).
     """
-    rendered = [without_bos(d, fmt, tok) for d in chat_documents(fmt, read_paragraphs(paths))]
+    rendered = [format_without_bos(d, fmt, tok) for d in chat_documents(fmt, read_paragraphs(paths))]
     return NGramModel.train(tok, rendered, order, parse_special=True)
 
 
@@ -146,7 +145,7 @@ class ChatSession:
 
     def prompt_text(self) -> str:
         """The conversation rendered, without a leading bos text when encoding adds bos itself."""
-        return without_bos(self.fmt.render(self.messages, add_generation_prompt=True), self.fmt, self.tok)
+        return format_without_bos(self.fmt.render(self.messages, add_generation_prompt=True), self.fmt, self.tok)
 
     def start_reply(self, user_text: str) -> Reply:
         """Add the user's message and start generating the reply (iterate the result for its text); with a
@@ -338,7 +337,7 @@ def _reply(session: ChatSession, text: str, out: TextIO, safe: bool) -> None:
 
 def banner(tok: Tokenizer, model_desc: str, fmt: ChatFormat, model_path: str) -> str:
     """What the session runs on, said plainly at start (including the absence of a chat template)."""
-    lines = [f"minillama chat: tokenizer {model_path} ({tok.model}, {tok.n_vocab} tokens)", f"model: {model_desc}"]
+    lines = [f"minillama chat: tokenizer {model_path} ({tok.kind}, {tok.n_vocab} tokens)", f"model: {model_desc}"]
     if isinstance(fmt, ChatTemplate):
         lines.append("chat template: from the file (tokenizer.chat_template)")
     else:

@@ -796,7 +796,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     serve(args.model, host=args.host, port=args.port, parallel=args.parallel, api_key=args.api_key,
           vocabs=args.vocab or (), timeout=args.timeout, header_timeout=args.header_timeout,
           allowed_hosts=_comma_list(args.allowed_hosts), cors_origins=_comma_list(args.cors_origins),
-          embedding_max_inputs=args.embedding_max_inputs, embedding_max_tokens=args.embedding_max_tokens)
+          embedding_max_inputs=args.embedding_max_inputs, embedding_max_tokens=args.embedding_max_tokens,
+          cache_ram=args.cache_ram, verbose=args.verbose)
     return 0
 
 
@@ -808,6 +809,7 @@ def _comma_list(values: list[str] | None) -> list[str]:
 def _setup_serve(p: argparse.ArgumentParser) -> None:
     """Declare the arguments of 'serve'."""
     from minillama.serve import (  # no Starlette import: only the names
+        DEFAULT_CACHE_RAM_MIB,
         DEFAULT_HEADER_TIMEOUT,
         DEFAULT_HOST,
         DEFAULT_PORT,
@@ -843,6 +845,11 @@ def _setup_serve(p: argparse.ArgumentParser) -> None:
     p.add_argument("--embedding-max-tokens", type=int, default=EMBEDDING_MAX_TOKENS, metavar="N",
                    help=f"most tokens over all inputs of a /v1/embeddings request (default: {EMBEDDING_MAX_TOKENS}, "
                    "OpenAI's)")
+    p.add_argument("--cache-ram", "-cram", default=str(DEFAULT_CACHE_RAM_MIB), metavar="MiB",
+                   help="host RAM for prompt prefixes evicted from the slots, which any slot restores when a prompt "
+                   f"shares more with one (default: {DEFAULT_CACHE_RAM_MIB}, llama-server's; 0: off)")
+    p.add_argument("-v", "--verbose", action="store_true", help="log one line per request: method, route, status, "
+                   "prompt, cached and generated tokens, seconds")
 
 
 COMMANDS: dict[str, Subcommand] = {

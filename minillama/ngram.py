@@ -437,5 +437,5 @@ def _read_table(npz: Any, names: set[str], k: int, n_vocab: int, path: str) -> d
 def describe_tokenizer(tok: Tokenizer) -> dict[str, Any]:
     """What a saved model records about the tokenizer it was trained with (informational, besides n_vocab)."""
     name = tok.vocab.metadata.get("general.name") if hasattr(tok.vocab, "metadata") else None
-    return {"model": tok.model, "pre": tok.pre, "n_vocab": tok.n_vocab,
+    return {"model": tok.kind, "pre": tok.pre, "n_vocab": tok.n_vocab,
             **({"name": name} if isinstance(name, str) else {})}

@@ -1,6 +1,6 @@
 """Print the usage line of every minillama command, as docs/cli.md's "Command line" block shows them.
 
-Usage: python scripts/readme_usage.py [--write]   (--write: replace the block in docs/cli.md; tests/test_cli_usability.py
+Usage: python scripts/readme_usage.py [--write]   (--write: replace the block in docs/cli.md; tests/cli/test_cli_help_and_errors.py
 checks docs/cli.md against the same lines)
 """
 

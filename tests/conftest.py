@@ -41,20 +41,15 @@ def hf_bpe(tmp_path_factory) -> HFBpe:
     return HFBpe(hf, path)
 
 
-#: Test files whose tests bound wall time or memory peaks: under pytest-xdist (.ci/run: -n 2 --dist loadgroup) they
-#: all run on one worker, one after another, never two of them side by side.
-BOUNDED = ("test_hostile_", "test_huge_inputs")
-
-
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the xdist_group marks
 def pytest_collection_modifyitems(config, items):
-    """xdist groups (used by --dist loadgroup): the tests of the BOUNDED files in one group, "bounds"; every other
-    file's tests in a group of their own, so that a worker runs a file whole and its module-scoped fixtures (the
-    vocabs a module loads, trained tokenizers, servers) are built once, not on each worker."""
+    """xdist groups (used by --dist loadgroup): files whose tests bound wall time or memory peaks mark themselves
+    `pytestmark = pytest.mark.xdist_group("bounds")`, so one worker runs them one after another, never two side by
+    side (.ci/run: -n 2 --dist loadgroup); every other file's tests are a group of their own, so that a worker runs
+    a file whole and its module-scoped fixtures (vocabs, trained tokenizers, servers) are built once, not twice."""
     for item in items:
         if item.get_closest_marker("xdist_group") is None:
-            name = "bounds" if item.path.name.startswith(BOUNDED) else item.path.name
-            item.add_marker(pytest.mark.xdist_group(name))
+            item.add_marker(pytest.mark.xdist_group(str(item.path)))
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):

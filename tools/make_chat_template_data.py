@@ -4,7 +4,7 @@ For each GGUF given that carries `tokenizer.chat_template` (read with gguf-py), 
 templates that use tools, namespace() and tojson, every conversation below is rendered with transformers'
 own renderer (`transformers.utils.chat_template_utils.render_jinja_template`, what apply_chat_template calls),
 with the special-token variables apply_chat_template passes (bos_token, eos_token, unk_token, pad_token: the
-GGUF's token texts). tests/test_chat_template.py checks minillama's rendering against the stored strings, so
+GGUF's token texts). tests/tokenizer/test_chat_template.py checks minillama's rendering against the stored strings, so
 transformers (which needs PyTorch to open a GGUF itself) is needed only here:
 
     pip install transformers==5.23.0

@@ -3,7 +3,7 @@
     python tools/make_model_expected.py MODEL.gguf OUT.json [PROMPTS.txt] [N_PREDICT]
 
 Runs ../shared/tools/llamacpp_generate.py (llama.cpp in-process through xllamacpp, 2 threads) and keeps what
-tests/test_model.py teacher-forces minillama on: prompt, prompt_ids, the generated ids with their top log-probs,
+tests/model/test_model.py teacher-forces minillama on: prompt, prompt_ids, the generated ids with their top log-probs,
 and whether llama.cpp's report is position-aligned. Made tests/data/smollm2_llamacpp_greedy.json from
 SmolLM2-135M-Instruct.Q4_1.gguf with the defaults, and tests/data/gemma3_llamacpp_greedy.json (read by
 tools/bench/bench_model.py --exactness) from gemma-3-270m-q4_k_m.gguf with tools/gemma_prompts.txt (10 prompts) and 32 tokens.

@@ -10,7 +10,7 @@ the biases around 0, so a forward pass that skips one of them disagrees with lla
 (Q8_0, Q4_0, Q4_1, Q5_1, and Q4_K for the experts' gate and up: the types llama.cpp's own ggml_quantize_chunk writes, called through cffi when the
 xllamacpp wheel is installed, as ../shared/tools/make_synthetic_model.py does; otherwise gguf-py's numpy
 quantizers, which write the same bytes for the 32-value types and have none for Q4_K: qwen3moe needs the wheel). The same arch and seed give the same file, byte for
-byte: tests/test_model_archs.py checks its sha256 before comparing with llama.cpp's stored outputs
+byte: tests/model/test_model_archs.py checks its sha256 before comparing with llama.cpp's stored outputs
 (tests/data/archs_llamacpp_greedy.json, made by --expected from these files). Beside one plain model per
 architecture: "llama" is Llama-3.2-shaped (rope base 500000, rope_freqs.weight as the converter computes llama3
 rope scaling, long prompts), and the "-biases" models carry the optional biases llama.cpp loads. "qwen3moe" is

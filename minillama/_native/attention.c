@@ -9,16 +9,16 @@
  * Matching those roundings bit for bit is what makes minillama's log-probs track llama.cpp's (a float32
  * softmax is closer to the exact value but about 1e-3 away from llama.cpp's in every attention output, which
  * the 8-bit activation quantization of the next product then amplifies). A scalar kernel (the reference and
- * the fallback) and an AVX2/F16C one compute the same bits; the AVX2 one runs where quants.c runs its AVX2
- * kernels (mq_isa: the CPU's features and MINILLAMA_KERNELS, decided there once) and the CPU has F16C.
+ * the fallback) and an AVX2/F16C one compute the same bits; the AVX2 one runs where the quantized products run
+ * theirs (cpu.c's one choice: the CPU's features and MINILLAMA_KERNELS). The float16 table the scalar one reads
+ * is filled by mq_init, which model.c calls before any attention.
  *
  * Keys and values come as float16 (the cache's type, as llama.cpp's): half the bytes a step reads. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
-#include <pthread.h>
 #include <string.h>
 
-#include "core.h"
+#include "cpu.h"
 #include "model.h"
 
 /* x . y over n values in ggml_vec_dot_f16's order: lanes l of four accumulators take x[32 i + 8 j + l] y[..]
@@ -65,7 +65,7 @@ static void row_scalar(const float *q, const uint16_t *k, int64_t ks, const uint
 typedef void (*row_fn)(const float *, const uint16_t *, int64_t, const uint16_t *, int64_t, int64_t, int64_t,
                        int64_t, int64_t, float, float *, float *);
 
-#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__) && !defined(__clang__)
+#ifdef MQ_X86_AVX2_BUILD
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
 #include <immintrin.h>
@@ -138,19 +138,12 @@ static void row_avx2(const float *q, const uint16_t *k, int64_t ks, const uint16
 #define HAVE_AVX2_ROW 1
 #endif
 
-static row_fn row = row_scalar;
-static pthread_once_t once = PTHREAD_ONCE_INIT;
-
-static void pick(void) {
-#ifdef HAVE_AVX2_ROW
-    if (strcmp(mq_isa(), "avx2") == 0 && __builtin_cpu_supports("f16c")) row = row_avx2;
-#else
-    (void)mq_isa(); /* fills the float16 table mq_round_f16 reads */
-#endif
-}
-
 void ma_attend_row(const float *q, const uint16_t *k, int64_t k_stride, const uint16_t *v, int64_t v_stride,
                    int64_t s0, int64_t s1, int64_t D, int64_t Dv, float scale, float *out, float *work) {
-    pthread_once(&once, pick);
+#ifdef HAVE_AVX2_ROW
+    const row_fn row = mq_cpu_isa() == MQ_ISA_AVX2 ? row_avx2 : row_scalar;
+#else
+    const row_fn row = row_scalar;
+#endif
     row(q, k, k_stride, v, v_stride, s0, s1, D, Dv, scale, out, work);
 }

@@ -1,5 +1,5 @@
 /* The native core's C interface: UTF-8 decoding, llama.cpp's hand-written pre-tokenizers, the bounded word
- * cache and byte-level BPE rank merging. No Python here: module.c is the only file that knows CPython. */
+ * cache and byte-level BPE rank merging. No Python here: only the binding files (module.c, bind*.c) know CPython. */
 #ifndef MINILLAMA_CORE_H
 #define MINILLAMA_CORE_H
 
@@ -230,9 +230,18 @@ size_t ucs_utf8_write(const void *chars, size_t n, int kind, int escape_spaces, 
  * (str.isspace). Returns how many parts are kept and writes the (start, end) pairs of the first cap of them into
  * spans. */
 size_t paragraph_spans(const uint8_t *s, size_t n, size_t *spans, size_t cap);
+/* paragraph_spans with the room it needs: every kept part's (start, end) pair, *k of them, in a malloc'd array
+ * (the caller frees it); NULL when memory ran out. */
+size_t *paragraph_cut(const uint8_t *s, size_t n, size_t *k);
 
 /* digest.c: BLAKE2b (RFC 7693, unkeyed) of n bytes: outlen (1..64) bytes, hashlib.blake2b's. */
 void blake2b(const uint8_t *data, size_t n, uint8_t *out, size_t outlen);
+/* The BLAKE2b digest of size (1..64) bytes of the UTF-8 of each of n texts into out (n x size bytes), and the UTF-8
+ * bytes of all in *total. Text i: lens[i] characters of kinds[i] (1, 2 or 4) bytes each at data[i], as CPython
+ * stores a str, or lens[i] bytes of UTF-8 when kinds[i] is 0. 0 done, 1 a text holds a surrogate, 2 memory ran
+ * out. */
+int blake2b_texts(const void *const *data, const size_t *lens, const int *kinds, size_t n, size_t size, uint8_t *out,
+                  size_t *total);
 
 /* decode.c: every token's piece (blob, n + 1 offsets into it; special[i] 1 where the plain table has it empty),
  * copied. pieces_size: the bytes of the pieces of ids[0..n) (each < pieces_count) in the full or plain table,
@@ -311,24 +320,3 @@ void wpm_free(wpm *w);
 int wpm_encode(const wpm *w, const uint8_t *text, size_t n, ivec *out);
 
 #endif
-
-/* quants.c: matrix products of ggml quantized weights (read in place, never dequantized) with float32
- * activations, as ggml computes them: each activation row quantized once to the type's partner (Q8_0, Q8_1,
- * Q8_K; F16/BF16/F32 for the float types), integer dot products per block, float32 sums in ggml's order. */
-enum {
-    MQ_F32, MQ_F16, MQ_BF16, MQ_Q4_0, MQ_Q4_1, MQ_Q5_0, MQ_Q5_1, MQ_Q8_0, MQ_Q2_K, MQ_Q3_K, MQ_Q4_K, MQ_Q5_K,
-    MQ_Q6_K, MQ_NTYPES
-};
-/* The mq_type of a ggml type number, -1 when quants.c has no kernel for it. */
-int mq_type_of_ggml(int ggml_type);
-/* Values per block and bytes per block of an mq_type; values per block of its partner. */
-int mq_block(int type);
-int mq_type_size(int type);
-int mq_partner_block(int type);
-/* "avx2" or "scalar": the kernels mq_matmul uses on this CPU. */
-const char *mq_isa(void);
-/* out[t * rows + r] = row r of w (rows x cols of type, row_bytes = cols / block * type_size) . x[t * cols ..]
- * for t < n_x, rows split over `threads` threads. cols must be a positive multiple of the block. 0 when
- * memory ran out. */
-int mq_matmul(int type, const uint8_t *w, int64_t rows, int64_t cols, const float *x, int64_t n_x, float *out,
-              int threads);

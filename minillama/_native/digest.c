@@ -1,5 +1,6 @@
 /* BLAKE2b (RFC 7693), unkeyed, one shot: the digest minillama dataset keeps of each document (hashlib.blake2b's
- * bytes, computed here with the GIL released). */
+ * bytes, computed here with the GIL released), one or a batch of texts at a time. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "core.h"
@@ -69,4 +70,38 @@ void blake2b(const uint8_t *data, size_t n, uint8_t *out, size_t outlen) {
     if (n) memcpy(block, data, n);
     compress(h, block, t + n, 1);
     for (size_t i = 0; i < outlen; i++) out[i] = (uint8_t)(h[i / 8] >> (8 * (i % 8)));
+}
+
+int blake2b_texts(const void *const *data, const size_t *lens, const int *kinds, size_t n, size_t size, uint8_t *out,
+                  size_t *total) {
+    uint8_t *buf = NULL;
+    size_t cap = 0;
+    int failed = 0; /* 1: a surrogate, 2: no memory */
+    *total = 0;
+    for (size_t i = 0; !failed && i < n; i++) {
+        const uint8_t *utf8 = data[i];
+        size_t len = lens[i];
+        if (kinds[i]) {
+            int surrogate = 0;
+            len = ucs_utf8_size(data[i], lens[i], kinds[i], 0, &surrogate);
+            if (surrogate) {
+                failed = 1;
+                break;
+            }
+            if (len + 4 > cap) {
+                free(buf);
+                cap = 2 * len + 64;
+                if (!(buf = malloc(cap))) {
+                    failed = 2;
+                    break;
+                }
+            }
+            ucs_utf8_write(data[i], lens[i], kinds[i], 0, buf, &surrogate);
+            utf8 = buf;
+        }
+        blake2b(utf8, len, out + i * size, size);
+        *total += len;
+    }
+    free(buf);
+    return failed;
 }

@@ -548,3 +548,16 @@ const char *ms_check_layer(const ms_model *m, const ms_layer *L) {
         return "each expert tensor must be one piece";
     return NULL;
 }
+
+static int span_cmp(const void *a, const void *b) {
+    const ms_span *x = a, *y = b;
+    return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+int ms_spans_overlap(ms_span *spans, size_t n) {
+    qsort(spans, n, sizeof *spans, span_cmp);
+    uintptr_t end = spans[0].hi;
+    for (size_t i = 1; i < n; end = spans[i].hi > end ? spans[i].hi : end, i++)
+        if (spans[i].lo < end && spans[i].lo < spans[i].hi) return 1;
+    return 0;
+}

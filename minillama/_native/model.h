@@ -1,31 +1,15 @@
 /* model.c: the blocks of a llama-family transformer run in C over the quantized weights in the map,
- * and what it needs from quants.c (a team of pool threads, one activation row quantized, a range of weight rows
- * dotted). No Python here: module.c's Stack binding checks every length and keeps the buffers alive. */
+ * and what it needs from quants.c (one activation row quantized, a range of weight rows dotted) and threadpool.c (a
+ * team of pool threads). No Python here: bind_model.c's Stack binding checks every length and keeps the buffers
+ * alive. */
 #ifndef MINILLAMA_MODEL_H
 #define MINILLAMA_MODEL_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-
-/* quants.c: fn(ctx, part, parts) on the caller and parts - 1 pool workers at once (parts <= threads: as many as
- * could be started); returns parts. One team or product runs at a time. */
-typedef void (*mq_team_fn)(void *ctx, int part, int parts);
-int mq_team(mq_team_fn fn, void *ctx, int threads);
-/* Bytes of one activation row of cols values quantized to type's partner (block_q8_0, _q8_1, _q8_K, ...). */
-size_t mq_partner_bytes(int type, int64_t cols);
-/* Fills quants.c's tables (the float16 one the three below read); idempotent, thread-safe. */
-void mq_init(void);
-/* f rounded to float16 (nearest even) and back. */
-float mq_round_f16(float f);
-uint16_t mq_half(float f);         /* the float16 bits of f (nearest even) */
-void mq_halves(const float *x, int64_t n, uint16_t *h); /* of n values at once (F16C where the kernels are AVX2) */
-float mq_half_float(uint16_t h);   /* and back */
-void mq_quantize_row(int type, const float *x, int64_t cols, uint8_t *y);
-/* out[t * out_stride + r] = row r of w (cols values of type) . activation row t of y (n_x rows quantized by
- * mq_quantize_row, mq_partner_bytes apart), for r0 <= r < r1. */
-void mq_dot_rows(int type, const uint8_t *w, int64_t cols, const uint8_t *y, int64_t n_x, int64_t r0, int64_t r1,
-                 float *out, int64_t out_stride);
+#include "quants.h"     /* mq_partner_bytes, mq_quantize_row, mq_dot_rows, mq_init, the float16 helpers */
+#include "threadpool.h" /* mq_team */
 
 /* attention.c: out [Dv] = query q [D] attending to the cached float16 keys k and values v of positions s0..s1
  * (rows k_stride / v_stride values apart), scores times scale, as ggml's CPU flash attention computes it
@@ -180,6 +164,15 @@ typedef struct {
  * logits: NULL, or (the model has a head) [n_seq, n_vocab]: each sequence's last row through the final norm and
  * the output matrix, in the same pass (one wake of the threads per step). 1 done, 0 out of memory. */
 int ms_forward(const ms_model *m, float *x, const ms_seq *seqs, int n_seq, int threads, float *logits);
+
+/* The bytes [lo, hi) of one array a pass writes (x, the logits, a cache). */
+typedef struct {
+    uintptr_t lo, hi;
+} ms_span;
+
+/* Whether two of the n >= 1 spans share a byte (an empty span shares none): the threads of a pass write them at
+ * once, so ms_forward's arrays must not. Sorts spans by start. */
+int ms_spans_overlap(ms_span *spans, size_t n);
 
 /* GELU at each of the 65536 float16 values (indexed by its bits), rounded to float16: the table GeGLU looks up. */
 const float *ms_gelu_table(void);

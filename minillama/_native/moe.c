@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "core.h"
+#include "cpu.h"
 #include "model.h"
 
 /* ggml_soft_max of one row: exp(x - max) (simd: ggml_v_expf eight at a time, their sum in float as ggml's AVX2
@@ -75,7 +76,7 @@ void mo_router(const float *w, const float *x, int64_t E, int64_t d, int64_t row
     }
 }
 
-int mo_simd(void) { return strcmp(mq_isa(), "avx2") == 0; }
+int mo_simd(void) { return mq_cpu_isa() == MQ_ISA_AVX2; }
 
 int mo_router_f32(const ms_matrix *M) {
     return M->n == 1 && M->type[0] == MQ_F32 && (uintptr_t)M->w[0] % sizeof(float) == 0;

@@ -1,29 +1,23 @@
-/* Matrix products of ggml quantized weights with float32 activations, as ggml computes them (see core.h):
+/* Matrix products of ggml quantized weights with float32 activations, as ggml computes them (see quants.h):
  * the activation rows are quantized once per product to the weight type's partner, then each weight row's
  * blocks are dotted in place with every activation row (the row stays in cache across them), the rows split
- * over threads. The scalar kernels (quants_kernels.h, compiled here) are the fallback; quants_avx2.c holds the
- * same kernels for AVX2, used when the CPU has it. */
+ * over the pool's threads (threadpool.c). The scalar kernels (quants_kernels.h, compiled here) fill the scalar
+ * table, the fallback; quants_avx2.c's table holds the same kernels for AVX2, used when cpu.c chooses it. */
 #include <float.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 
-#include "model.h"
+#include "cpu.h"
 #include "quants_common.h"
+#include "threadpool.h"
 
 float mq_f16_table[65536];
 
 #define KNAME(name) name##_scalar
 #include "quants_kernels.h"
 #undef KNAME
-
-const mq_dot_fn *mq_kernels_avx2(void);
-const mq_dotn_fn *mq_rows_avx2(void);
-const mq_dotn_fn *mq_rows_batch_avx2(void);
-const mq_gemv_fn *mq_gemv_avx2(void);
-const mq_panel *mq_panels_avx2(void);
-const mq_quantizers *mq_quantizers_avx2(void);
 
 static uint32_t f32_bits(float f) {
     uint32_t u;
@@ -56,67 +50,50 @@ static uint16_t float_to_half(float f) {
     return (uint16_t)((sign >> 16) | (shl1_w > 0xFF000000u ? 0x7E00u : nonsign));
 }
 
-static const mq_dot_fn *kernels;
-static const mq_dotn_fn no_rows[MQ_NTYPES], *rows_kernels = no_rows; /* NULL entries: one dot per activation row */
-static const mq_dotn_fn *rows_batch = no_rows; /* the MQ_BATCH forms (NULL: the rows kernel at any size) */
-static const mq_gemv_fn no_gemv[MQ_NTYPES], *gemv = no_gemv; /* NULL entries: the one-row kernel row by row */
-static const mq_panel no_panels[MQ_NTYPES], *panels = no_panels; /* NULL entries: the rows kernels unpack per tile */
-static const char *isa = "scalar";
 static void quantize_f16(const float *x, int64_t n, uint8_t *y);
-static void quantize_q8(const float *x, int64_t n, uint8_t *y, int with_sum);
+static void quantize_q8_0(const float *x, int64_t n, uint8_t *y);
+static void quantize_q8_1(const float *x, int64_t n, uint8_t *y);
 static void quantize_q8_k(const float *x, int64_t n, uint8_t *y);
-static const mq_quantizers quantizers_scalar = {quantize_f16, quantize_q8, quantize_q8_k};
-static const mq_quantizers *quantizers = &quantizers_scalar;
+
+/* The scalar kernels' table: one row per ggml type with kernels (quants.h). */
+static const mq_traits scalar_traits[MQ_NTYPES] = {
+    [MQ_F32] = {MQ_LAYOUT_F32, .quantize = mq_quantize_f32, .dot = dot_f32_scalar},
+    [MQ_F16] = {MQ_LAYOUT_F16, .quantize = quantize_f16, .dot = dot_f16_scalar},
+    [MQ_BF16] = {MQ_LAYOUT_BF16, .quantize = mq_quantize_bf16, .dot = dot_bf16_scalar},
+    [MQ_Q4_0] = {MQ_LAYOUT_Q4_0, .quantize = quantize_q8_0, .dot = dot_q4_0_scalar},
+    [MQ_Q4_1] = {MQ_LAYOUT_Q4_1, .quantize = quantize_q8_1, .dot = dot_q4_1_scalar},
+    [MQ_Q5_0] = {MQ_LAYOUT_Q5_0, .quantize = quantize_q8_0, .dot = dot_q5_0_scalar},
+    [MQ_Q5_1] = {MQ_LAYOUT_Q5_1, .quantize = quantize_q8_1, .dot = dot_q5_1_scalar},
+    [MQ_Q8_0] = {MQ_LAYOUT_Q8_0, .quantize = quantize_q8_0, .dot = dot_q8_0_scalar},
+    [MQ_Q2_K] = {MQ_LAYOUT_Q2_K, .quantize = quantize_q8_k, .dot = dot_q2_k_scalar},
+    [MQ_Q3_K] = {MQ_LAYOUT_Q3_K, .quantize = quantize_q8_k, .dot = dot_q3_k_scalar},
+    [MQ_Q4_K] = {MQ_LAYOUT_Q4_K, .quantize = quantize_q8_k, .dot = dot_q4_k_scalar},
+    [MQ_Q5_K] = {MQ_LAYOUT_Q5_K, .quantize = quantize_q8_k, .dot = dot_q5_k_scalar},
+    [MQ_Q6_K] = {MQ_LAYOUT_Q6_K, .quantize = quantize_q8_k, .dot = dot_q6_k_scalar},
+};
+
+/* The chosen instruction set's table (cpu.c), set once by init_once. */
+static const mq_traits *table = scalar_traits;
 
 static void init_once(void) {
     for (uint32_t h = 0; h < 65536; h++) mq_f16_table[h] = half_to_float((uint16_t)h);
-    kernels = kernels_scalar;
-#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
-    const mq_dot_fn *k = mq_kernels_avx2();
-    if (k && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
-        kernels = k;
-        rows_kernels = mq_rows_avx2();
-        rows_batch = mq_rows_batch_avx2();
-        gemv = mq_gemv_avx2() ? mq_gemv_avx2() : no_gemv;
-        panels = mq_panels_avx2() ? mq_panels_avx2() : no_panels;
-        quantizers = mq_quantizers_avx2() ? mq_quantizers_avx2() : &quantizers_scalar;
-        isa = "avx2";
-    }
-#endif
-    if (getenv("MINILLAMA_KERNELS") && strcmp(getenv("MINILLAMA_KERNELS"), "scalar") == 0) {
-        kernels = kernels_scalar;
-        rows_kernels = no_rows;
-        rows_batch = no_rows;
-        gemv = no_gemv;
-        panels = no_panels;
-        quantizers = &quantizers_scalar;
-        isa = "scalar";
-    }
+    if (mq_cpu_isa() == MQ_ISA_AVX2 && mq_traits_avx2()) table = mq_traits_avx2();
 }
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
-/* ggml type number -> mq_type (ggml: F32 0, F16 1, Q4_0 2, Q4_1 3, Q5_0 6, Q5_1 7, Q8_0 8, Q2_K 10 .. Q6_K 14,
- * BF16 30). */
-static const struct { int ggml, block, size, partner_size, partner_block; } TYPES[MQ_NTYPES] = {
-    [MQ_F32] = {0, 1, 4, 4, 1},        [MQ_F16] = {1, 1, 2, 2, 1},        [MQ_BF16] = {30, 1, 2, 2, 1},
-    [MQ_Q4_0] = {2, 32, 18, 34, 32},   [MQ_Q4_1] = {3, 32, 20, 36, 32},   [MQ_Q5_0] = {6, 32, 22, 34, 32},
-    [MQ_Q5_1] = {7, 32, 24, 36, 32},   [MQ_Q8_0] = {8, 32, 34, 34, 32},   [MQ_Q2_K] = {10, 256, 84, 292, 256},
-    [MQ_Q3_K] = {11, 256, 110, 292, 256}, [MQ_Q4_K] = {12, 256, 144, 292, 256},
-    [MQ_Q5_K] = {13, 256, 176, 292, 256}, [MQ_Q6_K] = {14, 256, 210, 292, 256},
-};
-
-int mq_type_of_ggml(int ggml_type) {
-    for (int t = 0; t < MQ_NTYPES; t++)
-        if (TYPES[t].ggml == ggml_type) return t;
-    return -1;
+const mq_traits *mq_traits_of(int ggml_type) {
+    pthread_once(&once, init_once);
+    return ggml_type >= 0 && ggml_type < MQ_NTYPES && table[ggml_type].dot ? &table[ggml_type] : NULL;
 }
-int mq_block(int type) { return TYPES[type].block; }
-int mq_type_size(int type) { return TYPES[type].size; }
-int mq_partner_block(int type) { return TYPES[type].partner_block; }
+
+int mq_type_of_ggml(int ggml_type) { return mq_traits_of(ggml_type) ? ggml_type : -1; }
+int mq_block(int type) { return table[type].block; }
+int mq_type_size(int type) { return table[type].size; }
+int mq_partner_block(int type) { return table[type].partner_block; }
 const char *mq_isa(void) {
     pthread_once(&once, init_once);
-    return isa;
+    return table == scalar_traits ? "scalar" : "avx2";
 }
 
 /* ggml's x86 quantize_row_q8_0 / _q8_1: d = amax / 127, q = round-to-nearest-even(x * 127 / amax). A block
@@ -189,44 +166,27 @@ static void quantize_f16(const float *x, int64_t n, uint8_t *y) {
     }
 }
 
-static void quantize_partner(int type, const float *x, int64_t n, uint8_t *y) {
-    switch (type) {
-    case MQ_F32: memcpy(y, x, (size_t)n * 4); break;
-    case MQ_F16: quantizers->f16(x, n, y); break;
-    case MQ_BF16:
-        for (int64_t i = 0; i < n; i++) {
-            uint32_t u = f32_bits(x[i]);
-            uint16_t h = (u & 0x7fffffffu) > 0x7f800000u ? (uint16_t)((u >> 16) | 64)
-                                                         : (uint16_t)((u + (0x7fffu + ((u >> 16) & 1))) >> 16);
-            y[2 * i] = (uint8_t)h, y[2 * i + 1] = (uint8_t)(h >> 8);
-        }
-        break;
-    case MQ_Q4_1: case MQ_Q5_1: quantizers->q8(x, n, y, 1); break;
-    case MQ_Q4_0: case MQ_Q5_0: case MQ_Q8_0: quantizers->q8(x, n, y, 0); break;
-    default: quantizers->q8_k(x, n, y); break;
+static void quantize_q8_0(const float *x, int64_t n, uint8_t *y) { quantize_q8(x, n, y, 0); }
+static void quantize_q8_1(const float *x, int64_t n, uint8_t *y) { quantize_q8(x, n, y, 1); }
+
+void mq_quantize_f32(const float *x, int64_t n, uint8_t *y) { memcpy(y, x, (size_t)n * 4); }
+
+void mq_quantize_bf16(const float *x, int64_t n, uint8_t *y) {
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u = f32_bits(x[i]);
+        uint16_t h = (u & 0x7fffffffu) > 0x7f800000u ? (uint16_t)((u >> 16) | 64)
+                                                     : (uint16_t)((u + (0x7fffu + ((u >> 16) & 1))) >> 16);
+        y[2 * i] = (uint8_t)h, y[2 * i + 1] = (uint8_t)(h >> 8);
     }
 }
 
-typedef struct {
-    mq_team_fn team; /* set: run team(ctx, part, parts), the rest unused */
-    void *ctx;
-    int part, parts;
-    int type;
-    const uint8_t *w, *y;
-    size_t row_bytes, y_bytes;
-    int64_t rows, cols, n_x, r0, r1;
-    atomic_int *next; /* set: take chunks of `chunk` weight rows from this counter until none is left */
-    int64_t chunk;
-    float *out;
-} job;
-
-/* For the 32-value types' rows kernels: the block scales of n_x activation rows (y_bytes apart, partner blocks of
- * partner_size bytes) as float32, MQ_NRC rows a tile (quants_common.h's yf layout); NULL where not wanted or no
- * memory (the kernels then read the scales from y). */
-static float *tile_scales(int type, const uint8_t *y, size_t y_bytes, int64_t cols, int64_t n_x) {
-    if (type < MQ_Q4_0 || type > MQ_Q8_0 || n_x < 2) return NULL;
+/* For the rows kernels that read them (tile_scales): the block scales of n_x activation rows (y_bytes apart,
+ * partner blocks of partner_size bytes) as float32, MQ_NRC rows a tile (quants.h's yf layout); NULL where not
+ * wanted or no memory (the kernels then read the scales from y). */
+static float *tile_scales(const mq_traits *T, const uint8_t *y, size_t y_bytes, int64_t cols, int64_t n_x) {
+    if (!T->tile_scales || n_x < 2) return NULL;
     const int64_t nb = cols / 32, tiles = (n_x + MQ_NRC - 1) / MQ_NRC;
-    const int with_s = type == MQ_Q4_1 || type == MQ_Q5_1, psize = TYPES[type].partner_size;
+    const int with_s = T->partner == MQ_Q8_1, psize = T->partner_size;
     float *yf = calloc((size_t)(tiles * 2 * nb * MQ_NRC), sizeof(float));
     if (!yf) return NULL;
     for (int64_t t = 0; t < n_x; t++) {
@@ -270,19 +230,19 @@ static int dot_panels(const mq_panel *P, mq_panel_fn panel, int type, const uint
 /* Rows r0..r1 of w against n_x quantized activation rows (y_bytes apart): out[t * out_stride + r]. */
 static void dot_range(int type, const uint8_t *w, size_t row_bytes, const uint8_t *y, size_t y_bytes, int64_t cols,
                       int64_t n_x, int64_t r0, int64_t r1, float *out, int64_t out_stride) {
-    const mq_dot_fn dot = kernels[type];
-    if (n_x == 1 && gemv[type]) {
-        gemv[type](w + (size_t)r0 * row_bytes, row_bytes, r1 - r0, y, (int)cols, out + r0);
+    const mq_traits *T = &table[type];
+    if (n_x == 1 && T->gemv) {
+        T->gemv(w + (size_t)r0 * row_bytes, row_bytes, r1 - r0, y, (int)cols, out + r0);
         return;
     }
-    const int batch = n_x >= MQ_BATCH && rows_batch[type];
-    const mq_dotn_fn dotn = batch ? rows_batch[type] : rows_kernels[type];
+    const int batch = n_x >= MQ_BATCH && T->rows_batch;
+    const mq_dotn_fn dotn = batch ? T->rows_batch : T->rows;
     /* the rows kernels' tile scales; a single activation row goes to the one-row kernel, which reads none */
-    float *yf = dotn && n_x > 1 ? tile_scales(type, y, y_bytes, cols, n_x) : NULL;
+    float *yf = dotn && n_x > 1 ? tile_scales(T, y, y_bytes, cols, n_x) : NULL;
     const size_t tile_f = (size_t)(cols / 32) * 2 * MQ_NRC;
-    const mq_panel *P = &panels[type];
+    const mq_panel *P = &T->panel;
     const mq_panel_fn panel = batch ? P->panel_batch : P->panel;
-    if (panel && n_x > MQ_NRC && (yf || !P->tile_scales) &&
+    if (panel && n_x > MQ_NRC && (yf || !T->tile_scales) &&
         dot_panels(P, panel, type, w, row_bytes, y, y_bytes, cols, n_x, r0, r1, out, out_stride, yf)) {
         /* done: the weight rows unpacked once */
     } else if (dotn && n_x > 1) {
@@ -296,136 +256,57 @@ static void dot_range(int type, const uint8_t *w, size_t row_bytes, const uint8_
     } else
         for (int64_t r = r0; r < r1; r++)
             for (int64_t t = 0; t < n_x; t++)
-                out[t * out_stride + r] = dot(w + (size_t)r * row_bytes, y + (size_t)t * y_bytes, (int)cols);
+                out[t * out_stride + r] = T->dot(w + (size_t)r * row_bytes, y + (size_t)t * y_bytes, (int)cols);
     free(yf);
 }
 
-static void *run_job(void *arg) {
-    const job *j = arg;
-    if (j->team)
-        j->team(j->ctx, j->part, j->parts);
-    else if (j->next)
-        for (int64_t r0; (r0 = (int64_t)atomic_fetch_add_explicit(j->next, 1, memory_order_relaxed) * j->chunk) <
-                         j->rows;)
-            dot_range(j->type, j->w, j->row_bytes, j->y, j->y_bytes, j->cols, j->n_x, r0,
-                      r0 + j->chunk < j->rows ? r0 + j->chunk : j->rows, j->out, j->rows);
-    else
-        dot_range(j->type, j->w, j->row_bytes, j->y, j->y_bytes, j->cols, j->n_x, j->r0, j->r1, j->out, j->rows);
-    return NULL;
+/* One product over a team: a single part does every row; several take chunks of `chunk` weight rows (whole
+ * panels of ROW_BLOCK rows) from a shared counter until none is left, so that a part the machine slows takes fewer
+ * of them rather than keeping the others waiting. Which part computes a row does not change its bits. */
+typedef struct {
+    int type;
+    const uint8_t *w, *y;
+    size_t row_bytes, y_bytes;
+    int64_t rows, cols, n_x, chunk;
+    atomic_int next;
+    float *out;
+} product;
+
+static void product_part(void *ctx, int part, int parts) {
+    product *p = ctx;
+    (void)part;
+    if (parts == 1) {
+        dot_range(p->type, p->w, p->row_bytes, p->y, p->y_bytes, p->cols, p->n_x, 0, p->rows, p->out, p->rows);
+        return;
+    }
+    for (int64_t r0; (r0 = (int64_t)atomic_fetch_add_explicit(&p->next, 1, memory_order_relaxed) * p->chunk) <
+                     p->rows;)
+        dot_range(p->type, p->w, p->row_bytes, p->y, p->y_bytes, p->cols, p->n_x, r0,
+                  r0 + p->chunk < p->rows ? r0 + p->chunk : p->rows, p->out, p->rows);
 }
 
-#define MAX_THREADS 64
 #define SMALL_PRODUCT (1 << 20)
-
-/* Worker threads kept between products (a token step makes about 200 of them: creating threads for each cost
- * more than the small ones take). One product runs at a time (call); the caller does part 0 itself. */
-static struct {
-    pthread_mutex_t call, mu;
-    pthread_cond_t work, done;
-    int n_workers, pending, n_jobs;
-    unsigned long gen;
-    job *jobs;
-} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER,
-          0, 0, 0, 0, NULL};
-
-static void *worker(void *arg) {
-    const int id = (int)(intptr_t)arg; /* runs part id + 1 */
-    unsigned long seen = 0;
-    pthread_mutex_lock(&pool.mu);
-    for (;;) {
-        while (pool.gen == seen) pthread_cond_wait(&pool.work, &pool.mu);
-        seen = pool.gen;
-        if (id + 1 < pool.n_jobs) {
-            job *j = &pool.jobs[id + 1];
-            pthread_mutex_unlock(&pool.mu);
-            run_job(j);
-            pthread_mutex_lock(&pool.mu);
-            if (--pool.pending == 0) pthread_cond_signal(&pool.done);
-        }
-    }
-    return NULL;
-}
-
-/* A forked child has none of the parent's workers: it starts its own. */
-static void pool_after_fork(void) {
-    pthread_mutex_init(&pool.call, NULL);
-    pthread_mutex_init(&pool.mu, NULL);
-    pthread_cond_init(&pool.work, NULL);
-    pthread_cond_init(&pool.done, NULL);
-    pool.n_workers = pool.pending = pool.n_jobs = 0;
-}
-
-static void register_fork(void) { pthread_atfork(NULL, NULL, pool_after_fork); }
-
-/* Starts pool workers until there are n - 1 (or none more can be started); the pool is locked (call, mu) on
- * return. Returns how many of n parts run at once: the caller and the workers. */
-static int pool_lock(int n) {
-    static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
-    pthread_once(&fork_once, register_fork);
-    pthread_mutex_lock(&pool.call);
-    pthread_mutex_lock(&pool.mu);
-    while (pool.n_workers < n - 1) {
-        pthread_t t;
-        if (pthread_create(&t, NULL, worker, (void *)(intptr_t)pool.n_workers) != 0) break;
-        pthread_detach(t);
-        pool.n_workers++;
-    }
-    return n - 1 < pool.n_workers ? n : pool.n_workers + 1;
-}
-
-/* Runs jobs[0..spread) at once, jobs[0] on the caller, then jobs[spread..n) on the caller; unlocks the pool. */
-static void pool_run(job *jobs, int spread, int n) {
-    pool.jobs = jobs, pool.n_jobs = spread, pool.pending = spread - 1;
-    pool.gen++;
-    pthread_cond_broadcast(&pool.work);
-    pthread_mutex_unlock(&pool.mu);
-    run_job(&jobs[0]);
-    for (int i = spread; i < n; i++) run_job(&jobs[i]);
-    pthread_mutex_lock(&pool.mu);
-    while (pool.pending > 0) pthread_cond_wait(&pool.done, &pool.mu);
-    pool.n_jobs = 0;
-    pthread_mutex_unlock(&pool.mu);
-    pthread_mutex_unlock(&pool.call);
-}
-
-/* Runs jobs[0..n) on the caller and n - 1 pool workers (as many as could be started; the caller does the rest). */
-static void run_parallel(job *jobs, int n) { pool_run(jobs, pool_lock(n), n); }
-
-int mq_team(mq_team_fn fn, void *ctx, int threads) {
-    pthread_once(&once, init_once);
-    if (threads < 1) threads = 1;
-    if (threads > MAX_THREADS) threads = MAX_THREADS;
-    if (threads == 1) {
-        fn(ctx, 0, 1);
-        return 1;
-    }
-    job jobs[MAX_THREADS];
-    const int spread = pool_lock(threads);
-    for (int i = 0; i < spread; i++) jobs[i] = (job){.team = fn, .ctx = ctx, .part = i, .parts = spread};
-    pool_run(jobs, spread, spread);
-    return spread;
-}
 
 void mq_init(void) { pthread_once(&once, init_once); }
 float mq_round_f16(float f) { return mq_f16_table[float_to_half(f)]; }
 uint16_t mq_half(float f) { return float_to_half(f); }
-void mq_halves(const float *x, int64_t n, uint16_t *h) { quantizers->f16(x, n, (uint8_t *)h); }
+void mq_halves(const float *x, int64_t n, uint16_t *h) { table[MQ_F16].quantize(x, n, (uint8_t *)h); }
 float mq_half_float(uint16_t h) { return mq_f16_table[h]; }
 
 size_t mq_partner_bytes(int type, int64_t cols) {
-    return (size_t)(cols / TYPES[type].partner_block) * (size_t)TYPES[type].partner_size;
+    return (size_t)(cols / table[type].partner_block) * (size_t)table[type].partner_size;
 }
 
 void mq_quantize_row(int type, const float *x, int64_t cols, uint8_t *y) {
     pthread_once(&once, init_once);
-    quantize_partner(type, x, cols, y);
+    table[type].quantize(x, cols, y);
 }
 
 void mq_dot_rows(int type, const uint8_t *w, int64_t cols, const uint8_t *y, int64_t n_x, int64_t r0, int64_t r1,
                  float *out, int64_t out_stride) {
     pthread_once(&once, init_once);
-    dot_range(type, w, (size_t)(cols / TYPES[type].block) * (size_t)TYPES[type].size, y, mq_partner_bytes(type, cols),
-              cols, n_x, r0, r1, out, out_stride);
+    dot_range(type, w, (size_t)(cols / table[type].block) * (size_t)table[type].size, y,
+              mq_partner_bytes(type, cols), cols, n_x, r0, r1, out, out_stride);
 }
 
 int mq_matmul(int type, const uint8_t *w, int64_t rows, int64_t cols, const float *x, int64_t n_x, float *out,
@@ -434,30 +315,19 @@ int mq_matmul(int type, const uint8_t *w, int64_t rows, int64_t cols, const floa
     const size_t y_bytes = mq_partner_bytes(type, cols);
     uint8_t *y = malloc(y_bytes * (size_t)n_x + 1);
     if (!y) return 0;
-    for (int64_t t = 0; t < n_x; t++) quantize_partner(type, x + t * cols, cols, y + (size_t)t * y_bytes);
+    for (int64_t t = 0; t < n_x; t++) table[type].quantize(x + t * cols, cols, y + (size_t)t * y_bytes);
     if (threads < 1) threads = 1;
-    if (threads > MAX_THREADS) threads = MAX_THREADS;
+    if (threads > MQ_MAX_THREADS) threads = MQ_MAX_THREADS;
     if (threads > rows) threads = rows > 0 ? (int)rows : 1;
     /* Below about a million weights times activation rows, waking a worker costs more than it saves (SmolLM2's
      * attention projections: generation 54 -> 60 tok/s with two threads for the rest). */
     if ((double)rows * (double)cols * (double)n_x < (double)SMALL_PRODUCT) threads = 1;
-    /* the rows in chunks from a shared counter (whole panels of ROW_BLOCK rows): a part the machine slows takes
-     * fewer of them rather than keeping the others waiting; which part computes a row does not change its bits */
-    job jobs[MAX_THREADS];
-    atomic_int next;
-    atomic_init(&next, 0);
     int64_t chunk = rows / ((int64_t)threads * 8);
     chunk = chunk < ROW_BLOCK ? ROW_BLOCK : (chunk + ROW_BLOCK - 1) / ROW_BLOCK * ROW_BLOCK;
-    for (int i = 0; i < threads; i++)
-        jobs[i] = (job){.type = type, .w = w, .y = y,
-                        .row_bytes = (size_t)(cols / TYPES[type].block) * (size_t)TYPES[type].size,
-                        .y_bytes = y_bytes, .rows = rows, .cols = cols, .n_x = n_x, .r0 = rows * i / threads,
-                        .r1 = rows * (i + 1) / threads, .out = out, .next = threads > 1 ? &next : NULL,
-                        .chunk = chunk};
-    if (threads == 1)
-        run_job(&jobs[0]);
-    else
-        run_parallel(jobs, threads);
+    product p = {.type = type, .w = w, .y = y,
+                 .row_bytes = (size_t)(cols / table[type].block) * (size_t)table[type].size, .y_bytes = y_bytes, .rows = rows, .cols = cols, .n_x = n_x, .chunk = chunk, .out = out};
+    atomic_init(&p.next, 0);
+    mq_team(product_part, &p, threads);
     free(y);
     return 1;
 }

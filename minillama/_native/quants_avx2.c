@@ -1,17 +1,18 @@
-/* AVX2 kernels, chosen at run time by quants.c when the CPU has AVX2, FMA and F16C (other CPUs and compilers: this
- * file defines only stubs and the scalar kernels run). Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K (what
- * SmolLM2's Q4_1 and Q4_K_M files hold) are shaped as ggml's own AVX2 kernels: exact integer sums per block or
- * sub-block, float terms accumulated in eight lanes as ggml's AVX2 kernels accumulate them (equal to the scalar
- * kernels to float rounding), and each comes as a "rows" kernel that unpacks a weight block once for up to
- * MQ_NRC activation rows, and Q4_0..Q8_0, Q4_K and Q6_K also as panel kernels (mq_panel: a prompt's weight
- * rows unpacked once, two of them against each tile of activation rows, same bits). Q3_K keeps the scalar
- * kernels' arithmetic with its integer part in SIMD (same bits); Q2_K is quants_kernels.h compiled for AVX2 (the
- * compiler vectorises its integer loops). */
+/* AVX2 kernels and their traits table, chosen at run time (cpu.c) when the CPU has AVX2, FMA and F16C (other
+ * CPUs and compilers: this file defines only a stub and the scalar table runs). Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K,
+ * Q5_K and Q6_K (what SmolLM2's Q4_1 and Q4_K_M files hold) are shaped as ggml's own AVX2 kernels: exact integer
+ * sums per block or sub-block, float terms accumulated in eight lanes as ggml's AVX2 kernels accumulate them
+ * (equal to the scalar kernels to float rounding), and each comes as a "rows" kernel that unpacks a weight block
+ * once for up to MQ_NRC activation rows, and Q4_0..Q8_0, Q4_K and Q6_K also as panel kernels (mq_panel: a
+ * prompt's weight rows unpacked once, two of them against each tile of activation rows, same bits). Q3_K keeps the
+ * scalar kernels' arithmetic with its integer part in SIMD (same bits); Q2_K and the float types are
+ * quants_kernels.h compiled for AVX2 (the compiler vectorises their integer loops). */
 #include <math.h>
 
+#include "cpu.h"
 #include "quants_common.h"
 
-#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__) && !defined(__clang__)
+#ifdef MQ_X86_AVX2_BUILD
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
 #pragma GCC optimize("O3", "fp-contract=off")
@@ -903,50 +904,37 @@ static void q8_k_x(const float *x, int64_t n, uint8_t *y) {
 
 #pragma GCC pop_options
 
-static const mq_quantizers quantizers = {half_x, q8_x, q8_k_x};
-const mq_quantizers *mq_quantizers_avx2(void) { return &quantizers; }
+static void q8_0_x(const float *x, int64_t n, uint8_t *y) { q8_x(x, n, y, 0); }
+static void q8_1_x(const float *x, int64_t n, uint8_t *y) { q8_x(x, n, y, 1); }
 
-static mq_dot_fn table[MQ_NTYPES];
-
-static const mq_dotn_fn rows_table[MQ_NTYPES] = {
-    [MQ_Q4_0] = rows_q4_0, [MQ_Q4_1] = rows_q4_1, [MQ_Q5_0] = rows_q5_0, [MQ_Q5_1] = rows_q5_1,
-    [MQ_Q8_0] = rows_q8_0, [MQ_Q4_K] = rows_q4_k, [MQ_Q5_K] = rows_q5_k, [MQ_Q6_K] = rows_q6_k,
+/* The AVX2 table (quants.h): one row per ggml type with kernels. */
+#define PANEL32 {row_bytes32, unpack32, panel32, NULL}
+static const mq_traits traits[MQ_NTYPES] = {
+    [MQ_F32] = {MQ_LAYOUT_F32, .quantize = mq_quantize_f32, .dot = dot_f32_avx2},
+    [MQ_F16] = {MQ_LAYOUT_F16, .quantize = half_x, .dot = dot_f16_avx2},
+    [MQ_BF16] = {MQ_LAYOUT_BF16, .quantize = mq_quantize_bf16, .dot = dot_bf16_avx2},
+    [MQ_Q4_0] = {MQ_LAYOUT_Q4_0, .tile_scales = 1, .quantize = q8_0_x, .dot = dot_q4_0_x, .rows = rows_q4_0,
+                 .gemv = gemv_q4_0, .panel = PANEL32},
+    [MQ_Q4_1] = {MQ_LAYOUT_Q4_1, .tile_scales = 1, .quantize = q8_1_x, .dot = dot_q4_1_x, .rows = rows_q4_1,
+                 .gemv = gemv_q4_1, .panel = PANEL32},
+    [MQ_Q5_0] = {MQ_LAYOUT_Q5_0, .tile_scales = 1, .quantize = q8_0_x, .dot = dot_q5_0_x, .rows = rows_q5_0,
+                 .gemv = gemv_q5_0, .panel = PANEL32},
+    [MQ_Q5_1] = {MQ_LAYOUT_Q5_1, .tile_scales = 1, .quantize = q8_1_x, .dot = dot_q5_1_x, .rows = rows_q5_1,
+                 .gemv = gemv_q5_1, .panel = PANEL32},
+    [MQ_Q8_0] = {MQ_LAYOUT_Q8_0, .tile_scales = 1, .quantize = q8_0_x, .dot = dot_q8_0_x, .rows = rows_q8_0,
+                 .gemv = gemv_q8_0, .panel = PANEL32},
+    [MQ_Q2_K] = {MQ_LAYOUT_Q2_K, .quantize = q8_k_x, .dot = dot_q2_k_avx2},
+    [MQ_Q3_K] = {MQ_LAYOUT_Q3_K, .quantize = q8_k_x, .dot = dot_q3_k_x},
+    [MQ_Q4_K] = {MQ_LAYOUT_Q4_K, .quantize = q8_k_x, .dot = dot_q4_k_fast, .rows = rows_q4_k, .gemv = gemv_q4_k,
+                 .panel = {row_bytes_q4k, unpack_q4k, panel_q4k, NULL}},
+    [MQ_Q5_K] = {MQ_LAYOUT_Q5_K, .quantize = q8_k_x, .dot = dot_q5_k_fast, .rows = rows_q5_k,
+                 .rows_batch = rows_q5_k_batch},
+    [MQ_Q6_K] = {MQ_LAYOUT_Q6_K, .quantize = q8_k_x, .dot = dot_q6_k_fast, .rows = rows_q6_k,
+                 .rows_batch = rows_q6_k_batch, .panel = {row_bytes_q6k, unpack_q6k, panel_q6k, panel_q6k_batch}},
 };
+#undef PANEL32
 
-const mq_dotn_fn *mq_rows_avx2(void) { return rows_table; }
-
-static const mq_dotn_fn rows_batch_table[MQ_NTYPES] = {[MQ_Q5_K] = rows_q5_k_batch, [MQ_Q6_K] = rows_q6_k_batch};
-
-const mq_dotn_fn *mq_rows_batch_avx2(void) { return rows_batch_table; }
-
-static const mq_gemv_fn gemv_table[MQ_NTYPES] = {
-    [MQ_Q4_0] = gemv_q4_0, [MQ_Q4_1] = gemv_q4_1, [MQ_Q5_0] = gemv_q5_0, [MQ_Q5_1] = gemv_q5_1, [MQ_Q8_0] = gemv_q8_0,
-    [MQ_Q4_K] = gemv_q4_k,
-};
-
-const mq_gemv_fn *mq_gemv_avx2(void) { return gemv_table; }
-
-static const mq_panel panel_table[MQ_NTYPES] = {
-    [MQ_Q4_0] = {1, row_bytes32, unpack32, panel32}, [MQ_Q4_1] = {1, row_bytes32, unpack32, panel32},
-    [MQ_Q5_0] = {1, row_bytes32, unpack32, panel32}, [MQ_Q5_1] = {1, row_bytes32, unpack32, panel32},
-    [MQ_Q8_0] = {1, row_bytes32, unpack32, panel32}, [MQ_Q4_K] = {0, row_bytes_q4k, unpack_q4k, panel_q4k},
-    [MQ_Q6_K] = {0, row_bytes_q6k, unpack_q6k, panel_q6k, panel_q6k_batch},
-};
-
-const mq_panel *mq_panels_avx2(void) { return panel_table; }
-
-const mq_dot_fn *mq_kernels_avx2(void) {
-    for (int t = 0; t < MQ_NTYPES; t++) table[t] = kernels_avx2[t];
-    table[MQ_Q4_0] = dot_q4_0_x, table[MQ_Q4_1] = dot_q4_1_x, table[MQ_Q5_0] = dot_q5_0_x;
-    table[MQ_Q5_1] = dot_q5_1_x, table[MQ_Q8_0] = dot_q8_0_x, table[MQ_Q3_K] = dot_q3_k_x;
-    table[MQ_Q4_K] = dot_q4_k_fast, table[MQ_Q5_K] = dot_q5_k_fast, table[MQ_Q6_K] = dot_q6_k_fast;
-    return table;
-}
+const mq_traits *mq_traits_avx2(void) { return traits; }
 #else
-const mq_quantizers *mq_quantizers_avx2(void) { return 0; }
-const mq_dotn_fn *mq_rows_avx2(void) { return 0; }
-const mq_dotn_fn *mq_rows_batch_avx2(void) { return 0; }
-const mq_gemv_fn *mq_gemv_avx2(void) { return 0; }
-const mq_dot_fn *mq_kernels_avx2(void) { return 0; }
-const mq_panel *mq_panels_avx2(void) { return 0; }
+const mq_traits *mq_traits_avx2(void) { return 0; }
 #endif

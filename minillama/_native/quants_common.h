@@ -6,7 +6,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "core.h"
+#include "quants.h"
 
 /* float16 -> float32 of every bit pattern, filled once by mq_init (quants.c). */
 extern float mq_f16_table[65536];
@@ -30,55 +30,18 @@ static inline float bf16(uint16_t h) {
     return f;
 }
 
-typedef float (*mq_dot_fn)(const uint8_t *w, const uint8_t *y, int n);
+/* Kernels a table may leave out (quants_kernels.h is compiled for both tables; the AVX2 one replaces some). */
+#define MQ_MAYBE_UNUSED __attribute__((unused))
 
-/* One weight row against nrc (1..MQ_NRC) activation rows at once (row j at y + j * y_stride): out[j * out_stride]
- * = the row's dot with row j. The weight blocks are unpacked once for all nrc rows (a prompt's product). yf: for
- * the 32-value types, the rows' block scales as float32, made once per product (mq_tile_scales: block b's d of
- * row j at yf[b * MQ_NRC + j], Q8_1's s at yf[(n / 32 + b) * MQ_NRC + j]); NULL: read from y. */
-#define MQ_NRC 4
-typedef void (*mq_dotn_fn)(const uint8_t *w, const uint8_t *y, size_t y_stride, int n, int nrc, float *out,
-                           size_t out_stride, const float *yf);
-
-/* A matrix of rows weight rows (row_bytes apart) against one activation row y: out[r] = row r's dot with y, with
- * the bits of the type's one-row kernel (a decode step's products, several weight rows at a time). */
-typedef void (*mq_gemv_fn)(const uint8_t *w, size_t row_bytes, int64_t rows, const uint8_t *y, int n, float *out);
-/* A prompt's product with each weight row unpacked once rather than once per tile of activation rows (Q4_0,
- * Q4_1, Q5_0, Q5_1, Q8_0 and Q4_K on AVX2). A panel row is one weight row of n values unpacked into
- * mq_panel.row_bytes(n) bytes (the quants as bytes, the block scales as floats). panel: nw (1..2) panel rows
- * (row_stride bytes apart) against nrc (1..MQ_NRC) activation rows (y_stride apart; yf their tile scales, as for
- * mq_dotn_fn): out[i * out_stride + k] = panel row k's dot with activation row i, by the same float operations as
- * the type's rows kernel, so with the same bits. tile_scales: the kernel reads yf (the 32-value types). */
-typedef void (*mq_panel_fn)(int type, const uint8_t *rows, size_t row_stride, int nw, const uint8_t *y,
-                            size_t y_stride, int n, int nrc, float *out, size_t out_stride, const float *yf);
-typedef struct {
-    int tile_scales;
-    size_t (*row_bytes)(int n);
-    void (*unpack)(int type, const uint8_t *w, int n, uint8_t *row);
-    mq_panel_fn panel;
-    mq_panel_fn panel_batch; /* the MQ_BATCH form where the type has one (else NULL) */
-} mq_panel;
-
-/* From MQ_BATCH activation rows on, llama.cpp's CPU backend multiplies Q5_K and Q6_K matrices (which it does not
- * repack on AVX2) with its tiled kernels, which add each block's whole integer sum times the weight's d (less
- * dmin times the mins' sum) into one float chain, by the activation's d. The rows kernels of that form
- * (mq_rows_batch_avx2) are used from that many rows on, so a prompt's rows get the bits llama.cpp gives them. */
-#define MQ_BATCH 8
-
-/* An activation row quantized to its partner (quants.c: the scalar ones; quants_avx2.c: the same bits in SIMD).
- * f16: n values to float16 (F16 weights' partner, and the key/value cache); q8: blocks of 32 to Q8_0 (34 bytes)
- * or with_sum Q8_1 (36 bytes); q8_k: blocks of 256 to Q8_K (292 bytes). */
-typedef struct {
-    void (*f16)(const float *x, int64_t n, uint8_t *y);
-    void (*q8)(const float *x, int64_t n, uint8_t *y, int with_sum);
-    void (*q8_k)(const float *x, int64_t n, uint8_t *y);
-} mq_quantizers;
+/* The scalar partners both tables use: F32 (the values themselves) and BF16 (ggml's GGML_FP32_TO_BF16). */
+void mq_quantize_f32(const float *x, int64_t n, uint8_t *y);
+void mq_quantize_bf16(const float *x, int64_t n, uint8_t *y);
 
 /* An activation block holding a NaN or an infinity: llama.cpp's quantizers have no one answer for it
  * (quantize_row_q8_K skips a NaN when it picks the scale and rounds it to 0; the AVX2 quantize_row_q8_0 keeps or
  * loses it by where it sits), so minillama quantizes such a block with a NaN scale (and block_q8_1's sum NaN) and
  * zero quants: every product with it is NaN, which the forward pass reports, and no non-finite float is ever
- * converted to an integer. minillama/quants.py makes the same bytes. */
+ * converted to an integer. tests/support/quant_reference.py makes the same bytes. */
 #define MQ_HALF_NAN 0x7E00u
 static inline void mq_nonfinite_q8(uint8_t *y, int with_sum) {
     memset(y, 0, with_sum ? 36 : 34);

@@ -1,29 +1,30 @@
 /* The dot-product kernels of quants.c, one per ggml type: a weight row's raw blocks against the activation row
  * quantized to the type's partner (block_q8_0/_q8_1/_q8_K or F16/BF16/F32), integer products per block, float32
  * terms added in the order of ggml's ggml_vec_dot_*_generic (no contraction: -ffp-contract=off). Included twice:
- * by quants.c with KSUFFIX scalar and by quants_avx2.c under an AVX2 target, where the compiler vectorises the
- * integer loops (the float order stays the one written here, so both give the same bits).
+ * by quants.c with KNAME suffix _scalar (its table's dot column) and by quants_avx2.c under an AVX2 target, where
+ * the compiler vectorises the integer loops (the float order stays the one written here, so both give the same
+ * bits) and its table takes those it has no hand-written kernel for.
  * Before including: define KNAME(name) to add the file's suffix. Needs quants_common.h. */
 
-static float KNAME(dot_f32)(const uint8_t *w, const uint8_t *y, int n) {
+MQ_MAYBE_UNUSED static float KNAME(dot_f32)(const uint8_t *w, const uint8_t *y, int n) {
     double s = 0;
     for (int i = 0; i < n; i++) s += (double)(ld_f32(w + 4 * i) * ld_f32(y + 4 * i));
     return (float)s;
 }
 
-static float KNAME(dot_f16)(const uint8_t *w, const uint8_t *y, int n) {
+MQ_MAYBE_UNUSED static float KNAME(dot_f16)(const uint8_t *w, const uint8_t *y, int n) {
     double s = 0;
     for (int i = 0; i < n; i++) s += (double)(f16(ld_u16(w + 2 * i)) * f16(ld_u16(y + 2 * i)));
     return (float)s;
 }
 
-static float KNAME(dot_bf16)(const uint8_t *w, const uint8_t *y, int n) {
+MQ_MAYBE_UNUSED static float KNAME(dot_bf16)(const uint8_t *w, const uint8_t *y, int n) {
     double s = 0;
     for (int i = 0; i < n; i++) s += (double)(bf16(ld_u16(w + 2 * i)) * bf16(ld_u16(y + 2 * i)));
     return (float)s;
 }
 
-static float KNAME(dot_q4_0)(const uint8_t *w, const uint8_t *y, int n) {
+MQ_MAYBE_UNUSED static float KNAME(dot_q4_0)(const uint8_t *w, const uint8_t *y, int n) {
     float sumf = 0;
     for (int ib = 0; ib < n / 32; ib++, w += 18, y += 34) {
         const int8_t *q8 = (const int8_t *)(y + 2);
@@ -37,7 +38,7 @@ static float KNAME(dot_q4_0)(const uint8_t *w, const uint8_t *y, int n) {
     return sumf;
 }
 
-static float KNAME(dot_q4_1)(const uint8_t *w, const uint8_t *y, int n) {
+MQ_MAYBE_UNUSED static float KNAME(dot_q4_1)(const uint8_t *w, const uint8_t *y, int n) {
     float sumf = 0;
     for (int ib = 0; ib < n / 32; ib++, w += 20, y += 36) {
         const int8_t *q8 = (const int8_t *)(y + 4);
@@ -51,7 +52,7 @@ static float KNAME(dot_q4_1)(const uint8_t *w, const uint8_t *y, int n) {
     return sumf;
 }
 
-static float KNAME(dot_q5_0)(const uint8_t *w, const uint8_t *y, int n) {
+MQ_MAYBE_UNUSED static float KNAME(dot_q5_0)(const uint8_t *w, const uint8_t *y, int n) {
     float sumf = 0;
     for (int ib = 0; ib < n / 32; ib++, w += 22, y += 34) {
         const int8_t *q8 = (const int8_t *)(y + 2);
@@ -67,7 +68,7 @@ static float KNAME(dot_q5_0)(const uint8_t *w, const uint8_t *y, int n) {
     return sumf;
 }
 
-static float KNAME(dot_q5_1)(const uint8_t *w, const uint8_t *y, int n) {
+MQ_MAYBE_UNUSED static float KNAME(dot_q5_1)(const uint8_t *w, const uint8_t *y, int n) {
     float sumf = 0;
     for (int ib = 0; ib < n / 32; ib++, w += 24, y += 36) {
         const int8_t *q8 = (const int8_t *)(y + 4);
@@ -83,7 +84,7 @@ static float KNAME(dot_q5_1)(const uint8_t *w, const uint8_t *y, int n) {
     return sumf;
 }
 
-static float KNAME(dot_q8_0)(const uint8_t *w, const uint8_t *y, int n) {
+MQ_MAYBE_UNUSED static float KNAME(dot_q8_0)(const uint8_t *w, const uint8_t *y, int n) {
     float sumf = 0;
     for (int ib = 0; ib < n / 32; ib++, w += 34, y += 34) {
         const int8_t *qw = (const int8_t *)(w + 2), *q8 = (const int8_t *)(y + 2);
@@ -95,7 +96,7 @@ static float KNAME(dot_q8_0)(const uint8_t *w, const uint8_t *y, int n) {
 }
 
 /* block_q8_K: float d at 0, int8 qs[256] at 4, int16 bsums[16] at 260. */
-static float KNAME(dot_q2_k)(const uint8_t *w, const uint8_t *y, int n) {
+MQ_MAYBE_UNUSED static float KNAME(dot_q2_k)(const uint8_t *w, const uint8_t *y, int n) {
     float sumf = 0;
     for (int ib = 0; ib < n / 256; ib++, w += 84, y += 292) {
         const uint8_t *sc = w, *q2 = w + 16;
@@ -120,7 +121,7 @@ static float KNAME(dot_q2_k)(const uint8_t *w, const uint8_t *y, int n) {
 /* Eight int32 lanes per block (value p into lane p % 8) scaled into eight float lanes, as ggml's K-quant dots. */
 #define LANES_ADD(sums, d, aux32) for (int l = 0; l < 8; l++) (sums)[l] += (d) * (float)(aux32)[l]
 
-static float KNAME(dot_q3_k)(const uint8_t *w, const uint8_t *y, int n) {
+MQ_MAYBE_UNUSED static float KNAME(dot_q3_k)(const uint8_t *w, const uint8_t *y, int n) {
     float sums[8] = {0};
     for (int ib = 0; ib < n / 256; ib++, w += 110, y += 292) {
         int8_t a[256];
@@ -157,7 +158,7 @@ static inline void kscales(const uint8_t *s, uint8_t *sc, uint8_t *mn) {
     }
 }
 
-static float KNAME(dot_q45_k)(const uint8_t *w, const uint8_t *y, int n, int five) {
+MQ_MAYBE_UNUSED static float KNAME(dot_q45_k)(const uint8_t *w, const uint8_t *y, int n, int five) {
     float sums[8] = {0}, sumf = 0;
     const int size = five ? 176 : 144;
     for (int ib = 0; ib < n / 256; ib++, w += size, y += 292) {
@@ -189,10 +190,10 @@ static float KNAME(dot_q45_k)(const uint8_t *w, const uint8_t *y, int n, int fiv
     return sumf;
 }
 
-static float KNAME(dot_q4_k)(const uint8_t *w, const uint8_t *y, int n) { return KNAME(dot_q45_k)(w, y, n, 0); }
-static float KNAME(dot_q5_k)(const uint8_t *w, const uint8_t *y, int n) { return KNAME(dot_q45_k)(w, y, n, 1); }
+MQ_MAYBE_UNUSED static float KNAME(dot_q4_k)(const uint8_t *w, const uint8_t *y, int n) { return KNAME(dot_q45_k)(w, y, n, 0); }
+MQ_MAYBE_UNUSED static float KNAME(dot_q5_k)(const uint8_t *w, const uint8_t *y, int n) { return KNAME(dot_q45_k)(w, y, n, 1); }
 
-static float KNAME(dot_q6_k)(const uint8_t *w, const uint8_t *y, int n) {
+MQ_MAYBE_UNUSED static float KNAME(dot_q6_k)(const uint8_t *w, const uint8_t *y, int n) {
     float sums[8] = {0};
     for (int ib = 0; ib < n / 256; ib++, w += 210, y += 292) {
         int8_t a[256];
@@ -218,10 +219,3 @@ static float KNAME(dot_q6_k)(const uint8_t *w, const uint8_t *y, int n) {
 }
 
 #undef LANES_ADD
-
-/* Indexed by mq_type (core.h). */
-static const mq_dot_fn KNAME(kernels)[MQ_NTYPES] = {
-    KNAME(dot_f32), KNAME(dot_f16), KNAME(dot_bf16), KNAME(dot_q4_0), KNAME(dot_q4_1), KNAME(dot_q5_0),
-    KNAME(dot_q5_1), KNAME(dot_q8_0), KNAME(dot_q2_k), KNAME(dot_q3_k), KNAME(dot_q4_k), KNAME(dot_q5_k),
-    KNAME(dot_q6_k),
-};

@@ -5,15 +5,14 @@
  * llama.cpp's: a silu one ulp apart now and then flips an 8-bit activation quantum in the next product.
  *
  * A scalar kernel does each lane's operations one at a time with fmaf (the reference and the fallback); an
- * AVX2 kernel does eight at once; they give the same bits. The AVX2 one runs where quants.c runs its AVX2
- * kernels (mq_isa: the CPU's features and MINILLAMA_KERNELS, decided there once). */
+ * AVX2 kernel does eight at once; they give the same bits. The AVX2 one runs where the quantized products run
+ * theirs (cpu.c's one choice: the CPU's features and MINILLAMA_KERNELS). */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
-#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 
-#include "core.h"
+#include "cpu.h"
 #include "model.h"
 
 static inline float bits_float(uint32_t u) {
@@ -52,7 +51,7 @@ static void swiglu_scalar(int64_t n, float *y, const float *x, const float *g) {
 
 typedef void (*swiglu_fn)(int64_t, float *, const float *, const float *);
 
-#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__) && !defined(__clang__)
+#ifdef MQ_X86_AVX2_BUILD
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
 #include <immintrin.h>
@@ -97,18 +96,13 @@ static void swiglu_avx2(int64_t n, float *y, const float *x, const float *g) {
 #define HAVE_AVX2_SWIGLU 1
 #endif
 
-static swiglu_fn kernel = swiglu_scalar;
-static pthread_once_t once = PTHREAD_ONCE_INIT;
-
-static void pick(void) {
-#ifdef HAVE_AVX2_SWIGLU
-    if (strcmp(mq_isa(), "avx2") == 0) kernel = swiglu_avx2;
-#endif
-}
-
 float ma_v_expf(float x) { return v_expf_lane(x); }
 
 void ma_swiglu(int64_t n, float *y, const float *x, const float *g) {
-    pthread_once(&once, pick);
+#ifdef HAVE_AVX2_SWIGLU
+    const swiglu_fn kernel = mq_cpu_isa() == MQ_ISA_AVX2 ? swiglu_avx2 : swiglu_scalar;
+#else
+    const swiglu_fn kernel = swiglu_scalar;
+#endif
     kernel(n, y, x, g);
 }

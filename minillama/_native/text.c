@@ -1,5 +1,7 @@
 /* UTF-8 from a str's characters as CPython stores them (n of 1, 2 or 4 bytes each), every space as U+2581 when
- * asked (SPM's prepare): the encode fast path's text and the vocab's token bytes, written in one pass. */
+ * asked (SPM's prepare): the encode fast path's text and the vocab's token bytes, written in one pass. And the
+ * cut of UTF-8 text into paragraphs (minillama dataset's documents). */
+#include <stdlib.h>
 #include <string.h>
 
 #include "core.h"
@@ -118,5 +120,19 @@ size_t paragraph_spans(const uint8_t *s, size_t n, size_t *spans, size_t cap) {
         }
         if (cut == n) return k / 2;
         start = i = next;
+    }
+}
+
+size_t *paragraph_cut(const uint8_t *s, size_t n, size_t *k) {
+    /* room for a paragraph every 64 bytes at first (a 256 KiB chunk of prose has one every ~200), more when the
+     * text has more: a long paragraph costs no memory in proportion to it */
+    size_t cap = n / 64 + 16;
+    for (;;) {
+        size_t *spans = malloc(2 * cap * sizeof *spans);
+        if (!spans) return NULL;
+        *k = paragraph_spans(s, n, spans, cap);
+        if (*k <= cap) return spans;
+        free(spans);
+        cap = *k;
     }
 }

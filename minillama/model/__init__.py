@@ -34,7 +34,7 @@ from ..errors import ArgumentError, ContextLengthError, FormatError, NonFiniteEr
 from ..sampling import Sampler
 from . import llama
 from .batch import Batch, StepBatcher
-from .cache import KVCache
+from .cache import KVCache, Prefix
 from .layers import Linear, QuantLinear, _Joined, rmsnorm
 from .spec import ArchSpec, get, supported
 from .stack import NativeStack
@@ -391,6 +391,20 @@ class Session:
     def reset(self) -> None:
         """Forget the cached sequence (and free the cache's memory)."""
         self._cache = self.model._new_cache()
+
+    @property
+    def cached_ids(self) -> list[int]:
+        """The ids whose keys and values the cache holds (the next call reuses the prefix it shares with them)."""
+        return self._cache.ids
+
+    def export_prefix(self, n: int | None = None) -> Prefix:
+        """A copy of the first n cached positions (all: None), for another session of this model to import."""
+        return self._cache.export(n)
+
+    def import_prefix(self, prefix: Prefix) -> None:
+        """Replace the cache by prefix (from export_prefix on a session of this model): the next call reuses it
+        exactly as if this session had computed it."""
+        self._cache.load(prefix)
 
 
 def _core_of(layers: list[dict[str, Any]]) -> ModuleType | None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import ArgumentError
+
 F32 = np.float32
 F16 = np.float16
 
@@ -53,3 +55,38 @@ class KVCache:
         self.k[layer][start:end] = k.astype(np.float16)
         self.v[layer][start:end] = v.astype(np.float16)
         return self.k[layer][:end], self.v[layer][:end]
+
+    def export(self, n: int | None = None) -> Prefix:
+        """A copy of the first n cached positions (all: None): their ids and every layer's key and value rows."""
+        n = self.n if n is None else max(0, min(n, self.n))
+        return Prefix(list(self.ids[:n]), [k[:n].copy() for k in self.k], [v[:n].copy() for v in self.v])
+
+    def load(self, prefix: Prefix) -> None:
+        """Hold exactly prefix's positions (ids, keys, values), as if they had been computed here."""
+        if len(prefix.k) != len(self.k) or any(k.shape[1:] != self._shape_k for k in prefix.k) \
+                or any(v.shape[1:] != self._shape_v for v in prefix.v):
+            raise ArgumentError(f"expected a prefix of {len(self.k)} layers of keys {self._shape_k} and values "
+                                f"{self._shape_v} (this model's cache), found {len(prefix.k)} layers of keys "
+                                f"{prefix.k[0].shape[1:] if prefix.k else ()}")
+        n = prefix.n
+        self.reserve(n)
+        for store, rows in ((self.k, prefix.k), (self.v, prefix.v)):
+            for layer, saved in zip(store, rows, strict=True):
+                layer[:n] = saved
+        self.ids[:] = prefix.ids
+
+
+class Prefix:
+    """A saved start of a sequence: its ids and each layer's key and value rows (KVCache.export / load)."""
+
+    __slots__ = ("ids", "k", "v", "nbytes")
+
+    def __init__(self, ids: list[int], k: list[np.ndarray], v: list[np.ndarray]) -> None:
+        self.ids, self.k, self.v = ids, k, v
+        #: Bytes its rows (and ids) hold: what a RAM cache of prefixes counts against its limit.
+        self.nbytes = sum(a.nbytes for a in k) + sum(a.nbytes for a in v) + 8 * len(ids)
+
+    @property
+    def n(self) -> int:
+        """Positions held."""
+        return len(self.ids)

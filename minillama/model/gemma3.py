@@ -54,7 +54,7 @@ ROPE_BASE_SWA = 10000.0
 
 def prepare(t: dict[str, Any]) -> dict[str, Any]:
     """Fuse q/k/v and gate/up into one matrix each."""
-    fused = {"wqkv": fuse_qkv(t)["wqkv"], "w_gate_up": Linear.stack([t.pop("w_gate"), t.pop("w_up")])}
+    fused = {"wqkv": fuse_qkv(t)["wqkv"], "w_gate_up": Linear.fuse([t.pop("w_gate"), t.pop("w_up")])}
     return {**t, **fused}
 
 

@@ -133,10 +133,10 @@ class Linear:
         return x @ self.w.T
 
     @staticmethod
-    def stack(parts: list[Linear]) -> Linear:
+    def fuse(parts: list[Linear]) -> Linear:
         """One matrix whose outputs are the parts' outputs side by side: one matmul instead of several."""
         if all(isinstance(p, QuantLinear) for p in parts):
-            return QuantLinear.stack_quant(parts)  # type: ignore[arg-type]
+            return QuantLinear.fuse_quant(parts)  # type: ignore[arg-type]
         return Linear(np.concatenate([p.w for p in parts]))
 
 
@@ -158,7 +158,7 @@ class QuantLinear(Linear):
         return out
 
     @staticmethod
-    def stack_quant(parts: list[QuantLinear]) -> Linear:
+    def fuse_quant(parts: list[QuantLinear]) -> Linear:
         """The parts as one QuantLinear when they lie one after another in the same map with one type (GGUF
         writers put q, k, v and gate, up that way); else a Linear that runs each and joins the outputs."""
         first = parts[0]

@@ -91,14 +91,14 @@ def fuse_qkv(t: dict[str, Any]) -> dict[str, Any]:
     bqkv = fused_bias(t, ["bq", "bk", "bv"], ["wq", "wk", "wv"])
     for field in ("bq", "bk", "bv"):
         t.pop(field, None)
-    return {"wqkv": Linear.stack([t.pop("wq"), t.pop("wk"), t.pop("wv")]), "bqkv": bqkv}
+    return {"wqkv": Linear.fuse([t.pop("wq"), t.pop("wk"), t.pop("wv")]), "bqkv": bqkv}
 
 
 def prepare(t: dict[str, Any]) -> dict[str, Any]:
     """Fuse q/k/v and gate/up into one matrix each (one matmul instead of three (two) per block), their biases
     likewise; optional tensors the file lacks are None."""
     return {"attn_norm": t["attn_norm"], **fuse_qkv(t), "wo": t["wo"],
-            "ffn_norm": t["ffn_norm"], "w_gate_up": Linear.stack([t["w_gate"], t["w_up"]]),
+            "ffn_norm": t["ffn_norm"], "w_gate_up": Linear.fuse([t["w_gate"], t["w_up"]]),
             "w_down": t["w_down"], "bo": t.get("bo"), "b_gate_up": fused_bias(t, ["b_gate", "b_up"], ["w_gate", "w_up"]),
             "b_down": t.get("b_down"), "rope_freqs": t.get("rope_freqs")}
 

@@ -24,7 +24,7 @@ from ..backend import backend_choice, native_core
 from ..embedding import Embedding
 from ..errors import FormatError, MinillamaError, UnsupportedError
 from ..gguffile.reader import GGUFFile, TensorInfo, read_gguf
-from ..quants import TRAITS, check_tensor_table, dequantize, tensor_layout, tensor_view
+from ..quants import check_tensor_table, dequantize, native_types, tensor_layout, tensor_view
 from .layers import Linear, QuantLinear
 from .moe import Experts
 
@@ -172,6 +172,8 @@ class Weights:
             self._mmap = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         #: The native core (MINILLAMA_BACKEND): matrices of a type it multiplies stay quantized in the map.
         self._core = native_core(backend_choice())
+        #: The types whose matrices stay quantized and run in C (the C traits table's rows); none on the pure backend.
+        self._native_types = native_types(self._core) if self._core is not None else frozenset()
 
     @property
     def arch(self) -> str:
@@ -284,9 +286,9 @@ class Weights:
         as raw blocks in the map on both backends."""
         raw, qtype = self._raw(name, shape)
         if len(shape) == 3:
-            core = self._core if self._core is not None and qtype in TRAITS and shape[0] > 0 else None
+            core = self._core if qtype in self._native_types and shape[0] > 0 else None
             return Experts(raw.reshape(shape[2], shape[1], raw.shape[1]), qtype, shape[0], core, self._mmap)
-        if len(shape) == 2 and self._core is not None and qtype in TRAITS and shape[0] > 0:
+        if len(shape) == 2 and qtype in self._native_types and shape[0] > 0:
             return QuantLinear(raw, qtype, shape[0], self._core, self._mmap)
         out = dequantize(raw, qtype, shape[0])
         return out.reshape(shape[0]) if len(shape) == 1 else Linear(out)

@@ -17,12 +17,14 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import MinillamaError
 from .limits import DEFAULT_HEADER_TIMEOUT, DEFAULT_TIMEOUT, EMBEDDING_MAX_INPUTS, EMBEDDING_MAX_TOKENS
+from .prompt_cache import DEFAULT_CACHE_RAM_MIB
 
 if TYPE_CHECKING:  # imported where a socket is made: every CLI command reads DEFAULT_HOST/PORT from here
     import socket
 
-__all__ = ["serve", "require_extra", "DEFAULT_HOST", "DEFAULT_PORT", "MAX_PARALLEL", "DEFAULT_TIMEOUT",
-           "DEFAULT_HEADER_TIMEOUT", "EMBEDDING_MAX_INPUTS", "EMBEDDING_MAX_TOKENS"]
+__all__ = ["serve", "require_extra", "cache_ram_bytes", "DEFAULT_HOST", "DEFAULT_PORT", "MAX_PARALLEL",
+           "DEFAULT_TIMEOUT", "DEFAULT_HEADER_TIMEOUT", "EMBEDDING_MAX_INPUTS", "EMBEDDING_MAX_TOKENS",
+           "DEFAULT_CACHE_RAM_MIB"]
 
 DEFAULT_HOST = "127.0.0.1"  # loopback only unless asked: the server runs code paths anyone could reach
 DEFAULT_PORT = 8080  # llama.cpp's llama-server's
@@ -41,6 +43,15 @@ def require_extra() -> None:
     if missing:
         raise MinillamaError(f"minillama serve needs {' and '.join(missing)}, found none installed: "
                              "pip install \".[serve]\" (from the minillama checkout)")
+
+
+def cache_ram_bytes(mib: int | str) -> int:
+    """--cache-ram's MiB as bytes, or MinillamaError unless it is a whole number of 0 or more (0: no RAM cache)."""
+    text = str(mib).strip()
+    if not (text.isascii() and text.isdigit()) or len(text) > 9:
+        raise MinillamaError(f"expected --cache-ram as a whole number of MiB from 0 (no RAM cache) to 999999999, "
+                             f"found {str(mib)[:40]!r}")
+    return int(text) << 20
 
 
 def listen(host: str, port: int) -> socket.socket:
@@ -70,14 +81,17 @@ def serve(model: str, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, par
           timeout: float = DEFAULT_TIMEOUT, header_timeout: float = DEFAULT_HEADER_TIMEOUT,
           allowed_hosts: Sequence[str] = (), cors_origins: Sequence[str] = (),
           embedding_max_inputs: int = EMBEDDING_MAX_INPUTS, embedding_max_tokens: int = EMBEDDING_MAX_TOKENS,
+          cache_ram: int | str = DEFAULT_CACHE_RAM_MIB, verbose: bool = False,
           log: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)) -> None:
     """Load model (and the --vocab tokenizers), listen on host:port and serve until interrupted.
 
     The line "minillama serve: listening on http://HOST:PORT ..." is logged once the socket listens (port 0
     picks a free port and the line names it). timeout, header_timeout: see guard.py; allowed_hosts: Host names
     accepted beside localhost, IP addresses and host ("*": any); cors_origins: origins other sites' pages may call
-    from ("*": any)."""
+    from ("*": any); cache_ram: MiB of host RAM for prefixes evicted from the slots (llama-server's --cache-ram, 0:
+    none); verbose: one log line per request."""
     require_extra()
+    cache_bytes = cache_ram_bytes(cache_ram)
     if not 1 <= parallel <= MAX_PARALLEL:
         raise MinillamaError(f"expected --parallel from 1 to {MAX_PARALLEL}, found {parallel}")
     if api_key is not None and not api_key.strip():
@@ -105,7 +119,8 @@ def serve(model: str, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, par
             tokenizers[path] = Tokenizer.from_file(path)
         app = create_app(llm, parallel=parallel, api_key=api_key, vocabs=tokenizers,
                          model_name=os.path.basename(model), embedding_max_inputs=embedding_max_inputs,
-                         embedding_max_tokens=embedding_max_tokens)
+                         embedding_max_tokens=embedding_max_tokens, cache_bytes=cache_bytes,
+                         request_log=log if verbose else None)
         guarded = Guard(app, bound_host=host, allowed_hosts=allowed_hosts, cors_origins=cors_origins,
                         body_timeout=timeout)
         bound = sock.getsockname()

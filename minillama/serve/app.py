@@ -25,6 +25,7 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -56,7 +57,8 @@ Handler = Callable[[Request], Awaitable[Response]]
 def create_app(llm: Any, *, parallel: int = 1, api_key: str | None = None,
                vocabs: Mapping[str, Any] | None = None, model_name: str = "minillama",
                max_body: int = MAX_BODY, embedding_max_inputs: int = EMBEDDING_MAX_INPUTS,
-               embedding_max_tokens: int = EMBEDDING_MAX_TOKENS) -> Starlette:
+               embedding_max_tokens: int = EMBEDDING_MAX_TOKENS, cache_bytes: int = 0,
+               request_log: Callable[[str], None] | None = None) -> Starlette:
     """The server's ASGI app for one loaded model.
 
     llm: a minillama.api.Llama; each of the `parallel` slots gets its own session (llm.session(): a KV cache of
@@ -66,8 +68,10 @@ def create_app(llm: Any, *, parallel: int = 1, api_key: str | None = None,
     page names each by its file name (never its path), and /tokenize's `vocab` takes either.
     embedding_max_inputs, embedding_max_tokens: the most inputs and tokens (all inputs together) per embeddings
     request; more is a 400.
+    cache_bytes: the RAM cache of prefixes evicted from the slots, in bytes (--cache-ram; 0: none).
+    request_log: given, it gets one line per request (method, route, status, tokens, time: -v).
     """
-    pool = SlotPool(llm.session, parallel)
+    pool = SlotPool(llm.session, parallel, cache_bytes)
     llm.model.batcher.expected = lambda: pool.busy  # a decode step waits (briefly) for the other busy slots'
     tokenizers = dict(vocabs or {})
     names = _file_names(list(tokenizers))  # path -> the name the page shows
@@ -98,14 +102,18 @@ def create_app(llm: Any, *, parallel: int = 1, api_key: str | None = None,
                          method: str) -> Response:
         kwargs = await read_body(request, fields)
         stream = bool(kwargs.pop("stream", False))
+
+        def run(s: Any, **more: Any) -> Any:
+            request.state.run = s  # its counts and times: the response's timings, the request log
+            return getattr(llm, method)(session=s, **kwargs, **more)
+
         if not stream:
             try:
-                result = await pool.call(task, lambda s: getattr(llm, method)(session=s, **kwargs),
-                                         request.is_disconnected)
+                result = await pool.call(task, run, request.is_disconnected)
             except ClientGone:  # nobody to answer: the slot is free, the status is only for the access log
                 return Response(status_code=499)
-            return JSONResponse(result)
-        chunks = pool.stream(task, lambda s: getattr(llm, method)(session=s, stream=True, **kwargs))
+            return JSONResponse({**result, "timings": request.state.run.timings()})
+        chunks = pool.stream(task, lambda s: run(s, stream=True))
         try:  # the first chunk before the 200: a prompt too long for the context is still a 400
             first = await chunks.__anext__()
         except StopAsyncIteration:
@@ -113,7 +121,7 @@ def create_app(llm: Any, *, parallel: int = 1, api_key: str | None = None,
         except BaseException:
             await chunks.aclose()
             raise
-        return _EventStream(_events(first, chunks), chunks.aclose)
+        return _EventStream(_events(first, _with_timings(chunks, request)), chunks.aclose)
 
     async def completions(request: Request) -> Response:
         return await generation(request, params.COMPLETION, "completion", "create_completion")
@@ -226,6 +234,7 @@ def create_app(llm: Any, *, parallel: int = 1, api_key: str | None = None,
               ("/tokenize", tokenize, "POST"), ("/detokenize", detokenize, "POST")]
     app = Starlette(routes=[Route(path, _guarded(fn, None if path in PUBLIC else api_key), methods=[method])
                             for path, fn, method in routes],
+                    middleware=[Middleware(_RequestLog, log=request_log)] if request_log is not None else None,
                     exception_handlers={HTTPException: _http_error, Exception: _server_error},
                     lifespan=_closing(pool))
     app.router.redirect_slashes = False  # paths are exact, as llama-server's: /v1/completions/ is a 404
@@ -264,6 +273,45 @@ def _guarded(handler: Handler, api_key: str | None) -> Handler:
             return _server_error_response(request, exc)
 
     return run
+
+
+class _RequestLog:
+    """ASGI middleware writing one line per HTTP request once its answer is sent (a stream's at its end): method,
+    route, status, the prompt's tokens and of those the cached ones, the generated ones, seconds."""
+
+    def __init__(self, app: Any, log: Callable[[str], None]) -> None:
+        self.app, self.log = app, log
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started, status = time.perf_counter(), 0
+
+        async def sending(message: Any) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            run = scope.get("state", {}).get("run")  # the generation's counts (request.state.run)
+            tokens = (f" prompt_tokens={run.prompt_n} cached_tokens={run.cache_n} completion_tokens={run.predicted_n}"
+                      if run is not None and run.predicted_n else "")
+            self.log(f"minillama serve: {scope['method']} {scope['path']} {status or '-'}{tokens} "
+                     f"{time.perf_counter() - started:.3f}s")
+
+
+async def _with_timings(chunks: AsyncIterator[Any], request: Request) -> AsyncIterator[Any]:
+    """chunks with llama-server's `timings` added to the last one(s): the one with a finish_reason, and the usage
+    chunk after it."""
+    async for chunk in chunks:
+        if isinstance(chunk, dict) and ("usage" in chunk or any(
+                c.get("finish_reason") for c in chunk.get("choices", ()) if isinstance(c, dict))):
+            chunk = {**chunk, "timings": request.state.run.timings()}
+        yield chunk
 
 
 def _check_key(request: Request, api_key: str) -> None:

@@ -1,7 +1,10 @@
-"""The server's slot pool: --parallel N slots, each a worker thread with its own session (its own KV cache).
+"""The server's slot pool: --parallel N slots, each a worker thread, and N sessions (each its own KV cache).
 
 A request takes the first free slot, or waits for one in arrival order (an asyncio queue of free slots), and
-runs in that slot's thread, so one long reply never stalls a short one in another slot: the event loop only
+runs in that slot's thread; its first model call claims the idle session whose cache holds the longest prefix of
+its prompt, as llama-server chooses its slot by prompt similarity (prompt_cache.py, with the RAM cache of
+evicted prefixes), so a conversation's next turn finds its earlier turns cached whichever slot is free. Each
+request runs in its own thread, so one long reply never stalls a short one in another slot: the event loop only
 passes chunks along, and the forward pass spends its time in C (the native backend's blocks and kernels) or
 numpy's BLAS (the pure backend), both with the GIL released. With more than one slot the slots' single-token
 steps run as one pass (minillama/model/batch.py's StepBatcher, in the C blocks on the native backend). A
@@ -19,10 +22,13 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
+
+from .prompt_cache import Caches
 
 __all__ = ["ClientGone", "Slot", "SlotPool"]
 
@@ -36,23 +42,68 @@ class ClientGone(Exception):
 
 
 class _Watched:
-    """A slot's session whose next model step does not start once the slot's cancel flag is set."""
+    """What a slot's run sees as its session: the first model call picks the KV cache it runs on (the idle one
+    holding the longest prefix of its prompt, prompt_cache.Caches), no model step starts once the slot's cancel
+    flag is set, and the run's counts and times are kept for llama-server's `timings` and the request log."""
 
-    def __init__(self, session: Any, cancel: threading.Event) -> None:
-        self._session = session
+    def __init__(self, caches: Caches, cancel: threading.Event) -> None:
+        self._caches = caches
         self._cancel = cancel
+        self._session: Any = None  # claimed on the first model call
+        self.prompt_n = 0  # the prompt's ids (the first call's)
+        self.cache_n = 0  # of those, the ones the cache held
+        self.predicted_n = 0  # model calls: generated tokens
+        self.prompt_s = 0.0  # the first call: the prompt's pass and the first token
+        self.predicted_s = 0.0  # the calls after it
 
     def check(self) -> None:
         """ClientGone once the slot's cancel flag is set: work that is not model steps (embeddings) calls it."""
         if self._cancel.is_set():
             raise ClientGone("the client left before the reply was complete")
 
-    def next_token(self, *args: Any, **kwargs: Any) -> Any:
+    def _call(self, name: str, ids: Sequence[int], *args: Any) -> Any:
         self.check()
-        return self._session.next_token(*args, **kwargs)
+        start = time.perf_counter()
+        if self._session is None:
+            self._session = self._caches.claim([int(i) for i in ids])
+        out = getattr(self._session, name)(ids, *args)
+        took = time.perf_counter() - start
+        self.predicted_n += 1
+        if self.predicted_n == 1:
+            self.prompt_n = len(ids)
+            self.cache_n = len(ids) - self._session.evaluated
+            self.prompt_s = took
+        else:
+            self.predicted_s += took
+        return out
+
+    def next_token(self, ids: Sequence[int], *args: Any) -> Any:
+        return self._call("next_token", ids, *args)
+
+    def logits_next(self, ids: Sequence[int]) -> Any:
+        return self._call("logits_next", ids)
+
+    def release(self) -> None:
+        """Give the claimed cache back (the run is over)."""
+        if self._session is not None:
+            self._caches.release(self._session)
+            self._session = None
+
+    def timings(self) -> dict[str, Any]:
+        """llama-server's `timings` of the run: the prompt's tokens computed (cache_n: those the cache held) and
+        the generated ones, each with milliseconds, milliseconds per token and tokens per second."""
+        prompt_n = self.prompt_n - self.cache_n
+        prompt_ms, predicted_ms = 1000 * self.prompt_s, 1000 * self.predicted_s
+        return {"cache_n": self.cache_n, "prompt_n": prompt_n, "prompt_ms": prompt_ms,
+                "prompt_per_token_ms": prompt_ms / prompt_n if prompt_n else 0.0,
+                "prompt_per_second": 1000 * prompt_n / prompt_ms if prompt_ms else 0.0,
+                "predicted_n": self.predicted_n, "predicted_ms": predicted_ms,
+                "predicted_per_token_ms": predicted_ms / self.predicted_n if self.predicted_n else 0.0,
+                "predicted_per_second": 1000 * self.predicted_n / predicted_ms if predicted_ms else 0.0}
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._session, name)
+        # n_ctx, n_vocab, model, evaluated...: the same on every session until one is claimed
+        return getattr(self._session if self._session is not None else self._caches.sessions[0], name)
 
 
 @dataclass(eq=False)
@@ -60,19 +111,26 @@ class Slot:
     """One of the pool's N places to run a request: a thread of its own and a session with its own KV cache."""
 
     id: int
-    session: Any
     executor: ThreadPoolExecutor
     task: str = ""  # what it runs now ("" when idle), for /slots
     cancel: threading.Event = field(default_factory=threading.Event)
     items: Any = None  # the iterator the slot's thread drives now (a stream), for its cancel()
+    run: _Watched | None = None  # what the request running now sees as its session
+
+    @property
+    def session(self) -> Any:
+        """The KV cache (session) the running request claimed, if any."""
+        return None if self.run is None else self.run._session
 
 
 class SlotPool:
-    """N slots made by make_session(); call() and stream() run work in a free slot, waiting for one in turn."""
+    """N slots, each with a session made by make_session(); call() and stream() run work in a free slot, waiting
+    for one in turn, on the idle session that holds the longest prefix of the request's prompt (prompt_cache.py).
+    cache_bytes: the most bytes of evicted prefixes kept in RAM for any slot to restore (0: none)."""
 
-    def __init__(self, make_session: Callable[[], Any], n: int) -> None:
-        self.slots = [Slot(i, make_session(), ThreadPoolExecutor(1, thread_name_prefix=f"minillama-slot-{i}"))
-                      for i in range(n)]
+    def __init__(self, make_session: Callable[[], Any], n: int, cache_bytes: int = 0) -> None:
+        self.caches = Caches([make_session() for _ in range(n)], cache_bytes)
+        self.slots = [Slot(i, ThreadPoolExecutor(1, thread_name_prefix=f"minillama-slot-{i}")) for i in range(n)]
         self._free: asyncio.Queue[Slot] | None = None
         self.waiting = 0  # requests queued for a slot
 
@@ -91,9 +149,12 @@ class SlotPool:
             self.waiting -= 1
         slot.task = task
         slot.cancel.clear()
+        slot.run = _Watched(self.caches, slot.cancel)
         return slot
 
     def _release(self, slot: Slot) -> None:
+        if slot.run is not None:
+            slot.run.release()
         slot.task = ""
         self._queue().put_nowait(slot)
 
@@ -112,7 +173,7 @@ class SlotPool:
         is_disconnected), a client that leaves stops the run before its next model step (ClientGone)."""
         slot = await self._acquire(task)
         try:
-            future = asyncio.wrap_future(slot.executor.submit(fn, _Watched(slot.session, slot.cancel)))
+            future = asyncio.wrap_future(slot.executor.submit(fn, slot.run))
             while gone is not None:
                 done, _ = await asyncio.wait({future}, timeout=WATCH_SECONDS)
                 if done:
@@ -144,7 +205,7 @@ class SlotPool:
         def work() -> None:
             items = None
             try:
-                items = slot.items = fn(slot.session)
+                items = slot.items = fn(slot.run)
                 if slot.cancel.is_set():  # the client left while the stream was being set up
                     return
                 for item in items:

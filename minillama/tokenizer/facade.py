@@ -109,13 +109,15 @@ class Tokenizer:
         return self.vocab.n_vocab
 
     @property
-    def model(self) -> str:
-        """The tokenizer kind: 'spm' (SentencePiece scores), 'bpe' (merges), 'wpm' (WordPiece) or 'ugm' (Unigram).
+    def kind(self) -> str:
+        """The tokenizer kind: 'spm' (SentencePiece scores), 'bpe' (merges), 'wpm' (WordPiece) or 'ugm' (Unigram):
+        llama.cpp's vocab types, which its `tokenizer.ggml.model` values name ('llama'; 'gpt2' and 'gemma4';
+        'bert'; 't5'). It says which encoder runs."""
+        return self.vocab.kind
 
-        Named after llama.cpp's `tokenizer.ggml.model` key (its values 'llama', 'gpt2', 'bert', 't5' read as
-        llama.cpp's vocab types SPM, BPE, WPM, UGM): it says which encoder runs; the forward pass is
-        minillama.model.Model.
-        """
+    @property
+    def model(self) -> str:
+        """`kind` under its older name (after `tokenizer.ggml.model`); the forward pass is minillama.model.Model."""
         return self.vocab.kind
 
     @property
@@ -782,7 +784,7 @@ class Tokenizer:
         return StreamDecoder(self.pieces, skip_special_tokens)
 
     def __repr__(self) -> str:
-        return f"Tokenizer(model={self.model!r}, pre={self.pre!r}, n_vocab={self.n_vocab})"
+        return f"Tokenizer(kind={self.kind!r}, pre={self.pre!r}, n_vocab={self.n_vocab})"
 
     def build_chat_template(self, source: str | None = None) -> ChatTemplate | None:
         """source (default: tok.chat_template) as a ChatTemplate given this vocab's special-token texts and

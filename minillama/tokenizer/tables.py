@@ -203,7 +203,13 @@ GGML_MODEL_KINDS: dict[str, tuple[str, dict[str, int | None]]] = {
     "gpt2": ("bpe", {"bos": 11, "eos": 11, "unk": None, "sep": None, "pad": None, "mask": None}),
     "bert": ("wpm", {"bos": 101, "eos": None, "unk": 100, "sep": 102, "pad": 0, "mask": 103}),
     "t5": ("ugm", {"bos": None, "eos": 1, "unk": 2, "sep": None, "pad": 0, "mask": None}),
+    # SPM-style BPE (merges over raw UTF-8 with spaces as U+2581); llama.cpp sets its pre-tokenizer to "gemma4"
+    # whatever the file says, and reads every special id from the file.
+    "gemma4": ("bpe", {"bos": None, "eos": None, "unk": None, "sep": None, "pad": None, "mask": None}),
 }
+
+# Tokenizer models whose pre-tokenizer llama.cpp fixes, ignoring the file's tokenizer.ggml.pre.
+FORCED_PRE = {"gemma4": "gemma4"}
 
 # Special-token roles, in the order llama.cpp lists them.
 SPECIAL_NAMES = ("bos", "eos", "eot", "eom", "unk", "sep", "pad", "mask",

@@ -23,6 +23,7 @@ from ..gguffile.reader import JoinedStrings
 from .tables import (
     ALWAYS_RENDERED,
     EOG_TEXTS,
+    FORCED_PRE,
     GGML_MODEL_KINDS,
     KEY_LOWERCASE,
     KEY_STRIP_ACCENTS,
@@ -184,7 +185,7 @@ class Vocab:
         kind, defaults = _kind(md, source)
         special: dict[str, int | None] = dict.fromkeys(SPECIAL_NAMES)
         special.update(defaults)
-        pre = _read_pre(md, source)
+        pre = FORCED_PRE.get(md[K.MODEL], _read_pre(md, source))
         flags, spec = _kind_flags(kind, pre, special, source)
         flags["add_space_prefix"] = read_flag(md, K.ADD_PREFIX, flags["add_space_prefix"], source)
         flags["remove_extra_whitespaces"] = read_flag(md, K.REMOVE_EXTRA_WS, False, source)

@@ -19,6 +19,8 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+TESTS = REPO / "tests"
+DATA = TESTS / "data"  # expected outputs recorded from llama.cpp, transformers and others by tools/
 
 # Plain `pytest` (unlike `python -m pytest`) does not put the repository root on sys.path: make the checkout
 # importable when minillama is not installed.

@@ -2,7 +2,7 @@
 
 Each recipe changes a shared GGUF's tokenizer metadata and writes it as a vocab-only GGUF.
 `tools/make_derived_expected.py` writes llama.cpp's ids for every (vocab, text) to
-`tests/data/derived_expected.json`; `tests/test_derived_vocabs.py` checks minillama against them.
+`tests/data/derived_expected.json`; `tests/tokenizer/test_derived_vocabs.py` checks minillama against them.
 """
 
 from __future__ import annotations

@@ -7,17 +7,16 @@ import functools
 import json
 from pathlib import Path
 
-from support.paths import SHARED, require_shared
+from support.paths import require_shared, shared_roots
 
 #: Separator of llama.cpp's ``*.gguf.inp`` files and of ``shared/conformance/cases.txt``.
 LLAMACPP_TEST_SEP = "\n__ggml_vocab_test__\n"
 
 
 def conformance_vocabs() -> list[str]:
-    """Names (file stems) of every shared/conformance/*.jsonl, or [] without shared/. For parametrization."""
-    if SHARED is None:
-        return []
-    return sorted(p.stem for p in (SHARED / "conformance").glob("*.jsonl"))
+    """Names (file stems) of every conformance/*.jsonl in shared/ and its supported pending folders, or [] without
+    shared/. For parametrization."""
+    return sorted(p.stem for root in shared_roots() for p in (root / "conformance").glob("*.jsonl"))
 
 
 @functools.cache
@@ -29,6 +28,9 @@ def _read_conformance(path: str) -> tuple[dict, ...]:
 def read_conformance(vocab_name: str, directory: str = "conformance") -> tuple[dict, ...]:
     """Rows of shared/<directory>/<vocab_name>.jsonl: text, ids, ids_special, detok_hex (all from llama.cpp).
     directory: "conformance" (600 texts) or "conformance-diverse" (1,500 paragraphs of code, docs, 18 languages)."""
+    for root in shared_roots()[1:]:
+        if (root / directory / (vocab_name + ".jsonl")).is_file():
+            return _read_conformance(str(root / directory / (vocab_name + ".jsonl")))
     return _read_conformance(str(require_shared(directory, vocab_name + ".jsonl")))
 
 

@@ -1,16 +1,23 @@
-"""Aggregate generation speed of `minillama serve` with 1, 2 and 4 concurrent clients (a plain script, not a test).
+"""`minillama serve` beside llama.cpp's llama-server (xllamacpp) on the same model and load (a plain script, not a test).
 
-    python tools/bench/bench_serve.py [--model PATH] [--clients 1 2 4] [--max-tokens 48] [--rounds 2]
+    python tools/bench/bench_serve.py [--model PATH] [--engines minillama llama.cpp] [--clients 1 4]
+                                      [--max-tokens 48] [--rounds 2] [--turns 6] [--threads 2]
 
-Starts `minillama serve --parallel <most clients>` on a free loopback port with the model (default
-$MINILLAMA_TEST_GGUF, e.g. SmolLM2-135M-Instruct.Q4_1.gguf), warms it up, then for each client count runs
-`rounds` rounds in which every client sends one streamed completion of --max-tokens tokens (end of text banned
-with logit_bias, so every reply has that length) at the same moment. Reported per count: the tokens all clients
-received divided by the wall time of the round (best round), and the ratio to one client. The goal:
-4 clients >= 2x one client. The machine's load average is printed too: on a shared machine it is the ceiling.
-So is the server's CPU time per token received (user + system, from /proc, median over the rounds): other
-processes slow the wall clock much more than they change it, and one client's CPU per token over four clients'
-is the ratio the server would reach on idle cores where both keep the cores busy.
+Each engine runs in its own process, one at a time, on a free loopback port: `minillama serve`, and llama.cpp's
+server run in-process by xllamacpp (CommonParams.port / .hostnames, --threads threads, 2048 tokens of context per
+slot). Two loads:
+- Clients: `--parallel <most clients>`; for each client count, `rounds` rounds in which every client sends one
+  streamed completion of --max-tokens tokens (end of text banned with logit_bias, so every reply has that length)
+  at the same moment. Reported: the tokens all clients received over the round's wall time (best round), and the
+  server's CPU time per token received (user + system from /proc, median over the rounds; 0 for an engine that
+  runs in a process /proc cannot see).
+- Conversation: `--parallel 2`; one client's chat of --turns turns, each turn re-sending the whole conversation
+  (a system text of about 600 tokens, then the earlier questions and scripted answers, then the new question):
+  time to the first token of each turn's streamed reply (the first chunk with text).
+Then the side-by-side table and minillama's ratio (its rate over llama.cpp's; llama.cpp's time over its own), with
+the goals: >= 1.3x with one client, >= 1.5x with four, >= 1.5x on the conversation's turns after the first (their
+mean and their median). The
+machine's load average is printed too: on a shared machine it is the ceiling.
 """
 
 from __future__ import annotations
@@ -20,6 +27,8 @@ import http.client
 import json
 import os
 import re
+import socket
+import statistics
 import subprocess
 import sys
 import threading
@@ -27,19 +36,59 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+ENGINES = ("minillama", "llama.cpp")
+GOALS = {"1 client": 1.3, "4 clients": 1.5, "conversation": 1.5}
+
+#: llama.cpp's server in a process of its own (argv: model, parallel, threads, port); it says where it listens.
+LLAMACPP_SERVER = """
+import sys, time
+import xllamacpp as xlc
+model, parallel, threads, port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+p = xlc.CommonParams()
+p.model.path = model
+p.n_parallel = parallel
+p.n_ctx = 2048 * parallel
+p.cpuparams.n_threads = p.cpuparams_batch.n_threads = threads
+p.warmup = False
+p.port = port
+p.hostnames = ["127.0.0.1"]
+server = xlc.Server(p)
+print(f"listening on http://127.0.0.1:{port}", file=sys.stderr, flush=True)
+while True:
+    time.sleep(3600)
+"""
+
+SYSTEM = ("You are the support assistant of a small bicycle shop. " + " ".join(
+    f"Rule {i}: answer questions about part {i} of the catalogue politely, name its price in euros, say whether it is "
+    "in stock, and suggest one accessory that fits it." for i in range(1, 17)))
+QUESTIONS = ["Do you sell bells?", "How much is a chain?", "Is the red saddle in stock?", "What fits a road bike?",
+             "Can I pay by card?", "When do you open on Saturday?", "Do you repair brakes?", "Thanks, bye!"]
+ANSWER = "Yes, we do. It costs 12 euros and it is in stock; a matching lamp would fit it well."
 
 
-def start(model: str, parallel: int) -> tuple[subprocess.Popen, str, int]:
-    """The server process and the host and port it listens on."""
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(model: str, parallel: int, engine: str = "minillama", threads: int = 2,
+          *options: str) -> tuple[subprocess.Popen, str, int]:
+    """The engine's server process (minillama's with more command-line options) and the host and port it listens
+    on."""
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    proc = subprocess.Popen([sys.executable, "-m", "minillama", "serve", "--model", model, "--port", "0",
-                             "--parallel", str(parallel)], stderr=subprocess.PIPE, text=True, env=env)
+    if engine == "minillama":
+        cmd = [sys.executable, "-m", "minillama", "serve", "--model", model, "--port", "0", "--parallel",
+               str(parallel), *options]
+    else:
+        cmd = [sys.executable, "-c", LLAMACPP_SERVER, model, str(parallel), str(threads), str(free_port())]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
     for line in proc.stderr:
         m = re.search(r"listening on http://(\S+):(\d+)", line)
         if m:
             threading.Thread(target=lambda: [None for _ in proc.stderr], daemon=True).start()
             return proc, m.group(1), int(m.group(2))
-    raise SystemExit(f"the server did not start: {proc.wait()}")
+    raise SystemExit(f"{engine}'s server did not start: {proc.wait()}")
 
 
 def cpu_seconds(pid: int) -> float:
@@ -52,31 +101,36 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def one(host: str, port: int, body: bytes, out: list[int]) -> None:
-    """One streamed completion; appends the number of tokens received (one chunk each, logprobs-free text)."""
+def post(host: str, port: int, path: str, body: dict) -> tuple[float | None, int]:
+    """One streamed request: (seconds to the first chunk with text, tokens generated by the usage chunk or the
+    chunks with text)."""
     conn = http.client.HTTPConnection(host, port, timeout=600)
-    conn.request("POST", "/v1/completions", body=body, headers={"Content-Type": "application/json"})
+    start_time = time.perf_counter()
+    conn.request("POST", path, body=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
     r = conn.getresponse()
-    n = 0
-    usage = None
+    first, n, usage = None, 0, None
     for line in r:
-        if line.startswith(b"data: {"):
-            chunk = json.loads(line[6:])
-            usage = chunk.get("usage") or usage
-            n += 1
+        if not line.startswith(b"data: {"):
+            continue
+        chunk = json.loads(line[6:])
+        usage = chunk.get("usage") or usage
+        for c in chunk.get("choices") or ():
+            if c.get("text") or (c.get("delta") or {}).get("content"):
+                n += 1
+                if first is None:
+                    first = time.perf_counter() - start_time
     conn.close()
-    out.append(usage["completion_tokens"] if usage else n)
+    return first, usage["completion_tokens"] if usage else n
 
 
 def round_(host: str, port: int, clients: int, max_tokens: int, eos: int, seed: int) -> tuple[int, float]:
     """(tokens received by all clients, wall seconds) of one round of `clients` simultaneous requests."""
     got: list[int] = []
-    threads = []
-    for c in range(clients):
-        body = json.dumps({"prompt": f"Story {c}: once upon a time", "max_tokens": max_tokens, "stream": True,
-                           "temperature": 0.8, "seed": seed + c, "logit_bias": {str(eos): -100},
-                           "stream_options": {"include_usage": True}}).encode()
-        threads.append(threading.Thread(target=one, args=(host, port, body, got)))
+    bodies = [{"prompt": f"Story {c}: once upon a time", "max_tokens": max_tokens, "stream": True,
+               "temperature": 0.8, "seed": seed + c, "logit_bias": {str(eos): -100},
+               "stream_options": {"include_usage": True}} for c in range(clients)]
+    threads = [threading.Thread(target=lambda b=b: got.append(post(host, port, "/v1/completions", b)[1]))
+               for b in bodies]
     start_time = time.perf_counter()
     for t in threads:
         t.start()
@@ -85,24 +139,12 @@ def round_(host: str, port: int, clients: int, max_tokens: int, eos: int, seed: 
     return sum(got), time.perf_counter() - start_time
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default=os.environ.get("MINILLAMA_TEST_GGUF"))
-    ap.add_argument("--clients", type=int, nargs="+", default=[1, 2, 4])
-    ap.add_argument("--max-tokens", type=int, default=48)
-    ap.add_argument("--rounds", type=int, default=2)
-    args = ap.parse_args()
-    if not args.model:
-        raise SystemExit("give --model or set MINILLAMA_TEST_GGUF")
-    from minillama.tokenizer import Tokenizer
-
-    eos = Tokenizer.from_file(args.model).eos_id
-    proc, host, port = start(args.model, max(args.clients))
+def clients_load(engine: str, args: argparse.Namespace, eos: int) -> dict[int, tuple[float, float]]:
+    """client count -> (tokens/s of the best round, server CPU ms per token)."""
+    proc, host, port = start(args.model, max(args.clients), engine, args.threads)
     try:
         round_(host, port, 1, 8, eos, 0)  # warm-up: thread choice, caches
-        base = None
-        print(f"{'clients':>7} {'tokens':>7} {'seconds':>8} {'tokens/s':>9} {'vs 1':>6} {'CPU ms/token':>13}  (best "
-              f"of {args.rounds}, {args.max_tokens} tokens per reply, load average {os.getloadavg()[0]:.1f})")
+        out = {}
         for clients in args.clients:
             rounds, cpu = [], []
             for r in range(args.rounds):
@@ -110,14 +152,83 @@ def main() -> None:
                 rounds.append(round_(host, port, clients, args.max_tokens, eos, 100 * r))
                 cpu.append((cpu_seconds(proc.pid) - before) / max(rounds[-1][0], 1))
             best = max(rounds, key=lambda tn: tn[0] / tn[1])
-            rate = best[0] / best[1]
-            base = base or rate
-            print(f"{clients:>7} {best[0]:>7} {best[1]:>8.2f} {rate:>9.1f} {rate / base:>5.2f}x "
-                  f"{1000 * sorted(cpu)[len(cpu) // 2]:>13.1f}")
-
+            out[clients] = (best[0] / best[1], 1000 * sorted(cpu)[len(cpu) // 2])
+        return out
     finally:
         proc.terminate()
         proc.wait()
+
+
+def conversation(engine: str, args: argparse.Namespace) -> list[float]:
+    """Seconds to the first token of each turn of one client's conversation, re-sent whole, on 2 slots."""
+    proc, host, port = start(args.model, 2, engine, args.threads)
+    try:
+        post(host, port, "/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4,
+                                                   "stream": True})  # warm-up, another prompt
+        messages = [{"role": "system", "content": SYSTEM}]
+        ttft = []
+        for question in QUESTIONS[:args.turns]:
+            messages.append({"role": "user", "content": question})
+            first, _ = post(host, port, "/v1/chat/completions", {"messages": messages, "max_tokens": 8,
+                                                                 "temperature": 0, "stream": True})
+            ttft.append(first if first is not None else float("nan"))
+            messages.append({"role": "assistant", "content": ANSWER})
+        return ttft
+    finally:
+        proc.terminate()
+        proc.wait()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default=os.environ.get("MINILLAMA_TEST_GGUF"))
+    ap.add_argument("--engines", nargs="+", choices=ENGINES, default=list(ENGINES))
+    ap.add_argument("--clients", type=int, nargs="+", default=[1, 4])
+    ap.add_argument("--max-tokens", type=int, default=48)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--turns", type=int, default=6, choices=range(1, len(QUESTIONS) + 1), metavar="N")
+    ap.add_argument("--threads", type=int, default=2, help="llama.cpp's threads (minillama's 'auto' uses at most "
+                    "the cores, 2 here)")
+    args = ap.parse_args()
+    if not args.model:
+        raise SystemExit("give --model or set MINILLAMA_TEST_GGUF")
+    from minillama.tokenizer import Tokenizer
+
+    tok = Tokenizer.from_file(args.model)
+    system_tokens = len(tok.encode(SYSTEM))
+    loads, turns = {}, {}
+    for engine in args.engines:  # one engine at a time, each in its own process
+        loads[engine] = clients_load(engine, args, tok.eos_id)
+        turns[engine] = conversation(engine, args)
+    print(f"{args.model}: {args.max_tokens} tokens per reply, best of {args.rounds} rounds; conversation of "
+          f"{args.turns} turns on 2 slots, a {system_tokens}-token system text; load average "
+          f"{os.getloadavg()[0]:.1f}")
+    names = list(args.engines)
+    both = names == list(ENGINES)
+    head = "".join(f"{n:>14}" for n in names) + (f"{'ratio':>9}{'goal':>7}" if both else "")
+    print(f"{'load':<26}{head}")
+    for clients in args.clients:
+        rates = [loads[n][clients][0] for n in names]
+        row = "".join(f"{r:>10.1f} t/s" for r in rates)
+        label = f"{clients} client{'s' if clients > 1 else ''}"
+        if both:
+            goal = GOALS.get(label)
+            row += f"{rates[0] / rates[1]:>8.2f}x" + (f"{goal:>6.1f}x" if goal else "")
+        print(f"{label + ' (tokens/s)':<26}{row}")
+        cpu = "".join(f"{loads[n][clients][1]:>11.1f} ms" for n in names)
+        print(f"{'  CPU per token':<26}{cpu}")
+    for t in range(args.turns):
+        row = "".join(f"{1000 * turns[n][t]:>11.0f} ms" for n in names)
+        if both:
+            row += f"{turns[names[1]][t] / turns[names[0]][t]:>8.2f}x"
+        print(f"{f'turn {t + 1} first token':<26}{row}")
+    if args.turns > 1:  # the median too: on a shared machine one turn can wait seconds for a core
+        for what, pick in (("mean", statistics.mean), ("median", statistics.median)):
+            later = {n: pick(turns[n][1:]) for n in names}
+            row = "".join(f"{1000 * later[n]:>11.0f} ms" for n in names)
+            if both:
+                row += f"{later[names[1]] / later[names[0]]:>8.2f}x{GOALS['conversation']:>6.1f}x"
+            print(f"{f'turns 2-{args.turns} {what}':<26}{row}")
 
 
 if __name__ == "__main__":

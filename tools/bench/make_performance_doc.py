@@ -6,7 +6,7 @@
         --title "..." --command "python tools/bench/BENCH.py ..." --conditions "2 threads, load average 1.2"
 
 The page is never edited by hand: it holds the current figures of each benchmark and the commands that reproduce
-them, so a new run replaces a results file and the page is written again (tests/test_readme.py checks that the page
+them, so a new run replaces a results file and the page is written again (tests/project/test_doc_examples.py checks that the page
 equals this script's output and stays within MAX_LINES). History -- which run moved which figure -- belongs in
 CHANGELOG.md.
 

@@ -22,7 +22,7 @@ to a small, readable example.
 The seeds are small files made here (SPM, BPE, WordPiece, Unigram with a hand-built charsmap, a GGUF
 with tensors, a llama2.c tokenizer.bin). "Interesting" inputs -- the first input of each distinct
 outcome (error class and the line that raised it, or success per model type) -- are kept; with
---save-seeds they are written as regression inputs (tests/test_hostile_files.py runs them all).
+--save-seeds they are written as regression inputs (tests/tokenizer/test_vocab_bad_files.py runs them all).
 
 What it found (all fixed; the inputs are in tests/fuzz_seeds/): an SPM vocab without a byte token for
 a byte of the text raised KeyError (now FormatError, where llama.cpp aborts); a broken precompiled

@@ -272,7 +272,7 @@ class SPMEncoder(Encoder):
 
 
 # Texts of at least this many characters go the pure way (the core's offsets are 32-bit: 4 bytes a character).
-# module.c's SPM_PLAIN_MAX_CHARS is the same bound for encode_plain.
+# bind_spm.c's SPM_PLAIN_MAX_CHARS is the same bound for encode_plain.
 _NATIVE_MAX_CHARS = 1 << 29
 
 

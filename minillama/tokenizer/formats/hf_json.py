@@ -38,7 +38,7 @@ G = Keys.General
 # --- pre-tokenizer configurations -----------------------------------------------------------------------------
 # A pre_tokenizer section is reduced to a tuple of steps (see _signature); each known tuple names the
 # llama.cpp pre-tokenizer that splits text the same way. Verified against llama.cpp's own ids on the shared
-# conformance texts by building Hugging Face tokenizers from the GGUF test vocabs (tests/test_loaders.py).
+# conformance texts by building Hugging Face tokenizers from the GGUF test vocabs (tests/tokenizer/test_loaders.py).
 QWEN2_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 GPT4O_REGEX = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"

@@ -1,0 +1,452 @@
+/* The binding of the model's blocks (model.c): the Stack type, which checks every length once and keeps the
+ * buffers alive, and GeGLU's GELU table. */
+#include "bind.h"
+#include "model.h"
+
+/* Stack(hparams, layers, head=None): a model's blocks over its quantized weights, for model.c. hparams: a dict of
+ * every name in Stack.HPARAMS (model.h's MS_HPARAMS); each layer: a dict of every name in Stack.FIELDS (model.h's
+ * MS_LAYER_FIELDS), vectors float32 or None (an optional one), matrices a tuple of 1-3 pieces (raw uint8 rows, ggml
+ * type, rows, cols); head = (out_norm, output matrix, n_vocab), for forward's logits. A name missing or unknown is a
+ * ValueError naming it. Every length is checked here, once; the buffers are kept for the object's life (the map
+ * stays open while a view of it is held). */
+typedef struct {
+    PyObject_HEAD
+    ms_model m;
+    Py_buffer *bufs;
+    int n_bufs;
+} StackObject;
+
+enum { ST_VEC, ST_MAT, ST_F64, ST_I64 };
+/* The layer fields' parse table, from MS_LAYER_FIELDS: name, kind, required, size, outputs, place in ms_layer. */
+typedef struct {
+    const char *name;
+    int kind, required, size, outputs;
+    size_t offset;
+} st_field;
+static const st_field st_fields[] = {
+#define ST_FIELD_ROW(kind, name, required, size, outputs)                                                             \
+    {#name, ST_##kind, required, MS_DIM_##size, MS_DIM_##outputs, offsetof(ms_layer, name)},
+    MS_LAYER_FIELDS(ST_FIELD_ROW)
+#undef ST_FIELD_ROW
+};
+#define ST_N_FIELDS ((int)(sizeof st_fields / sizeof st_fields[0]))
+#define ST_MAX_BUFS_PER_LAYER (ST_N_FIELDS * MS_MAX_PARTS)
+
+enum { SH_I64, SH_F32, SH_BOOL };
+/* The hyper-parameters' parse table, from MS_HPARAMS. */
+typedef struct {
+    const char *name;
+    int kind;
+    size_t offset;
+} st_hparam;
+static const st_hparam st_hparams[] = {
+#define ST_HPARAM_ROW(kind, name) {#name, SH_##kind, offsetof(ms_model, name)},
+    MS_HPARAMS(ST_HPARAM_ROW)
+#undef ST_HPARAM_ROW
+};
+#define ST_N_HPARAMS ((int)(sizeof st_hparams / sizeof st_hparams[0]))
+
+/* d's value of each of the n names (names[i] at i, borrowed) into out: a dict holding exactly those keys, else a
+ * ValueError naming the first missing or unknown one (what: "hparams", "layer 3"). */
+static int st_by_name(PyObject *d, const char *const *names, int n, PyObject **out, const char *what) {
+    if (!PyDict_Check(d)) {
+        PyErr_Format(PyExc_TypeError, "Stack: %s must be a dict by name, not %.100s", what, Py_TYPE(d)->tp_name);
+        return 0;
+    }
+    for (int i = 0; i < n; i++) {
+        out[i] = PyDict_GetItemString(d, names[i]);
+        if (!out[i]) {
+            PyErr_Format(PyExc_ValueError, "Stack: %s has no '%s' (expected every name in Stack.%s)", what,
+                         names[i], n == ST_N_FIELDS ? "FIELDS" : "HPARAMS");
+            return 0;
+        }
+    }
+    if (PyDict_GET_SIZE(d) != n) {
+        PyObject *key, *value;
+        Py_ssize_t pos = 0;
+        while (PyDict_Next(d, &pos, &key, &value)) {
+            int known = 0;
+            for (int i = 0; i < n && !known; i++) known = PyUnicode_Check(key) && !PyUnicode_CompareWithASCIIString(key, names[i]);
+            if (!known) {
+                PyErr_Format(PyExc_ValueError, "Stack: %s has an unknown field %R (expected only the names in Stack.%s)",
+                             what, key, n == ST_N_FIELDS ? "FIELDS" : "HPARAMS");
+                return 0;
+            }
+        }
+    }
+    return 1;
+}
+
+static const char *st_field_names[ST_N_FIELDS], *st_hparam_names[ST_N_HPARAMS];
+
+/* A tuple of the names of a table (Stack.FIELDS, Stack.HPARAMS). */
+static PyObject *st_names_tuple(const char *const *names, int n) {
+    PyObject *t = PyTuple_New(n);
+    for (int i = 0; t && i < n; i++) {
+        PyObject *s = PyUnicode_FromString(names[i]);
+        if (!s) {
+            Py_CLEAR(t);
+            break;
+        }
+        PyTuple_SET_ITEM(t, i, s);
+    }
+    return t;
+}
+
+static void Stack_dealloc(StackObject *self) {
+    for (int i = 0; i < self->n_bufs; i++) PyBuffer_Release(&self->bufs[i]);
+    PyMem_Free(self->bufs);
+    PyMem_Free(self->m.layers);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* A float32 vector of n values (required: None refused), kept in self->bufs. */
+static int stack_vector(StackObject *self, PyObject *o, int64_t n, int required, const float **out, const char *what,
+                        int il) {
+    *out = NULL;
+    if (o == Py_None) {
+        if (!required) return 1;
+        PyErr_Format(PyExc_ValueError, "Stack: layer %d: %s is required", il, what);
+        return 0;
+    }
+    Py_buffer *b = &self->bufs[self->n_bufs];
+    if (!get_array(o, b, 4, what)) return 0;
+    self->n_bufs++;
+    if ((b->format && strcmp(b->format, "f")) || b->len / 4 != n) {
+        PyErr_Format(PyExc_ValueError, "Stack: layer %d: %s has %zd values, expected %lld float32", il, what,
+                     b->len / 4, (long long)n);
+        return 0;
+    }
+    *out = b->buf;
+    return 1;
+}
+
+/* A matrix of `in` inputs and `out` outputs from 1-3 pieces. */
+static int stack_matrix(StackObject *self, PyObject *o, int64_t in, int64_t out, ms_matrix *M, const char *what,
+                        int il) {
+    if (!PyTuple_Check(o) || PyTuple_GET_SIZE(o) < 1 || PyTuple_GET_SIZE(o) > MS_MAX_PARTS) {
+        PyErr_Format(PyExc_ValueError, "Stack: layer %d: %s must be a tuple of 1-%d pieces", il, what, MS_MAX_PARTS);
+        return 0;
+    }
+    memset(M, 0, sizeof *M);
+    M->n = (int)PyTuple_GET_SIZE(o), M->cols = in;
+    for (int i = 0; i < M->n; i++) {
+        PyObject *raw;
+        int gtype;
+        long long rows, cols;
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(o, i), "OiLL", &raw, &gtype, &rows, &cols)) return 0;
+        int type = mq_type_of_ggml(gtype);
+        if (type < 0 || cols != in || cols % mq_block(type < 0 ? 0 : type) || rows < 1 || rows > out - M->n_out) {
+            PyErr_Format(PyExc_ValueError, "Stack: layer %d: %s piece %d: type %d, %lld x %lld; expected a known "
+                         "type, %lld inputs (whole blocks), %lld outputs in all", il, what, i, gtype, rows, cols,
+                         (long long)in, (long long)out);
+            return 0;
+        }
+        M->type[i] = type;
+        Py_buffer *b = &self->bufs[self->n_bufs];
+        if (PyObject_GetBuffer(raw, b, PyBUF_C_CONTIGUOUS) < 0) return 0;
+        self->n_bufs++;
+        long long row_bytes = cols / mq_block(type) * mq_type_size(type);
+        if (b->len != rows * row_bytes) {
+            PyErr_Format(PyExc_ValueError, "Stack: layer %d: %s piece %d has %zd bytes, expected %lld rows of %lld",
+                         il, what, i, b->len, rows, row_bytes);
+            return 0;
+        }
+        M->w[i] = b->buf, M->rows[i] = rows, M->n_out += rows;
+    }
+    if (M->n_out != out) {
+        PyErr_Format(PyExc_ValueError, "Stack: layer %d: %s has %lld outputs, expected %lld", il, what,
+                     (long long)M->n_out, (long long)out);
+        return 0;
+    }
+    return 1;
+}
+
+static int Stack_init(StackObject *self, PyObject *args, PyObject *kwds) {
+    (void)kwds;
+    PyObject *hparams, *layers, *head = Py_None;
+    if (self->m.layers) {
+        PyErr_SetString(PyExc_RuntimeError, "Stack is already initialised");
+        return -1;
+    }
+    if (!PyArg_ParseTuple(args, "OO!|O", &hparams, &PyList_Type, &layers, &head)) return -1;
+    PyObject *hv[ST_N_HPARAMS];
+    if (!st_by_name(hparams, st_hparam_names, ST_N_HPARAMS, hv, "hparams")) return -1;
+    ms_model m = {0};
+    for (int i = 0; i < ST_N_HPARAMS; i++) {
+        char *at = (char *)&m + st_hparams[i].offset;
+        if (st_hparams[i].kind == SH_I64) {
+            long long v = PyLong_AsLongLong(hv[i]);
+            if (v == -1 && PyErr_Occurred()) return -1;
+            *(int64_t *)at = v;
+        } else if (st_hparams[i].kind == SH_F32) {
+            double v = PyFloat_AsDouble(hv[i]);
+            if (v == -1.0 && PyErr_Occurred()) return -1;
+            *(float *)at = (float)v;
+        } else {
+            int v = PyObject_IsTrue(hv[i]);
+            if (v < 0) return -1;
+            *(int *)at = v;
+        }
+    }
+    const long long lim = 1 << 20;
+    if (m.n_embd < 1 || m.n_embd > lim || m.n_head < 1 || m.n_head > lim || m.n_head_kv < 1 ||
+        m.n_head % m.n_head_kv || m.head_dim < 1 || m.head_dim > lim || m.head_dim_v < 1 || m.head_dim_v > lim ||
+        m.n_ff < 1 || m.n_ff > lim || m.n_rot < 0 || m.n_rot > m.head_dim || m.n_rot % 2 ||
+        m.n_head * m.head_dim > lim || m.n_head * m.head_dim_v > lim || PyList_GET_SIZE(layers) < 1 ||
+        PyList_GET_SIZE(layers) > 4096 || !isfinite(m.eps) || m.eps < 0 || m.n_expert < 0 ||
+        m.n_expert > MS_MAX_EXPERTS || m.n_expert_used < 0 || m.n_expert_used > m.n_expert || m.n_ff_exp < 0 ||
+        m.n_ff_exp > lim) {
+        PyErr_SetString(PyExc_ValueError, "Stack: hyper-parameters out of range");
+        return -1;
+    }
+    const int n_layer = (int)PyList_GET_SIZE(layers);
+    m.n_layer = n_layer;
+    self->m = m;
+    self->m.layers = PyMem_Calloc((size_t)n_layer, sizeof(ms_layer));
+    self->bufs = PyMem_Calloc((size_t)(n_layer + 1) * ST_MAX_BUFS_PER_LAYER, sizeof(Py_buffer));
+    if (!self->m.layers || !self->bufs) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    const int64_t d = m.n_embd;
+    double bases[2];
+    PyObject *freqs[2];
+    int n_tables = 0;
+    for (int il = 0; il < n_layer; il++) {
+        PyObject *v[ST_N_FIELDS], *rope_freqs = NULL;
+        char what[32];
+        snprintf(what, sizeof what, "layer %d", il);
+        if (!st_by_name(PyList_GET_ITEM(layers, il), st_field_names, ST_N_FIELDS, v, what)) return -1;
+        ms_layer *L = &self->m.layers[il];
+        for (int i = 0; i < ST_N_FIELDS; i++) {
+            const st_field *f = &st_fields[i];
+            char *at = (char *)L + f->offset;
+            int ok = 1;
+            if (f->kind == ST_VEC)
+                ok = stack_vector(self, v[i], ms_dim(&self->m, f->size), f->required, (const float **)at, f->name, il);
+            else if (f->kind == ST_MAT && v[i] == Py_None && !f->required)
+                ok = 1; /* absent (calloc'd: no pieces) */
+            else if (f->kind == ST_MAT)
+                ok = stack_matrix(self, v[i], ms_dim(&self->m, f->size), ms_dim(&self->m, f->outputs),
+                                  (ms_matrix *)at, f->name, il);
+            else if (f->kind == ST_F64)
+                *(double *)at = PyFloat_AsDouble(v[i]);
+            else
+                *(int64_t *)at = PyLong_AsLongLong(v[i]);
+            if (!ok || PyErr_Occurred()) return -1;
+            if (at == (char *)&L->rope_freqs) rope_freqs = v[i];
+        }
+        const char *bad = ms_check_layer(&self->m, L);
+        if (bad) {
+            PyErr_Format(PyExc_ValueError, "Stack: layer %d: %s", il, bad);
+            return -1;
+        }
+        if (!isfinite(L->rope_base) || L->rope_base <= 0 || L->window < 0) {
+            PyErr_Format(PyExc_ValueError, "Stack: layer %d: rope base %g, window %lld", il, L->rope_base,
+                         (long long)L->window);
+            return -1;
+        }
+        int found = 0;
+        for (int i = 0; i < n_tables; i++) found |= bases[i] == L->rope_base && freqs[i] == rope_freqs;
+        if (!found) {
+            if (n_tables == 2) {
+                PyErr_SetString(PyExc_ValueError, "Stack: at most two rope bases/factors over the layers");
+                return -1;
+            }
+            bases[n_tables] = L->rope_base, freqs[n_tables++] = rope_freqs;
+        }
+    }
+    if (head != Py_None) { /* (out_norm, output matrix, n_vocab): "layer" n_layer in the messages */
+        long long n_vocab;
+        PyObject *norm, *out;
+        if (!PyTuple_Check(head) || !PyArg_ParseTuple(head, "OOL", &norm, &out, &n_vocab)) {
+            if (!PyErr_Occurred() || PyErr_ExceptionMatches(PyExc_TypeError)) {
+                PyErr_Clear();
+                PyErr_SetString(PyExc_ValueError, "Stack: head must be None or (out_norm, output, n_vocab)");
+            }
+            return -1;
+        }
+        if (n_vocab < 1 || n_vocab > (1LL << 31)) {
+            PyErr_Format(PyExc_ValueError, "Stack: head: n_vocab %lld out of range", n_vocab);
+            return -1;
+        }
+        if (!stack_vector(self, norm, d, 1, &self->m.out_norm, "out_norm", n_layer) ||
+            !stack_matrix(self, out, d, n_vocab, &self->m.output, "output", n_layer))
+            return -1;
+    }
+    return 0;
+}
+
+/* forward(x, seqs, threads): x [T, n_embd] float32, run through every block in place; seqs a list of (rows, start,
+ * k_caches, v_caches), one per sequence, whose rows lie in x one sequence after the other (rows >= 1, adding up to
+ * T): that sequence's tokens at positions start..start+rows-1, their keys and values stored in its caches (one
+ * float16 array per layer, [capacity, n_head_kv, head_dim(_v)], capacity >= start + rows). No two of the arrays
+ * (x and every cache) may share memory: the threads of a pass write them at once. */
+static PyObject *Stack_forward(StackObject *self, PyObject *args) {
+    PyObject *xo, *list, *lo = Py_None;
+    int threads;
+    if (!self->m.layers) return PyErr_Format(PyExc_RuntimeError, "Stack is not initialised");
+    if (!PyArg_ParseTuple(args, "OO!i|O", &xo, &PyList_Type, &list, &threads, &lo)) return NULL;
+    const ms_model *m = &self->m;
+    const Py_ssize_t n_seq = PyList_GET_SIZE(list);
+    if (threads < 1 || threads > 1024 || n_seq < 1 || n_seq > (1 << 16))
+        return PyErr_Format(PyExc_ValueError, "forward: expected 1..1024 threads and 1..65536 sequences, got %d and "
+                            "%zd", threads, n_seq);
+    PyObject *so = PyList_AsTuple(list); /* the items stay alive whatever a buffer export does to the list */
+    if (!so) return NULL;
+    Py_buffer xb, lb = {0};
+    if (!get_array(xo, &xb, 4, "x")) {
+        Py_DECREF(so);
+        return NULL;
+    }
+    if (lo != Py_None && !get_array(lo, &lb, 4, "logits")) {
+        PyBuffer_Release(&xb);
+        Py_DECREF(so);
+        return NULL;
+    }
+    const long long T = xb.len / 4 / m->n_embd;
+    PyObject *res = NULL;
+    const size_t n_arrays = 2 * (size_t)m->n_layer * (size_t)n_seq;
+    size_t n_caches = 0;
+    Py_buffer *cb = PyMem_Calloc(n_arrays, sizeof(Py_buffer));
+    uint16_t **ptrs = PyMem_Calloc(n_arrays, sizeof(uint16_t *));
+    ms_seq *seqs = PyMem_Calloc((size_t)n_seq, sizeof(ms_seq));
+    ms_span *spans = PyMem_Calloc(n_arrays + 2, sizeof(ms_span));
+    if (!cb || !ptrs || !seqs || !spans) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (xb.readonly || (xb.format && strcmp(xb.format, "f")) || T < 1 || xb.len != T * m->n_embd * 4) {
+        PyErr_Format(PyExc_ValueError, "forward: x must be writable float32 rows of %lld values",
+                     (long long)m->n_embd);
+        goto done;
+    }
+    long long rows_seen = 0;
+    for (Py_ssize_t s = 0; s < n_seq; s++) {
+        PyObject *ko, *vo;
+        long long rows, start;
+        PyObject *item = PyTuple_GET_ITEM(so, s);
+        if (!PyTuple_Check(item)) {
+            PyErr_Format(PyExc_TypeError, "forward: sequence %zd must be a tuple (rows, start, k_caches, v_caches)",
+                         s);
+            goto done;
+        }
+        if (!PyArg_ParseTuple(item, "LLO!O!", &rows, &start, &PyList_Type, &ko, &PyList_Type, &vo)) goto done;
+        if (rows < 1 || rows > T - rows_seen || start < 0 || start > (1LL << 40) ||
+            PyList_GET_SIZE(ko) != m->n_layer || PyList_GET_SIZE(vo) != m->n_layer) {
+            PyErr_Format(PyExc_ValueError, "forward: sequence %zd: expected 1..%lld rows (of x's %lld left), a "
+                         "position >= 0, %d key and value caches", s, T - rows_seen, T - rows_seen, m->n_layer);
+            goto done;
+        }
+        rows_seen += rows;
+        uint16_t **kp = ptrs + 2 * (size_t)m->n_layer * (size_t)s;
+        for (int i = 0; i < 2 * m->n_layer; i++) {
+            const int is_v = i >= m->n_layer;
+            /* the list may have changed size while an earlier item's buffer was taken (a __buffer__ in Python) */
+            PyObject *list = is_v ? vo : ko;
+            if (PyList_GET_SIZE(list) != m->n_layer) {
+                PyErr_SetString(PyExc_ValueError, "forward: a cache list changed size");
+                goto done;
+            }
+            Py_buffer *b = &cb[n_caches];
+            if (!get_array(PyList_GET_ITEM(list, i % m->n_layer), b, 2, "cache")) goto done;
+            n_caches++;
+            const long long need = (start + rows) * m->n_head_kv * (is_v ? m->head_dim_v : m->head_dim);
+            if (b->readonly || !b->format || strcmp(b->format, "e") || b->len / 2 < need) {
+                PyErr_Format(PyExc_ValueError, "forward: sequence %zd: cache %d has %zd values, expected at least "
+                             "%lld writable float16", s, i, b->len / 2, need);
+                goto done;
+            }
+            kp[i] = b->buf;
+        }
+        seqs[s] = (ms_seq){.n = rows, .start = start, .k = kp, .v = kp + m->n_layer};
+    }
+    if (rows_seen != T) {
+        PyErr_Format(PyExc_ValueError, "forward: the sequences have %lld rows, x has %lld", rows_seen, T);
+        goto done;
+    }
+    if (lb.buf && (!m->out_norm || lb.readonly || (lb.format && strcmp(lb.format, "f")) ||
+                   lb.len != (Py_ssize_t)n_seq * m->output.n_out * 4)) {
+        PyErr_Format(PyExc_ValueError, "forward: logits must be writable float32 [%zd sequences, %lld] of a Stack "
+                     "made with a head, got %zd values%s", n_seq, (long long)m->output.n_out, lb.len / 4,
+                     m->out_norm ? "" : " (this Stack has none)");
+        goto done;
+    }
+    for (size_t i = 0; i < n_caches; i++)
+        spans[i] = (ms_span){(uintptr_t)cb[i].buf, (uintptr_t)cb[i].buf + (uintptr_t)cb[i].len};
+    spans[n_caches] = (ms_span){(uintptr_t)xb.buf, (uintptr_t)xb.buf + (uintptr_t)xb.len};
+    size_t n_spans = n_caches + 1;
+    if (lb.buf) spans[n_spans++] = (ms_span){(uintptr_t)lb.buf, (uintptr_t)lb.buf + (uintptr_t)lb.len};
+    if (ms_spans_overlap(spans, n_spans)) {
+        PyErr_SetString(PyExc_ValueError, "forward: x, the logits and the caches must not share memory (is a "
+                        "cache given twice?)");
+        goto done;
+    }
+    int ok;
+    Py_BEGIN_ALLOW_THREADS
+    ok = ms_forward(m, xb.buf, seqs, (int)n_seq, threads, lb.buf);
+    Py_END_ALLOW_THREADS
+    if (ok) {
+        Py_INCREF(Py_None);
+        res = Py_None;
+    } else
+        PyErr_NoMemory();
+done:
+    for (size_t i = 0; i < n_caches; i++) PyBuffer_Release(&cb[i]);
+    PyMem_Free(cb);
+    PyMem_Free(ptrs);
+    PyMem_Free(seqs);
+    PyMem_Free(spans);
+    if (lb.buf) PyBuffer_Release(&lb);
+    PyBuffer_Release(&xb);
+    Py_DECREF(so);
+    return res;
+}
+
+static PyMethodDef Stack_methods[] = {
+    {"forward", (PyCFunction)Stack_forward, METH_VARARGS,
+     "forward(x, seqs, threads, logits=None): every block over x [T, n_embd] in place; seqs: [(rows, start, "
+     "k_caches, v_caches), ...], each sequence's rows in turn; logits [len(seqs), n_vocab]: each sequence's last "
+     "row through the head (a Stack made with one)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject StackType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "minillama._native._core.Stack",
+    .tp_basicsize = sizeof(StackObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A llama-family model's blocks over its quantized weights (model.c).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Stack_init,
+    .tp_dealloc = (destructor)Stack_dealloc,
+    .tp_methods = Stack_methods,
+};
+
+
+/* gelu_table() -> bytes: ms_gelu_table as 65536 float32 (tests compare it with llama.cpp's ggml_table_gelu_f16). */
+static PyObject *gelu_table(PyObject *self, PyObject *unused) {
+    (void)self, (void)unused;
+    return PyBytes_FromStringAndSize((const char *)ms_gelu_table(), 65536 * sizeof(float));
+}
+
+static PyMethodDef model_functions[] = {
+    {"gelu_table", gelu_table, METH_NOARGS, "gelu_table() -> bytes: GeGLU's table of GELU at every float16, float32."},
+    {NULL, NULL, 0, NULL},
+};
+
+int add_model(PyObject *m) {
+    for (int i = 0; i < ST_N_FIELDS; i++) st_field_names[i] = st_fields[i].name;
+    for (int i = 0; i < ST_N_HPARAMS; i++) st_hparam_names[i] = st_hparams[i].name;
+    if (PyType_Ready(&StackType) < 0) return -1;
+    PyObject *fields = st_names_tuple(st_field_names, ST_N_FIELDS), *hps = st_names_tuple(st_hparam_names, ST_N_HPARAMS);
+    int bad = !fields || !hps || PyDict_SetItemString(StackType.tp_dict, "FIELDS", fields) < 0 ||
+              PyDict_SetItemString(StackType.tp_dict, "HPARAMS", hps) < 0;
+    Py_XDECREF(fields);
+    Py_XDECREF(hps);
+    if (bad) return -1;
+    PyType_Modified(&StackType);
+    if (PyModule_AddObjectRef(m, "Stack", (PyObject *)&StackType) < 0) return -1;
+    return PyModule_AddFunctions(m, model_functions);
+}

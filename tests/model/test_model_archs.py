@@ -1,0 +1,589 @@
+"""The qwen2, qwen3 and phi3 forward passes against llama.cpp, on tiny synthetic models the tests make themselves.
+
+No real weights of these architectures can be downloaded here, so tools/make_synthetic_arch.py writes one small
+model per architecture with random weights (the same seed always gives the same bytes), and
+tests/data/archs_llamacpp_greedy.json holds llama.cpp's greedy continuations on those files with its top-5
+log-probs (made by the same tool with --expected). Each test first checks that the file it made has the stored
+sha256, so the stored outputs are llama.cpp's on exactly this file; then minillama, teacher-forced on llama.cpp's
+continuation, must pick llama.cpp's token at every position where llama.cpp's top two are 0.5 apart or more.
+Hostile variants of the same files (a tensor missing, a tensor of the wrong shape, long-rope factors, a tensor
+llama.cpp would not load) must be a clear error naming the tensor.
+
+The llama models: "llama" is shaped like Llama 3.2 (rope base 500000, rope_freqs.weight computed as llama.cpp's
+converter computes llama3 rope scaling, factor 32) and is also run on three prompts of 1,200 tokens, where the
+factors decide the rotation of the slow pairs; "llama-biases" carries every optional bias llama.cpp loads for llama,
+and "qwen2-output-bias", "qwen3-biases", "phi3-biases" the optional biases llama.cpp loads for those. "mistral3"
+is the architecture added as one file (minillama/model/mistral3.py, an ArchSpec of llama's blocks): llama.cpp
+runs its own mistral3 graph on it. "qwen3moe" is the mixture-of-experts architecture (8 experts, 2 used per token,
+Q4_K gate/up experts): llama.cpp's build_moe_ffn routes its tokens.
+
+The architectures themselves come from the registry (minillama.model.spec): what the CLI's help, the error
+messages and the docs list is checked against it here.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.util
+import json
+import re
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+import pytest
+from support import DATA, REPO
+
+from minillama.errors import FormatError, UnsupportedError
+from minillama.generate import Sampler
+from minillama.model import Model, spec
+
+gguf = pytest.importorskip("gguf")
+
+EXPECTED = DATA / "archs_llamacpp_greedy.json"
+ARCHS = ["qwen2", "qwen3", "phi3", "llama", "llama-biases", "qwen2-output-bias", "qwen3-biases", "phi3-biases",
+         "mistral3", "qwen3moe"]
+
+
+@functools.cache
+def generator() -> ModuleType:
+    """tools/make_synthetic_arch.py as a module."""
+    spec = importlib.util.spec_from_file_location("make_synthetic_arch", REPO / "tools" / "make_synthetic_arch.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+class Made:
+    """The seed-0 synthetic models, each written once per test module on first use, and loaded once."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self._models: dict[str, Model] = {}
+
+    def path(self, arch: str) -> Path:
+        path = self.directory / f"{arch}.gguf"
+        if not path.exists():
+            generator().write_model(arch, path)
+        return path
+
+    def model(self, arch: str) -> Model:
+        if arch not in self._models:
+            self._models[arch] = Model.from_file(self.path(arch))
+        return self._models[arch]
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory: pytest.TempPathFactory) -> Made:
+    return Made(tmp_path_factory.mktemp("archs"))
+
+
+@functools.cache
+def expected(arch: str) -> dict:
+    return json.loads(EXPECTED.read_text(encoding="utf-8"))["archs"][arch]
+
+
+def margin(top: list[list[float]]) -> float:
+    """llama.cpp's log-prob gap between its first and second choice."""
+    return top[0][1] - top[1][1] if len(top) > 1 else float("inf")
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_the_generator_makes_the_file_llamacpp_was_run_on(made: Made, arch: str) -> None:
+    digest = hashlib.sha256(made.path(arch).read_bytes()).hexdigest()
+    assert digest == expected(arch)["sha256"], (
+        f"tools/make_synthetic_arch.py no longer writes the {arch} model llama.cpp's stored outputs are for; "
+        "rerun it with --expected to remake tests/data/archs_llamacpp_greedy.json")
+    assert made.path(arch).stat().st_size < 2 << 20
+
+
+def slack(m: Model) -> int:
+    """Confident positions m may miss: 0, but 1 for a mixture of experts in the Python blocks. Their float32
+    products (llama.cpp quantizes the activations) move a token's router scores in the last bits, and where two
+    experts are that close the token takes the other one, which changes its whole feed-forward: one such position
+    of the stored ones is seen on the pure backend. The C blocks (the native backend) take every one."""
+    return 1 if spec.get(m.hparams.arch).experts and m._stack is None else 0
+
+
+def agreement(m: Model, arch: str) -> tuple[int, int]:
+    """(positions where m's argmax is llama.cpp's, positions where llama.cpp's top two are 0.5 apart or more),
+    teacher-forced on llama.cpp's stored continuations of every prompt for model `arch`."""
+    seen = agree = 0
+    for case in expected(arch)["cases"]:
+        gen = [g["id"] for g in case["gen"]]
+        n = len(case["prompt_ids"])
+        ours = m.logits(case["prompt_ids"] + gen[:-1])[n - 1:].argmax(-1)
+        for o, g in zip(ours.tolist(), case["gen"], strict=True):
+            if margin(g["top"]) >= 0.5:
+                seen += 1
+                agree += o == g["id"]
+    return agree, seen
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_teacher_forced_argmax_agrees_with_llamacpp(made: Made, arch: str) -> None:
+    m = made.model(arch)
+    assert m.hparams.arch == generator().ARCHS[arch].get("arch", arch)
+    agree, seen = agreement(m, arch)
+    assert seen >= 100, "too few confident positions for the test to mean anything"
+    assert agree >= seen - slack(m), (f"{arch}: argmax differs from llama.cpp at {seen - agree} of {seen} positions "
+                                   "(margin >= 0.5)")
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_cached_steps_agree_with_llamacpp(made: Made, arch: str) -> None:
+    """next_token one token at a time (the KV cache path) makes llama.cpp's confident choices too."""
+    m, greedy = made.model(arch), Sampler(temperature=0)
+    m.reset()
+    seen = agree = 0
+    for case in expected(arch)["cases"][:2]:
+        ids = list(case["prompt_ids"])
+        for g in case["gen"][:16]:
+            if margin(g["top"]) >= 0.5:
+                seen += 1
+                agree += m.next_token(ids, greedy) == g["id"]
+            ids.append(g["id"])
+    assert seen >= 10 and agree >= seen - slack(m)
+
+
+# -- hostile files --------------------------------------------------------------------------------------------------
+
+def rewrite(src: Path, dst: Path, drop: tuple[str, ...] = (), put: dict[str, np.ndarray] | None = None,
+            keys: dict[str, tuple[object, object]] | None = None) -> Path:
+    """src with the tensors named in drop left out, those in put replaced (or added) as F32 arrays (or, given as
+    (raw blocks, ggml type), as they are), and the metadata keys in keys set to (value, GGUF type)."""
+    put, keys = dict(put or {}), dict(keys or {})
+    r = gguf.GGUFReader(src)
+    w = gguf.GGUFWriter(str(dst), str(r.fields["general.architecture"].contents()))
+    for field in r.fields.values():
+        if field.name.startswith("GGUF.") or field.name == "general.architecture":
+            continue
+        if field.name in keys:
+            w.add_key_value(field.name, *keys.pop(field.name))
+        elif field.types[0] == gguf.GGUFValueType.ARRAY:
+            w.add_array(field.name, field.contents())
+        else:
+            w.add_key_value(field.name, field.contents(), field.types[0])
+    for name, (value, vtype) in keys.items():
+        w.add_key_value(name, value, vtype)
+    for t in r.tensors:
+        if t.name in drop:
+            continue
+        if t.name in put:
+            w.add_tensor(t.name, put.pop(t.name))
+        else:
+            w.add_tensor(t.name, np.asarray(t.data), raw_shape=np.asarray(t.data).shape, raw_dtype=t.tensor_type)
+    for name, value in put.items():
+        if isinstance(value, tuple):
+            w.add_tensor(name, value[0], raw_shape=value[0].shape, raw_dtype=value[1])
+        else:
+            w.add_tensor(name, value)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return dst
+
+
+def f32(*shape: int) -> np.ndarray:
+    return np.ones(shape, dtype=np.float32)
+
+
+@pytest.mark.parametrize("arch, tensor", [("qwen2", "blk.1.ffn_gate.weight"), ("qwen3", "blk.0.attn_k_norm.weight"),
+                                          ("phi3", "blk.1.attn_qkv.weight"), ("phi3", "blk.0.ffn_up.weight")])
+def test_a_missing_tensor_is_named(made: Made, tmp_path: Path, arch: str, tensor: str) -> None:
+    path = rewrite(made.path(arch), tmp_path / "m.gguf", drop=(tensor,))
+    with pytest.raises(FormatError, match=f"expected a tensor '{tensor}', not found") as e:
+        Model.from_file(path)
+    assert e.value.key == tensor and str(path) in str(e.value)
+
+
+#: (arch, tensor, numpy shape written (n_out, n_in), ggml shape minillama must expect).
+WRONG_SHAPES = [
+    ("qwen2", "blk.0.attn_v.bias", (128,), "[64]"),  # v bias as wide as q's
+    ("qwen3", "blk.1.attn_q_norm.weight", (32,), "[64]"),  # n_embd / n_head instead of key_length
+    ("phi3", "blk.0.ffn_up.weight", (320, 128), "[128, 640]"),  # up alone, without the gate half
+    ("phi3", "blk.1.attn_qkv.weight", (128, 128), "[128, 256]"),  # q rows only
+]
+
+
+@pytest.mark.parametrize("arch, tensor, shape, want", WRONG_SHAPES)
+def test_a_tensor_of_the_wrong_shape_is_named(made: Made, tmp_path: Path, arch: str, tensor: str,
+                                              shape: tuple[int, ...], want: str) -> None:
+    path = rewrite(made.path(arch), tmp_path / "m.gguf", put={tensor: f32(*shape)})
+    found = str(list(reversed(shape)))
+    with pytest.raises(FormatError, match=f"tensor {tensor} has shape {found}, expected {want}".replace("[", r"\[")):
+        Model.from_file(path)
+
+
+@pytest.mark.parametrize("arch, tensor", [("phi3", "rope_factors_long.weight"), ("phi3", "rope_factors_short.weight")])
+def test_rope_factors_are_refused_not_ignored(made: Made, tmp_path: Path, arch: str, tensor: str) -> None:
+    """A long-context model rotates with per-dimension factors; run without them it would be silently wrong."""
+    path = rewrite(made.path(arch), tmp_path / "m.gguf", put={tensor: f32(16)})
+    with pytest.raises(UnsupportedError, match=f"tensor {tensor} holds .*rope.*minillama does not implement"):
+        Model.from_file(path)
+
+
+#: (model, tensor added, its numpy shape): tensors llama.cpp's loader for that architecture does not take, so it
+#: refuses the file ("done_getting_tensors: wrong number of tensors", checked with xllamacpp 2026.10.11549).
+UNUSED = [
+    ("llama", "blk.0.attn_norm.bias", (128,)),  # a bias llama.cpp has no slot for
+    ("llama", "output.bias", (1000,)),
+    ("llama", "blk.1.attn_q_norm.weight", (64,)),  # qwen3's per-head norm
+    ("qwen2", "rope_freqs.weight", (32,)),  # llama.cpp's qwen2 and qwen3 pass no rope factors
+    ("qwen3", "rope_freqs.weight", (32,)),
+    ("qwen2", "blk.0.attn_output.bias", (128,)),
+    ("phi3", "blk.0.ffn_up.bias", (640,)),
+    ("qwen3", "blk.1.extra.weight", (4,)),
+]
+
+
+@pytest.mark.parametrize("arch, tensor, shape", UNUSED)
+def test_a_tensor_llamacpp_would_not_load_is_refused(made: Made, tmp_path: Path, arch: str, tensor: str,
+                                                     shape: tuple[int, ...]) -> None:
+    """llama.cpp refuses a file with a tensor its architecture does not use; minillama accepted it and ran as if it
+    were not there. Now both refuse the same files, and minillama names the tensor."""
+    path = rewrite(made.path(arch), tmp_path / "m.gguf", put={tensor: f32(*shape)})
+    with pytest.raises(FormatError, match=f"tensor {tensor} is not part of a .* model") as e:
+        Model.from_file(path)
+    assert e.value.key == tensor and str(path) in str(e.value)
+
+
+def relayout_qkv(src: Path, dst: Path, fuse: bool, n_layer: int = 2) -> Path:
+    """src with each block's q, k and v matrices (and biases) joined into attn_qkv (fuse) or attn_qkv split into
+    attn_q/k/v: the same rows, in the other layout llama.cpp's create_tensor_qkv takes."""
+    r = gguf.GGUFReader(src)
+    t = {x.name: x for x in r.tensors}
+    drop, put = [], {}
+    for i in range(n_layer):
+        for kind in ("weight", "bias"):
+            parts = [f"blk.{i}.attn_{x}.{kind}" for x in "qkv"]
+            fused = f"blk.{i}.attn_qkv.{kind}"
+            if fuse and parts[0] in t:
+                drop += parts
+                put[fused] = (np.concatenate([np.asarray(t[n].data) for n in parts]), t[parts[0]].tensor_type)
+            elif not fuse and fused in t:
+                drop.append(fused)
+                data, n_rows = np.asarray(t[fused].data), [128, 64, 64]  # q, k, v outputs of the phi3 models
+                for name, rows in zip(parts, np.split(data, np.cumsum(n_rows)[:-1]), strict=True):
+                    put[name] = (np.ascontiguousarray(rows), t[fused].tensor_type)
+    return rewrite(src, dst, drop=tuple(drop), put=put)
+
+
+@pytest.mark.parametrize("arch, fuse", [("llama-biases", True), ("qwen3-biases", True), ("phi3-biases", False)])
+def test_the_other_qkv_layout_runs_as_llamacpp_runs_it(made: Made, tmp_path: Path, arch: str, fuse: bool) -> None:
+    """llama.cpp takes a block's q, k and v as attn_q/k/v or as one attn_qkv (with their biases) in every
+    architecture, and computes the same rows either way: on the file relaid out, its greedy outputs are the stored
+    ones (checked once with xllamacpp 2026.10.11549). minillama refused llama/qwen3 files with attn_qkv and phi3
+    files with attn_q/k/v."""
+    agree, seen = agreement(Model.from_file(relayout_qkv(made.path(arch), tmp_path / "m.gguf", fuse)), arch)
+    assert seen >= 100 and agree == seen
+
+
+def test_qwen2_without_qkv_biases_runs_as_with_zero_biases(made: Made, tmp_path: Path) -> None:
+    """llama.cpp loads a qwen2 file without attn_{q,k,v}.bias (optional in its loader) and adds nothing: the same
+    as biases of zeros. minillama refused the file."""
+    biases = tuple(f"blk.{i}.attn_{x}.bias" for i in range(2) for x in "qkv")
+    r = gguf.GGUFReader(made.path("qwen2"))
+    zeros = {t.name: np.zeros_like(np.asarray(t.data)) for t in r.tensors if t.name in biases}
+    without = Model.from_file(rewrite(made.path("qwen2"), tmp_path / "without.gguf", drop=biases))
+    zero = Model.from_file(rewrite(made.path("qwen2"), tmp_path / "zero.gguf", put=zeros))
+    ids = expected("qwen2")["cases"][0]["prompt_ids"]
+    # equal to float rounding: the float32 path's BLAS may round a product with a bias added after it differently
+    # (2e-4 here); the native path gives the same bits
+    np.testing.assert_allclose(without.logits(ids), zero.logits(ids), rtol=0, atol=1e-3)
+
+
+def test_llama_rope_freqs_of_the_wrong_length_is_named(made: Made, tmp_path: Path) -> None:
+    """llama.cpp checks rope_freqs.weight against n_rot/2 (32 for heads of 64): 16 factors are refused."""
+    path = rewrite(made.path("llama"), tmp_path / "m.gguf", put={"rope_freqs.weight": f32(16)})
+    with pytest.raises(FormatError, match=r"tensor rope_freqs.weight has shape \[16\], expected \[32\]"):
+        Model.from_file(path)
+
+
+def test_llama_rope_factors_are_the_converters() -> None:
+    """The generator's rope_freqs for Llama 3.2 (head 64, base 500000, factor 32, low 1, high 4, original 8192), by
+    the converter's definition: 1 below wavelength 8192/4, 32 above 8192, 1 / ((1 - s) / 32 + s) between, with
+    s = (8192 / wavelength - 1) / 3 and wavelength 2 pi * 500000^(2i/64)."""
+    gen = generator()
+    got = gen.llama3_rope_factors(64, 500000.0, gen.LLAMA32_ROPE)
+    wavelen = 2 * np.pi * 500000.0 ** (np.arange(0, 64, 2) / 64)
+    s = (8192 / wavelen - 1) / 3
+    want = np.where(wavelen < 2048, 1.0, np.where(wavelen > 8192, 32.0, 1 / ((1 - s) / 32 + s)))
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    assert (got == 1).sum() == 15 and (got == 32).sum() == 14  # three pairs in the smooth band
+
+
+def test_llama_rope_must_turn_whole_heads(made: Made, tmp_path: Path) -> None:
+    """llama.cpp refuses a llama file whose rope.dimension_count is not the head size ("invalid n_rot: 32,
+    expected 64"); minillama ran it with half of each head unrotated."""
+    key = "llama.rope.dimension_count"
+    path = rewrite(made.path("llama-biases"), tmp_path / "m.gguf", keys={key: (16, gguf.GGUFValueType.UINT32)})
+    with pytest.raises(FormatError, match=f"{key} is 16, expected 32") as e:
+        Model.from_file(path)
+    assert e.value.key == key
+
+
+@pytest.mark.parametrize("arch, head", [("qwen2", 32), ("qwen3", 64)])
+def test_qwen_rope_must_turn_whole_heads(made: Made, tmp_path: Path, arch: str, head: int) -> None:
+    """llama.cpp asserts rope.dimension_count == head size for qwen2/qwen3; a file saying less is refused, not run
+    with part of each head left unrotated."""
+    key = f"{arch}.rope.dimension_count"
+    path = rewrite(made.path(arch), tmp_path / "m.gguf", keys={key: (16, gguf.GGUFValueType.UINT32)})
+    with pytest.raises(FormatError, match=f"{key} is 16, expected {head}") as e:
+        Model.from_file(path)
+    assert e.value.key == key
+
+
+def test_numpy_quantizers_write_llamacpps_bytes() -> None:
+    """Without xllamacpp the generator quantizes with gguf-py; for its types that must be llama.cpp's bytes, or the
+    sha256 check fails on machines without the oracle extra."""
+    pytest.importorskip("xllamacpp")
+    pytest.importorskip("cffi")
+    gen = generator()
+    ref = gen._llamacpp_quantizer()
+    assert ref is not None
+    rng = np.random.default_rng(1)
+    for qtype in sorted(set(gen.TYPES.values()) - {gguf.GGMLQuantizationType.F32}):
+        w = rng.standard_normal((7, 256), dtype=np.float32) * np.float32(0.3)
+        w[0, :32] = 0  # an all-zero block
+        try:
+            theirs = gguf.quants.quantize(w, qtype)
+        except NotImplementedError:  # gguf-py has no K-quant quantizer: the qwen3moe model needs xllamacpp
+            continue
+        assert np.array_equal(ref(w, qtype), theirs), qtype.name
+
+
+# -- the registry of architectures ---------------------------------------------------------------------------------
+
+def test_every_architecture_module_registers_a_frozen_spec() -> None:
+    """supported() finds every architecture module of minillama/model without a list to edit: the seven written, each
+    an ArchSpec that cannot be changed after registration and, but for qwen3moe (the Python blocks with the C
+    kernels), that model.c runs (native kind given)."""
+    import dataclasses
+
+    assert spec.supported() == ["gemma3", "llama", "mistral3", "phi3", "qwen2", "qwen3", "qwen3moe"]
+    for name in spec.supported():
+        s = spec.get(name)
+        assert isinstance(s, spec.ArchSpec) and s.name == name and (s.native is not None or name == "qwen3moe")
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            s.output_bias = True  # type: ignore[misc]
+        with pytest.raises(TypeError):
+            s.layer_tensors["extra"] = ("blk.{i}.extra.weight", ("n_embd",))  # type: ignore[index]
+    assert spec.get("qwen2").output_bias and not spec.get("llama").output_bias
+    assert spec.get("gemma3").native.geglu and spec.get("qwen3").native.rope_neox
+    assert not spec.get("mistral3").native.rope_neox  # llama.cpp: LLAMA_ROPE_TYPE_NORM for mistral3
+    with pytest.raises(TypeError, match="registered twice"):
+        spec.register(dataclasses.replace(spec.get("llama")))
+
+
+def test_an_unknown_architecture_names_the_registrys(made: Made, tmp_path: Path) -> None:
+    path = rewrite(made.path("llama"), tmp_path / "m.gguf")
+    r = gguf.GGUFReader(path)
+    w = gguf.GGUFWriter(str(tmp_path / "x.gguf"), "falcon")
+    for t in r.tensors:
+        w.add_tensor(t.name, np.asarray(t.data), raw_shape=np.asarray(t.data).shape, raw_dtype=t.tensor_type)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pytest.raises(UnsupportedError, match="architecture 'falcon' is not supported; minillama runs "
+                       + ", ".join(spec.supported())):
+        Model.from_file(tmp_path / "x.gguf")
+
+
+def test_the_cli_and_docs_list_the_registrys_architectures() -> None:
+    """The CLI's --model help comes from the registry; README.md and docs/model.md name exactly its architectures."""
+    import re
+
+    from minillama.cli import build_parser
+
+    names = spec.supported()
+    parser = build_parser("generate")
+    sub = next(a for a in parser._actions if a.dest == "command").choices["generate"]
+    model = next(a for a in sub._actions if a.dest == "model")
+    assert model.help == f"GGUF model with weights ({', '.join(names)})"
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    lists = [set(m.split(", ")) for m in re.findall(r"\(([a-z0-9]+(?:, [a-z0-9]+)+)[;)]", readme)]
+    assert set(names) in lists, "README.md's list of architectures is not the registry's"
+    page = (REPO / "docs" / "model.md").read_text(encoding="utf-8")
+    assert sorted(re.findall(r"^- `([a-z0-9]+)`:", page, re.M)) == names, "docs/model.md's list is not the registry's"
+
+
+@pytest.mark.parametrize("key, value, vtype", [
+    ("mistral3.attention.temperature_scale", 0.25, gguf.GGUFValueType.FLOAT32),
+    ("mistral3.rope.scaling.factor", 16.0, gguf.GGUFValueType.FLOAT32),
+])
+def test_mistral3_features_not_implemented_are_refused(made: Made, tmp_path: Path, key: str, value: float,
+                                                       vtype: gguf.GGUFValueType) -> None:
+    """llama.cpp's mistral3 scales q by position (llama 4 temperature tuning) and rotates with YaRN when the file
+    says so; minillama implements neither, so such a file is refused rather than run as llama."""
+    path = rewrite(made.path("mistral3"), tmp_path / "m.gguf", keys={key: (value, vtype)})
+    with pytest.raises(UnsupportedError, match=f"{key} is {value!r}: .*not implement for mistral3"):
+        Model.from_file(path)
+    neutral = rewrite(made.path("mistral3"), tmp_path / "n.gguf", keys={key: (0.0, vtype)})
+    assert Model.from_file(neutral).hparams.arch == "mistral3"
+
+
+# -- mixture of experts ---------------------------------------------------------------------------------------------
+
+def test_qwen3moe_routes_to_more_than_its_used_experts(made: Made) -> None:
+    """The synthetic qwen3moe has more experts than a token uses, and its tokens are routed to all of them: a model
+    that ignored the router (or always took the first experts) would disagree with llama.cpp above."""
+    from minillama.model import moe
+
+    m = made.model("qwen3moe")
+    hp = m.hparams
+    assert (hp.n_expert, hp.n_expert_used, hp.n_ff_exp) == (8, 2, 64)
+    layer = m._layers[0]
+    gate = layer["gate_exps"]
+    assert isinstance(gate, moe.Experts) and gate.raw.shape[:2] == (8, 64)
+    assert gate.ggml_type == gguf.GGMLQuantizationType.Q4_K
+    h = np.random.default_rng(0).standard_normal((64, hp.n_embd)).astype(np.float32)
+    chosen, weights = moe.route(layer["router"](h), hp.n_expert_used)
+    assert set(np.unique(chosen).tolist()) == set(range(8))
+    assert np.allclose(weights.sum(-1), 1, atol=1e-6)
+
+
+def test_qwen3moe_runs_in_the_c_blocks_on_the_native_backend(made: Made) -> None:
+    """On the native backend qwen3moe's blocks run in model.c (moe.c's experts), and a single-token prompt gives
+    llama.cpp's log-probs to their stored rounding (its first position: no batch, no attention over others)."""
+    m = made.model("qwen3moe")
+    if not m._native:
+        pytest.skip("the pure backend runs the Python blocks")
+    assert m._stack is not None
+    for case in expected("qwen3moe")["cases"]:
+        gen = case["gen"]
+        s = m.session()
+        ids = list(case["prompt_ids"])
+        for g in gen[:4]:
+            row = s.logits_next(ids).astype(np.float64)
+            lp = row - row.max() - np.log(np.exp(row - row.max()).sum())
+            assert int(lp.argmax()) == g["id"] or margin(g["top"]) < 0.5
+            ids.append(g["id"])
+
+
+def test_qwen3moe_fed_as_llamacpps_server_gives_its_log_probs(made: Made) -> None:
+    """Fed as llama.cpp's server feeds a prompt (all but its last 4 tokens, then those 4, then one token per step),
+    the C blocks give llama.cpp's log-probs to their stored rounding at every position: the router's float32 product
+    in llama.cpp's order (ggml_vec_dot_f32 for one row, tinyBLAS for more), its softmax with ggml_v_expf, and each
+    expert's rows one at a time as mul_mat_id multiplies them (a batch's rows grouped four to a tile would take
+    other bits). Prompts of fewer than 64 tokens: from 64 rows on llama.cpp's attention takes its tiled path."""
+    m = made.model("qwen3moe")
+    if m._stack is None:
+        pytest.skip("the pure backend's float32 products are not llama.cpp's bits")
+    from minillama._native import _core
+
+    if _core.kernels() != "avx2":
+        pytest.skip(f"the {_core.kernels()} kernels sum in ggml's generic order, not its AVX2 one")
+    diffs, seen = [], 0
+    for case in expected("qwen3moe")["cases"]:
+        prompt = case["prompt_ids"]
+        if len(prompt) >= 64:
+            continue
+        s = m.session()
+        s.logits_next(prompt[:-4])
+        for i, g in enumerate(case["gen"]):
+            row = s.logits_next(prompt + [x["id"] for x in case["gen"][:i]]).astype(np.float64)
+            lp = row - row.max() - np.log(np.exp(row - row.max()).sum())
+            assert int(lp.argmax()) == g["id"], f"position {i} of {prompt[:4]}...: {int(lp.argmax())} != {g['id']}"
+            diffs += [abs(lp[t] - v) for t, v in g["top"]]
+            seen += 1
+    assert seen >= 150
+    assert np.mean(diffs) < 1e-4 and np.max(diffs) < 1e-4, (np.mean(diffs), np.max(diffs))
+
+
+def test_qwen3moe_reads_only_the_chosen_experts(made: Made, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A single-token step multiplies (on the pure backend, dequantizes) only the matrices of the experts its
+    token chose; a prompt's rows are grouped by expert, so no expert matrix is taken twice in a block."""
+    from minillama.model import moe
+
+    m = made.model("qwen3moe")
+    if m._stack is not None:
+        pytest.skip("the C blocks read the experts' rows in moe.c")
+    taken: list[tuple[int, int]] = []
+    real = moe.Experts.expert
+
+    def counting(self: moe.Experts, e: int):
+        taken.append((id(self), e))
+        return real(self, e)
+
+    monkeypatch.setattr(moe.Experts, "expert", counting)
+    m.logits([5])
+    n_layer, k = m.hparams.n_layer, m.hparams.n_expert_used
+    assert len(taken) == 3 * k * n_layer  # gate, up, down of the k chosen experts in every block
+    taken.clear()
+    m.logits(list(range(1, 40)))
+    assert len(taken) == len(set(taken)) and len(taken) <= 3 * m.hparams.n_expert * n_layer
+
+
+def test_moe_routing_as_build_moe_ffn() -> None:
+    """softmax over the experts, the k largest in descending order (ties: the lower expert first, as ggml's sort of
+    a short row), their weights divided by their sum; the experts' outputs summed with those weights."""
+    from minillama.model import moe
+    from minillama.model.layers import Linear, silu
+
+    logits = np.array([[0.0, 2.0, 1.0, 2.0], [3.0, -1.0, 0.5, 0.0]], dtype=np.float32)
+    chosen, weights = moe.route(logits, 2)
+    assert chosen.tolist() == [[1, 3], [0, 2]]
+    p = np.exp(logits - logits.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    want = np.take_along_axis(p, chosen, -1)
+    assert np.allclose(weights, want / want.sum(-1, keepdims=True), rtol=1e-6)
+    _, raw = moe.route(logits, 2, norm=False)
+    assert np.allclose(raw, want, rtol=1e-6)
+
+    class Dense(moe.Experts):  # float32 experts, for a reference product per token
+        def __init__(self, w: np.ndarray) -> None:
+            self.w = w
+            self.raw = w
+
+        def expert(self, e: int) -> Linear:
+            return Linear(self.w[e])
+
+    rng = np.random.default_rng(1)
+    d, f, n = 8, 6, 4
+    g, u, dn = (rng.standard_normal(s).astype(np.float32) for s in [(n, f, d), (n, f, d), (n, d, f)])
+    router = Linear(rng.standard_normal((n, d)).astype(np.float32))
+    x = rng.standard_normal((5, d)).astype(np.float32)
+    out = moe.moe_ffn(x, router, Dense(g), Dense(u), Dense(dn), 2)
+    ch, wt = moe.route(router(x), 2)
+    for t in range(5):
+        ref = sum(wt[t, i] * (dn[e] @ (silu(g[e] @ x[t]) * (u[e] @ x[t]))) for i, e in enumerate(ch[t]))
+        assert np.allclose(out[t], ref, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("keys, match", [
+    ({"qwen3moe.expert_used_count": (9, gguf.GGUFValueType.UINT32)}, "expert_used_count is 9 with qwen3moe.expert_count 8"),
+    ({"qwen3moe.expert_used_count": (0, gguf.GGUFValueType.UINT32)}, "expert_used_count is 0 with qwen3moe.expert_count 8"),
+    ({"qwen3moe.expert_count": (0, gguf.GGUFValueType.UINT32),
+      "qwen3moe.expert_used_count": (0, gguf.GGUFValueType.UINT32)}, "expert_count is missing or 0"),
+    ({"qwen3moe.expert_count": (513, gguf.GGUFValueType.UINT32)}, "expert_count is 513, expected 0..512"),
+    ({"qwen3moe.expert_used_count": (2.5, gguf.GGUFValueType.FLOAT32)}, "expected an integer type"),
+])
+def test_qwen3moe_hostile_expert_counts(made: Made, tmp_path: Path, keys: dict, match: str) -> None:
+    path = rewrite(made.path("qwen3moe"), tmp_path / "m.gguf", keys=keys)
+    with pytest.raises(FormatError, match=match):
+        Model.from_file(path)
+
+
+def test_qwen3moe_missing_expert_tensor_is_named(made: Made, tmp_path: Path) -> None:
+    tensor = "blk.1.ffn_up_exps.weight"
+    path = rewrite(made.path("qwen3moe"), tmp_path / "m.gguf", drop=(tensor,))
+    with pytest.raises(FormatError, match=f"expected a tensor '{tensor}', not found"):
+        Model.from_file(path)
+
+
+@pytest.mark.parametrize("tensor, shape, expected", [
+    ("blk.0.ffn_gate_exps.weight", (4, 64, 256), "[256, 64, 8]"),  # half the experts
+    ("blk.1.ffn_down_exps.weight", (8, 64, 256), "[64, 256, 8]"),  # gate's shape where down's belongs
+    ("blk.0.ffn_up_exps.weight", (64, 256), "[256, 64, 8]"),  # one 2-D matrix for all
+    ("blk.0.ffn_gate_inp.weight", (4, 256), "[256, 8]"),  # a router for 4 experts
+])
+def test_qwen3moe_wrong_expert_shape_is_named(made: Made, tmp_path: Path, tensor: str, shape: tuple,
+                                             expected: str) -> None:
+    path = rewrite(made.path("qwen3moe"), tmp_path / "m.gguf", put={tensor: np.ones(shape, dtype=np.float32)})
+    with pytest.raises(FormatError, match=re.escape(f"expected {expected}")):
+        Model.from_file(path)
