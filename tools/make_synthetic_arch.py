@@ -1,4 +1,4 @@
-"""Tiny qwen2 / qwen3 / phi3 / llama / mistral3 GGUFs with random weights: models of architectures whose real weights cannot
+"""Tiny qwen2 / qwen3 / phi3 / llama / mistral3 / qwen3moe GGUFs with random weights: models of architectures whose real weights cannot
 be downloaded here, small enough (under 1 MB) for a test to make and for llama.cpp to run in a second.
 
     python tools/make_synthetic_arch.py NAME OUT.gguf [--seed N]        (NAME: a key of ARCHS)
@@ -7,13 +7,16 @@ be downloaded here, small enough (under 1 MB) for a test to make and for llama.c
 The vocab is minillama's demo vocab (minillama/data/default-vocab.gguf, 1,000 byte-level BPE tokens; llama.cpp
 loads it). The weights are Gaussian, scaled so activations stay in range; norm weights are drawn around 1 and
 the biases around 0, so a forward pass that skips one of them disagrees with llama.cpp. Matrices are quantized
-(Q8_0, Q4_0, Q4_1, Q5_1: the types llama.cpp's own ggml_quantize_chunk writes, called through cffi when the
+(Q8_0, Q4_0, Q4_1, Q5_1, and Q4_K for the experts' gate and up: the types llama.cpp's own ggml_quantize_chunk writes, called through cffi when the
 xllamacpp wheel is installed, as ../shared/tools/make_synthetic_model.py does; otherwise gguf-py's numpy
-quantizers, which write the same bytes for these types). The same arch and seed give the same file, byte for
+quantizers, which write the same bytes for the 32-value types and have none for Q4_K: qwen3moe needs the wheel). The same arch and seed give the same file, byte for
 byte: tests/model/test_model_archs.py checks its sha256 before comparing with llama.cpp's stored outputs
 (tests/data/archs_llamacpp_greedy.json, made by --expected from these files). Beside one plain model per
 architecture: "llama" is Llama-3.2-shaped (rope base 500000, rope_freqs.weight as the converter computes llama3
-rope scaling, long prompts), and the "-biases" models carry the optional biases llama.cpp loads. --only remakes
+rope scaling, long prompts), and the "-biases" models carry the optional biases llama.cpp loads. "qwen3moe" is
+qwen3's attention with a mixture-of-experts feed-forward: 8 experts of which 2 are used per token, each expert's
+gate, up and down one matrix of a 3-D tensor (ffn_gate_exps, ffn_up_exps, ffn_down_exps), the router
+(ffn_gate_inp) float32 as llama.cpp's quantizer leaves it. --only remakes
 the named models' entries of an existing --expected file and keeps the others as they are.
 """
 
@@ -81,17 +84,25 @@ ARCHS: dict[str, dict[str, Any]] = {
                     "biases": ("attn_qkv.bias",)},
     "mistral3": {"layout": "llama", "n_embd": 128, "n_layer": 2, "n_head": 4, "n_head_kv": 2, "key_length": 64,
                  "n_ff": 320, "n_ctx": 4096, "rope_base": 1000000.0, "eps": 1e-5, "tied": False},
+    "qwen3moe": {"n_embd": 256, "n_layer": 2, "n_head": 4, "n_head_kv": 2, "key_length": 64, "n_ff": 320,
+                 "n_ctx": 4096, "rope_base": 1000000.0, "eps": 1e-6, "tied": False, "n_expert": 8,
+                 "n_expert_used": 2, "n_ff_exp": 64},
     "llama-biases": {"arch": "llama", "n_embd": 128, "n_layer": 2, "n_head": 4, "n_head_kv": 2, "n_ff": 320,
                      "n_ctx": 4096, "rope_base": 10000.0, "eps": 1e-5, "tied": False, "biases": LLAMA_BIASES},
 }
 
 #: Quantization type of each kind of matrix (the norms and biases are F32, as llama.cpp's converter writes them).
 TYPES: dict[str, T] = {"token_embd": T.Q8_0, "output": T.Q8_0, "attn": T.Q8_0, "ffn_up": T.Q4_0,
-                       "ffn_gate": T.Q4_1, "ffn_down": T.Q5_1}
+                       "ffn_gate": T.Q4_1, "ffn_down": T.Q5_1, "exps_gate": T.Q4_K, "exps_up": T.Q4_K,
+                       "exps_down": T.Q8_0, "router": T.F32}
 
 #: Scale of the output matrix's rows: logits with a spread of a few units, so llama.cpp's top choice is
 #: usually clear of the second (the test compares at margins >= 0.5).
 OUTPUT_SCALE = 3.0
+#: Scale of the router's rows (ffn_gate_inp): router logits with a spread of a few units, so that a token's choice
+#: of experts is usually clear of the next expert (a near tie flips on the last bits of the activations, and with it
+#: the whole feed-forward of that token).
+ROUTER_SCALE = 4.0
 #: Scale of the embedding rows: small beside what the blocks add, so that a tied output matrix does not simply
 #: predict the last token again (its own row dominating the final state).
 EMBD_SCALE = 0.25
@@ -155,8 +166,8 @@ def llama3_rope_factors(head_dim: int, base: float, scaling: dict[str, float]) -
 
 
 def layer_tensors(arch: str, c: dict[str, Any]) -> list[tuple[str, str, tuple[int, ...]]]:
-    """(GGUF name after "blk.{i}.", kind, numpy shape (n_out, n_in) or (n,)) of one block, in file order; each
-    bias in c["biases"] right after its matrix."""
+    """(GGUF name after "blk.{i}.", kind, numpy shape (n_out, n_in) or (n,), or (n_expert, n_out, n_in) for the
+    experts' 3-D tensors) of one block, in file order; each bias in c["biases"] right after its matrix."""
     arch = c.get("layout", arch)
     d, hd = c["n_embd"], c.get("key_length", c["n_embd"] // c["n_head"])
     q, kv, ff = c["n_head"] * hd, c["n_head_kv"] * hd, c["n_ff"]
@@ -170,11 +181,17 @@ def layer_tensors(arch: str, c: dict[str, Any]) -> list[tuple[str, str, tuple[in
                   ("attn_k.weight", "attn", (kv, d)), ("attn_k_norm.weight", "norm", (hd,)),
                   ("attn_v.weight", "attn", (kv, d))],
         "phi3": [("attn_qkv.weight", "attn", (q + 2 * kv, d))],
-    }[arch]
+    }[arch if arch != "qwen3moe" else "qwen3"]
     ffn = ([("ffn_up.weight", "ffn_up", (2 * ff, d))] if arch == "phi3" else  # gate and up in one matrix
            [("ffn_gate.weight", "ffn_gate", (ff, d)), ("ffn_up.weight", "ffn_up", (ff, d))])
+    down = [("ffn_down.weight", "ffn_down", (d, ff))]
+    if arch == "qwen3moe":  # the router, then each expert's matrices in one tensor (llama.cpp's converter's order)
+        n_exp, ff_exp = c["n_expert"], c["n_ff_exp"]
+        ffn = [("ffn_gate_inp.weight", "router", (n_exp, d)), ("ffn_gate_exps.weight", "exps_gate", (n_exp, ff_exp, d)),
+               ("ffn_up_exps.weight", "exps_up", (n_exp, ff_exp, d))]
+        down = [("ffn_down_exps.weight", "exps_down", (n_exp, d, ff_exp))]
     block = ([("attn_norm.weight", "norm", (d,))] + attn + [("attn_output.weight", "attn", (d, q)),
-             ("ffn_norm.weight", "norm", (d,))] + ffn + [("ffn_down.weight", "ffn_down", (d, ff))])
+             ("ffn_norm.weight", "norm", (d,))] + ffn + down)
     biases = c.get("biases", ())
     out = []
     for name, kind, shape in block:
@@ -216,6 +233,10 @@ def write_model(name: str, out: str | os.PathLike[str], seed: int = 0) -> None:
     w.add_layer_norm_rms_eps(c["eps"])
     if "sliding_window" in c:
         w.add_sliding_window(c["sliding_window"])
+    if "n_expert" in c:
+        w.add_expert_count(c["n_expert"])
+        w.add_expert_used_count(c["n_expert_used"])
+        w.add_expert_feed_forward_length(c["n_ff_exp"])
     w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
 
     def tensor(name: str, kind: str, shape: tuple[int, ...], scale: float | None = None) -> None:
@@ -224,16 +245,21 @@ def write_model(name: str, out: str | os.PathLike[str], seed: int = 0) -> None:
         elif kind == "bias":
             w.add_tensor(name, ((scale or 0.1) * rng.standard_normal(shape)).astype(np.float32))
         else:
-            n_out, n_in = shape
+            n_in = shape[-1]
             x = rng.standard_normal(shape, dtype=np.float32) * np.float32(scale or 1.0 / np.sqrt(n_in))
             qtype = TYPES[kind]
-            blocks = quantize(x, qtype)
+            if qtype == T.F32:
+                w.add_tensor(name, x)
+                return
+            blocks = quantize(x.reshape(-1, n_in), qtype)
+            blocks = blocks.reshape(*shape[:-1], blocks.shape[-1])
             w.add_tensor(name, blocks, raw_shape=blocks.shape, raw_dtype=qtype)
 
     if "llama3_rope" in c:  # first, where the converter writes it (generate_extra_tensors)
         w.add_tensor("rope_freqs.weight", llama3_rope_factors(d // c["n_head"], c["rope_base"], c["llama3_rope"]))
     tensor("token_embd.weight", "token_embd", (n_vocab, d), scale=EMBD_SCALE)
-    gain = {"attn_q.weight": c.get("qk_gain", 1.0), "attn_k.weight": c.get("qk_gain", 1.0)}
+    gain = {"attn_q.weight": c.get("qk_gain", 1.0), "attn_k.weight": c.get("qk_gain", 1.0),
+            "ffn_gate_inp.weight": ROUTER_SCALE}
     for i in range(c["n_layer"]):
         for name, kind, shape in layer_tensors(arch, c):
             tensor(f"blk.{i}.{name}", kind, shape, gain[name] / np.sqrt(shape[1]) if name in gain else None)

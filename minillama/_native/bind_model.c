@@ -194,7 +194,9 @@ static int Stack_init(StackObject *self, PyObject *args, PyObject *kwds) {
         m.n_head % m.n_head_kv || m.head_dim < 1 || m.head_dim > lim || m.head_dim_v < 1 || m.head_dim_v > lim ||
         m.n_ff < 1 || m.n_ff > lim || m.n_rot < 0 || m.n_rot > m.head_dim || m.n_rot % 2 ||
         m.n_head * m.head_dim > lim || m.n_head * m.head_dim_v > lim || PyList_GET_SIZE(layers) < 1 ||
-        PyList_GET_SIZE(layers) > 4096 || !isfinite(m.eps) || m.eps < 0) {
+        PyList_GET_SIZE(layers) > 4096 || !isfinite(m.eps) || m.eps < 0 || m.n_expert < 0 ||
+        m.n_expert > MS_MAX_EXPERTS || m.n_expert_used < 0 || m.n_expert_used > m.n_expert || m.n_ff_exp < 0 ||
+        m.n_ff_exp > lim) {
         PyErr_SetString(PyExc_ValueError, "Stack: hyper-parameters out of range");
         return -1;
     }
@@ -223,6 +225,8 @@ static int Stack_init(StackObject *self, PyObject *args, PyObject *kwds) {
             int ok = 1;
             if (f->kind == ST_VEC)
                 ok = stack_vector(self, v[i], ms_dim(&self->m, f->size), f->required, (const float **)at, f->name, il);
+            else if (f->kind == ST_MAT && v[i] == Py_None && !f->required)
+                ok = 1; /* absent (calloc'd: no pieces) */
             else if (f->kind == ST_MAT)
                 ok = stack_matrix(self, v[i], ms_dim(&self->m, f->size), ms_dim(&self->m, f->outputs),
                                   (ms_matrix *)at, f->name, il);
@@ -232,6 +236,11 @@ static int Stack_init(StackObject *self, PyObject *args, PyObject *kwds) {
                 *(int64_t *)at = PyLong_AsLongLong(v[i]);
             if (!ok || PyErr_Occurred()) return -1;
             if (at == (char *)&L->rope_freqs) rope_freqs = v[i];
+        }
+        const char *bad = ms_check_layer(&self->m, L);
+        if (bad) {
+            PyErr_Format(PyExc_ValueError, "Stack: layer %d: %s", il, bad);
+            return -1;
         }
         if (!isfinite(L->rope_base) || L->rope_base <= 0 || L->window < 0) {
             PyErr_Format(PyExc_ValueError, "Stack: layer %d: rope base %g, window %lld", il, L->rope_base,

@@ -71,7 +71,7 @@ typedef struct {
     float *gu;      /* [T, max(2 n_ff, d)]: gate|up, and the outputs of wo and w_down */
     float *scores;  /* [parts, D + Dv]: attend's work */
     uint8_t *y;     /* activation rows quantized for the next product (T rows per piece type: y_offset) */
-    atomic_int *chunks; /* [4 n_layer + 1]: each product's next chunk of weight rows (matmul_part) */
+    atomic_int *chunks; /* [CHUNKS n_layer + 1]: each product's next chunk of weight rows (matmul_part) */
     int64_t n_seq;
     const int64_t *last; /* [n_seq]: each sequence's last row */
     float *logits;       /* NULL, or [n_seq, n_vocab] */
@@ -80,7 +80,20 @@ typedef struct {
     const float *table_freqs[2];
     int n_tables;
     barrier bar;
+    /* a mixture-of-experts feed-forward (moe.c), n = T k choices: */
+    float *mo_logits;                     /* [T, E]: the router's */
+    int32_t *mo_chosen, *mo_list, *mo_inv; /* [n] each: mo_route's and mo_group's */
+    float *mo_w;                          /* [n]: the choices' weights */
+    int64_t *mo_start;                    /* [E + 1]: each expert's slots */
+    int32_t *mo_used;                     /* [E]: the experts with slots, mo_n_used of them */
+    int64_t mo_n_used;
+    float *mo_gu, *mo_act, *mo_down;      /* [n, 2 F], [n, F], [n, d]: gate|up, swiglu, down of each slot */
+    uint8_t *mo_yg, *mo_yu, *mo_yd;       /* [n] rows quantized for gate, up (mo_yg when of gate's type), down */
 } run;
+
+/* Work counters per layer: wqkv, wo, w_gate_up (or the router), w_down (or the experts' gate|up), the experts'
+ * down. */
+#define CHUNKS 5
 
 /* rows lo..hi of n split over parts */
 static inline void share(int64_t n, int part, int parts, int64_t *lo, int64_t *hi) {
@@ -106,6 +119,7 @@ static size_t y_offset(const ms_matrix *M, int i, int64_t T) {
 
 /* Bytes of y M needs for T rows. */
 static size_t y_size(const ms_matrix *M, int64_t T) {
+    if (M->n < 1) return 0; /* an absent matrix (the other kind of feed-forward) */
     return y_offset(M, M->n - 1, T) + (size_t)T * mq_partner_bytes(M->type[M->n - 1], M->cols);
 }
 
@@ -258,6 +272,94 @@ static int64_t attention_split(const run *r, int part, int parts) {
     return T * H;
 }
 
+/* Rows of an expert's matrix one work item takes. */
+#define EXPERT_ROWS 16
+
+/* The work items of one expert product, shared by the team: item i is rows (i % per) * EXPERT_ROWS.. of used expert
+ * i / per, of matrix `which` (0 or 1: gate or up, or down alone); out row j of the slots at out + j * stride. */
+static void expert_items(run *r, const ms_matrix *const *M, const uint8_t *const *y, const size_t *y_row, int n_mats,
+                         int64_t rows_e, float *out, int64_t stride, int64_t col_step, atomic_int *next) {
+    const int64_t per = (rows_e + EXPERT_ROWS - 1) / EXPERT_ROWS, total = (int64_t)n_mats * r->mo_n_used * per;
+    for (;;) {
+        int64_t i = (int64_t)atomic_fetch_add_explicit(next, 1, memory_order_relaxed);
+        if (i >= total) return;
+        const int64_t which = i / (r->mo_n_used * per);
+        i %= r->mo_n_used * per;
+        const int64_t e = r->mo_used[i / per], r0 = i % per * EXPERT_ROWS;
+        const int64_t r1 = r0 + EXPERT_ROWS < rows_e ? r0 + EXPERT_ROWS : rows_e, j0 = r->mo_start[e];
+        mo_expert_rows(M[which], rows_e, e, y[which], y_row[which], j0, r->mo_start[e + 1] - j0, r0, r1,
+                       out + j0 * stride + which * col_step, stride);
+    }
+}
+
+/* x += the experts' feed-forward of the normed rows h (build_moe_ffn: softmax gating, top k, renormalised weights,
+ * SwiGLU experts), each stage shared by the team with a barrier after it; every chosen expert's matrices are read
+ * once for all the rows that chose it. */
+static void moe_ffn(run *r, const ms_layer *L, int il, int64_t t0, int64_t t1, int part, int parts) {
+    const ms_model *m = r->m;
+    const int64_t d = m->n_embd, E = m->n_expert, k = m->n_expert_used, F = m->n_ff_exp, n = r->T * k;
+    /* the router: a float32 one as llama.cpp's CPU backend multiplies it (mo_router: by the rows its product has,
+     * one in the last layer of a pass that wants only the last rows' logits), another type as any matrix */
+    const int simd = mo_simd();
+    if (mo_router_f32(&L->router)) {
+        const int64_t rows = il == m->n_layer - 1 && r->logits ? r->n_seq : r->T;
+        for (int64_t t = t0; t < t1; t++)
+            mo_router((const float *)(const void *)L->router.w[0], r->h + t * d, E, d, rows, simd, r->mo_logits + t * E);
+    } else
+        product(r, &L->router, r->h, d, r->mo_logits, t0, t1, parts, &r->chunks[CHUNKS * il + 2]);
+    for (int64_t t = t0; t < t1; t++) mo_route(r->mo_logits + t * E, E, k, simd, r->mo_chosen + t * k, r->mo_w + t * k);
+    barrier_wait(&r->bar, parts);
+    if (part == 0) {
+        mo_group(r->mo_chosen, n, E, r->mo_start, r->mo_list, r->mo_inv);
+        r->mo_n_used = 0;
+        for (int64_t e = 0; e < E; e++)
+            if (r->mo_start[e + 1] > r->mo_start[e]) r->mo_used[r->mo_n_used++] = (int32_t)e;
+    }
+    barrier_wait(&r->bar, parts);
+    /* each slot's row of h quantized for gate and up, in slot order */
+    const int tg = L->gate_exps.type[0], tu = L->up_exps.type[0], td = L->down_exps.type[0];
+    const size_t bg = mq_partner_bytes(tg, d), bu = mq_partner_bytes(tu, d), bd = mq_partner_bytes(td, F);
+    uint8_t *yu = tu == tg ? r->mo_yg : r->mo_yu;
+    int64_t j0, j1;
+    share(n, part, parts, &j0, &j1);
+    for (int64_t j = j0; j < j1; j++) {
+        const float *row = r->h + r->mo_list[j] / k * d;
+        mq_quantize_row(tg, row, d, r->mo_yg + (size_t)j * bg);
+        if (tu != tg) mq_quantize_row(tu, row, d, yu + (size_t)j * bu);
+    }
+    barrier_wait(&r->bar, parts);
+    const ms_matrix *gu_m[2] = {&L->gate_exps, &L->up_exps};
+    const uint8_t *gu_y[2] = {r->mo_yg, yu};
+    const size_t gu_b[2] = {bg, bu};
+    expert_items(r, gu_m, gu_y, gu_b, 2, F, r->mo_gu, 2 * F, F, &r->chunks[CHUNKS * il + 3]);
+    barrier_wait(&r->bar, parts);
+    for (int64_t j = j0; j < j1; j++) {
+        ma_swiglu(F, r->mo_act + j * F, r->mo_gu + j * 2 * F, r->mo_gu + j * 2 * F + F);
+        mq_quantize_row(td, r->mo_act + j * F, F, r->mo_yd + (size_t)j * bd);
+    }
+    barrier_wait(&r->bar, parts);
+    const ms_matrix *d_m[1] = {&L->down_exps};
+    const uint8_t *d_y[1] = {r->mo_yd};
+    expert_items(r, d_m, d_y, &bd, 1, d, r->mo_down, d, 0, &r->chunks[CHUNKS * il + 4]);
+    barrier_wait(&r->bar, parts);
+    /* x += down_0 w_0 + down_1 w_1 + ..., each product rounded, summed in the order of the choice (ggml_mul, then
+     * ggml_add of the experts' views one after another) */
+    for (int64_t t = t0; t < t1; t++) {
+        float *x = r->x + t * d;
+        const float *w = r->mo_w + t * k;
+        const int32_t *slot = r->mo_inv + t * k;
+        for (int64_t c = 0; c < d; c++) {
+            float acc = r->mo_down[slot[0] * d + c] * w[0];
+            for (int64_t i = 1; i < k; i++) {
+                const float p = r->mo_down[slot[i] * d + c] * w[i];
+                acc = acc + p;
+            }
+            x[c] += acc;
+        }
+    }
+    /* the next layer's first stage reads only this part's rows of x: no barrier */
+}
+
 static void team(void *ctx, int part, int parts) {
     run *r = ctx;
     const ms_model *m = r->m;
@@ -270,19 +372,23 @@ static void team(void *ctx, int part, int parts) {
         const int table = table_of(r, L);
         /* qkv = wqkv attn_norm(x); rope, norms, the cache; att = attention */
         for (int64_t t = t0; t < t1; t++) rmsnorm(r->x + t * d, L->attn_norm, d, m->eps, r->h + t * d);
-        product(r, &L->wqkv, r->h, d, r->qkv, t0, t1, parts, &r->chunks[4 * il]);
+        product(r, &L->wqkv, r->h, d, r->qkv, t0, t1, parts, &r->chunks[CHUNKS * il]);
         for (int64_t t = t0; t < t1; t++) prepare_qkv(r, L, il, table, t);
         barrier_wait(&r->bar, parts);
         for (int64_t i = a0; i < a1; i++) attend(r, L, il, i / m->n_head, i % m->n_head, r->scores + part * work);
         barrier_wait(&r->bar, parts);
         /* x += post_attn_norm(wo att + bo) */
-        product(r, &L->wo, r->att, m->n_head * m->head_dim_v, r->gu, t0, t1, parts, &r->chunks[4 * il + 1]);
+        product(r, &L->wo, r->att, m->n_head * m->head_dim_v, r->gu, t0, t1, parts, &r->chunks[CHUNKS * il + 1]);
         for (int64_t t = t0; t < t1; t++) {
             residual(r->x + t * d, r->gu + t * d, L->bo, L->post_attn_norm, d, m->eps);
             rmsnorm(r->x + t * d, L->ffn_norm, d, m->eps, r->h + t * d);
         }
+        if (L->router.n) { /* x += the experts' feed-forward of ffn_norm(x) */
+            moe_ffn(r, L, il, t0, t1, part, parts);
+            continue;
+        }
         /* x += post_ffn_norm(w_down (act(gate + b) * (up + b)) + b_down), gate|up = w_gate_up ffn_norm(x) */
-        product(r, &L->w_gate_up, r->h, d, r->gu, t0, t1, parts, &r->chunks[4 * il + 2]);
+        product(r, &L->w_gate_up, r->h, d, r->gu, t0, t1, parts, &r->chunks[CHUNKS * il + 2]);
         for (int64_t t = t0; t < t1; t++) {
             float *gu = r->gu + t * 2 * n_ff, *h = r->h + t * n_ff;
             if (L->b_gate_up)
@@ -292,7 +398,7 @@ static void team(void *ctx, int part, int parts) {
             else
                 ma_swiglu(n_ff, h, gu, gu + n_ff);
         }
-        product(r, &L->w_down, r->h, n_ff, r->gu, t0, t1, parts, &r->chunks[4 * il + 3]);
+        product(r, &L->w_down, r->h, n_ff, r->gu, t0, t1, parts, &r->chunks[CHUNKS * il + 3]);
         for (int64_t t = t0; t < t1; t++) residual(r->x + t * d, r->gu + t * d, L->b_down, L->post_ffn_norm, d, m->eps);
         /* the next layer's first stage reads only this part's rows of x: no barrier */
     }
@@ -305,7 +411,7 @@ static void team(void *ctx, int part, int parts) {
         for (int64_t s = s0; s < s1; s++) rmsnorm(r->x + r->last[s] * d, m->out_norm, d, m->eps, r->h + s * d);
         quantize_rows(&m->output, r->h, d, r->n_seq, s0, s1, r->y);
         barrier_wait(&r->bar, parts);
-        matmul_part(&m->output, r->y, r->n_seq, r->logits, parts, &r->chunks[4 * m->n_layer]);
+        matmul_part(&m->output, r->y, r->n_seq, r->logits, parts, &r->chunks[CHUNKS * m->n_layer]);
     }
 }
 
@@ -333,15 +439,23 @@ int ms_forward(const ms_model *m, float *x, const ms_seq *seqs, int n_seq, int t
     int64_t n_tok = 0;
     for (int i = 0; i < n_seq; i++) n_tok += seqs[i].n;
     const size_t T = (size_t)n_tok, d = (size_t)m->n_embd, n_ff = (size_t)m->n_ff;
-    size_t qkv = 0, y_bytes = 0;
+    size_t qkv = 0, y_bytes = 0, mo_y[3] = {0, 0, 0};
+    int moe = 0;
     run r = {.m = m, .x = x, .T = n_tok, .seqs = seqs};
     mq_init();
     if (m->gelu) pthread_once(&gelu_once, gelu_table_init);
     for (int il = 0; il < m->n_layer; il++) {
         const ms_layer *L = &m->layers[il];
         qkv = max_sz(qkv, (size_t)L->wqkv.n_out);
-        const ms_matrix *mats[4] = {&L->wqkv, &L->wo, &L->w_gate_up, &L->w_down};
-        for (int i = 0; i < 4; i++) y_bytes = max_sz(y_bytes, y_size(mats[i], n_tok));
+        const ms_matrix *mats[5] = {&L->wqkv, &L->wo, &L->w_gate_up, &L->w_down, &L->router};
+        for (int i = 0; i < 5; i++) y_bytes = max_sz(y_bytes, y_size(mats[i], n_tok));
+        if (L->router.n) {
+            const size_t n = T * (size_t)m->n_expert_used;
+            mo_y[0] = max_sz(mo_y[0], n * mq_partner_bytes(L->gate_exps.type[0], m->n_embd));
+            mo_y[1] = max_sz(mo_y[1], n * mq_partner_bytes(L->up_exps.type[0], m->n_embd));
+            mo_y[2] = max_sz(mo_y[2], n * mq_partner_bytes(L->down_exps.type[0], m->n_ff_exp));
+            moe = 1;
+        }
         int found = 0;
         for (int i = 0; i < r.n_tables; i++)
             found |= *r.table_base[i] == L->rope_base && r.table_freqs[i] == L->rope_freqs;
@@ -361,13 +475,27 @@ int ms_forward(const ms_model *m, float *x, const ms_seq *seqs, int n_seq, int t
     uint8_t *y = malloc(y_bytes + 1);
     int64_t *pos = malloc(T * sizeof(int64_t) + 1);
     int32_t *seq_of = malloc(T * sizeof(int32_t) + 1);
-    atomic_int *chunks = malloc((4 * (size_t)m->n_layer + 1) * sizeof(atomic_int));
+    atomic_int *chunks = malloc((CHUNKS * (size_t)m->n_layer + 1) * sizeof(atomic_int));
     int64_t *last = malloc((size_t)n_seq * sizeof(int64_t) + 1);
-    if (!f || !y || !pos || !seq_of || !chunks || !last) {
-        free(f), free(y), free(pos), free(seq_of), free(chunks), free(last);
+    /* the experts' work space: logits, choices, slots' activations and outputs, then their quantized rows */
+    const size_t E = moe ? (size_t)m->n_expert : 0, n_mo = moe ? T * (size_t)m->n_expert_used : 0;
+    const size_t F = moe ? (size_t)m->n_ff_exp : 0;
+    const size_t mo_f = T * E + n_mo + n_mo * 2 * F + n_mo * F + n_mo * d, mo_i = 3 * n_mo + E;
+    float *mo = moe ? malloc(mo_f * sizeof(float) + mo_i * sizeof(int32_t) + (E + 1) * sizeof(int64_t) + mo_y[0] +
+                             mo_y[1] + mo_y[2] + 16) : NULL;
+    if (!f || !y || !pos || !seq_of || !chunks || !last || (moe && !mo)) {
+        free(f), free(y), free(pos), free(seq_of), free(chunks), free(last), free(mo);
         return 0;
     }
-    for (int i = 0; i < 4 * m->n_layer + 1; i++) atomic_init(&chunks[i], 0);
+    if (moe) {
+        r.mo_start = (int64_t *)mo; /* the int64 first, for their alignment */
+        r.mo_logits = (float *)(r.mo_start + E + 1), r.mo_w = r.mo_logits + T * E, r.mo_gu = r.mo_w + n_mo;
+        r.mo_act = r.mo_gu + n_mo * 2 * F, r.mo_down = r.mo_act + n_mo * F;
+        r.mo_chosen = (int32_t *)(r.mo_down + n_mo * d), r.mo_list = r.mo_chosen + n_mo, r.mo_inv = r.mo_list + n_mo;
+        r.mo_used = r.mo_inv + n_mo;
+        r.mo_yg = (uint8_t *)(r.mo_used + E), r.mo_yu = r.mo_yg + mo_y[0], r.mo_yd = r.mo_yu + mo_y[1];
+    }
+    for (int i = 0; i < CHUNKS * m->n_layer + 1; i++) atomic_init(&chunks[i], 0);
     r.chunks = chunks;
     int64_t t = 0;
     for (int i = 0; i < n_seq; i++) {
@@ -387,7 +515,7 @@ int ms_forward(const ms_model *m, float *x, const ms_seq *seqs, int n_seq, int t
     atomic_init(&r.bar.count, 0);
     atomic_init(&r.bar.gen, 0);
     mq_team(team, &r, parts);
-    free(f), free(y), free(pos), free(seq_of), free(chunks), free(last);
+    free(f), free(y), free(pos), free(seq_of), free(chunks), free(last), free(mo);
     return 1;
 }
 
@@ -400,8 +528,25 @@ int64_t ms_dim(const ms_model *m, int dim) {
     case MS_DIM_GATE_UP: return 2 * m->n_ff;
     case MS_DIM_FF: return m->n_ff;
     case MS_DIM_ROT_PAIRS: return m->n_rot / 2;
+    case MS_DIM_EXPERTS: return m->n_expert;
+    case MS_DIM_EXP_FF: return m->n_expert * m->n_ff_exp;
+    case MS_DIM_FF_EXP: return m->n_ff_exp;
+    case MS_DIM_EXP_EMBD: return m->n_expert * m->n_embd;
     default: return 0;
     }
+}
+
+const char *ms_check_layer(const ms_model *m, const ms_layer *L) {
+    const int dense = L->w_gate_up.n > 0, dense_down = L->w_down.n > 0;
+    const int moe = L->router.n > 0, exps = (L->gate_exps.n > 0) + (L->up_exps.n > 0) + (L->down_exps.n > 0);
+    if (dense != dense_down || (moe ? exps != 3 : exps != 0) || dense == moe)
+        return "expected one feed-forward: w_gate_up and w_down, or router and gate_exps, up_exps, down_exps";
+    if (moe && (m->n_expert < 1 || m->n_expert > MS_MAX_EXPERTS || m->n_expert_used < 1 ||
+                m->n_expert_used > m->n_expert || m->n_ff_exp < 1 || m->n_ff_exp > (1 << 20)))
+        return "expert counts out of range (n_expert 1..512, n_expert_used 1..n_expert, n_ff_exp 1..2^20)";
+    if (moe && (L->gate_exps.n != 1 || L->up_exps.n != 1 || L->down_exps.n != 1))
+        return "each expert tensor must be one piece";
+    return NULL;
 }
 
 static int span_cmp(const void *a, const void *b) {

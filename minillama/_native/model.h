@@ -19,6 +19,8 @@ void ma_attend_row(const float *q, const uint16_t *k, int64_t k_stride, const ui
 
 /* swiglu.c: y [n] = silu(x) * g as ggml_vec_swiglu_f32 computes it (ggml_v_expf for all but the last n % 8). */
 void ma_swiglu(int64_t n, float *y, const float *x, const float *g);
+/* One lane of ggml_v_expf (the exp of ggml's SIMD soft_max and silu; not libm's expf). */
+float ma_v_expf(float x);
 
 /* A weight matrix: its rows in up to MS_MAX_PARTS pieces of the map (q, k, v apart in the file, each of its own
  * type: gemma3's Q4_K_M has Q5_0 q and k beside a Q8_0 v). */
@@ -35,8 +37,11 @@ typedef struct {
  * VEC a float32 vector of `size` values (NULL when absent: llama has no q_norm, gemma3 no biases, ...), MAT a
  * weight matrix of `size` inputs and `outputs` outputs, F64 / I64 a number. Sizes are MS_DIM_* names: EMBD
  * n_embd, QKV the q|k|v outputs, HEAD head_dim, O n_head * head_dim_v, GATE_UP 2 n_ff, FF n_ff, ROT_PAIRS
- * n_rot / 2. rope_base is the layer's rope base; window > 0: a query sees only keys fewer than window positions
- * back. */
+ * n_rot / 2, EXPERTS n_expert, EXP_FF n_expert * n_ff_exp, FF_EXP n_ff_exp, EXP_EMBD n_expert * n_embd. rope_base
+ * is the layer's rope base; window > 0: a query sees only keys fewer than window positions back. The feed-forward is
+ * dense (w_gate_up, w_down) or a mixture of experts (router [n_embd -> n_expert], and each expert tensor one matrix
+ * of its n_expert matrices one after another: gate_exps/up_exps expert e's rows e n_ff_exp.., down_exps e n_embd..;
+ * moe.c), never both (ms_check_layer). */
 #define MS_LAYER_FIELDS(X)                                                                                           \
     X(VEC, attn_norm, 1, EMBD, NONE)                                                                                 \
     X(MAT, wqkv, 1, EMBD, QKV)                                                                                       \
@@ -47,9 +52,13 @@ typedef struct {
     X(VEC, bo, 0, EMBD, NONE)                                                                                        \
     X(VEC, post_attn_norm, 0, EMBD, NONE)                                                                            \
     X(VEC, ffn_norm, 1, EMBD, NONE)                                                                                  \
-    X(MAT, w_gate_up, 1, EMBD, GATE_UP)                                                                              \
+    X(MAT, w_gate_up, 0, EMBD, GATE_UP)                                                                              \
     X(VEC, b_gate_up, 0, GATE_UP, NONE)                                                                              \
-    X(MAT, w_down, 1, FF, EMBD)                                                                                      \
+    X(MAT, w_down, 0, FF, EMBD)                                                                                      \
+    X(MAT, router, 0, EMBD, EXPERTS)                                                                                 \
+    X(MAT, gate_exps, 0, EMBD, EXP_FF)                                                                               \
+    X(MAT, up_exps, 0, EMBD, EXP_FF)                                                                                 \
+    X(MAT, down_exps, 0, FF_EXP, EXP_EMBD)                                                                           \
     X(VEC, b_down, 0, EMBD, NONE)                                                                                    \
     X(VEC, post_ffn_norm, 0, EMBD, NONE)                                                                             \
     X(VEC, rope_freqs, 0, ROT_PAIRS, NONE)                                                                           \
@@ -68,7 +77,10 @@ typedef struct {
 } ms_layer;
 
 /* The sizes a layer field is given in (MS_LAYER_FIELDS); ms_dim gives their values for a model. */
-enum { MS_DIM_NONE, MS_DIM_EMBD, MS_DIM_QKV, MS_DIM_HEAD, MS_DIM_O, MS_DIM_GATE_UP, MS_DIM_FF, MS_DIM_ROT_PAIRS };
+enum {
+    MS_DIM_NONE, MS_DIM_EMBD, MS_DIM_QKV, MS_DIM_HEAD, MS_DIM_O, MS_DIM_GATE_UP, MS_DIM_FF, MS_DIM_ROT_PAIRS,
+    MS_DIM_EXPERTS, MS_DIM_EXP_FF, MS_DIM_FF_EXP, MS_DIM_EXP_EMBD
+};
 
 /* The hyper-parameters, in one list: X(KIND, name). It makes ms_model's members and the binding's parse table
  * (a dict by name) and _core.Stack.HPARAMS. I64 an integer, F32 a float, BOOL a flag: rope_neox (rope pairs
@@ -87,7 +99,10 @@ enum { MS_DIM_NONE, MS_DIM_EMBD, MS_DIM_QKV, MS_DIM_HEAD, MS_DIM_O, MS_DIM_GATE_
     X(BOOL, gelu)                                                                                                    \
     X(BOOL, scale_q)                                                                                                 \
     X(F32, q_scale)                                                                                                  \
-    X(F32, attn_scale)
+    X(F32, attn_scale)                                                                                               \
+    X(I64, n_expert)                                                                                                 \
+    X(I64, n_expert_used)                                                                                            \
+    X(I64, n_ff_exp)
 
 typedef int64_t ms_hparam_I64;
 typedef float ms_hparam_F32;
@@ -106,6 +121,35 @@ typedef struct {
 
 /* The value of size dim (MS_DIM_*) for model m's hyper-parameters; 0 for MS_DIM_NONE. */
 int64_t ms_dim(const ms_model *m, int dim);
+
+/* llama.cpp's LLAMA_MAX_EXPERTS. */
+#define MS_MAX_EXPERTS 512
+/* NULL when layer L of m (its fields parsed and sized by ms_dim) has one whole feed-forward, dense or of experts,
+ * with expert counts in range; else what is wrong, for the binding's error. */
+const char *ms_check_layer(const ms_model *m, const ms_layer *L);
+
+/* moe.c: the mixture-of-experts feed-forward's pieces, as llama.cpp's build_moe_ffn computes them (softmax gating,
+ * the k best experts, their weights renormalised); model.c runs them between its barriers.
+ * mo_route: logits [E] of one token -> chosen [k] (descending probability; ties: the lower expert first) and their
+ * weights [k] (divided by their sum, clamped to float16's smallest normal). simd: the softmax of ggml's AVX2 build
+ * (ggml_v_expf eight values at a time, each eight summed in float), else of its generic one (libm's expf). */
+void mo_route(const float *logits, int64_t E, int64_t k, int simd, int32_t *chosen, float *weights);
+/* mo_router: logits [E] = the float32 router w [E, d] times one row x [d], in the order of llama.cpp's AVX2 build:
+ * ggml_vec_dot_f32 (four accumulators of eight) when its product has one row (rows), llamafile's tinyBLAS (one
+ * accumulator of eight per output) for more when d % 8 == 0 and E % 4 == 0; simd 0: ggml's generic dot (a double
+ * sum in order). */
+void mo_router(const float *w, const float *x, int64_t E, int64_t d, int64_t rows, int simd, float *logits);
+/* 1 when the mq kernels are AVX2 (ggml's AVX2 orders: mo_route's and mo_router's simd). */
+int mo_simd(void);
+/* 1 when M is one float32 piece at a float's alignment: mo_router multiplies it. */
+int mo_router_f32(const ms_matrix *M);
+/* The n = T k choices chosen [n] grouped by expert: start [E + 1] (expert e's slots start[e]..start[e+1]), list
+ * [n] (choice ids t k + i, by expert, then by id), inv [n] (the slot of each choice id). */
+void mo_group(const int32_t *chosen, int64_t n, int64_t E, int64_t *start, int32_t *list, int32_t *inv);
+/* out[(j - j0) * stride + r] = row r of expert e of M (rows_e rows per expert) . y row j (partner rows y_row bytes
+ * apart), for j0 <= j < j0 + n_j and r0 <= r < r1: one work item of an expert's product over its slots. */
+void mo_expert_rows(const ms_matrix *M, int64_t rows_e, int64_t e, const uint8_t *y, size_t y_row, int64_t j0,
+                    int64_t n_j, int64_t r0, int64_t r1, float *out, int64_t stride);
 
 /* One sequence's rows of a pass: n >= 1 tokens at positions start.., their keys and values stored in k[l]
  * [.., n_head_kv, head_dim] / v[l] as float16 (llama.cpp's cache type), each holding at least start + n

@@ -96,6 +96,8 @@ static void swiglu_avx2(int64_t n, float *y, const float *x, const float *g) {
 #define HAVE_AVX2_SWIGLU 1
 #endif
 
+float ma_v_expf(float x) { return v_expf_lane(x); }
+
 void ma_swiglu(int64_t n, float *y, const float *x, const float *g) {
 #ifdef HAVE_AVX2_SWIGLU
     const swiglu_fn kernel = mq_cpu_isa() == MQ_ISA_AVX2 ? swiglu_avx2 : swiglu_scalar;

@@ -130,6 +130,10 @@ class Model:
             raise UnsupportedError(f"{path}: architecture {name!r} is not supported; minillama runs "
                                    f"{', '.join(supported())}")
         hp = w.hparams(name)
+        if arch.experts and hp.n_expert == 0:
+            key = f"{name}.expert_count"
+            raise FormatError(f"{key} is missing or 0, expected at least 1: {name} is a mixture-of-experts "
+                              "architecture (llama.cpp refuses the file too)", path=path, key=key)
         for key, (neutral, what) in arch.refused_keys.items():
             value = w.gguf.metadata.get(f"{name}.{key}")
             if value is not None and not (isinstance(value, (int, float, str)) and value in neutral):  # a list too

@@ -127,14 +127,20 @@ def project(w: dict[str, Any], h: np.ndarray, hp: HParams) -> tuple[np.ndarray, 
 
 Rope = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
 Project = Callable[[dict[str, Any], np.ndarray, HParams], tuple[np.ndarray, np.ndarray, np.ndarray]]
+Ffn = Callable[[dict[str, Any], np.ndarray, HParams], np.ndarray]
+
+
+def dense_ffn(w: dict[str, Any], h: np.ndarray, hp: HParams) -> np.ndarray:
+    """The feed-forward of the normed stream h [T, d]: SwiGLU over the fused gate/up matrix, biases when any."""
+    return glu_ffn(h, w["w_gate_up"], w["w_down"], silu, w.get("b_gate_up"), w.get("b_down"))
 
 
 def blocks(x: np.ndarray, layers: list[dict[str, Any]], hp: HParams, batch: Batch, rope: Rope = rope_norm,
-           qkv: Project = project) -> np.ndarray:
+           qkv: Project = project, ffn: Ffn = dense_ffn) -> np.ndarray:
     """Run every block over x [T, d], the rows of batch's sequences at their positions, extending their caches.
 
-    rope and qkv are what the llama-like architectures (qwen2, qwen3, phi3) change: the rope pairing and how
-    q, k, v come from the normed stream (biases, per-head norms)."""
+    rope, qkv and ffn are what the llama-like architectures (qwen2, qwen3, phi3, qwen3moe) change: the rope
+    pairing, how q, k, v come from the normed stream (biases, per-head norms) and the feed-forward (experts)."""
     angles: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # id of the layer's rope factors -> (cos, sin)
     scale = 1.0 / np.sqrt(hp.head_dim)
     for il, w in enumerate(layers):
@@ -146,8 +152,7 @@ def blocks(x: np.ndarray, layers: list[dict[str, Any]], hp: HParams, batch: Batc
         q, k = rope(q, cos, sin), rope(k, cos, sin)
         out = w["wo"](batch.attend(il, q, k, v, scale))
         x = x + (out if w.get("bo") is None else out + w["bo"])
-        x = x + glu_ffn(rmsnorm(x, w["ffn_norm"], hp.eps), w["w_gate_up"], w["w_down"], silu, w.get("b_gate_up"),
-                        w.get("b_down"))
+        x = x + ffn(w, rmsnorm(x, w["ffn_norm"], hp.eps), hp)
     return x
 
 

@@ -66,7 +66,8 @@ class ArchSpec:
     head size, as llama.cpp asserts for the architecture. output_bias: output.bias, when the file has it, is
     added to the logits. prepare(block): the loaded block as the blocks take it (matrices fused); blocks(x,
     layers, hp, batch): every block over x (the Python reference); embed_scale(hp): factor of the embedding rows,
-    or None. native: model.c's kind, None when only the Python blocks run it."""
+    or None. native: model.c's kind, None when only the Python blocks run it. experts: a mixture-of-experts
+    architecture, whose files must have expert_count >= 1 (llama.cpp asserts it)."""
 
     name: str
     layer_tensors: Mapping[str, TensorSpec]
@@ -79,6 +80,7 @@ class ArchSpec:
     output_bias: bool = False
     embed_scale: Callable[[HParams], float | None] = no_embed_scale
     native: Native | None = None
+    experts: bool = False
 
     def __post_init__(self) -> None:
         if not self.name or not isinstance(self.name, str):

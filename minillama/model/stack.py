@@ -25,6 +25,7 @@ import numpy as np
 
 from .batch import Batch
 from .layers import Linear, QuantLinear, _Joined
+from .moe import Experts
 from .spec import ArchSpec
 from .threads import native_threads
 from .weights import HParams
@@ -37,7 +38,13 @@ LAYER_SCALARS = ("rope_base", "window")
 
 
 def _matrix(m: Any) -> tuple | None:
-    """A matrix as model.c's pieces ((raw rows, ggml type, rows, cols), ...); None when it is not quantized views."""
+    """A matrix as model.c's pieces ((raw rows, ggml type, rows, cols), ...); None when it is not quantized views.
+    Experts: one piece of all the experts' rows, one expert after another (model.h)."""
+    if isinstance(m, Experts):
+        if m._core is None:
+            return None
+        rows = m.n_expert * m.n_out
+        return ((m.raw.reshape(rows, m.raw.shape[2]), m.ggml_type, rows, m.n_in),)
     parts = m.parts if isinstance(m, _Joined) else [m]
     if not all(isinstance(p, QuantLinear) for p in parts):
         return None
@@ -60,7 +67,8 @@ class NativeStack:
         names = [name for name in core.Stack.FIELDS if name not in LAYER_SCALARS]
         rows = []
         for il, w in enumerate(layers):
-            row = {name: _matrix(v) if isinstance(v, Linear) else _vector(v) for name in names for v in [w.get(name)]}
+            row = {name: _matrix(v) if isinstance(v, (Linear, Experts)) else _vector(v)
+                   for name in names for v in [w.get(name)]}
             base, window = kind.layer(hp, il)
             rows.append({**row, "rope_base": float(base), "window": int(window)})
         out = None if head is None else _matrix(head[1])
@@ -69,7 +77,8 @@ class NativeStack:
         hparams = {"n_embd": hp.n_embd, "n_head": hp.n_head, "n_head_kv": hp.n_head_kv, "head_dim": hp.head_dim,
                    "head_dim_v": hp.head_dim_v, "n_ff": hp.n_ff, "n_rot": hp.n_rot, "eps": hp.eps,
                    "rope_neox": kind.rope_neox, "gelu": kind.geglu, "scale_q": kind.scale_q, "q_scale": q_scale,
-                   "attn_scale": attn_scale}
+                   "attn_scale": attn_scale, "n_expert": hp.n_expert, "n_expert_used": hp.n_expert_used,
+                   "n_ff_exp": hp.n_ff_exp}
         #: What the Stack was made from, by name (core.Stack.HPARAMS, core.Stack.FIELDS): the vectors' and views'
         #: owners, which model.c reads.
         self._stack_args = (hparams, rows, None if out is None else (_vector(head[0]), out, self.n_vocab))
@@ -114,7 +123,8 @@ def build(core: ModuleType | None, hp: HParams, arch: ArchSpec, layers: list[dic
     for w in layers:
         if any(v is not None and name not in known for name, v in w.items()):
             return None  # a field model.c would not read: the Python blocks compute it
-        for name in ("wqkv", "wo", "w_gate_up", "w_down"):
-            if not isinstance(w.get(name), Linear) or _matrix(w[name]) is None:
+        ffn = ("router", "gate_exps", "up_exps", "down_exps") if "router" in w else ("w_gate_up", "w_down")
+        for name in ("wqkv", "wo", *ffn):
+            if not isinstance(w.get(name), (Linear, Experts)) or _matrix(w[name]) is None:
                 return None
     return NativeStack(core, hp, arch, layers, head)

@@ -26,6 +26,7 @@ from ..errors import FormatError, MinillamaError, UnsupportedError
 from ..gguffile.reader import GGUFFile, TensorInfo, read_gguf
 from ..quants import check_tensor_table, dequantize, native_types, tensor_layout, tensor_view
 from .layers import Linear, QuantLinear
+from .moe import Experts
 
 __all__ = ["HParams", "Weights", "TensorSpec"]
 
@@ -48,6 +49,9 @@ class HParams:
     rope_base: float
     eps: float  # rms norm epsilon
     sliding_window: int  # 0: every layer sees the whole context
+    n_expert: int = 0  # experts of a mixture-of-experts feed-forward (0: a dense one)
+    n_expert_used: int = 0  # experts each token goes through
+    n_ff_exp: int = 0  # hidden width of one expert
 
     @property
     def q_dim(self) -> int:
@@ -97,10 +101,15 @@ HPARAM_KEYS: dict[str, tuple[str, _Default]] = {
     "rope_base": ("rope.freq_base", lambda h: 10000.0),
     "eps": ("attention.layer_norm_rms_epsilon", None),
     "sliding_window": ("attention.sliding_window", lambda h: 0),
+    "n_expert": ("expert_count", lambda h: 0),
+    "n_expert_used": ("expert_used_count", lambda h: 0),
+    "n_ff_exp": ("expert_feed_forward_length", lambda h: h["n_ff"] // h["n_expert_used"] if h["n_expert_used"] else 0),
 }
 
 #: LLAMA_MAX_LAYERS: llama.cpp's per-layer arrays hold this many blocks and it refuses a model with more.
 MAX_LAYERS = 512
+#: LLAMA_MAX_EXPERTS: llama.cpp refuses a model with more experts.
+MAX_EXPERTS = 512
 _U32 = (1 << 32) - 1  # llama.cpp reads these keys as uint32
 
 #: Integer fields -> (least, most) value. A value must come from an integer GGUF type (ggml refuses 1.5 or NaN
@@ -108,7 +117,8 @@ _U32 = (1 << 32) - 1  # llama.cpp reads these keys as uint32
 INT_BOUNDS: dict[str, tuple[int, int]] = {
     "n_layer": (1, MAX_LAYERS), "n_ctx": (1, _U32), "n_embd": (1, _U32), "n_ff": (1, _U32), "n_head": (1, _U32),
     "n_head_kv": (1, _U32), "head_dim": (1, _U32), "head_dim_v": (1, _U32), "n_rot": (0, _U32),
-    "sliding_window": (0, _U32),
+    "sliding_window": (0, _U32), "n_expert": (0, MAX_EXPERTS), "n_expert_used": (0, MAX_EXPERTS),
+    "n_ff_exp": (0, _U32),
 }
 
 #: Float fields -> least value (finite, and the rope base above 0).
@@ -192,6 +202,11 @@ class Weights:
                 raise UnsupportedError(f"{self.path}: {full} is a per-layer list ({len(value)} values); "
                                        "minillama supports one value for all layers")
             h[name] = self._checked(name, full, value, types.get(full) if given else None)
+        if h["n_expert_used"] > h["n_expert"] or (h["n_expert"] > 0) != (h["n_expert_used"] > 0):
+            raise FormatError(f"{arch}.expert_used_count is {h['n_expert_used']} with {arch}.expert_count "
+                              f"{h['n_expert']}, expected 1..{h['n_expert']} experts used per token"
+                              if h["n_expert"] else f"{arch}.expert_used_count is {h['n_expert_used']} with no "
+                              "experts (expert_count 0), expected 0", path=self.path, key=f"{arch}.expert_used_count")
         if h["n_head"] % h["n_head_kv"]:
             raise FormatError(f"{h['n_head']} query heads cannot share {h['n_head_kv']} key/value heads evenly",
                               path=self.path, key=f"{arch}.attention.head_count_kv")
@@ -264,11 +279,15 @@ class Weights:
         """FormatError/UnsupportedError unless tensor name exists with this ggml shape, a known type, in the file."""
         self._raw(name, shape)
 
-    def matrix(self, name: str, shape: tuple[int, ...]) -> np.ndarray | Linear:
+    def matrix(self, name: str, shape: tuple[int, ...]) -> np.ndarray | Linear | Experts:
         """Tensor name, whose ggml shape must be `shape` (ne0 first): a (ne0,) float32 vector, or for 2-D a
         Linear: on the native backend a QuantLinear over the raw blocks in the map (nothing dequantized), on
-        the pure one the (ne1, ne0) matrix dequantized to float32."""
+        the pure one the (ne1, ne0) matrix dequantized to float32; for 3-D (one matrix per expert) Experts, left
+        as raw blocks in the map on both backends."""
         raw, qtype = self._raw(name, shape)
+        if len(shape) == 3:
+            core = self._core if qtype in self._native_types and shape[0] > 0 else None
+            return Experts(raw.reshape(shape[2], shape[1], raw.shape[1]), qtype, shape[0], core, self._mmap)
         if len(shape) == 2 and qtype in self._native_types and shape[0] > 0:
             return QuantLinear(raw, qtype, shape[0], self._core, self._mmap)
         out = dequantize(raw, qtype, shape[0])

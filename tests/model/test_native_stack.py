@@ -232,6 +232,10 @@ def test_binding_checks_every_length(tiny: Model) -> None:
         "a negative window": with_field("window", -1),
         "a layer short of a field": (args[0], [{k: v for k, v in good_layer.items() if k != "window"}]),
         "heads that do not share": ({**args[0], "n_head": 3}, args[1]),
+        "no feed-forward": with_field("w_gate_up", None),
+        "a dense and an expert feed-forward": with_field("router", good_layer["wo"]),
+        "more experts used than there are": ({**args[0], "n_expert": 2, "n_expert_used": 3}, args[1]),
+        "too many experts": ({**args[0], "n_expert": 513, "n_expert_used": 1}, args[1]),
     }
     for what, a in bad.items():
         with pytest.raises((ValueError, TypeError, BufferError)):
@@ -263,10 +267,11 @@ def test_layers_and_hyper_parameters_cross_by_name(tiny: Model) -> None:
     """A layer and the hyper-parameters are dicts keyed by the names model.h lists (Stack.FIELDS, Stack.HPARAMS);
     a missing or unknown name is a ValueError naming it, and a position-ordered tuple is refused."""
     assert _core.Stack.FIELDS == ("attn_norm", "wqkv", "bqkv", "q_norm", "k_norm", "wo", "bo", "post_attn_norm",
-                                  "ffn_norm", "w_gate_up", "b_gate_up", "w_down", "b_down", "post_ffn_norm",
-                                  "rope_freqs", "rope_base", "window")
+                                  "ffn_norm", "w_gate_up", "b_gate_up", "w_down", "router", "gate_exps", "up_exps",
+                                  "down_exps", "b_down", "post_ffn_norm", "rope_freqs", "rope_base", "window")
     assert _core.Stack.HPARAMS == ("n_embd", "n_head", "n_head_kv", "head_dim", "head_dim_v", "n_ff", "n_rot", "eps",
-                                   "rope_neox", "gelu", "scale_q", "q_scale", "attn_scale")
+                                   "rope_neox", "gelu", "scale_q", "q_scale", "attn_scale", "n_expert",
+                                   "n_expert_used", "n_ff_exp")
     ns = tiny._stack
     assert ns is not None
     hparams, layers, _ = ns._stack_args
@@ -275,7 +280,7 @@ def test_layers_and_hyper_parameters_cross_by_name(tiny: Model) -> None:
         "layer 1 has no 'bo'": (hparams, [layers[0], {k: v for k, v in layers[1].items() if k != "bo"}]),
         "layer 0 has an unknown field 'attn_bias'": (hparams, [{**layers[0], "attn_bias": None}]),
         "hparams has no 'eps'": ({k: v for k, v in hparams.items() if k != "eps"}, layers),
-        "hparams has an unknown field 'n_expert'": ({**hparams, "n_expert": 4}, layers),
+        "hparams has an unknown field 'n_experts'": ({**hparams, "n_experts": 4}, layers),
     }
     for message, args in cases.items():
         with pytest.raises(ValueError, match=message):

@@ -1,0 +1,123 @@
+/* The mixture-of-experts feed-forward's pieces, as llama.cpp's build_moe_ffn (src/llama-graph.cpp) computes them on
+ * the CPU: the router's softmax over the experts (ggml_soft_max), the k best (ggml_argsort_top_k), their weights
+ * divided by their sum (norm_w: ggml_sum_rows, clamped, ggml_div); then each chosen expert's SwiGLU over the rows
+ * that chose it (ggml_mul_mat_id: one product per expert over all its rows, every weight read once for them).
+ * model.c runs these between the barriers of its team (the threads share the experts' work items); minillama/model/
+ * moe.py is the reference. No Python here.
+ *
+ * Shapes: T rows, E experts, k experts used per row, F = n_ff_exp. A choice is one (row t, slot i) pair, id t k + i;
+ * the choices of an expert are its slots start[e]..start[e+1] of the grouped list. */
+#include <math.h>
+#include <string.h>
+
+#include "core.h"
+#include "cpu.h"
+#include "model.h"
+
+/* ggml_soft_max of one row: exp(x - max) (simd: ggml_v_expf eight at a time, their sum in float as ggml's AVX2
+ * ggml_vec_soft_max_f32 reduces them, the rest libm's expf), summed in double, each times 1/sum rounded to float. */
+static void softmax(const float *x, int64_t n, int simd, float *p) {
+    float max = -INFINITY;
+    for (int64_t i = 0; i < n; i++) max = x[i] > max ? x[i] : max;
+    double sum = 0;
+    int64_t i = 0;
+    if (simd)
+        for (; i + 7 < n; i += 8) {
+            float v[8];
+            for (int j = 0; j < 8; j++) p[i + j] = v[j] = ma_v_expf(x[i + j] - max);
+            const float a0 = v[4] + v[0], a1 = v[5] + v[1], a2 = v[6] + v[2], a3 = v[7] + v[3];
+            sum += (double)((a0 + a2) + (a1 + a3));
+        }
+    for (; i < n; i++) sum += (double)(p[i] = expf(x[i] - max));
+    const float s = (float)(1.0 / sum);
+    for (i = 0; i < n; i++) p[i] *= s;
+}
+
+/* ggml_vec_dot_f32 as its AVX2 build sums: lane l of accumulator a (of four) takes x[32 s + 8 a + l] y[...] fused
+ * in turn; the four added (0 + 2 and 1 + 3, then those two), the eight lanes halves first, then in pairs; the
+ * n % 32 left added in double. */
+static float dot_f32_avx2(const float *x, const float *y, int64_t n) {
+    float acc[4][8] = {{0}};
+    const int64_t np = n & ~(int64_t)31;
+    for (int64_t i = 0; i < np; i += 32)
+        for (int a = 0; a < 4; a++)
+            for (int l = 0; l < 8; l++) acc[a][l] = fmaf(x[i + 8 * a + l], y[i + 8 * a + l], acc[a][l]);
+    float v[8];
+    for (int l = 0; l < 8; l++) v[l] = (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]);
+    const float t0 = v[0] + v[4], t1 = v[1] + v[5], t2 = v[2] + v[6], t3 = v[3] + v[7];
+    double sum = (double)((t0 + t1) + (t2 + t3));
+    for (int64_t i = np; i < n; i++) sum += (double)(x[i] * y[i]);
+    return (float)sum;
+}
+
+/* llamafile's tinyBLAS (AVX2, float32): one accumulator of eight lanes, x[8 s + l] y[...] fused in turn, reduced
+ * halves first, then lanes 0 + 2 and 1 + 3, then those two. n % 8 == 0. */
+static float dot_f32_tiny(const float *x, const float *y, int64_t n) {
+    float acc[8] = {0};
+    for (int64_t i = 0; i < n; i += 8)
+        for (int l = 0; l < 8; l++) acc[l] = fmaf(x[i + l], y[i + l], acc[l]);
+    const float t0 = acc[4] + acc[0], t1 = acc[5] + acc[1], t2 = acc[6] + acc[2], t3 = acc[7] + acc[3];
+    return (t0 + t2) + (t1 + t3);
+}
+
+void mo_router(const float *w, const float *x, int64_t E, int64_t d, int64_t rows, int simd, float *logits) {
+    const int tiny = simd && rows > 1 && d % 8 == 0 && E % 4 == 0;
+    for (int64_t e = 0; e < E; e++) {
+        const float *we = w + e * d;
+        if (tiny)
+            logits[e] = dot_f32_tiny(we, x, d);
+        else if (simd)
+            logits[e] = dot_f32_avx2(we, x, d);
+        else {
+            double s = 0;
+            for (int64_t i = 0; i < d; i++) s += (double)(we[i] * x[i]);
+            logits[e] = (float)s;
+        }
+    }
+}
+
+int mo_simd(void) { return mq_cpu_isa() == MQ_ISA_AVX2; }
+
+int mo_router_f32(const ms_matrix *M) {
+    return M->n == 1 && M->type[0] == MQ_F32 && (uintptr_t)M->w[0] % sizeof(float) == 0;
+}
+
+void mo_route(const float *logits, int64_t E, int64_t k, int simd, int32_t *chosen, float *weights) {
+    float p[MS_MAX_EXPERTS];
+    unsigned char taken[MS_MAX_EXPERTS] = {0};
+    softmax(logits, E, simd, p);
+    double sum = 0;
+    for (int64_t i = 0; i < k; i++) {
+        int64_t best = -1;
+        for (int64_t e = 0; e < E; e++) /* strictly greater: a tie keeps the lower expert; NaN: the first free */
+            if (!taken[e] && (best < 0 || p[e] > p[best])) best = e;
+        taken[best] = 1, chosen[i] = (int32_t)best, weights[i] = p[best];
+        sum += (double)weights[i];
+    }
+    float s = (float)sum;
+    s = s < 6.103515625e-5f ? 6.103515625e-5f : s; /* NaN stays NaN, as ggml_clamp leaves it */
+    for (int64_t i = 0; i < k; i++) weights[i] = weights[i] / s;
+}
+
+void mo_group(const int32_t *chosen, int64_t n, int64_t E, int64_t *start, int32_t *list, int32_t *inv) {
+    for (int64_t e = 0; e <= E; e++) start[e] = 0;
+    for (int64_t a = 0; a < n; a++) start[chosen[a] + 1]++;
+    for (int64_t e = 0; e < E; e++) start[e + 1] += start[e];
+    int64_t fill[MS_MAX_EXPERTS];
+    for (int64_t e = 0; e < E; e++) fill[e] = start[e];
+    for (int64_t a = 0; a < n; a++) {
+        const int64_t j = fill[chosen[a]]++;
+        list[j] = (int32_t)a, inv[a] = (int32_t)j;
+    }
+}
+
+void mo_expert_rows(const ms_matrix *M, int64_t rows_e, int64_t e, const uint8_t *y, size_t y_row, int64_t j0,
+                    int64_t n_j, int64_t r0, int64_t r1, float *out, int64_t stride) {
+    const int type = M->type[0];
+    const size_t row_bytes = (size_t)(M->cols / mq_block(type)) * (size_t)mq_type_size(type);
+    const uint8_t *w = M->w[0] + (size_t)e * (size_t)rows_e * row_bytes;
+    /* one activation row at a time, as llama.cpp's mul_mat_id multiplies an expert's rows (the repacked types'
+     * gemv, the others' vec_dot; not the tiles of four rows of a dense product) */
+    for (int64_t j = 0; j < n_j; j++)
+        mq_dot_rows(type, w, M->cols, y + (size_t)(j0 + j) * y_row, 1, r0, r1, out + j * stride, stride);
+}
