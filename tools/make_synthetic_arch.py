@@ -3,6 +3,7 @@ be downloaded here, small enough (under 1 MB) for a test to make and for llama.c
 
     python tools/make_synthetic_arch.py NAME OUT.gguf [--seed N]        (NAME: a key of ARCHS)
     python tools/make_synthetic_arch.py --expected tests/data/archs_llamacpp_greedy.json [--only NAME ...]
+    python tools/make_synthetic_arch.py --server-fed tests/data/llamacpp_server_fed.json [--gguf REAL.gguf ...]
 
 The vocab is minillama's demo vocab (minillama/data/default-vocab.gguf, 1,000 byte-level BPE tokens; llama.cpp
 loads it). The weights are Gaussian, scaled so activations stay in range; norm weights are drawn around 1 and
@@ -323,6 +324,48 @@ def expected(out: str, only: list[str] | None = None) -> None:
     Path(out).write_text(json.dumps(data, ensure_ascii=False, separators=(",", ":")) + "\n", encoding="utf-8")
 
 
+#: Prompt lengths of --server-fed: batches of 64 rows or more take llama.cpp's tiled flash attention (and the
+#: first of them leaves a 66-row batch). LONG_SERVER_FED: the one long prompt (llama, whose context is long enough).
+SERVER_FED_TOKENS = (70, 110, 200)
+LONG_SERVER_FED = 2048
+SERVER_FED_ARCHS = ("qwen2", "qwen3", "llama", "mistral3", "qwen3moe")
+SERVER_FED_PREDICT = 16
+
+
+def server_fed(out: str, gguf_paths: list[str]) -> None:
+    """llama.cpp's greedy continuations of prompts of SERVER_FED_TOKENS tokens (default-corpus.txt, at the offsets
+    of LONG_AT), fed as llama.cpp's server feeds a prompt (all but its last 4 tokens, then those 4, then one token
+    per step), on the seed-0 models of SERVER_FED_ARCHS and on each of gguf_paths (under its file name), to out."""
+    sys.path.insert(0, str(ROOT / "tools" / "bench"))
+    sys.path.insert(0, str(SHARED / "tools"))
+    from llamacpp_decode import LlamaCpp
+    from llamacpp_oracle import Oracle
+
+    corpus = (ROOT / "minillama" / "data" / "default-corpus.txt").read_text(encoding="utf-8")
+    data: dict[str, Any] = {"n_predict": SERVER_FED_PREDICT, "models": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        models = []
+        for arch in SERVER_FED_ARCHS:
+            write_model(arch, os.path.join(tmp, f"{arch}.gguf"))
+            models.append((arch, os.path.join(tmp, f"{arch}.gguf")))
+        models += [(os.path.basename(p), p) for p in gguf_paths]
+        for name, path in models:
+            vocab, ref = Oracle(path), LlamaCpp(path, SHARED, n_ctx=LONG_SERVER_FED + 256)
+            lengths = SERVER_FED_TOKENS + ((LONG_SERVER_FED,) if name == "llama" else ())
+            cases = []
+            for n, at in zip(lengths, (LONG_AT + (0,))[:len(lengths)], strict=True):
+                ids = vocab.tokenize(corpus[at:at + 8 * n], add_special=True, parse_special=False)[:n]
+                gen = []
+                for row in ref.greedy(ids, SERVER_FED_PREDICT, split=n - 4):
+                    lp = _log_softmax(row)
+                    top = np.argsort(-lp, kind="stable")[:5]
+                    gen.append({"id": int(top[0]), "top": [[int(i), round(float(lp[i]), 5)] for i in top]})
+                cases.append({"prompt": f"default-corpus.txt[{at}:], {n} tokens", "prompt_ids": ids, "gen": gen})
+            ref.close()
+            data["models"][name] = {"sha256": sha256(path), "cases": cases}
+    Path(out).write_text(json.dumps(data, ensure_ascii=False, separators=(",", ":")) + "\n", encoding="utf-8")
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("arch", nargs="?", choices=ARCHS)
@@ -330,7 +373,13 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--expected", metavar="OUT.json", help="write llama.cpp's outputs on every arch's model")
     ap.add_argument("--only", nargs="+", choices=ARCHS, help="with --expected: remake these models' entries only")
+    ap.add_argument("--server-fed", metavar="OUT.json",
+                    help="write llama.cpp's outputs on prompts of 70 to 2,048 tokens fed as its server feeds them")
+    ap.add_argument("--gguf", nargs="*", default=[], help="with --server-fed: real models to run as well")
     a = ap.parse_args(argv)
+    if a.server_fed:
+        server_fed(a.server_fed, a.gguf)
+        return 0
     if a.expected:
         expected(a.expected, a.only)
         return 0

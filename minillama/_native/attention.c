@@ -1,6 +1,6 @@
 /* Attention of one query row over its key/value cache, computed as ggml's CPU flash attention computes it
  * (ggml_compute_forward_flash_attn_ext_f16_one_chunk, the kernel llama.cpp runs for every generated token and
- * for every batch of fewer than 64 rows): the query rounded to float16; each score a float16 dot product
+ * for every batch of fewer than 64 rows; larger batches take the tiled path below): the query rounded to float16; each score a float16 dot product
  * summed as ggml_vec_dot_f16 sums it (four accumulators of eight lanes, fused multiply-adds, then its fixed
  * reduction); an online softmax, one key at a time, whose running weighted sum of values is kept in float16
  * (rounded after every scale and every fused multiply-add, as ggml_vec_scale_f16 and ggml_vec_mad_f16 store
@@ -16,6 +16,7 @@
  * Keys and values come as float16 (the cache's type, as llama.cpp's): half the bytes a step reads. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "cpu.h"
@@ -146,4 +147,147 @@ void ma_attend_row(const float *q, const uint16_t *k, int64_t k_stride, const ui
     const row_fn row = row_scalar;
 #endif
     row(q, k, k_stride, v, v_stride, s0, s1, D, Dv, scale, out, work);
+}
+
+/* The tiled path (ggml_compute_forward_flash_attn_ext_tiled), which llama.cpp takes for a batch of 64 rows or
+ * more: the keys in tiles of FA_TILE cache positions (tile boundaries at multiples of FA_TILE); each score a
+ * float32 chain of fused multiply-adds over the query (not rounded to float16) and the key widened to float32, in
+ * dimension order (simd_gemm), times scale; positions a row does not see are -inf. Per tile and row: the tile's
+ * maximum M', and when it exceeds the running M the sum of values and S are scaled by expf(M - M'); then every
+ * weight is ggml_v_expf(score - M') (ggml_vec_soft_max_f32), their sum taken eight at a time in its AVX2 order
+ * and added in double to S; the values accumulate in float32, each weight times its value row fused into the sum
+ * in position order (simd_gemm again). At the end the sum times 1 / S. A row's result depends only on its own
+ * query and range, never on the rows tiled with it, so this computes row by row what ggml computes tile by tile,
+ * sharing each key tile (transposed to float32) across the rows given together. */
+#define FA_TILE 64
+
+size_t ma_tiled_work(int64_t D, int64_t Dv) {
+    return (size_t)(FA_TILE * D + FA_TILE + (int64_t)MA_TILED_ROWS * (Dv + 2));
+}
+
+typedef struct {
+    /* sc[8 g0 .. 8 g1) = the dot products of q with the tile's keys (kt: [D][FA_TILE], transposed) */
+    void (*scores)(const float *kt, const float *q, int64_t D, int64_t g0, int64_t g1, float *sc);
+    /* acc [Dv] *= s */
+    void (*scale)(float *acc, int64_t Dv, float s);
+    /* acc [Dv] += v * w, fused, v float16 */
+    void (*mad)(float *acc, const uint16_t *v, int64_t Dv, float w);
+} tiled_ops;
+
+static void scores_scalar(const float *kt, const float *q, int64_t D, int64_t g0, int64_t g1, float *sc) {
+    for (int64_t j = 8 * g0; j < 8 * g1; j++) {
+        float acc = 0;
+        for (int64_t d = 0; d < D; d++) acc = fmaf(kt[d * FA_TILE + j], q[d], acc);
+        sc[j] = acc;
+    }
+}
+
+static void scale_scalar(float *acc, int64_t Dv, float s) {
+    for (int64_t i = 0; i < Dv; i++) acc[i] *= s;
+}
+
+static void mad_scalar(float *acc, const uint16_t *v, int64_t Dv, float w) {
+    for (int64_t i = 0; i < Dv; i++) acc[i] = fmaf(mq_half_float(v[i]), w, acc[i]);
+}
+
+static const tiled_ops ops_scalar = {scores_scalar, scale_scalar, mad_scalar};
+
+/* The sum of eight weights as ggml_vec_soft_max_f32's AVX2 loop adds them: upper half onto lower, then pairs. */
+static inline float sum8(const float *p) {
+    return ((p[0] + p[4]) + (p[2] + p[6])) + ((p[1] + p[5]) + (p[3] + p[7]));
+}
+
+static void attend_tiled(const tiled_ops *ops, const float *q, int64_t q_stride, int64_t n, const int64_t *pos,
+                         int64_t window, const uint16_t *k, int64_t ks, const uint16_t *v, int64_t vs, int64_t D,
+                         int64_t Dv, float scale, float *out, int64_t out_stride, float *work) {
+    float *kt = work, *sc = kt + FA_TILE * D, *acc = sc + FA_TILE, *M = acc + MA_TILED_ROWS * Dv,
+          *S = M + MA_TILED_ROWS;
+    int64_t lo = INT64_MAX, hi = -1;
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t s0 = window > 0 && pos[i] - window + 1 > 0 ? pos[i] - window + 1 : 0;
+        lo = s0 < lo ? s0 : lo, hi = pos[i] > hi ? pos[i] : hi;
+        M[i] = -INFINITY, S[i] = 0;
+        for (int64_t j = 0; j < Dv; j++) acc[i * Dv + j] = 0;
+    }
+    for (int64_t c0 = lo / FA_TILE * FA_TILE; c0 <= hi; c0 += FA_TILE) {
+        const int64_t c1 = c0 + FA_TILE - 1 < hi ? c0 + FA_TILE - 1 : hi; /* the last key any row sees */
+        for (int64_t j = 0; j <= c1 - c0; j++) {
+            const uint16_t *kr = k + (c0 + j) * ks;
+            for (int64_t d = 0; d < D; d++) kt[d * FA_TILE + j] = mq_half_float(kr[d]);
+        }
+        for (int64_t j = c1 - c0 + 1; j < FA_TILE && j % 8; j++) /* past the last key: masked, but defined */
+            for (int64_t d = 0; d < D; d++) kt[d * FA_TILE + j] = 0;
+        for (int64_t i = 0; i < n; i++) {
+            const int64_t s0 = window > 0 && pos[i] - window + 1 > 0 ? pos[i] - window + 1 : 0;
+            const int64_t a = s0 > c0 ? s0 - c0 : 0, b = pos[i] < c1 ? pos[i] - c0 : c1 - c0; /* seen: a..b */
+            if (a > b) continue;
+            const int64_t g0 = a / 8, g1 = b / 8 + 1;
+            ops->scores(kt, q + i * q_stride, D, g0, g1, sc);
+            float mx = -INFINITY;
+            for (int64_t j = 8 * g0; j < 8 * g1; j++) {
+                sc[j] = j < a || j > b ? -INFINITY : sc[j] * scale;
+                mx = sc[j] > mx ? sc[j] : mx;
+            }
+            float *ai = acc + i * Dv;
+            if (mx > M[i]) {
+                const float ms = expf(M[i] - mx);
+                ops->scale(ai, Dv, ms);
+                S[i] *= ms;
+                M[i] = mx;
+            }
+            for (int64_t j = 8 * g0; j < 8 * g1; j++) sc[j] -= M[i]; /* the running maximum, not the tile's */
+            ma_v_expf_n(8 * (g1 - g0), sc + 8 * g0, sc + 8 * g0);
+            double sum = 0;
+            for (int64_t g = g0; g < g1; g++) sum += (double)sum8(sc + 8 * g);
+            S[i] = (float)((double)S[i] + sum);
+            for (int64_t j = a; j <= b; j++) ops->mad(ai, v + (c0 + j) * vs, Dv, sc[j]);
+        }
+    }
+    for (int64_t i = 0; i < n; i++) {
+        const float inv = S[i] == 0 ? 0 : 1.0f / S[i];
+        for (int64_t j = 0; j < Dv; j++) out[i * out_stride + j] = acc[i * Dv + j] * inv;
+    }
+}
+
+#ifdef HAVE_AVX2_ROW
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+static void scores_avx2(const float *kt, const float *q, int64_t D, int64_t g0, int64_t g1, float *sc) {
+    __m256 acc[FA_TILE / 8];
+    for (int64_t g = g0; g < g1; g++) acc[g] = _mm256_setzero_ps();
+    for (int64_t d = 0; d < D; d++) {
+        const __m256 qd = _mm256_set1_ps(q[d]);
+        for (int64_t g = g0; g < g1; g++) acc[g] = _mm256_fmadd_ps(_mm256_loadu_ps(kt + d * FA_TILE + 8 * g), qd, acc[g]);
+    }
+    for (int64_t g = g0; g < g1; g++) _mm256_storeu_ps(sc + 8 * g, acc[g]);
+}
+
+static void scale_avx2(float *acc, int64_t Dv, float s) {
+    const __m256 s8 = _mm256_set1_ps(s);
+    int64_t i = 0;
+    for (; i + 8 <= Dv; i += 8) _mm256_storeu_ps(acc + i, _mm256_mul_ps(_mm256_loadu_ps(acc + i), s8));
+    for (; i < Dv; i++) acc[i] *= s;
+}
+
+static void mad_avx2(float *acc, const uint16_t *v, int64_t Dv, float w) {
+    const __m256 w8 = _mm256_set1_ps(w);
+    int64_t i = 0;
+    for (; i + 8 <= Dv; i += 8)
+        _mm256_storeu_ps(acc + i, _mm256_fmadd_ps(load_f16x8(v + i), w8, _mm256_loadu_ps(acc + i)));
+    for (; i < Dv; i++) acc[i] = fmaf(mq_half_float(v[i]), w, acc[i]);
+}
+#pragma GCC pop_options
+
+static const tiled_ops ops_avx2 = {scores_avx2, scale_avx2, mad_avx2};
+#endif
+
+void ma_attend_tiled(const float *q, int64_t q_stride, int64_t n, const int64_t *pos, int64_t window,
+                     const uint16_t *k, int64_t k_stride, const uint16_t *v, int64_t v_stride, int64_t D, int64_t Dv,
+                     float scale, float *out, int64_t out_stride, float *work) {
+#ifdef HAVE_AVX2_ROW
+    const tiled_ops *ops = mq_cpu_isa() == MQ_ISA_AVX2 ? &ops_avx2 : &ops_scalar;
+#else
+    const tiled_ops *ops = &ops_scalar;
+#endif
+    attend_tiled(ops, q, q_stride, n, pos, window, k, k_stride, v, v_stride, D, Dv, scale, out, out_stride, work);
 }

@@ -69,7 +69,7 @@ typedef struct {
     float *qkv;     /* [T, q_dim + k_dim + v_dim] */
     float *att;     /* [T, H * Dv] */
     float *gu;      /* [T, max(2 n_ff, d)]: gate|up, and the outputs of wo and w_down */
-    float *scores;  /* [parts, D + Dv]: attend's work */
+    float *scores;  /* [parts, attention_work]: attend's or attend_tiled's work */
     uint8_t *y;     /* activation rows quantized for the next product (T rows per piece type: y_offset) */
     atomic_int *chunks; /* [CHUNKS n_layer + 1]: each product's next chunk of weight rows (matmul_part) */
     int64_t n_seq;
@@ -205,6 +205,30 @@ static void attend(run *r, const ms_layer *L, int il, int64_t t, int64_t h, floa
                   pos, D, Dv, m->attn_scale, r->att + t * m->n_head * Dv + h * Dv, work);
 }
 
+/* Query head h of rows t0..t1 (at most MA_TILED_ROWS) of a batch of MA_TILED_ROWS rows or more, as ggml's tiled
+ * flash attention computes them, each run of rows of one sequence given together. work: ma_tiled_work floats. */
+static void attend_tiled(run *r, const ms_layer *L, int il, int64_t t0, int64_t t1, int64_t h, float *work) {
+    const ms_model *m = r->m;
+    const int64_t D = m->head_dim, Dv = m->head_dim_v, kvh = h / (m->n_head / m->n_head_kv);
+    const int64_t k_dim = m->n_head_kv * D, v_dim = m->n_head_kv * Dv;
+    for (int64_t t = t0, e; t < t1; t = e) {
+        for (e = t + 1; e < t1 && r->seq_of[e] == r->seq_of[t];) e++;
+        const ms_seq *seq = &r->seqs[r->seq_of[t]];
+        ma_attend_tiled(r->qkv + t * L->wqkv.n_out + h * D, L->wqkv.n_out, e - t, r->pos + t, L->window,
+                        seq->k[il] + kvh * D, k_dim, seq->v[il] + kvh * Dv, v_dim, D, Dv, m->attn_scale,
+                        r->att + t * m->n_head * Dv + h * Dv, m->n_head * Dv, work);
+    }
+}
+
+/* Rows one attention work item takes: llama.cpp's flash attention tiles a batch of MA_TILED_ROWS rows or more
+ * (ggml_compute_forward_flash_attn_ext_f16 chooses by the batch's rows), else goes row by row. */
+static int64_t attention_rows(const run *r) { return r->T >= MA_TILED_ROWS ? MA_TILED_ROWS : 1; }
+
+/* Floats of work space one part's attention needs for a batch of T rows. */
+static size_t attention_work(const ms_model *m, int64_t T) {
+    return T >= MA_TILED_ROWS ? ma_tiled_work(m->head_dim, m->head_dim_v) : (size_t)(m->head_dim + m->head_dim_v);
+}
+
 /* tanh GELU as ggml_gelu_f32 fills llama.cpp's table: its compiler fuses 1 + a x x into fmaf(a x, x, 1), which
  * changes the float16 entry at x = -1.999 (checked against the wheel's ggml_table_gelu_f16, every entry). */
 static inline float gelu(float x) {
@@ -254,22 +278,24 @@ static void product(run *r, const ms_matrix *M, const float *x, int64_t stride, 
     barrier_wait(&r->bar, parts);
 }
 
-/* The first (row, head) pair of this part's share of attention: pairs cost about as many cached positions as
- * they see (a prompt's later rows see more), so the parts get equal sums of positions rather than equal counts. */
+/* The first work item of this part's share of attention: item i is query head i % H of the i / H-th group of
+ * attention_rows rows. Rows cost about as many cached positions as they see (a prompt's later rows see more), so
+ * the parts get equal sums of positions rather than equal counts. */
 static int64_t attention_split(const run *r, int part, int parts) {
-    const int64_t T = r->T, H = r->m->n_head;
+    const int64_t T = r->T, H = r->m->n_head, G = attention_rows(r), n = (T + G - 1) / G;
     if (part == 0) return 0;
-    if (part == parts) return T * H;
+    if (part == parts) return n * H;
     double total = 0;
     for (int64_t t = 0; t < T; t++) total += (double)(r->pos[t] + 1 + 16) * (double)H; /* + a pair's fixed cost */
     const double goal = total * part / parts;
     double sum = 0;
-    for (int64_t t = 0; t < T; t++) {
-        const double c = (double)(r->pos[t] + 1 + 16);
-        if (sum + c * (double)H >= goal) return t * H + (int64_t)((goal - sum) / c);
+    for (int64_t g = 0; g < n; g++) {
+        double c = 0;
+        for (int64_t t = g * G; t < T && t < (g + 1) * G; t++) c += (double)(r->pos[t] + 1 + 16);
+        if (sum + c * (double)H >= goal) return g * H + (int64_t)((goal - sum) / c);
         sum += c * (double)H;
     }
-    return T * H;
+    return n * H;
 }
 
 /* Rows of an expert's matrix one work item takes. */
@@ -363,7 +389,8 @@ static void moe_ffn(run *r, const ms_layer *L, int il, int64_t t0, int64_t t1, i
 static void team(void *ctx, int part, int parts) {
     run *r = ctx;
     const ms_model *m = r->m;
-    const int64_t T = r->T, d = m->n_embd, n_ff = m->n_ff, work = m->head_dim + m->head_dim_v; /* attend's */
+    const int64_t T = r->T, d = m->n_embd, n_ff = m->n_ff, G = attention_rows(r);
+    const int64_t work = (int64_t)attention_work(m, T); /* attend's or attend_tiled's */
     int64_t t0, t1;
     share(T, part, parts, &t0, &t1);
     const int64_t a0 = attention_split(r, part, parts), a1 = attention_split(r, part + 1, parts);
@@ -375,7 +402,14 @@ static void team(void *ctx, int part, int parts) {
         product(r, &L->wqkv, r->h, d, r->qkv, t0, t1, parts, &r->chunks[CHUNKS * il]);
         for (int64_t t = t0; t < t1; t++) prepare_qkv(r, L, il, table, t);
         barrier_wait(&r->bar, parts);
-        for (int64_t i = a0; i < a1; i++) attend(r, L, il, i / m->n_head, i % m->n_head, r->scores + part * work);
+        if (G == 1)
+            for (int64_t i = a0; i < a1; i++) attend(r, L, il, i / m->n_head, i % m->n_head, r->scores + part * work);
+        else
+            for (int64_t i = a0; i < a1; i++) {
+                const int64_t g = i / m->n_head;
+                attend_tiled(r, L, il, g * G, (g + 1) * G < T ? (g + 1) * G : T, i % m->n_head,
+                             r->scores + part * work);
+            }
         barrier_wait(&r->bar, parts);
         /* x += post_attn_norm(wo att + bo) */
         product(r, &L->wo, r->att, m->n_head * m->head_dim_v, r->gu, t0, t1, parts, &r->chunks[CHUNKS * il + 1]);
@@ -467,7 +501,7 @@ int ms_forward(const ms_model *m, float *x, const ms_seq *seqs, int n_seq, int t
     if (!m->out_norm) logits = NULL; /* no head: no logits */
     if (logits) y_bytes = max_sz(y_bytes, y_size(&m->output, n_seq));
     const int parts = threads < 1 ? 1 : threads > 64 ? 64 : threads;
-    const size_t attn_work = (size_t)(m->head_dim + m->head_dim_v);
+    const size_t attn_work = attention_work(m, n_tok);
     const size_t n_f = T * max_sz(d, n_ff) + T * qkv + T * (size_t)(m->n_head * m->head_dim_v) +
                        T * max_sz(2 * n_ff, d) + (size_t)parts * attn_work +
                        (size_t)r.n_tables * T * (size_t)m->n_rot;

@@ -16,11 +16,23 @@
  * (one_chunk: every generated token, and batches of fewer than 64 rows). work: D + Dv floats. */
 void ma_attend_row(const float *q, const uint16_t *k, int64_t k_stride, const uint16_t *v, int64_t v_stride,
                    int64_t s0, int64_t s1, int64_t D, int64_t Dv, float scale, float *out, float *work);
+/* Rows a batch needs for llama.cpp's tiled flash attention (ggml_compute_forward_flash_attn_ext_tiled): a
+ * batch (ubatch) of fewer rows takes ma_attend_row's path. */
+#define MA_TILED_ROWS 64
+/* The same for n rows (at most MA_TILED_ROWS) of one query head and one sequence as the tiled path computes them:
+ * row i's query at q + i q_stride, its position pos[i], seeing positions pos[i] - window + 1 (window > 0) or 0
+ * up to pos[i]; its output at out + i out_stride. work: ma_tiled_work(D, Dv) floats. */
+void ma_attend_tiled(const float *q, int64_t q_stride, int64_t n, const int64_t *pos, int64_t window,
+                     const uint16_t *k, int64_t k_stride, const uint16_t *v, int64_t v_stride, int64_t D, int64_t Dv,
+                     float scale, float *out, int64_t out_stride, float *work);
+size_t ma_tiled_work(int64_t D, int64_t Dv);
 
 /* swiglu.c: y [n] = silu(x) * g as ggml_vec_swiglu_f32 computes it (ggml_v_expf for all but the last n % 8). */
 void ma_swiglu(int64_t n, float *y, const float *x, const float *g);
 /* One lane of ggml_v_expf (the exp of ggml's SIMD soft_max and silu; not libm's expf). */
 float ma_v_expf(float x);
+/* y [n] = ggml_v_expf of each of x [n] (eight lanes at a time where the AVX2 kernels run: the same bits). */
+void ma_v_expf_n(int64_t n, const float *x, float *y);
 
 /* A weight matrix: its rows in up to MS_MAX_PARTS pieces of the map (q, k, v apart in the file, each of its own
  * type: gemma3's Q4_K_M has Q5_0 q and k beside a Q8_0 v). */

@@ -92,11 +92,21 @@ static void swiglu_avx2(int64_t n, float *y, const float *x, const float *g) {
     }
     for (; i < n; i++) y[i] = x[i] / (1.0f + expf(-x[i])) * g[i];
 }
+static void v_expf8_store(const float *x, float *y) { _mm256_storeu_ps(y, v_expf8(_mm256_loadu_ps(x))); }
 #pragma GCC pop_options
 #define HAVE_AVX2_SWIGLU 1
 #endif
 
 float ma_v_expf(float x) { return v_expf_lane(x); }
+
+void ma_v_expf_n(int64_t n, const float *x, float *y) {
+    int64_t i = 0;
+#ifdef HAVE_AVX2_SWIGLU
+    if (mq_cpu_isa() == MQ_ISA_AVX2)
+        for (; i + 7 < n; i += 8) v_expf8_store(x + i, y + i);
+#endif
+    for (; i < n; i++) y[i] = v_expf_lane(x[i]);
+}
 
 void ma_swiglu(int64_t n, float *y, const float *x, const float *g) {
 #ifdef HAVE_AVX2_SWIGLU

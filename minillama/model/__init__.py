@@ -72,8 +72,10 @@ AUTO = "auto"
 
 Threads = int | Literal["auto"] | None
 
-#: Most tokens one batched pass takes; longer inputs go in chunks of this many.
-CHUNK = 256
+#: Most tokens one batched pass takes; longer inputs go in chunks of this many: llama.cpp's default n_ubatch, so
+#: that each chunk is one of llama.cpp's micro-batches (its attention takes one path for a batch of 64 rows or more
+#: and another for fewer, and the native backend follows it chunk by chunk).
+CHUNK = 512
 
 #: Called during load with (weights dequantized so far, weights in all), e.g. to draw a progress bar.
 Progress = Callable[[int, int], None]

@@ -18,6 +18,7 @@ import pytest
 from support import DATA
 from support.batching import steps_together_and_alone
 from support.paths import real_gguf as _real_gguf
+from support.server_fed import feed_as_server, server_fed
 
 from minillama.errors import ArgumentError, ContextLengthError, FormatError, MinillamaError, UnsupportedError
 from minillama.generate import Sampler
@@ -88,18 +89,28 @@ def test_native_log_probs_equal_llamacpp(smollm2: Model) -> None:
 
     if _core.kernels() != "avx2":
         pytest.skip(f"the {_core.kernels()} kernels sum in ggml's generic order, not its AVX2 one")
-    diffs = []
-    for case in expected_cases():
-        gen = [g["id"] for g in case["gen"]]
-        n = len(case["prompt_ids"])
-        logits = smollm2.logits(case["prompt_ids"] + gen[:-1])[n - 1:].astype(np.float64)
-        logits -= logits.max(-1, keepdims=True)
-        logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
-        for row, g in zip(logp, case["gen"], strict=True):
-            diffs += [abs(row[i] - lp) for i, lp in g["top"]]
+    # fed as the server fed llama.cpp: a prompt and its continuation in one pass of 64 rows or more would take
+    # llama.cpp's tiled attention, which its server's single-token steps do not
+    _, diffs = feed_as_server(smollm2, expected_cases())
     assert len(diffs) >= 1000
     assert np.mean(diffs) < 0.002, f"mean |log-prob difference| {np.mean(diffs):.4f}"
     assert np.max(diffs) < 0.02, f"max |log-prob difference| {np.max(diffs):.4f}"
+
+
+def test_prompts_of_64_tokens_and_more_fed_as_llamacpps_server_give_its_log_probs(smollm2: Model) -> None:
+    """Prompts of 70, 110 and 200 tokens fed as llama.cpp's server feeds them (a first batch of 64 rows or more:
+    llama.cpp's tiled flash attention) give llama.cpp's log-probs, fed the same way, to their stored rounding."""
+    if not smollm2._native or smollm2._stack is None:
+        pytest.skip("the native backend's C blocks are not in use (MINILLAMA_BACKEND=pure or no native core)")
+    from minillama._native import _core
+
+    if _core.kernels() != "avx2":
+        pytest.skip(f"the {_core.kernels()} kernels sum in ggml's generic order, not its AVX2 one")
+    stored = server_fed("SmolLM2-135M-Instruct.Q4_1.gguf")
+    wrong, diffs = feed_as_server(smollm2, stored["cases"])
+    assert not wrong, wrong[:5]
+    assert len(diffs) >= 3 * 16 * 5
+    assert np.mean(diffs) < 1e-4 and np.max(diffs) < 1e-4, (np.mean(diffs), np.max(diffs))
 
 
 def test_cached_steps_agree_with_llamacpp(smollm2: Model) -> None:

@@ -34,6 +34,7 @@ from types import ModuleType
 import numpy as np
 import pytest
 from support import DATA, REPO
+from support.server_fed import feed_as_server, server_fed
 
 from minillama.errors import FormatError, UnsupportedError
 from minillama.generate import Sampler
@@ -42,6 +43,8 @@ from minillama.model import Model, spec
 gguf = pytest.importorskip("gguf")
 
 EXPECTED = DATA / "archs_llamacpp_greedy.json"
+#: The architectures llama.cpp's outputs were stored for fed as its server feeds prompts of 64 tokens and more.
+SERVER_FED_ARCHS = ["qwen2", "qwen3", "llama", "mistral3", "qwen3moe"]
 ARCHS = ["qwen2", "qwen3", "phi3", "llama", "llama-biases", "qwen2-output-bias", "qwen3-biases", "phi3-biases",
          "mistral3", "qwen3moe"]
 
@@ -492,6 +495,30 @@ def test_qwen3moe_fed_as_llamacpps_server_gives_its_log_probs(made: Made) -> Non
             diffs += [abs(lp[t] - v) for t, v in g["top"]]
             seen += 1
     assert seen >= 150
+    assert np.mean(diffs) < 1e-4 and np.max(diffs) < 1e-4, (np.mean(diffs), np.max(diffs))
+
+
+@pytest.mark.parametrize("arch", SERVER_FED_ARCHS)
+def test_prompts_of_64_tokens_and_more_fed_as_llamacpps_server_give_its_log_probs(made: Made, arch: str) -> None:
+    """Prompts of 70, 110 and 200 tokens (and 2,048 for llama) fed as llama.cpp's server feeds them: the first
+    batch has 64 rows or more, where llama.cpp's flash attention takes its tiled path (float32 scores of the
+    unrounded query, a softmax per tile of 64 keys with ggml_v_expf, float32 sums of values), so minillama's
+    native blocks must take it too to give llama.cpp's log-probs to their stored rounding at every position."""
+    m = made.model(arch)
+    if m._stack is None:
+        pytest.skip("the pure backend's float32 products are not llama.cpp's bits")
+    from minillama._native import _core
+
+    if _core.kernels() != "avx2":
+        pytest.skip(f"the {_core.kernels()} kernels sum in ggml's generic order, not its AVX2 one")
+    stored = server_fed(arch)
+    assert hashlib.sha256(made.path(arch).read_bytes()).hexdigest() == stored["sha256"], (
+        f"tools/make_synthetic_arch.py no longer writes the {arch} model of llamacpp_server_fed.json; rerun it "
+        "with --server-fed")
+    assert min(len(c["prompt_ids"]) - 4 for c in stored["cases"]) >= 64
+    wrong, diffs = feed_as_server(m, stored["cases"])
+    assert not wrong, wrong[:5]
+    assert len(diffs) >= 3 * 16 * 5
     assert np.mean(diffs) < 1e-4 and np.max(diffs) < 1e-4, (np.mean(diffs), np.max(diffs))
 
 

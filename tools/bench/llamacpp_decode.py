@@ -102,15 +102,17 @@ class LlamaCpp:
         finally:
             self.lib.llama_free(ctx)
 
-    def greedy(self, prompt_ids: list[int], n: int) -> list[np.ndarray]:
-        """llama.cpp's greedy continuation of prompt_ids (the prompt in one batch, then one token per step):
-        the logits [n_vocab] before each of the n tokens, whose argmaxes are the tokens. Unlike the server it
-        reports every step, also tokens that end inside a UTF-8 character."""
+    def greedy(self, prompt_ids: list[int], n: int, split: int | None = None) -> list[np.ndarray]:
+        """llama.cpp's greedy continuation of prompt_ids (the prompt in one batch, or in two as teacher_forced
+        splits it, then one token per step): the logits [n_vocab] before each of the n tokens, whose argmaxes are
+        the tokens. Unlike the server it reports every step, also tokens that end inside a UTF-8 character."""
         ctx = self.lib.llama_init_from_model(self.model, self.params[0])
         if ctx == self.ffi.NULL:
             raise RuntimeError(f"llama.cpp could not make a context for {self.path}")
         try:
-            rows = [self._decode(ctx, list(prompt_ids))]
+            if split:
+                self._decode(ctx, list(prompt_ids[:split]))
+            rows = [self._decode(ctx, list(prompt_ids[split or 0:]))]
             while len(rows) < n:
                 rows.append(self._decode(ctx, [int(rows[-1].argmax())]))
             return rows

@@ -1,0 +1,48 @@
+"""A model fed as llama.cpp's server feeds a prompt, beside llama.cpp's own log-probs fed the same way.
+
+tests/data/llamacpp_server_fed.json (tools/make_synthetic_arch.py --server-fed) holds llama.cpp's greedy
+continuations of prompts of 70 to 2,048 tokens, each fed as its server feeds it: all but the last 4 prompt tokens
+in one batch, then those 4, then one token per step. A batch of 64 rows or more takes llama.cpp's tiled flash
+attention, a smaller one its row-by-row path: the first batch of every case is a tiled one.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+
+import numpy as np
+
+from support import DATA
+
+SERVER_FED = DATA / "llamacpp_server_fed.json"
+
+
+@functools.cache
+def server_fed(name: str) -> dict:
+    """The stored entry of model `name` (a synthetic architecture's name, or a real GGUF's file name)."""
+    return json.loads(SERVER_FED.read_text(encoding="utf-8"))["models"][name]
+
+
+#: From this many cached positions on, llama.cpp decodes a single-token step with its KV range split across its
+#: threads (ggml's split-KV flash attention, partial sums merged with expf): minillama does not mirror that path,
+#: so past it only the prompt's own last batch is compared.
+SPLIT_KV = 512
+
+
+def feed_as_server(model, cases: list[dict]) -> tuple[list[str], list[float]]:  # noqa: ANN001 (a Model)
+    """(positions where model's argmax is not llama.cpp's, described; |log-prob difference| at every one of
+    llama.cpp's top 5 of every position), model fed each case as the server feeds it; a prompt of SPLIT_KV tokens
+    or more only at its first position (the 4-row batch after the long one)."""
+    wrong, diffs = [], []
+    for case in cases:
+        prompt = case["prompt_ids"]
+        s = model.session()
+        s.logits_next(prompt[:-4])
+        for i, g in enumerate(case["gen"][:1] if len(prompt) >= SPLIT_KV else case["gen"]):
+            row = s.logits_next(prompt + [x["id"] for x in case["gen"][:i]]).astype(np.float64)
+            lp = row - row.max() - np.log(np.exp(row - row.max()).sum())
+            if int(lp.argmax()) != g["id"]:
+                wrong.append(f"{case['prompt']}, position {i}: {int(lp.argmax())} != {g['id']}")
+            diffs += [abs(lp[t] - v) for t, v in g["top"]]
+    return wrong, diffs
