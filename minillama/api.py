@@ -16,10 +16,13 @@ llama.cpp's chain and order (logit_bias, grammar, penalties, top_k, top_p, min_p
 
 from __future__ import annotations
 
+import io
+import json
 import os
 import secrets
 import threading
 import time
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -27,16 +30,18 @@ from typing import Any
 import numpy as np
 
 from .chat_template import ChatTemplate
-from .constrain import JsonConstraint, json_constraint
-from .errors import ArgumentError, ArgumentTypeError, ChatTemplateError
+from .constrain import JsonConstraint, gbnf_to_lark, json_constraint, schema_of
+from .errors import ArgumentError, ArgumentTypeError, UnsupportedError
 from .generate import Generation, chat_prompt
 from .model import AUTO, Model, Session, Threads
+from .model.cache import Prefix
 from .request import RANDOM_SEED, Request, SamplingParams
 from .tokenizer import Tokenizer
 from .toolcalls import Plan, StreamSplitter, detect, opened_thinking, thinks
 from .toolcalls.lazy import LazyConstraint
 
-__all__ = ["Llama", "Stream", "POOLING", "FINISH_REASONS"]
+__all__ = ["Llama", "LlamaGrammar", "LlamaState", "Stream", "POOLING", "FINISH_REASONS", "CHATML_TEMPLATE",
+           "IGNORED_KEYWORDS", "CHAT_FORMATS", "REASONING_EFFORTS"]
 
 #: GenerationStats.stop_reason -> OpenAI's finish_reason ("stopped": closed early by the caller).
 FINISH_REASONS: dict[str, str | None] = {"eog": "stop", "stop_string": "stop", "next_turn": "stop",
@@ -47,6 +52,51 @@ POOLING: dict[int, str] = {1: "mean", 2: "cls", 3: "last"}
 
 #: pooling name -> the vector it makes of the hidden states [n_tokens, n_embd] (llama.cpp's build_pooling).
 POOL = {"mean": lambda h: h.mean(axis=0), "cls": lambda h: h[0], "last": lambda h: h[-1]}
+
+#: llama.cpp's default chat template (common/chat.cpp, CHATML_TEMPLATE_SRC): what chat renders with when the file
+#: has no tokenizer.chat_template, as llama-server falls back to it, and what chat_format="chatml" names.
+CHATML_TEMPLATE = ("{%- for message in messages -%}\n"
+                   "  {{- '<|im_start|>' + message.role + '\n' + message.content + '<|im_end|>\n' -}}\n"
+                   "{%- endfor -%}\n"
+                   "{%- if add_generation_prompt -%}\n"
+                   "  {{- '<|im_start|>assistant\n' -}}\n"
+                   "{%- endif -%}")
+
+#: llama-cpp-python's Llama keywords that mean nothing on minillama's CPU runtime (GPU offload, memory mapping,
+#: llama.cpp's batch and thread split, logging, KV layout): accepted whatever their value, and ignored.
+IGNORED_KEYWORDS = frozenset({
+    "n_gpu_layers", "split_mode", "main_gpu", "tensor_split", "use_mmap", "use_mlock", "n_ubatch",
+    "n_threads_batch", "offload_kqv", "flash_attn", "op_offload", "swa_full", "no_perf", "last_n_tokens_size",
+    "numa", "logits_all", "verbose"})
+
+#: llama-cpp-python's Llama keywords that would change what the model computes (a LoRA, RoPE scaling, metadata
+#: overrides, another tokenizer or chat handler, a quantized KV cache): accepted only at the value that leaves
+#: the model as the file says (their defaults); anything else is an UnsupportedError naming the keyword.
+DEFAULT_ONLY_KEYWORDS: dict[str, Any] = {
+    "vocab_only": False, "kv_overrides": None, "rope_scaling_type": -1, "rope_freq_base": 0.0,
+    "rope_freq_scale": 0.0, "yarn_ext_factor": -1.0, "yarn_attn_factor": 1.0, "yarn_beta_fast": 32.0,
+    "yarn_beta_slow": 1.0, "yarn_orig_ctx": 0, "attention_type": -1, "lora_base": None, "lora_scale": 1.0,
+    "lora_path": None, "chat_handler": None, "draft_model": None, "tokenizer": None, "spm_infill": False,
+    "type_k": None, "type_v": None}
+
+#: create_* keywords of llama-cpp-python's samplers and hooks minillama does not have, with the value that leaves
+#: them off (ANY: any value, as it only matters when another is on); another value is an UnsupportedError.
+_ANY = object()
+NEUTRAL_CALL_KEYWORDS: dict[str, Any] = {"typical_p": 1.0, "tfs_z": 1.0, "mirostat_mode": 0, "mirostat_tau": _ANY,
+                                         "mirostat_eta": _ANY, "logits_processor": None, "stopping_criteria": None,
+                                         "suffix": None}
+
+#: chat_format names (llama-cpp-python's) -> a text their templates hold: a name is accepted when the template
+#: in use holds its text (the file's own family), and "chatml" also when it does not (llama.cpp's ChatML then).
+CHAT_FORMATS: dict[str, str] = {"chatml": "<|im_start|>", "qwen": "<|im_start|>", "llama-3": "<|start_header_id|>",
+                                "llama-2": "[INST]", "mistral-instruct": "[INST]", "gemma": "<start_of_turn>",
+                                "phi-3": "<|end|>", "zephyr": "<|user|>"}
+
+#: OpenAI's reasoning_effort values; chat passes the one given to the template as a variable (gpt-oss reads it).
+REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
+
+#: llama.cpp's LLAMA_TOKEN_NULL: what token_bos()/token_eos() answer for a vocab without that token.
+TOKEN_NULL = -1
 
 #: Most alternatives reported per token: OpenAI's limits (completions logprobs <= 5, chat top_logprobs <= 20).
 MAX_LOGPROBS, MAX_TOP_LOGPROBS = 5, 20
@@ -141,62 +191,236 @@ class _Offsets:
         return self.starts
 
 
+class _Count(int):
+    """A count that is also callable: Llama.n_ctx as minillama's attribute and llama-cpp-python's n_ctx()."""
+
+    def __call__(self) -> int:
+        return int(self)
+
+
+class LlamaGrammar:
+    """A grammar the reply must follow (llama-cpp-python's LlamaGrammar): llama.cpp's GBNF (or a Lark grammar),
+    or a JSON schema, enforced through llguidance as response_format's schemas are."""
+
+    def __init__(self, *, gbnf: str | None = None, schema: Mapping[str, Any] | None = None) -> None:
+        self.gbnf, self.schema = gbnf, schema
+        if gbnf is not None:
+            self._lark = gbnf_to_lark(gbnf)  # a bad grammar fails here, as llama-cpp-python's does
+
+    @classmethod
+    def from_string(cls, grammar: str, verbose: bool = True) -> LlamaGrammar:
+        """A GBNF grammar's text (root ::= ...); ArgumentError when it does not parse."""
+        return cls(gbnf=grammar)
+
+    @classmethod
+    def from_file(cls, file: str | os.PathLike[str], verbose: bool = True) -> LlamaGrammar:
+        """A GBNF grammar read from a file."""
+        with open(file, encoding="utf-8") as f:
+            return cls(gbnf=f.read())
+
+    @classmethod
+    def from_json_schema(cls, json_schema: str | Mapping[str, Any], verbose: bool = True) -> LlamaGrammar:
+        """A JSON schema (its JSON text, as llama-cpp-python takes it, or a dict): the reply is a JSON value of it."""
+        if isinstance(json_schema, str):
+            try:
+                json_schema = json.loads(json_schema)
+            except ValueError as e:
+                raise ArgumentError(f"expected a JSON schema as JSON text, found text that does not parse: {e}") \
+                    from None
+        schema = schema_of({"type": "json_schema", "json_schema": {"schema": json_schema}})
+        return cls(schema=schema)
+
+    def constraint(self, tok: Tokenizer) -> JsonConstraint:
+        """The grammar's state for one reply."""
+        if self.gbnf is not None:
+            return JsonConstraint(tok, None, lark=self._lark)
+        return JsonConstraint(tok, self.schema)
+
+
+def _grammar(grammar: Any) -> LlamaGrammar:
+    """grammar= as a LlamaGrammar: one already, or GBNF text."""
+    if isinstance(grammar, LlamaGrammar):
+        return grammar
+    if isinstance(grammar, str):
+        return LlamaGrammar.from_string(grammar)
+    raise ArgumentTypeError(f"expected grammar as a LlamaGrammar or GBNF text, found {type(grammar).__name__}")
+
+
+class LlamaState:
+    """A session's saved state (llama-cpp-python's LlamaState fields): the ids its KV cache holds (input_ids,
+    n_tokens), the cache's key and value rows (llama_state, bytes; llama_state_size), the seed. scores is empty:
+    minillama keeps no per-position logits. Picklable."""
+
+    def __init__(self, input_ids: np.ndarray, scores: np.ndarray, n_tokens: int, llama_state: bytes,
+                 llama_state_size: int, seed: int) -> None:
+        self.input_ids, self.scores, self.n_tokens = input_ids, scores, n_tokens
+        self.llama_state, self.llama_state_size, self.seed = llama_state, llama_state_size, seed
+
+    @classmethod
+    def of(cls, prefix: Prefix, seed: int, n_vocab: int) -> LlamaState:
+        """The state holding prefix (a session's export_prefix)."""
+        buf = io.BytesIO()
+        np.savez(buf, *prefix.k, *prefix.v)
+        data = buf.getvalue()
+        return cls(np.array(prefix.ids, np.intc), np.zeros((0, n_vocab), np.single), prefix.n, data, len(data), seed)
+
+    def prefix(self) -> Prefix:
+        """The saved prefix, for a session's import_prefix (ArgumentError when the bytes are not a state's)."""
+        try:
+            with np.load(io.BytesIO(self.llama_state), allow_pickle=False) as z:
+                arrays = [z[f"arr_{i}"] for i in range(len(z.files))]
+        except (OSError, ValueError, KeyError) as e:
+            raise ArgumentError(f"expected a LlamaState from save_state, found llama_state bytes that do not load: "
+                                f"{e}") from None
+        half = len(arrays) // 2
+        ids = [int(i) for i in self.input_ids]
+        if len(arrays) % 2 or any(len(a) != len(ids) for a in arrays):
+            raise ArgumentError(f"expected a LlamaState whose rows match its {len(ids)} input_ids, found others")
+        return Prefix(ids, arrays[:half], arrays[half:])
+
+
 class Llama:
     """A loaded GGUF model and its tokenizer, answering llama-cpp-python's / OpenAI's calls.
 
-    n_ctx caps the context (None or 0: the model's); seed is the default seed of every call (-1: a fresh random
-    seed per call); threads: BLAS threads of the forward pass as Model.from_file takes them, None (as
-    llama-cpp-python's n_threads=None) meaning minillama's default "auto"; pooling "mean", "cls" or "last" overrides the file's
+    n_ctx caps the context (None or 0: the model's; an int that is also callable, llama-cpp-python's n_ctx());
+    seed is the default seed of every call (-1: a fresh random seed per call); threads (or llama-cpp-python's
+    n_threads): BLAS threads of the forward pass as Model.from_file takes them, None meaning minillama's default
+    "auto"; pooling "mean", "cls" or "last" (or llama-cpp-python's pooling_type 1, 2, 3) overrides the file's
     {arch}.pooling_type for create_embedding (mean when the file says none); model_name is the "model" the
     results name (default: the file's name); batch_steps=True runs the single-token steps of requests that come
     at the same time as one pass (worth it from 2 at once on the native backend, about 4 on the pure one:
-    minillama/model/batch.py); chat_template: a Jinja chat template to use instead of the file's.
+    minillama/model/batch.py); chat_template: a Jinja chat template to use instead of the file's (checked now);
+    chat_format: llama-cpp-python's name of a chat format, accepted when it names the template in use ("chatml"
+    also when it does not: llama.cpp's ChatML then). A file without a chat template chats in ChatML, as
+    llama-server does (chat_template_fallback is then True).
+
+    Also accepted: n_batch (kept as self.n_batch; prompts run in passes of minillama's own size), embedding
+    (create_embedding works either way), the keywords in IGNORED_KEYWORDS (ignored) and those in
+    DEFAULT_ONLY_KEYWORDS at their defaults. Any other keyword is an ArgumentTypeError naming it.
     """
 
     def __init__(self, model_path: str | os.PathLike[str], n_ctx: int | None = None, seed: int = RANDOM_SEED,
-                 threads: Threads = None, *, pooling: str | None = None, model_name: str | None = None,
-                 batch_steps: bool = False, verbose: bool = False, chat_template: str | None = None) -> None:
+                 threads: Threads = None, *, n_threads: int | None = None, n_batch: int = 512,
+                 embedding: bool = False, chat_format: str | None = None, pooling: str | None = None,
+                 pooling_type: int = -1, model_name: str | None = None, batch_steps: bool = False,
+                 verbose: bool = False, chat_template: str | None = None, **kwargs: Any) -> None:
+        _check_keywords("Llama", kwargs, IGNORED_KEYWORDS, DEFAULT_ONLY_KEYWORDS)
         path = os.fspath(model_path)
         if n_ctx is not None and (isinstance(n_ctx, bool) or not isinstance(n_ctx, int) or n_ctx < 0):
             raise ArgumentError(f"expected n_ctx as a count of tokens (0 or None: the model's), found {n_ctx!r}")
         if seed is not None and seed < 0 and seed != RANDOM_SEED:
             raise ArgumentError(f"expected a seed of 0 or more (or {RANDOM_SEED} for a random one), found {seed}")
+        if n_threads is not None:
+            if threads is not None:
+                raise ArgumentError(f"expected threads or n_threads (the same setting), found both: threads="
+                                    f"{threads!r}, n_threads={n_threads!r}")
+            threads = n_threads
+        if isinstance(n_batch, bool) or not isinstance(n_batch, int) or n_batch < 1:
+            raise ArgumentError(f"expected n_batch as a count of tokens of 1 or more, found {n_batch!r}")
+        if pooling_type != -1:
+            if pooling is not None or pooling_type not in POOLING:
+                raise ArgumentError(f"expected pooling_type -1 (the file's), 1 (mean), 2 (cls) or 3 (last), and "
+                                    f"not with pooling=, found pooling_type={pooling_type!r}")
+            pooling = POOLING[pooling_type]
         self.model_path = path
         self.model = Model.from_file(path, threads=AUTO if threads is None else threads)
         self.tokenizer = Tokenizer.from_file(path)
         #: Most tokens a request (prompt and reply) may hold.
-        self.n_ctx = self.model.n_ctx if not n_ctx else min(n_ctx, self.model.n_ctx)
+        self.n_ctx = _Count(self.model.n_ctx if not n_ctx else min(n_ctx, self.model.n_ctx))
+        #: llama-cpp-python's n_batch, kept for scripts that read it (minillama's prompt passes have their size).
+        self.n_batch = min(n_batch, self.n_ctx)
+        self.embedding = bool(embedding)
         self.seed = seed
         self.model_name = model_name or os.path.basename(path)
         self.verbose = verbose
         self.pooling = self._pooling(pooling)
         #: Requests' single-token steps that come at the same time share one pass (minillama/model/batch.py).
         self.batch_steps = batch_steps
+        #: True when the file has no chat template and none was given: chat renders with CHATML_TEMPLATE.
+        self.chat_template_fallback = chat_template is None and self.tokenizer.chat_template is None
+        self.chat_format = chat_format
+        chat_template = self._chat_format_template(chat_format, chat_template)
         #: The Jinja chat template chat uses instead of the file's (llama-server's --chat-template-file), or None.
         self.chat_template = chat_template
         self._template: ChatTemplate | None = None
         self._template_lock = threading.Lock()
+        if chat_template is not None:
+            self._chat_template()  # a template that does not compile fails here, not at the first chat
+        # save_state/load_state: the session the last call without session= ran in, and the one the next such
+        # call resumes (load_state)
+        self._state_lock = threading.Lock()
+        self._last_session: Session | None = None
+        self._resume: Session | None = None
+        self._own_runs: weakref.WeakSet[Generation] = weakref.WeakSet()
 
     def __repr__(self) -> str:
         return f"Llama({self.model_path!r}, n_ctx={self.n_ctx})"
 
+    # -- llama-cpp-python's accessors ------------------------------------------------------------------------
+
+    def n_vocab(self) -> int:
+        """Tokens in the vocab (llama_n_vocab)."""
+        return self.tokenizer.n_vocab
+
+    def token_eos(self) -> int:
+        """The end-of-sequence id (-1 when the vocab has none, llama.cpp's LLAMA_TOKEN_NULL)."""
+        eos = self.tokenizer.eos_id
+        return TOKEN_NULL if eos is None else eos
+
+    def token_bos(self) -> int:
+        """The beginning-of-sequence id (-1 when the vocab has none)."""
+        bos = self.tokenizer.bos_id
+        return TOKEN_NULL if bos is None else bos
+
     # -- tokens ----------------------------------------------------------------------------------------------
 
-    def tokenize(self, text: bytes | str, add_special: bool = True, parse_special: bool = False) -> list[int]:
-        """llama.cpp's ids for text (bytes are tokenized as they are, invalid UTF-8 included)."""
+    def tokenize(self, text: bytes | str, add_bos: bool = True, special: bool = False, *,
+                 add_special: bool | None = None, parse_special: bool | None = None) -> list[int]:
+        """llama.cpp's ids for text, as llama-cpp-python's tokenize (llama_tokenize): add_bos adds the vocab's
+        bos/eos as the file says (llama.cpp's add_special), special matches control tokens written in the text
+        (parse_special; both names accepted). Bytes are tokenized as they are, invalid UTF-8 included."""
+        add = add_bos if add_special is None else add_special
+        parse = special if parse_special is None else parse_special
         if isinstance(text, bytes | bytearray):
             text = bytes(text).decode("utf-8", "surrogateescape")
         elif not isinstance(text, str):
             raise ArgumentTypeError(f"expected text as str or bytes, found {type(text).__name__}")
-        return self.tokenizer.encode(text, add_special=add_special, parse_special=parse_special)
+        return self.tokenizer.encode(text, add_special=add, parse_special=parse)
 
-    def detokenize(self, ids: Sequence[int], special: bool = True) -> bytes:
-        """The bytes of ids (llama_detokenize; special=False leaves control tokens out)."""
-        return self.tokenizer.decode_bytes(ids, remove_special=not special, unparse_special=special)
+    def detokenize(self, ids: Sequence[int], prev_tokens: Sequence[int] | None = None,
+                   special: bool = False) -> bytes:
+        """The bytes of ids as llama-cpp-python's detokenize gives them: each id's llama_token_to_piece (control
+        tokens empty unless special) joined, less the leading space when the first id is bos. prev_tokens is
+        accepted and unused, as llama-cpp-python's own tokenizer does."""
+        out = b"".join(self.tokenizer.token_to_piece(i, special=special) for i in ids)
+        bos = self.tokenizer.bos_id
+        return out[1:] if ids and bos is not None and ids[0] == bos and out[:1] == b" " else out
 
     def session(self) -> Session:
         """A sequence of its own on the model (a slot): pass it as session= to reuse its KV cache across calls."""
         return self.model.session(self.n_ctx, batched=self.batch_steps)
+
+    # -- state -----------------------------------------------------------------------------------------------
+
+    def save_state(self, session: Session | None = None) -> LlamaState:
+        """session's KV cache and ids, or those of the session the last call without session= ran in (an empty
+        state before any call), as llama-cpp-python's save_state keeps its context's."""
+        if session is None:
+            with self._state_lock:
+                session = self._last_session or self.session()
+        return LlamaState.of(session.export_prefix(), self.seed, self.tokenizer.n_vocab)
+
+    def load_state(self, state: LlamaState, session: Session | None = None) -> Session:
+        """Restore state (from save_state, on this model) into session, or into a new session that the next call
+        without session= runs in (its prompt's shared prefix then comes from the cache); the session returned."""
+        if not isinstance(state, LlamaState):
+            raise ArgumentTypeError(f"expected a LlamaState from save_state, found {type(state).__name__}")
+        target = session or self.session()
+        target.import_prefix(state.prefix())
+        if session is None:
+            with self._state_lock:
+                self._resume = target
+        return target
 
     # -- completions -----------------------------------------------------------------------------------------
 
@@ -207,14 +431,18 @@ class Llama:
                           frequency_penalty: float = 0.0, logit_bias: Mapping[int, float] | None = None,
                           response_format: Mapping[str, Any] | None = None, echo: bool = False, *,
                           repeat_last_n: int = 64, model: str | None = None, session: Session | None = None,
-                          stream_options: Mapping[str, Any] | None = None) -> dict[str, Any] | Iterator[dict[str, Any]]:
+                          stream_options: Mapping[str, Any] | None = None, grammar: LlamaGrammar | str | None = None,
+                          **kwargs: Any) -> dict[str, Any] | Iterator[dict[str, Any]]:
         """OpenAI's text_completion for prompt (a str, encoded with bos and control tokens matched, or ids), or
         with stream=True an iterator of text_completion chunks (the last one carries finish_reason).
 
         max_tokens None or <= 0: until the context is full. logprobs=N (0..5): each token's log-probability and the
         N best, in the completions API's shape. echo puts the prompt text before the reply (its tokens get no
-        logprobs).
+        logprobs). grammar: a LlamaGrammar or GBNF text the reply follows. llama-cpp-python's sampler keywords
+        minillama lacks are accepted at their neutral values (NEUTRAL_CALL_KEYWORDS); any other keyword is an
+        ArgumentTypeError naming it.
         """
+        _check_keywords("create_completion", kwargs, frozenset(), NEUTRAL_CALL_KEYWORDS)
         if logprobs is not None and not 0 <= logprobs <= MAX_LOGPROBS:
             raise ArgumentError(f"expected logprobs between 0 and {MAX_LOGPROBS}, found {logprobs}")
         ids = self._prompt_ids(prompt)
@@ -222,7 +450,7 @@ class Llama:
                                   repeat_penalty=repeat_penalty, repeat_last_n=repeat_last_n,
                                   presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
                                   logit_bias=logit_bias, n_probs=0 if logprobs is None else max(logprobs, 1))
-        run = self.run(self._request(ids, max_tokens, sampling, stop, response_format), session)
+        run = self.run(self._request(ids, max_tokens, sampling, stop, response_format, grammar), session)
         head = {"id": f"cmpl-{secrets.token_hex(12)}", "object": "text_completion", "created": int(time.time()),
                 "model": model or self.model_name}
         prefix = (prompt if isinstance(prompt, str) else self.tokenizer.decode(ids)) if echo else ""
@@ -230,6 +458,7 @@ class Llama:
         if stream:
             return Stream(self._completion_chunks(run, head, prefix, want, stream_options), run)
         text = prefix + "".join(run)
+        self._finished(run)
         lp = self._completion_logprobs(run, _Offsets(run), run.reply, want, len(prefix)) if want is not None else None
         return {**head, "choices": [{"text": text, "index": 0, "logprobs": lp, "finish_reason": _finish_reason(run)}],
                 "usage": _usage(run)}
@@ -250,11 +479,12 @@ class Llama:
                                tools: Sequence[Mapping[str, Any]] | None = None, tool_choice: Any = "auto",
                                parallel_tool_calls: bool = False, reasoning_format: str = "auto",
                                chat_template_kwargs: Mapping[str, Any] | None = None,
-                               **template_kwargs: Any) -> dict[str, Any] | Iterator[dict[str, Any]]:
+                               reasoning_effort: str | None = None, grammar: LlamaGrammar | str | None = None,
+                               **kwargs: Any) -> dict[str, Any] | Iterator[dict[str, Any]]:
         """OpenAI's chat.completion for messages, rendered with the GGUF's chat template (in its sandbox), or with
         stream=True an iterator of chat.completion.chunk dicts (a first one with the role, the last one with
         finish_reason). Defaults as llama-cpp-python's. logprobs=True, top_logprobs=N (0..20): the chat API's
-        logprobs.content list. Other keywords go to the template as variables (e.g. tools). A message's content
+        logprobs.content list. A message's content
         may be OpenAI's list of parts: text parts are joined by newlines (as llama.cpp's server joins them), any
         other part is an ArgumentError (the model takes text only).
 
@@ -265,8 +495,16 @@ class Llama:
         schema; a template without tool support gets llama.cpp's generic JSON format (always constrained). Messages
         may hold an assistant's tool_calls and "tool" results. reasoning_format ("auto", the default, "deepseek"
         or "none"): thinking (<think>...</think>) goes to message.reasoning_content. chat_template_kwargs are
-        template variables (e.g. {"enable_thinking": False}), as llama.cpp's server takes them.
+        template variables (e.g. {"enable_thinking": False}), as llama.cpp's server takes them; reasoning_effort
+        (one of REASONING_EFFORTS) is the template variable gpt-oss templates read. grammar: a LlamaGrammar or
+        GBNF text the reply follows. Any other keyword is an ArgumentTypeError naming it (llama-cpp-python's
+        sampler keywords at their neutral values aside).
         """
+        _check_keywords("create_chat_completion", kwargs, frozenset(), NEUTRAL_CALL_KEYWORDS,
+                        hint="; template variables go in chat_template_kwargs={...}")
+        if reasoning_effort is not None and reasoning_effort not in REASONING_EFFORTS:
+            raise ArgumentError(f"expected reasoning_effort {', '.join(REASONING_EFFORTS)}, found "
+                                f"{reasoning_effort!r:.60}")
         if top_logprobs is not None and not 0 <= top_logprobs <= MAX_TOP_LOGPROBS:
             raise ArgumentError(f"expected top_logprobs between 0 and {MAX_TOP_LOGPROBS}, found {top_logprobs}")
         if top_logprobs and not logprobs:
@@ -276,13 +514,16 @@ class Llama:
         template = self._chat_template()
         source = template.source if template is not None else None
         plan = Plan.make(detect(source), tools, tool_choice, parallel_tool_calls, reasoning_format, thinks(source))
-        grammar = plan.constraint_grammar()
-        if grammar is not None and response_format is not None:
-            raise ArgumentError("expected either response_format or tools that constrain the reply, found both")
+        plan_grammar = plan.constraint_grammar()
+        if plan_grammar is not None and (response_format is not None or grammar is not None):
+            what = "response_format" if response_format is not None else "grammar"
+            raise ArgumentError(f"expected either {what} or tools that constrain the reply, found both")
         if plan.tools or any(m.get("tool_calls") or m.get("role") == "tool" for m in messages
                              if isinstance(m, Mapping)):
             messages = plan.messages(messages)
-        extra = {**dict(chat_template_kwargs or {}), **template_kwargs}
+        extra = dict(chat_template_kwargs or {})
+        if reasoning_effort is not None:
+            extra["reasoning_effort"] = reasoning_effort
         if plan.template_tools():
             extra["tools"] = plan.template_tools()
         ids = self._chat_prompt(messages, extra)
@@ -291,10 +532,10 @@ class Llama:
                                   repeat_penalty=repeat_penalty, repeat_last_n=repeat_last_n,
                                   presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
                                   logit_bias=logit_bias, n_probs=max(top_logprobs or 0, 1) if logprobs else 0)
-        request = self._request(ids, max_tokens, sampling, stop, response_format)
-        if grammar is not None:
-            request = replace(request, constraint=JsonConstraint(self.tokenizer, None, lark=grammar))
-        elif plan.lazy_triggers() and response_format is None:
+        request = self._request(ids, max_tokens, sampling, stop, response_format, grammar)
+        if plan_grammar is not None:
+            request = replace(request, constraint=JsonConstraint(self.tokenizer, None, lark=plan_grammar))
+        elif plan.lazy_triggers() and response_format is None and grammar is None:
             request = replace(request, constraint=LazyConstraint(self.tokenizer, plan.lazy_triggers()))
         run = self.run(request, session)
         head = {"id": f"chatcmpl-{secrets.token_hex(12)}", "created": int(time.time()),
@@ -304,6 +545,7 @@ class Llama:
         if stream:
             return Stream(self._chat_chunks(run, head, want, stream_options, splitter), run)
         _, parsed = splitter.finish("".join(run))
+        self._finished(run)
         message: dict[str, Any] = {"role": "assistant", "content": parsed.content}
         if parsed.reasoning_content:
             message["reasoning_content"] = parsed.reasoning_content
@@ -394,10 +636,30 @@ class Llama:
         return ids
 
     def _chat_template(self) -> ChatTemplate | None:
+        """The template chat renders with: chat_template, else the file's, else llama.cpp's ChatML."""
         with self._template_lock:
             if self._template is None:
-                self._template = self.tokenizer.build_chat_template(self.chat_template)
+                source = CHATML_TEMPLATE if self.chat_template_fallback else self.chat_template
+                self._template = self.tokenizer.build_chat_template(source)
             return self._template
+
+    def _chat_format_template(self, chat_format: str | None, chat_template: str | None) -> str | None:
+        """The chat_template to use given llama-cpp-python's chat_format: chat_template unchanged when the name
+        is that of the template in use, CHATML_TEMPLATE for "chatml" otherwise; ArgumentError for any other."""
+        if chat_format is None:
+            return chat_template
+        source = chat_template if chat_template is not None else self.tokenizer.chat_template
+        if source is None and chat_format == "chatml":
+            return chat_template  # the fallback is ChatML already
+        own = [name for name, mark in CHAT_FORMATS.items() if source is not None and mark in source]
+        if chat_format in own:
+            return chat_template
+        if chat_format == "chatml":
+            self.chat_template_fallback = False
+            return CHATML_TEMPLATE
+        raise ArgumentError(f"chat_format {chat_format!r} is not the format of this file's chat template: expected "
+                            f"None, 'chatml' (llama.cpp's ChatML) or {', '.join(map(repr, own)) or 'no other name'} "
+                            "(minillama renders the GGUF's own template; chat_template= takes another)")
 
     def _chat_prompt(self, messages: Sequence[Mapping[str, Any]], kwargs: Mapping[str, Any]) -> list[int]:
         """messages rendered with the file's chat template (add_generation_prompt) and encoded."""
@@ -408,9 +670,7 @@ class Llama:
             raise ArgumentError("expected at least one message, found none")
         messages = [_flat_message(m, i) for i, m in enumerate(messages)]
         template = self._chat_template()
-        if template is None:
-            raise ChatTemplateError(f"{self.model_path}: the file has no tokenizer.chat_template to render messages "
-                                    "with; use create_completion with a prompt")
+        assert template is not None  # the file's, the one given, or ChatML
         return chat_prompt(self.tokenizer, template, messages, **kwargs)[0]
 
     def _sampling(self, seed: int | None, **settings: Any) -> SamplingParams:
@@ -418,18 +678,38 @@ class Llama:
         return SamplingParams(seed=self.seed if seed is None else seed, **settings)
 
     def _request(self, ids: list[int], max_tokens: int | None, sampling: SamplingParams,
-                 stop: str | Sequence[str] | None, response_format: Mapping[str, Any] | None) -> Request:
+                 stop: str | Sequence[str] | None, response_format: Mapping[str, Any] | None,
+                 grammar: LlamaGrammar | str | None = None) -> Request:
         """A call's Request: max_tokens None or <= 0 meaning until the context is full, a response_format's JSON
-        constraint."""
+        constraint or a grammar's (not both)."""
         if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)):
             raise ArgumentTypeError(f"expected max_tokens as an int or None, found {max_tokens!r}")
         limit = self.n_ctx if max_tokens is None or max_tokens <= 0 else max_tokens
         request = Request(ids, limit, sampling, stop=stop or ())  # stop checked before the grammar is built
+        if grammar is not None:
+            if response_format is not None:
+                raise ArgumentError("expected either grammar or response_format, found both")
+            return replace(request, constraint=_grammar(grammar).constraint(self.tokenizer))
         return replace(request, constraint=json_constraint(self.tokenizer, response_format))
 
     def run(self, request: Request, session: Session | None = None) -> Generation:
-        """The Generation of request in a session (a new one unless given): what every generation call runs."""
-        return Generation(session or self.session(), self.tokenizer, request)
+        """The Generation of request in a session: the one given, else the one load_state prepared, else a new one
+        (kept for save_state)."""
+        own = session is None
+        if session is None:
+            with self._state_lock:
+                session, self._resume = self._resume or self.session(), None
+        gen = Generation(session, self.tokenizer, request)
+        if own:
+            self._own_runs.add(gen)
+        return gen
+
+    def _finished(self, run: Generation) -> None:
+        """run has ended by itself: its session (when the call made it) is what save_state() saves. A stream closed
+        early keeps nothing: its session goes with it."""
+        if run in self._own_runs:
+            with self._state_lock:
+                self._last_session = run.model  # type: ignore[assignment]
 
     def _piece(self, token: int) -> str:
         return token_text(self.tokenizer.token_to_piece(token))
@@ -472,6 +752,7 @@ class Llama:
                     if want is not None else None
                 done = len(ids)
                 yield chunk(text, lp, None)
+            self._finished(run)
             ids = run.reply
             lp = self._completion_logprobs(run, offsets, ids, want, len(prefix), done) \
                 if want is not None and len(ids) > done else None
@@ -505,6 +786,7 @@ class Llama:
                 for k, delta in enumerate(deltas):
                     yield chunk(delta, lp if k == 0 else None, None)
             deltas, parsed = splitter.finish(so_far)
+            self._finished(run)
             ids = run.reply
             lp = self._chat_logprobs(run, ids, want, done) if want is not None and len(ids) > done else None
             for delta in deltas:
@@ -516,3 +798,22 @@ class Llama:
         finally:
             run.close()
 
+
+
+def _check_keywords(where: str, kwargs: Mapping[str, Any], ignored: frozenset[str], neutral: Mapping[str, Any],
+                    hint: str = "") -> None:
+    """ArgumentTypeError naming a keyword where takes in no form, UnsupportedError naming one of neutral given
+    another value than its neutral one; those in ignored pass whatever their value."""
+    for name, value in kwargs.items():
+        if name in ignored:
+            continue
+        if name in neutral:
+            want = neutral[name]
+            if want is not _ANY and not (value is want or (want is not None and value == want)):
+                raise UnsupportedError(f"{where}({name}={value!r:.60}) is not supported by minillama: expected "
+                                       f"{name}={want!r} (its default) or no {name}")
+            continue
+        extra = "; functions/function_call are tools/tool_choice now" if name in ("functions", "function_call") \
+            else hint
+        raise ArgumentTypeError(f"{where}() got an unknown keyword argument {name!r}: expected one of its "
+                                f"parameters (docs/model.md lists those of llama-cpp-python it accepts){extra}")

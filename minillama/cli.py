@@ -798,7 +798,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
           allowed_hosts=_comma_list(args.allowed_hosts), cors_origins=_comma_list(args.cors_origins),
           embedding_max_inputs=args.embedding_max_inputs, embedding_max_tokens=args.embedding_max_tokens,
           cache_ram=args.cache_ram, verbose=args.verbose,
-          reasoning_format=args.reasoning_format)
+          reasoning_format=args.reasoning_format, chat_template_file=args.chat_template_file)
     return 0
 
 
@@ -831,6 +831,8 @@ def _setup_serve(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reasoning-format", choices=("auto", "deepseek", "none"), default="auto",
                    help="where a thinking template's <think> goes: reasoning_content (auto, deepseek) or content "
                    "(none); a request's reasoning_format overrides it (default: auto)")
+    p.add_argument("--chat-template-file", metavar="PATH", help="a Jinja chat template to chat with instead of the "
+                   "model's (default: the GGUF's tokenizer.chat_template, else ChatML as llama-server)")
     p.add_argument("--vocab", action="append", metavar="PATH", help="another tokenizer file for the playground and "
                    "/tokenize to compare token counts with (repeatable)")
     p.add_argument("--allowed-hosts", action="append", metavar="NAMES", help="Host names the server answers to "

@@ -29,12 +29,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .errors import ArgumentError, UnsupportedError
+from .errors import ArgumentError, ArgumentTypeError, UnsupportedError
 
 if TYPE_CHECKING:
     from .tokenizer import Tokenizer
 
-__all__ = ["JsonConstraint", "json_constraint", "schema_of"]
+__all__ = ["JsonConstraint", "json_constraint", "schema_of", "gbnf_to_lark", "grammar_constraint"]
 
 #: How the JSON is laid out: no free whitespace (a model cannot pad the reply with newlines until max_tokens),
 #: OpenAI's and json.dumps' separators.
@@ -172,3 +172,37 @@ def json_constraint(tok: Tokenizer, response_format: Mapping[str, Any] | None) -
     """The constraint response_format asks for, or None when it asks for plain text."""
     schema = schema_of(response_format)
     return None if schema is None else JsonConstraint(tok, schema)
+
+
+def gbnf_to_lark(grammar: str) -> str:
+    """A GBNF grammar (llama.cpp's format, root ::= ...) or a Lark grammar as llguidance's Lark text, or an
+    ArgumentError naming the problem (the grammar checked as llguidance compiles it)."""
+    if not isinstance(grammar, str):
+        raise ArgumentTypeError(f"expected a grammar as GBNF text, found {type(grammar).__name__}")
+    _llguidance()
+    from llguidance.gbnf_to_lark import any_to_lark
+
+    try:
+        lark = any_to_lark(grammar)
+    except Exception as e:  # noqa: BLE001 - the converter raises its own errors (and asserts) on bad text
+        raise ArgumentError(f"expected a GBNF grammar (llama.cpp's format), found one that does not parse: "
+                            f"{_first_line(str(e) or type(e).__name__)}") from None
+    ok, error = _validate(lark)
+    if not ok:
+        raise ArgumentError(f"expected a grammar llguidance can enforce, found an error: {_first_line(error)}")
+    return lark
+
+
+def _validate(lark: str) -> tuple[bool, str]:
+    """(True, "") when llguidance compiles the Lark grammar, else (False, its error)."""
+    llg = _llguidance()
+    try:
+        error = llg.LLMatcher.validate_grammar(llg.LLMatcher.grammar_from_lark(lark))
+    except (TypeError, ValueError) as e:
+        return False, str(e)
+    return (not error), error or ""
+
+
+def grammar_constraint(tok: Tokenizer, grammar: str) -> JsonConstraint:
+    """The constraint of a GBNF (or Lark) grammar: each reply a sentence of it."""
+    return JsonConstraint(tok, None, lark=gbnf_to_lark(grammar))

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..errors import MinillamaError
+from ..errors import ChatTemplateError, MinillamaError
 from .limits import DEFAULT_HEADER_TIMEOUT, DEFAULT_TIMEOUT, EMBEDDING_MAX_INPUTS, EMBEDDING_MAX_TOKENS
 from .prompt_cache import DEFAULT_CACHE_RAM_MIB
 
@@ -54,6 +54,21 @@ def cache_ram_bytes(mib: int | str) -> int:
     return int(text) << 20
 
 
+def read_chat_template(path: str) -> str:
+    """--chat-template-file's text, or a MinillamaError saying why not (unreadable, not UTF-8, empty)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as exc:
+        raise MinillamaError(f"cannot read --chat-template-file {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise MinillamaError(f"expected --chat-template-file {path} to be UTF-8 text, found byte "
+                             f"0x{exc.object[exc.start]:02x} at offset {exc.start}") from None
+    if not text.strip():
+        raise MinillamaError(f"expected a Jinja chat template in --chat-template-file {path}, found an empty file")
+    return text
+
+
 def listen(host: str, port: int) -> socket.socket:
     """A bound, listening TCP socket, or MinillamaError naming host:port and why not (e.g. in use)."""
     import socket
@@ -82,7 +97,7 @@ def serve(model: str, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, par
           allowed_hosts: Sequence[str] = (), cors_origins: Sequence[str] = (),
           embedding_max_inputs: int = EMBEDDING_MAX_INPUTS, embedding_max_tokens: int = EMBEDDING_MAX_TOKENS,
           cache_ram: int | str = DEFAULT_CACHE_RAM_MIB, verbose: bool = False, reasoning_format: str = "auto",
-          log: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)) -> None:
+          chat_template_file: str | None = None, log: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)) -> None:
     """Load model (and the --vocab tokenizers), listen on host:port and serve until interrupted.
 
     The line "minillama serve: listening on http://HOST:PORT ..." is logged once the socket listens (port 0
@@ -90,9 +105,11 @@ def serve(model: str, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, par
     accepted beside localhost, IP addresses and host ("*": any); cors_origins: origins other sites' pages may call
     from ("*": any); cache_ram: MiB of host RAM for prefixes evicted from the slots (llama-server's --cache-ram, 0:
     none); verbose: one log line per request; reasoning_format: chat's default (a request's reasoning_format
-    overrides it)."""
+    overrides it); chat_template_file: a Jinja chat template used instead of the model's (a model with none and
+    no file chats in ChatML, as llama-server does, and the log says so)."""
     require_extra()
     cache_bytes = cache_ram_bytes(cache_ram)
+    chat_template = read_chat_template(chat_template_file) if chat_template_file is not None else None
     if reasoning_format not in ("auto", "deepseek", "none"):
         raise MinillamaError(f"expected --reasoning-format auto, deepseek or none, found {reasoning_format!r}")
     if not 1 <= parallel <= MAX_PARALLEL:
@@ -116,7 +133,14 @@ def serve(model: str, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, par
     sock = listen(host, port)  # first: a port in use fails before the model loads
     try:
         # several slots: their decode steps share passes of the model (Linear multiplies a few rows reading w once)
-        llm = Llama(model, threads=threads, model_name=os.path.basename(model), batch_steps=parallel > 1)
+        try:
+            llm = Llama(model, threads=threads, model_name=os.path.basename(model), batch_steps=parallel > 1,
+                        chat_template=chat_template)
+        except ChatTemplateError as exc:
+            raise MinillamaError(f"--chat-template-file {chat_template_file}: {exc}") from None
+        if llm.chat_template_fallback:
+            log(f"minillama serve: {os.path.basename(model)} has no chat template (tokenizer.chat_template): chat "
+                "uses ChatML, as llama-server does (--chat-template-file gives another)")
         tokenizers = {model: llm.tokenizer}
         for path in vocabs:
             tokenizers[path] = Tokenizer.from_file(path)

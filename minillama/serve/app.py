@@ -344,7 +344,7 @@ def _model_meta(llm: Any) -> dict[str, Any]:
 
     model = getattr(llm, "model", None)
     hp = getattr(model, "hparams", None)
-    meta: dict[str, Any] = {"n_vocab": getattr(hp, "n_vocab", None), "n_ctx_train": getattr(hp, "n_ctx", None),
+    meta: dict[str, Any] = {"n_vocab": getattr(model, "n_vocab", None), "n_ctx_train": getattr(hp, "n_ctx", None),
                             "n_embd": getattr(hp, "n_embd", None), "n_params": None, "size": None}
     path = getattr(llm, "model_path", None)
     if path is not None:

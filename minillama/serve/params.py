@@ -165,7 +165,7 @@ CHAT: dict[str, Field] = {"messages": _f("array of messages {role, content}", re
                           "logprobs": _f("boolean"), "top_logprobs": _f("integer", lo=0, hi=MAX_TOP_LOGPROBS),
                           "tools": _f("array"), "tool_choice": _f("string or object"),
                           "parallel_tool_calls": _f("boolean"), "reasoning_format": _f("string"),
-                          "chat_template_kwargs": _f("object")}
+                          "chat_template_kwargs": _f("object"), "reasoning_effort": _f("string")}
 EMBEDDING: dict[str, Field] = {"input": _f("string or array of strings", required=True), "model": _f("string", None),
                                "user": _f("string", None), "encoding_format": _f("string", None)}
 # llama.cpp's /tokenize and /detokenize; `vocab` (ours) picks a --vocab file by name for the playground.

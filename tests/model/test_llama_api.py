@@ -39,8 +39,9 @@ SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength
           "required": ["name", "n", "ok"], "additionalProperties": False}
 
 
-def write_tiny_chat_model(path: Path) -> Path:
-    """A one-block llama over the demo vocab (1,000 tokens, eos 999) with a chat template; random weights."""
+def write_tiny_chat_model(path: Path, template: str | None = TEMPLATE) -> Path:
+    """A one-block llama over the demo vocab (1,000 tokens, eos 999) with a chat template (None: none); random
+    weights."""
     md = read_metadata(str(default_vocab_path()))
     n_vocab = len(md["tokenizer.ggml.tokens"])
     w = gguf.GGUFWriter(str(path), "llama")
@@ -54,7 +55,8 @@ def write_tiny_chat_model(path: Path) -> Path:
     for key, value in md.items():
         if key.startswith("tokenizer."):
             w.add_key_value(key, *_tokenizer_value(key, value))
-    w.add_chat_template(TEMPLATE)
+    if template is not None:
+        w.add_chat_template(template)
     d, kv = N_EMBD, N_HEAD_KV * N_EMBD // N_HEAD
     shapes = {"token_embd.weight": (n_vocab, d), "output_norm.weight": (d,), "blk.0.attn_norm.weight": (d,),
               "blk.0.attn_q.weight": (d, d), "blk.0.attn_k.weight": (kv, d), "blk.0.attn_v.weight": (kv, d),
@@ -567,3 +569,178 @@ def test_logit_bias_ids_past_every_vocab_are_skipped(llm: Llama) -> None:
     plain = llm.create_completion("Hello", **kw)["choices"][0]["text"]
     for bias in ({2**70: 50.0}, {str(2**70): 50.0}, {"9" * 5000: 50.0}, {10**6: 50.0}):
         assert llm.create_completion("Hello", logit_bias=bias, **kw)["choices"][0]["text"] == plain
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# llama-cpp-python's names: constructor keywords, accessors, grammar, state
+# ---------------------------------------------------------------------------------------------------------------------
+
+#: llama.cpp's default chat template (common/chat.cpp, CHATML_TEMPLATE_SRC), rendered by hand for one user message.
+CHATML_HI = "<|im_start|>user\nHi!<|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_llama_cpp_python_constructor_keywords(llm: Llama) -> None:
+    """The names llama-cpp-python's Llama takes: n_ctx, n_threads, n_batch, seed, embedding, and the GPU and memory
+    keywords a CPU runtime has no use for, accepted as ported scripts pass them."""
+    other = Llama(llm.model_path, n_ctx=64, n_threads=1, n_threads_batch=1, n_batch=32, n_ubatch=32, seed=7,
+                  embedding=True, n_gpu_layers=-1, split_mode=1, main_gpu=0, tensor_split=[1.0], vocab_only=False,
+                  use_mmap=False, use_mlock=True, kv_overrides=None, offload_kqv=True, flash_attn=True,
+                  logits_all=False, op_offload=None, swa_full=None, no_perf=True, last_n_tokens_size=64,
+                  numa=False, type_k=None, type_v=None, verbose=False, rope_freq_base=0.0, rope_freq_scale=0.0)
+    assert other.n_ctx() == 64 and other.n_ctx == 64  # llama-cpp-python's method, minillama's count
+    assert other.n_batch == 32
+    r = other.create_completion("Hello", max_tokens=None, logit_bias={other.tokenizer.eos_id: -np.inf})
+    assert r["usage"]["total_tokens"] == 64
+    assert len(other.create_embedding("Hello")["data"][0]["embedding"]) == N_EMBD
+
+
+@pytest.mark.parametrize("kwargs, name", [({"n_gpu_layer": 1}, "n_gpu_layer"), ({"chat_handler": object()},
+                                                                               "chat_handler"),
+                                          ({"lora_path": "x.gguf"}, "lora_path"), ({"threads": 1, "n_threads": 2},
+                                                                                   "n_threads")])
+def test_unknown_or_unsupported_constructor_keywords_are_errors(llm: Llama, kwargs: dict, name: str) -> None:
+    with pytest.raises(MinillamaError, match=name):
+        Llama(llm.model_path, **kwargs)
+
+
+def test_unknown_call_keywords_are_errors(llm: Llama) -> None:
+    """A keyword no create_* method takes is a MinillamaError naming it, never dropped (a grammar misspelt would
+    otherwise give free text); template variables go in chat_template_kwargs."""
+    msgs = [{"role": "user", "content": "Hi"}]
+    with pytest.raises(MinillamaError, match="'gramar'"):
+        llm.create_completion("Hi", gramar='root ::= "yes"')
+    with pytest.raises(MinillamaError, match="'enable_thinking'.*chat_template_kwargs"):
+        llm.create_chat_completion(msgs, enable_thinking=False)
+    with pytest.raises(MinillamaError, match="'functions'"):
+        llm.create_chat_completion(msgs, functions=[])
+    with pytest.raises(MinillamaError, match="mirostat_mode"):  # a sampler minillama does not have, switched on
+        llm.create_completion("Hi", mirostat_mode=2)
+    # llama-cpp-python's sampling keywords at their neutral values are accepted
+    r = llm.create_completion("Hi", max_tokens=2, typical_p=1.0, tfs_z=1.0, mirostat_mode=0, mirostat_tau=5.0,
+                              mirostat_eta=0.1, logits_processor=None, stopping_criteria=None, suffix=None)
+    assert r["choices"][0]["finish_reason"] in ("stop", "length")
+
+
+def test_accessors(llm: Llama) -> None:
+    md = read_metadata(str(default_vocab_path()))
+    assert llm.n_vocab() == len(md["tokenizer.ggml.tokens"])
+    assert llm.token_eos() == md["tokenizer.ggml.eos_token_id"] == 999
+    assert llm.token_bos() == md.get("tokenizer.ggml.bos_token_id", -1)
+
+
+def test_tokenize_and_detokenize_as_llama_cpp_python(tmp_path: Path) -> None:
+    """llama-cpp-python's tokenize(text: bytes, add_bos=True, special=False) is llama_tokenize(add_special,
+    parse_special); its detokenize(ids, special=False) joins llama_token_to_piece(special) and drops the leading
+    space a first bos leaves. Expected values from llama.cpp itself (the oracle) on SmolLM2."""
+    from support.oracle import get_oracle
+
+    real = real_llm()
+    o = get_oracle(real.model_path)
+    text = "Hello <|im_start|>world  naïve"
+    for add_bos in (True, False):
+        for special in (True, False):
+            assert real.tokenize(text.encode(), add_bos, special) == o.tokenize(text, add_bos, special)
+            assert real.tokenize(text.encode(), add_bos=add_bos, special=special) == \
+                o.tokenize(text, add_bos, special)
+    assert real.tokenize(text.encode()) == o.tokenize(text, True, False)
+    ids = o.tokenize(text, True, True)
+    for special in (False, True):
+        want = b"".join(o.piece(i, special) for i in ids)
+        assert real.detokenize(ids, special=special) == want
+    assert real.detokenize(ids) == b"".join(o.piece(i, False) for i in ids)
+    assert (real.n_vocab(), real.token_eos(), real.token_bos()) == (o.n_vocab, o.eos_id, -1 if o.bos_id is None
+                                                                     else o.bos_id)
+
+
+def test_chat_format_names(llm: Llama, tmp_path: Path) -> None:
+    """chat_format "chatml" renders with llama.cpp's ChatML template; a name of the file's own family uses the
+    file's template; any other name is an ArgumentError naming the choices."""
+    msgs = [{"role": "user", "content": "Hi!"}]
+    chatml = Llama(llm.model_path, chat_format="chatml", threads=1)
+    r = chatml.create_chat_completion(msgs, max_tokens=1, seed=1)
+    assert r["usage"]["prompt_tokens"] == len(llm.tokenize(CHATML_HI, parse_special=True))
+    with pytest.raises(ArgumentError, match="'llama-2'.*'chatml'"):
+        Llama(llm.model_path, chat_format="llama-2", threads=1)
+    real = real_llm()  # SmolLM2: a ChatML template of its own, which "chatml" and "qwen" name
+    same = Llama(real.model_path, chat_format="chatml", threads=1)
+    assert same._chat_template().source == real._chat_template().source
+    with pytest.raises(ArgumentError, match="'llama-3'"):
+        Llama(real.model_path, chat_format="llama-3", threads=1)
+
+
+def test_a_model_without_a_chat_template_chats_in_chatml(tmp_path: Path) -> None:
+    """As llama-server does (common_chat_templates_init): no tokenizer.chat_template means ChatML."""
+    bare = Llama(write_tiny_chat_model(tmp_path / "bare.gguf", template=None), threads=1)
+    r = bare.create_chat_completion([{"role": "user", "content": "Hi!"}], max_tokens=2, seed=1)
+    assert r["usage"]["prompt_tokens"] == len(bare.tokenize(CHATML_HI, parse_special=True))
+    assert bare.chat_template_fallback
+
+
+def test_grammar_constrains_completions_and_chat(llm: Llama) -> None:
+    """grammar= takes llama.cpp's GBNF (LlamaGrammar.from_string, or the text itself): every reply that ends by
+    itself is a sentence of the grammar, whatever the seed."""
+    pytest.importorskip("llguidance", reason="the json extra (llguidance) is not installed")
+    from minillama.api import LlamaGrammar
+
+    g = LlamaGrammar.from_string('root ::= "yes" | "no" | "maybe " [0-9]')
+    for seed in range(4):
+        r = llm.create_completion("Answer:", grammar=g, max_tokens=16, temperature=1.0, seed=seed)
+        text = r["choices"][0]["text"]
+        assert r["choices"][0]["finish_reason"] == "stop", text
+        assert text in ("yes", "no") or (text[:6] == "maybe " and text[6:].isdigit() and len(text) == 7), text
+        c = llm.create_chat_completion([{"role": "user", "content": "Yes?"}], grammar='root ::= "yes"',
+                                       max_tokens=16, temperature=1.0, seed=seed)
+        assert c["choices"][0]["message"]["content"] == "yes"
+    streamed = "".join(ch["choices"][0]["text"] for ch in llm.create_completion(
+        "Answer:", grammar=g, max_tokens=16, temperature=1.0, seed=1, stream=True))
+    assert streamed == llm.create_completion("Answer:", grammar=g, max_tokens=16, temperature=1.0,
+                                             seed=1)["choices"][0]["text"]
+    js = LlamaGrammar.from_json_schema(json.dumps(SCHEMA))
+    r = llm.create_completion("JSON:", grammar=js, max_tokens=60, temperature=0.7, seed=2)
+    if r["choices"][0]["finish_reason"] == "stop":
+        jsonschema.validate(json.loads(r["choices"][0]["text"]), SCHEMA)
+    for bad in ("root ::= foo", 'root ::= "unclosed'):
+        with pytest.raises(ArgumentError, match="grammar"):
+            LlamaGrammar.from_string(bad)
+    with pytest.raises(ArgumentError, match="grammar.*response_format"):
+        llm.create_completion("Hi", grammar=g, response_format={"type": "json_object"})
+    with pytest.raises(ArgumentError, match="grammar"):
+        llm.create_completion("Hi", grammar=42)
+
+
+def test_save_state_and_load_state(llm: Llama) -> None:
+    """save_state() keeps the last call's KV cache and ids (llama-cpp-python's LlamaState fields); after
+    load_state() the next call reuses them: the same reply, its prompt read from the cache."""
+    import pickle
+
+    prompt = llm.tokenize("Once upon a time there was", parse_special=True)
+    kw = {"max_tokens": 5, "temperature": 0, "seed": 1, "logit_bias": {llm.tokenizer.eos_id: -np.inf}}
+    first = llm.create_completion(prompt, **kw)
+    state = llm.save_state()
+    assert list(state.input_ids[:len(prompt)]) == prompt and state.n_tokens == len(state.input_ids)
+    assert state.n_tokens == len(prompt) + 4  # the last pick is never run through the model
+    assert state.seed == llm.seed and len(state.llama_state) == state.llama_state_size > 0
+    state = pickle.loads(pickle.dumps(state))  # as scripts keep it on disk
+    llm.create_completion("Something else entirely", max_tokens=2, seed=1)
+    cold = llm.create_completion(prompt, **kw)
+    assert cold["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    llm.load_state(state)
+    warm = llm.create_completion(prompt, **kw)
+    assert warm["choices"][0]["text"] == first["choices"][0]["text"]
+    assert warm["usage"]["prompt_tokens_details"]["cached_tokens"] == len(prompt) - 1
+    with pytest.raises(ArgumentError, match="LlamaState"):
+        llm.load_state("not a state")
+
+
+def test_reasoning_effort_is_a_template_variable(llm: Llama) -> None:
+    """reasoning_effort reaches the template as a variable, as llama-server passes it to gpt-oss templates."""
+    template = ("{% for m in messages %}{{ m.content }}{% endfor %}"
+                "{% if reasoning_effort is defined %} effort {{ reasoning_effort }}{% endif %}")
+    t = Llama(llm.model_path, chat_template=template, threads=1)
+    msgs = [{"role": "user", "content": "Hi"}]
+    plain = t.create_chat_completion(msgs, max_tokens=1, seed=1)["usage"]["prompt_tokens"]
+    high = t.create_chat_completion(msgs, max_tokens=1, seed=1, reasoning_effort="high")["usage"]["prompt_tokens"]
+    assert plain == len(llm.tokenize("Hi", parse_special=True))
+    assert high == len(llm.tokenize("Hi effort high", parse_special=True))
+    with pytest.raises(ArgumentError, match="reasoning_effort"):
+        t.create_chat_completion(msgs, reasoning_effort="extreme")

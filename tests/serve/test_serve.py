@@ -432,7 +432,7 @@ def _chromium() -> tuple[str, str]:
 def test_playground_in_headless_chromium(server: Server, tok: Tokenizer, tiny_path: Path, tmp_path: Path) -> None:
     webdriver = pytest.importorskip("selenium.webdriver")
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import WebDriverWait
+    from selenium.webdriver.support.ui import Select, WebDriverWait
 
     browser, driver_path = _chromium()
     options = webdriver.ChromeOptions()
@@ -465,6 +465,30 @@ def test_playground_in_headless_chromium(server: Server, tok: Tokenizer, tiny_pa
         WebDriverWait(driver, 30).until(lambda d: d.execute_script("return document.body.dataset.shown") == text)
         assert json.loads(driver.find_element(By.ID, "ids").text) == tok.encode(text, add_special=False,
                                                                                parse_special=True)
+        # another vocab: the text is tokenized again at once, with no keystroke
+        Select(driver.find_element(By.ID, "vocab")).select_by_value(second_vocab().name)
+        WebDriverWait(driver, 30).until(lambda d: d.execute_script("return document.body.dataset.vocab")
+                                        == second_vocab().name)
+        assert json.loads(driver.find_element(By.ID, "ids").text) == other.encode(text, add_special=False,
+                                                                                 parse_special=True)
+        assert driver.find_element(By.ID, "count").text == str(len(other.encode(text, add_special=False,
+                                                                               parse_special=True)))
+        # the chat tab: a streamed reply, the same as the API's for the same settings
+        driver.find_element(By.ID, "tab-chat").click()
+        for field, value in (("chat-temperature", "0"), ("chat-max-tokens", "12")):
+            box = driver.find_element(By.ID, field)
+            box.clear()
+            box.send_keys(value)
+        driver.find_element(By.ID, "chat-input").send_keys("Hi there!")
+        driver.find_element(By.ID, "chat-send").click()
+        WebDriverWait(driver, 60).until(lambda d: d.execute_script("return document.body.dataset.chatDone") == "1")
+        assert driver.find_element(By.ID, "chat-error").text == ""
+        replies = driver.find_elements(By.CSS_SELECTOR, "#chat-log .assistant .content")
+        want = server.client().chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "Hi there!"}], max_tokens=12, temperature=0)
+        assert [r.get_attribute("textContent") for r in replies] == [want.choices[0].message.content]
+        if want.usage.completion_tokens > 2:  # streamed: the reply came in more than one piece
+            assert int(driver.execute_script("return document.body.dataset.chatChunks")) > 1
         shot = Path(os.environ.get("MINILLAMA_SCREENSHOT_DIR", tmp_path)) / "playground.png"
         driver.save_screenshot(str(shot))
         assert shot.stat().st_size > 10_000

@@ -28,8 +28,9 @@ TEMPLATE = ("{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
             "{% if add_generation_prompt %}assistant:{% endif %}")
 
 
-def write_tiny_chat_model(path: Path, n_ctx: int = N_CTX) -> Path:
-    """A one-block llama with random weights over the built-in vocab (1,000 tokens), with a chat template."""
+def write_tiny_chat_model(path: Path, n_ctx: int = N_CTX, template: str | None = TEMPLATE) -> Path:
+    """A one-block llama with random weights over the built-in vocab (1,000 tokens), with a chat template (None:
+    none)."""
     import gguf
 
     from .tiny_llama import add_default_vocab
@@ -45,7 +46,8 @@ def write_tiny_chat_model(path: Path, n_ctx: int = N_CTX) -> Path:
     w.add_head_count_kv(n_head_kv)
     w.add_layer_norm_rms_eps(1e-5)
     n_vocab = add_default_vocab(w)
-    w.add_chat_template(TEMPLATE)
+    if template is not None:
+        w.add_chat_template(template)
     shapes = {"token_embd.weight": (n_vocab, d), "output_norm.weight": (d,), "blk.0.attn_norm.weight": (d,),
               "blk.0.attn_q.weight": (d, d), "blk.0.attn_k.weight": (n_head_kv * hd, d),
               "blk.0.attn_v.weight": (n_head_kv * hd, d), "blk.0.attn_output.weight": (d, d),
