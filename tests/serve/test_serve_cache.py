@@ -224,7 +224,8 @@ def test_caches_choose_by_prefix_similarity(tiny: Model) -> None:
 
 def test_a_restored_prefix_gives_the_same_logits(tiny: Model) -> None:
     """A prefix exported from one session and imported into another gives the logits the first session gives from
-    its own cache, bit for bit, and the same ids as a cold run."""
+    its own cache, bit for bit, and those of a fresh session fed the same way (the prefix, then the rest); a single
+    pass over the whole prompt (another attention path from 64 rows on, as in llama.cpp) gives the same argmax."""
     p, q = _prompt(30, 150), _prompt(31, 10)
     warm, other = tiny.session(), tiny.session()
     warm.logits_next(p)
@@ -235,9 +236,12 @@ def test_a_restored_prefix_gives_the_same_logits(tiny: Model) -> None:
     assert other.evaluated == len(q)
     want = warm.logits_next(p + q)
     np.testing.assert_array_equal(got, want)
-    cold = tiny.session().logits_next(p + q)
-    np.testing.assert_allclose(got, cold, rtol=1e-4, atol=1e-4)
-    assert int(np.argmax(got)) == int(np.argmax(cold))
+    fresh = tiny.session()
+    fresh.logits_next(p)
+    np.testing.assert_array_equal(got, fresh.logits_next(p + q))
+    one_pass = tiny.session().logits_next(p + q)
+    np.testing.assert_allclose(got, one_pass, rtol=1e-2, atol=1e-2)
+    assert int(np.argmax(got)) == int(np.argmax(one_pass))
 
 
 # ---------------------------------------------------------------------------------------------------------------------
