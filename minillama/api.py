@@ -511,22 +511,14 @@ class Llama:
             raise ArgumentError("top_logprobs needs logprobs=True")
         if chat_template_kwargs is not None and not isinstance(chat_template_kwargs, Mapping):
             raise ArgumentTypeError(f"expected chat_template_kwargs as a dict, found {type(chat_template_kwargs).__name__}")
-        template = self._chat_template()
-        source = template.source if template is not None else None
-        plan = Plan.make(detect(source), tools, tool_choice, parallel_tool_calls, reasoning_format, thinks(source))
+        extra = dict(chat_template_kwargs or {})
+        if reasoning_effort is not None:
+            extra["reasoning_effort"] = reasoning_effort
+        plan, ids, source = self._chat_setup(messages, tools, tool_choice, parallel_tool_calls, reasoning_format, extra)
         plan_grammar = plan.constraint_grammar()
         if plan_grammar is not None and (response_format is not None or grammar is not None):
             what = "response_format" if response_format is not None else "grammar"
             raise ArgumentError(f"expected either {what} or tools that constrain the reply, found both")
-        if plan.tools or any(m.get("tool_calls") or m.get("role") == "tool" for m in messages
-                             if isinstance(m, Mapping)):
-            messages = plan.messages(messages)
-        extra = dict(chat_template_kwargs or {})
-        if reasoning_effort is not None:
-            extra["reasoning_effort"] = reasoning_effort
-        if plan.template_tools():
-            extra["tools"] = plan.template_tools()
-        ids = self._chat_prompt(messages, extra)
         think_open = opened_thinking(self.tokenizer.decode(ids[-4:])) if thinks(source) else ""
         sampling = self._sampling(temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p, seed=seed,
                                   repeat_penalty=repeat_penalty, repeat_last_n=repeat_last_n,
@@ -557,6 +549,32 @@ class Llama:
                 "choices": [{"index": 0, "message": message, "logprobs": lp,
                              "finish_reason": _chat_finish(run, parsed.tool_calls)}],
                 "usage": _usage(run)}
+
+    def count_chat_tokens(self, messages: Sequence[Mapping[str, Any]],
+                          tools: Sequence[Mapping[str, Any]] | None = None, tool_choice: Any = "auto",
+                          parallel_tool_calls: bool = False,
+                          chat_template_kwargs: Mapping[str, Any] | None = None) -> int:
+        """The prompt's length in tokens for create_chat_completion with these messages and tools, without running
+        the model (Anthropic's count_tokens)."""
+        if chat_template_kwargs is not None and not isinstance(chat_template_kwargs, Mapping):
+            raise ArgumentTypeError(f"expected chat_template_kwargs as a dict, found {type(chat_template_kwargs).__name__}")
+        return len(self._chat_setup(messages, tools, tool_choice, parallel_tool_calls, "auto",
+                                    dict(chat_template_kwargs or {}))[1])
+
+    def _chat_setup(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None,
+                    tool_choice: Any, parallel_tool_calls: bool, reasoning_format: str,
+                    extra: dict[str, Any]) -> tuple[Plan, list[int], str | None]:
+        """A chat call's tool and reasoning plan, its prompt ids (messages with calls and results rendered as the
+        plan says, the tools given to the template) and the template's source."""
+        template = self._chat_template()
+        source = template.source if template is not None else None
+        plan = Plan.make(detect(source), tools, tool_choice, parallel_tool_calls, reasoning_format, thinks(source))
+        if plan.tools or any(m.get("tool_calls") or m.get("role") == "tool" for m in messages
+                             if isinstance(m, Mapping)):
+            messages = plan.messages(messages)
+        if plan.template_tools():
+            extra["tools"] = plan.template_tools()
+        return plan, self._chat_prompt(messages, extra), source
 
     # -- embeddings ------------------------------------------------------------------------------------------
 
@@ -700,6 +718,8 @@ class Llama:
             with self._state_lock:
                 session, self._resume = self._resume or self.session(), None
         gen = Generation(session, self.tokenizer, request)
+        if hasattr(session, "generation"):
+            session.generation = gen  # a server slot's: its stop string (Anthropic's stop_sequence)
         if own:
             self._own_runs.add(gen)
         return gen

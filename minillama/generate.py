@@ -134,6 +134,7 @@ class Generation(Iterator[str]):
         self.eog_id: int | None = None  # the end-of-generation id that stopped the run, if one did
         self.text = ""  # the chunks yielded so far, joined (the reply, without a stop string)
         self.reply_ids: int | None = None  # when a stop string ended the run: how many of ids the reply holds
+        self.stop_string = ""  # the stop string that ended the run, if one did
         self.stats = GenerationStats()
         n_ctx = context_length(model)
         if len(self.prompt_ids) >= n_ctx:  # as llama.cpp: "prompt is too long", not an empty success
@@ -250,6 +251,7 @@ class Generation(Iterator[str]):
             at = min((i for i in (held.find(m) for m in markers) if i >= 0), default=-1)
             if at >= 0:
                 self.stats.stop_reason = self.request.stop_reason
+                self.stop_string = next(m for m in markers if held.find(m) == at)
                 tokens.close()  # type: ignore[attr-defined]
                 held = held[:at]
                 self.reply_ids = _ids_within(self.tok, self.ids, self.text + held)

@@ -31,10 +31,11 @@ from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingR
 from starlette.routing import Route
 
 from ..errors import ContextLengthError, MinillamaError
-from . import params
+from . import anthropic, params, responses
 from .limits import EMBEDDING_MAX_INPUTS, EMBEDDING_MAX_TOKENS
 from .params import ApiError
 from .slots import ClientGone, SlotPool
+from .sse import stream_error
 
 __all__ = ["create_app", "MAX_BODY", "TOKENIZE_MAX_PIECES", "TOKENIZE_AT_ONCE"]
 
@@ -100,8 +101,12 @@ def create_app(llm: Any, *, parallel: int = 1, api_key: str | None = None,
     # -- generation ----------------------------------------------------------------------------------------------
 
     async def generation(request: Request, fields: Mapping[str, params.Field], task: str,
-                         method: str, defaults: Mapping[str, Any] | None = None) -> Response:
-        kwargs = {**(defaults or {}), **await read_body(request, fields)}
+                         method: str, defaults: Mapping[str, Any] | None = None, api: Any = None) -> Response:
+        kwargs = await read_body(request, fields)
+        if api is not None:  # /v1/responses, /v1/messages: the body as chat's keywords, the reply converted back
+            api = api.convert(kwargs)
+            kwargs = api.chat
+        kwargs = {**(defaults or {}), **kwargs}
         stream = bool(kwargs.pop("stream", False))
 
         def run(s: Any, **more: Any) -> Any:
@@ -113,6 +118,8 @@ def create_app(llm: Any, *, parallel: int = 1, api_key: str | None = None,
                 result = await pool.call(task, run, request.is_disconnected)
             except ClientGone:  # nobody to answer: the slot is free, the status is only for the access log
                 return Response(status_code=499)
+            if api is not None:
+                return JSONResponse(api.reply(result, request.state.run))
             return JSONResponse({**result, "timings": request.state.run.timings()})
         chunks = pool.stream(task, lambda s: run(s, stream=True))
         try:  # the first chunk before the 200: a prompt too long for the context is still a 400
@@ -122,6 +129,8 @@ def create_app(llm: Any, *, parallel: int = 1, api_key: str | None = None,
         except BaseException:
             await chunks.aclose()
             raise
+        if api is not None:
+            return _EventStream(api.events(first, chunks, request.state.run), chunks.aclose)
         return _EventStream(_events(first, _with_timings(chunks, request)), chunks.aclose)
 
     async def completions(request: Request) -> Response:
@@ -130,6 +139,15 @@ def create_app(llm: Any, *, parallel: int = 1, api_key: str | None = None,
     async def chat_completions(request: Request) -> Response:
         return await generation(request, params.CHAT, "chat completion", "create_chat_completion",
                                 {"reasoning_format": reasoning_format})
+
+    async def converted(request: Request) -> Response:  # the agents' APIs, converted onto the chat path
+        api = responses if request.url.path == "/v1/responses" else anthropic
+        return await generation(request, api.FIELDS, "chat completion", "create_chat_completion",
+                                {"reasoning_format": reasoning_format}, api)
+
+    async def count_tokens(request: Request) -> Response:
+        kwargs = anthropic.count_kwargs(await read_body(request, anthropic.COUNT_FIELDS))
+        return JSONResponse({"input_tokens": await run_in_threadpool(lambda: llm.count_chat_tokens(**kwargs))})
 
     async def embeddings(request: Request) -> Response:
         kwargs = await read_body(request, params.EMBEDDING)
@@ -233,8 +251,12 @@ def create_app(llm: Any, *, parallel: int = 1, api_key: str | None = None,
     routes = [("/", playground, "GET"), ("/health", health, "GET"), ("/slots", slots, "GET"),
               ("/v1/models", models, "GET"), ("/v1/completions", completions, "POST"),
               ("/v1/chat/completions", chat_completions, "POST"), ("/v1/embeddings", embeddings, "POST"),
-              ("/tokenize", tokenize, "POST"), ("/detokenize", detokenize, "POST")]
-    app = Starlette(routes=[Route(path, _guarded(fn, None if path in PUBLIC else api_key), methods=[method])
+              ("/tokenize", tokenize, "POST"), ("/detokenize", detokenize, "POST"),
+              ("/v1/responses", converted, "POST"), ("/v1/messages", converted, "POST"),
+              ("/v1/messages/count_tokens", count_tokens, "POST")]
+    app = Starlette(routes=[Route(path, _guarded(fn, None if path in PUBLIC else api_key,
+                                                 anthropic.error_body if path.startswith("/v1/messages")
+                                                 else ApiError.body), methods=[method])
                             for path, fn, method in routes],
                     middleware=[Middleware(_RequestLog, log=request_log)] if request_log is not None else None,
                     exception_handlers={HTTPException: _http_error, Exception: _server_error},
@@ -257,8 +279,10 @@ def _closing(pool: SlotPool) -> Callable[[Starlette], Any]:
     return lifespan
 
 
-def _guarded(handler: Handler, api_key: str | None) -> Handler:
-    """handler with the API key check (when one is set) and every error turned into OpenAI's error object."""
+def _guarded(handler: Handler, api_key: str | None,
+             shape: Callable[[ApiError], dict[str, Any]] = ApiError.body) -> Handler:
+    """handler with the API key check (when one is set) and every error turned into OpenAI's error object (or
+    shape's: Anthropic's on /v1/messages)."""
 
     async def run(request: Request) -> Response:
         try:
@@ -266,13 +290,13 @@ def _guarded(handler: Handler, api_key: str | None) -> Handler:
                 _check_key(request, api_key)
             return await handler(request)
         except ApiError as exc:
-            return _error(exc)
+            return _error(exc, shape)
         except ContextLengthError as exc:
-            return _error(ApiError(400, str(exc), code="context_length_exceeded"))
+            return _error(ApiError(400, str(exc), code="context_length_exceeded"), shape)
         except MinillamaError as exc:
-            return _error(ApiError(400, str(exc)))
+            return _error(ApiError(400, str(exc)), shape)
         except Exception as exc:  # noqa: BLE001 - a bug of ours: logged here, never a traceback to the client
-            return _server_error_response(request, exc)
+            return _server_error_response(request, exc, shape)
 
     return run
 
@@ -317,7 +341,13 @@ async def _with_timings(chunks: AsyncIterator[Any], request: Request) -> AsyncIt
 
 
 def _check_key(request: Request, api_key: str) -> None:
-    """ApiError 401 unless the request says `Authorization: Bearer <the key>`."""
+    """ApiError 401 unless the request says `Authorization: Bearer <the key>` (or Anthropic's `x-api-key: <the
+    key>`, as llama-server takes it)."""
+    if "x-api-key" in request.headers and "authorization" not in request.headers:
+        if not hmac.compare_digest(request.headers["x-api-key"].strip().encode(), api_key.encode()):
+            raise ApiError(401, "expected the server's API key as 'x-api-key: <key>', found a different key",
+                           type="authentication_error", code="invalid_api_key")
+        return
     scheme, _, given = request.headers.get("authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), api_key.encode()):
         found = "a different key" if scheme.lower() == "bearer" else "no 'Authorization: Bearer' header"
@@ -330,9 +360,9 @@ def _too_large(n: int, limit: int) -> ApiError:
                     code="request_too_large")
 
 
-def _error(exc: ApiError) -> Response:
+def _error(exc: ApiError, shape: Callable[[ApiError], dict[str, Any]] = ApiError.body) -> Response:
     """exc's error object as JSON, non-ASCII escaped: any text it quotes encodes, a lone surrogate included."""
-    return Response(json.dumps(exc.body(), ensure_ascii=True), status_code=exc.status,
+    return Response(json.dumps(shape(exc), ensure_ascii=True), status_code=exc.status,
                     media_type="application/json")
 
 
@@ -373,10 +403,11 @@ async def _server_error(request: Request, exc: Exception) -> Response:
     return _server_error_response(request, exc)
 
 
-def _server_error_response(request: Request, exc: Exception) -> Response:
+def _server_error_response(request: Request, exc: Exception,
+                           shape: Callable[[ApiError], dict[str, Any]] = ApiError.body) -> Response:
     log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
     return _error(ApiError(500, f"internal server error ({type(exc).__name__}); the server log has the details",
-                           type="server_error"))
+                           type="server_error"), shape)
 
 
 def _sse(data: Any) -> bytes:
@@ -390,15 +421,8 @@ async def _events(first: Any, chunks: AsyncIterator[Any]) -> AsyncIterator[bytes
             yield _sse(first)
         async for chunk in chunks:
             yield _sse(chunk)
-    except ContextLengthError as exc:
-        yield _sse(ApiError(400, str(exc), code="context_length_exceeded").body())
-        return
-    except MinillamaError as exc:
-        yield _sse(ApiError(400, str(exc)).body())
-        return
     except Exception as exc:  # noqa: BLE001 - the 200 is sent: the error goes in the stream, the log has the rest
-        log.error("stream failed", exc_info=exc)
-        yield _sse(ApiError(500, f"internal server error ({type(exc).__name__})", type="server_error").body())
+        yield _sse(stream_error(exc).body())
         return
     yield b"data: [DONE]\n\n"
 

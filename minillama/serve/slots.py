@@ -55,6 +55,7 @@ class _Watched:
         self.predicted_n = 0  # model calls: generated tokens
         self.prompt_s = 0.0  # the first call: the prompt's pass and the first token
         self.predicted_s = 0.0  # the calls after it
+        self.generation: Any = None  # the run's Generation (Llama.run sets it)
 
     def check(self) -> None:
         """ClientGone once the slot's cancel flag is set: work that is not model steps (embeddings) calls it."""

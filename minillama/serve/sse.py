@@ -1,0 +1,40 @@
+"""What the converting APIs (/v1/responses, /v1/messages) share: their server-sent events, which name each
+event (`event: <type>` then `data: {...}`), and the error an exception raised midway in a stream becomes."""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+from typing import Any
+
+from ..errors import ContextLengthError, MinillamaError
+from .params import ApiError
+
+__all__ = ["event", "stream_error", "new_id"]
+
+log = logging.getLogger("minillama.serve")
+
+
+def event(name: str, data: Any) -> bytes:
+    """One named server-sent event."""
+    return (f"event: {name}\ndata: ".encode() + json.dumps(data, ensure_ascii=False).encode("utf-8", "backslashreplace")
+            + b"\n\n")
+
+
+def stream_error(exc: BaseException) -> ApiError:
+    """The error a stream reports for exc, raised once its 200 was sent: bad input is a 400, anything else a 500
+    (logged here with its traceback, which the client never sees)."""
+    if isinstance(exc, ApiError):
+        return exc
+    if isinstance(exc, ContextLengthError):
+        return ApiError(400, str(exc), code="context_length_exceeded")
+    if isinstance(exc, MinillamaError):
+        return ApiError(400, str(exc))
+    log.error("stream failed", exc_info=exc)
+    return ApiError(500, f"internal server error ({type(exc).__name__})", type="server_error")
+
+
+def new_id(prefix: str) -> str:
+    """A fresh id such as msg_0123abcd... (prefix, an underscore, 24 hex digits)."""
+    return f"{prefix}_{secrets.token_hex(12)}"
