@@ -58,7 +58,8 @@ def create_app(llm: Any, *, parallel: int = 1, api_key: str | None = None,
                vocabs: Mapping[str, Any] | None = None, model_name: str = "minillama",
                max_body: int = MAX_BODY, embedding_max_inputs: int = EMBEDDING_MAX_INPUTS,
                embedding_max_tokens: int = EMBEDDING_MAX_TOKENS, cache_bytes: int = 0,
-               request_log: Callable[[str], None] | None = None, reasoning_format: str = "auto") -> Starlette:
+               request_log: Callable[[str], None] | None = None, reasoning_format: str = "auto",
+               server_defaults: Mapping[str, Any] | None = None) -> Starlette:
     """The server's ASGI app for one loaded model.
 
     llm: a minillama.api.Llama; each of the `parallel` slots gets its own session (llm.session(): a KV cache of
@@ -234,8 +235,10 @@ def create_app(llm: Any, *, parallel: int = 1, api_key: str | None = None,
               ("/v1/models", models, "GET"), ("/v1/completions", completions, "POST"),
               ("/v1/chat/completions", chat_completions, "POST"), ("/v1/embeddings", embeddings, "POST"),
               ("/tokenize", tokenize, "POST"), ("/detokenize", detokenize, "POST")]
+    from . import llamacpp  # llama-server's native routes, on the same slots and request handling
+    native = llamacpp.routes(llamacpp.Context(llm, pool, read_body, model_name, api_key, dict(server_defaults or {})))
     app = Starlette(routes=[Route(path, _guarded(fn, None if path in PUBLIC else api_key), methods=[method])
-                            for path, fn, method in routes],
+                            for path, fn, method in routes] + [Route(p, fn, methods=[m]) for p, fn, m in native],
                     middleware=[Middleware(_RequestLog, log=request_log)] if request_log is not None else None,
                     exception_handlers={HTTPException: _http_error, Exception: _server_error},
                     lifespan=_closing(pool))

@@ -100,6 +100,9 @@ TYPES: dict[str, Callable[[Any], bool]] = {
     "array of messages {role, content}": _messages,
     "array": lambda v: isinstance(v, list),
     "string or object": lambda v: isinstance(v, str | dict),
+    "string or array": lambda v: isinstance(v, str | list),
+    "array or object": lambda v: isinstance(v, list | dict),
+    "array of strings": _strings,
     "object of token id -> number or false": lambda v: isinstance(v, dict) and all(
         _TOKEN_ID.fullmatch(k) and (_number(b) or b is False) for k, b in v.items()),
     "1": lambda v: _int(v) and v == 1,
