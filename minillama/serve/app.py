@@ -49,7 +49,7 @@ TOKENIZE_MAX_PIECES = 1 << 17
 TOKENIZE_AT_ONCE = 2
 
 #: Endpoints anyone may call when --api-key is set, as llama.cpp's server keeps them public.
-PUBLIC = frozenset({"/", "/health", "/v1/models"})
+PUBLIC = frozenset({"/", "/health", "/v1/models", "/models"})
 
 Handler = Callable[[Request], Awaitable[Response]]
 
@@ -134,7 +134,9 @@ def create_app(llm: Any, *, parallel: int = 1, api_key: str | None = None,
 
     async def embeddings(request: Request) -> Response:
         kwargs = await read_body(request, params.EMBEDDING)
-        texts = [kwargs["input"]] if isinstance(kwargs["input"], str) else kwargs["input"]
+        base64 = params.encoding_base64(kwargs.get("encoding_format", "float"))
+        given = kwargs["input"]  # text, texts, ids (one input) or lists of ids
+        texts = [given] if isinstance(given, str) or (given and isinstance(given[0], int)) else given
         if not texts:
             raise ApiError(400, "expected at least one input to embed, found an empty list", param="input")
         if len(texts) > embedding_max_inputs:
@@ -147,7 +149,7 @@ def create_app(llm: Any, *, parallel: int = 1, api_key: str | None = None,
             inputs, total = [], 0
             for text in texts:
                 s.check()
-                ids = llm.tokenizer.encode(text, add_special=True, parse_special=True)  # as llm.embed encodes
+                ids = llm._prompt_ids(text)  # a text as llm.embed encodes it; ids checked against the vocab
                 total += len(ids)
                 if total > embedding_max_tokens:
                     raise ApiError(400, f"expected at most {embedding_max_tokens:,} tokens over all inputs "
@@ -158,7 +160,8 @@ def create_app(llm: Any, *, parallel: int = 1, api_key: str | None = None,
             for ids in inputs:
                 s.check()
                 parts.append(llm.create_embedding(ids))
-            return dict(parts[0], data=[dict(p["data"][0], index=i) for i, p in enumerate(parts)],
+            return dict(parts[0], data=[dict(p["data"][0], index=i, **params.vector_base64(p["data"][0], base64))
+                                        for i, p in enumerate(parts)],
                         usage={"prompt_tokens": total, "total_tokens": total})
 
         try:
@@ -235,6 +238,8 @@ def create_app(llm: Any, *, parallel: int = 1, api_key: str | None = None,
               ("/v1/models", models, "GET"), ("/v1/completions", completions, "POST"),
               ("/v1/chat/completions", chat_completions, "POST"), ("/v1/embeddings", embeddings, "POST"),
               ("/tokenize", tokenize, "POST"), ("/detokenize", detokenize, "POST")]
+    routes += [(path.removeprefix("/v1"), fn, m) for path, fn, m in routes  # as there; its /completions is native
+               if path.startswith("/v1/") and path != "/v1/completions"]
     from . import llamacpp  # llama-server's native routes, on the same slots and request handling
     native = llamacpp.routes(llamacpp.Context(llm, pool, read_body, model_name, api_key, dict(server_defaults or {})))
     app = Starlette(routes=[Route(path, _guarded(fn, None if path in PUBLIC else api_key), methods=[method])

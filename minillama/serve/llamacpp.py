@@ -377,7 +377,86 @@ def routes(ctx: Context) -> list[tuple[str, Callable[[Request], Awaitable[Respon
         except (ApiError, MinillamaError) as exc:
             return llamacpp_error(_as_api_error(exc))
 
-    return [("/completion", completion, "POST"), ("/completions", completion, "POST")]
+    def native(handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
+        """handler with the API key check and its errors in llama.cpp's shape."""
+        async def run(request: Request) -> Response:
+            try:
+                if ctx.api_key is not None:
+                    from .app import _check_key
+
+                    _check_key(request, ctx.api_key)
+                return await handler(request)
+            except (ApiError, MinillamaError) as exc:
+                return llamacpp_error(_as_api_error(exc))
+
+        return run
+
+    async def apply_template(request: Request) -> Response:
+        body = await ctx.read_body(request, APPLY_TEMPLATE)
+        return JSONResponse({"prompt": render_chat(llm, body["messages"])})
+
+    async def embedding(request: Request) -> Response:
+        body = await ctx.read_body(request, EMBEDDING)
+        content = body["content"]
+        items = [content] if isinstance(content, str) or (content and all(isinstance(i, int) for i in content)) \
+            else content
+        ids = [_prompt_ids(llm, item) for item in items]
+
+        def run(s: Any) -> list[dict[str, Any]]:
+            out = []
+            for k, one in enumerate(ids):
+                s.check()
+                out.append({"index": k, "embedding": llm.embed([one])})  # pooled: one vector, in a list
+            return out
+
+        try:
+            return JSONResponse(await pool.call("embedding", run, request.is_disconnected))
+        except ClientGone:
+            return Response(status_code=499)
+
+    async def props(request: Request) -> Response:
+        if request.method == "POST":
+            raise ApiError(501, "This server does not support changing global properties (as llama-server without "
+                                "--props)", type="not_supported_error")
+        tok = llm.tokenizer
+        template = llm._chat_template()
+        return JSONResponse({
+            "default_generation_settings": {"id": 0, "id_task": -1, "n_ctx": llm.n_ctx, "is_processing": False,
+                                            "params": {**SHOWN, **NEUTRAL, **DEFAULTS, **ctx.defaults}},
+            "total_slots": len(pool.slots), "model_alias": ctx.model_name, "model_path": ctx.model_name,
+            "modalities": {"vision": False, "video": False, "audio": False}, "endpoint_slots": True,
+            "endpoint_props": False, "endpoint_metrics": False,
+            "chat_template": template.source if template is not None else "",
+            "bos_token": tok.token_to_piece(tok.bos_id).decode("utf-8", "replace") if tok.bos_id is not None else "",
+            "eos_token": tok.token_to_piece(tok.eos_id).decode("utf-8", "replace") if tok.eos_id is not None else "",
+            "build_info": "minillama", "is_sleeping": False})
+
+    return [("/completion", completion, "POST"), ("/completions", completion, "POST"),
+            ("/apply-template", native(apply_template), "POST"), ("/embedding", native(embedding), "POST"),
+            ("/props", native(props), "GET"), ("/props", native(props), "POST")]
+
+
+#: The /completion defaults llama-server shows in /props (a request's fields and the server's flags override them).
+DEFAULTS: dict[str, Any] = {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05, "repeat_penalty": 1.0,
+                            "repeat_last_n": 64, "presence_penalty": 0.0, "frequency_penalty": 0.0, "seed": -1,
+                            "n_predict": -1, "max_tokens": -1, "timings_per_token": False, "n_keep": 0, "ignore_eos": False, "stream": False, "n_probs": 0,
+                            "grammar": "", "stop": [], "logit_bias": [], "samplers": list(SAMPLERS)}
+APPLY_TEMPLATE: dict[str, params.Field] = {"messages": _f("array of messages {role, content}", required=True),
+                                           "model": _f("string", None)}
+EMBEDDING: dict[str, params.Field] = {"content": _f("string, array of strings or array of token ids or arrays",
+                                                    required=True), "model": _f("string", None)}
+
+
+def render_chat(llm: Any, messages: Any) -> str:
+    """messages rendered with the model's chat template and the generation prompt (llama-server's
+    /apply-template: the text /completion would then continue)."""
+    from ..api import _flat_message
+    from ..errors import ChatTemplateError
+
+    template = llm._chat_template()
+    if template is None:
+        raise ChatTemplateError("the model file has no tokenizer.chat_template to render messages with")
+    return template.render([_flat_message(m, i) for i, m in enumerate(messages)], add_generation_prompt=True)
 
 
 def _event(data: Any) -> bytes:
