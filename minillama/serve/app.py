@@ -241,7 +241,8 @@ def create_app(llm: Any, *, parallel: int = 1, api_key: str | None = None,
     routes += [(path.removeprefix("/v1"), fn, m) for path, fn, m in routes  # as there; its /completions is native
                if path.startswith("/v1/") and path != "/v1/completions"]
     from . import llamacpp  # llama-server's native routes, on the same slots and request handling
-    native = llamacpp.routes(llamacpp.Context(llm, pool, read_body, model_name, api_key, dict(server_defaults or {})))
+    native = llamacpp.routes(llamacpp.Context(llm, pool, read_body, model_name, None if api_key is None else
+                                              lambda r: _check_key(r, api_key), dict(server_defaults or {})))
     app = Starlette(routes=[Route(path, _guarded(fn, None if path in PUBLIC else api_key), methods=[method])
                             for path, fn, method in routes] + [Route(p, fn, methods=[m]) for p, fn, m in native],
                     middleware=[Middleware(_RequestLog, log=request_log)] if request_log is not None else None,

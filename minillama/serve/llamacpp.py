@@ -107,7 +107,7 @@ class Context:
     pool: Any
     read_body: Callable[[Request, Mapping[str, params.Field]], Awaitable[dict[str, Any]]]
     model_name: str
-    api_key: str | None = None
+    check_key: Callable[[Request], None] | None = None  # the API key check (--api-key), if any
     defaults: dict[str, Any] = field(default_factory=dict)
 
 
@@ -350,10 +350,8 @@ def routes(ctx: Context) -> list[tuple[str, Callable[[Request], Awaitable[Respon
 
     async def completion(request: Request) -> Response:
         try:
-            if ctx.api_key is not None:
-                from .app import _check_key
-
-                _check_key(request, ctx.api_key)
+            if ctx.check_key is not None:
+                ctx.check_key(request)
             body = await ctx.read_body(request, COMPLETION)
             call = _read_call(ctx, body)
             if not call.stream:
@@ -381,10 +379,8 @@ def routes(ctx: Context) -> list[tuple[str, Callable[[Request], Awaitable[Respon
         """handler with the API key check and its errors in llama.cpp's shape."""
         async def run(request: Request) -> Response:
             try:
-                if ctx.api_key is not None:
-                    from .app import _check_key
-
-                    _check_key(request, ctx.api_key)
+                if ctx.check_key is not None:
+                    ctx.check_key(request)
                 return await handler(request)
             except (ApiError, MinillamaError) as exc:
                 return llamacpp_error(_as_api_error(exc))
