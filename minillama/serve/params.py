@@ -173,7 +173,7 @@ CHAT: dict[str, Field] = {"messages": _f("array of messages {role, content}", re
                           "chat_template_kwargs": _f("object")}
 EMBEDDING: dict[str, Field] = {"input": _f("string, array of strings or array of token ids or arrays", required=True),
                                "model": _f("string", None), "user": _f("string", None),
-                               "encoding_format": _f("string"), "dimensions": _f("integer", None)}
+                               "encoding_format": _f("string")}
 # llama.cpp's /tokenize and /detokenize; `vocab` (ours) picks a --vocab file by name for the playground.
 TOKENIZE: dict[str, Field] = {"content": _f("string", required=True), "add_special": _f("boolean"),
                               "parse_special": _f("boolean"), "with_pieces": _f("boolean"), "vocab": _f("string")}
