@@ -50,7 +50,7 @@ TOKENIZE_MAX_PIECES = 1 << 17
 TOKENIZE_AT_ONCE = 2
 
 #: Endpoints anyone may call when --api-key is set, as llama.cpp's server keeps them public.
-PUBLIC = frozenset({"/", "/health", "/v1/models"})
+PUBLIC = frozenset({"/", "/health", "/v1/models", "/models"})
 
 Handler = Callable[[Request], Awaitable[Response]]
 
@@ -59,7 +59,8 @@ def create_app(llm: Any, *, parallel: int = 1, api_key: str | None = None,
                vocabs: Mapping[str, Any] | None = None, model_name: str = "minillama",
                max_body: int = MAX_BODY, embedding_max_inputs: int = EMBEDDING_MAX_INPUTS,
                embedding_max_tokens: int = EMBEDDING_MAX_TOKENS, cache_bytes: int = 0,
-               request_log: Callable[[str], None] | None = None, reasoning_format: str = "auto") -> Starlette:
+               request_log: Callable[[str], None] | None = None, reasoning_format: str = "auto",
+               server_defaults: Mapping[str, Any] | None = None) -> Starlette:
     """The server's ASGI app for one loaded model.
 
     llm: a minillama.api.Llama; each of the `parallel` slots gets its own session (llm.session(): a KV cache of
@@ -151,7 +152,9 @@ def create_app(llm: Any, *, parallel: int = 1, api_key: str | None = None,
 
     async def embeddings(request: Request) -> Response:
         kwargs = await read_body(request, params.EMBEDDING)
-        texts = [kwargs["input"]] if isinstance(kwargs["input"], str) else kwargs["input"]
+        base64 = params.encoding_base64(kwargs.get("encoding_format", "float"))
+        given = kwargs["input"]  # text, texts, ids (one input) or lists of ids
+        texts = [given] if isinstance(given, str) or (given and isinstance(given[0], int)) else given
         if not texts:
             raise ApiError(400, "expected at least one input to embed, found an empty list", param="input")
         if len(texts) > embedding_max_inputs:
@@ -164,7 +167,7 @@ def create_app(llm: Any, *, parallel: int = 1, api_key: str | None = None,
             inputs, total = [], 0
             for text in texts:
                 s.check()
-                ids = llm.tokenizer.encode(text, add_special=True, parse_special=True)  # as llm.embed encodes
+                ids = llm._prompt_ids(text)  # a text as llm.embed encodes it; ids checked against the vocab
                 total += len(ids)
                 if total > embedding_max_tokens:
                     raise ApiError(400, f"expected at most {embedding_max_tokens:,} tokens over all inputs "
@@ -175,7 +178,8 @@ def create_app(llm: Any, *, parallel: int = 1, api_key: str | None = None,
             for ids in inputs:
                 s.check()
                 parts.append(llm.create_embedding(ids))
-            return dict(parts[0], data=[dict(p["data"][0], index=i) for i, p in enumerate(parts)],
+            return dict(parts[0], data=[dict(p["data"][0], index=i, **params.vector_base64(p["data"][0], base64))
+                                        for i, p in enumerate(parts)],
                         usage={"prompt_tokens": total, "total_tokens": total})
 
         try:
@@ -254,10 +258,15 @@ def create_app(llm: Any, *, parallel: int = 1, api_key: str | None = None,
               ("/tokenize", tokenize, "POST"), ("/detokenize", detokenize, "POST"),
               ("/v1/responses", converted, "POST"), ("/v1/messages", converted, "POST"),
               ("/v1/messages/count_tokens", count_tokens, "POST")]
+    routes += [(path.removeprefix("/v1"), fn, m) for path, fn, m in routes  # as there; its /completions is native
+               if path.startswith("/v1/") and path != "/v1/completions"]
+    from . import llamacpp  # llama-server's native routes, on the same slots and request handling
+    native = llamacpp.routes(llamacpp.Context(llm, pool, read_body, model_name, None if api_key is None else
+                                              lambda r: _check_key(r, api_key), dict(server_defaults or {})))
     app = Starlette(routes=[Route(path, _guarded(fn, None if path in PUBLIC else api_key,
-                                                 anthropic.error_body if path.startswith("/v1/messages")
+                                                 anthropic.error_body if "/messages" in path
                                                  else ApiError.body), methods=[method])
-                            for path, fn, method in routes],
+                            for path, fn, method in routes] + [Route(p, fn, methods=[m]) for p, fn, m in native],
                     middleware=[Middleware(_RequestLog, log=request_log)] if request_log is not None else None,
                     exception_handlers={HTTPException: _http_error, Exception: _server_error},
                     lifespan=_closing(pool))

@@ -101,6 +101,10 @@ TYPES: dict[str, Callable[[Any], bool]] = {
     "array": lambda v: isinstance(v, list),
     "string or object": lambda v: isinstance(v, str | dict),
     "string or array": lambda v: isinstance(v, str | list),
+    "array or object": lambda v: isinstance(v, list | dict),
+    "array of strings": _strings,
+    "string, array of strings or array of token ids or arrays": lambda v: isinstance(v, str) or _strings(v) or _ids(v)
+    or (isinstance(v, list) and bool(v) and all(_ids(x) for x in v)),
     "object of token id -> number or false": lambda v: isinstance(v, dict) and all(
         _TOKEN_ID.fullmatch(k) and (_number(b) or b is False) for k, b in v.items()),
     "1": lambda v: _int(v) and v == 1,
@@ -167,12 +171,33 @@ CHAT: dict[str, Field] = {"messages": _f("array of messages {role, content}", re
                           "tools": _f("array"), "tool_choice": _f("string or object"),
                           "parallel_tool_calls": _f("boolean"), "reasoning_format": _f("string"),
                           "chat_template_kwargs": _f("object"), "reasoning_effort": _f("string")}
-EMBEDDING: dict[str, Field] = {"input": _f("string or array of strings", required=True), "model": _f("string", None),
-                               "user": _f("string", None), "encoding_format": _f("string", None)}
+EMBEDDING: dict[str, Field] = {"input": _f("string, array of strings or array of token ids or arrays", required=True),
+                               "model": _f("string", None), "user": _f("string", None),
+                               "encoding_format": _f("string")}
 # llama.cpp's /tokenize and /detokenize; `vocab` (ours) picks a --vocab file by name for the playground.
 TOKENIZE: dict[str, Field] = {"content": _f("string", required=True), "add_special": _f("boolean"),
                               "parse_special": _f("boolean"), "with_pieces": _f("boolean"), "vocab": _f("string")}
 DETOKENIZE: dict[str, Field] = {"tokens": _f("array of token ids", required=True), "vocab": _f("string")}
+
+
+def encoding_base64(fmt: str) -> bool:
+    """embeddings' encoding_format: True for "base64", False for "float"; ApiError for anything else."""
+    if fmt not in ("float", "base64"):
+        raise ApiError(400, f"expected 'encoding_format' to be \"float\" or \"base64\", found {_short(fmt)}",
+                       param="encoding_format", code="invalid_value")
+    return fmt == "base64"
+
+
+def vector_base64(item: Mapping[str, Any], base64: bool) -> dict[str, Any]:
+    """An embedding's vector as OpenAI sends it with encoding_format "base64" (float32, little-endian, base64), or
+    nothing to change."""
+    if not base64:
+        return {}
+    import base64 as b64
+    import struct
+
+    vector = item["embedding"]
+    return {"embedding": b64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode("ascii")}
 
 
 def check_body(body: Any) -> None:
