@@ -27,15 +27,14 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from ..errors import ContextLengthError, MinillamaError
-from . import anthropic, params, responses
+from . import anthropic, params, responses, sse
 from .limits import EMBEDDING_MAX_INPUTS, EMBEDDING_MAX_TOKENS
 from .params import ApiError
 from .slots import ClientGone, SlotPool
-from .sse import stream_error
 
 __all__ = ["create_app", "MAX_BODY", "TOKENIZE_MAX_PIECES", "TOKENIZE_AT_ONCE"]
 
@@ -131,8 +130,8 @@ def create_app(llm: Any, *, parallel: int = 1, api_key: str | None = None,
             await chunks.aclose()
             raise
         if api is not None:
-            return _EventStream(api.events(first, chunks, request.state.run), chunks.aclose)
-        return _EventStream(_events(first, _with_timings(chunks, request)), chunks.aclose)
+            return sse.EventStream(api.events(first, chunks, request.state.run), chunks.aclose)
+        return sse.EventStream(_events(first, _with_timings(chunks, request)), chunks.aclose)
 
     async def completions(request: Request) -> Response:
         return await generation(request, params.COMPLETION, "completion", "create_completion")
@@ -431,23 +430,9 @@ async def _events(first: Any, chunks: AsyncIterator[Any]) -> AsyncIterator[bytes
         async for chunk in chunks:
             yield _sse(chunk)
     except Exception as exc:  # noqa: BLE001 - the 200 is sent: the error goes in the stream, the log has the rest
-        yield _sse(stream_error(exc).body())
+        yield _sse(sse.stream_error(exc).body())
         return
     yield b"data: [DONE]\n\n"
-
-
-class _EventStream(StreamingResponse):
-    """A text/event-stream response that always closes its source, even when it never ran (client gone)."""
-
-    def __init__(self, events: AsyncIterator[bytes], close: Callable[[], Awaitable[None]]) -> None:
-        super().__init__(events, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
-        self._close = close
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            await self._close()
 
 
 def _piece(data: bytes) -> str | list[int]:

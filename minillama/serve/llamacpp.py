@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 
 from ..api import token_text
 from ..constrain import JsonConstraint
@@ -35,6 +35,7 @@ from ..request import Request as GenRequest
 from . import params
 from .params import INT32_MAX, UINT64_MAX, ApiError, _f
 from .slots import ClientGone
+from .sse import EventStream
 
 __all__ = ["routes", "COMPLETION", "SAMPLERS", "llamacpp_error"]
 
@@ -371,7 +372,7 @@ def routes(ctx: Context) -> list[tuple[str, Callable[[Request], Awaitable[Respon
             except BaseException:
                 await events.aclose()
                 raise
-            return _LlamaStream(_sse(first, events), events.aclose)
+            return EventStream(_sse(first, events), events.aclose)
         except (ApiError, MinillamaError) as exc:
             return llamacpp_error(_as_api_error(exc))
 
@@ -469,17 +470,3 @@ async def _sse(first: Any, events: Any) -> Any:
     except (ApiError, MinillamaError) as exc:
         err = _as_api_error(exc)
         yield _event({"error": {"code": err.status, "message": err.message, "type": err.type}})
-
-
-class _LlamaStream(StreamingResponse):
-    """A text/event-stream that always closes its source."""
-
-    def __init__(self, events: Any, close: Callable[[], Awaitable[None]]) -> None:
-        super().__init__(events, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
-        self._close = close
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            await self._close()

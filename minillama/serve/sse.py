@@ -6,7 +6,10 @@ from __future__ import annotations
 import json
 import logging
 import secrets
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
+
+from starlette.responses import StreamingResponse
 
 from ..errors import ContextLengthError, MinillamaError
 from .params import ApiError
@@ -38,3 +41,17 @@ def stream_error(exc: BaseException) -> ApiError:
 def new_id(prefix: str) -> str:
     """A fresh id such as msg_0123abcd... (prefix, an underscore, 24 hex digits)."""
     return f"{prefix}_{secrets.token_hex(12)}"
+
+
+class EventStream(StreamingResponse):
+    """A text/event-stream response that always closes its source, even when it never ran (client gone)."""
+
+    def __init__(self, events: AsyncIterator[bytes], close: Callable[[], Awaitable[None]]) -> None:
+        super().__init__(events, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+        self._close = close
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self._close()

@@ -7,7 +7,6 @@ there), log-probabilities within rounding.
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import socket
@@ -17,7 +16,7 @@ from typing import Any
 
 import pytest
 from support.paths import real_gguf
-from support.serve import Server
+from support.serve import Server, http_request
 
 pytest.importorskip("starlette", reason="the serve extra is not installed: pip install -e \".[serve]\"")
 pytest.importorskip("uvicorn", reason="the serve extra is not installed: pip install -e \".[serve]\"")
@@ -35,16 +34,7 @@ class Http:
         self.host, self.port = host, port
 
     def request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-        conn = http.client.HTTPConnection(self.host, self.port, timeout=300)
-        data = body if isinstance(body, bytes) else None if body is None else json.dumps(body).encode()
-        conn.request(method, path, body=data, headers={"Content-Type": "application/json"})
-        r = conn.getresponse()
-        text = r.read().decode()
-        conn.close()
-        try:
-            return r.status, json.loads(text)
-        except ValueError:
-            return r.status, text
+        return http_request(self.host, self.port, method, path, body, timeout=300)
 
 
 

@@ -110,16 +110,7 @@ class Server:
     def request(self, method: str, path: str, body: bytes | dict | None = None,
                 headers: dict | None = None) -> tuple[int, dict | str]:
         """One raw HTTP request: (status, the JSON body or the text)."""
-        conn = http.client.HTTPConnection(self.host, self.port, timeout=120)
-        data = json.dumps(body).encode() if isinstance(body, dict) else body
-        conn.request(method, path, body=data, headers={"Content-Type": "application/json", **(headers or {})})
-        r = conn.getresponse()
-        text = r.read().decode()
-        conn.close()
-        try:
-            return r.status, json.loads(text)
-        except ValueError:
-            return r.status, text
+        return http_request(self.host, self.port, method, path, body, headers)
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -152,3 +143,18 @@ def error_object(status: int, body: dict, param: str | None = None) -> dict:
     assert set(body) == {"error"} and set(body["error"]) == {"message", "type", "param", "code"}, body
     assert body["error"]["param"] == param, body
     return body["error"]
+
+
+def http_request(host: str, port: int, method: str, path: str, body: Any = None, headers: dict | None = None,
+                 timeout: float = 120) -> tuple[int, Any]:
+    """One raw HTTP request to host:port, body as JSON unless bytes: (status, the JSON answer or its text)."""
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    data = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
+    conn.request(method, path, body=data, headers={"Content-Type": "application/json", **(headers or {})})
+    r = conn.getresponse()
+    text = r.read().decode()
+    conn.close()
+    try:
+        return r.status, json.loads(text)
+    except ValueError:
+        return r.status, text
