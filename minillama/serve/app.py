@@ -122,13 +122,7 @@ def create_app(llm: Any, *, parallel: int = 1, api_key: str | None = None,
                 return JSONResponse(api.reply(result, request.state.run))
             return JSONResponse({**result, "timings": request.state.run.timings()})
         chunks = pool.stream(task, lambda s: run(s, stream=True))
-        try:  # the first chunk before the 200: a prompt too long for the context is still a 400
-            first = await chunks.__anext__()
-        except StopAsyncIteration:
-            first = None
-        except BaseException:
-            await chunks.aclose()
-            raise
+        first = await sse.first_of(chunks)
         if api is not None:
             return sse.EventStream(api.events(first, chunks, request.state.run), chunks.aclose)
         return sse.EventStream(_events(first, _with_timings(chunks, request)), chunks.aclose)

@@ -35,7 +35,7 @@ from ..request import Request as GenRequest
 from . import params
 from .params import INT32_MAX, UINT64_MAX, ApiError, _f
 from .slots import ClientGone
-from .sse import EventStream
+from .sse import EventStream, first_of
 
 __all__ = ["routes", "COMPLETION", "SAMPLERS", "llamacpp_error"]
 
@@ -365,13 +365,7 @@ def routes(ctx: Context) -> list[tuple[str, Callable[[Request], Awaitable[Respon
 
             # the pool sets the slot's cancel flag when the client leaves: no model step starts after it
             events = pool.stream("completion", lambda s: chunks(call, s))
-            try:  # the first event before the 200: a prompt too long for the context is still a 400
-                first = await events.__anext__()
-            except StopAsyncIteration:
-                first = None
-            except BaseException:
-                await events.aclose()
-                raise
+            first = await first_of(events)
             return EventStream(_sse(first, events), events.aclose)
         except (ApiError, MinillamaError) as exc:
             return llamacpp_error(_as_api_error(exc))

@@ -55,3 +55,15 @@ class EventStream(StreamingResponse):
             await super().__call__(scope, receive, send)
         finally:
             await self._close()
+
+
+async def first_of(items: AsyncIterator[Any]) -> Any:
+    """The stream's first item (None when it is empty), taken before the 200 is sent so that an error the first
+    step raises (a prompt too long for the context) is still a 4xx; the stream is closed if that raises."""
+    try:
+        return await items.__anext__()
+    except StopAsyncIteration:
+        return None
+    except BaseException:
+        await items.aclose()
+        raise
