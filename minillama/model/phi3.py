@@ -3,8 +3,8 @@
 Differences from llama.py, as llama.cpp's src/models/phi3.cpp computes them: blk.N.attn_qkv holds the q, k
 and v rows one after the other (split as llama.split_heads does; blk.N.attn_qkv.bias is added when the file
 has one), blk.N.ffn_up holds the gate rows and then the up rows (2 * n_ff outputs, SwiGLU: silu of the first
-half times the second), and rope pairs dims i and i + n_rot/2 (LLAMA_ROPE_TYPE_NEOX). llama.cpp scales q by 1/sqrt(head_dim) before q k^T instead of after:
-the same product. Phi-3 files carry attention.sliding_window, but llama.cpp disables sliding-window attention
+half times the second), and rope pairs dims i and i + n_rot/2 (LLAMA_ROPE_TYPE_NEOX). llama.cpp scales q by
+1/sqrt(head_dim) after rope and leaves the scores unscaled (the same product as scaling the scores, other bits). Phi-3 files carry attention.sliding_window, but llama.cpp disables sliding-window attention
 for phi3, so every layer here sees the whole context too. rope may turn only the first n_rot dims of each
 head (Phi-4-mini turns 3/4). The long-context variants (Phi-3-*-128k, Phi-3.5, Phi-4-mini) rotate with
 per-dimension factors (rope_factors_long/short) chosen by the context length: not implemented, such a file
@@ -59,9 +59,9 @@ def prepare(t: dict[str, Any]) -> dict[str, Any]:
 
 def blocks(x: np.ndarray, layers: list[dict[str, Any]], hp: HParams, batch: Batch) -> np.ndarray:
     """Run every block over x [T, d], the tokens at positions start..start+T-1, extending the cache."""
-    return llama.blocks(x, layers, hp, batch, rope_neox)
+    return llama.blocks(x, layers, hp, batch, rope_neox, scale_q=True)
 
 
 SPEC = register(ArchSpec("phi3", LAYER_TENSORS, prepare, blocks, OPTIONAL_TENSORS, UNSUPPORTED_TENSORS,
                          rope_whole_head=ROPE_WHOLE_HEAD, output_bias=OUTPUT_BIAS, embed_scale=embed_scale,
-                         native=Native(rope_neox=True)))
+                         native=Native(rope_neox=True, scale_q=True)))

@@ -34,7 +34,7 @@ from types import ModuleType
 import numpy as np
 import pytest
 from support import DATA, REPO
-from support.server_fed import feed_as_server, server_fed
+from support.server_fed import SPLIT_KV, feed_as_server, server_fed
 
 from minillama.errors import FormatError, UnsupportedError
 from minillama.generate import Sampler
@@ -149,6 +149,35 @@ def test_cached_steps_agree_with_llamacpp(made: Made, arch: str) -> None:
                 agree += m.next_token(ids, greedy) == g["id"]
             ids.append(g["id"])
     assert seen >= 10 and agree >= seen - slack(m)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_native_steps_give_llamacpps_log_probs(made: Made, arch: str) -> None:
+    """Fed as llama.cpp made its stored continuations (the prompt in one batch, then one token per step), the C
+    blocks give llama.cpp's log-probs to their stored rounding at every position of every prompt under SPLIT_KV
+    tokens: a product, a rope or a scale in another order than llama.cpp's (phi3 scales q before q k^T, not the
+    scores after) moves them by far more."""
+    m = made.model(arch)
+    if m._stack is None:
+        pytest.skip("the pure backend's float32 products are not llama.cpp's bits")
+    from minillama._native import _core
+
+    if _core.kernels() != "avx2":
+        pytest.skip(f"the {_core.kernels()} kernels sum in ggml's generic order, not its AVX2 one")
+    diffs: list[float] = []
+    for case in expected(arch)["cases"]:
+        ids = list(case["prompt_ids"])
+        if len(ids) + len(case["gen"]) >= SPLIT_KV:
+            continue
+        s = m.session()
+        for g in case["gen"]:
+            row = s.logits_next(ids).astype(np.float64)
+            lp = row - row.max() - np.log(np.exp(row - row.max()).sum())
+            assert int(lp.argmax()) == g["id"], f"{case['prompt']!r}, position {len(ids)}"
+            diffs += [abs(lp[t] - v) for t, v in g["top"]]
+            ids.append(g["id"])
+    assert len(diffs) >= 5 * 100
+    assert np.max(diffs) < 1e-4, (np.mean(diffs), np.max(diffs))
 
 
 # -- hostile files --------------------------------------------------------------------------------------------------
