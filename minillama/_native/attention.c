@@ -39,8 +39,22 @@ static float dot_f16_scalar(const uint16_t *x, const float *y, int64_t n) {
     return (float)sum;
 }
 
+/* The one_chunk kernel over positions s0..s1: out = the weighted sum of values times 1 / S, or with partial given
+ * (the split-KV path) the sum itself and partial[0..1] = M, S. */
+/* A row's end: out = acc / S (0 where no key was seen), or with partial the unscaled acc and partial = {M, S}. */
+static void finish(const float *acc, int64_t Dv, float M, float S, float *out, float *partial) {
+    if (partial) {
+        partial[0] = M;
+        partial[1] = S;
+        memcpy(out, acc, (size_t)Dv * sizeof *out);
+        return;
+    }
+    const float inv = S == 0 ? 0 : 1.0f / S;
+    for (int64_t i = 0; i < Dv; i++) out[i] = acc[i] * inv;
+}
+
 static void row_scalar(const float *q, const uint16_t *k, int64_t ks, const uint16_t *v, int64_t vs, int64_t s0,
-                       int64_t s1, int64_t D, int64_t Dv, float scale, float *out, float *work) {
+                       int64_t s1, int64_t D, int64_t Dv, float scale, float *out, float *work, float *partial) {
     float *q16 = work, *acc = work + D;
     for (int64_t i = 0; i < D; i++) q16[i] = mq_round_f16(q[i]);
     for (int64_t i = 0; i < Dv; i++) acc[i] = 0;
@@ -59,12 +73,11 @@ static void row_scalar(const float *q, const uint16_t *k, int64_t ks, const uint
         for (int64_t i = 0; i < Dv; i++) acc[i] = mq_round_f16(fmaf(mq_half_float(vr[i]), w, acc[i]));
         S = S * ms + w;
     }
-    const float inv = S == 0 ? 0 : 1.0f / S;
-    for (int64_t i = 0; i < Dv; i++) out[i] = acc[i] * inv;
+    finish(acc, Dv, M, S, out, partial);
 }
 
 typedef void (*row_fn)(const float *, const uint16_t *, int64_t, const uint16_t *, int64_t, int64_t, int64_t,
-                       int64_t, int64_t, float, float *, float *);
+                       int64_t, int64_t, float, float *, float *, float *);
 
 #ifdef MQ_X86_AVX2_BUILD
 #pragma GCC push_options
@@ -99,7 +112,7 @@ static float dot_f16_avx2(const uint16_t *x, const float *y, int64_t n) {
 #define SCORE_RUN 128
 
 static void row_avx2(const float *q, const uint16_t *k, int64_t ks, const uint16_t *v, int64_t vs, int64_t s0,
-                     int64_t s1, int64_t D, int64_t Dv, float scale, float *out, float *work) {
+                     int64_t s1, int64_t D, int64_t Dv, float scale, float *out, float *work, float *partial) {
     float *q16 = work, *acc = work + D;
     const int64_t dv8 = Dv & ~(int64_t)7;
     int64_t i = 0;
@@ -132,21 +145,52 @@ static void row_avx2(const float *q, const uint16_t *k, int64_t ks, const uint16
             S = S * ms + w;
         }
     }
-    const float inv = S == 0 ? 0 : 1.0f / S;
-    for (i = 0; i < Dv; i++) out[i] = acc[i] * inv;
+    finish(acc, Dv, M, S, out, partial);
 }
 #pragma GCC pop_options
 #define HAVE_AVX2_ROW 1
 #endif
 
+static row_fn row_kernel(void) {
+#ifdef HAVE_AVX2_ROW
+    return mq_cpu_isa() == MQ_ISA_AVX2 ? row_avx2 : row_scalar;
+#else
+    return row_scalar;
+#endif
+}
+
 void ma_attend_row(const float *q, const uint16_t *k, int64_t k_stride, const uint16_t *v, int64_t v_stride,
                    int64_t s0, int64_t s1, int64_t D, int64_t Dv, float scale, float *out, float *work) {
-#ifdef HAVE_AVX2_ROW
-    const row_fn row = mq_cpu_isa() == MQ_ISA_AVX2 ? row_avx2 : row_scalar;
-#else
-    const row_fn row = row_scalar;
-#endif
-    row(q, k, k_stride, v, v_stride, s0, s1, D, Dv, scale, out, work);
+    row_kernel()(q, k, k_stride, v, v_stride, s0, s1, D, Dv, scale, out, work, NULL);
+}
+
+/* The split-KV path (ggml_compute_forward_flash_attn_ext_f16 with one query row and 512 cached cells or more):
+ * the n_kv cells cut into `parts` chunks of ceil(n_kv / parts), one per llama.cpp thread; each chunk's one_chunk
+ * partial (M, S, unscaled sum) from a fresh start, over the positions of s0..s1 inside it; then
+ * ggml_flash_attn_ext_reduce_partials merges them in chunk order (chunks that saw nothing skipped): with M' the
+ * larger maximum, sum = sum expf(M - M') + chunk's expf(Mc - M'), S likewise (its compiler fuses the first
+ * product into the add), and at the end sum times 1 / S. work: D + 3 Dv floats. */
+void ma_attend_row_split(const float *q, const uint16_t *k, int64_t k_stride, const uint16_t *v, int64_t v_stride,
+                         int64_t s0, int64_t s1, int64_t n_kv, int64_t parts, int64_t D, int64_t Dv, float scale,
+                         float *out, float *work) {
+    const row_fn row = row_kernel();
+    float *chunk = work + D + Dv, *sum = chunk + Dv, partial[2];
+    const int64_t size = (n_kv + parts - 1) / parts;
+    float M = -INFINITY, S = 0;
+    for (int64_t i = 0; i < Dv; i++) sum[i] = 0;
+    for (int64_t c = 0; c < parts; c++) {
+        const int64_t lo = c * size > s0 ? c * size : s0, end = (c + 1) * size < n_kv ? (c + 1) * size : n_kv;
+        const int64_t hi = end - 1 < s1 ? end - 1 : s1;
+        if (lo > hi) continue; /* every cell of the chunk masked: S = 0, skipped by the merge */
+        row(q, k, k_stride, v, v_stride, lo, hi, D, Dv, scale, chunk, work, partial);
+        if (partial[1] == 0) continue;
+        const float M_new = fmaxf(M, partial[0]), old = expf(M - M_new), new = expf(partial[0] - M_new);
+        for (int64_t i = 0; i < Dv; i++) sum[i] = fmaf(sum[i], old, chunk[i] * new);
+        S = fmaf(S, old, partial[1] * new);
+        M = M_new;
+    }
+    const float inv = S != 0 ? 1.0f / S : 1.0f;
+    for (int64_t i = 0; i < Dv; i++) out[i] = sum[i] * inv;
 }
 
 /* The tiled path (ggml_compute_forward_flash_attn_ext_tiled), which llama.cpp takes for a batch of 64 rows or

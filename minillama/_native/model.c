@@ -201,8 +201,15 @@ static void attend(run *r, const ms_layer *L, int il, int64_t t, int64_t h, floa
     const int64_t pos = r->pos[t], s0 = L->window > 0 && pos - L->window + 1 > 0 ? pos - L->window + 1 : 0;
     const int64_t k_dim = m->n_head_kv * D, v_dim = m->n_head_kv * Dv;
     const ms_seq *seq = &r->seqs[r->seq_of[t]];
-    ma_attend_row(r->qkv + t * L->wqkv.n_out + h * D, seq->k[il] + kvh * D, k_dim, seq->v[il] + kvh * Dv, v_dim, s0,
-                  pos, D, Dv, m->attn_scale, r->att + t * m->n_head * Dv + h * Dv, work);
+    const float *q = r->qkv + t * L->wqkv.n_out + h * D;
+    const uint16_t *k = seq->k[il] + kvh * D, *v = seq->v[il] + kvh * Dv;
+    float *out = r->att + t * m->n_head * Dv + h * Dv;
+    /* llama.cpp's cache view: its used cells (0..pos for one sequence) padded to a multiple of 256, at least 256 */
+    const int64_t n_kv = (pos + 1 + 255) / 256 * 256;
+    if (r->T == 1 && L->window == 0 && m->kv_split > 1 && n_kv >= MA_SPLIT_KV)
+        ma_attend_row_split(q, k, k_dim, v, v_dim, s0, pos, n_kv, m->kv_split, D, Dv, m->attn_scale, out, work);
+    else
+        ma_attend_row(q, k, k_dim, v, v_dim, s0, pos, D, Dv, m->attn_scale, out, work);
 }
 
 /* Query head h of rows t0..t1 (at most MA_TILED_ROWS) of a batch of MA_TILED_ROWS rows or more, as ggml's tiled
@@ -226,7 +233,8 @@ static int64_t attention_rows(const run *r) { return r->T >= MA_TILED_ROWS ? MA_
 
 /* Floats of work space one part's attention needs for a batch of T rows. */
 static size_t attention_work(const ms_model *m, int64_t T) {
-    return T >= MA_TILED_ROWS ? ma_tiled_work(m->head_dim, m->head_dim_v) : (size_t)(m->head_dim + m->head_dim_v);
+    return T >= MA_TILED_ROWS ? ma_tiled_work(m->head_dim, m->head_dim_v)
+                              : (size_t)(m->head_dim + 3 * m->head_dim_v); /* ma_attend_row_split's */
 }
 
 /* tanh GELU as ggml_gelu_f32 fills llama.cpp's table: its compiler fuses 1 + a x x into fmaf(a x, x, 1), which

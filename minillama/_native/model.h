@@ -16,6 +16,12 @@
  * (one_chunk: every generated token, and batches of fewer than 64 rows). work: D + Dv floats. */
 void ma_attend_row(const float *q, const uint16_t *k, int64_t k_stride, const uint16_t *v, int64_t v_stride,
                    int64_t s0, int64_t s1, int64_t D, int64_t Dv, float scale, float *out, float *work);
+/* The same for a batch of one row over a cache of n_kv cells (n_kv >= MA_SPLIT_KV), as llama.cpp computes it with
+ * `parts` threads: ggml's split-KV path (attention.c). work: D + 3 Dv floats. */
+#define MA_SPLIT_KV 512
+void ma_attend_row_split(const float *q, const uint16_t *k, int64_t k_stride, const uint16_t *v, int64_t v_stride,
+                         int64_t s0, int64_t s1, int64_t n_kv, int64_t parts, int64_t D, int64_t Dv, float scale,
+                         float *out, float *work);
 /* Rows a batch needs for llama.cpp's tiled flash attention (ggml_compute_forward_flash_attn_ext_tiled): a
  * batch (ubatch) of fewer rows takes ma_attend_row's path. */
 #define MA_TILED_ROWS 64
@@ -97,7 +103,8 @@ enum {
 /* The hyper-parameters, in one list: X(KIND, name). It makes ms_model's members and the binding's parse table
  * (a dict by name) and _core.Stack.HPARAMS. I64 an integer, F32 a float, BOOL a flag: rope_neox (rope pairs
  * (i, i + n_rot/2) rather than (2i, 2i+1)), gelu (GeGLU rather than SwiGLU), scale_q (multiply q by q_scale after
- * rope, gemma3); attn_scale multiplies the scores. */
+ * rope, gemma3); attn_scale multiplies the scores; kv_split: the threads of the llama.cpp whose single-row
+ * attention over 512 cached cells or more (its split-KV path, one chunk of the cells per thread) is mirrored. */
 #define MS_HPARAMS(X)                                                                                                \
     X(I64, n_embd)                                                                                                   \
     X(I64, n_head)                                                                                                   \
@@ -114,7 +121,8 @@ enum {
     X(F32, attn_scale)                                                                                               \
     X(I64, n_expert)                                                                                                 \
     X(I64, n_expert_used)                                                                                            \
-    X(I64, n_ff_exp)
+    X(I64, n_ff_exp)                                                                                                 \
+    X(I64, kv_split)
 
 typedef int64_t ms_hparam_I64;
 typedef float ms_hparam_F32;

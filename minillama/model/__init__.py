@@ -86,7 +86,8 @@ class Model:
 
     def __init__(self, path: str, hp: HParams, arch: ArchSpec, embedding: Embedding,
                  layers: list[dict[str, Any]], output_norm: np.ndarray, output: Linear,
-                 threads: Threads = AUTO, *, output_bias: np.ndarray | None = None) -> None:
+                 threads: Threads = AUTO, *, output_bias: np.ndarray | None = None,
+                 kv_split: int | None = None) -> None:
         """Use from_file; this wires loaded weights together."""
         self.path, self.hparams, self._arch = path, hp, arch
         #: BLAS threads for the forward pass: "auto", a number (at most the usable cores), None (numpy's default).
@@ -96,8 +97,11 @@ class Model:
         self._native = isinstance(output, QuantLinear) or any(
             isinstance(v, QuantLinear) for layer in layers[:1] for v in layer.values())
         #: The blocks in C (model.c) on the native backend (prompts and batched steps alike), else None.
-        self._stack: NativeStack | None = (build_stack(_core_of(layers), hp, arch, layers, (output_norm, output))
-                                           if self._native else None)
+        #: The thread count of the llama.cpp run whose bits the C blocks give: its one-token steps over 512 cached
+        #: positions or more split the cache into one chunk per thread (from_file's kv_split).
+        self.kv_split = _check_kv_split(kv_split, self.threads)
+        self._stack: NativeStack | None = (build_stack(_core_of(layers), hp, arch, layers, (output_norm, output),
+                                                       self.kv_split) if self._native else None)
         #: A pass calls BLAS (unless the C blocks run it): limited() sets its threads around each pass.
         self._blas = self._stack is None
         self._auto = self._new_auto()
@@ -114,7 +118,7 @@ class Model:
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str], *, progress: Progress | None = None,
-                  threads: Threads = AUTO) -> Model:
+                  threads: Threads = AUTO, kv_split: int | None = None) -> Model:
         """Load a GGUF model: hyper-parameters from its metadata, every tensor checked (and, on the pure backend,
         dequantized).
 
@@ -122,9 +126,14 @@ class Model:
         whichever its timings say is faster on this machine now; a number is used as given but capped at the
         cores this process may use (os.sched_getaffinity), since more only wait on each other; None leaves numpy's
         setting.
+
+        kv_split: the thread count of the llama.cpp run whose log-probs to give (default: threads when a number,
+        else DEFAULT_THREADS). llama.cpp's one-token steps over 512 cached positions or more cut the cache into one
+        chunk per thread and merge the chunks' softmax sums, so its bits there depend on its thread count.
         """
         path = os.fspath(path)
         threads = _check_threads(threads)
+        _check_kv_split(kv_split, threads)
         w = Weights(path)
         name = w.arch
         arch = get(name)
@@ -185,7 +194,8 @@ class Model:
         output_bias = w.load(bias_spec[0], hp) if bias_spec else None
         if progress is not None:
             progress(total, total)
-        return cls(path, hp, arch, embedding, layers, output_norm, output, threads, output_bias=output_bias)
+        return cls(path, hp, arch, embedding, layers, output_norm, output, threads, output_bias=output_bias,
+                   kv_split=kv_split)
 
     # -- properties ----------------------------------------------------------------------------------------------
 
@@ -457,6 +467,15 @@ def _refuse_unused(w: Weights, used: set[str], arch: str) -> None:
                           f"{'s' if len(extra) > 1 else ''} in the file); expected only the tensors {arch} uses, "
                           "as llama.cpp requires (it refuses the file: wrong number of tensors)", path=w.path,
                           key=extra[0])
+
+
+def _check_kv_split(kv_split: int | None, threads: Threads) -> int:
+    """kv_split as the C blocks take it: given, else threads when a number, else DEFAULT_THREADS."""
+    if kv_split is None:
+        return threads if isinstance(threads, int) else DEFAULT_THREADS
+    if isinstance(kv_split, bool) or not isinstance(kv_split, int) or not 1 <= kv_split <= 4096:
+        raise ArgumentError(f"expected kv_split of 1 to 4096 (llama.cpp's thread count), found {kv_split!r}")
+    return kv_split
 
 
 def _check_threads(threads: Threads) -> Threads:

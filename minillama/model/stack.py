@@ -59,7 +59,7 @@ class NativeStack:
     """The C blocks of one model: forward(x, batch) runs every block over x [T, d], the rows of batch's sequences."""
 
     def __init__(self, core: Any, hp: HParams, arch: ArchSpec, layers: list[dict[str, Any]],
-                 head: tuple[np.ndarray, Any] | None = None) -> None:
+                 head: tuple[np.ndarray, Any] | None = None, kv_split: int = 1) -> None:
         kind = arch.native
         assert kind is not None, f"model.c does not run {arch.name}"
         q_scale = float(np.float32(1.0 / np.sqrt(np.float32(hp.head_dim)))) if kind.scale_q else 1.0
@@ -78,7 +78,7 @@ class NativeStack:
                    "head_dim_v": hp.head_dim_v, "n_ff": hp.n_ff, "n_rot": hp.n_rot, "eps": hp.eps,
                    "rope_neox": kind.rope_neox, "gelu": kind.geglu, "scale_q": kind.scale_q, "q_scale": q_scale,
                    "attn_scale": attn_scale, "n_expert": hp.n_expert, "n_expert_used": hp.n_expert_used,
-                   "n_ff_exp": hp.n_ff_exp}
+                   "n_ff_exp": hp.n_ff_exp, "kv_split": kv_split}
         #: What the Stack was made from, by name (core.Stack.HPARAMS, core.Stack.FIELDS): the vectors' and views'
         #: owners, which model.c reads.
         self._stack_args = (hparams, rows, None if out is None else (_vector(head[0]), out, self.n_vocab))
@@ -112,11 +112,13 @@ def _seqs(x: np.ndarray, batch: Batch) -> list[tuple]:
 
 
 def build(core: ModuleType | None, hp: HParams, arch: ArchSpec, layers: list[dict[str, Any]],
-          head: tuple[np.ndarray, Any] | None = None) -> NativeStack | None:
+          head: tuple[np.ndarray, Any] | None = None, kv_split: int = 1) -> NativeStack | None:
     """The C blocks for this model, or None: no native core, an architecture model.c does not run (no
     ArchSpec.native), a prepared field model.c does not know, a matrix that is not quantized views, or
     MINILLAMA_NATIVE_BLOCKS=0 (the Python blocks, for comparison). head: (the final norm's weight, the output
-    matrix), run in the blocks' pass when the matrix is quantized views."""
+    matrix), run in the blocks' pass when the matrix is quantized views. kv_split: the threads of the llama.cpp run
+    whose bits a single-token step over 512 cached positions or more gives (its split-KV attention cuts the cache
+    into one chunk per thread)."""
     if core is None or arch.native is None or os.environ.get("MINILLAMA_NATIVE_BLOCKS") == "0":
         return None
     known = set(core.Stack.FIELDS)
@@ -127,4 +129,4 @@ def build(core: ModuleType | None, hp: HParams, arch: ArchSpec, layers: list[dic
         for name in ("wqkv", "wo", *ffn):
             if not isinstance(w.get(name), (Linear, Experts)) or _matrix(w[name]) is None:
                 return None
-    return NativeStack(core, hp, arch, layers, head)
+    return NativeStack(core, hp, arch, layers, head, kv_split)

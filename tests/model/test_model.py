@@ -18,7 +18,7 @@ import pytest
 from support import DATA
 from support.batching import steps_together_and_alone
 from support.paths import real_gguf as _real_gguf
-from support.server_fed import feed_as_server, server_fed
+from support.server_fed import LLAMACPP_THREADS, feed_as_server, server_fed
 
 from minillama.errors import ArgumentError, ContextLengthError, FormatError, MinillamaError, UnsupportedError
 from minillama.generate import Sampler
@@ -34,7 +34,7 @@ EXPECTED = DATA / "smollm2_llamacpp_greedy.json"
 
 @functools.cache
 def _smollm2(path: str) -> Model:
-    return Model.from_file(path)
+    return Model.from_file(path, kv_split=LLAMACPP_THREADS)
 
 
 @pytest.fixture(scope="module")
@@ -329,6 +329,20 @@ def test_threads_are_capped_at_the_usable_cores(tmp_path: Path) -> None:
     assert Model.from_file(path).threads == "auto"
     with pytest.raises(ArgumentError, match="expected threads of at least 1"):
         Model.from_file(path, threads=0)
+
+
+def test_kv_split_follows_the_threads_unless_given(tmp_path: Path) -> None:
+    """The llama.cpp thread count whose split-KV bits the C blocks give: the threads when a number, else the
+    default thread count; a count out of range is refused before the file is read."""
+    from minillama.model import DEFAULT_THREADS
+
+    path = write_tiny(tmp_path / "tiny.gguf")
+    assert Model.from_file(path, threads=1).kv_split == 1
+    assert Model.from_file(path).kv_split == DEFAULT_THREADS
+    assert Model.from_file(path, threads=1, kv_split=8).kv_split == 8
+    for bad in (0, 5000, 2.0, True):
+        with pytest.raises(ArgumentError, match="expected kv_split of 1 to 4096"):
+            Model.from_file(tmp_path / "missing.gguf", kv_split=bad)
 
 
 @pytest.mark.parametrize("start_idle, cost, best", [(2, {1: 1.0, 2: 6.0}, 1), (0, {1: 2.0, 2: 1.0}, 2)])

@@ -24,22 +24,21 @@ def server_fed(name: str) -> dict:
     return json.loads(SERVER_FED.read_text(encoding="utf-8"))["models"][name]
 
 
-#: From this many cached positions on, llama.cpp decodes a single-token step with its KV range split across its
-#: threads (ggml's split-KV flash attention, partial sums merged with expf): minillama does not mirror that path,
-#: so past it only the prompt's own last batch is compared.
-SPLIT_KV = 512
+#: The threads of the llama.cpp runs the stored outputs come from (tools/bench/llamacpp_decode.py's default): its
+#: one-token steps over 512 cached positions or more split the cache into one chunk per thread, so a model compared
+#: with them is loaded with kv_split=LLAMACPP_THREADS.
+LLAMACPP_THREADS = 2
 
 
 def feed_as_server(model, cases: list[dict]) -> tuple[list[str], list[float]]:  # noqa: ANN001 (a Model)
     """(positions where model's argmax is not llama.cpp's, described; |log-prob difference| at every one of
-    llama.cpp's top 5 of every position), model fed each case as the server feeds it; a prompt of SPLIT_KV tokens
-    or more only at its first position (the 4-row batch after the long one)."""
+    llama.cpp's top 5 of every position), model fed each case as the server feeds it."""
     wrong, diffs = [], []
     for case in cases:
         prompt = case["prompt_ids"]
         s = model.session()
         s.logits_next(prompt[:-4])
-        for i, g in enumerate(case["gen"][:1] if len(prompt) >= SPLIT_KV else case["gen"]):
+        for i, g in enumerate(case["gen"]):
             row = s.logits_next(prompt + [x["id"] for x in case["gen"][:i]]).astype(np.float64)
             lp = row - row.max() - np.log(np.exp(row - row.max()).sum())
             if int(lp.argmax()) != g["id"]:
