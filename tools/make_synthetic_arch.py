@@ -88,6 +88,10 @@ ARCHS: dict[str, dict[str, Any]] = {
     "qwen3moe": {"n_embd": 256, "n_layer": 2, "n_head": 4, "n_head_kv": 2, "key_length": 64, "n_ff": 320,
                  "n_ctx": 4096, "rope_base": 1000000.0, "eps": 1e-6, "tied": False, "n_expert": 8,
                  "n_expert_used": 2, "n_ff_exp": 64},
+    "gpt-oss": {"n_embd": 128, "n_layer": 2, "n_head": 4, "n_head_kv": 2, "key_length": 32, "n_ff": 64,
+                "n_ctx": 131072, "rope_base": 150000.0, "eps": 1e-5, "tied": False, "n_expert": 8,
+                "n_expert_used": 2, "n_ff_exp": 64, "sliding_window": 6,
+                "yarn": {"factor": 32.0, "original_context_length": 4096}},
     "llama-biases": {"arch": "llama", "n_embd": 128, "n_layer": 2, "n_head": 4, "n_head_kv": 2, "n_ff": 320,
                      "n_ctx": 4096, "rope_base": 10000.0, "eps": 1e-5, "tied": False, "biases": LLAMA_BIASES},
 }
@@ -95,7 +99,13 @@ ARCHS: dict[str, dict[str, Any]] = {
 #: Quantization type of each kind of matrix (the norms and biases are F32, as llama.cpp's converter writes them).
 TYPES: dict[str, T] = {"token_embd": T.Q8_0, "output": T.Q8_0, "attn": T.Q8_0, "ffn_up": T.Q4_0,
                        "ffn_gate": T.Q4_1, "ffn_down": T.Q5_1, "exps_gate": T.Q4_K, "exps_up": T.Q4_K,
-                       "exps_down": T.Q8_0, "router": T.F32}
+                       "exps_down": T.Q8_0, "router": T.F32, "exps_mxfp4": T.MXFP4}
+
+#: Scale of the bias-like vectors that must be large to matter: gpt-oss's attention sinks (a logit beside the
+#: scores, which are of order 1) and its router's bias (beside router logits of a few units).
+BIAS_SCALE = {"attn_sinks.weight": 1.0, "ffn_gate_inp.bias": 1.0}
+#: Gain of gpt-oss's experts' gate and up rows: products of a few units, so that swiglu_oai's clamp at 7 is reached.
+OAI_GAIN = {"ffn_gate_exps.weight": 3.0, "ffn_up_exps.weight": 3.0}
 
 #: Scale of the output matrix's rows: logits with a spread of a few units, so llama.cpp's top choice is
 #: usually clear of the second (the test compares at margins >= 0.5).
@@ -182,7 +192,7 @@ def layer_tensors(arch: str, c: dict[str, Any]) -> list[tuple[str, str, tuple[in
                   ("attn_k.weight", "attn", (kv, d)), ("attn_k_norm.weight", "norm", (hd,)),
                   ("attn_v.weight", "attn", (kv, d))],
         "phi3": [("attn_qkv.weight", "attn", (q + 2 * kv, d))],
-    }[arch if arch != "qwen3moe" else "qwen3"]
+    }[{"qwen3moe": "qwen3", "gpt-oss": "qwen2"}.get(arch, arch)]
     ffn = ([("ffn_up.weight", "ffn_up", (2 * ff, d))] if arch == "phi3" else  # gate and up in one matrix
            [("ffn_gate.weight", "ffn_gate", (ff, d)), ("ffn_up.weight", "ffn_up", (ff, d))])
     down = [("ffn_down.weight", "ffn_down", (d, ff))]
@@ -191,6 +201,15 @@ def layer_tensors(arch: str, c: dict[str, Any]) -> list[tuple[str, str, tuple[in
         ffn = [("ffn_gate_inp.weight", "router", (n_exp, d)), ("ffn_gate_exps.weight", "exps_gate", (n_exp, ff_exp, d)),
                ("ffn_up_exps.weight", "exps_up", (n_exp, ff_exp, d))]
         down = [("ffn_down_exps.weight", "exps_down", (n_exp, d, ff_exp))]
+    if arch == "gpt-oss":  # biases everywhere, attention sinks, post-attention norm, MXFP4 experts with biases
+        n_exp, ff_exp = c["n_expert"], c["n_ff_exp"]
+        return ([("attn_norm.weight", "norm", (d,))] + attn + [
+            ("attn_output.weight", "attn", (d, q)), ("attn_output.bias", "bias", (d,)),
+            ("attn_sinks.weight", "bias", (c["n_head"],)), ("post_attention_norm.weight", "norm", (d,)),
+            ("ffn_gate_inp.weight", "router", (n_exp, d)), ("ffn_gate_inp.bias", "bias", (n_exp,)),
+            ("ffn_gate_exps.weight", "exps_mxfp4", (n_exp, ff_exp, d)), ("ffn_gate_exps.bias", "bias", (n_exp, ff_exp)),
+            ("ffn_up_exps.weight", "exps_mxfp4", (n_exp, ff_exp, d)), ("ffn_up_exps.bias", "bias", (n_exp, ff_exp)),
+            ("ffn_down_exps.weight", "exps_mxfp4", (n_exp, d, ff_exp)), ("ffn_down_exps.bias", "bias", (n_exp, d))])
     block = ([("attn_norm.weight", "norm", (d,))] + attn + [("attn_output.weight", "attn", (d, q)),
              ("ffn_norm.weight", "norm", (d,))] + ffn + down)
     biases = c.get("biases", ())
@@ -234,6 +253,10 @@ def write_model(name: str, out: str | os.PathLike[str], seed: int = 0) -> None:
     w.add_layer_norm_rms_eps(c["eps"])
     if "sliding_window" in c:
         w.add_sliding_window(c["sliding_window"])
+    if "yarn" in c:
+        w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        w.add_rope_scaling_factor(c["yarn"]["factor"])
+        w.add_rope_scaling_orig_ctx_len(c["yarn"]["original_context_length"])
     if "n_expert" in c:
         w.add_expert_count(c["n_expert"])
         w.add_expert_used_count(c["n_expert_used"])
@@ -260,10 +283,11 @@ def write_model(name: str, out: str | os.PathLike[str], seed: int = 0) -> None:
         w.add_tensor("rope_freqs.weight", llama3_rope_factors(d // c["n_head"], c["rope_base"], c["llama3_rope"]))
     tensor("token_embd.weight", "token_embd", (n_vocab, d), scale=EMBD_SCALE)
     gain = {"attn_q.weight": c.get("qk_gain", 1.0), "attn_k.weight": c.get("qk_gain", 1.0),
-            "ffn_gate_inp.weight": ROUTER_SCALE}
+            "ffn_gate_inp.weight": ROUTER_SCALE, **(OAI_GAIN if arch == "gpt-oss" else {})}
     for i in range(c["n_layer"]):
         for name, kind, shape in layer_tensors(arch, c):
-            tensor(f"blk.{i}.{name}", kind, shape, gain[name] / np.sqrt(shape[1]) if name in gain else None)
+            scale = gain[name] / np.sqrt(shape[-1]) if name in gain else BIAS_SCALE.get(name)
+            tensor(f"blk.{i}.{name}", kind, shape, scale)
     tensor("output_norm.weight", "norm", (d,))
     if not c["tied"]:
         tensor("output.weight", "output", (n_vocab, d), scale=OUTPUT_SCALE / np.sqrt(d))
@@ -328,14 +352,15 @@ def expected(out: str, only: list[str] | None = None) -> None:
 #: first of them leaves a 66-row batch). LONG_SERVER_FED: the one long prompt (llama, whose context is long enough).
 SERVER_FED_TOKENS = (70, 110, 200)
 LONG_SERVER_FED = 2048
-SERVER_FED_ARCHS = ("qwen2", "qwen3", "llama", "mistral3", "qwen3moe")
+SERVER_FED_ARCHS = ("qwen2", "qwen3", "llama", "mistral3", "qwen3moe", "gpt-oss")
 SERVER_FED_PREDICT = 16
 
 
-def server_fed(out: str, gguf_paths: list[str]) -> None:
+def server_fed(out: str, gguf_paths: list[str], only: list[str] | None = None) -> None:
     """llama.cpp's greedy continuations of prompts of SERVER_FED_TOKENS tokens (default-corpus.txt, at the offsets
     of LONG_AT), fed as llama.cpp's server feeds a prompt (all but its last 4 tokens, then those 4, then one token
-    per step), on the seed-0 models of SERVER_FED_ARCHS and on each of gguf_paths (under its file name), to out."""
+    per step), on the seed-0 models of SERVER_FED_ARCHS and on each of gguf_paths (under its file name), to out.
+    only: remake these architectures' entries (and gguf_paths') of the existing file out, keep the others."""
     sys.path.insert(0, str(ROOT / "tools" / "bench"))
     sys.path.insert(0, str(SHARED / "tools"))
     from llamacpp_decode import LlamaCpp
@@ -343,9 +368,11 @@ def server_fed(out: str, gguf_paths: list[str]) -> None:
 
     corpus = (ROOT / "minillama" / "data" / "default-corpus.txt").read_text(encoding="utf-8")
     data: dict[str, Any] = {"n_predict": SERVER_FED_PREDICT, "models": {}}
+    if only:
+        data = json.loads(Path(out).read_text(encoding="utf-8"))
     with tempfile.TemporaryDirectory() as tmp:
         models = []
-        for arch in SERVER_FED_ARCHS:
+        for arch in only or SERVER_FED_ARCHS:
             write_model(arch, os.path.join(tmp, f"{arch}.gguf"))
             models.append((arch, os.path.join(tmp, f"{arch}.gguf")))
         models += [(os.path.basename(p), p) for p in gguf_paths]
@@ -372,13 +399,14 @@ def main(argv: list[str]) -> int:
     ap.add_argument("out", nargs="?")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--expected", metavar="OUT.json", help="write llama.cpp's outputs on every arch's model")
-    ap.add_argument("--only", nargs="+", choices=ARCHS, help="with --expected: remake these models' entries only")
+    ap.add_argument("--only", nargs="+", choices=ARCHS,
+                    help="with --expected or --server-fed: remake these models' entries only")
     ap.add_argument("--server-fed", metavar="OUT.json",
                     help="write llama.cpp's outputs on prompts of 70 to 2,048 tokens fed as its server feeds them")
     ap.add_argument("--gguf", nargs="*", default=[], help="with --server-fed: real models to run as well")
     a = ap.parse_args(argv)
     if a.server_fed:
-        server_fed(a.server_fed, a.gguf)
+        server_fed(a.server_fed, a.gguf, a.only)
         return 0
     if a.expected:
         expected(a.expected, a.only)

@@ -61,15 +61,16 @@ class Batch:
         return cls([(i, s, c) for i, (s, c) in enumerate(zip(starts, caches, strict=True))], np.asarray(starts))
 
     def attend(self, layer: int, q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float,
-               window: int = 0) -> np.ndarray:
-        """Store each sequence's k, v [T_i, Hkv, D] in its cache and attend its q rows to its cache; [T, H * Dv]."""
+               window: int = 0, sinks: np.ndarray | None = None) -> np.ndarray:
+        """Store each sequence's k, v [T_i, Hkv, D] in its cache and attend its q rows to its cache; [T, H * Dv].
+        sinks: per-head sink logits (layers.attention)."""
         out: list[np.ndarray] = []
         ends = [row for row, _, _ in self.seqs[1:]] + [q.shape[0]]
         for (row, start, cache), end in zip(self.seqs, ends, strict=True):
             keys, values = cache.store(layer, start, k[row:end], v[row:end])
             n = end - row
             out.append(attention(q[row:end], keys, values, np.arange(start, start + n), np.arange(start + n),
-                                 scale, window))
+                                 scale, window, sinks))
         return out[0] if len(out) == 1 else np.concatenate(out)
 
 

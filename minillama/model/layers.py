@@ -39,6 +39,45 @@ def rope_angles(positions: np.ndarray, n_rot: int, base: float,
     return np.cos(theta).astype(F32), np.sin(theta).astype(F32)
 
 
+def yarn_angles(positions: np.ndarray, n_rot: int, base: float, freq_scale: float, ext_factor: float,
+                mscale: float, n_ctx_orig: int, beta_fast: float = 32.0,
+                beta_slow: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    """cos and sin of each pair's angle, times mscale, as ggml_rope_ext computes them in float32 (ggml-cpu's
+    ggml_rope_cache_init and rope_yarn): pair i's angle pos * base^(-2i/n_rot), by repeated float32 products;
+    YaRN (ext_factor != 0) blends freq_scale * angle (interpolated) with the angle itself (extrapolated) by a ramp
+    over the pairs between its correction dims, and grows mscale by 1 + 0.1 ln(1 / freq_scale). With ext_factor 0
+    it is linear scaling (freq_scale: 1 / rope.scaling.factor)."""
+    # positions [T] -> cos, sin [T, n_rot/2]
+    f32 = F32
+
+    def logf(x: float) -> F32:  # the float32 libm function, correctly rounded (through float64)
+        return f32(np.log(np.float64(f32(x))))
+
+    theta_scale = f32(np.power(np.float64(f32(base)), np.float64(f32(-2.0) / f32(n_rot))))
+    thetas = np.empty((positions.shape[0], n_rot // 2), f32)
+    theta = positions.astype(f32)
+    for i in range(n_rot // 2):
+        thetas[:, i] = theta
+        theta = theta * theta_scale
+
+    def corr_dim(beta: float) -> F32:  # ggml_rope_yarn_corr_dim, in float32
+        return f32(n_rot) * logf(f32(n_ctx_orig) / (f32(beta) * f32(2) * f32(np.pi))) / (f32(2) * logf(base))
+
+    low = max(0.0, float(np.floor(f32(corr_dim(beta_fast)))))
+    high = min(float(n_rot - 1), float(np.ceil(f32(corr_dim(beta_slow)))))
+    interp = f32(freq_scale) * thetas
+    scale = f32(mscale)
+    if ext_factor != 0.0:
+        y = (np.arange(n_rot // 2, dtype=f32) - f32(low)) / f32(max(0.001, high - low))
+        mix = (f32(1) - np.minimum(f32(1), np.maximum(f32(0), y))) * f32(ext_factor)
+        thetas = interp * (f32(1) - mix) + thetas * mix
+        scale = scale * (f32(1) + f32(0.1) * logf(f32(1) / f32(freq_scale)))
+    else:
+        thetas = interp
+    th = thetas.astype(np.float64)
+    return np.cos(th).astype(f32) * scale, np.sin(th).astype(f32) * scale
+
+
 def rope_norm(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
     """Rotate adjacent pairs (x[2i], x[2i+1]) of the first n_rot dims (llama.cpp's LLAMA_ROPE_TYPE_NORM)."""
     # x [T, H, D], cos/sin [T, n_rot/2]
@@ -64,11 +103,13 @@ def rope_neox(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
 
 
 def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, q_pos: np.ndarray, k_pos: np.ndarray, scale: float,
-              window: int = 0) -> np.ndarray:
+              window: int = 0, sinks: np.ndarray | None = None) -> np.ndarray:
     """Causal softmax(q k^T * scale) v with grouped-query heads; window > 0 also hides keys window or more back.
 
     Query head h reads key/value head h // (H / Hkv), as ggml's broadcasting matmul does. A key at position p
-    is seen by a query at position t when p <= t (and t - p < window for sliding-window layers).
+    is seen by a query at position t when p <= t (and t - p < window for sliding-window layers). sinks [H]:
+    one more logit per head in each row's softmax, with no value (gpt-oss's attention sinks: ggml's
+    flash_attn_ext_add_sinks), so a head's weights over the keys sum to less than 1.
     """
     # q [T, H, D], k [S, Hkv, D], v [S, Hkv, Dv] -> [T, H * Dv]
     t, h, d = q.shape
@@ -82,11 +123,18 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, q_pos: np.ndarray, k_
         hidden |= (q_pos[:, None] - k_pos[None, :]) >= window
     if hidden.any():
         scores[..., hidden] = -np.inf
-    scores -= scores.max(axis=-1, keepdims=True)
+    top = scores.max(axis=-1, keepdims=True)
+    if sinks is not None:
+        sink = sinks.astype(F32).reshape(hkv, g, 1, 1)
+        top = np.maximum(top, sink)
+    scores -= top
     np.exp(scores, out=scores)
     # the sum in key order, in float64 (as ggml's soft_max): a row's sum is then the same whatever hidden keys
     # follow (they add exact zeros), not regrouped by numpy's pairwise summation as the row count changes
-    scores /= np.cumsum(scores, axis=-1, dtype=np.float64)[..., -1:].astype(F32)
+    total = np.cumsum(scores, axis=-1, dtype=np.float64)[..., -1:]
+    if sinks is not None:
+        total = total + np.exp(sink - top)
+    scores /= total.astype(F32)
     out = np.matmul(scores, v.transpose(1, 0, 2)[:, None])  # [Hkv, g, T, Dv]
     return out.transpose(2, 0, 1, 3).reshape(t, h * dv)
 

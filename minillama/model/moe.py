@@ -13,6 +13,7 @@ Shapes in the comments: T tokens, d the model width, E experts, k experts used p
 from __future__ import annotations
 
 import mmap
+from collections.abc import Callable
 from types import ModuleType
 
 import numpy as np
@@ -71,18 +72,60 @@ def route(logits: np.ndarray, n_used: int, norm: bool = True) -> tuple[np.ndarra
     return chosen, weights
 
 
+def route_softmax_weight(logits: np.ndarray, n_used: int) -> tuple[np.ndarray, np.ndarray]:
+    """(chosen experts [T, k], their weights [T, k]) of router logits [T, E] as build_moe_ffn's
+    LLAMA_EXPERT_GATING_FUNC_TYPE_SOFTMAX_WEIGHT (gpt-oss): the k largest logits in descending order, their
+    weights the softmax of those k logits alone."""
+    logits = logits.astype(F32)
+    chosen = np.argsort(-logits, axis=-1, kind="stable")[:, :n_used]
+    return chosen, softmax(np.take_along_axis(logits, chosen, axis=-1))
+
+
+def swiglu(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
+    """silu(gate) * up: the experts' SwiGLU (ggml_swiglu_split)."""
+    return silu(gate) * up
+
+
+#: ggml_swiglu_oai's constants as build_moe_ffn passes them for LLM_FFN_SWIGLU_OAI_MOE (gpt-oss).
+OAI_ALPHA, OAI_LIMIT = F32(1.702), F32(7.0)
+
+
+def swiglu_oai(gate: np.ndarray, up: np.ndarray, alpha: F32 = OAI_ALPHA, limit: F32 = OAI_LIMIT) -> np.ndarray:
+    """gpt-oss's clamped SwiGLU as ggml-cpu's swiglu_oai computes it in float32: x = min(gate, limit),
+    y = clamp(up, -limit, limit), x / (1 + exp(-alpha x)) * (y + 1) (expf through float64: correctly rounded)."""
+    x = np.minimum(gate, limit)
+    y = np.clip(up, -limit, limit)
+    e = np.exp((alpha * -x).astype(np.float64)).astype(F32)
+    return x / (F32(1) + e) * (y + F32(1))
+
+
 def moe_ffn(x: np.ndarray, router: Linear, gate: Experts, up: Experts, down: Experts, n_used: int,
-            norm: bool = True) -> np.ndarray:
-    """The sum over each token's k chosen experts of weight * down_e(silu(gate_e x) * up_e x), in the order of
+            norm: bool = True, *, router_bias: np.ndarray | None = None, softmax_weight: bool = False,
+            glu: Callable[[np.ndarray, np.ndarray], np.ndarray] = swiglu, gate_bias: np.ndarray | None = None,
+            up_bias: np.ndarray | None = None, down_bias: np.ndarray | None = None) -> np.ndarray:
+    """The sum over each token's k chosen experts of weight * down_e(glu(gate_e x, up_e x)), in the order of
     the choice (llama.cpp adds the experts' outputs in that order); each chosen expert's matrices multiply all
-    the rows that chose it at once."""
+    the rows that chose it at once.
+
+    router_bias [E]: added to the router's logits; softmax_weight: route_softmax_weight's gating instead of
+    route's; gate_bias, up_bias [E, F] and down_bias [E, d]: expert e's row added after its matmul (ggml_add_id)."""
     # x [T, d] -> [T, d]
-    chosen, weights = route(router(x), n_used, norm)  # [T, k] each
+    logits = router(x)
+    if router_bias is not None:
+        logits = logits + router_bias
+    chosen, weights = route_softmax_weight(logits, n_used) if softmax_weight else route(logits, n_used, norm)
     out = np.zeros((x.shape[0], n_used, down.n_out), F32)  # [T, k, d]
     for e in np.unique(chosen).tolist():
         rows, slots = np.nonzero(chosen == e)
         h = np.ascontiguousarray(x[rows])
-        y = down.expert(e)(silu(gate.expert(e)(h)) * up.expert(e)(h))
+        g, u = gate.expert(e)(h), up.expert(e)(h)
+        if gate_bias is not None:
+            g = g + gate_bias[e]
+        if up_bias is not None:
+            u = u + up_bias[e]
+        y = down.expert(e)(glu(g, u))
+        if down_bias is not None:
+            y = y + down_bias[e]
         out[rows, slots] = y * weights[rows, slots, None]
     total = out[:, 0]
     for i in range(1, n_used):

@@ -52,6 +52,10 @@ class HParams:
     n_expert: int = 0  # experts of a mixture-of-experts feed-forward (0: a dense one)
     n_expert_used: int = 0  # experts each token goes through
     n_ff_exp: int = 0  # hidden width of one expert
+    rope_scaling: str = "linear"  # rope.scaling.type: "none", "linear" or "yarn" (llama.cpp's default "linear")
+    rope_scale: float = 0.0  # rope.scaling.factor: the context extension (0: none); rope turns 1/factor as fast
+    rope_attn_factor: float = 1.0  # rope.scaling.attn_factor: multiplies the rotated q and k (YaRN's mscale)
+    n_ctx_orig: int = 0  # rope.scaling.original_context_length (YaRN's correction dims; default n_ctx)
 
     @property
     def q_dim(self) -> int:
@@ -104,7 +108,14 @@ HPARAM_KEYS: dict[str, tuple[str, _Default]] = {
     "n_expert": ("expert_count", lambda h: 0),
     "n_expert_used": ("expert_used_count", lambda h: 0),
     "n_ff_exp": ("expert_feed_forward_length", lambda h: h["n_ff"] // h["n_expert_used"] if h["n_expert_used"] else 0),
+    "rope_scale": ("rope.scaling.factor", lambda h: 0.0),
+    "rope_attn_factor": ("rope.scaling.attn_factor", lambda h: 1.0),
+    "n_ctx_orig": ("rope.scaling.original_context_length", lambda h: h["n_ctx"]),
 }
+
+#: rope.scaling.type values llama.cpp knows (it asserts on any other); minillama's architectures read "none",
+#: "linear" and "yarn" (an architecture that implements no scaling refuses a factor through its refused_keys).
+ROPE_SCALING_TYPES = ("none", "linear", "yarn", "longrope")
 
 #: LLAMA_MAX_LAYERS: llama.cpp's per-layer arrays hold this many blocks and it refuses a model with more.
 MAX_LAYERS = 512
@@ -118,11 +129,12 @@ INT_BOUNDS: dict[str, tuple[int, int]] = {
     "n_layer": (1, MAX_LAYERS), "n_ctx": (1, _U32), "n_embd": (1, _U32), "n_ff": (1, _U32), "n_head": (1, _U32),
     "n_head_kv": (1, _U32), "head_dim": (1, _U32), "head_dim_v": (1, _U32), "n_rot": (0, _U32),
     "sliding_window": (0, _U32), "n_expert": (0, MAX_EXPERTS), "n_expert_used": (0, MAX_EXPERTS),
-    "n_ff_exp": (0, _U32),
+    "n_ff_exp": (0, _U32), "n_ctx_orig": (1, _U32),
 }
 
-#: Float fields -> least value (finite, and the rope base above 0).
-FLOAT_LEAST: dict[str, tuple[float, bool]] = {"rope_base": (0.0, False), "eps": (0.0, True)}  # (bound, inclusive)
+#: Float fields -> (least value, inclusive): finite, and the rope base and attention factor above 0.
+FLOAT_LEAST: dict[str, tuple[float, bool]] = {"rope_base": (0.0, False), "eps": (0.0, True),
+                                              "rope_scale": (0.0, True), "rope_attn_factor": (0.0, False)}
 
 _INT_TYPES = frozenset({GGUFValueType.UINT8, GGUFValueType.INT8, GGUFValueType.UINT16, GGUFValueType.INT16,
                         GGUFValueType.UINT32, GGUFValueType.INT32, GGUFValueType.UINT64, GGUFValueType.INT64})
@@ -222,7 +234,16 @@ class Weights:
         if isinstance(tokens, list) and len(tokens) != embd.shape[1]:
             raise FormatError(f"the vocab has {len(tokens)} tokens but token_embd.weight has {embd.shape[1]} rows; "
                               "expected one row per token", path=self.path, key="token_embd.weight")
-        return HParams(arch=arch, n_vocab=embd.shape[1], **h)
+        return HParams(arch=arch, n_vocab=embd.shape[1], rope_scaling=self._rope_scaling(arch), **h)
+
+    def _rope_scaling(self, arch: str) -> str:
+        """rope.scaling.type ("linear" when absent, as llama.cpp); FormatError for a value llama.cpp refuses."""
+        key = f"{arch}.rope.scaling.type"
+        value = self.gguf.metadata.get(key, "linear")
+        if value not in ROPE_SCALING_TYPES:
+            raise FormatError(f"{key} is {value!r}, expected one of {', '.join(ROPE_SCALING_TYPES)}",
+                              path=self.path, key=key)
+        return str(value)
 
     def _checked(self, name: str, full: str, value: Any, vtype: GGUFValueType | None) -> int | float:
         """One hyper-parameter after its type and bounds check (vtype None: a default, computed here)."""

@@ -44,6 +44,8 @@ RECIPES: dict[str, tuple[str, Callable[[dict[str, Any]], None]]] = {
        for kind, ttype in (("user", USER_DEFINED), ("control", CONTROL))},
     "gpt-2-pre-tiny_aya": ("ggml-vocab-gpt-2.gguf", _set_pre("tiny_aya")),
     "gpt-2-pre-cohere2moe": ("ggml-vocab-gpt-2.gguf", _set_pre("cohere2moe")),
+    # gpt-oss's pre-tokenizer (no vocab with it is shipped): llama.cpp's gpt-4o regex on Llama 3's 128k BPE vocab
+    "llama-bpe-pre-gpt-4o": ("ggml-vocab-llama-bpe.gguf", _set_pre("gpt-4o")),
 }
 
 
@@ -62,7 +64,25 @@ PARTIAL_TEXTS = ["é", "日本語", "café au lait é", "éx", "a\udcc3b", "日"
                  "é<s>é", " é ", "ééé", "ééx", "[CLS]é[SEP]", "naïve résumé 日本", "\udca9xé\udca9x"]
 
 
+#: Case and contraction splits the gpt-4o regex makes ([^a-z] runs before lowercase, 's/'T/'Re matched either case).
+CASE_TEXTS = ["HELLO World's THEY'RE don'T camelCaseWord XMLHttpRequest", "ÉCOLE été Ǆungla ǅx", "1234567 a12b",
+              "getHTTPResponseCode(x)\n\n  ", "I'M HERE, you'Ll see; WE'VE 3.14e10 🙂 日本語テキスト"]
+
+
+def _diverse_lines(n: int = 300) -> list[str]:
+    """n non-empty lines drawn (seed 0) from ../shared/corpus/diverse.txt (code, docs and man pages in 18 languages)."""
+    import random
+
+    from support.paths import require_shared
+
+    text = (require_shared("corpus") / "diverse.txt").read_text(encoding="utf-8")
+    lines = [line for line in text.split("\n") if line.strip()]
+    return random.Random(0).sample(lines, n)
+
+
 def texts_for(name: str) -> list[str]:
+    if name.endswith("-pre-gpt-4o"):
+        return CASE_TEXTS + _diverse_lines()
     return _digit_texts() if "-pre-" in name else PARTIAL_TEXTS
 
 
