@@ -92,6 +92,11 @@ ARCHS: dict[str, dict[str, Any]] = {
                 "n_ctx": 131072, "rope_base": 150000.0, "eps": 1e-5, "tied": False, "n_expert": 8,
                 "n_expert_used": 2, "n_ff_exp": 64, "sliding_window": 6,
                 "yarn": {"factor": 32.0, "original_context_length": 4096}},
+    "gemma4": {"n_embd": 128, "n_layer": 6, "n_head": 4, "n_head_kv": 2, "key_length": 64, "key_length_swa": 32,
+               "n_ff": [256, 256, 256, 256, 512, 512], "n_ctx": 4096, "rope_base": 1000000.0,
+               "rope_base_swa": 10000.0, "n_rot": 64, "n_rot_swa": 32, "eps": 1e-6, "tied": False,
+               "sliding_window": 8, "swa_pattern": [True, False, True, False, True, False], "shared_kv_layers": 2,
+               "n_embd_per_layer": 32, "softcap": 30.0, "no_v": (1,), "rope_kept": 16},
     "llama-biases": {"arch": "llama", "n_embd": 128, "n_layer": 2, "n_head": 4, "n_head_kv": 2, "n_ff": 320,
                      "n_ctx": 4096, "rope_base": 10000.0, "eps": 1e-5, "tied": False, "biases": LLAMA_BIASES},
 }
@@ -176,10 +181,12 @@ def llama3_rope_factors(head_dim: int, base: float, scaling: dict[str, float]) -
     return np.array(out, dtype=f32)
 
 
-def layer_tensors(arch: str, c: dict[str, Any]) -> list[tuple[str, str, tuple[int, ...]]]:
+def layer_tensors(arch: str, c: dict[str, Any], il: int = 0) -> list[tuple[str, str, tuple[int, ...]]]:
     """(GGUF name after "blk.{i}.", kind, numpy shape (n_out, n_in) or (n,), or (n_expert, n_out, n_in) for the
-    experts' 3-D tensors) of one block, in file order; each bias in c["biases"] right after its matrix."""
+    experts' 3-D tensors) of block il, in file order; each bias in c["biases"] right after its matrix."""
     arch = c.get("layout", arch)
+    if arch == "gemma4":
+        return gemma4_layer_tensors(c, il)
     d, hd = c["n_embd"], c.get("key_length", c["n_embd"] // c["n_head"])
     q, kv, ff = c["n_head"] * hd, c["n_head_kv"] * hd, c["n_ff"]
     attn = {
@@ -218,6 +225,51 @@ def layer_tensors(arch: str, c: dict[str, Any]) -> list[tuple[str, str, tuple[in
         out.append((name, kind, shape))
         if name.replace(".weight", ".bias") in biases:
             out.append((name.replace(".weight", ".bias"), "bias", shape[:1]))
+    return out
+
+
+def gemma4_layer_tensors(c: dict[str, Any], il: int) -> list[tuple[str, str, tuple[int, ...]]]:
+    """Block il of gemma4: heads of key_length_swa on the sliding-window layers and key_length on the others, no
+    k/v (nor k norm) on the last shared_kv_layers blocks (they read an earlier block's cache), no attn_v on the
+    blocks of c["no_v"] (v is then k's projection), the feed-forward of that layer's width, the per-layer
+    embedding's gate, projection and norm, and the layer's output scale."""
+    d, swa = c["n_embd"], c["swa_pattern"][il]
+    hd = c["key_length_swa"] if swa else c["key_length"]
+    q, kv, ff, pe = c["n_head"] * hd, c["n_head_kv"] * hd, c["n_ff"][il], c["n_embd_per_layer"]
+    has_kv = il < c["n_layer"] - c["shared_kv_layers"]
+    attn = [("attn_q.weight", "attn", (q, d)), ("attn_q_norm.weight", "norm", (hd,))]
+    if has_kv:
+        attn += [("attn_k.weight", "attn", (kv, d)), ("attn_k_norm.weight", "norm", (hd,))]
+        if il not in c["no_v"]:
+            attn += [("attn_v.weight", "attn", (kv, d))]
+    return ([("attn_norm.weight", "norm", (d,))] + attn +
+            [("attn_output.weight", "attn", (d, q)), ("post_attention_norm.weight", "norm", (d,)),
+             ("ffn_norm.weight", "norm", (d,)), ("ffn_gate.weight", "ffn_gate", (ff, d)),
+             ("ffn_up.weight", "ffn_up", (ff, d)), ("ffn_down.weight", "ffn_down", (d, ff)),
+             ("post_ffw_norm.weight", "norm", (d,))] +
+            ([("inp_gate.weight", "attn", (pe, d)), ("proj.weight", "attn", (d, pe)),
+              ("post_norm.weight", "norm", (d,))] if pe else []) +
+            [("layer_output_scale.weight", "norm", (1,))])
+
+
+def gemma4_metadata(w: gguf.GGUFWriter, c: dict[str, Any]) -> None:
+    """gemma4's own keys: the sliding-window pattern, the heads and rope of its layers, the shared KV layers, the
+    per-layer embedding width and the final logit softcap."""
+    w.add_sliding_window_pattern(c["swa_pattern"])
+    w.add_key_length_swa(c["key_length_swa"])
+    w.add_value_length_swa(c["key_length_swa"])
+    w.add_rope_dimension_count_swa(c["n_rot_swa"])
+    w.add_rope_freq_base_swa(c["rope_base_swa"])
+    w.add_shared_kv_layers(c["shared_kv_layers"])
+    w.add_embedding_length_per_layer_input(c["n_embd_per_layer"])
+    w.add_final_logit_softcapping(c["softcap"])
+
+
+def gemma4_rope_freqs(c: dict[str, Any]) -> np.ndarray:
+    """rope_freqs.weight of the full-attention layers as the converter writes Gemma 4's proportional rope: 1 for
+    the pairs that turn, 1e30 (no turn) for the rest."""
+    out = np.full(c["key_length"] // 2, 1e30, dtype=np.float32)
+    out[:c["rope_kept"]] = 1.0
     return out
 
 
@@ -261,6 +313,8 @@ def write_model(name: str, out: str | os.PathLike[str], seed: int = 0) -> None:
         w.add_expert_count(c["n_expert"])
         w.add_expert_used_count(c["n_expert_used"])
         w.add_expert_feed_forward_length(c["n_ff_exp"])
+    if arch == "gemma4":
+        gemma4_metadata(w, c)
     w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
 
     def tensor(name: str, kind: str, shape: tuple[int, ...], scale: float | None = None) -> None:
@@ -281,11 +335,18 @@ def write_model(name: str, out: str | os.PathLike[str], seed: int = 0) -> None:
 
     if "llama3_rope" in c:  # first, where the converter writes it (generate_extra_tensors)
         w.add_tensor("rope_freqs.weight", llama3_rope_factors(d // c["n_head"], c["rope_base"], c["llama3_rope"]))
+    if arch == "gemma4" and not all(c["swa_pattern"]):  # only full-attention layers take it
+        w.add_tensor("rope_freqs.weight", gemma4_rope_freqs(c))
     tensor("token_embd.weight", "token_embd", (n_vocab, d), scale=EMBD_SCALE)
+    if arch == "gemma4" and c["n_embd_per_layer"]:  # the per-layer embeddings: a table of n_layer rows per token and the stream's projection
+        pe = c["n_embd_per_layer"] * c["n_layer"]
+        tensor("per_layer_token_embd.weight", "token_embd", (n_vocab, pe), scale=0.5)
+        tensor("per_layer_model_proj.weight", "attn", (pe, d))
+        tensor("per_layer_proj_norm.weight", "norm", (c["n_embd_per_layer"],))
     gain = {"attn_q.weight": c.get("qk_gain", 1.0), "attn_k.weight": c.get("qk_gain", 1.0),
             "ffn_gate_inp.weight": ROUTER_SCALE, **(OAI_GAIN if arch == "gpt-oss" else {})}
     for i in range(c["n_layer"]):
-        for name, kind, shape in layer_tensors(arch, c):
+        for name, kind, shape in layer_tensors(arch, c, i):
             scale = gain[name] / np.sqrt(shape[-1]) if name in gain else BIAS_SCALE.get(name)
             tensor(f"blk.{i}.{name}", kind, shape, scale)
     tensor("output_norm.weight", "norm", (d,))

@@ -140,7 +140,7 @@ class Model:
         if arch is None:
             raise UnsupportedError(f"{path}: architecture {name!r} is not supported; minillama runs "
                                    f"{', '.join(supported())}")
-        hp = w.hparams(name)
+        hp = w.hparams(name) if arch.read_hparams is None else arch.read_hparams(w, name)
         if arch.experts and hp.n_expert == 0:
             key = f"{name}.expert_count"
             raise FormatError(f"{key} is missing or 0, expected at least 1: {name} is a mixture-of-experts "
@@ -172,8 +172,9 @@ class Model:
                 sizes.append(int(np.prod(name_shape[1])))
         for spec in [out_spec, *bias_spec]:
             w.check(*w.spec(spec, hp))
+        extras, extra_names = arch.extras(w, hp) if arch.extras is not None else ({}, set())
         _refuse_unused(w, {w.spec(spec, hp, il)[0] for il, fields in enumerate(blocks) for _, spec in fields}
-                       | {TOKEN_EMBD[0], OUTPUT_NORM[0], out_spec[0], *(s[0] for s in bias_spec)}, name)
+                       | {TOKEN_EMBD[0], OUTPUT_NORM[0], out_spec[0], *(s[0] for s in bias_spec)} | extra_names, name)
         embedding = w.embedding(*w.spec(TOKEN_EMBD, hp))
         output_norm = w.load(OUTPUT_NORM, hp)
         total, done = sum(sizes) + int(np.prod(w.spec(out_spec, hp)[1])), 0
@@ -189,7 +190,7 @@ class Model:
                 done += int(np.prod(w.spec(spec, hp, il)[1]))
                 if progress is not None:
                     progress(done, total)
-            layers.append(arch.prepare(block))  # stack the block's matrices now, so the parts are freed at once
+            layers.append({**arch.prepare(block), **extras})  # stack the matrices now: the parts are freed at once
         output = w.load(out_spec, hp)
         output_bias = w.load(bias_spec[0], hp) if bias_spec else None
         if progress is not None:
@@ -255,7 +256,8 @@ class Model:
     def _new_cache(self) -> KVCache:
         hp = self.hparams
         dtype = np.float16 if self._stack is not None else np.float32  # the C blocks read float16, as llama.cpp
-        return KVCache(hp.n_layer, hp.n_head_kv, hp.head_dim, hp.head_dim_v, dtype=dtype)
+        shapes = self._arch.cache_shapes(hp) if self._arch.cache_shapes is not None else None
+        return KVCache(hp.n_layer, hp.n_head_kv, hp.head_dim, hp.head_dim_v, dtype=dtype, shapes=shapes)
 
     def _check(self, ids: Sequence[int], n_ctx: int | None = None) -> list[int]:
         """ids as a list of ints within the vocab and the context (n_ctx, at most the model's)."""
@@ -301,7 +303,9 @@ class Model:
             logits = self._stack.logits(x, Batch.single(start, len(ids), cache))  # blocks and head: one pass
             cache.ids[start:] = ids
             return self._finite(self._bias(logits))
-        x = self._blocks(x, Batch.single(start, len(ids), cache))
+        batch = Batch.single(start, len(ids), cache)
+        batch.tokens = np.asarray(ids, dtype=np.intp)
+        x = self._blocks(x, batch)
         cache.ids[start:] = ids
         if last_only:
             x = x[-1:]
@@ -332,7 +336,10 @@ class Model:
         return self._bias(self._output(x))
 
     def _bias(self, logits: np.ndarray) -> np.ndarray:
-        return logits if self._output_bias is None else logits + self._output_bias
+        """The output bias added (when the file has one), and the architecture's last step (finish_logits)."""
+        logits = logits if self._output_bias is None else logits + self._output_bias
+        finish = self._arch.finish_logits
+        return logits if finish is None else finish(logits, self.hparams)
 
     def _run_steps(self, tokens: list[int], batch: Batch) -> np.ndarray:
         """One pass of single-token steps of several sequences (batch: one row each); logits [B, n_vocab]."""
@@ -344,6 +351,7 @@ class Model:
                 x *= np.float32(self._scale)
             head = self._stack is not None and self._stack.n_vocab is not None
             logits = self._stack.logits(x, batch) if head else None  # type: ignore[union-attr]
+            batch.tokens = np.asarray(tokens, dtype=np.intp)
             if not head:
                 x = self._blocks(x, batch)
             for token, (_, start, cache) in zip(tokens, batch.seqs, strict=True):

@@ -49,6 +49,9 @@ class Batch:
 
     seqs: list[tuple[int, int, KVCache]]
     positions: np.ndarray
+    #: The token ids of the rows, for blocks that read more than the embedding of each (gemma4's per-layer
+    #: embeddings); None when the caller did not give them.
+    tokens: np.ndarray | None = None
 
     @classmethod
     def single(cls, start: int, n: int, cache: KVCache) -> Batch:
@@ -71,6 +74,18 @@ class Batch:
             n = end - row
             out.append(attention(q[row:end], keys, values, np.arange(start, start + n), np.arange(start + n),
                                  scale, window, sinks))
+        return out[0] if len(out) == 1 else np.concatenate(out)
+
+    def attend_cached(self, layer: int, q: np.ndarray, scale: float, window: int = 0) -> np.ndarray:
+        """Attend each sequence's q rows to the keys and values an earlier block of this pass stored for `layer`
+        (up to and including these rows), storing none: a block that shares another's cache (gemma4)."""
+        out: list[np.ndarray] = []
+        ends = [row for row, _, _ in self.seqs[1:]] + [q.shape[0]]
+        for (row, start, cache), end in zip(self.seqs, ends, strict=True):
+            n = end - row
+            keys, values = cache.k[layer][:start + n], cache.v[layer][:start + n]
+            out.append(attention(q[row:end], keys, values, np.arange(start, start + n), np.arange(start + n),
+                                 scale, window))
         return out[0] if len(out) == 1 else np.concatenate(out)
 
 

@@ -20,13 +20,18 @@ class KVCache:
     """Keys [n, Hkv, D] and values [n, Hkv, Dv] of every layer for the first n positions, and those n ids."""
 
     def __init__(self, n_layer: int, n_head_kv: int, head_dim: int, head_dim_v: int, capacity: int = 64,
-                 dtype: type = F32) -> None:
+                 dtype: type = F32, shapes: list[tuple[int, int, int]] | None = None) -> None:
+        """shapes: each layer's (heads, key size, value size) when the layers differ (gemma4), else None: all
+        (n_head_kv, head_dim, head_dim_v)."""
         self.ids: list[int] = []
-        self._shape_k, self._shape_v = (n_head_kv, head_dim), (n_head_kv, head_dim_v)
+        shapes = shapes if shapes is not None else [(n_head_kv, head_dim, head_dim_v)] * n_layer
+        self._shapes_k = [(h, dk) for h, dk, _ in shapes]
+        self._shapes_v = [(h, dv) for h, _, dv in shapes]
+        self._shape_k, self._shape_v = self._shapes_k[0], self._shapes_v[0]
         self._cap = capacity
         self._dtype = dtype  # F32 (the numpy blocks) or F16 (the native blocks)
-        self.k = [np.empty((capacity, *self._shape_k), dtype) for _ in range(n_layer)]
-        self.v = [np.empty((capacity, *self._shape_v), dtype) for _ in range(n_layer)]
+        self.k = [np.empty((capacity, *shape), dtype) for shape in self._shapes_k]
+        self.v = [np.empty((capacity, *shape), dtype) for shape in self._shapes_v]
 
     @property
     def n(self) -> int:
@@ -42,9 +47,9 @@ class KVCache:
         if n <= self._cap:
             return
         cap = max(n, 2 * self._cap)
-        for store, shape in ((self.k, self._shape_k), (self.v, self._shape_v)):
+        for store, shapes in ((self.k, self._shapes_k), (self.v, self._shapes_v)):
             for i, old in enumerate(store):
-                new = np.empty((cap, *shape), self._dtype)
+                new = np.empty((cap, *shapes[i]), self._dtype)
                 new[:self._cap] = old
                 store[i] = new
         self._cap = cap
@@ -63,8 +68,8 @@ class KVCache:
 
     def load(self, prefix: Prefix) -> None:
         """Hold exactly prefix's positions (ids, keys, values), as if they had been computed here."""
-        if len(prefix.k) != len(self.k) or any(k.shape[1:] != self._shape_k for k in prefix.k) \
-                or any(v.shape[1:] != self._shape_v for v in prefix.v):
+        if len(prefix.k) != len(self.k) or any(k.shape[1:] != s for k, s in zip(prefix.k, self._shapes_k)) \
+                or any(v.shape[1:] != s for v, s in zip(prefix.v, self._shapes_v)):
             raise ArgumentError(f"expected a prefix of {len(self.k)} layers of keys {self._shape_k} and values "
                                 f"{self._shape_v} (this model's cache), found {len(prefix.k)} layers of keys "
                                 f"{prefix.k[0].shape[1:] if prefix.k else ()}")

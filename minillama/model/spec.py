@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from .batch import Batch
-    from .weights import HParams, TensorSpec
+    from .weights import HParams, TensorSpec, Weights
 
 __all__ = ["ArchSpec", "Native", "register", "get", "supported", "ARCHS"]
 
@@ -67,7 +67,13 @@ class ArchSpec:
     added to the logits. prepare(block): the loaded block as the blocks take it (matrices fused); blocks(x,
     layers, hp, batch): every block over x (the Python reference); embed_scale(hp): factor of the embedding rows,
     or None. native: model.c's kind, None when only the Python blocks run it. experts: a mixture-of-experts
-    architecture, whose files must have expert_count >= 1 (llama.cpp asserts it)."""
+    architecture, whose files must have expert_count >= 1 (llama.cpp asserts it).
+
+    For an architecture whose layers differ in shape or that has tensors outside its blocks (gemma4), all None
+    by default: read_hparams(weights, name): its HParams (a subclass whose at(il) gives layer il's); extras(weights,
+    hp): its tensors outside the blocks as (fields put into every prepared block, their tensor names);
+    cache_shapes(hp): each layer's KV cache (heads, key size, value size); finish_logits(logits, hp): what the
+    logits go through after the output matrix (a final softcap)."""
 
     name: str
     layer_tensors: Mapping[str, TensorSpec]
@@ -81,6 +87,10 @@ class ArchSpec:
     embed_scale: Callable[[HParams], float | None] = no_embed_scale
     native: Native | None = None
     experts: bool = False
+    read_hparams: Callable[[Weights, str], HParams] | None = None
+    extras: Callable[[Weights, HParams], tuple[dict[str, Any], set[str]]] | None = None
+    cache_shapes: Callable[[HParams], list[tuple[int, int, int]]] | None = None
+    finish_logits: Callable[[np.ndarray, HParams], np.ndarray] | None = None
 
     def __post_init__(self) -> None:
         if not self.name or not isinstance(self.name, str):

@@ -57,6 +57,11 @@ class HParams:
     rope_attn_factor: float = 1.0  # rope.scaling.attn_factor: multiplies the rotated q and k (YaRN's mscale)
     n_ctx_orig: int = 0  # rope.scaling.original_context_length (YaRN's correction dims; default n_ctx)
 
+    def at(self, il: int) -> HParams:
+        """Layer il's hyper-parameters: these, for an architecture whose layers all have one shape (gemma4's
+        differ: its HParams subclass overrides this)."""
+        return self
+
     @property
     def q_dim(self) -> int:
         return self.n_head * self.head_dim
@@ -147,6 +152,13 @@ _BLOCK = re.compile(r"blk\.(\d+)\.")
 TensorSpec = tuple[str, tuple[str, ...]]
 
 
+def _element_type(v: Any) -> GGUFValueType:
+    """The GGUF type a per-layer list's element stands for (the reader keeps the list's values, not its type)."""
+    if isinstance(v, (bool, np.bool_)):
+        return GGUFValueType.BOOL
+    return GGUFValueType.INT64 if isinstance(v, (int, np.integer)) else GGUFValueType.FLOAT64
+
+
 def check_complete(gf: GGUFFile, file_size: int) -> None:
     """FormatError when the file ends before its tensor data does, as a partly downloaded GGUF does: the message
     says the file is incomplete, its size and the size it should have (where the last tensor's data ends), where
@@ -196,11 +208,16 @@ class Weights:
                               key="general.architecture")
         return arch
 
-    def hparams(self, arch: str) -> HParams:
+    def hparams(self, arch: str, per_layer: frozenset[str] = frozenset()) -> HParams:
         """Read HPARAM_KEYS from "{arch}.*" metadata, each value checked for its type and bounds before the next
         default is computed from it; n_vocab from the token embedding's shape. Nothing is sized by a value that
-        has not passed its check, and block_count must match the blk.* tensors the file holds."""
+        has not passed its check, and block_count must match the blk.* tensors the file holds.
+
+        per_layer: fields whose key may hold one value per layer (llama.cpp's get_key_or_arr): each value is
+        checked, the field gets the first and self.layer_values[field] the whole tuple (block_count of them)."""
         md, types, h = self.gguf.metadata, self.gguf.value_types, {}
+        #: Fields given per layer in this file (per_layer): field -> one value per layer.
+        self.layer_values: dict[str, tuple[int | float, ...]] = {}
         for name, (key, default) in HPARAM_KEYS.items():
             full = f"{arch}.{key}"
             value = md.get(full)
@@ -210,6 +227,13 @@ class Weights:
                     raise FormatError(f"expected metadata key {full!r} (needed to run the model), not found",
                                       path=self.path, key=full)
                 value = default(h)
+            elif isinstance(value, (list, np.ndarray)) and name in per_layer and "n_layer" in h:
+                if len(value) != h["n_layer"]:
+                    raise FormatError(f"{full} holds {len(value)} values, expected one per layer ({h['n_layer']})",
+                                      path=self.path, key=full)
+                self.layer_values[name] = tuple(self._checked(name, full, v, _element_type(v)) for v in value)
+                h[name] = self.layer_values[name][0]
+                continue
             elif isinstance(value, (list, np.ndarray)):
                 raise UnsupportedError(f"{self.path}: {full} is a per-layer list ({len(value)} values); "
                                        "minillama supports one value for all layers")
@@ -323,7 +347,8 @@ class Weights:
         """A table entry made concrete: the tensor's name for this layer and its expected ggml shape."""
         template, dims = spec
         name = template.format(i=layer) if layer is not None else template
-        return name, tuple(getattr(hp, d) for d in dims)
+        at = hp.at(layer) if layer is not None else hp
+        return name, tuple(getattr(at, d) for d in dims)
 
     def load(self, spec: TensorSpec, hp: HParams, layer: int | None = None) -> np.ndarray | Linear:
         """Dequantize the tensor a table entry names, checking its shape."""
