@@ -27,6 +27,8 @@ __all__ = ["ArchSpec", "Native", "register", "get", "supported", "ARCHS"]
 
 Blocks = Callable[["np.ndarray", list[dict[str, Any]], "HParams", "Batch"], "np.ndarray"]
 Prepare = Callable[[dict[str, Any]], dict[str, Any]]
+#: (hp, il) -> block il's (required, optional) tensors, for an architecture whose blocks differ.
+BlockTensors = Callable[["HParams", int], tuple[Mapping[str, "TensorSpec"], Mapping[str, "TensorSpec"]]]
 
 
 def whole_context(hp: HParams, il: int) -> tuple[float, int]:
@@ -67,7 +69,9 @@ class ArchSpec:
     added to the logits. prepare(block): the loaded block as the blocks take it (matrices fused); blocks(x,
     layers, hp, batch): every block over x (the Python reference); embed_scale(hp): factor of the embedding rows,
     or None. native: model.c's kind, None when only the Python blocks run it. experts: a mixture-of-experts
-    architecture, whose files must have expert_count >= 1 (llama.cpp asserts it)."""
+    architecture, whose files must have expert_count >= 1 (llama.cpp asserts it). block_tensors(hp, il): block
+    il's (required, optional) tensors when they differ between blocks (deepseek2's leading dense blocks), else
+    None: layer_tensors and optional_tensors for every block."""
 
     name: str
     layer_tensors: Mapping[str, TensorSpec]
@@ -81,6 +85,7 @@ class ArchSpec:
     embed_scale: Callable[[HParams], float | None] = no_embed_scale
     native: Native | None = None
     experts: bool = False
+    block_tensors: BlockTensors | None = None
 
     def __post_init__(self) -> None:
         if not self.name or not isinstance(self.name, str):
