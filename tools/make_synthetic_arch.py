@@ -97,6 +97,20 @@ ARCHS: dict[str, dict[str, Any]] = {
                "rope_base_swa": 10000.0, "n_rot": 64, "n_rot_swa": 32, "eps": 1e-6, "tied": False,
                "sliding_window": 8, "swa_pattern": [True, False, True, False, True, False], "shared_kv_layers": 2,
                "n_embd_per_layer": 32, "softcap": 30.0, "no_v": (1,), "rope_kept": 16},
+    # deepseek2: multi-head latent attention with q lora, heads of 32 + 16 rope dims, keys/values compressed to 64
+    # (attn_k_b / attn_v_b, as the current converter writes them); a dense first block, then 8 experts of which
+    # 2 are used, in 4 groups of which 2 are used, sigmoid gating with exp_probs_b, weights renormalised and
+    # scaled, 2 shared experts. deepseek2-kvb: an older file's form (attn_kv_b, plain attn_q, softmax gating).
+    "deepseek2": {"n_embd": 256, "n_layer": 3, "n_head": 4, "n_head_kv": 1, "n_ff": 320, "n_ctx": 4096,
+                  "rope_base": 10000.0, "eps": 1e-6, "tied": False, "n_expert": 8, "n_expert_used": 2,
+                  "n_ff_exp": 64, "mla": {"q_lora": 64, "kv_lora": 64, "nope": 32, "rope": 16, "v": 32,
+                  "dense_lead": 1, "shared": 2, "groups": 4, "groups_used": 2, "gating": 2, "norm": True,
+                  "scale": 2.5, "probs_bias": True, "split_kv": True}},
+    "deepseek2-kvb": {"arch": "deepseek2", "n_embd": 256, "n_layer": 2, "n_head": 4, "n_head_kv": 4, "n_ff": 320,
+                      "n_ctx": 4096, "rope_base": 10000.0, "eps": 1e-6, "tied": False, "n_expert": 8,
+                      "n_expert_used": 3, "n_ff_exp": 64, "mla": {"q_lora": 0, "kv_lora": 64, "nope": 32,
+                      "rope": 16, "v": 32, "dense_lead": 1, "shared": 1, "groups": 0, "groups_used": 0,
+                      "gating": 0, "norm": False, "scale": 0.0, "probs_bias": False, "split_kv": False}},
     "llama-biases": {"arch": "llama", "n_embd": 128, "n_layer": 2, "n_head": 4, "n_head_kv": 2, "n_ff": 320,
                      "n_ctx": 4096, "rope_base": 10000.0, "eps": 1e-5, "tied": False, "biases": LLAMA_BIASES},
 }
@@ -273,6 +287,68 @@ def gemma4_rope_freqs(c: dict[str, Any]) -> np.ndarray:
     return out
 
 
+def deepseek2_tensors(c: dict[str, Any], il: int) -> list[tuple[str, str, tuple[int, ...]]]:
+    """Block il's tensors of a deepseek2 model, as layer_tensors gives them (llama.cpp's loading order): multi-head
+    latent attention, then a dense feed-forward for the leading blocks or the experts and the shared experts."""
+    m, d, h = c["mla"], c["n_embd"], c["n_head"]
+    hk = m["nope"] + m["rope"]
+    out = [("attn_norm.weight", "norm", (d,))]
+    if m["q_lora"]:
+        out.append(("attn_q_a_norm.weight", "norm", (m["q_lora"],)))
+    out.append(("attn_kv_a_norm.weight", "norm", (m["kv_lora"],)))
+    if m["q_lora"]:
+        out += [("attn_q_a.weight", "attn", (m["q_lora"], d)), ("attn_q_b.weight", "attn", (h * hk, m["q_lora"]))]
+    else:
+        out.append(("attn_q.weight", "attn", (h * hk, d)))
+    out.append(("attn_kv_a_mqa.weight", "attn", (m["kv_lora"] + m["rope"], d)))
+    if m["split_kv"]:
+        out += [("attn_k_b.weight", "attn", (h, m["kv_lora"], m["nope"])), ("attn_v_b.weight", "attn", (h, m["v"], m["kv_lora"]))]
+    else:
+        out.append(("attn_kv_b.weight", "attn", (h * (m["nope"] + m["v"]), m["kv_lora"])))
+    out += [("attn_output.weight", "attn", (d, h * m["v"])), ("ffn_norm.weight", "norm", (d,))]
+    if il < m["dense_lead"]:
+        ff = c["n_ff"]
+        return out + [("ffn_gate.weight", "ffn_gate", (ff, d)), ("ffn_down.weight", "ffn_down", (d, ff)),
+                      ("ffn_up.weight", "ffn_up", (ff, d))]
+    n_exp, ff_exp, ff_sh = c["n_expert"], c["n_ff_exp"], c["n_ff_exp"] * m["shared"]
+    out.append(("ffn_gate_inp.weight", "router", (n_exp, d)))
+    if m["probs_bias"]:
+        out.append(("exp_probs_b.bias", "bias", (n_exp,)))
+    return out + [("ffn_down_exps.weight", "exps_down", (n_exp, d, ff_exp)),
+                  ("ffn_gate_exps.weight", "exps_gate", (n_exp, ff_exp, d)),
+                  ("ffn_up_exps.weight", "exps_up", (n_exp, ff_exp, d)),
+                  ("ffn_gate_shexp.weight", "ffn_gate", (ff_sh, d)), ("ffn_down_shexp.weight", "ffn_down", (d, ff_sh)),
+                  ("ffn_up_shexp.weight", "ffn_up", (ff_sh, d))]
+
+
+def write_deepseek2_keys(w: gguf.GGUFWriter, c: dict[str, Any]) -> None:
+    """deepseek2's own metadata, as llama.cpp's converter writes it (the compressed form: key/value lengths of the
+    cached row, the decompressed heads' as *_mla; an older file: the decompressed heads' lengths only)."""
+    m = c["mla"]
+    w.add_leading_dense_block_count(m["dense_lead"])
+    w.add_q_lora_rank(m["q_lora"])  # 0: a plain attn_q (llama.cpp requires the key unless it guesses a "lite" model)
+    w.add_kv_lora_rank(m["kv_lora"])
+    if m["split_kv"]:
+        w.add_key_length(m["kv_lora"] + m["rope"])
+        w.add_value_length(m["kv_lora"])
+        w.add_key_length_mla(m["nope"] + m["rope"])
+        w.add_value_length_mla(m["v"])
+    else:
+        w.add_key_length(m["nope"] + m["rope"])
+        w.add_value_length(m["v"])
+    w.add_expert_shared_count(m["shared"])
+    if m["scale"]:
+        w.add_expert_weights_scale(m["scale"])
+    if m["norm"]:
+        w.add_expert_weights_norm(True)
+    if m["gating"]:
+        w.add_expert_gating_func(gguf.ExpertGatingFuncType(m["gating"]))
+    if m["groups"]:
+        w.add_expert_group_count(m["groups"])
+        w.add_expert_group_used_count(m["groups_used"])
+    w.add_rope_dimension_count(m["rope"])
+
+
 def write_model(name: str, out: str | os.PathLike[str], seed: int = 0) -> None:
     """Write the synthetic model `name` (a key of ARCHS) to out; the same name and seed always give the same bytes."""
     c = ARCHS[name]
@@ -315,6 +391,8 @@ def write_model(name: str, out: str | os.PathLike[str], seed: int = 0) -> None:
         w.add_expert_feed_forward_length(c["n_ff_exp"])
     if arch == "gemma4":
         gemma4_metadata(w, c)
+    if arch == "deepseek2":
+        write_deepseek2_keys(w, c)
     w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
 
     def tensor(name: str, kind: str, shape: tuple[int, ...], scale: float | None = None) -> None:
@@ -346,7 +424,8 @@ def write_model(name: str, out: str | os.PathLike[str], seed: int = 0) -> None:
     gain = {"attn_q.weight": c.get("qk_gain", 1.0), "attn_k.weight": c.get("qk_gain", 1.0),
             "ffn_gate_inp.weight": ROUTER_SCALE, **(OAI_GAIN if arch == "gpt-oss" else {})}
     for i in range(c["n_layer"]):
-        for name, kind, shape in layer_tensors(arch, c, i):
+        block = deepseek2_tensors(c, i) if arch == "deepseek2" else layer_tensors(arch, c, i)
+        for name, kind, shape in block:
             scale = gain[name] / np.sqrt(shape[-1]) if name in gain else BIAS_SCALE.get(name)
             tensor(f"blk.{i}.{name}", kind, shape, scale)
     tensor("output_norm.weight", "norm", (d,))
@@ -413,7 +492,7 @@ def expected(out: str, only: list[str] | None = None) -> None:
 #: first of them leaves a 66-row batch). LONG_SERVER_FED: the one long prompt (llama, whose context is long enough).
 SERVER_FED_TOKENS = (70, 110, 200)
 LONG_SERVER_FED = 2048
-SERVER_FED_ARCHS = ("qwen2", "qwen3", "llama", "mistral3", "qwen3moe", "gpt-oss")
+SERVER_FED_ARCHS = ("qwen2", "qwen3", "llama", "mistral3", "qwen3moe", "gpt-oss", "deepseek2", "deepseek2-kvb")
 SERVER_FED_PREDICT = 16
 
 

@@ -439,7 +439,10 @@ def _core_of(layers: list[dict[str, Any]]) -> ModuleType | None:
 def _block_fields(arch: ArchSpec, w: Weights, hp: HParams, il: int) -> list[tuple[str, TensorSpec]]:
     """Block il's tensors as (field, spec): the required ones, in the q/k/v layout the file uses (llama.cpp's
     create_tensor_qkv takes attn_qkv when the block has it, else attn_q/k/v), and the optional ones it has."""
-    required, optional = dict(arch.layer_tensors), dict(arch.optional_tensors)
+    if arch.block_tensors is not None:
+        required, optional = (dict(m) for m in arch.block_tensors(hp, il))
+    else:
+        required, optional = dict(arch.layer_tensors), dict(arch.optional_tensors)
     separate = (llama.SEPARATE_QKV, llama.QKV_BIASES)
     fused = (llama.FUSED_QKV, llama.FUSED_QKV_BIAS)
     fused_here = w.has(w.spec(llama.FUSED_QKV["wqkv"], hp, il)[0])

@@ -15,6 +15,7 @@ from __future__ import annotations
 import mmap
 from collections.abc import Callable
 from types import ModuleType
+from typing import Any
 
 import numpy as np
 
@@ -59,16 +60,46 @@ def softmax(logits: np.ndarray) -> np.ndarray:
     return e * (1.0 / total).astype(F32)
 
 
-def route(logits: np.ndarray, n_used: int, norm: bool = True) -> tuple[np.ndarray, np.ndarray]:
-    """(chosen experts [T, k], their weights [T, k]) of router logits [T, E]: softmax over the experts, the k
-    largest in descending order (ggml_argsort_top_k; ties: the lower expert first), and with norm their weights
-    divided by their sum (clamped to MIN_WEIGHT_SUM), as build_moe_ffn's norm_w."""
-    probs = softmax(logits.astype(F32))
-    chosen = np.argsort(-probs, axis=-1, kind="stable")[:, :n_used]
+def sigmoid(logits: np.ndarray) -> np.ndarray:
+    """1 / (1 + exp(-x)) in float32, as ggml_sigmoid."""
+    return F32(1) / (F32(1) + np.exp(-logits))
+
+
+def route(logits: np.ndarray, n_used: int, norm: bool = True, *, gating: str = "softmax",
+          bias: np.ndarray | None = None, n_groups: int = 0, n_groups_used: int = 0,
+          scale: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """(chosen experts [T, k], their weights [T, k]) of router logits [T, E], as build_moe_ffn chooses them.
+
+    gating: "softmax" or "sigmoid" of the logits gives each expert's probability. bias (exp_probs_b, [E]) is
+    added to the probabilities for the choice only; the weights are the unbiased probabilities. n_groups > 1:
+    the experts form n_groups equal groups, a group scores the sum of its two best (biased) probabilities and
+    only the n_groups_used best groups' experts can be chosen. The k largest are taken in descending order
+    (ggml_argsort_top_k; ties: the lower expert first); with norm their weights are divided by their sum
+    (clamped to MIN_WEIGHT_SUM), as build_moe_ffn's norm_w; then multiplied by scale unless it is 0 or 1."""
+    logits = logits.astype(F32)
+    if gating == "softmax":
+        probs = softmax(logits)
+    elif gating == "sigmoid":
+        probs = sigmoid(logits)
+    else:
+        raise ValueError(f"expected gating 'softmax' or 'sigmoid', found {gating!r}")
+    selection = probs if bias is None else probs + bias.astype(F32)
+    if n_groups > 1:
+        t, e = selection.shape
+        groups = selection.reshape(t, n_groups, e // n_groups)
+        best2 = -np.sort(-groups, axis=-1, kind="stable")[..., :2]  # [T, G, 2]
+        scores = best2[..., 0] + best2[..., 1] if best2.shape[-1] == 2 else best2[..., 0]
+        kept = np.argsort(-scores, axis=-1, kind="stable")[:, :n_groups_used]  # [T, n_groups_used]
+        masked = np.full_like(groups, -np.inf)
+        np.put_along_axis(masked, kept[..., None], np.take_along_axis(groups, kept[..., None], axis=1), axis=1)
+        selection = masked.reshape(t, e)
+    chosen = np.argsort(-selection, axis=-1, kind="stable")[:, :n_used]
     weights = np.take_along_axis(probs, chosen, axis=-1)
     if norm:
         total = np.cumsum(weights, axis=-1, dtype=np.float64)[:, -1:].astype(F32)  # ggml_sum_rows
         weights = weights / np.maximum(total, MIN_WEIGHT_SUM)
+    if scale not in (0.0, 1.0):
+        weights = weights * F32(scale)
     return chosen, weights
 
 
@@ -102,18 +133,20 @@ def swiglu_oai(gate: np.ndarray, up: np.ndarray, alpha: F32 = OAI_ALPHA, limit: 
 def moe_ffn(x: np.ndarray, router: Linear, gate: Experts, up: Experts, down: Experts, n_used: int,
             norm: bool = True, *, router_bias: np.ndarray | None = None, softmax_weight: bool = False,
             glu: Callable[[np.ndarray, np.ndarray], np.ndarray] = swiglu, gate_bias: np.ndarray | None = None,
-            up_bias: np.ndarray | None = None, down_bias: np.ndarray | None = None) -> np.ndarray:
+            up_bias: np.ndarray | None = None, down_bias: np.ndarray | None = None, **routing: Any) -> np.ndarray:
     """The sum over each token's k chosen experts of weight * down_e(glu(gate_e x, up_e x)), in the order of
     the choice (llama.cpp adds the experts' outputs in that order); each chosen expert's matrices multiply all
     the rows that chose it at once.
 
     router_bias [E]: added to the router's logits; softmax_weight: route_softmax_weight's gating instead of
-    route's; gate_bias, up_bias [E, F] and down_bias [E, d]: expert e's row added after its matmul (ggml_add_id)."""
+    route's; gate_bias, up_bias [E, F] and down_bias [E, d]: expert e's row added after its matmul (ggml_add_id);
+    routing: route()'s keywords (gating, bias, groups, scale)."""
     # x [T, d] -> [T, d]
     logits = router(x)
     if router_bias is not None:
         logits = logits + router_bias
-    chosen, weights = route_softmax_weight(logits, n_used) if softmax_weight else route(logits, n_used, norm)
+    chosen, weights = (route_softmax_weight(logits, n_used) if softmax_weight
+                       else route(logits, n_used, norm, **routing))  # [T, k] each
     out = np.zeros((x.shape[0], n_used, down.n_out), F32)  # [T, k, d]
     for e in np.unique(chosen).tolist():
         rows, slots = np.nonzero(chosen == e)

@@ -27,6 +27,8 @@ __all__ = ["ArchSpec", "Native", "register", "get", "supported", "ARCHS"]
 
 Blocks = Callable[["np.ndarray", list[dict[str, Any]], "HParams", "Batch"], "np.ndarray"]
 Prepare = Callable[[dict[str, Any]], dict[str, Any]]
+#: (hp, il) -> block il's (required, optional) tensors, for an architecture whose blocks differ.
+BlockTensors = Callable[["HParams", int], tuple[Mapping[str, "TensorSpec"], Mapping[str, "TensorSpec"]]]
 
 
 def whole_context(hp: HParams, il: int) -> tuple[float, int]:
@@ -67,7 +69,9 @@ class ArchSpec:
     added to the logits. prepare(block): the loaded block as the blocks take it (matrices fused); blocks(x,
     layers, hp, batch): every block over x (the Python reference); embed_scale(hp): factor of the embedding rows,
     or None. native: model.c's kind, None when only the Python blocks run it. experts: a mixture-of-experts
-    architecture, whose files must have expert_count >= 1 (llama.cpp asserts it).
+    architecture, whose files must have expert_count >= 1 (llama.cpp asserts it). block_tensors(hp, il): block
+    il's (required, optional) tensors when they differ between blocks (deepseek2's leading dense blocks), else
+    None: layer_tensors and optional_tensors for every block.
 
     For an architecture whose layers differ in shape or that has tensors outside its blocks (gemma4), all None
     by default: read_hparams(weights, name): its HParams (a subclass whose at(il) gives layer il's); extras(weights,
@@ -91,6 +95,7 @@ class ArchSpec:
     extras: Callable[[Weights, HParams], tuple[dict[str, Any], set[str]]] | None = None
     cache_shapes: Callable[[HParams], list[tuple[int, int, int]]] | None = None
     finish_logits: Callable[[np.ndarray, HParams], np.ndarray] | None = None
+    block_tensors: BlockTensors | None = None
 
     def __post_init__(self) -> None:
         if not self.name or not isinstance(self.name, str):

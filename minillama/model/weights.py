@@ -52,6 +52,17 @@ class HParams:
     n_expert: int = 0  # experts of a mixture-of-experts feed-forward (0: a dense one)
     n_expert_used: int = 0  # experts each token goes through
     n_ff_exp: int = 0  # hidden width of one expert
+    n_expert_shared: int = 0  # shared experts every token goes through (deepseek2), as one wider feed-forward
+    n_expert_groups: int = 0  # groups of experts a token first chooses among (0 or 1: no groups)
+    n_group_used: int = 0  # groups each token chooses its experts from
+    expert_gating: int = 0  # llama.cpp's expert_gating_func: 0 the architecture's default, 1 softmax, 2 sigmoid
+    expert_weights_scale: float = 0.0  # the chosen experts' weights are multiplied by it (0 or 1: not scaled)
+    expert_weights_norm: bool = False  # the chosen experts' weights are divided by their sum
+    n_layer_dense_lead: int = 0  # leading blocks with a dense feed-forward instead of experts
+    n_lora_q: int = 0  # rank of q's low-rank projection (multi-head latent attention; 0: one q matrix)
+    n_lora_kv: int = 0  # rank of the compressed keys/values (multi-head latent attention)
+    head_dim_mla: int = 0  # a query/key head as multi-head latent attention decompresses it (0: not MLA)
+    head_dim_v_mla: int = 0  # a value head as multi-head latent attention decompresses it
     rope_scaling: str = "linear"  # rope.scaling.type: "none", "linear" or "yarn" (llama.cpp's default "linear")
     rope_scale: float = 0.0  # rope.scaling.factor: the context extension (0: none); rope turns 1/factor as fast
     rope_attn_factor: float = 1.0  # rope.scaling.attn_factor: multiplies the rotated q and k (YaRN's mscale)
@@ -116,6 +127,17 @@ HPARAM_KEYS: dict[str, tuple[str, _Default]] = {
     "rope_scale": ("rope.scaling.factor", lambda h: 0.0),
     "rope_attn_factor": ("rope.scaling.attn_factor", lambda h: 1.0),
     "n_ctx_orig": ("rope.scaling.original_context_length", lambda h: h["n_ctx"]),
+    "n_expert_shared": ("expert_shared_count", lambda h: 0),
+    "n_expert_groups": ("expert_group_count", lambda h: 0),
+    "n_group_used": ("expert_group_used_count", lambda h: 0),
+    "expert_gating": ("expert_gating_func", lambda h: 0),
+    "expert_weights_scale": ("expert_weights_scale", lambda h: 0.0),
+    "expert_weights_norm": ("expert_weights_norm", lambda h: False),
+    "n_layer_dense_lead": ("leading_dense_block_count", lambda h: 0),
+    "n_lora_q": ("attention.q_lora_rank", lambda h: 0),
+    "n_lora_kv": ("attention.kv_lora_rank", lambda h: 0),
+    "head_dim_mla": ("attention.key_length_mla", lambda h: 0),
+    "head_dim_v_mla": ("attention.value_length_mla", lambda h: 0),
 }
 
 #: rope.scaling.type values llama.cpp knows (it asserts on any other); minillama's architectures read "none",
@@ -134,12 +156,18 @@ INT_BOUNDS: dict[str, tuple[int, int]] = {
     "n_layer": (1, MAX_LAYERS), "n_ctx": (1, _U32), "n_embd": (1, _U32), "n_ff": (1, _U32), "n_head": (1, _U32),
     "n_head_kv": (1, _U32), "head_dim": (1, _U32), "head_dim_v": (1, _U32), "n_rot": (0, _U32),
     "sliding_window": (0, _U32), "n_expert": (0, MAX_EXPERTS), "n_expert_used": (0, MAX_EXPERTS),
-    "n_ff_exp": (0, _U32), "n_ctx_orig": (1, _U32),
+    "n_ff_exp": (0, _U32), "n_ctx_orig": (1, _U32), "n_expert_shared": (0, MAX_EXPERTS),
+    "n_expert_groups": (0, MAX_EXPERTS), "n_group_used": (0, MAX_EXPERTS), "expert_gating": (0, 4),
+    "n_layer_dense_lead": (0, MAX_LAYERS), "n_lora_q": (0, _U32), "n_lora_kv": (0, _U32), "head_dim_mla": (0, _U32),
+    "head_dim_v_mla": (0, _U32),
 }
+#: Boolean fields (a GGUF bool).
+BOOL_FIELDS = frozenset({"expert_weights_norm"})
 
 #: Float fields -> (least value, inclusive): finite, and the rope base and attention factor above 0.
 FLOAT_LEAST: dict[str, tuple[float, bool]] = {"rope_base": (0.0, False), "eps": (0.0, True),
-                                              "rope_scale": (0.0, True), "rope_attn_factor": (0.0, False)}
+                                              "rope_scale": (0.0, True), "rope_attn_factor": (0.0, False),
+                                              "expert_weights_scale": (0.0, True)}
 
 _INT_TYPES = frozenset({GGUFValueType.UINT8, GGUFValueType.INT8, GGUFValueType.UINT16, GGUFValueType.INT16,
                         GGUFValueType.UINT32, GGUFValueType.INT32, GGUFValueType.UINT64, GGUFValueType.INT64})
@@ -148,8 +176,8 @@ _FLOAT_TYPES = _INT_TYPES | {GGUFValueType.FLOAT32, GGUFValueType.FLOAT64}
 _BLOCK = re.compile(r"blk\.(\d+)\.")
 
 #: A tensor the forward pass needs: its GGUF name ("{i}": the layer) and its shape in ggml order, as HParams
-#: field names (ne0 first: [n_in, n_out] for a matrix).
-TensorSpec = tuple[str, tuple[str, ...]]
+#: field names (ne0 first: [n_in, n_out] for a matrix) or sizes.
+TensorSpec = tuple[str, tuple[str | int, ...]]
 
 
 def _element_type(v: Any) -> GGUFValueType:
@@ -269,9 +297,13 @@ class Weights:
                               path=self.path, key=key)
         return str(value)
 
-    def _checked(self, name: str, full: str, value: Any, vtype: GGUFValueType | None) -> int | float:
+    def _checked(self, name: str, full: str, value: Any, vtype: GGUFValueType | None) -> int | float | bool:
         """One hyper-parameter after its type and bounds check (vtype None: a default, computed here)."""
         given = "" if vtype is not None else " (its default)"
+        if name in BOOL_FIELDS:
+            if vtype is not None and vtype != GGUFValueType.BOOL:
+                raise FormatError(f"{full} is {value!r} of type {vtype.name}, expected a bool", path=self.path, key=full)
+            return bool(value)
         if name in INT_BOUNDS:
             least, most = INT_BOUNDS[name]
             if vtype is not None and vtype not in _INT_TYPES:
@@ -348,7 +380,7 @@ class Weights:
         template, dims = spec
         name = template.format(i=layer) if layer is not None else template
         at = hp.at(layer) if layer is not None else hp
-        return name, tuple(getattr(at, d) for d in dims)
+        return name, tuple(d if isinstance(d, int) else getattr(at, d) for d in dims)
 
     def load(self, spec: TensorSpec, hp: HParams, layer: int | None = None) -> np.ndarray | Linear:
         """Dequantize the tensor a table entry names, checking its shape."""

@@ -135,11 +135,13 @@ def _dot_f16(x: np.ndarray, y: np.ndarray) -> np.float32:
 
 
 def ggml_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, q_pos: np.ndarray, k_pos: np.ndarray,
-                   scale: float, window: int = 0) -> np.ndarray:
+                   scale: float, window: int = 0, sinks: np.ndarray | None = None) -> np.ndarray:
     """llama.cpp's CPU flash attention for one query row at a time (ggml_compute_forward_flash_attn_ext_f16_one_chunk,
     float16 cache): q rounded to float16; per visible key the score _dot_f16 * scale; an online softmax whose
     weighted sum of values is rounded to float16 after every rescale and every fused multiply-add; that sum
-    times 1 / (the sum of the weights). Same signature as layers.attention."""
+    times 1 / (the sum of the weights). Same signature as layers.attention (no sinks: the architectures compared
+    here have none)."""
+    assert sinks is None
     t, h, _ = q.shape
     _, hkv, dv = v.shape
     q16, k16, v16 = (a.astype(F16).astype(np.float32) for a in (q, k, v))
@@ -271,7 +273,7 @@ def test_layers_and_hyper_parameters_cross_by_name(tiny: Model) -> None:
                                   "down_exps", "b_down", "post_ffn_norm", "rope_freqs", "rope_base", "window")
     assert _core.Stack.HPARAMS == ("n_embd", "n_head", "n_head_kv", "head_dim", "head_dim_v", "n_ff", "n_rot", "eps",
                                    "rope_neox", "gelu", "scale_q", "q_scale", "attn_scale", "n_expert",
-                                   "n_expert_used", "n_ff_exp")
+                                   "n_expert_used", "n_ff_exp", "kv_split")
     ns = tiny._stack
     assert ns is not None
     hparams, layers, _ = ns._stack_args
