@@ -17,6 +17,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cpu.h"
@@ -334,4 +335,40 @@ void ma_attend_tiled(const float *q, int64_t q_stride, int64_t n, const int64_t 
     const tiled_ops *ops = &ops_scalar;
 #endif
     attend_tiled(ops, q, q_stride, n, pos, window, k, k_stride, v, v_stride, D, Dv, scale, out, out_stride, work);
+}
+
+int ma_attend_seq(const float *q, int64_t n, int64_t H, int64_t Hkv, int64_t D, int64_t Dv, int64_t start,
+                  const uint16_t *k, const uint16_t *v, int64_t window, float scale, int64_t pass_rows,
+                  int64_t kv_split, float *out) {
+    const int64_t kd = Hkv * D, vd = Hkv * Dv, group = H / Hkv;
+    const int tiled = pass_rows >= MA_TILED_ROWS;
+    float *work = malloc(sizeof(float) * (tiled ? ma_tiled_work(D, Dv) : (size_t)(D + 3 * Dv)));
+    int64_t *pos = tiled ? malloc(sizeof(int64_t) * (size_t)n) : NULL;
+    if (!work || (tiled && !pos)) {
+        free(work);
+        free(pos);
+        return 0;
+    }
+    for (int64_t t = 0; tiled && t < n; t++) pos[t] = start + t;
+    for (int64_t h = 0; h < H; h++) {
+        const uint16_t *kh = k + (h / group) * D, *vh = v + (h / group) * Dv;
+        if (tiled) {
+            for (int64_t t = 0; t < n; t += MA_TILED_ROWS)
+                ma_attend_tiled(q + t * H * D + h * D, H * D, n - t < MA_TILED_ROWS ? n - t : MA_TILED_ROWS, pos + t,
+                                window, kh, kd, vh, vd, D, Dv, scale, out + t * H * Dv + h * Dv, H * Dv, work);
+            continue;
+        }
+        for (int64_t t = 0; t < n; t++) {
+            const int64_t p = start + t, s0 = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
+            const int64_t n_kv = ma_split_cells(p, window, pass_rows, kv_split);
+            float *o = out + t * H * Dv + h * Dv;
+            if (n_kv)
+                ma_attend_row_split(q + t * H * D + h * D, kh, kd, vh, vd, s0, p, n_kv, kv_split, D, Dv, scale, o, work);
+            else
+                ma_attend_row(q + t * H * D + h * D, kh, kd, vh, vd, s0, p, D, Dv, scale, o, work);
+        }
+    }
+    free(work);
+    free(pos);
+    return 1;
 }

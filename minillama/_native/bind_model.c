@@ -431,8 +431,58 @@ static PyObject *gelu_table(PyObject *self, PyObject *unused) {
     return PyBytes_FromStringAndSize((const char *)ms_gelu_table(), 65536 * sizeof(float));
 }
 
+/* attend(q, k, v, out, start, window, scale, pass_rows, kv_split): ma_attend_seq over one sequence's rows. q: float32
+ * [n, H, D]; k, v: its float16 cache [>= start + n, Hkv, D] and [.., Hkv, Dv]; out: float32 [n, H, Dv], written.
+ * Shapes come as (n, H, Hkv, D, Dv) in `dims`, each length checked against them. */
+static PyObject *attend(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *qo, *ko, *vo, *oo;
+    long long n, H, Hkv, D, Dv, start, window, pass_rows, kv_split;
+    float scale;
+    if (!PyArg_ParseTuple(args, "OOOO(LLLLL)LLfLL", &qo, &ko, &vo, &oo, &n, &H, &Hkv, &D, &Dv, &start, &window,
+                          &scale, &pass_rows, &kv_split))
+        return NULL;
+    const long long lim = 1 << 20;
+    if (n < 1 || n > lim || H < 1 || H > 4096 || Hkv < 1 || H % Hkv || D < 1 || D > 65536 || Dv < 1 ||
+        Dv > 65536 || start < 0 || start > (1LL << 40) || window < 0 || pass_rows < n || pass_rows > lim ||
+        kv_split < 1 || kv_split > 4096 || !isfinite(scale))
+        return PyErr_Format(PyExc_ValueError, "attend: expected 1 <= n <= pass_rows, heads H a multiple of Hkv, "
+                            "start and window >= 0, 1..4096 kv_split and a finite scale; got n %lld, H %lld, Hkv "
+                            "%lld, D %lld, Dv %lld, start %lld, window %lld, pass_rows %lld, kv_split %lld", n, H, Hkv,
+                            D, Dv, start, window, pass_rows, kv_split);
+    Py_buffer b[3], ob;
+    PyObject *objs[3] = {qo, ko, vo};
+    const Py_ssize_t sizes[3] = {4, 2, 2};
+    const char *names[3] = {"q", "k", "v"};
+    if (!get_arrays(objs, b, sizes, names, 3)) return NULL;
+    if (PyObject_GetBuffer(oo, &ob, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
+        release_all(b, 3);
+        return NULL;
+    }
+    const long long cells = start + n;
+    if (b[0].len != n * H * D * 4 || b[1].len < cells * Hkv * D * 2 || b[2].len < cells * Hkv * Dv * 2 ||
+        ob.len != n * H * Dv * 4 || ob.itemsize != 4) {
+        PyBuffer_Release(&ob);
+        release_all(b, 3);
+        return PyErr_Format(PyExc_ValueError, "attend: expected q of %lld floats, k and v of at least %lld "
+                            "positions and out of %lld floats", n * H * D, cells, n * H * Dv);
+    }
+    int ok;
+    Py_BEGIN_ALLOW_THREADS
+    ok = ma_attend_seq(b[0].buf, n, H, Hkv, D, Dv, start, b[1].buf, b[2].buf, window, scale, pass_rows, kv_split,
+                       ob.buf);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&ob);
+    release_all(b, 3);
+    if (!ok) return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef model_functions[] = {
     {"gelu_table", gelu_table, METH_NOARGS, "gelu_table() -> bytes: GeGLU's table of GELU at every float16, float32."},
+    {"attend", attend, METH_VARARGS,
+     "attend(q, k, v, out, (n, H, Hkv, D, Dv), start, window, scale, pass_rows, kv_split): one sequence's rows "
+     "attending to its float16 cache as the C blocks attend them (out: float32 [n, H, Dv], written)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -204,9 +204,8 @@ static void attend(run *r, const ms_layer *L, int il, int64_t t, int64_t h, floa
     const float *q = r->qkv + t * L->wqkv.n_out + h * D;
     const uint16_t *k = seq->k[il] + kvh * D, *v = seq->v[il] + kvh * Dv;
     float *out = r->att + t * m->n_head * Dv + h * Dv;
-    /* llama.cpp's cache view: its used cells (0..pos for one sequence) padded to a multiple of 256, at least 256 */
-    const int64_t n_kv = (pos + 1 + 255) / 256 * 256;
-    if (r->T == 1 && L->window == 0 && m->kv_split > 1 && n_kv >= MA_SPLIT_KV)
+    const int64_t n_kv = ma_split_cells(pos, L->window, r->T, m->kv_split);
+    if (n_kv)
         ma_attend_row_split(q, k, k_dim, v, v_dim, s0, pos, n_kv, m->kv_split, D, Dv, m->attn_scale, out, work);
     else
         ma_attend_row(q, k, k_dim, v, v_dim, s0, pos, D, Dv, m->attn_scale, out, work);

@@ -22,6 +22,13 @@ void ma_attend_row(const float *q, const uint16_t *k, int64_t k_stride, const ui
 void ma_attend_row_split(const float *q, const uint16_t *k, int64_t k_stride, const uint16_t *v, int64_t v_stride,
                          int64_t s0, int64_t s1, int64_t n_kv, int64_t parts, int64_t D, int64_t Dv, float scale,
                          float *out, float *work);
+/* The cells llama.cpp's attention of a row at position pos splits across kv_split threads (its cache view: the used
+ * cells 0..pos padded to a multiple of 256, at least 256), or 0 where it does not split: a pass of more than one
+ * row, a sliding-window layer, one thread, or fewer than MA_SPLIT_KV cells. */
+static inline int64_t ma_split_cells(int64_t pos, int64_t window, int64_t pass_rows, int64_t kv_split) {
+    const int64_t n_kv = (pos + 1 + 255) / 256 * 256;
+    return pass_rows == 1 && window == 0 && kv_split > 1 && n_kv >= MA_SPLIT_KV ? n_kv : 0;
+}
 /* Rows a batch needs for llama.cpp's tiled flash attention (ggml_compute_forward_flash_attn_ext_tiled): a
  * batch (ubatch) of fewer rows takes ma_attend_row's path. */
 #define MA_TILED_ROWS 64
@@ -32,6 +39,13 @@ void ma_attend_tiled(const float *q, int64_t q_stride, int64_t n, const int64_t 
                      const uint16_t *k, int64_t k_stride, const uint16_t *v, int64_t v_stride, int64_t D, int64_t Dv,
                      float scale, float *out, int64_t out_stride, float *work);
 size_t ma_tiled_work(int64_t D, int64_t Dv);
+/* Rows q [n, H, D] of one sequence at positions start..start+n-1 attending to its float16 cache k [start + n, Hkv,
+ * D], v [start + n, Hkv, Dv], into out [n, H, Dv], as model.c attends them in a pass of pass_rows rows (all
+ * sequences'): the tiled path from MA_TILED_ROWS rows, the split-KV path for a pass of one row (ma_split_cells), else
+ * row by row. The Python blocks' attention on the native backend. 1 done, 0 out of memory. */
+int ma_attend_seq(const float *q, int64_t n, int64_t H, int64_t Hkv, int64_t D, int64_t Dv, int64_t start,
+                  const uint16_t *k, const uint16_t *v, int64_t window, float scale, int64_t pass_rows,
+                  int64_t kv_split, float *out);
 
 /* swiglu.c: y [n] = silu(x) * g as ggml_vec_swiglu_f32 computes it (ggml_v_expf for all but the last n % 8). */
 void ma_swiglu(int64_t n, float *y, const float *x, const float *g);

@@ -102,6 +102,9 @@ class Model:
         self.kv_split = _check_kv_split(kv_split, self.threads)
         self._stack: NativeStack | None = (build_stack(_core_of(layers), hp, arch, layers, (output_norm, output),
                                                        self.kv_split) if self._native else None)
+        #: The native core whose attention (llama.cpp's flash attention over a float16 cache) the blocks use: the
+        #: C blocks', or the Python blocks' on the native backend (Batch.core); None on the pure backend.
+        self._attn_core = _core_of(layers) if self._native else None
         #: A pass calls BLAS (unless the C blocks run it): limited() sets its threads around each pass.
         self._blas = self._stack is None
         self._auto = self._new_auto()
@@ -255,7 +258,8 @@ class Model:
 
     def _new_cache(self) -> KVCache:
         hp = self.hparams
-        dtype = np.float16 if self._stack is not None else np.float32  # the C blocks read float16, as llama.cpp
+        # the C attention (the C blocks', and the Python blocks' on the native backend) reads float16, as llama.cpp
+        dtype = np.float16 if self._attn_core is not None else np.float32
         shapes = self._arch.cache_shapes(hp) if self._arch.cache_shapes is not None else None
         return KVCache(hp.n_layer, hp.n_head_kv, hp.head_dim, hp.head_dim_v, dtype=dtype, shapes=shapes)
 
@@ -329,6 +333,7 @@ class Model:
         """x [T, d] after every block (the C ones when the model has them): the rows of batch's sequences."""
         if self._stack is not None:
             return self._stack.forward(x, batch)
+        batch.core, batch.kv_split = self._attn_core, self.kv_split
         return self._arch.blocks(x, self._layers, self.hparams, batch)
 
     def _logits(self, x: np.ndarray) -> np.ndarray:

@@ -28,6 +28,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import ModuleType
 
 import numpy as np
 
@@ -52,6 +53,11 @@ class Batch:
     #: The token ids of the rows, for blocks that read more than the embedding of each (gemma4's per-layer
     #: embeddings); None when the caller did not give them.
     tokens: np.ndarray | None = None
+    #: The native core whose attention (ma_attend_seq: llama.cpp's flash attention, float16 cache) the Python blocks
+    #: use on the native backend, with llama.cpp's thread count for its split-KV path; None: numpy's (the pure
+    #: backend, whose float32 attention is the reference, not llama.cpp's bits).
+    core: ModuleType | None = None
+    kv_split: int = 1
 
     @classmethod
     def single(cls, start: int, n: int, cache: KVCache) -> Batch:
@@ -71,10 +77,21 @@ class Batch:
         ends = [row for row, _, _ in self.seqs[1:]] + [q.shape[0]]
         for (row, start, cache), end in zip(self.seqs, ends, strict=True):
             keys, values = cache.store(layer, start, k[row:end], v[row:end])
-            n = end - row
-            out.append(attention(q[row:end], keys, values, np.arange(start, start + n), np.arange(start + n),
-                                 scale, window, sinks))
+            out.append(self._attention(q[row:end], keys, values, start, scale, window, sinks))
         return out[0] if len(out) == 1 else np.concatenate(out)
+
+    def _attention(self, q: np.ndarray, keys: np.ndarray, values: np.ndarray, start: int, scale: float,
+                   window: int, sinks: np.ndarray | None = None) -> np.ndarray:
+        """One sequence's rows q [n, H, D] at positions start.. over its cached keys and values [start + n, ...]:
+        in C as the C blocks attend (core given, a float16 cache, no sinks), else layers.attention; [n, H * Dv]."""
+        n, h, d = q.shape
+        if self.core is not None and sinks is None and keys.dtype == np.float16:
+            _, hkv, dv = values.shape
+            out = np.empty((n, h * dv), np.float32)
+            self.core.attend(np.ascontiguousarray(q, dtype=np.float32), keys, values, out, (n, h, hkv, d, dv),
+                             start, window, scale, len(self.positions), self.kv_split)
+            return out
+        return attention(q, keys, values, np.arange(start, start + n), np.arange(start + n), scale, window, sinks)
 
     def attend_cached(self, layer: int, q: np.ndarray, scale: float, window: int = 0) -> np.ndarray:
         """Attend each sequence's q rows to the keys and values an earlier block of this pass stored for `layer`
@@ -84,8 +101,7 @@ class Batch:
         for (row, start, cache), end in zip(self.seqs, ends, strict=True):
             n = end - row
             keys, values = cache.k[layer][:start + n], cache.v[layer][:start + n]
-            out.append(attention(q[row:end], keys, values, np.arange(start, start + n), np.arange(start + n),
-                                 scale, window))
+            out.append(self._attention(q[row:end], keys, values, start, scale, window))
         return out[0] if len(out) == 1 else np.concatenate(out)
 
 
