@@ -860,12 +860,12 @@ def _setup_serve(p: argparse.ArgumentParser) -> None:
         EMBEDDING_MAX_TOKENS,
     )
 
-    p.add_argument("-m", "--model", required=True, metavar="PATH", help="the GGUF model to serve")
+    p.add_argument("--model", "-m", required=True, metavar="PATH", help="the GGUF model to serve")
     p.add_argument("--host", default=DEFAULT_HOST, help=f"address to listen on (default: {DEFAULT_HOST}, this "
                    "machine only; 0.0.0.0 for every interface)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"TCP port (default: {DEFAULT_PORT}; 0 picks a "
                    "free one and prints it)")
-    p.add_argument("-np", "--parallel", type=int, default=1, metavar="N", help="requests generated at once, each in its "
+    p.add_argument("--parallel", "-np", type=int, default=1, metavar="N", help="requests generated at once, each in its "
                    "own slot with its own KV cache; more wait their turn (default: 1)")
     p.add_argument("--api-key", metavar="KEY", help="require 'Authorization: Bearer KEY' (all but /, /health and "
                    "/v1/models)")
