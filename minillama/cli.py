@@ -798,8 +798,49 @@ def cmd_serve(args: argparse.Namespace) -> int:
           allowed_hosts=_comma_list(args.allowed_hosts), cors_origins=_comma_list(args.cors_origins),
           embedding_max_inputs=args.embedding_max_inputs, embedding_max_tokens=args.embedding_max_tokens,
           cache_ram=args.cache_ram, verbose=args.verbose,
-          reasoning_format=args.reasoning_format, chat_template_file=args.chat_template_file)
+          reasoning_format=args.reasoning_format, chat_template_file=args.chat_template_file,
+          n_ctx=args.ctx_size, threads="auto" if args.threads is None else args.threads, alias=args.alias,
+          server_defaults=_server_defaults(args), pooling=args.pooling, metrics=args.metrics, slots=args.slots,
+          slot_save_path=args.slot_save_path, ignored=[
+              f"{flags}{'' if value is True else f' {value}'}: {why}" for dest, (flags, why) in SERVE_IGNORED.items()
+              if (value := getattr(args, dest)) is not None and value is not False])
     return 0
+
+
+#: llama-server flags people copy that mean nothing on this runtime: accepted, each logged as ignored.
+#: dest -> (the flag's spellings, why); a flag with a value keeps it (nargs), a switch is True.
+SERVE_IGNORED: dict[str, tuple[str, str]] = {
+    "gpu_layers": ("-ngl/--gpu-layers", "minillama runs on the CPU"),
+    "flash_attn": ("-fa/--flash-attn", "minillama's attention is its own (tiled from 64 rows, as llama.cpp's)"),
+    "jinja": ("--jinja/--no-jinja", "chat templates always run in minillama's Jinja"),
+    "batch_size": ("-b/--batch-size", "prompts run in minillama's own passes"),
+    "ubatch_size": ("-ub/--ubatch-size", "prompts run in minillama's own passes"),
+    "cache_type_k": ("-ctk/--cache-type-k", "the KV cache keeps the model's float type"),
+    "cache_type_v": ("-ctv/--cache-type-v", "the KV cache keeps the model's float type"),
+    "mmap": ("--mmap/--no-mmap", "the model file is always memory-mapped"),
+    "context_shift": ("--context-shift/--no-context-shift", "no context shift: a prompt past the context is a 400"),
+}
+
+
+def _server_defaults(args: argparse.Namespace) -> dict[str, Any]:
+    """--temp, --seed and -n as llama.cpp's request fields, the ones given; MinillamaError for a value out of range."""
+    import math
+
+    out: dict[str, Any] = {}
+    if args.temp is not None:
+        if not math.isfinite(args.temp):
+            raise MinillamaError(f"expected --temp as a finite number (0 or less: greedy), found {args.temp}")
+        out["temperature"] = args.temp
+    if args.seed is not None:
+        if not -1 <= args.seed < 2**32:
+            raise MinillamaError(f"expected --seed from 0 to {2**32 - 1} (-1: random), found {args.seed}")
+        out["seed"] = args.seed
+    if args.n_predict is not None:
+        if args.n_predict < -1:
+            raise MinillamaError(f"expected -n/--n-predict of 0 or more (-1: until the context is full), found "
+                                 f"{args.n_predict}")
+        out["n_predict"] = args.n_predict
+    return out
 
 
 def _comma_list(values: list[str] | None) -> list[str]:
@@ -819,12 +860,12 @@ def _setup_serve(p: argparse.ArgumentParser) -> None:
         EMBEDDING_MAX_TOKENS,
     )
 
-    p.add_argument("--model", required=True, metavar="PATH", help="the GGUF model to serve")
+    p.add_argument("--model", "-m", required=True, metavar="PATH", help="the GGUF model to serve")
     p.add_argument("--host", default=DEFAULT_HOST, help=f"address to listen on (default: {DEFAULT_HOST}, this "
                    "machine only; 0.0.0.0 for every interface)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"TCP port (default: {DEFAULT_PORT}; 0 picks a "
                    "free one and prints it)")
-    p.add_argument("--parallel", type=int, default=1, metavar="N", help="requests generated at once, each in its "
+    p.add_argument("--parallel", "-np", type=int, default=1, metavar="N", help="requests generated at once, each in its "
                    "own slot with its own KV cache; more wait their turn (default: 1)")
     p.add_argument("--api-key", metavar="KEY", help="require 'Authorization: Bearer KEY' (all but /, /health and "
                    "/v1/models)")
@@ -856,6 +897,43 @@ def _setup_serve(p: argparse.ArgumentParser) -> None:
                    f"shares more with one (default: {DEFAULT_CACHE_RAM_MIB}, llama-server's; 0: off)")
     p.add_argument("-v", "--verbose", action="store_true", help="log one line per request: method, route, status, "
                    "prompt, cached and generated tokens, seconds")
+    # llama-server's flags, by its names
+    p.add_argument("-c", "--ctx-size", type=int, default=0, metavar="N",
+                   help="the context each slot holds, in tokens (default: 0, the model's)")
+    p.add_argument("-t", "--threads", type=int, metavar="N", help="threads of the forward pass's matrix products "
+                   "(default: 1 or up to 4, whichever runs faster now)")
+    p.add_argument("-a", "--alias", metavar="NAME", help="the model's name in the API: /v1/models, 'model' in "
+                   "replies (default: the file's name)")
+    p.add_argument("-n", "--n-predict", "--predict", dest="n_predict", type=int, metavar="N",
+                   help="tokens a request generates unless it says (default: -1, until the context is full or an "
+                   "end of generation; OpenAI's /v1/completions: 16)")
+    p.add_argument("--temp", "--temperature", dest="temp", type=float, metavar="T",
+                   help="temperature unless a request says (default: 0.8; /v1/chat/completions: 1.0)")
+    p.add_argument("-s", "--seed", type=int, metavar="S", help="seed unless a request says (default: -1, random)")
+    p.add_argument("--embedding", "--embeddings", action="store_true",
+                   help="accepted: embeddings are always on (/v1/embeddings, /embedding)")
+    p.add_argument("--pooling", choices=("mean", "cls", "last"), help="how embeddings pool the tokens' states "
+                   "(default: the file's pooling_type, mean when it has none)")
+    p.add_argument("--metrics", action="store_true", help="answer GET /metrics (Prometheus text, llama-server's "
+                   "names; default: off, a 501)")
+    p.add_argument("--slots", action=argparse.BooleanOptionalAction, default=True,
+                   help="answer GET /slots (default: on; --no-slots: a 501)")
+    p.add_argument("--slot-save-path", metavar="DIR", help="the folder of POST /slots/ID?action=save|restore's "
+                   "files (default: none, slot actions are a 501)")
+    # llama-server's flags that mean nothing here: accepted, and the log says each is ignored
+    p.add_argument("-ngl", "--gpu-layers", "--n-gpu-layers", dest="gpu_layers", metavar="N",
+                   help="ignored (no GPU)")
+    p.add_argument("-fa", "--flash-attn", dest="flash_attn", nargs="?", const=True, metavar="on|off|auto",
+                   help="ignored")
+    p.add_argument("--jinja", "--no-jinja", dest="jinja", action="store_const", const=True, help="ignored "
+                   "(templates always run as Jinja)")
+    p.add_argument("-b", "--batch-size", dest="batch_size", metavar="N", help="ignored")
+    p.add_argument("-ub", "--ubatch-size", dest="ubatch_size", metavar="N", help="ignored")
+    p.add_argument("-ctk", "--cache-type-k", dest="cache_type_k", metavar="TYPE", help="ignored")
+    p.add_argument("-ctv", "--cache-type-v", dest="cache_type_v", metavar="TYPE", help="ignored")
+    p.add_argument("--mmap", "--no-mmap", dest="mmap", action="store_const", const=True, help="ignored")
+    p.add_argument("--context-shift", "--no-context-shift", dest="context_shift", action="store_const", const=True,
+                   help="ignored (no context shift, as llama-server's default: a prompt past the context is a 400)")
 
 
 COMMANDS: dict[str, Subcommand] = {

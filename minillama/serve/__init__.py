@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ChatTemplateError, MinillamaError
@@ -97,7 +97,10 @@ def serve(model: str, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, par
           allowed_hosts: Sequence[str] = (), cors_origins: Sequence[str] = (),
           embedding_max_inputs: int = EMBEDDING_MAX_INPUTS, embedding_max_tokens: int = EMBEDDING_MAX_TOKENS,
           cache_ram: int | str = DEFAULT_CACHE_RAM_MIB, verbose: bool = False, reasoning_format: str = "auto",
-          chat_template_file: str | None = None, log: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)) -> None:
+          chat_template_file: str | None = None, n_ctx: int = 0, alias: str | None = None,
+          server_defaults: Mapping[str, Any] | None = None, pooling: str | None = None, metrics: bool = False,
+          slots: bool = True, slot_save_path: str | None = None, ignored: Sequence[str] = (),
+          log: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)) -> None:
     """Load model (and the --vocab tokenizers), listen on host:port and serve until interrupted.
 
     The line "minillama serve: listening on http://HOST:PORT ..." is logged once the socket listens (port 0
@@ -106,8 +109,19 @@ def serve(model: str, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, par
     from ("*": any); cache_ram: MiB of host RAM for prefixes evicted from the slots (llama-server's --cache-ram, 0:
     none); verbose: one log line per request; reasoning_format: chat's default (a request's reasoning_format
     overrides it); chat_template_file: a Jinja chat template used instead of the model's (a model with none and
-    no file chats in ChatML, as llama-server does, and the log says so)."""
+    no file chats in ChatML, as llama-server does, and the log says so); n_ctx: the context (-c; 0: the model's);
+    alias: the model's name in the API (--alias; default: the file's name); server_defaults: llama.cpp's request
+    fields every request starts from (--temp, --seed, -n); pooling: the embeddings' pooling (--pooling; default:
+    the file's); metrics, slots, slot_save_path: llama-server's GET /metrics, GET /slots and slot files folder;
+    ignored: llama-server flags given that mean nothing here, each logged once."""
     require_extra()
+    for line in ignored:
+        log(f"minillama serve: warning: ignoring {line}")
+    if slot_save_path is not None and not os.path.isdir(slot_save_path):
+        raise MinillamaError(f"expected --slot-save-path to be a folder, found {slot_save_path!r} "
+                             f"({'a file' if os.path.exists(slot_save_path) else 'nothing there'})")
+    if n_ctx < 0:
+        raise MinillamaError(f"expected --ctx-size (-c) of 0 (the model's) or more, found {n_ctx}")
     cache_bytes = cache_ram_bytes(cache_ram)
     chat_template = read_chat_template(chat_template_file) if chat_template_file is not None else None
     if reasoning_format not in ("auto", "deepseek", "none"):
@@ -130,12 +144,13 @@ def serve(model: str, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, par
     from .app import create_app
     from .guard import MAX_HEADER_BYTES, Guard, protocol
 
+    name = alias or os.path.basename(model)
     sock = listen(host, port)  # first: a port in use fails before the model loads
     try:
         # several slots: their decode steps share passes of the model (Linear multiplies a few rows reading w once)
         try:
-            llm = Llama(model, threads=threads, model_name=os.path.basename(model), batch_steps=parallel > 1,
-                        chat_template=chat_template)
+            llm = Llama(model, n_ctx=n_ctx, threads=threads, model_name=name, batch_steps=parallel > 1,
+                        chat_template=chat_template, pooling=pooling)
         except ChatTemplateError as exc:
             raise MinillamaError(f"--chat-template-file {chat_template_file}: {exc}") from None
         if llm.chat_template_fallback:
@@ -145,9 +160,11 @@ def serve(model: str, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, par
         for path in vocabs:
             tokenizers[path] = Tokenizer.from_file(path)
         app = create_app(llm, parallel=parallel, api_key=api_key, vocabs=tokenizers,
-                         model_name=os.path.basename(model), embedding_max_inputs=embedding_max_inputs,
+                         model_name=name, embedding_max_inputs=embedding_max_inputs,
                          embedding_max_tokens=embedding_max_tokens, cache_bytes=cache_bytes,
-                         request_log=log if verbose else None, reasoning_format=reasoning_format)
+                         request_log=log if verbose else None, reasoning_format=reasoning_format,
+                         server_defaults=server_defaults, metrics=metrics, slots=slots,
+                         slot_save_path=slot_save_path)
         guarded = Guard(app, bound_host=host, allowed_hosts=allowed_hosts, cors_origins=cors_origins,
                         body_timeout=timeout)
         bound = sock.getsockname()

@@ -30,6 +30,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
+from .. import __version__
 from ..errors import ContextLengthError, MinillamaError
 from . import anthropic, params, responses, sse
 from .limits import EMBEDDING_MAX_INPUTS, EMBEDDING_MAX_TOKENS
@@ -48,6 +49,9 @@ TOKENIZE_MAX_PIECES = 1 << 17
 #: /tokenize and /detokenize requests run at once (outside the slots; more wait, their bodies not yet read).
 TOKENIZE_AT_ONCE = 2
 
+#: The completions' system_fingerprint (OpenAI's field; llama-server puts its build there).
+FINGERPRINT = f"minillama-{__version__}"
+
 #: Endpoints anyone may call when --api-key is set, as llama.cpp's server keeps them public.
 PUBLIC = frozenset({"/", "/health", "/v1/models", "/models"})
 
@@ -59,7 +63,8 @@ def create_app(llm: Any, *, parallel: int = 1, api_key: str | None = None,
                max_body: int = MAX_BODY, embedding_max_inputs: int = EMBEDDING_MAX_INPUTS,
                embedding_max_tokens: int = EMBEDDING_MAX_TOKENS, cache_bytes: int = 0,
                request_log: Callable[[str], None] | None = None, reasoning_format: str = "auto",
-               server_defaults: Mapping[str, Any] | None = None) -> Starlette:
+               server_defaults: Mapping[str, Any] | None = None, metrics: bool = False, slots: bool = True,
+               slot_save_path: str | None = None) -> Starlette:
     """The server's ASGI app for one loaded model.
 
     llm: a minillama.api.Llama; each of the `parallel` slots gets its own session (llm.session(): a KV cache of
@@ -72,6 +77,9 @@ def create_app(llm: Any, *, parallel: int = 1, api_key: str | None = None,
     cache_bytes: the RAM cache of prefixes evicted from the slots, in bytes (--cache-ram; 0: none).
     request_log: given, it gets one line per request (method, route, status, tokens, time: -v).
     reasoning_format: chat's default (--reasoning-format), a request's own overrides it.
+    server_defaults: llama.cpp's /completion fields (temperature, seed, n_predict) every request starts from
+    (--temp, --seed, -n); metrics, slots, slot_save_path: GET /metrics (--metrics), GET /slots (--no-slots: False),
+    the folder of the slot files (--slot-save-path; None: no slot actions), as llama-server's.
     """
     pool = SlotPool(llm.session, parallel, cache_bytes)
     llm.model.batcher.expected = lambda: pool.busy  # a decode step waits (briefly) for the other busy slots'
@@ -120,24 +128,30 @@ def create_app(llm: Any, *, parallel: int = 1, api_key: str | None = None,
                 return Response(status_code=499)
             if api is not None:
                 return JSONResponse(api.reply(result, request.state.run))
-            return JSONResponse({**result, "timings": request.state.run.timings()})
+            return JSONResponse({**result, "system_fingerprint": FINGERPRINT, "timings": request.state.run.timings()})
         chunks = pool.stream(task, lambda s: run(s, stream=True))
         first = await sse.first_of(chunks)
         if api is not None:
             return sse.EventStream(api.events(first, chunks, request.state.run), chunks.aclose)
+        if isinstance(first, dict):
+            first = {**first, "system_fingerprint": FINGERPRINT}
         return sse.EventStream(_events(first, _with_timings(chunks, request)), chunks.aclose)
 
+    # --temp, --seed, -n: every request's defaults, its own fields override them (llama.cpp's names)
+    given = dict(server_defaults or {})
+    openai_defaults = {{"n_predict": "max_tokens"}.get(k, k): v for k, v in given.items()}
+
     async def completions(request: Request) -> Response:
-        return await generation(request, params.COMPLETION, "completion", "create_completion")
+        return await generation(request, params.COMPLETION, "completion", "create_completion", openai_defaults)
 
     async def chat_completions(request: Request) -> Response:
         return await generation(request, params.CHAT, "chat completion", "create_chat_completion",
-                                {"reasoning_format": reasoning_format})
+                                {**openai_defaults, "reasoning_format": reasoning_format})
 
     async def converted(request: Request) -> Response:  # the agents' APIs, converted onto the chat path
         api = responses if request.url.path == "/v1/responses" else anthropic
         return await generation(request, api.FIELDS, "chat completion", "create_chat_completion",
-                                {"reasoning_format": reasoning_format}, api)
+                                {**openai_defaults, "reasoning_format": reasoning_format}, api)
 
     async def count_tokens(request: Request) -> Response:
         kwargs = anthropic.count_kwargs(await read_body(request, anthropic.COUNT_FIELDS))
@@ -231,9 +245,6 @@ def create_app(llm: Any, *, parallel: int = 1, api_key: str | None = None,
         return JSONResponse({"status": "ok", "slots_idle": parallel - pool.busy, "slots_processing": pool.busy,
                              "requests_waiting": pool.waiting})
 
-    async def slots(request: Request) -> Response:
-        return JSONResponse(pool.status())
-
     model_meta = _model_meta(llm)
 
     async def models(request: Request) -> Response:
@@ -245,7 +256,7 @@ def create_app(llm: Any, *, parallel: int = 1, api_key: str | None = None,
     async def playground(request: Request) -> Response:
         return HTMLResponse(playground_html(list(names.values())))
 
-    routes = [("/", playground, "GET"), ("/health", health, "GET"), ("/slots", slots, "GET"),
+    routes = [("/", playground, "GET"), ("/health", health, "GET"),
               ("/v1/models", models, "GET"), ("/v1/completions", completions, "POST"),
               ("/v1/chat/completions", chat_completions, "POST"), ("/v1/embeddings", embeddings, "POST"),
               ("/tokenize", tokenize, "POST"), ("/detokenize", detokenize, "POST"),
@@ -255,7 +266,9 @@ def create_app(llm: Any, *, parallel: int = 1, api_key: str | None = None,
                if path.startswith("/v1/") and path != "/v1/completions"]
     from . import llamacpp  # llama-server's native routes, on the same slots and request handling
     native = llamacpp.routes(llamacpp.Context(llm, pool, read_body, model_name, None if api_key is None else
-                                              lambda r: _check_key(r, api_key), dict(server_defaults or {})))
+                                              lambda r: _check_key(r, api_key), given,
+                                              started=started, metrics=metrics, slots=slots,
+                                              slot_save_path=slot_save_path))
     app = Starlette(routes=[Route(path, _guarded(fn, None if path in PUBLIC else api_key,
                                                  anthropic.error_body if "/messages" in path
                                                  else ApiError.body), methods=[method])
@@ -333,12 +346,13 @@ class _RequestLog:
 
 
 async def _with_timings(chunks: AsyncIterator[Any], request: Request) -> AsyncIterator[Any]:
-    """chunks with llama-server's `timings` added to the last one(s): the one with a finish_reason, and the usage
-    chunk after it."""
+    """chunks with the system_fingerprint, and llama-server's `timings` added to the last one(s): the one with a
+    finish_reason, and the usage chunk after it."""
     async for chunk in chunks:
-        if isinstance(chunk, dict) and ("usage" in chunk or any(
-                c.get("finish_reason") for c in chunk.get("choices", ()) if isinstance(c, dict))):
-            chunk = {**chunk, "timings": request.state.run.timings()}
+        if isinstance(chunk, dict):
+            chunk = {**chunk, "system_fingerprint": FINGERPRINT}
+            if "usage" in chunk or any(c.get("finish_reason") for c in chunk.get("choices", ()) if isinstance(c, dict)):
+                chunk["timings"] = request.state.run.timings()
         yield chunk
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -34,7 +35,7 @@ from ..errors import ArgumentError, ContextLengthError, MinillamaError
 from ..request import Request as GenRequest
 from . import params
 from .params import INT32_MAX, UINT64_MAX, ApiError, _f
-from .slots import ClientGone
+from .slots import ClientGone, load_cache, save_cache, valid_filename
 from .sse import EventStream, first_of
 
 __all__ = ["routes", "COMPLETION", "SAMPLERS", "llamacpp_error"]
@@ -110,6 +111,10 @@ class Context:
     model_name: str
     check_key: Callable[[Request], None] | None = None  # the API key check (--api-key), if any
     defaults: dict[str, Any] = field(default_factory=dict)
+    started: int = field(default_factory=lambda: int(time.time()))
+    metrics: bool = False  # GET /metrics (--metrics)
+    slots: bool = True  # GET /slots (--no-slots: off)
+    slot_save_path: str | None = None  # the folder of POST /slots/{id}?action=save|restore (--slot-save-path)
 
 
 def _prompt_ids(llm: Any, prompt: Any) -> list[int]:
@@ -324,6 +329,7 @@ def routes(ctx: Context) -> list[tuple[str, Callable[[Request], Awaitable[Respon
 
     def chunks(call: _Call, s: Any) -> Iterator[dict[str, Any]]:
         """The run's llama-server events: one per piece of text (with its new ids), then the final one."""
+        s.shown = call.settings  # for /slots
         run = llm.run(call.request, s)
         first: float | None = None
         done_ids = done_probs = 0
@@ -415,16 +421,170 @@ def routes(ctx: Context) -> list[tuple[str, Callable[[Request], Awaitable[Respon
             "default_generation_settings": {"id": 0, "id_task": -1, "n_ctx": llm.n_ctx, "is_processing": False,
                                             "params": {**SHOWN, **NEUTRAL, **DEFAULTS, **ctx.defaults}},
             "total_slots": len(pool.slots), "model_alias": ctx.model_name, "model_path": ctx.model_name,
-            "modalities": {"vision": False, "video": False, "audio": False}, "endpoint_slots": True,
-            "endpoint_props": False, "endpoint_metrics": False,
+            "modalities": {"vision": False, "video": False, "audio": False},
+            "endpoint_props": False, "endpoint_metrics": ctx.metrics, "endpoint_slots": ctx.slots,
             "chat_template": template.source if template is not None else "",
             "bos_token": tok.token_to_piece(tok.bos_id).decode("utf-8", "replace") if tok.bos_id is not None else "",
             "eos_token": tok.token_to_piece(tok.eos_id).decode("utf-8", "replace") if tok.eos_id is not None else "",
             "build_info": "minillama", "is_sleeping": False})
 
+    async def metrics(request: Request) -> Response:
+        if not ctx.metrics:
+            raise ApiError(501, "This server does not support metrics endpoint. Start it with `--metrics`",
+                           type="not_supported_error")
+        text = prometheus(pool.metrics, busy=pool.busy, waiting=pool.waiting)
+        return Response(text, media_type="text/plain; version=0.0.4",
+                        headers={"Process-Start-Time-Unix": str(ctx.started)})
+
+    async def slots(request: Request) -> Response:
+        if not ctx.slots:
+            raise ApiError(501, "This server does not support slots endpoint. Start it with `--slots`",
+                           type="not_supported_error")
+        if request.query_params.get("fail_on_no_slot") and pool.busy == len(pool.slots):
+            raise ApiError(503, "no slot available", type="unavailable_error")
+        return JSONResponse([slot_json(k) for k in range(len(pool.slots))])
+
+    def slot_json(k: int) -> dict[str, Any]:
+        """llama-server's entry for slot k (its KV cache k and the last request that ran on it)."""
+        busy = bool(pool.slots[k].task)
+        out: dict[str, Any] = {"id": k, "n_ctx": llm.n_ctx, "speculative": False, "is_processing": busy}
+        if k in pool.last:
+            task, run = pool.last[k]
+            gen = run.generation
+            out.update({"id_task": task, "n_prompt_tokens": len(pool.caches.sessions[k].cached_ids),
+                        "n_prompt_tokens_processed": run.prompt_n - run.cache_n, "n_prompt_tokens_cache": run.cache_n,
+                        "params": slot_params(run),
+                        "next_token": [{"has_next_token": busy, "has_new_line": gen is not None and "\n" in gen.text,
+                                        "n_remain": -1, "n_decoded": run.predicted_n}]})
+        return out
+
+    async def slot_action(request: Request) -> Response:
+        if ctx.slot_save_path is None:
+            raise ApiError(501, "This server does not support slots action. Start it with `--slot-save-path`",
+                           type="not_supported_error")
+        given = request.path_params["id_slot"]
+        if not (given.isascii() and given.lstrip("-").isdigit()) or not 0 <= int(given) < len(pool.slots):
+            raise ApiError(400, f"Invalid slot ID: expected a slot from 0 to {len(pool.slots) - 1}, found "
+                                f"{params._short(given)}", param="id_slot")
+        k = int(given)
+        action = request.query_params.get("action", "")
+        if action == "erase":
+            def erase(session: Any) -> dict[str, Any]:
+                n = len(session.cached_ids)
+                session.reset()
+                return {"id_slot": k, "n_erased": n}
+
+            return await on_cache("slot erase", k, erase, request)
+        if action not in ("save", "restore"):
+            raise ApiError(400, f"Invalid action: expected ?action=save, restore or erase, found "
+                                f"{params._short(action)}", param="action")
+        body = await ctx.read_body(request, SLOT_ACTION)
+        name = body["filename"]
+        if not valid_filename(name):
+            raise ApiError(400, f"Invalid filename: expected a file name without directory parts (no /, \\ or ..) "
+                                f"nor reserved characters, found {params._short(name)}", param="filename")
+        path = os.path.join(ctx.slot_save_path, name)
+
+        def save(session: Any) -> dict[str, Any]:
+            start = time.perf_counter()
+            n_bytes = save_cache(session, path)
+            return {"id_slot": k, "filename": name, "n_saved": len(session.cached_ids), "n_written": n_bytes,
+                    "timings": {"save_ms": 1000 * (time.perf_counter() - start)}}
+
+        def restore(session: Any) -> dict[str, Any]:
+            start = time.perf_counter()
+            try:
+                n, n_bytes = load_cache(session, path, llm.tokenizer.n_vocab, llm.n_ctx)
+            except (OSError, ValueError) as exc:
+                session.reset()  # as llama-server: a failed restore leaves the slot empty
+                why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+                raise ApiError(400, f"Unable to restore slot: {why} ({name})", param="filename") from None
+            return {"id_slot": k, "filename": name, "n_restored": n, "n_read": n_bytes,
+                    "timings": {"restore_ms": 1000 * (time.perf_counter() - start)}}
+
+        return await on_cache(f"slot {action}", k, save if action == "save" else restore, request)
+
+    async def on_cache(task: str, k: int, fn: Callable[[Any], dict[str, Any]], request: Request) -> Response:
+        try:
+            return JSONResponse(await pool.on_cache(task, k, fn, request.is_disconnected))
+        except ClientGone:
+            return Response(status_code=499)
+
     return [("/completion", completion, "POST"), ("/completions", completion, "POST"),
             ("/apply-template", native(apply_template), "POST"), ("/embedding", native(embedding), "POST"),
-            ("/props", native(props), "GET"), ("/props", native(props), "POST")]
+            ("/props", native(props), "GET"), ("/props", native(props), "POST"),
+            ("/metrics", native(metrics), "GET"), ("/slots", native(slots), "GET"),
+            ("/slots/{id_slot}", native(slot_action), "POST")]
+
+
+#: The keys of a slot's `params` in llama-server's /slots (task_params::to_json with only_metrics), in its order.
+SLOT_PARAMS = ("seed", "temperature", "dynatemp_range", "dynatemp_exponent", "top_k", "top_p", "min_p", "top_n_sigma",
+               "xtc_probability", "xtc_threshold", "typical_p", "repeat_last_n", "repeat_penalty", "presence_penalty",
+               "frequency_penalty", "dry_multiplier", "dry_base", "dry_allowed_length", "dry_penalty_last_n",
+               "mirostat", "mirostat_tau", "mirostat_eta", "adaptive_target", "adaptive_decay", "max_tokens",
+               "n_predict", "n_keep", "n_discard", "ignore_eos", "stream", "n_probs", "min_keep", "chat_format",
+               "reasoning_format", "reasoning_in_content", "generation_prompt", "samplers", "speculative.types",
+               "timings_per_token", "post_sampling_probs", "backend_sampling", "lora")
+
+
+def slot_params(run: Any) -> dict[str, Any]:
+    """A run's settings as llama-server's /slots shows them: a /completion's own, or those of an OpenAI route's
+    request (its sampling and max_tokens)."""
+    shown = {**SHOWN, **NEUTRAL, **DEFAULTS}
+    gen = run.generation
+    if run.shown is not None:
+        shown.update(run.shown)
+    elif gen is not None:
+        sp = gen.request.sampling
+        shown.update({name: getattr(sp, name) for name in ("temperature", "top_k", "top_p", "min_p", "repeat_penalty",
+                                                            "repeat_last_n", "presence_penalty", "frequency_penalty",
+                                                            "n_probs")})
+        shown["n_predict"] = shown["max_tokens"] = gen.request.max_tokens
+    if gen is not None:
+        shown["seed"] = gen.stats.seed
+    return {name: shown[name] for name in SLOT_PARAMS}
+
+
+#: /metrics' series: (name, help, type, value from the counts), llama-server's names (server_task_result_metrics).
+_SERIES: tuple[tuple[str, str, str, Callable[[Any, int, int], float]], ...] = (
+    ("prompt_tokens_total", "Number of prompt tokens processed, excluding cached tokens", "counter",
+     lambda m, b, w: m.prompt_n),
+    ("prompt_tokens_cached_total", "Number of prompt tokens reused from the cache", "counter",
+     lambda m, b, w: m.cache_n),
+    ("prompt_seconds_total", "Total time spent processing prompts", "counter", lambda m, b, w: m.prompt_s),
+    ("tokens_predicted_total", "Number of generation tokens processed", "counter", lambda m, b, w: m.predicted_n),
+    ("tokens_predicted_seconds_total", "Total time spent generating tokens", "counter",
+     lambda m, b, w: m.predicted_s),
+    ("n_decode_total", "Total number of llama_decode() calls, excluding speculative decoding and multimodal decoding",
+     "counter", lambda m, b, w: m.n_decode),
+    ("n_tokens_max", "Largest observed sequence length (prompt + generation)", "counter",
+     lambda m, b, w: m.n_tokens_max),
+    ("spec_decode_num_draft_tokens_total", "Speculative: Total draft tokens generated", "counter", lambda m, b, w: 0),
+    ("spec_decode_num_accepted_tokens_total", "Speculative: Total draft tokens accepted by the target model",
+     "counter", lambda m, b, w: 0),
+    ("spec_decode_num_drafts_total", "Speculative: Total speculative decoding verification steps", "counter",
+     lambda m, b, w: 0),
+    ("prompt_tokens_seconds", "Average prompt throughput in tokens/s", "gauge",
+     lambda m, b, w: m.bucket[0] / m.bucket[1] if m.bucket[1] else 0),
+    ("predicted_tokens_seconds", "Average generation throughput in tokens/s", "gauge",
+     lambda m, b, w: m.bucket[2] / m.bucket[3] if m.bucket[3] else 0),
+    ("requests_processing", "Number of requests processing", "gauge", lambda m, b, w: b),
+    ("requests_deferred", "Number of requests deferred", "gauge", lambda m, b, w: w),
+    ("n_busy_slots_per_decode", "Average number of busy slots per llama_decode() call", "gauge",
+     lambda m, b, w: m.busy_sum / max(m.n_decode, 1)),
+)
+
+
+def prometheus(metrics: Any, busy: int, waiting: int) -> str:
+    """llama-server's /metrics text (Prometheus' text format 0.0.4, its `llamacpp:` names); the throughput gauges
+    cover the time since the last scrape, as there (the bucket starts again)."""
+    lines = []
+    for name, text, kind, value in _SERIES:
+        v = float(value(metrics, busy, waiting))
+        lines += [f"# HELP llamacpp:{name} {text}", f"# TYPE llamacpp:{name} {kind}",
+                  f"llamacpp:{name} {int(v) if v.is_integer() else f'{v:.6g}'}"]
+    metrics.bucket[:] = [0, 0.0, 0, 0.0]
+    return "\n".join(lines) + "\n"
 
 
 #: The /completion defaults llama-server shows in /props (a request's fields and the server's flags override them).
@@ -434,6 +594,7 @@ DEFAULTS: dict[str, Any] = {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min
                             "grammar": "", "stop": [], "logit_bias": [], "samplers": list(SAMPLERS)}
 APPLY_TEMPLATE: dict[str, params.Field] = {"messages": _f("array of messages {role, content}", required=True),
                                            "model": _f("string", None)}
+SLOT_ACTION: dict[str, params.Field] = {"filename": _f("string", required=True)}
 EMBEDDING: dict[str, params.Field] = {"content": _f("string, array of strings or array of token ids or arrays",
                                                     required=True), "model": _f("string", None)}
 

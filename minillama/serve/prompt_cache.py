@@ -130,6 +130,14 @@ class Caches:
             self._busy.add(best)
             return session
 
+    def take(self, i: int) -> Any:
+        """Session i, marked busy until release, or None while a request runs on it (a slot action's turn)."""
+        with self._lock:
+            if i in self._busy:
+                return None
+            self._busy.add(i)
+            return self.sessions[i]
+
     def release(self, session: Any) -> None:
         """session is idle again (its cache kept for the next prompt that shares a prefix with it)."""
         with self._lock:

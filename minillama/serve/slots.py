@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 
 from .prompt_cache import Caches
 
-__all__ = ["ClientGone", "Slot", "SlotPool"]
+__all__ = ["ClientGone", "Slot", "SlotPool", "valid_filename", "save_cache", "load_cache", "SLOT_FILE_FORMAT"]
 
 R = TypeVar("R")
 _END = object()  # the worker's last item on a stream's queue
@@ -46,9 +46,12 @@ class _Watched:
     holding the longest prefix of its prompt, prompt_cache.Caches), no model step starts once the slot's cancel
     flag is set, and the run's counts and times are kept for llama-server's `timings` and the request log."""
 
-    def __init__(self, caches: Caches, cancel: threading.Event) -> None:
+    def __init__(self, caches: Caches, cancel: threading.Event, busy: Callable[[], int] = lambda: 1) -> None:
         self._caches = caches
         self._cancel = cancel
+        self._busy = busy  # the slots running now: llama-server's n_busy_slots_per_decode adds it up per call
+        self.busy_sum = 0
+        self.shown: dict[str, Any] | None = None  # llama.cpp's settings of the run, for /slots (the routes set it)
         self._session: Any = None  # claimed on the first model call
         self.prompt_n = 0  # the prompt's ids (the first call's)
         self.cache_n = 0  # of those, the ones the cache held
@@ -70,6 +73,7 @@ class _Watched:
         out = getattr(self._session, name)(ids, *args)
         took = time.perf_counter() - start
         self.predicted_n += 1
+        self.busy_sum += self._busy()
         if self.predicted_n == 1:
             self.prompt_n = len(ids)
             self.cache_n = len(ids) - self._session.evaluated
@@ -107,6 +111,36 @@ class _Watched:
         return getattr(self._session if self._session is not None else self._caches.sessions[0], name)
 
 
+@dataclass
+class Metrics:
+    """What llama-server's /metrics counts, over every finished run since the server started (the bucket: since
+    the last scrape, for the throughput gauges)."""
+
+    prompt_n: int = 0  # prompt tokens computed (not those the cache held)
+    cache_n: int = 0  # prompt tokens the cache held
+    prompt_s: float = 0.0
+    predicted_n: int = 0
+    predicted_s: float = 0.0
+    n_decode: int = 0  # model calls
+    busy_sum: int = 0  # slots running at each model call, added up
+    n_tokens_max: int = 0  # the longest sequence a run held (prompt and reply)
+    bucket: list[float] = field(default_factory=lambda: [0, 0.0, 0, 0.0])  # prompt n, s, predicted n, s
+
+    def add(self, run: _Watched) -> None:
+        """Count a finished run."""
+        prompt_n = run.prompt_n - run.cache_n
+        self.prompt_n += prompt_n
+        self.cache_n += run.cache_n
+        self.prompt_s += run.prompt_s
+        self.predicted_n += run.predicted_n
+        self.predicted_s += run.predicted_s
+        self.n_decode += run.predicted_n
+        self.busy_sum += run.busy_sum
+        self.n_tokens_max = max(self.n_tokens_max, run.prompt_n + run.predicted_n - 1)
+        for k, v in enumerate((prompt_n, run.prompt_s, run.predicted_n, run.predicted_s)):
+            self.bucket[k] += v
+
+
 @dataclass(eq=False)
 class Slot:
     """One of the pool's N places to run a request: a thread of its own and a session with its own KV cache."""
@@ -134,6 +168,10 @@ class SlotPool:
         self.slots = [Slot(i, ThreadPoolExecutor(1, thread_name_prefix=f"minillama-slot-{i}")) for i in range(n)]
         self._free: asyncio.Queue[Slot] | None = None
         self.waiting = 0  # requests queued for a slot
+        self.metrics = Metrics()
+        self.tasks = 0  # requests run so far: a run's id_task
+        #: each KV cache's last run: (its id_task, what it saw), for llama-server's /slots
+        self.last: dict[int, tuple[int, _Watched]] = {}
 
     def _queue(self) -> asyncio.Queue[Slot]:
         if self._free is None:  # made on first use, inside the server's event loop
@@ -150,12 +188,17 @@ class SlotPool:
             self.waiting -= 1
         slot.task = task
         slot.cancel.clear()
-        slot.run = _Watched(self.caches, slot.cancel)
+        slot.run = _Watched(self.caches, slot.cancel, lambda: self.busy)
         return slot
 
     def _release(self, slot: Slot) -> None:
-        if slot.run is not None:
-            slot.run.release()
+        run = slot.run
+        if run is not None:
+            if run.predicted_n and run._session is not None:
+                self.tasks += 1
+                self.metrics.add(run)
+                self.last[self.caches.sessions.index(run._session)] = (self.tasks, run)
+            run.release()
         slot.task = ""
         self._queue().put_nowait(slot)
 
@@ -163,10 +206,6 @@ class SlotPool:
     def busy(self) -> int:
         """Slots running a request now."""
         return sum(1 for s in self.slots if s.task)
-
-    def status(self) -> list[dict[str, Any]]:
-        """llama.cpp's GET /slots, in short: each slot's id, whether it is processing and what."""
-        return [{"id": s.id, "is_processing": bool(s.task), "task": s.task} for s in self.slots]
 
     async def call(self, task: str, fn: Callable[[Any], R],
                    gone: Callable[[], Awaitable[bool]] | None = None) -> R:
@@ -243,6 +282,21 @@ class SlotPool:
                 if cancel is not None:
                     cancel()
 
+    async def on_cache(self, task: str, k: int, fn: Callable[[Any], R],
+                       gone: Callable[[], Awaitable[bool]] | None = None) -> R:
+        """fn(KV cache k) in a free slot's thread once no request runs on that cache (llama-server defers a slot
+        action on a busy slot the same way); the cache is held for fn alone."""
+        def work(run: _Watched) -> R:
+            while True:
+                session = self.caches.take(k)
+                if session is not None:
+                    run._session = session  # given back when the slot is released
+                    return fn(session)
+                run.check()
+                time.sleep(0.02)
+
+        return await self.call(task, work, gone)
+
     def close(self) -> None:
         """Cancel what runs and stop the worker threads (at server shutdown)."""
         for slot in self.slots:
@@ -255,3 +309,82 @@ class _Failure:
     """An exception raised in a worker, carried to the consumer."""
 
     exc: BaseException
+
+
+#: The first array of a slot file (--slot-save-path): which layout the rest has.
+SLOT_FILE_FORMAT = "minillama-slot-1"
+
+
+def valid_filename(name: str) -> bool:
+    """A slot file's name as llama.cpp's fs_validate_filename takes it: 1 to 255 bytes, no directory parts (no / or
+    \\, no ..), no control or reserved characters (: * ? " < > |), no leading space nor trailing space or dot."""
+    if not name or len(name.encode("utf-8", "surrogatepass")) > 255:
+        return False
+    for ch in name:
+        c = ord(ch)
+        if c <= 0x1F or c == 0x7F or 0x80 <= c <= 0x9F or 0xD800 <= c <= 0xDFFF or ch in ':*?"<>|/\\' \
+                or c in (0xFF0E, 0x2215, 0x2216, 0xFFFD, 0xFEFF):
+            return False
+    return not (name[0] == " " or name[-1] in " ." or ".." in name)
+
+
+def save_cache(session: Any, path: str) -> int:
+    """Write session's KV cache to path (a NumPy .npz, uncompressed: `format` SLOT_FILE_FORMAT, `ids` int32, then
+    `k0`.. and `v0`.. each layer's key and value rows, float as the cache keeps them), replacing it whole; the
+    bytes written."""
+    import os
+
+    import numpy as np
+
+    prefix = session.export_prefix()
+    arrays = {"format": np.array(SLOT_FILE_FORMAT), "ids": np.array(prefix.ids, dtype=np.int32)}
+    arrays.update({f"k{i}": k for i, k in enumerate(prefix.k)})
+    arrays.update({f"v{i}": v for i, v in enumerate(prefix.v)})
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        np.savez(f, **arrays)
+    os.replace(tmp, path)
+    return os.path.getsize(path)
+
+
+def load_cache(session: Any, path: str, n_vocab: int, n_ctx: int) -> tuple[int, int]:
+    """Replace session's KV cache by the one save_cache wrote to path: (positions restored, bytes read). ValueError
+    saying why for a file that is not one (another format, ids past the vocab or the context, rows that do not
+    match the ids, or another model's layers and sizes); OSError when it cannot be read."""
+    import os
+    import zipfile
+
+    import numpy as np
+
+    from ..errors import MinillamaError
+    from ..model.cache import Prefix
+
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            arrays = {name: z[name] for name in z.files}
+    except (ValueError, zipfile.BadZipFile, EOFError) as exc:
+        raise ValueError(f"expected a slot file ({SLOT_FILE_FORMAT}), found one that does not load: {exc}") from None
+    fmt = arrays.get("format")
+    if fmt is None or fmt.shape != () or str(fmt) != SLOT_FILE_FORMAT:
+        raise ValueError(f"expected a slot file of format {SLOT_FILE_FORMAT}, found "
+                         f"{'none' if fmt is None else str(fmt)[:40]!r}")
+    ids = arrays.get("ids")
+    layers = sum(1 for name in arrays if name[:1] == "k" and name[1:].isdigit())
+    if ids is None or ids.ndim != 1 or ids.dtype != np.int32:
+        raise ValueError("expected the slot file's ids as a list of int32, found none or another shape")
+    if len(ids) > n_ctx:
+        raise ValueError(f"expected at most {n_ctx} positions (the slot's context), found {len(ids)}")
+    if len(ids) and not (0 <= int(ids.min()) and int(ids.max()) < n_vocab):
+        raise ValueError(f"expected token ids from 0 to {n_vocab - 1} in the slot file, found others")
+    try:
+        k = [arrays[f"k{i}"] for i in range(layers)]
+        v = [arrays[f"v{i}"] for i in range(layers)]
+    except KeyError as exc:
+        raise ValueError(f"expected key and value rows for each of {layers} layers, found {exc} missing") from None
+    if any(len(a) != len(ids) for a in k + v):
+        raise ValueError(f"expected rows for each of the {len(ids)} positions in every layer, found others")
+    try:
+        session.import_prefix(Prefix([int(i) for i in ids], k, v))
+    except MinillamaError as exc:
+        raise ValueError(f"expected a slot file of this model: {exc}") from None
+    return len(ids), os.path.getsize(path)

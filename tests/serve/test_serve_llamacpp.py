@@ -12,11 +12,12 @@ import os
 import socket
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from support.paths import real_gguf
-from support.serve import Server, http_request
+from support.serve import Server, http_request, write_tiny_chat_model
 
 pytest.importorskip("starlette", reason="the serve extra is not installed: pip install -e \".[serve]\"")
 pytest.importorskip("uvicorn", reason="the serve extra is not installed: pip install -e \".[serve]\"")
@@ -46,8 +47,9 @@ def events(h: Http | Server, path: str, body: dict) -> tuple[list[dict], str]:
 
 
 @pytest.fixture(scope="module")
-def theirs() -> Iterator[Http]:
-    """llama.cpp's llama-server (xllamacpp, in this process) on the test model."""
+def theirs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Http]:
+    """llama.cpp's llama-server (xllamacpp, in this process) on the test model, with --metrics and
+    --slot-save-path."""
     xlc = pytest.importorskip("xllamacpp")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -59,6 +61,8 @@ def theirs() -> Iterator[Http]:
     p.warmup = False
     p.port = port
     p.hostnames = ["127.0.0.1"]
+    p.endpoint_metrics = True
+    p.slot_save_path = str(tmp_path_factory.mktemp("their_slots")) + "/"
     server = xlc.Server(p)
     h = Http("127.0.0.1", port)
     deadline = time.monotonic() + 60
@@ -74,8 +78,8 @@ def theirs() -> Iterator[Http]:
 
 
 @pytest.fixture(scope="module")
-def ours() -> Iterator[Server]:
-    s = Server(real_gguf())
+def ours(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    s = Server(real_gguf(), "-c", "2048", "--metrics", "--slot-save-path", str(tmp_path_factory.mktemp("our_slots")))
     yield s
     s.stop()
 
@@ -291,3 +295,194 @@ def test_embeddings_base64_is_openais_float32(ours: Server) -> None:
     assert vector.tolist() == np.asarray(floats, dtype=np.float32).tolist()
     status, r = ours.request("POST", "/v1/embeddings", {"input": "Hi", "encoding_format": "bogus"})
     assert status == 400 and r["error"]["param"] == "encoding_format"
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# /metrics, /slots, slot actions, llama-server's flags, system_fingerprint
+# ---------------------------------------------------------------------------------------------------------------------
+
+def _metrics(text: str) -> tuple[list[str], dict[str, float]]:
+    """/metrics' HELP and TYPE lines, and each series' value."""
+    meta = [line for line in text.splitlines() if line.startswith("#")]
+    values = {line.split()[0]: float(line.split()[1]) for line in text.splitlines() if line and line[0] != "#"}
+    return meta, values
+
+
+def test_metrics_are_llama_servers(theirs: Http, ours: Server) -> None:
+    """--metrics: GET /metrics is Prometheus text with llama-server's series (names, help, types, order); a
+    completion adds its tokens and model calls to the counters as there."""
+    body = {"prompt": "Metrics count the tokens of this prompt", "n_predict": 3, "temperature": 0}
+    before = {}
+    for name, h in (("theirs", theirs), ("ours", ours)):
+        status, text = h.request("GET", "/metrics")
+        assert status == 200 and isinstance(text, str), text
+        before[name] = _metrics(text)
+        h.request("POST", "/completion", body)
+    (tm, tb), (om, ob) = before["theirs"], before["ours"]
+    assert om == tm
+    t_after, o_after = _metrics(theirs.request("GET", "/metrics")[1])[1], _metrics(ours.request("GET", "/metrics")[1])[1]
+    for key in ("llamacpp:tokens_predicted_total", "llamacpp:n_decode_total"):
+        assert o_after[key] - ob[key] == t_after[key] - tb[key] == 3, key
+    prompt = ("llamacpp:prompt_tokens_total", "llamacpp:prompt_tokens_cached_total")
+    assert sum(o_after[k] - ob[k] for k in prompt) == sum(t_after[k] - tb[k] for k in prompt)
+    assert o_after["llamacpp:requests_processing"] == 0 and o_after["llamacpp:prompt_seconds_total"] > 0
+
+
+def test_slots_entries_are_llama_servers(theirs: Http, ours: Server) -> None:
+    """GET /slots after a completion: each slot's keys (params and next_token too) as llama-server's, and the same
+    id, n_ctx (-c 2048), is_processing, cached positions and request settings."""
+    body = {"prompt": "The capital of France is", "n_predict": 3, "temperature": 0, "top_k": 7}
+    for h in (theirs, ours):
+        h.request("POST", "/completion", body)
+    (st, t), (so, o) = theirs.request("GET", "/slots"), ours.request("GET", "/slots")
+    assert st == so == 200 and len(o) == len(t) == 1
+    a, b = o[0], t[0]
+    assert list(a) == list(b) and list(a["params"]) == list(b["params"]), (set(a) ^ set(b))
+    assert [set(x) for x in a["next_token"]] == [set(x) for x in b["next_token"]]
+    for key in ("id", "n_ctx", "speculative", "is_processing", "n_prompt_tokens"):
+        assert a[key] == b[key], key
+    for key in ("temperature", "top_k", "n_predict", "max_tokens", "samplers", "n_probs"):
+        assert a["params"][key] == b["params"][key], key
+
+
+def _actions(h: Http | Server, prompt: str) -> dict[str, tuple[int, Any]]:
+    """A completion, then the slot actions on slot 0 and their errors: name -> (status, answer)."""
+    body = {"prompt": prompt, "n_predict": 1, "temperature": 0, "n_probs": 3}
+    h.request("POST", "/completion", body)
+    out = {"first": h.request("POST", "/completion", body),  # served from the cache: all but the last token
+           "save": h.request("POST", "/slots/0?action=save", {"filename": "slot0.bin"}),
+           "erase": h.request("POST", "/slots/0?action=erase"),
+           "restore": h.request("POST", "/slots/0?action=restore", {"filename": "slot0.bin"})}
+    out["again"] = h.request("POST", "/completion", body)
+    for name, filename in (("dotdot", "../slot0.bin"), ("subdir", "x/slot0.bin")):
+        out[name] = h.request("POST", "/slots/0?action=save", {"filename": filename})
+    out["no filename"] = h.request("POST", "/slots/0?action=save", {})
+    out["bad id"] = h.request("POST", "/slots/x?action=save", {"filename": "slot0.bin"})
+    out["bad action"] = h.request("POST", "/slots/0?action=bogus", {"filename": "slot0.bin"})
+    out["missing file"] = h.request("POST", "/slots/0?action=restore", {"filename": "nothing.bin"})
+    return out
+
+
+def test_slot_save_erase_restore_as_llama_server(theirs: Http, ours: Server) -> None:
+    """--slot-save-path: save, erase and restore answer with llama-server's keys and counts; the restored slot
+    serves the prompt again from its cache with the same next-token probabilities as the cache before the save; a file name with directory
+    parts, a missing filename, a bad slot id or action, a missing file: 400s in llama.cpp's error object."""
+    prompt = "Slots keep what the model has read so far"
+    t, o = _actions(theirs, prompt), _actions(ours, prompt)
+    for name in ("save", "erase", "restore"):
+        assert o[name][0] == t[name][0] == 200, (name, o[name], t[name])
+        assert set(o[name][1]) == set(t[name][1]), name
+        assert set(o[name][1].get("timings", {})) == set(t[name][1].get("timings", {})), name
+    assert o["save"][1]["n_saved"] == t["save"][1]["n_saved"] == o["erase"][1]["n_erased"] \
+        == o["restore"][1]["n_restored"] == t["restore"][1]["n_restored"]
+    assert o["save"][1]["filename"] == "slot0.bin" and o["restore"][1]["n_read"] == o["save"][1]["n_written"]
+    first, again = o["first"][1], o["again"][1]
+    assert again["timings"]["cache_n"] == first["timings"]["cache_n"] == t["again"][1]["timings"]["cache_n"] \
+        == first["tokens_evaluated"] - 1
+    assert again["completion_probabilities"] == first["completion_probabilities"]  # bit for bit
+    for name in ("dotdot", "subdir", "no filename", "bad id", "bad action", "missing file"):
+        assert o[name][0] == t[name][0] == 400, (name, o[name], t[name])
+        assert set(o[name][1]["error"]) == set(t[name][1]["error"]) and o[name][1]["error"]["type"] == \
+            t[name][1]["error"]["type"], name
+
+
+def test_a_restored_slot_file_gives_the_same_next_logits(tmp_path: Path) -> None:
+    """The slot file (save_cache) restored into a fresh session: the next token's logits are the saved session's,
+    bit for bit, with only the new token computed; a file of another model or not a slot file is refused by name."""
+    import numpy as np
+
+    from minillama.api import Llama
+    from minillama.serve.slots import SLOT_FILE_FORMAT, load_cache, save_cache
+
+    llm = Llama(str(real_gguf()), n_ctx=256)
+    ids = llm.tokenizer.encode("The capital of France is", add_special=True, parse_special=True)
+    a = llm.session()
+    a.logits_next(ids)
+    path = str(tmp_path / "slot.bin")
+    n_bytes = save_cache(a, path)
+    with np.load(path) as z:
+        assert str(z["format"]) == SLOT_FILE_FORMAT and z["ids"].tolist() == ids and n_bytes > 0
+    b = llm.session()
+    assert load_cache(b, path, llm.tokenizer.n_vocab, llm.n_ctx) == (len(ids), n_bytes)
+    nxt = [*ids, 12]
+    assert np.array_equal(b.logits_next(nxt), a.logits_next(nxt)) and b.evaluated == 1
+    tiny = Llama(str(write_tiny_chat_model(tmp_path / "tiny.gguf")))
+    other = str(tmp_path / "other.bin")
+    s = tiny.session()
+    s.logits_next([1, 2, 3])
+    save_cache(s, other)
+    with pytest.raises(ValueError, match="this model"):
+        load_cache(llm.session(), other, llm.tokenizer.n_vocab, llm.n_ctx)
+    (tmp_path / "junk.bin").write_bytes(b"not a slot file")
+    with pytest.raises(ValueError, match="slot file"):
+        load_cache(llm.session(), str(tmp_path / "junk.bin"), llm.tokenizer.n_vocab, llm.n_ctx)
+    with pytest.raises(ValueError, match="at most 2 positions"):
+        load_cache(llm.session(), path, llm.tokenizer.n_vocab, 2)
+
+
+@pytest.mark.parametrize("name, ok", [("slot0.bin", True), ("a b.bin", True), ("ünï.bin", True), ("../x", False),
+                                      ("x/y", False), ("x\\y", False), ("..", False), (".", False), ("", False),
+                                      ("a:b", False), (" x", False), ("x.", False), ("x\n", False),
+                                      ("x" * 256, False)])
+def test_slot_file_names_as_llama_cpp_validates_them(name: str, ok: bool) -> None:
+    """Only a plain file name inside --slot-save-path (llama.cpp's fs_validate_filename rules)."""
+    from minillama.serve.slots import valid_filename
+
+    assert valid_filename(name) is ok
+
+
+IGNORED = ["-ngl", "99", "-fa", "on", "--jinja", "-b", "512", "-ub", "256", "-ctk", "q8_0", "-ctv", "q8_0",
+           "--no-mmap", "--context-shift"]
+
+
+@pytest.fixture(scope="module")
+def plain() -> Iterator[Server]:
+    """Our server without --metrics nor --slot-save-path, with --no-slots, server-wide defaults, an alias and the
+    flags copied from llama-server commands that mean nothing here."""
+    s = Server(real_gguf(), "--no-slots", "--alias", "smol", "--temp", "0", "--seed", "7", "-n", "4", "-t", "1",
+               "--embeddings", "--pooling", "mean", *IGNORED)
+    yield s
+    s.stop()
+
+
+def test_llama_server_flags_copied_from_its_commands(theirs: Http, plain: Server) -> None:
+    """-ngl, -fa, --jinja, -b, -ub, -ctk, -ctv, --no-mmap, --context-shift are accepted, each logged once as
+    ignored; --alias names the model; --temp, --seed and -n are every request's defaults (the greedy 4 tokens
+    llama-server gives when asked for them), shown in /props."""
+    log = "".join(plain.log)
+    for flag in ("-ngl/--gpu-layers 99", "-fa/--flash-attn on", "--jinja/--no-jinja", "-b/--batch-size 512",
+                 "-ub/--ubatch-size 256", "-ctk/--cache-type-k q8_0", "-ctv/--cache-type-v q8_0", "--mmap/--no-mmap",
+                 "--context-shift/--no-context-shift"):
+        assert log.count(f"ignoring {flag}:") == 1, flag
+    assert log.count("warning: ignoring") == 9
+    assert plain.request("GET", "/v1/models")[1]["data"][0]["id"] == "smol"
+    status, o = plain.request("POST", "/completion", {"prompt": "The capital of France is"})
+    t = theirs.request("POST", "/completion", {"prompt": "The capital of France is", "temperature": 0,
+                                               "n_predict": 4})[1]
+    assert status == 200 and o["tokens_predicted"] == 4 and o["content"] == t["content"] and o["model"] == "smol"
+    params = plain.request("GET", "/props")[1]["default_generation_settings"]["params"]
+    assert params["temperature"] == 0 and params["seed"] == 7 and params["n_predict"] == 4
+    chat = plain.request("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}]})[1]
+    assert chat["usage"]["completion_tokens"] <= 4 and chat["model"] == "smol"
+
+
+def test_endpoints_off_answer_as_llama_server(plain: Server) -> None:
+    """Without --metrics, with --no-slots, without --slot-save-path: 501 with llama-server's messages."""
+    for method, path, body, flag in (("GET", "/metrics", None, "--metrics"), ("GET", "/slots", None, "--slots"),
+                                     ("POST", "/slots/0?action=save", {"filename": "a.bin"}, "--slot-save-path")):
+        status, r = plain.request(method, path, body)
+        assert status == 501 and r["error"]["type"] == "not_supported_error", (path, r)
+        assert r["error"]["message"].endswith(f"Start it with `{flag}`"), r
+    props = plain.request("GET", "/props")[1]
+    assert props["endpoint_slots"] is False and props["endpoint_metrics"] is False
+
+
+def test_system_fingerprint_in_completions_as_llama_server(theirs: Http, ours: Server) -> None:
+    """system_fingerprint in OpenAI's completions and chat answers, and in every streamed chunk, as llama-server's."""
+    chat = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2, "temperature": 0}
+    for path, body in (("/v1/chat/completions", chat), ("/v1/completions", {"prompt": "Hi", "max_tokens": 2})):
+        (_, t), (_, o) = theirs.request("POST", path, body), ours.request("POST", path, body)
+        assert isinstance(t["system_fingerprint"], str) and o["system_fingerprint"].startswith("minillama-")
+        te, _ = events(theirs, path, {**body, "stream": True})
+        oe, _ = events(ours, path, {**body, "stream": True})
+        assert all("system_fingerprint" in e for e in te) and all("system_fingerprint" in e for e in oe)
