@@ -1,5 +1,7 @@
 /* The binding of the model's blocks (model.c): the Stack type, which checks every length once and keeps the
  * buffers alive, and GeGLU's GELU table. */
+#include <math.h>
+
 #include "bind.h"
 #include "model.h"
 
@@ -478,7 +480,118 @@ static PyObject *attend(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* silu(x, out): out = silu(x) over rows of x's last axis (n values each), as ggml_vec_silu_f32 computes a row:
+ * eight at a time with ggml_v_expf, the n % 8 left with libm's expf (ma_swiglu with g = 1, the same bits).
+ * x, out: float32, the same number of values, a multiple of n. */
+static PyObject *silu(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *xo, *oo;
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "OOn", &xo, &oo, &n)) return NULL;
+    Py_buffer xb, ob;
+    if (!get_array(xo, &xb, 4, "x")) return NULL;
+    if (PyObject_GetBuffer(oo, &ob, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&xb);
+        return NULL;
+    }
+    const Py_ssize_t len = xb.len / 4;
+    if (n < 1 || n > (1 << 24) || len % n || ob.len != xb.len || ob.itemsize != 4) {
+        PyBuffer_Release(&ob);
+        PyBuffer_Release(&xb);
+        return PyErr_Format(PyExc_ValueError, "silu: expected x and out of the same multiple of n = %zd floats, got "
+                            "%zd and %zd bytes", n, xb.len, ob.len);
+    }
+    float *ones = PyMem_Malloc((size_t)n * sizeof(float));
+    if (!ones) {
+        PyBuffer_Release(&ob);
+        PyBuffer_Release(&xb);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t i = 0; i < n; i++) ones[i] = 1.0f;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t r = 0; r < len / n; r++) ma_swiglu(n, (float *)ob.buf + r * n, (const float *)xb.buf + r * n, ones);
+    Py_END_ALLOW_THREADS
+    PyMem_Free(ones);
+    PyBuffer_Release(&ob);
+    PyBuffer_Release(&xb);
+    Py_RETURN_NONE;
+}
+
+/* exp_rows(x, out, n): out = e^x over rows of n values as ggml_vec_soft_max_f32 takes its exponentials: eight at a
+ * time with ggml_v_expf, the n % 8 left with libm's expf (ma_v_expf_n then expf). */
+static PyObject *exp_rows(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *xo, *oo;
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "OOn", &xo, &oo, &n)) return NULL;
+    Py_buffer xb, ob;
+    if (!get_array(xo, &xb, 4, "x")) return NULL;
+    if (PyObject_GetBuffer(oo, &ob, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&xb);
+        return NULL;
+    }
+    const Py_ssize_t len = xb.len / 4;
+    if (n < 1 || n > (1 << 24) || len % n || ob.len != xb.len || ob.itemsize != 4) {
+        PyBuffer_Release(&ob);
+        PyBuffer_Release(&xb);
+        return PyErr_Format(PyExc_ValueError, "exp_rows: expected x and out of the same multiple of n = %zd floats, "
+                            "got %zd and %zd bytes", n, xb.len, ob.len);
+    }
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t r = 0; r < len / n; r++) {
+        const float *x = (const float *)xb.buf + r * n;
+        float *y = (float *)ob.buf + r * n;
+        const Py_ssize_t n8 = n & ~(Py_ssize_t)7;
+        ma_v_expf_n(n8, x, y);
+        for (Py_ssize_t i = n8; i < n; i++) y[i] = expf(x[i]);
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&ob);
+    PyBuffer_Release(&xb);
+    Py_RETURN_NONE;
+}
+
+/* mul_f32(w, x, out): out [rows, E] = x [rows, d] times the float32 matrix w [E, d]^T as llama.cpp's CPU backend
+ * multiplies a float32 weight (mo_router: ggml_vec_dot_f32's order for one row, tinyBLAS's for more). */
+static PyObject *mul_f32(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *wo, *xo, *oo;
+    Py_ssize_t E, d;
+    if (!PyArg_ParseTuple(args, "OOOnn", &wo, &xo, &oo, &E, &d)) return NULL;
+    Py_buffer b[2], ob;
+    PyObject *objs[2] = {wo, xo};
+    const Py_ssize_t sizes[2] = {4, 4};
+    const char *names[2] = {"w", "x"};
+    if (!get_arrays(objs, b, sizes, names, 2)) return NULL;
+    if (PyObject_GetBuffer(oo, &ob, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
+        release_all(b, 2);
+        return NULL;
+    }
+    const Py_ssize_t rows = d > 0 ? b[1].len / 4 / d : 0;
+    if (E < 1 || d < 1 || E > (1 << 24) || d > (1 << 24) || b[0].len != E * d * 4 || b[1].len != rows * d * 4 ||
+        rows < 1 || ob.len != rows * E * 4 || ob.itemsize != 4) {
+        PyBuffer_Release(&ob);
+        release_all(b, 2);
+        return PyErr_Format(PyExc_ValueError, "mul_f32: expected w of %zd x %zd floats, x of rows of %zd and out of "
+                            "rows of %zd", E, d, d, E);
+    }
+    const int simd = mo_simd();
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t r = 0; r < rows; r++)
+        mo_router(b[0].buf, (const float *)b[1].buf + r * d, E, d, rows, simd, (float *)ob.buf + r * E);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&ob);
+    release_all(b, 2);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef model_functions[] = {
+    {"exp_rows", exp_rows, METH_VARARGS,
+     "exp_rows(x, out, n): out = e^x over rows of n values as ggml's soft_max takes them (ggml_v_expf)."},
+    {"mul_f32", mul_f32, METH_VARARGS,
+     "mul_f32(w, x, out, E, d): out [rows, E] = x [rows, d] w^T in llama.cpp's float32 order."},
+    {"silu", silu, METH_VARARGS,
+     "silu(x, out, n): out = silu(x) over rows of n values as ggml_vec_silu_f32 computes them (ggml_v_expf)."},
     {"gelu_table", gelu_table, METH_NOARGS, "gelu_table() -> bytes: GeGLU's table of GELU at every float16, float32."},
     {"attend", attend, METH_VARARGS,
      "attend(q, k, v, out, (n, H, Hkv, D, Dv), start, window, scale, pass_rows, kv_split): one sequence's rows "

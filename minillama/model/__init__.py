@@ -35,7 +35,7 @@ from ..sampling import Sampler
 from . import llama
 from .batch import Batch, StepBatcher
 from .cache import KVCache, Prefix
-from .layers import Linear, QuantLinear, _Joined, rmsnorm
+from .layers import Linear, QuantLinear, _Joined, native_ops, rmsnorm
 from .spec import ArchSpec, get, supported
 from .stack import NativeStack
 from .stack import build as build_stack
@@ -334,7 +334,8 @@ class Model:
         if self._stack is not None:
             return self._stack.forward(x, batch)
         batch.core, batch.kv_split = self._attn_core, self.kv_split
-        return self._arch.blocks(x, self._layers, self.hparams, batch)
+        with native_ops(self._attn_core):
+            return self._arch.blocks(x, self._layers, self.hparams, batch)
 
     def _logits(self, x: np.ndarray) -> np.ndarray:
         """The output matrix (and its bias, when the file has one) over the final-normed stream x."""

@@ -8,7 +8,10 @@ kernels over the weights' raw ggml blocks, left in the memory-mapped file.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import mmap
+from collections.abc import Iterator
 from types import ModuleType
 
 import numpy as np
@@ -27,16 +30,24 @@ def rmsnorm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
 
 def rope_angles(positions: np.ndarray, n_rot: int, base: float,
                 factors: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """cos and sin of pos * base^(-2i/n_rot) / factors[i] for i < n_rot/2: the rotation of every pair, per position.
+    """cos and sin of pos * base^(-2i/n_rot) / factors[i] for i < n_rot/2: the rotation of every pair, per position,
+    as ggml's rope computes it (ggml_rope_cache_init, and model.c): in float32, pair i + 1's angle that of pair i
+    times base^(-2/n_rot), divided by factors[i], then its cosine and sine rounded to float32. (A float64 angle is
+    closer to the true one, but an angle one ulp from llama.cpp's rotates q and k a little differently.)
 
     factors: the file's rope_freqs.weight (Llama 3.x's "llama3" rope scaling), which ggml_rope_ext takes as
     freq_factors and divides each pair's angle by; None: all 1."""
     # positions [T], factors [n_rot/2] -> cos, sin [T, n_rot/2]
-    inv_freq = np.power(np.float64(base), -np.arange(0, n_rot, 2, dtype=np.float64) / n_rot)
+    theta_scale = F32(np.power(np.float64(F32(base)), np.float64(F32(-2.0) / F32(n_rot))))
+    thetas = np.empty((positions.shape[0], n_rot // 2), F32)
+    theta = positions.astype(F32)
+    for i in range(n_rot // 2):
+        thetas[:, i] = theta
+        theta = theta * theta_scale
     if factors is not None:
-        inv_freq = inv_freq / factors.astype(np.float64)
-    theta = positions.astype(np.float64)[:, None] * inv_freq[None, :]
-    return np.cos(theta).astype(F32), np.sin(theta).astype(F32)
+        thetas = thetas / factors.astype(F32)
+    th = thetas.astype(np.float64)
+    return np.cos(th).astype(F32), np.sin(th).astype(F32)
 
 
 def yarn_angles(positions: np.ndarray, n_rot: int, base: float, freq_scale: float, ext_factor: float,
@@ -78,6 +89,15 @@ def yarn_angles(positions: np.ndarray, n_rot: int, base: float, freq_scale: floa
     return np.cos(th).astype(f32) * scale, np.sin(th).astype(f32) * scale
 
 
+def _rotate(x0: np.ndarray, x1: np.ndarray, c: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(x0 c - x1 s, x0 s + x1 c) as ggml's compiled rope computes them (and model.c): the first product fused into
+    the sum, fmaf(x0, c, -(x1 s)) and fmaf(x0, s, x1 c) (a float64 product of two floats is exact)."""
+    f64 = np.float64
+    a = (x0.astype(f64) * c - (x1 * s).astype(f64)).astype(F32)
+    b = (x0.astype(f64) * s + (x1 * c).astype(f64)).astype(F32)
+    return a, b
+
+
 def rope_norm(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
     """Rotate adjacent pairs (x[2i], x[2i+1]) of the first n_rot dims (llama.cpp's LLAMA_ROPE_TYPE_NORM)."""
     # x [T, H, D], cos/sin [T, n_rot/2]
@@ -85,8 +105,7 @@ def rope_norm(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
     c, s = cos[:, None, :], sin[:, None, :]
     out = x.copy()
     x0, x1 = x[..., 0:n_rot:2], x[..., 1:n_rot:2]
-    out[..., 0:n_rot:2] = x0 * c - x1 * s
-    out[..., 1:n_rot:2] = x0 * s + x1 * c
+    out[..., 0:n_rot:2], out[..., 1:n_rot:2] = _rotate(x0, x1, c, s)
     return out
 
 
@@ -97,8 +116,7 @@ def rope_neox(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
     c, s = cos[:, None, :], sin[:, None, :]
     out = x.copy()
     x0, x1 = x[..., :half], x[..., half:2 * half]
-    out[..., :half] = x0 * c - x1 * s
-    out[..., half:2 * half] = x0 * s + x1 * c
+    out[..., :half], out[..., half:2 * half] = _rotate(x0, x1, c, s)
     return out
 
 
@@ -139,9 +157,44 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, q_pos: np.ndarray, k_
     return out.transpose(2, 0, 1, 3).reshape(t, h * dv)
 
 
+#: The native core whose element-wise kernels the blocks of the pass running in this thread use (native_ops), or
+#: None: numpy's (the pure backend's, and the reference).
+_OPS: contextvars.ContextVar[ModuleType | None] = contextvars.ContextVar("minillama_native_ops", default=None)
+
+
+@contextlib.contextmanager
+def native_ops(core: ModuleType | None) -> Iterator[None]:
+    """Within it (in this thread), silu, exp_rows and float32 products (Linear) run in core's kernels, llama.cpp's bits: the Python blocks on the native
+    backend give llama.cpp's log-probs as the C blocks do (with core.attend for attention, Batch.core)."""
+    token = _OPS.set(core)
+    try:
+        yield
+    finally:
+        _OPS.reset(token)
+
+
+def exp_rows(x: np.ndarray) -> np.ndarray:
+    """e^x in float32; in native_ops, as ggml_vec_soft_max_f32 takes its exponentials along the last axis
+    (ggml_v_expf eight at a time, libm's expf for the rest)."""
+    core = _OPS.get()
+    if core is None or x.size == 0 or x.ndim == 0:
+        return np.exp(x)
+    x = np.ascontiguousarray(x, dtype=F32)
+    out = np.empty_like(x)
+    core.exp_rows(x, out, x.shape[-1])
+    return out
+
+
 def silu(x: np.ndarray) -> np.ndarray:
-    """x * sigmoid(x)."""
-    return x / (F32(1) + np.exp(-x))
+    """x * sigmoid(x): x / (1 + e^-x) in float32; in native_ops, as ggml_vec_silu_f32 computes each row (e^-x from
+    ggml_v_expf, eight at a time, not libm's: a silu one ulp apart flips an 8-bit quantum of the next product)."""
+    core = _OPS.get()
+    if core is None or x.size == 0 or x.ndim == 0:
+        return x / (F32(1) + np.exp(-x))
+    x = np.ascontiguousarray(x, dtype=F32)
+    out = np.empty_like(x)
+    core.silu(x, out, x.shape[-1])
+    return out
 
 
 _GELU_C = F32(np.sqrt(2.0 / np.pi))
@@ -176,6 +229,12 @@ class Linear:
     def __call__(self, x: np.ndarray) -> np.ndarray:
         """x w^T (BLAS reads w transposed, no copy); for a few rows (batched decode steps) as (w x^T)^T."""
         # x [T, in] -> [T, out]
+        core = _OPS.get()
+        if core is not None and self.w.dtype == F32 and x.ndim == 2 and x.shape[0] > 0:
+            x = np.ascontiguousarray(x, dtype=F32)
+            out = np.empty((x.shape[0], self.w.shape[0]), F32)
+            core.mul_f32(np.ascontiguousarray(self.w), x, out, self.w.shape[0], self.w.shape[1])
+            return out
         if 1 < x.shape[0] <= FEW_ROWS:
             return np.ascontiguousarray((self.w @ x.T).T)
         return x @ self.w.T

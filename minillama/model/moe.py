@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..quants import dequantize
-from .layers import Linear, QuantLinear, silu
+from .layers import Linear, QuantLinear, exp_rows, silu
 
 F32 = np.float32
 
@@ -53,9 +53,9 @@ class Experts:
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:
-    """Softmax over the last axis as ggml_soft_max computes it: exp(x - max) in float32, summed in double, each
-    multiplied by 1/sum rounded to float32."""
-    e = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    """Softmax over the last axis as ggml_soft_max computes it: exp(x - max) in float32 (layers.exp_rows), summed in
+    double, each multiplied by 1/sum rounded to float32."""
+    e = exp_rows(logits - logits.max(axis=-1, keepdims=True))
     total = np.cumsum(e, axis=-1, dtype=np.float64)[..., -1:]  # in order, as ggml's loop
     return e * (1.0 / total).astype(F32)
 
