@@ -245,6 +245,8 @@ class Model:
     def _new_cache(self) -> KVCache:
         hp = self.hparams
         dtype = np.float16 if self._stack is not None else np.float32  # the C blocks read float16, as llama.cpp
+        if self._arch.new_cache is not None:  # keys and values beside recurrent state
+            return self._arch.new_cache(hp, dtype)
         return KVCache(hp.n_layer, hp.n_head_kv, hp.head_dim, hp.head_dim_v, dtype=dtype)
 
     def _check(self, ids: Sequence[int], n_ctx: int | None = None) -> list[int]:
@@ -381,6 +383,7 @@ class Session:
             same += 1
         same = min(same, len(ids) - 1)  # always run at least the last token, for its logits
         cache.truncate(same)
+        same = cache.n  # a recurrent state goes back only to a checkpoint at or before `same`
         self.evaluated = len(ids) - same
         if self.batched and self.evaluated == 1:
             return self.model.batcher.step(self, ids[-1], same, cache)
@@ -421,7 +424,10 @@ def _core_of(layers: list[dict[str, Any]]) -> ModuleType | None:
 def _block_fields(arch: ArchSpec, w: Weights, hp: HParams, il: int) -> list[tuple[str, TensorSpec]]:
     """Block il's tensors as (field, spec): the required ones, in the q/k/v layout the file uses (llama.cpp's
     create_tensor_qkv takes attn_qkv when the block has it, else attn_q/k/v), and the optional ones it has."""
-    required, optional = dict(arch.layer_tensors), dict(arch.optional_tensors)
+    if arch.block_tensors is not None:
+        required, optional = (dict(t) for t in arch.block_tensors(hp, il))
+    else:
+        required, optional = dict(arch.layer_tensors), dict(arch.optional_tensors)
     separate = (llama.SEPARATE_QKV, llama.QKV_BIASES)
     fused = (llama.FUSED_QKV, llama.FUSED_QKV_BIAS)
     fused_here = w.has(w.spec(llama.FUSED_QKV["wqkv"], hp, il)[0])

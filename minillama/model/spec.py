@@ -21,11 +21,16 @@ if TYPE_CHECKING:
     import numpy as np
 
     from .batch import Batch
+    from .cache import KVCache
     from .weights import HParams, TensorSpec
 
 __all__ = ["ArchSpec", "Native", "register", "get", "supported", "ARCHS"]
 
 Blocks = Callable[["np.ndarray", list[dict[str, Any]], "HParams", "Batch"], "np.ndarray"]
+#: Block il's (required, optional) tensors, for architectures whose blocks differ (qwen35: DeltaNet or attention).
+BlockTensors = Callable[["HParams", int], tuple[Mapping[str, "TensorSpec"], Mapping[str, "TensorSpec"]]]
+#: A sequence's cache for an architecture that keeps more than keys and values (recurrent state): (hp, dtype).
+NewCache = Callable[["HParams", Any], "KVCache"]
 Prepare = Callable[[dict[str, Any]], dict[str, Any]]
 
 
@@ -67,7 +72,10 @@ class ArchSpec:
     added to the logits. prepare(block): the loaded block as the blocks take it (matrices fused); blocks(x,
     layers, hp, batch): every block over x (the Python reference); embed_scale(hp): factor of the embedding rows,
     or None. native: model.c's kind, None when only the Python blocks run it. experts: a mixture-of-experts
-    architecture, whose files must have expert_count >= 1 (llama.cpp asserts it)."""
+    architecture, whose files must have expert_count >= 1 (llama.cpp asserts it). block_tensors(hp, il): block
+    il's (required, optional) tensors when blocks differ (then layer_tensors lists every field any block may
+    have, for the docs); new_cache(hp, dtype): a sequence's cache when the architecture keeps recurrent state
+    beside keys and values (None: a KVCache)."""
 
     name: str
     layer_tensors: Mapping[str, TensorSpec]
@@ -81,6 +89,8 @@ class ArchSpec:
     embed_scale: Callable[[HParams], float | None] = no_embed_scale
     native: Native | None = None
     experts: bool = False
+    block_tensors: BlockTensors | None = None
+    new_cache: NewCache | None = None
 
     def __post_init__(self) -> None:
         if not self.name or not isinstance(self.name, str):

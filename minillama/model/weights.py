@@ -52,6 +52,14 @@ class HParams:
     n_expert: int = 0  # experts of a mixture-of-experts feed-forward (0: a dense one)
     n_expert_used: int = 0  # experts each token goes through
     n_ff_exp: int = 0  # hidden width of one expert
+    ssm_d_conv: int = 0  # gated DeltaNet layers (qwen35): short convolution kernel width
+    ssm_d_inner: int = 0  # their value width (value heads x value head size)
+    ssm_d_state: int = 0  # their key/value head size
+    ssm_dt_rank: int = 0  # their value heads
+    ssm_n_group: int = 0  # their key heads
+    full_attention_interval: int = 4  # every this-th layer is full attention, the others DeltaNet (qwen35)
+    n_ff_shexp: int = 0  # hidden width of a shared expert (0: n_ff)
+    rope_sections: tuple[int, ...] = ()  # rope.dimension_sections (multi-section rope), when the file has it
 
     @property
     def q_dim(self) -> int:
@@ -80,6 +88,31 @@ class HParams:
         return self.q_dim + self.k_dim + self.v_dim
 
     @property
+    def ssm_key_dim(self) -> int:
+        """Key (and query) width of a DeltaNet layer: key heads x head size."""
+        return self.ssm_n_group * self.ssm_d_state
+
+    @property
+    def ssm_value_dim(self) -> int:
+        """Value width of a DeltaNet layer as llama.cpp sizes its tensors: value heads x head size."""
+        return self.ssm_dt_rank * self.ssm_d_state
+
+    @property
+    def ssm_conv_dim(self) -> int:
+        """Channels of a DeltaNet layer's short convolution: q, k and v side by side."""
+        return 2 * self.ssm_key_dim + self.ssm_value_dim
+
+    @property
+    def q_gate_dim(self) -> int:
+        """Outputs of a gated-attention q matrix (qwen35): each head's query, then its output gate."""
+        return 2 * self.q_dim
+
+    @property
+    def n_ff_shared(self) -> int:
+        """Hidden width of the shared expert: expert_shared_feed_forward_length, else n_ff (as llama.cpp)."""
+        return self.n_ff_shexp or self.n_ff
+
+    @property
     def gate_up_dim(self) -> int:
         """Outputs of a fused gate/up matrix (phi3's ffn_up: gate first, then up)."""
         return 2 * self.n_ff
@@ -104,6 +137,13 @@ HPARAM_KEYS: dict[str, tuple[str, _Default]] = {
     "n_expert": ("expert_count", lambda h: 0),
     "n_expert_used": ("expert_used_count", lambda h: 0),
     "n_ff_exp": ("expert_feed_forward_length", lambda h: h["n_ff"] // h["n_expert_used"] if h["n_expert_used"] else 0),
+    "ssm_d_conv": ("ssm.conv_kernel", lambda h: 0),
+    "ssm_d_inner": ("ssm.inner_size", lambda h: 0),
+    "ssm_d_state": ("ssm.state_size", lambda h: 0),
+    "ssm_dt_rank": ("ssm.time_step_rank", lambda h: 0),
+    "ssm_n_group": ("ssm.group_count", lambda h: 0),
+    "full_attention_interval": ("full_attention_interval", lambda h: 4),
+    "n_ff_shexp": ("expert_shared_feed_forward_length", lambda h: 0),
 }
 
 #: LLAMA_MAX_LAYERS: llama.cpp's per-layer arrays hold this many blocks and it refuses a model with more.
@@ -118,7 +158,8 @@ INT_BOUNDS: dict[str, tuple[int, int]] = {
     "n_layer": (1, MAX_LAYERS), "n_ctx": (1, _U32), "n_embd": (1, _U32), "n_ff": (1, _U32), "n_head": (1, _U32),
     "n_head_kv": (1, _U32), "head_dim": (1, _U32), "head_dim_v": (1, _U32), "n_rot": (0, _U32),
     "sliding_window": (0, _U32), "n_expert": (0, MAX_EXPERTS), "n_expert_used": (0, MAX_EXPERTS),
-    "n_ff_exp": (0, _U32),
+    "n_ff_exp": (0, _U32), "ssm_d_conv": (0, 64), "ssm_d_inner": (0, _U32), "ssm_d_state": (0, _U32),
+    "ssm_dt_rank": (0, _U32), "ssm_n_group": (0, _U32), "full_attention_interval": (1, _U32), "n_ff_shexp": (0, _U32),
 }
 
 #: Float fields -> least value (finite, and the rope base above 0).
@@ -222,7 +263,18 @@ class Weights:
         if isinstance(tokens, list) and len(tokens) != embd.shape[1]:
             raise FormatError(f"the vocab has {len(tokens)} tokens but token_embd.weight has {embd.shape[1]} rows; "
                               "expected one row per token", path=self.path, key="token_embd.weight")
-        return HParams(arch=arch, n_vocab=embd.shape[1], **h)
+        return HParams(arch=arch, n_vocab=embd.shape[1], rope_sections=self._rope_sections(arch), **h)
+
+    def _rope_sections(self, arch: str) -> tuple[int, ...]:
+        """rope.dimension_sections (up to 4 integers, llama.cpp reads it as 4, missing ones 0), () without it."""
+        full = f"{arch}.rope.dimension_sections"
+        value = self.gguf.metadata.get(full)
+        if value is None:
+            return ()
+        values = list(value) if isinstance(value, (list, tuple, np.ndarray)) else [value]
+        if len(values) > 4 or not all(isinstance(v, (int, np.integer)) and 0 <= v <= _U32 for v in values):
+            raise FormatError(f"{full} is {values!r}, expected at most 4 integers >= 0", path=self.path, key=full)
+        return tuple(int(v) for v in values) + (0,) * (4 - len(values))
 
     def _checked(self, name: str, full: str, value: Any, vtype: GGUFValueType | None) -> int | float:
         """One hyper-parameter after its type and bounds check (vtype None: a default, computed here)."""
