@@ -370,14 +370,15 @@ def expected(out: str, only: list[str] | None = None) -> None:
 #: first of them leaves a 66-row batch). LONG_SERVER_FED: the one long prompt (llama, whose context is long enough).
 SERVER_FED_TOKENS = (70, 110, 200)
 LONG_SERVER_FED = 2048
-SERVER_FED_ARCHS = ("qwen2", "qwen3", "llama", "mistral3", "qwen3moe")
+SERVER_FED_ARCHS = ("qwen2", "qwen3", "llama", "mistral3", "qwen3moe", "qwen35")
 SERVER_FED_PREDICT = 16
 
 
-def server_fed(out: str, gguf_paths: list[str]) -> None:
+def server_fed(out: str, gguf_paths: list[str], only: list[str] | None = None) -> None:
     """llama.cpp's greedy continuations of prompts of SERVER_FED_TOKENS tokens (default-corpus.txt, at the offsets
     of LONG_AT), fed as llama.cpp's server feeds a prompt (all but its last 4 tokens, then those 4, then one token
-    per step), on the seed-0 models of SERVER_FED_ARCHS and on each of gguf_paths (under its file name), to out."""
+    per step), on the seed-0 models of SERVER_FED_ARCHS and on each of gguf_paths (under its file name), to out
+    (only: these architectures' entries, the others of the existing file out kept)."""
     sys.path.insert(0, str(ROOT / "tools" / "bench"))
     sys.path.insert(0, str(SHARED / "tools"))
     from llamacpp_decode import LlamaCpp
@@ -385,9 +386,11 @@ def server_fed(out: str, gguf_paths: list[str]) -> None:
 
     corpus = (ROOT / "minillama" / "data" / "default-corpus.txt").read_text(encoding="utf-8")
     data: dict[str, Any] = {"n_predict": SERVER_FED_PREDICT, "models": {}}
+    if only:
+        data = json.loads(Path(out).read_text(encoding="utf-8"))
     with tempfile.TemporaryDirectory() as tmp:
         models = []
-        for arch in SERVER_FED_ARCHS:
+        for arch in only or SERVER_FED_ARCHS:
             write_model(arch, os.path.join(tmp, f"{arch}.gguf"))
             models.append((arch, os.path.join(tmp, f"{arch}.gguf")))
         models += [(os.path.basename(p), p) for p in gguf_paths]
@@ -414,13 +417,13 @@ def main(argv: list[str]) -> int:
     ap.add_argument("out", nargs="?")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--expected", metavar="OUT.json", help="write llama.cpp's outputs on every arch's model")
-    ap.add_argument("--only", nargs="+", choices=ARCHS, help="with --expected: remake these models' entries only")
+    ap.add_argument("--only", nargs="+", choices=ARCHS, help="with --expected or --server-fed: remake these models' entries only")
     ap.add_argument("--server-fed", metavar="OUT.json",
                     help="write llama.cpp's outputs on prompts of 70 to 2,048 tokens fed as its server feeds them")
     ap.add_argument("--gguf", nargs="*", default=[], help="with --server-fed: real models to run as well")
     a = ap.parse_args(argv)
     if a.server_fed:
-        server_fed(a.server_fed, a.gguf)
+        server_fed(a.server_fed, a.gguf, a.only)
         return 0
     if a.expected:
         expected(a.expected, a.only)

@@ -431,8 +431,73 @@ static PyObject *gelu_table(PyObject *self, PyObject *unused) {
     return PyBytes_FromStringAndSize((const char *)ms_gelu_table(), 65536 * sizeof(float));
 }
 
+/* attend(q, k, v, start, heads, scale, window, out): the rows of one sequence's query q [T, H, D] (float32) at
+ * positions start..start+T-1 attending to its cached float16 keys k [start+T, Hkv, D] and values v [start+T, Hkv,
+ * Dv], as llama.cpp's CPU flash attention computes them (attention.c: row by row under MA_TILED_ROWS rows, tiled
+ * from there), into out [T, H * Dv] float32. For the Python blocks of architectures model.c does not run. */
+static PyObject *attend_py(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *objs[4];
+    long long start, H, window;
+    float scale;
+    if (!PyArg_ParseTuple(args, "OOOLLfLO", &objs[0], &objs[1], &objs[2], &start, &H, &scale, &window, &objs[3]))
+        return NULL;
+    Py_buffer b[4];
+    static const Py_ssize_t sizes[4] = {4, 2, 2, 4};
+    static const char *names[4] = {"q", "k", "v", "out"};
+    if (!get_arrays(objs, b, sizes, names, 4)) return NULL;
+    PyObject *res = NULL;
+    const int64_t S = b[1].ndim == 3 ? b[1].shape[0] : -1, Hkv = b[1].ndim == 3 ? b[1].shape[1] : 0;
+    const int64_t D = b[1].ndim == 3 ? b[1].shape[2] : 0, Dv = b[2].ndim == 3 ? b[2].shape[2] : 0;
+    const int64_t T = S - start;
+    if (b[1].ndim != 3 || b[2].ndim != 3 || start < 0 || T < 1 || H < 1 || Hkv < 1 || H % Hkv || D < 1 ||
+        Dv < 1 || window < 0 || b[2].shape[0] != S || b[2].shape[1] != Hkv || b[0].len / 4 != T * H * D ||
+        b[3].len / 4 != T * H * Dv || !isfinite(scale)) {
+        PyErr_SetString(PyExc_ValueError, "attend: expected q [T, H, D], k [start+T, Hkv, D], v [start+T, Hkv, Dv] "
+                        "with H a multiple of Hkv, out [T, H * Dv], start >= 0, window >= 0, a finite scale");
+        goto done;
+    }
+    const int tiled = T >= MA_TILED_ROWS;
+    float *work = PyMem_Malloc(sizeof(float) * (tiled ? ma_tiled_work(D, Dv) : (size_t)(D + Dv)));
+    int64_t *pos = PyMem_Malloc(sizeof(int64_t) * (size_t)T);
+    if (!work || !pos) {
+        PyMem_Free(work), PyMem_Free(pos);
+        PyErr_NoMemory();
+        goto done;
+    }
+    const float *q = b[0].buf;
+    const uint16_t *k = b[1].buf, *v = b[2].buf;
+    float *out = b[3].buf;
+    for (int64_t t = 0; t < T; t++) pos[t] = start + t;
+    Py_BEGIN_ALLOW_THREADS
+    for (int64_t h = 0; h < H; h++) {
+        const int64_t kvh = h / (H / Hkv);
+        if (tiled) {
+            for (int64_t t = 0; t < T; t += MA_TILED_ROWS) {
+                const int64_t n = T - t < MA_TILED_ROWS ? T - t : MA_TILED_ROWS;
+                ma_attend_tiled(q + (t * H + h) * D, H * D, n, pos + t, window, k + kvh * D, Hkv * D, v + kvh * Dv,
+                                Hkv * Dv, D, Dv, scale, out + (t * H + h) * Dv, H * Dv, work);
+            }
+        } else {
+            for (int64_t t = 0; t < T; t++) {
+                const int64_t p = pos[t], s0 = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
+                ma_attend_row(q + (t * H + h) * D, k + kvh * D, Hkv * D, v + kvh * Dv, Hkv * Dv, s0, p, D, Dv, scale,
+                              out + (t * H + h) * Dv, work);
+            }
+        }
+    }
+    Py_END_ALLOW_THREADS
+    PyMem_Free(work), PyMem_Free(pos);
+    res = Py_NewRef(Py_None);
+done:
+    release_all(b, 4);
+    return res;
+}
+
 static PyMethodDef model_functions[] = {
     {"gelu_table", gelu_table, METH_NOARGS, "gelu_table() -> bytes: GeGLU's table of GELU at every float16, float32."},
+    {"attend", attend_py, METH_VARARGS, "attend(q, k, v, start, heads, scale, window, out): one sequence's flash "
+     "attention as llama.cpp's CPU backend computes it (attention.c)."},
     {NULL, NULL, 0, NULL},
 };
 

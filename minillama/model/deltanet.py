@@ -26,14 +26,16 @@ checkpoint at or before the asked position (the caller recomputes from there).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from types import ModuleType
 from typing import Any
 
 import numpy as np
 
+from ..backend import backend_choice, native_core
 from ..errors import ArgumentError, FormatError
+from ..quants import dequantize
 from .batch import Batch
 from .cache import KVCache, Prefix
-from ..quants import dequantize
 from .layers import Linear, QuantLinear, rmsnorm, rope_angles, rope_neox, silu
 from .weights import HParams, TensorSpec
 
@@ -107,9 +109,16 @@ def block_tensors(ffn: Mapping[str, TensorSpec]) -> Callable[[HParams, int], tup
     return tensors
 
 
+def _native() -> ModuleType | None:
+    """The native core when the backend is native (its flash attention then runs the attention layers)."""
+    core = native_core(backend_choice())
+    return core if core is not None and hasattr(core, "attend") else None
+
+
 def new_cache(hp: HParams, dtype: Any) -> HybridCache:
-    """ArchSpec.new_cache: a sequence's keys, values and recurrent state."""
-    return HybridCache(hp, dtype)
+    """ArchSpec.new_cache: a sequence's keys, values and recurrent state; keys and values as float16 for the
+    native flash attention, float32 arrays of float16 values for numpy's."""
+    return HybridCache(hp, np.float16 if _native() is not None else F32)
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
@@ -319,9 +328,25 @@ def attention_layer(w: dict[str, Any], h: np.ndarray, hp: HParams, batch: Batch,
     q, k = rmsnorm(q, w["q_norm"], hp.eps), rmsnorm(k, w["k_norm"], hp.eps)
     cos, sin = angles
     q, k = rope_neox(q, cos, sin), rope_neox(k, cos, sin)
-    slot = batch.seqs[0][2].slot[il]  # type: ignore[attr-defined]
-    out = batch.attend(slot, q, k, v, 1.0 / np.sqrt(d))
-    return w["wo"](out * sigmoid(gate))
+    return w["wo"](attend(batch, il, q, k, v, 1.0 / np.sqrt(d)) * sigmoid(gate))
+
+
+def attend(batch: Batch, il: int, q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float) -> np.ndarray:
+    """Batch.attend on each sequence's cache, in the native core's flash attention (llama.cpp's float16 sums)
+    when the cache holds float16, else numpy's (layers.attention)."""
+    caches = _caches(batch)
+    slot = caches[0][3].slot[il]
+    if caches[0][3].k[slot].dtype != np.float16:
+        return batch.attend(slot, q, k, v, scale)
+    core = _native()
+    assert core is not None
+    out = np.empty((q.shape[0], q.shape[1] * v.shape[2]), F32)
+    for row, end, start, cache in caches:
+        keys, values = cache.store(slot, start, k[row:end], v[row:end])
+        part = np.empty((end - row, out.shape[1]), F32)
+        core.attend(np.ascontiguousarray(q[row:end], dtype=F32), keys, values, start, q.shape[1], scale, 0, part)
+        out[row:end] = part
+    return out
 
 
 def prepare(t: dict[str, Any]) -> dict[str, Any]:
