@@ -44,9 +44,9 @@ gguf = pytest.importorskip("gguf")
 
 EXPECTED = DATA / "archs_llamacpp_greedy.json"
 #: The architectures llama.cpp's outputs were stored for fed as its server feeds prompts of 64 tokens and more.
-SERVER_FED_ARCHS = ["qwen2", "qwen3", "llama", "mistral3", "qwen3moe"]
+SERVER_FED_ARCHS = ["qwen2", "qwen3", "llama", "mistral3", "qwen3moe", "qwen35"]
 ARCHS = ["qwen2", "qwen3", "phi3", "llama", "llama-biases", "qwen2-output-bias", "qwen3-biases", "phi3-biases",
-         "mistral3", "qwen3moe"]
+         "mistral3", "qwen3moe", "qwen35"]
 
 
 @functools.cache
@@ -108,6 +108,12 @@ def slack(m: Model) -> int:
     experts are that close the token takes the other one, which changes its whole feed-forward: one such position
     of the stored ones is seen on the pure backend. The C blocks (the native backend) take every one."""
     return 1 if spec.get(m.hparams.arch).experts and m._stack is None else 0
+
+
+def llamacpp_bits(m: Model) -> bool:
+    """m computes llama.cpp's bits: the C blocks, or the hybrid (qwen35) blocks on the native backend, whose
+    matrices, attention and DeltaNet steps are llama.cpp's operations in its order."""
+    return m._stack is not None or (m._native and m.hparams.arch.startswith("qwen35"))
 
 
 def agreement(m: Model, arch: str) -> tuple[int, int]:
@@ -195,7 +201,10 @@ def f32(*shape: int) -> np.ndarray:
 
 
 @pytest.mark.parametrize("arch, tensor", [("qwen2", "blk.1.ffn_gate.weight"), ("qwen3", "blk.0.attn_k_norm.weight"),
-                                          ("phi3", "blk.1.attn_qkv.weight"), ("phi3", "blk.0.ffn_up.weight")])
+                                          ("phi3", "blk.1.attn_qkv.weight"), ("phi3", "blk.0.ffn_up.weight"),
+                                          ("qwen35", "blk.0.ssm_a"), ("qwen35", "blk.2.ssm_conv1d.weight"),
+                                          ("qwen35", "blk.1.post_attention_norm.weight"),
+                                          ("qwen35", "blk.3.attn_q_norm.weight")])
 def test_a_missing_tensor_is_named(made: Made, tmp_path: Path, arch: str, tensor: str) -> None:
     path = rewrite(made.path(arch), tmp_path / "m.gguf", drop=(tensor,))
     with pytest.raises(FormatError, match=f"expected a tensor '{tensor}', not found") as e:
@@ -209,6 +218,9 @@ WRONG_SHAPES = [
     ("qwen3", "blk.1.attn_q_norm.weight", (32,), "[64]"),  # n_embd / n_head instead of key_length
     ("phi3", "blk.0.ffn_up.weight", (320, 128), "[128, 640]"),  # up alone, without the gate half
     ("phi3", "blk.1.attn_qkv.weight", (128, 128), "[128, 256]"),  # q rows only
+    ("qwen35", "blk.1.attn_q.weight", (128, 128), "[128, 256]"),  # the queries without their output gates
+    ("qwen35", "blk.0.ssm_conv1d.weight", (128, 3), "[4, 128]"),  # a kernel of 3 taps, not ssm.conv_kernel's 4
+    ("qwen35", "blk.2.ssm_alpha.weight", (2, 128), "[128, 4]"),  # per key head, not per value head
 ]
 
 
@@ -240,6 +252,8 @@ UNUSED = [
     ("qwen2", "blk.0.attn_output.bias", (128,)),
     ("phi3", "blk.0.ffn_up.bias", (640,)),
     ("qwen3", "blk.1.extra.weight", (4,)),
+    ("qwen35", "blk.1.ssm_a", (4,)),  # a DeltaNet tensor in a full-attention block
+    ("qwen35", "blk.0.attn_q_norm.weight", (32,)),  # an attention tensor in a DeltaNet block
 ]
 
 
@@ -505,7 +519,7 @@ def test_prompts_of_64_tokens_and_more_fed_as_llamacpps_server_give_its_log_prob
     unrounded query, a softmax per tile of 64 keys with ggml_v_expf, float32 sums of values), so minillama's
     native blocks must take it too to give llama.cpp's log-probs to their stored rounding at every position."""
     m = made.model(arch)
-    if m._stack is None:
+    if not llamacpp_bits(m):
         pytest.skip("the pure backend's float32 products are not llama.cpp's bits")
     from minillama._native import _core
 
@@ -614,3 +628,98 @@ def test_qwen3moe_wrong_expert_shape_is_named(made: Made, tmp_path: Path, tensor
     path = rewrite(made.path("qwen3moe"), tmp_path / "m.gguf", put={tensor: np.ones(shape, dtype=np.float32)})
     with pytest.raises(FormatError, match=re.escape(f"expected {expected}")):
         Model.from_file(path)
+
+
+# -- qwen35: the recurrent state of a hybrid model --------------------------------------------------------------
+
+def same(m: Model, a: np.ndarray, b: np.ndarray) -> bool:
+    """a and b to the bit on the native backend (its kernels give a row the same bits in any batch); on the pure one
+    to numpy's BLAS, whose sums depend on how many rows a product has."""
+    return bool(np.array_equal(a, b)) if m._native else bool(np.allclose(a, b, atol=1e-4, rtol=0))
+
+
+def fed(m: Model, parts: list[list[int]]) -> np.ndarray:
+    """The last logits of a fresh session fed the prefixes parts[0], parts[0] + parts[1], ... in turn."""
+    s, ids = m.session(), []
+    for p in parts:
+        ids = ids + p
+        row = s.logits_next(ids)
+    return row
+
+
+def test_qwen35_session_reuses_only_the_state_it_has(made: Made) -> None:
+    """A session's DeltaNet state holds every position it has seen: a second prompt sharing only a prefix with the
+    first must not start from the first's state. It goes back to the latest checkpoint of the state at or before
+    the shared prefix (taken at the end of each multi-token pass and before its last token), and its logits are
+    those of a fresh session fed the same batches."""
+    m = made.model("qwen35")
+    rng = np.random.default_rng(7)
+    first = [int(x) for x in rng.integers(1, 1000, 40)]
+    s = m.session()
+    s.logits_next(first[:30])
+    s.logits_next(first)
+    other = first[:34] + [int(x) for x in rng.integers(1, 1000, 6)]  # shares 34 positions, the state at 40 has more
+    row = s.logits_next(other)
+    assert s.evaluated == len(other) - 30  # back to the checkpoint at 30 (the end of the first pass)
+    assert same(m, row, fed(m, [first[:30], other[30:]]))
+    again = s.logits_next(other[:-1] + [5])  # the position before the last token of the last pass: a checkpoint
+    assert s.evaluated == 1
+    assert same(m, again, fed(m, [first[:30], other[30:-1], [5]]))
+    fresh = m.session().logits_next(other)
+    assert np.allclose(row, fresh, atol=2e-3), np.abs(row - fresh).max()  # other batches: other float16 sums
+    assert int(row.argmax()) == int(fresh.argmax())
+
+
+def test_qwen35_prefix_moves_with_its_state(made: Made) -> None:
+    """export_prefix / import_prefix (the server's RAM prompt cache) carry the recurrent state and its checkpoints:
+    a session restored from another's prefix continues as the other would; a key/value-only prefix is refused."""
+    from minillama.errors import ArgumentError
+    from minillama.model.cache import Prefix
+
+    m = made.model("qwen35")
+    ids = list(range(3, 40))
+    a = m.session()
+    a.logits_next(ids[:25])
+    a.logits_next(ids)
+    b = m.session()
+    b.import_prefix(a.export_prefix())
+    assert b.cached_ids == ids
+    nxt = ids + [11]
+    assert same(m, b.logits_next(nxt), a.logits_next(nxt)) and b.evaluated == 1
+    c = m.session()
+    c.import_prefix(a.export_prefix())
+    row = c.logits_next(ids[:27] + [9, 9])  # below the end: back to the checkpoint at 25
+    assert c.evaluated == 4 and same(m, row, fed(m, [ids[:25], ids[25:27] + [9, 9]]))
+    with pytest.raises(ArgumentError, match="recurrent state"):
+        m.session().import_prefix(Prefix(ids[:2], [np.zeros((2, 2, 32), np.float32)] * 2,
+                                         [np.zeros((2, 2, 32), np.float32)] * 2))
+
+
+def test_qwen35_server_slots_reuse_prefixes_correctly(made: Made) -> None:
+    """The server's slots (serve.prompt_cache.Caches) claim the session sharing the longest prefix and save its
+    state to the RAM cache: every answer equals a fresh session's."""
+    from minillama.serve.prompt_cache import Caches
+
+    m = made.model("qwen35")
+    caches = Caches([m.session()], cache_bytes=1 << 24)
+    rng = np.random.default_rng(3)
+    base = [int(x) for x in rng.integers(1, 1000, 36)]
+    prompts = [base, base[:20] + [7] * 16, base + [8, 9], [5] * 30, base[:33] + [1, 2]]
+    for p in prompts:
+        s = caches.claim(p)
+        row = s.logits_next(p)
+        caches.release(s)
+        fresh = m.session().logits_next(p)
+        assert int(row.argmax()) == int(fresh.argmax())
+        assert np.allclose(row, fresh, atol=2e-3), np.abs(row - fresh).max()
+
+
+def test_qwen35_has_deltanet_and_attention_layers(made: Made) -> None:
+    """Every second block of the small model is full attention (full_attention_interval 2), the others DeltaNet
+    with 4 value heads sharing 2 key heads; its rope sections put two of the eight rotated pairs at position 0."""
+    m = made.model("qwen35")
+    kinds = ["ssm_qkv" in w for w in m._layers]
+    assert kinds == [True, False, True, False]
+    hp = m.hparams
+    assert (hp.ssm_d_conv, hp.ssm_d_state, hp.ssm_n_group, hp.ssm_dt_rank) == (4, 16, 2, 4)
+    assert hp.rope_sections == (2, 2, 2, 2) and hp.n_rot == 16 < hp.head_dim
