@@ -95,6 +95,10 @@ ARCHS: dict[str, dict[str, Any]] = {
     "qwen35": {"n_embd": 128, "n_layer": 4, "n_head": 4, "n_head_kv": 2, "key_length": 32, "n_ff": 256,
                "n_ctx": 4096, "rope_base": 10000000.0, "eps": 1e-6, "tied": False, "n_rot": 16,
                "rope_sections": [2, 2, 2, 2], "full_attention_interval": 2, "ssm": QWEN35_SSM},
+    "qwen35moe": {"n_embd": 256, "n_layer": 4, "n_head": 4, "n_head_kv": 2, "key_length": 32, "n_ff": 256,
+                  "n_ctx": 4096, "rope_base": 10000000.0, "eps": 1e-6, "tied": False, "n_rot": 16,
+                  "rope_sections": [2, 2, 2, 2], "full_attention_interval": 2, "ssm": QWEN35_SSM, "n_expert": 8,
+                  "n_expert_used": 2, "n_ff_exp": 32, "n_ff_shexp": 64},
     "llama-biases": {"arch": "llama", "n_embd": 128, "n_layer": 2, "n_head": 4, "n_head_kv": 2, "n_ff": 320,
                      "n_ctx": 4096, "rope_base": 10000.0, "eps": 1e-5, "tied": False, "biases": LLAMA_BIASES},
 }
@@ -188,9 +192,16 @@ def hybrid_tensors(c: dict[str, Any], il: int) -> list[tuple[str, str, tuple[int
                  ("attn_k.weight", "attn", (kv, d)), ("attn_k_norm.weight", "norm", (hd,)),
                  ("attn_v.weight", "attn", (kv, d)), ("attn_output.weight", "attn", (d, q))]
     ff = c["n_ff"]
-    return ([("attn_norm.weight", "norm", (d,))] + mixer + [("post_attention_norm.weight", "norm", (d,)),
-            ("ffn_gate.weight", "ffn_gate", (ff, d)), ("ffn_up.weight", "ffn_up", (ff, d)),
-            ("ffn_down.weight", "ffn_down", (d, ff))])
+    ffn = [("ffn_gate.weight", "ffn_gate", (ff, d)), ("ffn_up.weight", "ffn_up", (ff, d)),
+           ("ffn_down.weight", "ffn_down", (d, ff))]
+    if "n_expert" in c:  # qwen35moe: the router, the experts, then the shared expert and its gate
+        n_exp, ff_exp, sh = c["n_expert"], c["n_ff_exp"], c["n_ff_shexp"]
+        ffn = [("ffn_gate_inp.weight", "router", (n_exp, d)), ("ffn_gate_exps.weight", "exps_gate", (n_exp, ff_exp, d)),
+               ("ffn_up_exps.weight", "exps_up", (n_exp, ff_exp, d)),
+               ("ffn_down_exps.weight", "exps_down", (n_exp, d, ff_exp)),
+               ("ffn_gate_inp_shexp.weight", "router", (d,)), ("ffn_gate_shexp.weight", "ffn_gate", (sh, d)),
+               ("ffn_up_shexp.weight", "ffn_up", (sh, d)), ("ffn_down_shexp.weight", "ffn_down", (d, sh))]
+    return [("attn_norm.weight", "norm", (d,))] + mixer + [("post_attention_norm.weight", "norm", (d,))] + ffn
 
 
 def layer_tensors(arch: str, c: dict[str, Any], il: int = 0) -> list[tuple[str, str, tuple[int, ...]]]:
@@ -267,6 +278,8 @@ def write_model(name: str, out: str | os.PathLike[str], seed: int = 0) -> None:
         w.add_expert_count(c["n_expert"])
         w.add_expert_used_count(c["n_expert_used"])
         w.add_expert_feed_forward_length(c["n_ff_exp"])
+    if "n_ff_shexp" in c:
+        w.add_expert_shared_feed_forward_length(c["n_ff_shexp"])
     if "ssm" in c:
         w.add_ssm_conv_kernel(c["ssm"]["conv_kernel"])
         w.add_ssm_state_size(c["ssm"]["state_size"])
@@ -370,7 +383,7 @@ def expected(out: str, only: list[str] | None = None) -> None:
 #: first of them leaves a 66-row batch). LONG_SERVER_FED: the one long prompt (llama, whose context is long enough).
 SERVER_FED_TOKENS = (70, 110, 200)
 LONG_SERVER_FED = 2048
-SERVER_FED_ARCHS = ("qwen2", "qwen3", "llama", "mistral3", "qwen3moe", "qwen35")
+SERVER_FED_ARCHS = ("qwen2", "qwen3", "llama", "mistral3", "qwen3moe", "qwen35", "qwen35moe")
 SERVER_FED_PREDICT = 16
 
 
