@@ -391,14 +391,16 @@ def test_numpy_quantizers_write_llamacpps_bytes() -> None:
 
 def test_every_architecture_module_registers_a_frozen_spec() -> None:
     """supported() finds every architecture module of minillama/model without a list to edit: the seven written, each
-    an ArchSpec that cannot be changed after registration and, but for qwen3moe (the Python blocks with the C
-    kernels), that model.c runs (native kind given)."""
+    an ArchSpec that cannot be changed after registration and, but for qwen3moe, qwen35 and qwen35moe (the Python
+    blocks with the C kernels), that model.c runs (native kind given)."""
     import dataclasses
 
-    assert spec.supported() == ["gemma3", "llama", "mistral3", "phi3", "qwen2", "qwen3", "qwen3moe"]
+    assert spec.supported() == ["gemma3", "llama", "mistral3", "phi3", "qwen2", "qwen3", "qwen35", "qwen35moe",
+                                "qwen3moe"]
     for name in spec.supported():
         s = spec.get(name)
-        assert isinstance(s, spec.ArchSpec) and s.name == name and (s.native is not None or name == "qwen3moe")
+        python_blocks = ("qwen3moe", "qwen35", "qwen35moe")
+        assert isinstance(s, spec.ArchSpec) and s.name == name and (s.native is not None or name in python_blocks)
         with pytest.raises(dataclasses.FrozenInstanceError):
             s.output_bias = True  # type: ignore[misc]
         with pytest.raises(TypeError):
