@@ -58,6 +58,10 @@ LLAMA32_ROPE = {"factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
 LLAMA_BIASES = ("attn_q.bias", "attn_k.bias", "attn_v.bias", "attn_output.bias", "ffn_gate.bias", "ffn_up.bias",
                 "ffn_down.bias")
 
+#: qwen35's gated DeltaNet layers: conv kernel 4, 2 key heads and 4 value heads of 16 (as Qwen3.5's 16 and 32 of
+#: 128), so value heads share key heads; every 2nd layer is full attention (Qwen3.5: every 4th).
+QWEN35_SSM = {"conv_kernel": 4, "state_size": 16, "group_count": 2, "time_step_rank": 4}
+
 #: The shapes and settings of each architecture's model (all small; rows are whole Q8_0/Q4_x blocks of 32).
 #: key_length: written only when set (qwen3's heads are wider than n_embd / n_head, as Qwen3's own are).
 #: tied: no output.weight, the embedding is the output matrix (all False: a tied output on random weights predicts
@@ -111,6 +115,13 @@ ARCHS: dict[str, dict[str, Any]] = {
                       "n_expert_used": 3, "n_ff_exp": 64, "mla": {"q_lora": 0, "kv_lora": 64, "nope": 32,
                       "rope": 16, "v": 32, "dense_lead": 1, "shared": 1, "groups": 0, "groups_used": 0,
                       "gating": 0, "norm": False, "scale": 0.0, "probs_bias": False, "split_kv": False}},
+    "qwen35": {"n_embd": 128, "n_layer": 4, "n_head": 4, "n_head_kv": 2, "key_length": 32, "n_ff": 256,
+               "n_ctx": 4096, "rope_base": 10000000.0, "eps": 1e-6, "tied": False, "n_rot": 16,
+               "rope_sections": [2, 2, 2, 2], "full_attention_interval": 2, "ssm": QWEN35_SSM},
+    "qwen35moe": {"n_embd": 256, "n_layer": 4, "n_head": 4, "n_head_kv": 2, "key_length": 32, "n_ff": 256,
+                  "n_ctx": 4096, "rope_base": 10000000.0, "eps": 1e-6, "tied": False, "n_rot": 16,
+                  "rope_sections": [2, 2, 2, 2], "full_attention_interval": 2, "ssm": QWEN35_SSM, "n_expert": 8,
+                  "n_expert_used": 2, "n_ff_exp": 32, "n_ff_shexp": 64},
     "llama-biases": {"arch": "llama", "n_embd": 128, "n_layer": 2, "n_head": 4, "n_head_kv": 2, "n_ff": 320,
                      "n_ctx": 4096, "rope_base": 10000.0, "eps": 1e-5, "tied": False, "biases": LLAMA_BIASES},
 }
@@ -118,7 +129,7 @@ ARCHS: dict[str, dict[str, Any]] = {
 #: Quantization type of each kind of matrix (the norms and biases are F32, as llama.cpp's converter writes them).
 TYPES: dict[str, T] = {"token_embd": T.Q8_0, "output": T.Q8_0, "attn": T.Q8_0, "ffn_up": T.Q4_0,
                        "ffn_gate": T.Q4_1, "ffn_down": T.Q5_1, "exps_gate": T.Q4_K, "exps_up": T.Q4_K,
-                       "exps_down": T.Q8_0, "router": T.F32, "exps_mxfp4": T.MXFP4}
+                       "exps_down": T.Q8_0, "router": T.F32, "exps_mxfp4": T.MXFP4, "ssm": T.Q8_0}
 
 #: Scale of the bias-like vectors that must be large to matter: gpt-oss's attention sinks (a logit beside the
 #: scores, which are of order 1) and its router's bias (beside router logits of a few units).
@@ -195,9 +206,38 @@ def llama3_rope_factors(head_dim: int, base: float, scaling: dict[str, float]) -
     return np.array(out, dtype=f32)
 
 
+def hybrid_tensors(c: dict[str, Any], il: int) -> list[tuple[str, str, tuple[int, ...]]]:
+    """Block il of qwen35: a gated DeltaNet layer, or (every full_attention_interval-th) gated full attention."""
+    d, hd, ssm = c["n_embd"], c["key_length"], c["ssm"]
+    s, hk, hv, k = ssm["state_size"], ssm["group_count"], ssm["time_step_rank"], ssm["conv_kernel"]
+    q, kv = c["n_head"] * hd, c["n_head_kv"] * hd
+    if (il + 1) % c["full_attention_interval"]:
+        mixer = [("attn_qkv.weight", "ssm", (2 * hk * s + hv * s, d)), ("attn_gate.weight", "ssm", (hv * s, d)),
+                 ("ssm_conv1d.weight", "conv", (2 * hk * s + hv * s, k)), ("ssm_dt.bias", "bias", (hv,)),
+                 ("ssm_a", "ssm_a", (hv,)), ("ssm_beta.weight", "ssm", (hv, d)), ("ssm_alpha.weight", "ssm", (hv, d)),
+                 ("ssm_norm.weight", "norm", (s,)), ("ssm_out.weight", "ssm", (d, hv * s))]
+    else:
+        mixer = [("attn_q.weight", "attn", (2 * q, d)), ("attn_q_norm.weight", "norm", (hd,)),
+                 ("attn_k.weight", "attn", (kv, d)), ("attn_k_norm.weight", "norm", (hd,)),
+                 ("attn_v.weight", "attn", (kv, d)), ("attn_output.weight", "attn", (d, q))]
+    ff = c["n_ff"]
+    ffn = [("ffn_gate.weight", "ffn_gate", (ff, d)), ("ffn_up.weight", "ffn_up", (ff, d)),
+           ("ffn_down.weight", "ffn_down", (d, ff))]
+    if "n_expert" in c:  # qwen35moe: the router, the experts, then the shared expert and its gate
+        n_exp, ff_exp, sh = c["n_expert"], c["n_ff_exp"], c["n_ff_shexp"]
+        ffn = [("ffn_gate_inp.weight", "router", (n_exp, d)), ("ffn_gate_exps.weight", "exps_gate", (n_exp, ff_exp, d)),
+               ("ffn_up_exps.weight", "exps_up", (n_exp, ff_exp, d)),
+               ("ffn_down_exps.weight", "exps_down", (n_exp, d, ff_exp)),
+               ("ffn_gate_inp_shexp.weight", "router", (d,)), ("ffn_gate_shexp.weight", "ffn_gate", (sh, d)),
+               ("ffn_up_shexp.weight", "ffn_up", (sh, d)), ("ffn_down_shexp.weight", "ffn_down", (d, sh))]
+    return [("attn_norm.weight", "norm", (d,))] + mixer + [("post_attention_norm.weight", "norm", (d,))] + ffn
+
+
 def layer_tensors(arch: str, c: dict[str, Any], il: int = 0) -> list[tuple[str, str, tuple[int, ...]]]:
     """(GGUF name after "blk.{i}.", kind, numpy shape (n_out, n_in) or (n,), or (n_expert, n_out, n_in) for the
     experts' 3-D tensors) of block il, in file order; each bias in c["biases"] right after its matrix."""
+    if "ssm" in c:
+        return hybrid_tensors(c, il)
     arch = c.get("layout", arch)
     if arch == "gemma4":
         return gemma4_layer_tensors(c, il)
@@ -393,11 +433,26 @@ def write_model(name: str, out: str | os.PathLike[str], seed: int = 0) -> None:
         gemma4_metadata(w, c)
     if arch == "deepseek2":
         write_deepseek2_keys(w, c)
+    if "n_ff_shexp" in c:
+        w.add_expert_shared_feed_forward_length(c["n_ff_shexp"])
+    if "ssm" in c:
+        w.add_ssm_conv_kernel(c["ssm"]["conv_kernel"])
+        w.add_ssm_state_size(c["ssm"]["state_size"])
+        w.add_ssm_group_count(c["ssm"]["group_count"])
+        w.add_ssm_time_step_rank(c["ssm"]["time_step_rank"])
+        w.add_ssm_inner_size(c["ssm"]["time_step_rank"] * c["ssm"]["state_size"])
+        w.add_full_attention_interval(c["full_attention_interval"])
+    if "rope_sections" in c:
+        w.add_rope_dimension_sections(c["rope_sections"])
     w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
 
     def tensor(name: str, kind: str, shape: tuple[int, ...], scale: float | None = None) -> None:
         if kind == "norm":
             w.add_tensor(name, (1.0 + 0.2 * rng.standard_normal(shape)).astype(np.float32))
+        elif kind == "ssm_a":  # -exp(A_log): a decay rate per value head, exp(g) well inside (0, 1)
+            w.add_tensor(name, -np.exp(rng.uniform(-2.5, 0.0, shape)).astype(np.float32))
+        elif kind == "conv":  # float32, as ggml_ssm_conv takes it
+            w.add_tensor(name, (rng.standard_normal(shape) / np.sqrt(shape[-1])).astype(np.float32))
         elif kind == "bias":
             w.add_tensor(name, ((scale or 0.1) * rng.standard_normal(shape)).astype(np.float32))
         else:
@@ -492,7 +547,8 @@ def expected(out: str, only: list[str] | None = None) -> None:
 #: first of them leaves a 66-row batch). LONG_SERVER_FED: the one long prompt (llama, whose context is long enough).
 SERVER_FED_TOKENS = (70, 110, 200)
 LONG_SERVER_FED = 2048
-SERVER_FED_ARCHS = ("qwen2", "qwen3", "llama", "mistral3", "qwen3moe", "gpt-oss", "deepseek2", "deepseek2-kvb")
+SERVER_FED_ARCHS = ("qwen2", "qwen3", "llama", "mistral3", "qwen3moe", "gpt-oss", "deepseek2", "deepseek2-kvb",
+                    "qwen35", "qwen35moe")
 SERVER_FED_PREDICT = 16
 
 

@@ -260,6 +260,8 @@ class Model:
         hp = self.hparams
         # the C attention (the C blocks', and the Python blocks' on the native backend) reads float16, as llama.cpp
         dtype = np.float16 if self._attn_core is not None else np.float32
+        if self._arch.new_cache is not None:  # keys and values beside recurrent state
+            return self._arch.new_cache(hp, dtype)
         shapes = self._arch.cache_shapes(hp) if self._arch.cache_shapes is not None else None
         return KVCache(hp.n_layer, hp.n_head_kv, hp.head_dim, hp.head_dim_v, dtype=dtype, shapes=shapes)
 
@@ -405,6 +407,7 @@ class Session:
             same += 1
         same = min(same, len(ids) - 1)  # always run at least the last token, for its logits
         cache.truncate(same)
+        same = cache.n  # a recurrent state goes back only to a checkpoint at or before `same`
         self.evaluated = len(ids) - same
         if self.batched and self.evaluated == 1:
             return self.model.batcher.step(self, ids[-1], same, cache)

@@ -21,14 +21,18 @@ if TYPE_CHECKING:
     import numpy as np
 
     from .batch import Batch
+    from .cache import KVCache
     from .weights import HParams, TensorSpec, Weights
 
 __all__ = ["ArchSpec", "Native", "register", "get", "supported", "ARCHS"]
 
 Blocks = Callable[["np.ndarray", list[dict[str, Any]], "HParams", "Batch"], "np.ndarray"]
-Prepare = Callable[[dict[str, Any]], dict[str, Any]]
-#: (hp, il) -> block il's (required, optional) tensors, for an architecture whose blocks differ.
+#: (hp, il) -> block il's (required, optional) tensors, for architectures whose blocks differ (deepseek2's leading
+#: dense blocks, qwen35's DeltaNet or attention blocks).
 BlockTensors = Callable[["HParams", int], tuple[Mapping[str, "TensorSpec"], Mapping[str, "TensorSpec"]]]
+#: A sequence's cache for an architecture that keeps more than keys and values (recurrent state): (hp, dtype).
+NewCache = Callable[["HParams", Any], "KVCache"]
+Prepare = Callable[[dict[str, Any]], dict[str, Any]]
 
 
 def whole_context(hp: HParams, il: int) -> tuple[float, int]:
@@ -77,7 +81,8 @@ class ArchSpec:
     by default: read_hparams(weights, name): its HParams (a subclass whose at(il) gives layer il's); extras(weights,
     hp): its tensors outside the blocks as (fields put into every prepared block, their tensor names);
     cache_shapes(hp): each layer's KV cache (heads, key size, value size); finish_logits(logits, hp): what the
-    logits go through after the output matrix (a final softcap)."""
+    logits go through after the output matrix (a final softcap); new_cache(hp, dtype): a sequence's cache when the
+    architecture keeps recurrent state beside keys and values (qwen35; None: a KVCache)."""
 
     name: str
     layer_tensors: Mapping[str, TensorSpec]
@@ -96,6 +101,7 @@ class ArchSpec:
     cache_shapes: Callable[[HParams], list[tuple[int, int, int]]] | None = None
     finish_logits: Callable[[np.ndarray, HParams], np.ndarray] | None = None
     block_tensors: BlockTensors | None = None
+    new_cache: NewCache | None = None
 
     def __post_init__(self) -> None:
         if not self.name or not isinstance(self.name, str):

@@ -72,6 +72,14 @@ class HParams:
         """Layer il's hyper-parameters: these, for an architecture whose layers all have one shape (gemma4's
         differ: its HParams subclass overrides this)."""
         return self
+    ssm_d_conv: int = 0  # gated DeltaNet layers (qwen35): short convolution kernel width
+    ssm_d_inner: int = 0  # their value width (value heads x value head size)
+    ssm_d_state: int = 0  # their key/value head size
+    ssm_dt_rank: int = 0  # their value heads
+    ssm_n_group: int = 0  # their key heads
+    full_attention_interval: int = 4  # every this-th layer is full attention, the others DeltaNet (qwen35)
+    n_ff_shexp: int = 0  # hidden width of a shared expert (0: n_ff)
+    rope_sections: tuple[int, ...] = ()  # rope.dimension_sections (multi-section rope), when the file has it
 
     @property
     def q_dim(self) -> int:
@@ -98,6 +106,31 @@ class HParams:
     def qkv_dim(self) -> int:
         """Outputs of a fused q/k/v matrix (phi3's attn_qkv)."""
         return self.q_dim + self.k_dim + self.v_dim
+
+    @property
+    def ssm_key_dim(self) -> int:
+        """Key (and query) width of a DeltaNet layer: key heads x head size."""
+        return self.ssm_n_group * self.ssm_d_state
+
+    @property
+    def ssm_value_dim(self) -> int:
+        """Value width of a DeltaNet layer as llama.cpp sizes its tensors: value heads x head size."""
+        return self.ssm_dt_rank * self.ssm_d_state
+
+    @property
+    def ssm_conv_dim(self) -> int:
+        """Channels of a DeltaNet layer's short convolution: q, k and v side by side."""
+        return 2 * self.ssm_key_dim + self.ssm_value_dim
+
+    @property
+    def q_gate_dim(self) -> int:
+        """Outputs of a gated-attention q matrix (qwen35): each head's query, then its output gate."""
+        return 2 * self.q_dim
+
+    @property
+    def n_ff_shared(self) -> int:
+        """Hidden width of the shared expert: expert_shared_feed_forward_length, else n_ff (as llama.cpp)."""
+        return self.n_ff_shexp or self.n_ff
 
     @property
     def gate_up_dim(self) -> int:
@@ -138,6 +171,13 @@ HPARAM_KEYS: dict[str, tuple[str, _Default]] = {
     "n_lora_kv": ("attention.kv_lora_rank", lambda h: 0),
     "head_dim_mla": ("attention.key_length_mla", lambda h: 0),
     "head_dim_v_mla": ("attention.value_length_mla", lambda h: 0),
+    "ssm_d_conv": ("ssm.conv_kernel", lambda h: 0),
+    "ssm_d_inner": ("ssm.inner_size", lambda h: 0),
+    "ssm_d_state": ("ssm.state_size", lambda h: 0),
+    "ssm_dt_rank": ("ssm.time_step_rank", lambda h: 0),
+    "ssm_n_group": ("ssm.group_count", lambda h: 0),
+    "full_attention_interval": ("full_attention_interval", lambda h: 4),
+    "n_ff_shexp": ("expert_shared_feed_forward_length", lambda h: 0),
 }
 
 #: rope.scaling.type values llama.cpp knows (it asserts on any other); minillama's architectures read "none",
@@ -160,6 +200,8 @@ INT_BOUNDS: dict[str, tuple[int, int]] = {
     "n_expert_groups": (0, MAX_EXPERTS), "n_group_used": (0, MAX_EXPERTS), "expert_gating": (0, 4),
     "n_layer_dense_lead": (0, MAX_LAYERS), "n_lora_q": (0, _U32), "n_lora_kv": (0, _U32), "head_dim_mla": (0, _U32),
     "head_dim_v_mla": (0, _U32),
+    "ssm_d_conv": (0, 64), "ssm_d_inner": (0, _U32), "ssm_d_state": (0, _U32),
+    "ssm_dt_rank": (0, _U32), "ssm_n_group": (0, _U32), "full_attention_interval": (1, _U32), "n_ff_shexp": (0, _U32),
 }
 #: Boolean fields (a GGUF bool).
 BOOL_FIELDS = frozenset({"expert_weights_norm"})
@@ -286,7 +328,19 @@ class Weights:
         if isinstance(tokens, list) and len(tokens) != embd.shape[1]:
             raise FormatError(f"the vocab has {len(tokens)} tokens but token_embd.weight has {embd.shape[1]} rows; "
                               "expected one row per token", path=self.path, key="token_embd.weight")
-        return HParams(arch=arch, n_vocab=embd.shape[1], rope_scaling=self._rope_scaling(arch), **h)
+        return HParams(arch=arch, n_vocab=embd.shape[1], rope_scaling=self._rope_scaling(arch),
+                       rope_sections=self._rope_sections(arch), **h)
+
+    def _rope_sections(self, arch: str) -> tuple[int, ...]:
+        """rope.dimension_sections (up to 4 integers, llama.cpp reads it as 4, missing ones 0), () without it."""
+        full = f"{arch}.rope.dimension_sections"
+        value = self.gguf.metadata.get(full)
+        if value is None:
+            return ()
+        values = list(value) if isinstance(value, (list, tuple, np.ndarray)) else [value]
+        if len(values) > 4 or not all(isinstance(v, (int, np.integer)) and 0 <= v <= _U32 for v in values):
+            raise FormatError(f"{full} is {values!r}, expected at most 4 integers >= 0", path=self.path, key=full)
+        return tuple(int(v) for v in values) + (0,) * (4 - len(values))
 
     def _rope_scaling(self, arch: str) -> str:
         """rope.scaling.type ("linear" when absent, as llama.cpp); FormatError for a value llama.cpp refuses."""
