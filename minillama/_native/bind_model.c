@@ -196,7 +196,10 @@ static int Stack_init(StackObject *self, PyObject *args, PyObject *kwds) {
         m.n_head * m.head_dim > lim || m.n_head * m.head_dim_v > lim || PyList_GET_SIZE(layers) < 1 ||
         PyList_GET_SIZE(layers) > 4096 || !isfinite(m.eps) || m.eps < 0 || m.n_expert < 0 ||
         m.n_expert > MS_MAX_EXPERTS || m.n_expert_used < 0 || m.n_expert_used > m.n_expert || m.n_ff_exp < 0 ||
-        m.n_ff_exp > lim || m.kv_split < 1 || m.kv_split > 4096) {
+        m.n_ff_exp > lim || m.kv_split < 1 || m.kv_split > 4096 || !isfinite(m.rope_freq_scale) ||
+        m.rope_freq_scale <= 0 || !isfinite(m.rope_ext_factor) || !isfinite(m.rope_attn_factor) ||
+        !isfinite(m.rope_beta_fast) || m.rope_beta_fast <= 0 || !isfinite(m.rope_beta_slow) ||
+        m.rope_beta_slow <= 0 || m.n_ctx_orig < 1 || m.n_ctx_orig > (1LL << 40)) {
         PyErr_SetString(PyExc_ValueError, "Stack: hyper-parameters out of range");
         return -1;
     }
