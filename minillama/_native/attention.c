@@ -42,8 +42,21 @@ static float dot_f16_scalar(const uint16_t *x, const float *y, int64_t n) {
 
 /* The one_chunk kernel over positions s0..s1: out = the weighted sum of values times 1 / S, or with partial given
  * (the split-KV path) the sum itself and partial[0..1] = M, S. */
-/* A row's end: out = acc / S (0 where no key was seen), or with partial the unscaled acc and partial = {M, S}. */
-static void finish(const float *acc, int64_t Dv, float M, float S, float *out, float *partial) {
+/* A row's end: the sink (when given: one more logit of the softmax, with no value) as one_chunk applies it to the
+ * float32 copy of its sum, a new maximum scaling the sum and S; then out = acc / S (0 where no key was seen), or
+ * with partial the unscaled acc and partial = {M, S}. */
+static void finish(float *acc, int64_t Dv, float M, float S, const float *sink, float *out, float *partial) {
+    if (sink) {
+        const float s = *sink;
+        float ms = 1, vs = 1;
+        if (s > M) {
+            ms = expf(M - s);
+            M = s;
+            for (int64_t i = 0; i < Dv; i++) acc[i] *= ms;
+        } else
+            vs = expf(s - M);
+        S = S * ms + vs;
+    }
     if (partial) {
         partial[0] = M;
         partial[1] = S;
@@ -55,7 +68,8 @@ static void finish(const float *acc, int64_t Dv, float M, float S, float *out, f
 }
 
 static void row_scalar(const float *q, const uint16_t *k, int64_t ks, const uint16_t *v, int64_t vs, int64_t s0,
-                       int64_t s1, int64_t D, int64_t Dv, float scale, float *out, float *work, float *partial) {
+                       int64_t s1, int64_t D, int64_t Dv, float scale, const float *sink, float *out, float *work,
+                       float *partial) {
     float *q16 = work, *acc = work + D;
     for (int64_t i = 0; i < D; i++) q16[i] = mq_round_f16(q[i]);
     for (int64_t i = 0; i < Dv; i++) acc[i] = 0;
@@ -74,11 +88,11 @@ static void row_scalar(const float *q, const uint16_t *k, int64_t ks, const uint
         for (int64_t i = 0; i < Dv; i++) acc[i] = mq_round_f16(fmaf(mq_half_float(vr[i]), w, acc[i]));
         S = S * ms + w;
     }
-    finish(acc, Dv, M, S, out, partial);
+    finish(acc, Dv, M, S, sink, out, partial);
 }
 
 typedef void (*row_fn)(const float *, const uint16_t *, int64_t, const uint16_t *, int64_t, int64_t, int64_t,
-                       int64_t, int64_t, float, float *, float *, float *);
+                       int64_t, int64_t, float, const float *, float *, float *, float *);
 
 #ifdef MQ_X86_AVX2_BUILD
 #pragma GCC push_options
@@ -113,7 +127,8 @@ static float dot_f16_avx2(const uint16_t *x, const float *y, int64_t n) {
 #define SCORE_RUN 128
 
 static void row_avx2(const float *q, const uint16_t *k, int64_t ks, const uint16_t *v, int64_t vs, int64_t s0,
-                     int64_t s1, int64_t D, int64_t Dv, float scale, float *out, float *work, float *partial) {
+                     int64_t s1, int64_t D, int64_t Dv, float scale, const float *sink, float *out, float *work,
+                     float *partial) {
     float *q16 = work, *acc = work + D;
     const int64_t dv8 = Dv & ~(int64_t)7;
     int64_t i = 0;
@@ -146,7 +161,7 @@ static void row_avx2(const float *q, const uint16_t *k, int64_t ks, const uint16
             S = S * ms + w;
         }
     }
-    finish(acc, Dv, M, S, out, partial);
+    finish(acc, Dv, M, S, sink, out, partial);
 }
 #pragma GCC pop_options
 #define HAVE_AVX2_ROW 1
@@ -161,8 +176,9 @@ static row_fn row_kernel(void) {
 }
 
 void ma_attend_row(const float *q, const uint16_t *k, int64_t k_stride, const uint16_t *v, int64_t v_stride,
-                   int64_t s0, int64_t s1, int64_t D, int64_t Dv, float scale, float *out, float *work) {
-    row_kernel()(q, k, k_stride, v, v_stride, s0, s1, D, Dv, scale, out, work, NULL);
+                   int64_t s0, int64_t s1, int64_t D, int64_t Dv, float scale, const float *sink, float *out,
+                   float *work) {
+    row_kernel()(q, k, k_stride, v, v_stride, s0, s1, D, Dv, scale, sink, out, work, NULL);
 }
 
 /* The split-KV path (ggml_compute_forward_flash_attn_ext_f16 with one query row and 512 cached cells or more):
@@ -173,17 +189,18 @@ void ma_attend_row(const float *q, const uint16_t *k, int64_t k_stride, const ui
  * product into the add), and at the end sum times 1 / S. work: D + 3 Dv floats. */
 void ma_attend_row_split(const float *q, const uint16_t *k, int64_t k_stride, const uint16_t *v, int64_t v_stride,
                          int64_t s0, int64_t s1, int64_t n_kv, int64_t parts, int64_t D, int64_t Dv, float scale,
-                         float *out, float *work) {
+                         const float *sink, float *out, float *work) {
     const row_fn row = row_kernel();
     float *chunk = work + D + Dv, *sum = chunk + Dv, partial[2];
     const int64_t size = (n_kv + parts - 1) / parts;
     float M = -INFINITY, S = 0;
     for (int64_t i = 0; i < Dv; i++) sum[i] = 0;
-    for (int64_t c = 0; c < parts; c++) {
+    for (int64_t c = 0; c < parts && c * size < n_kv; c++) {
         const int64_t lo = c * size > s0 ? c * size : s0, end = (c + 1) * size < n_kv ? (c + 1) * size : n_kv;
         const int64_t hi = end - 1 < s1 ? end - 1 : s1;
-        if (lo > hi) continue; /* every cell of the chunk masked: S = 0, skipped by the merge */
-        row(q, k, k_stride, v, v_stride, lo, hi, D, Dv, scale, chunk, work, partial);
+        /* every cell of the chunk masked: S = 0, skipped by the merge; but the first chunk takes the sink */
+        if (lo > hi && !(c == 0 && sink)) continue;
+        row(q, k, k_stride, v, v_stride, lo, hi, D, Dv, scale, c == 0 ? sink : NULL, chunk, work, partial);
         if (partial[1] == 0) continue;
         const float M_new = fmaxf(M, partial[0]), old = expf(M - M_new), new = expf(partial[0] - M_new);
         for (int64_t i = 0; i < Dv; i++) sum[i] = fmaf(sum[i], old, chunk[i] * new);
@@ -244,7 +261,7 @@ static inline float sum8(const float *p) {
 
 static void attend_tiled(const tiled_ops *ops, const float *q, int64_t q_stride, int64_t n, const int64_t *pos,
                          int64_t window, const uint16_t *k, int64_t ks, const uint16_t *v, int64_t vs, int64_t D,
-                         int64_t Dv, float scale, float *out, int64_t out_stride, float *work) {
+                         int64_t Dv, float scale, const float *sink, float *out, int64_t out_stride, float *work) {
     float *kt = work, *sc = kt + FA_TILE * D, *acc = sc + FA_TILE, *M = acc + MA_TILED_ROWS * Dv,
           *S = M + MA_TILED_ROWS;
     int64_t lo = INT64_MAX, hi = -1;
@@ -289,6 +306,15 @@ static void attend_tiled(const tiled_ops *ops, const float *q, int64_t q_stride,
         }
     }
     for (int64_t i = 0; i < n; i++) {
+        if (sink) { /* after the last tile, as the tiled path applies it (its running maximum left as it is) */
+            float ms = 1, vs = 1;
+            if (*sink > M[i]) {
+                ms = expf(M[i] - *sink);
+                ops->scale(acc + i * Dv, Dv, ms);
+            } else
+                vs = expf(*sink - M[i]);
+            S[i] = S[i] * ms + vs;
+        }
         const float inv = S[i] == 0 ? 0 : 1.0f / S[i];
         for (int64_t j = 0; j < Dv; j++) out[i * out_stride + j] = acc[i * Dv + j] * inv;
     }
@@ -328,18 +354,18 @@ static const tiled_ops ops_avx2 = {scores_avx2, scale_avx2, mad_avx2};
 
 void ma_attend_tiled(const float *q, int64_t q_stride, int64_t n, const int64_t *pos, int64_t window,
                      const uint16_t *k, int64_t k_stride, const uint16_t *v, int64_t v_stride, int64_t D, int64_t Dv,
-                     float scale, float *out, int64_t out_stride, float *work) {
+                     float scale, const float *sink, float *out, int64_t out_stride, float *work) {
 #ifdef HAVE_AVX2_ROW
     const tiled_ops *ops = mq_cpu_isa() == MQ_ISA_AVX2 ? &ops_avx2 : &ops_scalar;
 #else
     const tiled_ops *ops = &ops_scalar;
 #endif
-    attend_tiled(ops, q, q_stride, n, pos, window, k, k_stride, v, v_stride, D, Dv, scale, out, out_stride, work);
+    attend_tiled(ops, q, q_stride, n, pos, window, k, k_stride, v, v_stride, D, Dv, scale, sink, out, out_stride, work);
 }
 
 int ma_attend_seq(const float *q, int64_t n, int64_t H, int64_t Hkv, int64_t D, int64_t Dv, int64_t start,
-                  const uint16_t *k, const uint16_t *v, int64_t window, float scale, int64_t pass_rows,
-                  int64_t kv_split, float *out) {
+                  const uint16_t *k, const uint16_t *v, int64_t window, float scale, const float *sinks,
+                  int64_t pass_rows, int64_t kv_split, float *out) {
     const int64_t kd = Hkv * D, vd = Hkv * Dv, group = H / Hkv;
     const int tiled = pass_rows >= MA_TILED_ROWS;
     float *work = malloc(sizeof(float) * (tiled ? ma_tiled_work(D, Dv) : (size_t)(D + 3 * Dv)));
@@ -352,10 +378,11 @@ int ma_attend_seq(const float *q, int64_t n, int64_t H, int64_t Hkv, int64_t D, 
     for (int64_t t = 0; tiled && t < n; t++) pos[t] = start + t;
     for (int64_t h = 0; h < H; h++) {
         const uint16_t *kh = k + (h / group) * D, *vh = v + (h / group) * Dv;
+        const float *sink = sinks ? sinks + h : NULL;
         if (tiled) {
             for (int64_t t = 0; t < n; t += MA_TILED_ROWS)
                 ma_attend_tiled(q + t * H * D + h * D, H * D, n - t < MA_TILED_ROWS ? n - t : MA_TILED_ROWS, pos + t,
-                                window, kh, kd, vh, vd, D, Dv, scale, out + t * H * Dv + h * Dv, H * Dv, work);
+                                window, kh, kd, vh, vd, D, Dv, scale, sink, out + t * H * Dv + h * Dv, H * Dv, work);
             continue;
         }
         for (int64_t t = 0; t < n; t++) {
@@ -363,9 +390,10 @@ int ma_attend_seq(const float *q, int64_t n, int64_t H, int64_t Hkv, int64_t D, 
             const int64_t n_kv = ma_split_cells(p, window, pass_rows, kv_split);
             float *o = out + t * H * Dv + h * Dv;
             if (n_kv)
-                ma_attend_row_split(q + t * H * D + h * D, kh, kd, vh, vd, s0, p, n_kv, kv_split, D, Dv, scale, o, work);
+                ma_attend_row_split(q + t * H * D + h * D, kh, kd, vh, vd, s0, p, n_kv, kv_split, D, Dv, scale, sink, o,
+                                    work);
             else
-                ma_attend_row(q + t * H * D + h * D, kh, kd, vh, vd, s0, p, D, Dv, scale, o, work);
+                ma_attend_row(q + t * H * D + h * D, kh, kd, vh, vd, s0, p, D, Dv, scale, sink, o, work);
         }
     }
     free(work);

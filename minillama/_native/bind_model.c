@@ -198,7 +198,10 @@ static int Stack_init(StackObject *self, PyObject *args, PyObject *kwds) {
         m.n_head * m.head_dim > lim || m.n_head * m.head_dim_v > lim || PyList_GET_SIZE(layers) < 1 ||
         PyList_GET_SIZE(layers) > 4096 || !isfinite(m.eps) || m.eps < 0 || m.n_expert < 0 ||
         m.n_expert > MS_MAX_EXPERTS || m.n_expert_used < 0 || m.n_expert_used > m.n_expert || m.n_ff_exp < 0 ||
-        m.n_ff_exp > lim || m.kv_split < 1 || m.kv_split > 4096) {
+        m.n_ff_exp > lim || m.kv_split < 1 || m.kv_split > 4096 || !isfinite(m.rope_freq_scale) ||
+        m.rope_freq_scale <= 0 || !isfinite(m.rope_ext_factor) || !isfinite(m.rope_attn_factor) ||
+        !isfinite(m.rope_beta_fast) || m.rope_beta_fast <= 0 || !isfinite(m.rope_beta_slow) ||
+        m.rope_beta_slow <= 0 || m.n_ctx_orig < 1 || m.n_ctx_orig > (1LL << 40)) {
         PyErr_SetString(PyExc_ValueError, "Stack: hyper-parameters out of range");
         return -1;
     }
@@ -433,16 +436,16 @@ static PyObject *gelu_table(PyObject *self, PyObject *unused) {
     return PyBytes_FromStringAndSize((const char *)ms_gelu_table(), 65536 * sizeof(float));
 }
 
-/* attend(q, k, v, out, start, window, scale, pass_rows, kv_split): ma_attend_seq over one sequence's rows. q: float32
- * [n, H, D]; k, v: its float16 cache [>= start + n, Hkv, D] and [.., Hkv, Dv]; out: float32 [n, H, Dv], written.
- * Shapes come as (n, H, Hkv, D, Dv) in `dims`, each length checked against them. */
+/* attend(q, k, v, out, (n, H, Hkv, D, Dv), start, window, scale, pass_rows, kv_split, sinks=None): ma_attend_seq over
+ * one sequence's rows. q: float32 [n, H, D]; k, v: its float16 cache [>= start + n, Hkv, D] and [.., Hkv, Dv]; out:
+ * float32 [n, H, Dv], written; sinks: None or float32 [H]. Each length is checked against the shapes given. */
 static PyObject *attend(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *qo, *ko, *vo, *oo;
+    PyObject *qo, *ko, *vo, *oo, *so = Py_None;
     long long n, H, Hkv, D, Dv, start, window, pass_rows, kv_split;
     float scale;
-    if (!PyArg_ParseTuple(args, "OOOO(LLLLL)LLfLL", &qo, &ko, &vo, &oo, &n, &H, &Hkv, &D, &Dv, &start, &window,
-                          &scale, &pass_rows, &kv_split))
+    if (!PyArg_ParseTuple(args, "OOOO(LLLLL)LLfLL|O", &qo, &ko, &vo, &oo, &n, &H, &Hkv, &D, &Dv, &start, &window,
+                          &scale, &pass_rows, &kv_split, &so))
         return NULL;
     const long long lim = 1 << 20;
     if (n < 1 || n > lim || H < 1 || H > 4096 || Hkv < 1 || H % Hkv || D < 1 || D > 65536 || Dv < 1 ||
@@ -461,19 +464,27 @@ static PyObject *attend(PyObject *self, PyObject *args) {
         release_all(b, 3);
         return NULL;
     }
+    Py_buffer sb = {0};
+    if (so != Py_None && !get_array(so, &sb, 4, "sinks")) {
+        PyBuffer_Release(&ob);
+        release_all(b, 3);
+        return NULL;
+    }
     const long long cells = start + n;
     if (b[0].len != n * H * D * 4 || b[1].len < cells * Hkv * D * 2 || b[2].len < cells * Hkv * Dv * 2 ||
-        ob.len != n * H * Dv * 4 || ob.itemsize != 4) {
+        ob.len != n * H * Dv * 4 || ob.itemsize != 4 || (sb.buf && sb.len != H * 4)) {
+        if (sb.buf) PyBuffer_Release(&sb);
         PyBuffer_Release(&ob);
         release_all(b, 3);
         return PyErr_Format(PyExc_ValueError, "attend: expected q of %lld floats, k and v of at least %lld "
-                            "positions and out of %lld floats", n * H * D, cells, n * H * Dv);
+                            "positions, out of %lld floats and sinks of %lld", n * H * D, cells, n * H * Dv, H);
     }
     int ok;
     Py_BEGIN_ALLOW_THREADS
-    ok = ma_attend_seq(b[0].buf, n, H, Hkv, D, Dv, start, b[1].buf, b[2].buf, window, scale, pass_rows, kv_split,
-                       ob.buf);
+    ok = ma_attend_seq(b[0].buf, n, H, Hkv, D, Dv, start, b[1].buf, b[2].buf, window, scale, sb.buf, pass_rows,
+                       kv_split, ob.buf);
     Py_END_ALLOW_THREADS
+    if (sb.buf) PyBuffer_Release(&sb);
     PyBuffer_Release(&ob);
     release_all(b, 3);
     if (!ok) return PyErr_NoMemory();
@@ -594,8 +605,8 @@ static PyMethodDef model_functions[] = {
      "silu(x, out, n): out = silu(x) over rows of n values as ggml_vec_silu_f32 computes them (ggml_v_expf)."},
     {"gelu_table", gelu_table, METH_NOARGS, "gelu_table() -> bytes: GeGLU's table of GELU at every float16, float32."},
     {"attend", attend, METH_VARARGS,
-     "attend(q, k, v, out, (n, H, Hkv, D, Dv), start, window, scale, pass_rows, kv_split): one sequence's rows "
-     "attending to its float16 cache as the C blocks attend them (out: float32 [n, H, Dv], written)."},
+     "attend(q, k, v, out, (n, H, Hkv, D, Dv), start, window, scale, pass_rows, kv_split, sinks=None): one "
+     "sequence's rows attending to its float16 cache as the C blocks attend them (out: float32 [n, H, Dv])."},
     {NULL, NULL, 0, NULL},
 };
 

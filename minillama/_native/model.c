@@ -1,4 +1,4 @@
-/* The blocks of a llama-family transformer (llama, qwen2, qwen3, phi3, gemma3) over the tokens of one or more
+/* The blocks of a llama-family transformer (llama, qwen2, qwen3, phi3, gemma3, qwen3moe, gpt-oss) over the tokens of one or more
  * sequences at once (a prompt's chunk, or the single-token steps of several sequences decoding together), in C,
  * in the style of llama2.c's run.c: the weights stay quantized in the map and go through quants.c's kernels,
  * everything between the products (norms, rope, attention over the key/value cache, the gated feed-forward,
@@ -205,10 +205,11 @@ static void attend(run *r, const ms_layer *L, int il, int64_t t, int64_t h, floa
     const uint16_t *k = seq->k[il] + kvh * D, *v = seq->v[il] + kvh * Dv;
     float *out = r->att + t * m->n_head * Dv + h * Dv;
     const int64_t n_kv = ma_split_cells(pos, L->window, r->T, m->kv_split);
+    const float *sink = L->sinks ? L->sinks + h : NULL;
     if (n_kv)
-        ma_attend_row_split(q, k, k_dim, v, v_dim, s0, pos, n_kv, m->kv_split, D, Dv, m->attn_scale, out, work);
+        ma_attend_row_split(q, k, k_dim, v, v_dim, s0, pos, n_kv, m->kv_split, D, Dv, m->attn_scale, sink, out, work);
     else
-        ma_attend_row(q, k, k_dim, v, v_dim, s0, pos, D, Dv, m->attn_scale, out, work);
+        ma_attend_row(q, k, k_dim, v, v_dim, s0, pos, D, Dv, m->attn_scale, sink, out, work);
 }
 
 /* Query head h of rows t0..t1 (at most MA_TILED_ROWS) of a batch of MA_TILED_ROWS rows or more, as ggml's tiled
@@ -222,7 +223,7 @@ static void attend_tiled(run *r, const ms_layer *L, int il, int64_t t0, int64_t 
         const ms_seq *seq = &r->seqs[r->seq_of[t]];
         ma_attend_tiled(r->qkv + t * L->wqkv.n_out + h * D, L->wqkv.n_out, e - t, r->pos + t, L->window,
                         seq->k[il] + kvh * D, k_dim, seq->v[il] + kvh * Dv, v_dim, D, Dv, m->attn_scale,
-                        r->att + t * m->n_head * Dv + h * Dv, m->n_head * Dv, work);
+                        L->sinks ? L->sinks + h : NULL, r->att + t * m->n_head * Dv + h * Dv, m->n_head * Dv, work);
     }
 }
 
@@ -340,7 +341,15 @@ static void moe_ffn(run *r, const ms_layer *L, int il, int64_t t0, int64_t t1, i
             mo_router((const float *)(const void *)L->router.w[0], r->h + t * d, E, d, rows, simd, r->mo_logits + t * E);
     } else
         product(r, &L->router, r->h, d, r->mo_logits, t0, t1, parts, &r->chunks[CHUNKS * il + 2]);
-    for (int64_t t = t0; t < t1; t++) mo_route(r->mo_logits + t * E, E, k, simd, r->mo_chosen + t * k, r->mo_w + t * k);
+    for (int64_t t = t0; t < t1; t++) {
+        float *logits = r->mo_logits + t * E;
+        if (L->router_bias) /* ggml_add of the router's bias */
+            for (int64_t e = 0; e < E; e++) logits[e] += L->router_bias[e];
+        if (m->softmax_weight)
+            mo_route_softmax_weight(logits, E, k, simd, r->mo_chosen + t * k, r->mo_w + t * k);
+        else
+            mo_route(logits, E, k, simd, r->mo_chosen + t * k, r->mo_w + t * k);
+    }
     barrier_wait(&r->bar, parts);
     if (part == 0) {
         mo_group(r->mo_chosen, n, E, r->mo_start, r->mo_list, r->mo_inv);
@@ -367,7 +376,16 @@ static void moe_ffn(run *r, const ms_layer *L, int il, int64_t t0, int64_t t1, i
     expert_items(r, gu_m, gu_y, gu_b, 2, F, r->mo_gu, 2 * F, F, &r->chunks[CHUNKS * il + 3]);
     barrier_wait(&r->bar, parts);
     for (int64_t j = j0; j < j1; j++) {
-        ma_swiglu(F, r->mo_act + j * F, r->mo_gu + j * 2 * F, r->mo_gu + j * 2 * F + F);
+        float *gate = r->mo_gu + j * 2 * F, *up = gate + F;
+        const int64_t e = r->mo_chosen[r->mo_list[j]];
+        if (L->gate_exps_bias) /* ggml_add_id: the slot's expert's bias row */
+            for (int64_t i = 0; i < F; i++) gate[i] += L->gate_exps_bias[e * F + i];
+        if (L->up_exps_bias)
+            for (int64_t i = 0; i < F; i++) up[i] += L->up_exps_bias[e * F + i];
+        if (m->swiglu_oai)
+            ma_swiglu_oai(F, r->mo_act + j * F, gate, up);
+        else
+            ma_swiglu(F, r->mo_act + j * F, gate, up);
         mq_quantize_row(td, r->mo_act + j * F, F, r->mo_yd + (size_t)j * bd);
     }
     barrier_wait(&r->bar, parts);
@@ -376,11 +394,17 @@ static void moe_ffn(run *r, const ms_layer *L, int il, int64_t t0, int64_t t1, i
     expert_items(r, d_m, d_y, &bd, 1, d, r->mo_down, d, 0, &r->chunks[CHUNKS * il + 4]);
     barrier_wait(&r->bar, parts);
     /* x += down_0 w_0 + down_1 w_1 + ..., each product rounded, summed in the order of the choice (ggml_mul, then
-     * ggml_add of the experts' views one after another) */
+     * ggml_add of the experts' views one after another); down_i plus its expert's bias row first (ggml_add_id) */
     for (int64_t t = t0; t < t1; t++) {
         float *x = r->x + t * d;
         const float *w = r->mo_w + t * k;
-        const int32_t *slot = r->mo_inv + t * k;
+        const int32_t *slot = r->mo_inv + t * k, *chosen = r->mo_chosen + t * k;
+        if (L->down_exps_bias)
+            for (int64_t i = 0; i < k; i++) {
+                float *down = r->mo_down + slot[i] * d;
+                const float *b = L->down_exps_bias + chosen[i] * d;
+                for (int64_t c = 0; c < d; c++) down[c] += b[c];
+            }
         for (int64_t c = 0; c < d; c++) {
             float acc = r->mo_down[slot[0] * d + c] * w[0];
             for (int64_t i = 1; i < k; i++) {
@@ -456,19 +480,42 @@ static void team(void *ctx, int part, int parts) {
     }
 }
 
-/* cos and sin of each pair's angle for the T rows' positions, as ggml's rope computes them (ggml_rope_cache_init):
- * in float32, the angle of pair i + 1 that of pair i times base^(-2/n_rot), divided by freqs[i], then cosf and
- * sinf. (A double-precision angle is closer to the true one, but a float off by an ulp from llama.cpp's rotates
- * q and k a little differently, and that spreads through every later layer.) */
+/* ggml_rope_yarn_corr_dim: the pair dimension whose wavelength fits beta turns in n_ctx_orig positions. */
+static float yarn_corr_dim(const ms_model *m, float beta, float base) {
+    return (float)m->n_rot * logf((float)m->n_ctx_orig / (beta * 2 * 3.14159265358979323846f)) / (2 * logf(base));
+}
+
+/* cos and sin of each pair's angle for the T rows' positions, as ggml's rope computes them (ggml_rope_cache_init,
+ * rope_yarn): in float32, the angle of pair i + 1 that of pair i times base^(-2/n_rot), divided by freqs[i]; that
+ * angle times rope_freq_scale, or with YaRN (rope_ext_factor != 0) a blend of the two by a ramp over the pairs
+ * between the correction dims; then cosf and sinf times the attention factor (times 1 + 0.1 ln(1 / freq_scale)
+ * with YaRN). Without scaling (freq_scale 1, ext_factor 0, attn_factor 1) that is the plain angle's cosf and sinf.
+ * (A double-precision angle is closer to the true one, but a float off by an ulp from llama.cpp's rotates q and k
+ * a little differently, and that spreads through every later layer.) */
 static void angles(const ms_model *m, double base, const float *freqs, const int64_t *pos, int64_t T, float *cs) {
     const int64_t half = m->n_rot / 2;
-    const float theta_scale = powf((float)base, -2.0f / (float)m->n_rot);
+    const float theta_scale = powf((float)base, -2.0f / (float)m->n_rot), fs = m->rope_freq_scale;
+    const float ext = m->rope_ext_factor;
+    float mscale = m->rope_attn_factor, low = 0, high = 0;
+    if (ext != 0.0f) {
+        const float start = floorf(yarn_corr_dim(m, m->rope_beta_fast, (float)base));
+        const float end = ceilf(yarn_corr_dim(m, m->rope_beta_slow, (float)base));
+        low = start > 0 ? start : 0;
+        high = (float)(m->n_rot - 1) < end ? (float)(m->n_rot - 1) : end;
+        mscale *= 1.0f + 0.1f * logf(1.0f / fs);
+    }
     for (int64_t t = 0; t < T; t++) {
         float theta = (float)pos[t];
         for (int64_t i = 0; i < half; i++) {
-            const float th = freqs ? theta / freqs[i] : theta;
-            cs[t * m->n_rot + i] = cosf(th);
-            cs[t * m->n_rot + half + i] = sinf(th);
+            const float extrap = freqs ? theta / freqs[i] : theta, interp = fs * extrap;
+            float th = interp;
+            if (ext != 0.0f) {
+                const float y = ((float)i - low) / (0.001f > high - low ? 0.001f : high - low);
+                const float mix = (1 - (y < 0 ? 0 : y > 1 ? 1 : y)) * ext; /* rope_yarn_ramp times ext_factor */
+                th = interp * (1 - mix) + extrap * mix;
+            }
+            cs[t * m->n_rot + i] = cosf(th) * mscale;
+            cs[t * m->n_rot + half + i] = sinf(th) * mscale;
             theta *= theta_scale;
         }
     }
@@ -573,6 +620,7 @@ int64_t ms_dim(const ms_model *m, int dim) {
     case MS_DIM_EXP_FF: return m->n_expert * m->n_ff_exp;
     case MS_DIM_FF_EXP: return m->n_ff_exp;
     case MS_DIM_EXP_EMBD: return m->n_expert * m->n_embd;
+    case MS_DIM_HEADS: return m->n_head;
     default: return 0;
     }
 }

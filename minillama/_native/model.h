@@ -13,15 +13,19 @@
 
 /* attention.c: out [Dv] = query q [D] attending to the cached float16 keys k and values v of positions s0..s1
  * (rows k_stride / v_stride values apart), scores times scale, as ggml's CPU flash attention computes it
- * (one_chunk: every generated token, and batches of fewer than 64 rows). work: D + Dv floats. */
+ * (one_chunk: every generated token, and batches of fewer than 64 rows). sink: NULL, or the head's sink logit
+ * (gpt-oss's attn_sinks: one more entry of the softmax, with no value, applied at the row's end as ggml applies
+ * it). work: D + Dv floats. */
 void ma_attend_row(const float *q, const uint16_t *k, int64_t k_stride, const uint16_t *v, int64_t v_stride,
-                   int64_t s0, int64_t s1, int64_t D, int64_t Dv, float scale, float *out, float *work);
+                   int64_t s0, int64_t s1, int64_t D, int64_t Dv, float scale, const float *sink, float *out,
+                   float *work);
 /* The same for a batch of one row over a cache of n_kv cells (n_kv >= MA_SPLIT_KV), as llama.cpp computes it with
- * `parts` threads: ggml's split-KV path (attention.c). work: D + 3 Dv floats. */
+ * `parts` threads: ggml's split-KV path (attention.c; the sink goes into the first chunk's partial only). work:
+ * D + 3 Dv floats. */
 #define MA_SPLIT_KV 512
 void ma_attend_row_split(const float *q, const uint16_t *k, int64_t k_stride, const uint16_t *v, int64_t v_stride,
                          int64_t s0, int64_t s1, int64_t n_kv, int64_t parts, int64_t D, int64_t Dv, float scale,
-                         float *out, float *work);
+                         const float *sink, float *out, float *work);
 /* The cells llama.cpp's attention of a row at position pos splits across kv_split threads (its cache view: the used
  * cells 0..pos padded to a multiple of 256, at least 256), or 0 where it does not split: a pass of more than one
  * row, a sliding-window layer, one thread, or fewer than MA_SPLIT_KV cells. */
@@ -34,21 +38,26 @@ static inline int64_t ma_split_cells(int64_t pos, int64_t window, int64_t pass_r
 #define MA_TILED_ROWS 64
 /* The same for n rows (at most MA_TILED_ROWS) of one query head and one sequence as the tiled path computes them:
  * row i's query at q + i q_stride, its position pos[i], seeing positions pos[i] - window + 1 (window > 0) or 0
- * up to pos[i]; its output at out + i out_stride. work: ma_tiled_work(D, Dv) floats. */
+ * up to pos[i]; its output at out + i out_stride; sink as ma_attend_row's. work: ma_tiled_work(D, Dv) floats. */
 void ma_attend_tiled(const float *q, int64_t q_stride, int64_t n, const int64_t *pos, int64_t window,
                      const uint16_t *k, int64_t k_stride, const uint16_t *v, int64_t v_stride, int64_t D, int64_t Dv,
-                     float scale, float *out, int64_t out_stride, float *work);
+                     float scale, const float *sink, float *out, int64_t out_stride, float *work);
 size_t ma_tiled_work(int64_t D, int64_t Dv);
 /* Rows q [n, H, D] of one sequence at positions start..start+n-1 attending to its float16 cache k [start + n, Hkv,
  * D], v [start + n, Hkv, Dv], into out [n, H, Dv], as model.c attends them in a pass of pass_rows rows (all
  * sequences'): the tiled path from MA_TILED_ROWS rows, the split-KV path for a pass of one row (ma_split_cells), else
- * row by row. The Python blocks' attention on the native backend. 1 done, 0 out of memory. */
+ * row by row; sinks: NULL or [H], each head's sink logit. The Python blocks' attention on the native backend. 1
+ * done, 0 out of memory. */
 int ma_attend_seq(const float *q, int64_t n, int64_t H, int64_t Hkv, int64_t D, int64_t Dv, int64_t start,
-                  const uint16_t *k, const uint16_t *v, int64_t window, float scale, int64_t pass_rows,
-                  int64_t kv_split, float *out);
+                  const uint16_t *k, const uint16_t *v, int64_t window, float scale, const float *sinks,
+                  int64_t pass_rows, int64_t kv_split, float *out);
 
 /* swiglu.c: y [n] = silu(x) * g as ggml_vec_swiglu_f32 computes it (ggml_v_expf for all but the last n % 8). */
 void ma_swiglu(int64_t n, float *y, const float *x, const float *g);
+/* y [n] = gpt-oss's clamped SwiGLU of gate x and up g as ggml-cpu's swiglu_oai computes it (alpha 1.702, limit 7:
+ * x' = min(x, 7), g' = clamp(g, -7, 7), x' / (1 + expf(-1.702 x')) * (g' + 1); libm's expf, one value at a time,
+ * as ggml's loop: no SIMD form to mirror). */
+void ma_swiglu_oai(int64_t n, float *y, const float *x, const float *g);
 /* One lane of ggml_v_expf (the exp of ggml's SIMD soft_max and silu; not libm's expf). */
 float ma_v_expf(float x);
 /* y [n] = ggml_v_expf of each of x [n] (eight lanes at a time where the AVX2 kernels run: the same bits). */
@@ -69,7 +78,9 @@ typedef struct {
  * VEC a float32 vector of `size` values (NULL when absent: llama has no q_norm, gemma3 no biases, ...), MAT a
  * weight matrix of `size` inputs and `outputs` outputs, F64 / I64 a number. Sizes are MS_DIM_* names: EMBD
  * n_embd, QKV the q|k|v outputs, HEAD head_dim, O n_head * head_dim_v, GATE_UP 2 n_ff, FF n_ff, ROT_PAIRS
- * n_rot / 2, EXPERTS n_expert, EXP_FF n_expert * n_ff_exp, FF_EXP n_ff_exp, EXP_EMBD n_expert * n_embd. rope_base
+ * n_rot / 2, EXPERTS n_expert, EXP_FF n_expert * n_ff_exp, FF_EXP n_ff_exp, EXP_EMBD n_expert * n_embd, HEADS
+ * n_head. sinks: a sink logit per query head (gpt-oss); router_bias: added to the router's logits; gate_exps_bias,
+ * up_exps_bias, down_exps_bias: expert e's row (e n_ff_exp.., e n_embd..) added to its product (ggml_add_id). rope_base
  * is the layer's rope base; window > 0: a query sees only keys fewer than window positions back. The feed-forward is
  * dense (w_gate_up, w_down) or a mixture of experts (router [n_embd -> n_expert], and each expert tensor one matrix
  * of its n_expert matrices one after another: gate_exps/up_exps expert e's rows e n_ff_exp.., down_exps e n_embd..;
@@ -91,6 +102,11 @@ typedef struct {
     X(MAT, gate_exps, 0, EMBD, EXP_FF)                                                                               \
     X(MAT, up_exps, 0, EMBD, EXP_FF)                                                                                 \
     X(MAT, down_exps, 0, FF_EXP, EXP_EMBD)                                                                           \
+    X(VEC, sinks, 0, HEADS, NONE)                                                                                    \
+    X(VEC, router_bias, 0, EXPERTS, NONE)                                                                            \
+    X(VEC, gate_exps_bias, 0, EXP_FF, NONE)                                                                          \
+    X(VEC, up_exps_bias, 0, EXP_FF, NONE)                                                                            \
+    X(VEC, down_exps_bias, 0, EXP_EMBD, NONE)                                                                        \
     X(VEC, b_down, 0, EMBD, NONE)                                                                                    \
     X(VEC, post_ffn_norm, 0, EMBD, NONE)                                                                             \
     X(VEC, rope_freqs, 0, ROT_PAIRS, NONE)                                                                           \
@@ -111,14 +127,18 @@ typedef struct {
 /* The sizes a layer field is given in (MS_LAYER_FIELDS); ms_dim gives their values for a model. */
 enum {
     MS_DIM_NONE, MS_DIM_EMBD, MS_DIM_QKV, MS_DIM_HEAD, MS_DIM_O, MS_DIM_GATE_UP, MS_DIM_FF, MS_DIM_ROT_PAIRS,
-    MS_DIM_EXPERTS, MS_DIM_EXP_FF, MS_DIM_FF_EXP, MS_DIM_EXP_EMBD
+    MS_DIM_EXPERTS, MS_DIM_EXP_FF, MS_DIM_FF_EXP, MS_DIM_EXP_EMBD, MS_DIM_HEADS
 };
 
 /* The hyper-parameters, in one list: X(KIND, name). It makes ms_model's members and the binding's parse table
  * (a dict by name) and _core.Stack.HPARAMS. I64 an integer, F32 a float, BOOL a flag: rope_neox (rope pairs
  * (i, i + n_rot/2) rather than (2i, 2i+1)), gelu (GeGLU rather than SwiGLU), scale_q (multiply q by q_scale after
  * rope, gemma3); attn_scale multiplies the scores; kv_split: the threads of the llama.cpp whose single-row
- * attention over 512 cached cells or more (its split-KV path, one chunk of the cells per thread) is mirrored. */
+ * attention over 512 cached cells or more (its split-KV path, one chunk of the cells per thread) is mirrored;
+ * softmax_weight: the experts' weights are the softmax of the chosen k router logits (gpt-oss) rather than the
+ * softmax over all experts renormalised; swiglu_oai: the experts' activation is ma_swiglu_oai; rope_freq_scale,
+ * rope_ext_factor, rope_attn_factor, rope_beta_fast, rope_beta_slow, n_ctx_orig: ggml_rope_ext's YaRN arguments
+ * (1, 0, 1 and any betas: plain rope). */
 #define MS_HPARAMS(X)                                                                                                \
     X(I64, n_embd)                                                                                                   \
     X(I64, n_head)                                                                                                   \
@@ -136,7 +156,15 @@ enum {
     X(I64, n_expert)                                                                                                 \
     X(I64, n_expert_used)                                                                                            \
     X(I64, n_ff_exp)                                                                                                 \
-    X(I64, kv_split)
+    X(I64, kv_split)                                                                                                 \
+    X(BOOL, softmax_weight)                                                                                          \
+    X(BOOL, swiglu_oai)                                                                                              \
+    X(F32, rope_freq_scale)                                                                                          \
+    X(F32, rope_ext_factor)                                                                                          \
+    X(F32, rope_attn_factor)                                                                                         \
+    X(F32, rope_beta_fast)                                                                                           \
+    X(F32, rope_beta_slow)                                                                                           \
+    X(I64, n_ctx_orig)
 
 typedef int64_t ms_hparam_I64;
 typedef float ms_hparam_F32;
@@ -168,6 +196,9 @@ const char *ms_check_layer(const ms_model *m, const ms_layer *L);
  * weights [k] (divided by their sum, clamped to float16's smallest normal). simd: the softmax of ggml's AVX2 build
  * (ggml_v_expf eight values at a time, each eight summed in float), else of its generic one (libm's expf). */
 void mo_route(const float *logits, int64_t E, int64_t k, int simd, int32_t *chosen, float *weights);
+/* The same with LLAMA_EXPERT_GATING_FUNC_TYPE_SOFTMAX_WEIGHT (gpt-oss): the k largest logits (ties: the lower
+ * expert first), their weights the softmax of those k logits alone, not renormalised. */
+void mo_route_softmax_weight(const float *logits, int64_t E, int64_t k, int simd, int32_t *chosen, float *weights);
 /* mo_router: logits [E] = the float32 router w [E, d] times one row x [d], in the order of llama.cpp's AVX2 build:
  * ggml_vec_dot_f32 (four accumulators of eight) when its product has one row (rows), llamafile's tinyBLAS (one
  * accumulator of eight per output) for more when d % 8 == 0 and E % 4 == 0; simd 0: ggml's generic dot (a double

@@ -99,6 +99,18 @@ void mo_route(const float *logits, int64_t E, int64_t k, int simd, int32_t *chos
     for (int64_t i = 0; i < k; i++) weights[i] = weights[i] / s;
 }
 
+void mo_route_softmax_weight(const float *logits, int64_t E, int64_t k, int simd, int32_t *chosen, float *weights) {
+    float top[MS_MAX_EXPERTS];
+    unsigned char taken[MS_MAX_EXPERTS] = {0};
+    for (int64_t i = 0; i < k; i++) {
+        int64_t best = -1;
+        for (int64_t e = 0; e < E; e++) /* as mo_route's choice, over the logits */
+            if (!taken[e] && (best < 0 || logits[e] > logits[best])) best = e;
+        taken[best] = 1, chosen[i] = (int32_t)best, top[i] = logits[best];
+    }
+    softmax(top, k, simd, weights); /* ggml_soft_max of the k chosen logits */
+}
+
 void mo_group(const int32_t *chosen, int64_t n, int64_t E, int64_t *start, int32_t *list, int32_t *inv) {
     for (int64_t e = 0; e <= E; e++) start[e] = 0;
     for (int64_t a = 0; a < n; a++) start[chosen[a] + 1]++;

@@ -116,3 +116,13 @@ void ma_swiglu(int64_t n, float *y, const float *x, const float *g) {
 #endif
     kernel(n, y, x, g);
 }
+
+void ma_swiglu_oai(int64_t n, float *y, const float *x, const float *g) {
+    const float alpha = 1.702f, limit = 7.0f;
+    for (int64_t i = 0; i < n; i++) {
+        const float a = limit < x[i] ? limit : x[i];                        /* std::min: NaN stays */
+        const float b = g[i] < -limit ? -limit : limit < g[i] ? limit : g[i]; /* std::clamp */
+        const float glu = a / (1.0f + expf(alpha * (-a)));
+        y[i] = glu * (b + 1.0f);
+    }
+}

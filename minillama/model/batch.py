@@ -83,13 +83,14 @@ class Batch:
     def _attention(self, q: np.ndarray, keys: np.ndarray, values: np.ndarray, start: int, scale: float,
                    window: int, sinks: np.ndarray | None = None) -> np.ndarray:
         """One sequence's rows q [n, H, D] at positions start.. over its cached keys and values [start + n, ...]:
-        in C as the C blocks attend (core given, a float16 cache, no sinks), else layers.attention; [n, H * Dv]."""
+        in C as the C blocks attend (core given, a float16 cache), else layers.attention; [n, H * Dv]."""
         n, h, d = q.shape
-        if self.core is not None and sinks is None and keys.dtype == np.float16:
+        if self.core is not None and keys.dtype == np.float16:
             _, hkv, dv = values.shape
             out = np.empty((n, h * dv), np.float32)
             self.core.attend(np.ascontiguousarray(q, dtype=np.float32), keys, values, out, (n, h, hkv, d, dv),
-                             start, window, scale, len(self.positions), self.kv_split)
+                             start, window, scale, len(self.positions), self.kv_split,
+                             None if sinks is None else np.ascontiguousarray(sinks, dtype=np.float32))
             return out
         return attention(q, keys, values, np.arange(start, start + n), np.arange(start + n), scale, window, sinks)
 

@@ -20,7 +20,7 @@ from . import llama
 from .batch import Batch
 from .layers import Linear, QuantLinear, rmsnorm, rope_neox, yarn_angles
 from .moe import moe_ffn, swiglu_oai
-from .spec import ArchSpec, register
+from .spec import ArchSpec, Native, register
 from .weights import HParams, TensorSpec
 
 F32 = np.float32
@@ -32,7 +32,8 @@ LAYER_TENSORS: dict[str, TensorSpec] = {
     "wo": ("blk.{i}.attn_output.weight", ("o_dim", "n_embd")),
     "bo": ("blk.{i}.attn_output.bias", ("n_embd",)),
     "sinks": ("blk.{i}.attn_sinks.weight", ("n_head",)),
-    "post_attn_norm": ("blk.{i}.post_attention_norm.weight", ("n_embd",)),
+    # the norm before the feed-forward (llama.cpp's attn_post_norm): model.c's ffn_norm
+    "ffn_norm": ("blk.{i}.post_attention_norm.weight", ("n_embd",)),
     "router": ("blk.{i}.ffn_gate_inp.weight", ("n_embd", "n_expert")),
     "router_bias": ("blk.{i}.ffn_gate_inp.bias", ("n_expert",)),
     "gate_exps": ("blk.{i}.ffn_gate_exps.weight", ("n_embd", "n_ff_exp", "n_expert")),
@@ -100,6 +101,11 @@ def rope_params(hp: HParams) -> tuple[float, float, float]:
     return float(freq_scale), ext_factor, float(attn * f32(hp.rope_attn_factor))
 
 
+def layer(hp: HParams, il: int) -> tuple[float, int]:
+    """Layer il's (rope base, sliding window) for model.c: the file's base everywhere, the window on the even layers."""
+    return hp.rope_base, hp.sliding_window if is_swa(hp, il) else 0
+
+
 def ffn(w: dict[str, Any], h: np.ndarray, hp: HParams) -> np.ndarray:
     """The experts' feed-forward of the normed stream h [T, d]."""
     return moe_ffn(h, w["router"], w["gate_exps"], w["up_exps"], w["down_exps"], hp.n_expert_used,
@@ -120,9 +126,13 @@ def blocks(x: np.ndarray, layers: list[dict[str, Any]], hp: HParams, batch: Batc
             q = q.astype(np.float16).astype(F32)
         a = batch.attend(il, q, k, v, scale, hp.sliding_window if is_swa(hp, il) else 0, w["sinks"])
         x = x + (w["wo"](a) + w["bo"])
-        x = x + ffn(w, rmsnorm(x, w["post_attn_norm"], hp.eps), hp)
+        x = x + ffn(w, rmsnorm(x, w["ffn_norm"], hp.eps), hp)
     return x
 
 
+#: How model.c runs it: NEOX rope with YaRN, the layers' windows, the sinks and the experts' biases as data, the
+#: softmax-over-top-k gating and swiglu_oai as flags.
+NATIVE = Native(rope_neox=True, layer=layer, softmax_weight=True, swiglu_oai=True, rope=rope_params)
+
 SPEC = register(ArchSpec("gpt-oss", LAYER_TENSORS, prepare, blocks, OPTIONAL_TENSORS, refused_keys=REFUSED_KEYS,
-                         experts=True))
+                         experts=True, native=NATIVE))

@@ -126,7 +126,8 @@ def swiglu_oai(gate: np.ndarray, up: np.ndarray, alpha: F32 = OAI_ALPHA, limit: 
     y = clamp(up, -limit, limit), x / (1 + exp(-alpha x)) * (y + 1) (expf through float64: correctly rounded)."""
     x = np.minimum(gate, limit)
     y = np.clip(up, -limit, limit)
-    e = np.exp((alpha * -x).astype(np.float64)).astype(F32)
+    with np.errstate(over="ignore"):  # a very negative gate: exp overflows to inf, and the product is -0 as in C
+        e = np.exp((alpha * -x).astype(np.float64)).astype(F32)
     return x / (F32(1) + e) * (y + F32(1))
 
 

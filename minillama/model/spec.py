@@ -40,6 +40,11 @@ def whole_context(hp: HParams, il: int) -> tuple[float, int]:
     return hp.rope_base, 0
 
 
+def no_rope_scaling(hp: HParams) -> tuple[float, float, float]:
+    """Rope at the trained speed: (freq_scale 1, ext_factor 0, attn_factor 1)."""
+    return 1.0, 0.0, 1.0
+
+
 def no_embed_scale(hp: HParams) -> float | None:
     """The embedding rows go in as they are."""
     return None
@@ -52,12 +57,18 @@ class Native:
     rope_neox: rope pairs dims (i, i + n_rot/2) ("NEOX") rather than (2i, 2i+1); geglu: GeGLU (tanh GELU) rather
     than SwiGLU; scale_q: q is multiplied by 1/sqrt(head_dim) after rope and the scores are not scaled (gemma3's
     query_pre_attn_scalar) instead of scores scaled by 1/sqrt(head_dim); layer(hp, il): layer il's (rope base,
-    sliding window, 0 for none)."""
+    sliding window, 0 for none); softmax_weight: the experts' weights are the softmax of the chosen router logits
+    (llama.cpp's SOFTMAX_WEIGHT gating); swiglu_oai: the experts' activation is gpt-oss's clamped SwiGLU; rope(hp):
+    ggml_rope_ext's (freq_scale, ext_factor, attn_factor) for the file's rope scaling (YaRN when ext_factor != 0;
+    its betas are llama.cpp's defaults, 32 and 1)."""
 
     rope_neox: bool = False
     geglu: bool = False
     scale_q: bool = False
     layer: Callable[[HParams, int], tuple[float, int]] = whole_context
+    softmax_weight: bool = False
+    swiglu_oai: bool = False
+    rope: Callable[[HParams], tuple[float, float, float]] = no_rope_scaling
 
 
 @dataclass(frozen=True)

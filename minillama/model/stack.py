@@ -9,9 +9,10 @@ batch as alone.
 The Python blocks (llama.py and the other architecture files) stay the reference: the pure backend runs them.
 model.c computes the same thing from the same weights (the quantized
 matrices in the map, the float32 norm weights and biases), with what differs between the architectures given as
-data (ArchSpec.native): the rope pairing, GeGLU or SwiGLU, gemma3's query scale, post-norms and per-layer sliding
-window and rope base. Layers and hyper-parameters cross to C as dicts by name (core.Stack.FIELDS, core.Stack.HPARAMS,
-one list in model.h), never by position.
+data (ArchSpec.native): the rope pairing and scaling (YaRN), GeGLU, SwiGLU or gpt-oss's clamped SwiGLU, gemma3's
+query scale, post-norms, per-layer sliding window and rope base, attention sinks, the experts' gating and biases.
+Layers and hyper-parameters cross to C as dicts by name (core.Stack.FIELDS, core.Stack.HPARAMS, one list in
+model.h), never by position.
 A model whose matrices are not all quantized views (a type the kernels lack, the pure backend) gets no Stack.
 """
 
@@ -26,7 +27,7 @@ import numpy as np
 from .batch import Batch
 from .layers import Linear, QuantLinear, _Joined
 from .moe import Experts
-from .spec import ArchSpec
+from .spec import ArchSpec, Native
 from .threads import native_threads
 from .weights import HParams
 
@@ -52,7 +53,16 @@ def _matrix(m: Any) -> tuple | None:
 
 
 def _vector(v: Any) -> np.ndarray | None:
-    return None if v is None else np.ascontiguousarray(v, dtype=np.float32)
+    """A vector (or a table of bias rows, one after another) as float32 values in order."""
+    return None if v is None else np.ascontiguousarray(v, dtype=np.float32).reshape(-1)
+
+
+def rope_hparams(kind: Native, hp: HParams) -> dict[str, float | int]:
+    """ggml_rope_ext's scaling arguments as model.c's hyper-parameters (Native.rope; the betas llama.cpp's
+    defaults)."""
+    freq_scale, ext_factor, attn_factor = kind.rope(hp)
+    return {"rope_freq_scale": freq_scale, "rope_ext_factor": ext_factor, "rope_attn_factor": attn_factor,
+            "rope_beta_fast": 32.0, "rope_beta_slow": 1.0, "n_ctx_orig": max(1, hp.n_ctx_orig)}
 
 
 class NativeStack:
@@ -78,7 +88,8 @@ class NativeStack:
                    "head_dim_v": hp.head_dim_v, "n_ff": hp.n_ff, "n_rot": hp.n_rot, "eps": hp.eps,
                    "rope_neox": kind.rope_neox, "gelu": kind.geglu, "scale_q": kind.scale_q, "q_scale": q_scale,
                    "attn_scale": attn_scale, "n_expert": hp.n_expert, "n_expert_used": hp.n_expert_used,
-                   "n_ff_exp": hp.n_ff_exp, "kv_split": kv_split}
+                   "n_ff_exp": hp.n_ff_exp, "kv_split": kv_split, "softmax_weight": kind.softmax_weight,
+                   "swiglu_oai": kind.swiglu_oai, **rope_hparams(kind, hp)}
         #: What the Stack was made from, by name (core.Stack.HPARAMS, core.Stack.FIELDS): the vectors' and views'
         #: owners, which model.c reads.
         self._stack_args = (hparams, rows, None if out is None else (_vector(head[0]), out, self.n_vocab))

@@ -3,7 +3,7 @@ the native backend, and the binding's checks.
 
 Tiny float32 models of every architecture model.c runs (llama with rope_freqs, qwen2 with q/k/v biases, qwen3 with
 per-head q/k norms, phi3 with fused matrices and a partial rope, gemma3 with its extra norms, GeGLU, query scale and
-sliding-window layers), written here: with F32 weights nothing is quantized, so the two paths differ only by float
+sliding-window layers, gpt-oss with YaRN, attention sinks, biases and float32 experts), written here: with F32 weights nothing is quantized, so the two paths differ only by float
 rounding once the Python blocks attend as llama.cpp's CPU flash attention does (ggml_attention below: model.c's
 attention.c computes that, float16 roundings and all, where layers.attention is a plain float32 softmax). A pass
 split into chunks and single-token steps gives the bits of one fresh pass (each token's row is computed alone,
@@ -37,6 +37,9 @@ except ImportError:
 pytestmark = pytest.mark.skipif(_core is None, reason="the native core is not built")
 
 D, FF, HEADS, HEADS_KV, VOCAB, CTX = 32, 64, 4, 2, 40, 64
+#: gpt-oss: 3 experts, so that the float32 router is multiplied in one order for one row and for several (with a
+#: multiple of 4, llama.cpp and model.c take tinyBLAS for several rows, and a chunk's bits are not a step's)
+EXPERTS, FF_EXP = 3, 16
 
 
 def write_tiny(path: Path, arch: str, blocks: int = 2) -> Path:
@@ -54,6 +57,12 @@ def write_tiny(path: Path, arch: str, blocks: int = 2) -> Path:
     w.add_key_value(f"{arch}.rope.freq_base", 500.0, gguf.GGUFValueType.FLOAT32)
     if arch == "gemma3":
         w.add_key_value("gemma3.attention.sliding_window", 3, gguf.GGUFValueType.UINT32)
+    if arch == "gpt-oss":  # YaRN whose ramp crosses the pairs, a window on the even layers, 4 experts of 16
+        for key, value in (("attention.sliding_window", 3), ("expert_count", EXPERTS), ("expert_used_count", 2),
+                           ("expert_feed_forward_length", FF_EXP), ("rope.scaling.original_context_length", 4096)):
+            w.add_key_value(f"gpt-oss.{key}", value, gguf.GGUFValueType.UINT32)
+        w.add_key_value("gpt-oss.rope.scaling.type", "yarn", gguf.GGUFValueType.STRING)
+        w.add_key_value("gpt-oss.rope.scaling.factor", 32.0, gguf.GGUFValueType.FLOAT32)
     w.add_tokenizer_model("llama")
     w.add_token_list([f"t{i}" for i in range(VOCAB)])
 
@@ -76,15 +85,27 @@ def write_tiny(path: Path, arch: str, blocks: int = 2) -> Path:
             t(b + "attn_q.weight", q, D)
             t(b + "attn_k.weight", kv, D)
             t(b + "attn_v.weight", kv, D)
+        if arch not in ("phi3", "gpt-oss"):
             t(b + "ffn_gate.weight", FF, D)
             t(b + "ffn_up.weight", FF, D)
-        if arch == "qwen2":
+        if arch in ("qwen2", "gpt-oss"):
             for part, n in (("q", q), ("k", kv), ("v", kv)):
                 t(b + f"attn_{part}.bias", n, scale=0.1)
         if arch in ("qwen3", "gemma3"):
             t(b + "attn_q_norm.weight", head, scale=0.1, around=1.0)
             t(b + "attn_k_norm.weight", head, scale=0.1, around=1.0)
         t(b + "attn_output.weight", D, q)
+        if arch == "gpt-oss":  # biases, sinks, the experts (gate and up beyond swiglu_oai's clamp) and their biases
+            t(b + "attn_output.bias", D, scale=0.1)
+            t(b + "attn_sinks.weight", HEADS, scale=1.0)
+            t(b + "post_attention_norm.weight", D, scale=0.1, around=1.0)
+            t(b + "ffn_gate_inp.weight", EXPERTS, D, scale=1.0)
+            t(b + "ffn_gate_inp.bias", EXPERTS, scale=1.0)
+            for part, shape in (("gate", (EXPERTS, FF_EXP, D)), ("up", (EXPERTS, FF_EXP, D)),
+                                ("down", (EXPERTS, D, FF_EXP))):
+                t(b + f"ffn_{part}_exps.weight", *shape, scale=3.0 if part != "down" else None)
+                t(b + f"ffn_{part}_exps.bias", *shape[:2], scale=0.1)
+            continue
         t(b + "ffn_norm.weight", D, scale=0.1, around=1.0)
         t(b + "ffn_down.weight", D, FF)
         if arch == "gemma3":
@@ -97,7 +118,8 @@ def write_tiny(path: Path, arch: str, blocks: int = 2) -> Path:
     return path
 
 
-ARCHS = {"llama": 2, "qwen2": 2, "qwen3": 2, "phi3": 2, "gemma3": 7}  # gemma3: layer 5 sees the whole context
+#: gemma3: layer 5 sees the whole context
+ARCHS = {"llama": 2, "qwen2": 2, "qwen3": 2, "phi3": 2, "gemma3": 7, "gpt-oss": 2}
 
 
 @pytest.fixture(scope="module", params=list(ARCHS))
@@ -141,9 +163,8 @@ def ggml_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, q_pos: np.ndarra
     """llama.cpp's CPU flash attention for one query row at a time (ggml_compute_forward_flash_attn_ext_f16_one_chunk,
     float16 cache): q rounded to float16; per visible key the score _dot_f16 * scale; an online softmax whose
     weighted sum of values is rounded to float16 after every rescale and every fused multiply-add; that sum
-    times 1 / (the sum of the weights). Same signature as layers.attention (no sinks: the architectures compared
-    here have none)."""
-    assert sinks is None
+    times 1 / (the sum of the weights); a head's sink (gpt-oss) after the last key, on the float32 sum. Same
+    signature as layers.attention."""
     t, h, _ = q.shape
     _, hkv, dv = v.shape
     q16, k16, v16 = (a.astype(F16).astype(np.float32) for a in (q, k, v))
@@ -166,6 +187,13 @@ def ggml_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, q_pos: np.ndarra
                 acc = (acc.astype(np.float64) + v16[c, kv].astype(np.float64) * w).astype(np.float32)
                 acc = acc.astype(F16).astype(np.float32)
                 total = np.float32(np.float32(total * ms) + w)
+            if sinks is not None:  # one more logit without a value, as one_chunk applies it after its loop
+                s = np.float32(sinks[j])
+                if s > m:
+                    ms = np.float32(np.exp(np.float32(m - s))) if m != -np.inf else np.float32(0)
+                    acc, total = acc * ms, np.float32(np.float32(total * ms) + np.float32(1))
+                else:
+                    total = np.float32(total + np.float32(np.exp(np.float32(s - m))))
             out[i, j] = acc * (np.float32(1) / total)
     return out.reshape(t, h * dv)
 
@@ -189,10 +217,14 @@ def python_blocks(m: Model, native: bool = True) -> contextlib.AbstractContextMa
 def test_c_blocks_equal_python_blocks(tiny: Model, monkeypatch: pytest.MonkeyPatch) -> None:
     """The pure backend's Python blocks with ggml's attention mirrored in numpy (ggml_attention) come within float32
     noise of the C blocks; on the native backend (the core's attention, silu, exp and float32 products) the Python
-    blocks give the C blocks' bits."""
+    blocks give the C blocks' bits (gpt-oss's to float32 noise: model.c runs it on the native backend)."""
     got = tiny.logits(IDS)
     with python_blocks(tiny):
-        assert np.array_equal(tiny.logits(IDS), got)
+        ours = tiny.logits(IDS)
+    if tiny.hparams.arch == "gpt-oss":  # its swiglu_oai and YaRN angles are numpy's in the Python blocks
+        np.testing.assert_allclose(ours, got, rtol=1e-5, atol=1e-5 * np.abs(got).max())
+    else:
+        assert np.array_equal(ours, got)
     monkeypatch.setattr("minillama.model.batch.attention", ggml_attention)
     with python_blocks(tiny, native=False):
         want = tiny.logits(IDS)
@@ -251,10 +283,15 @@ def test_binding_checks_every_length(tiny: Model) -> None:
         "a negative window": with_field("window", -1),
         "a layer short of a field": (args[0], [{k: v for k, v in good_layer.items() if k != "window"}]),
         "heads that do not share": ({**args[0], "n_head": 3}, args[1]),
-        "no feed-forward": with_field("w_gate_up", None),
+        "no feed-forward": with_field("w_gate_up" if good_layer["router"] is None else "router", None),
         "a dense and an expert feed-forward": with_field("router", good_layer["wo"]),
         "more experts used than there are": ({**args[0], "n_expert": 2, "n_expert_used": 3}, args[1]),
         "too many experts": ({**args[0], "n_expert": 513, "n_expert_used": 1}, args[1]),
+        "a sink per kv head": with_field("sinks", np.ones(hp.n_head_kv, np.float32)),
+        "a router bias without experts": with_field("router_bias", np.ones(1, np.float32)),
+        "a zero rope speed": ({**args[0], "rope_freq_scale": 0.0}, args[1]),
+        "a NaN YaRN factor": ({**args[0], "rope_ext_factor": float("nan")}, args[1]),
+        "no original context": ({**args[0], "n_ctx_orig": 0}, args[1]),
     }
     for what, a in bad.items():
         with pytest.raises((ValueError, TypeError, BufferError)):
@@ -287,10 +324,13 @@ def test_layers_and_hyper_parameters_cross_by_name(tiny: Model) -> None:
     a missing or unknown name is a ValueError naming it, and a position-ordered tuple is refused."""
     assert _core.Stack.FIELDS == ("attn_norm", "wqkv", "bqkv", "q_norm", "k_norm", "wo", "bo", "post_attn_norm",
                                   "ffn_norm", "w_gate_up", "b_gate_up", "w_down", "router", "gate_exps", "up_exps",
-                                  "down_exps", "b_down", "post_ffn_norm", "rope_freqs", "rope_base", "window")
+                                  "down_exps", "sinks", "router_bias", "gate_exps_bias", "up_exps_bias",
+                                  "down_exps_bias", "b_down", "post_ffn_norm", "rope_freqs", "rope_base", "window")
     assert _core.Stack.HPARAMS == ("n_embd", "n_head", "n_head_kv", "head_dim", "head_dim_v", "n_ff", "n_rot", "eps",
                                    "rope_neox", "gelu", "scale_q", "q_scale", "attn_scale", "n_expert",
-                                   "n_expert_used", "n_ff_exp", "kv_split")
+                                   "n_expert_used", "n_ff_exp", "kv_split", "softmax_weight", "swiglu_oai",
+                                   "rope_freq_scale", "rope_ext_factor", "rope_attn_factor", "rope_beta_fast",
+                                   "rope_beta_slow", "n_ctx_orig")
     ns = tiny._stack
     assert ns is not None
     hparams, layers, _ = ns._stack_args
