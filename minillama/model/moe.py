@@ -45,6 +45,15 @@ class Experts:
     def n_out(self) -> int:
         return self.raw.shape[1]
 
+    def apply(self, e: int, h: np.ndarray) -> np.ndarray:
+        """Expert e's matrix times the rows h [n, n_in] that chose it: on the native kernels one row at a time, as
+        llama.cpp's mul_mat_id multiplies an expert's rows (not the tiles of rows a dense product takes, whose
+        sums differ in the last bits; moe.c does the same); otherwise all at once."""
+        lin = self.expert(e)
+        if self._core is None or h.shape[0] == 1:
+            return lin(h)
+        return np.concatenate([lin(h[i:i + 1]) for i in range(h.shape[0])])
+
     def expert(self, e: int) -> Linear:
         """Expert e's matrix (only its blocks are read)."""
         if self._core is not None:
@@ -152,12 +161,12 @@ def moe_ffn(x: np.ndarray, router: Linear, gate: Experts, up: Experts, down: Exp
     for e in np.unique(chosen).tolist():
         rows, slots = np.nonzero(chosen == e)
         h = np.ascontiguousarray(x[rows])
-        g, u = gate.expert(e)(h), up.expert(e)(h)
+        g, u = gate.apply(e, h), up.apply(e, h)
         if gate_bias is not None:
             g = g + gate_bias[e]
         if up_bias is not None:
             u = u + up_bias[e]
-        y = down.expert(e)(glu(g, u))
+        y = down.apply(e, glu(g, u))
         if down_bias is not None:
             y = y + down_bias[e]
         out[rows, slots] = y * weights[rows, slots, None]
