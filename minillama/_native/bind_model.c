@@ -491,47 +491,21 @@ static PyObject *attend(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* silu(x, out): out = silu(x) over rows of x's last axis (n values each), as ggml_vec_silu_f32 computes a row:
- * eight at a time with ggml_v_expf, the n % 8 left with libm's expf (ma_swiglu with g = 1, the same bits).
- * x, out: float32, the same number of values, a multiple of n. */
-static PyObject *silu(PyObject *self, PyObject *args) {
-    (void)self;
-    PyObject *xo, *oo;
-    Py_ssize_t n;
-    if (!PyArg_ParseTuple(args, "OOn", &xo, &oo, &n)) return NULL;
-    Py_buffer xb, ob;
-    if (!get_array(xo, &xb, 4, "x")) return NULL;
-    if (PyObject_GetBuffer(oo, &ob, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
-        PyBuffer_Release(&xb);
-        return NULL;
-    }
-    const Py_ssize_t len = xb.len / 4;
-    if (n < 1 || n > (1 << 24) || len % n || ob.len != xb.len || ob.itemsize != 4) {
-        PyBuffer_Release(&ob);
-        PyBuffer_Release(&xb);
-        return PyErr_Format(PyExc_ValueError, "silu: expected x and out of the same multiple of n = %zd floats, got "
-                            "%zd and %zd bytes", n, xb.len, ob.len);
-    }
-    float *ones = PyMem_Malloc((size_t)n * sizeof(float));
-    if (!ones) {
-        PyBuffer_Release(&ob);
-        PyBuffer_Release(&xb);
-        return PyErr_NoMemory();
-    }
-    for (Py_ssize_t i = 0; i < n; i++) ones[i] = 1.0f;
-    Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t r = 0; r < len / n; r++) ma_swiglu(n, (float *)ob.buf + r * n, (const float *)xb.buf + r * n, ones);
-    Py_END_ALLOW_THREADS
-    PyMem_Free(ones);
-    PyBuffer_Release(&ob);
-    PyBuffer_Release(&xb);
-    Py_RETURN_NONE;
+/* One row of n values: silu (ggml_vec_silu_f32: ma_swiglu with g = 1, the same bits) or ggml_vec_soft_max_f32's
+ * exponentials (ggml_v_expf eight at a time, libm's expf for the n % 8 left). ones: n floats of 1. */
+static void row_silu(Py_ssize_t n, float *y, const float *x, const float *ones) { ma_swiglu(n, y, x, ones); }
+
+static void row_exp(Py_ssize_t n, float *y, const float *x, const float *ones) {
+    (void)ones;
+    const Py_ssize_t n8 = n & ~(Py_ssize_t)7;
+    ma_v_expf_n(n8, x, y);
+    for (Py_ssize_t i = n8; i < n; i++) y[i] = expf(x[i]);
 }
 
-/* exp_rows(x, out, n): out = e^x over rows of n values as ggml_vec_soft_max_f32 takes its exponentials: eight at a
- * time with ggml_v_expf, the n % 8 left with libm's expf (ma_v_expf_n then expf). */
-static PyObject *exp_rows(PyObject *self, PyObject *args) {
-    (void)self;
+/* (x, out, n) -> out = op of each row of n values of x; x, out: float32, the same number of values, a multiple of
+ * n. The GIL is released while the rows are computed. */
+static PyObject *rows_op(PyObject *args, const char *name, void (*op)(Py_ssize_t, float *, const float *,
+                                                                        const float *)) {
     PyObject *xo, *oo;
     Py_ssize_t n;
     if (!PyArg_ParseTuple(args, "OOn", &xo, &oo, &n)) return NULL;
@@ -542,24 +516,34 @@ static PyObject *exp_rows(PyObject *self, PyObject *args) {
         return NULL;
     }
     const Py_ssize_t len = xb.len / 4;
+    float *ones = NULL;
     if (n < 1 || n > (1 << 24) || len % n || ob.len != xb.len || ob.itemsize != 4) {
-        PyBuffer_Release(&ob);
-        PyBuffer_Release(&xb);
-        return PyErr_Format(PyExc_ValueError, "exp_rows: expected x and out of the same multiple of n = %zd floats, "
-                            "got %zd and %zd bytes", n, xb.len, ob.len);
+        PyErr_Format(PyExc_ValueError, "%s: expected x and out of the same multiple of n = %zd floats, got %zd and "
+                     "%zd bytes", name, n, xb.len, ob.len);
+    } else if (!(ones = PyMem_Malloc((size_t)n * sizeof(float)))) {
+        PyErr_NoMemory();
+    } else {
+        for (Py_ssize_t i = 0; i < n; i++) ones[i] = 1.0f;
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t r = 0; r < len / n; r++) op(n, (float *)ob.buf + r * n, (const float *)xb.buf + r * n, ones);
+        Py_END_ALLOW_THREADS
+        PyMem_Free(ones);
     }
-    Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t r = 0; r < len / n; r++) {
-        const float *x = (const float *)xb.buf + r * n;
-        float *y = (float *)ob.buf + r * n;
-        const Py_ssize_t n8 = n & ~(Py_ssize_t)7;
-        ma_v_expf_n(n8, x, y);
-        for (Py_ssize_t i = n8; i < n; i++) y[i] = expf(x[i]);
-    }
-    Py_END_ALLOW_THREADS
     PyBuffer_Release(&ob);
     PyBuffer_Release(&xb);
-    Py_RETURN_NONE;
+    return ones ? Py_NewRef(Py_None) : NULL;
+}
+
+/* silu(x, out, n): out = silu(x) over rows of n values, as ggml_vec_silu_f32 computes a row. */
+static PyObject *silu(PyObject *self, PyObject *args) {
+    (void)self;
+    return rows_op(args, "silu", row_silu);
+}
+
+/* exp_rows(x, out, n): out = e^x over rows of n values, as ggml_vec_soft_max_f32 takes its exponentials. */
+static PyObject *exp_rows(PyObject *self, PyObject *args) {
+    (void)self;
+    return rows_op(args, "exp_rows", row_exp);
 }
 
 /* mul_f32(w, x, out): out [rows, E] = x [rows, d] times the float32 matrix w [E, d]^T as llama.cpp's CPU backend

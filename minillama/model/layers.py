@@ -28,6 +28,18 @@ def rmsnorm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
     return x * (F32(1) / np.sqrt(ms + F32(eps))) * weight
 
 
+def ggml_thetas(positions: np.ndarray, n_rot: int, base: float) -> np.ndarray:
+    """Each pair's angle [T, n_rot/2] as ggml_rope_cache_init makes it, in float32: pos, then each pair's the one
+    before times base^(-2/n_rot) (powf: correctly rounded through float64)."""
+    theta_scale = F32(np.power(np.float64(F32(base)), np.float64(F32(-2.0) / F32(n_rot))))
+    thetas = np.empty((positions.shape[0], n_rot // 2), F32)
+    theta = positions.astype(F32)
+    for i in range(n_rot // 2):
+        thetas[:, i] = theta
+        theta = theta * theta_scale
+    return thetas
+
+
 def rope_angles(positions: np.ndarray, n_rot: int, base: float,
                 factors: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """cos and sin of pos * base^(-2i/n_rot) / factors[i] for i < n_rot/2: the rotation of every pair, per position,
@@ -38,12 +50,7 @@ def rope_angles(positions: np.ndarray, n_rot: int, base: float,
     factors: the file's rope_freqs.weight (Llama 3.x's "llama3" rope scaling), which ggml_rope_ext takes as
     freq_factors and divides each pair's angle by; None: all 1."""
     # positions [T], factors [n_rot/2] -> cos, sin [T, n_rot/2]
-    theta_scale = F32(np.power(np.float64(F32(base)), np.float64(F32(-2.0) / F32(n_rot))))
-    thetas = np.empty((positions.shape[0], n_rot // 2), F32)
-    theta = positions.astype(F32)
-    for i in range(n_rot // 2):
-        thetas[:, i] = theta
-        theta = theta * theta_scale
+    thetas = ggml_thetas(positions, n_rot, base)
     if factors is not None:
         thetas = thetas / factors.astype(F32)
     th = thetas.astype(np.float64)
@@ -64,12 +71,7 @@ def yarn_angles(positions: np.ndarray, n_rot: int, base: float, freq_scale: floa
     def logf(x: float) -> F32:  # the float32 libm function, correctly rounded (through float64)
         return f32(np.log(np.float64(f32(x))))
 
-    theta_scale = f32(np.power(np.float64(f32(base)), np.float64(f32(-2.0) / f32(n_rot))))
-    thetas = np.empty((positions.shape[0], n_rot // 2), f32)
-    theta = positions.astype(f32)
-    for i in range(n_rot // 2):
-        thetas[:, i] = theta
-        theta = theta * theta_scale
+    thetas = ggml_thetas(positions, n_rot, base)
 
     def corr_dim(beta: float) -> F32:  # ggml_rope_yarn_corr_dim, in float32
         return f32(n_rot) * logf(f32(n_ctx_orig) / (f32(beta) * f32(2) * f32(np.pi))) / (f32(2) * logf(base))
