@@ -8,8 +8,11 @@
     llm.create_embedding("Hello")["data"][0]["embedding"]
 
 Each call runs in a Session of its own (its own KV cache; the model's weights are only read), so threads can
-each drive a request on one loaded Llama at once: what a server's slots need. A streamed call is a generator;
-closing it (or dropping it) ends the generation at once and frees its session. Each call builds one
+each drive a request on one loaded Llama at once: what a server's slots need. A call without session= takes the
+session of the last call that finished, when no other call has taken it, so a multi-turn chat reprocesses only
+what its prompt adds to the last one's (the longest shared prefix stays cached, as llama-cpp-python keeps its
+context). A streamed call is a generator; closing it (or dropping it) ends the generation at once and frees its
+session. Each call builds one
 minillama.request.Request (its SamplingParams, stop strings, JSON constraint) and runs it (Llama.run); sampling is
 llama.cpp's chain and order (logit_bias, grammar, penalties, top_k, top_p, min_p, temperature).
 """
@@ -351,6 +354,8 @@ class Llama:
         self._state_lock = threading.Lock()
         self._last_session: Session | None = None
         self._resume: Session | None = None
+        #: The session of the last call without session= that finished, until another such call takes it.
+        self._idle: Session | None = None
         self._own_runs: weakref.WeakSet[Generation] = weakref.WeakSet()
 
     def __repr__(self) -> str:
@@ -711,12 +716,17 @@ class Llama:
         return replace(request, constraint=json_constraint(self.tokenizer, response_format))
 
     def run(self, request: Request, session: Session | None = None) -> Generation:
-        """The Generation of request in a session: the one given, else the one load_state prepared, else a new one
-        (kept for save_state)."""
+        """The Generation of request in a session: the one given, else the one load_state prepared, else the last
+        finished call's (its cached prefix reused), else a new one (kept for save_state and the next call)."""
         own = session is None
         if session is None:
             with self._state_lock:
-                session, self._resume = self._resume or self.session(), None
+                session = self._resume or self._idle or self.session()
+                if session is self._idle:
+                    self._idle = None
+                    if self._last_session is session:  # running again: save_state must not read it meanwhile
+                        self._last_session = None
+                self._resume = None
         gen = Generation(session, self.tokenizer, request)
         if hasattr(session, "generation"):
             session.generation = gen  # a server slot's: its stop string (Anthropic's stop_sequence)
@@ -729,7 +739,7 @@ class Llama:
         early keeps nothing: its session goes with it."""
         if run in self._own_runs:
             with self._state_lock:
-                self._last_session = run.model  # type: ignore[assignment]
+                self._last_session = self._idle = run.model  # type: ignore[assignment]
 
     def _piece(self, token: int) -> str:
         return token_text(self.tokenizer.token_to_piece(token))
