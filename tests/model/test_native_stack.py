@@ -489,3 +489,34 @@ def test_binding_refuses_odd_batches(tiny: Model) -> None:
     with pytest.raises(TypeError):
         stack.forward(x, tuple([(3, 0, *A)]), 1)  # seqs must be a list
     stack.forward(x, [(1, 0, *A), (2, room - 2, *B)], 2)  # the same calls, fitting: run
+
+
+def test_python_blocks_kernels_check_every_length() -> None:
+    """The kernels the Python blocks call on the native backend (attend, silu, exp_rows, mul_f32) refuse lengths that
+    do not fit their shapes with a ValueError, before reading anything (the sanitizer run holds them to it)."""
+    from minillama._native import _core
+
+    f32, f16 = np.float32, np.float16
+    q, k, v = np.zeros((3, 4, 8), f32), np.zeros((5, 2, 8), f16), np.zeros((5, 2, 8), f16)
+    out = np.zeros((3, 32), f32)
+    _core.attend(q, k, v, out, (3, 4, 2, 8, 8), 2, 0, 0.5, 3, 2)  # fits: positions 2..4 over a cache of 5
+    _core.attend(q, k, v, out, (3, 4, 2, 8, 8), 2, 0, 0.5, 3, 2, np.zeros(4, f32))  # with sinks
+    for dims, start, rows, sinks in [((3, 4, 2, 8, 8), 3, 3, None),  # the cache holds 5 positions, not 6
+                                     ((3, 4, 3, 8, 8), 2, 3, None),  # 4 heads are no multiple of 3
+                                     ((3, 4, 2, 8, 8), 2, 2, None),  # a pass of fewer rows than the sequence's
+                                     ((3, 4, 2, 8, 8), 2, 3, np.zeros(3, f32)),  # a sink per head: 4
+                                     ((3, 4, 2, 16, 8), 2, 3, None)]:  # q holds 8 values a head
+        with pytest.raises(ValueError, match="attend"):
+            _core.attend(q, k, v, out, dims, start, 0, 0.5, rows, 2, sinks)
+    x = np.zeros(12, f32)
+    for fn in (_core.silu, _core.exp_rows):
+        fn(x, np.zeros(12, f32), 4)
+        for o, n in [(np.zeros(12, f32), 5), (np.zeros(8, f32), 4), (np.zeros(12, f32), 0)]:
+            with pytest.raises(ValueError, match="expected x and out"):
+                fn(x, o, n)
+    w = np.zeros((4, 8), f32)
+    _core.mul_f32(w, np.zeros((2, 8), f32), np.zeros((2, 4), f32), 4, 8)
+    for xx, o, e, d in [(np.zeros((2, 7), f32), np.zeros((2, 4), f32), 4, 8), (np.zeros((2, 8), f32),
+                        np.zeros((2, 5), f32), 4, 8), (np.zeros((2, 8), f32), np.zeros((2, 4), f32), 4, 9)]:
+        with pytest.raises(ValueError, match="mul_f32"):
+            _core.mul_f32(w, xx, o, e, d)
