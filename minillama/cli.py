@@ -798,7 +798,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
           allowed_hosts=_comma_list(args.allowed_hosts), cors_origins=_comma_list(args.cors_origins),
           embedding_max_inputs=args.embedding_max_inputs, embedding_max_tokens=args.embedding_max_tokens,
           cache_ram=args.cache_ram, verbose=args.verbose,
-          reasoning_format=args.reasoning_format, chat_template_file=args.chat_template_file)
+          reasoning_format=args.reasoning_format, chat_template_file=args.chat_template_file,
+          reasoning_budget=args.reasoning_budget, reasoning_budget_message=args.reasoning_budget_message)
     return 0
 
 
@@ -831,6 +832,11 @@ def _setup_serve(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reasoning-format", choices=("auto", "deepseek", "none"), default="auto",
                    help="where a thinking template's <think> goes: reasoning_content (auto, deepseek) or content "
                    "(none); a request's reasoning_format overrides it (default: auto)")
+    p.add_argument("--reasoning-budget", type=int, default=-1, metavar="N",
+                   help="tokens of thinking allowed before the end tag is forced: -1 unbounded, 0 none; a request's "
+                   "reasoning_budget_tokens overrides it (default: -1)")
+    p.add_argument("--reasoning-budget-message", default="", metavar="TEXT",
+                   help="text forced before the end-of-thinking tag when the budget runs out (default: none)")
     p.add_argument("--chat-template-file", metavar="PATH", help="a Jinja chat template to chat with instead of the "
                    "model's (default: the GGUF's tokenizer.chat_template, else ChatML as llama-server)")
     p.add_argument("--vocab", action="append", metavar="PATH", help="another tokenizer file for the playground and "

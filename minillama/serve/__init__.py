@@ -97,7 +97,8 @@ def serve(model: str, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, par
           allowed_hosts: Sequence[str] = (), cors_origins: Sequence[str] = (),
           embedding_max_inputs: int = EMBEDDING_MAX_INPUTS, embedding_max_tokens: int = EMBEDDING_MAX_TOKENS,
           cache_ram: int | str = DEFAULT_CACHE_RAM_MIB, verbose: bool = False, reasoning_format: str = "auto",
-          chat_template_file: str | None = None, log: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)) -> None:
+          chat_template_file: str | None = None, reasoning_budget: int = -1, reasoning_budget_message: str = "",
+          log: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)) -> None:
     """Load model (and the --vocab tokenizers), listen on host:port and serve until interrupted.
 
     The line "minillama serve: listening on http://HOST:PORT ..." is logged once the socket listens (port 0
@@ -106,12 +107,16 @@ def serve(model: str, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, par
     from ("*": any); cache_ram: MiB of host RAM for prefixes evicted from the slots (llama-server's --cache-ram, 0:
     none); verbose: one log line per request; reasoning_format: chat's default (a request's reasoning_format
     overrides it); chat_template_file: a Jinja chat template used instead of the model's (a model with none and
-    no file chats in ChatML, as llama-server does, and the log says so)."""
+    no file chats in ChatML, as llama-server does, and the log says so); reasoning_budget,
+    reasoning_budget_message: chat's thinking budget in tokens (-1: none) and the text forced before its end tag."""
     require_extra()
     cache_bytes = cache_ram_bytes(cache_ram)
     chat_template = read_chat_template(chat_template_file) if chat_template_file is not None else None
     if reasoning_format not in ("auto", "deepseek", "none"):
         raise MinillamaError(f"expected --reasoning-format auto, deepseek or none, found {reasoning_format!r}")
+    if not -1 <= reasoning_budget < 2**31:
+        raise MinillamaError(f"expected --reasoning-budget from 0 to {2**31 - 1:,} (or -1: none), found "
+                             f"{reasoning_budget}")
     if not 1 <= parallel <= MAX_PARALLEL:
         raise MinillamaError(f"expected --parallel from 1 to {MAX_PARALLEL}, found {parallel}")
     if api_key is not None and not api_key.strip():
@@ -147,7 +152,8 @@ def serve(model: str, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, par
         app = create_app(llm, parallel=parallel, api_key=api_key, vocabs=tokenizers,
                          model_name=os.path.basename(model), embedding_max_inputs=embedding_max_inputs,
                          embedding_max_tokens=embedding_max_tokens, cache_bytes=cache_bytes,
-                         request_log=log if verbose else None, reasoning_format=reasoning_format)
+                         request_log=log if verbose else None, reasoning_format=reasoning_format,
+                         reasoning_budget=reasoning_budget, reasoning_budget_message=reasoning_budget_message)
         guarded = Guard(app, bound_host=host, allowed_hosts=allowed_hosts, cors_origins=cors_origins,
                         body_timeout=timeout)
         bound = sock.getsockname()

@@ -59,7 +59,8 @@ def create_app(llm: Any, *, parallel: int = 1, api_key: str | None = None,
                max_body: int = MAX_BODY, embedding_max_inputs: int = EMBEDDING_MAX_INPUTS,
                embedding_max_tokens: int = EMBEDDING_MAX_TOKENS, cache_bytes: int = 0,
                request_log: Callable[[str], None] | None = None, reasoning_format: str = "auto",
-               server_defaults: Mapping[str, Any] | None = None) -> Starlette:
+               server_defaults: Mapping[str, Any] | None = None, reasoning_budget: int = -1,
+               reasoning_budget_message: str = "") -> Starlette:
     """The server's ASGI app for one loaded model.
 
     llm: a minillama.api.Llama; each of the `parallel` slots gets its own session (llm.session(): a KV cache of
@@ -72,6 +73,8 @@ def create_app(llm: Any, *, parallel: int = 1, api_key: str | None = None,
     cache_bytes: the RAM cache of prefixes evicted from the slots, in bytes (--cache-ram; 0: none).
     request_log: given, it gets one line per request (method, route, status, tokens, time: -v).
     reasoning_format: chat's default (--reasoning-format), a request's own overrides it.
+    reasoning_budget, reasoning_budget_message: chat's thinking budget in tokens (--reasoning-budget, -1: none) and
+    the text forced before the end tag; a request's reasoning_budget_tokens overrides it, except -1 (the default).
     """
     pool = SlotPool(llm.session, parallel, cache_bytes)
     llm.model.batcher.expected = lambda: pool.busy  # a decode step waits (briefly) for the other busy slots'
@@ -80,6 +83,11 @@ def create_app(llm: Any, *, parallel: int = 1, api_key: str | None = None,
     by_name = {name: tokenizers[path] for path, name in names.items()}
     tokenizing = asyncio.Semaphore(TOKENIZE_AT_ONCE)
     started = int(time.time())
+    chat_defaults: dict[str, Any] = {"reasoning_format": reasoning_format}
+    if reasoning_budget != -1:
+        chat_defaults["reasoning_budget_tokens"] = reasoning_budget
+    if reasoning_budget_message:
+        chat_defaults["reasoning_budget_message"] = reasoning_budget_message
 
     async def read_body(request: Request, fields: Mapping[str, params.Field]) -> dict[str, Any]:
         declared = request.headers.get("content-length", "")
@@ -106,6 +114,8 @@ def create_app(llm: Any, *, parallel: int = 1, api_key: str | None = None,
         if api is not None:  # /v1/responses, /v1/messages: the body as chat's keywords, the reply converted back
             api = api.convert(kwargs)
             kwargs = api.chat
+        if kwargs.get("reasoning_budget_tokens") == -1:  # llama-server's -1: the server's budget
+            del kwargs["reasoning_budget_tokens"]
         kwargs = {**(defaults or {}), **kwargs}
         stream = bool(kwargs.pop("stream", False))
 
@@ -131,13 +141,12 @@ def create_app(llm: Any, *, parallel: int = 1, api_key: str | None = None,
         return await generation(request, params.COMPLETION, "completion", "create_completion")
 
     async def chat_completions(request: Request) -> Response:
-        return await generation(request, params.CHAT, "chat completion", "create_chat_completion",
-                                {"reasoning_format": reasoning_format})
+        return await generation(request, params.CHAT, "chat completion", "create_chat_completion", chat_defaults)
 
     async def converted(request: Request) -> Response:  # the agents' APIs, converted onto the chat path
         api = responses if request.url.path == "/v1/responses" else anthropic
-        return await generation(request, api.FIELDS, "chat completion", "create_chat_completion",
-                                {"reasoning_format": reasoning_format}, api)
+        return await generation(request, api.FIELDS, "chat completion", "create_chat_completion", chat_defaults,
+                                api)
 
     async def count_tokens(request: Request) -> Response:
         kwargs = anthropic.count_kwargs(await read_body(request, anthropic.COUNT_FIELDS))

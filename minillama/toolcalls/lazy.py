@@ -21,6 +21,8 @@ class LazyConstraint:
     that grammar, fed the reply's text after the trigger so far. A grammar the text already breaks leaves the
     reply free (it is then returned as content)."""
 
+    lazy = True  # a reasoning budget neither applies nor feeds it while the model thinks
+
     def __init__(self, tok: Tokenizer, triggers: Mapping[str, str]) -> None:
         self.tok, self.triggers = tok, dict(triggers)
         self.text = b""

@@ -8,6 +8,7 @@ import json
 import re
 from collections.abc import Iterator
 
+import numpy as np
 import pytest
 from support import REPO
 from support.paths import real_gguf
@@ -364,3 +365,120 @@ def test_reasoning_format_flag_is_the_servers_default(qwen3_llm, monkeypatch) ->
             "choices"][0]["message"]
         assert (msg["content"], msg["reasoning_content"]) == (case["llamacpp"]["content"],
                                                               case["llamacpp"]["reasoning_content"])
+
+
+class _Ids:
+    """A tokenizer stand-in for the budget's state machine: ids 0..199, each piece one ASCII byte."""
+
+    n_vocab = 200
+
+    def token_to_piece(self, token: int, special: bool = False) -> bytes:
+        return b"x"
+
+
+def _forcing_steps(seq: list[int], budget: int, forced: tuple, ends: tuple = ((101,),), prefill: tuple = ()) -> list:
+    """Per id of seq (fed after checking the mask, as llama.cpp's test-reasoning-budget.cpp does): the one id forced
+    at that step, or None."""
+    from minillama.request import ReasoningBudget
+    from minillama.toolcalls.budget import BudgetGate
+
+    gate = BudgetGate(ReasoningBudget(budget, (100,), ends, forced, prefill), _Ids())
+    out = []
+    for t in seq:
+        mask = gate.allowed()
+        out.append(None if mask is None else int(np.flatnonzero(mask)[0]) if mask.sum() == 1 else "many")
+        gate.accept(t)
+    return out
+
+
+def test_reasoning_budget_state_machine_as_llamacpps() -> None:
+    """The cases of llama.cpp's tests/test-reasoning-budget.cpp: where forcing starts and what it forces."""
+    from minillama.toolcalls.budget import utf8_complete
+
+    # natural end before the budget is spent: never forced
+    assert _forcing_steps([100, 50, 51, 101, 52], 5, (102,)) == [None] * 5
+    # budget 2 spent at i=2: the forced sequence at i=3 and i=4, then free again
+    assert _forcing_steps([100, 50, 51, 102, 101, 60], 2, (102, 101)) == [None, None, None, 102, 101, None]
+    # budget 0 with the start tag in the prefill: forced from the first step
+    assert _forcing_steps([102, 101, 50], 0, (102, 101), prefill=(100,)) == [102, 101, None]
+    # after the end a new start tag gets a fresh budget
+    assert _forcing_steps([100, 101, 100, 50, 102, 101], 1, (102, 101)) == [None, None, None, None, 102, 101]
+    # the longest end sequence ending at an id wins; a later start re-arms
+    from minillama.request import ReasoningBudget
+    from minillama.toolcalls.budget import DONE, BudgetGate
+
+    gate = BudgetGate(ReasoningBudget(5, (100,), ((104,), (103, 104)), (102, 104)), _Ids())
+    for t in (100, 103, 104):
+        gate.accept(t)
+    assert gate.state == DONE
+    for piece, complete in [(b"hello", True), (b"", True), (b"\xc2\xa0", True), (b"\xf0\x9f\x98\x80", True),
+                            (b"\xc2", False), (b"\xe2\x80", False), (b"\xf0\x9f\x98", False), (b"\x80", False),
+                            (b"hello\xc3", False), (b"hello\xc3\xa9", True)]:
+        assert utf8_complete(piece) is complete, piece
+    with pytest.raises(ArgumentError, match="reasoning budget"):
+        ReasoningBudget(-2, (100,), ((101,),))
+
+
+_BUDGET = [pytest.param(c, id=f"{c['template']}-{c['reasoning_format']}-{json.dumps(c['request'])}")
+           for c in DATA["budget"]]
+
+
+@pytest.mark.parametrize("case", _BUDGET)
+def test_reasoning_budget_cuts_thinking_as_llamacpp(case: dict) -> None:
+    """A greedy reply under a thinking template with reasoning_budget_tokens (thinking_budget_tokens, its alias on
+    the server) and reasoning_budget_message: the text llama.cpp's server wrote, cut where it forced the end tag
+    (with reasoning_format "none" the whole text, the prompt's opening tag included)."""
+    llm = _forced_llm(case["template"])
+    req = dict(case["request"])
+    if "thinking_budget_tokens" in req:
+        req["reasoning_budget_tokens"] = req.pop("thinking_budget_tokens")
+    r = llm.create_chat_completion([{"role": "user", "content": "What is 2+2?"}], max_tokens=12, temperature=0,
+                                   reasoning_format=case["reasoning_format"], **req)
+    msg, want = r["choices"][0]["message"], case["llamacpp"]
+    if case["reasoning_format"] == "none":
+        assert msg["content"] == want["content"]
+    else:  # minillama's split drops the blanks that open each part (see test_forced_reply_splits_as_llamacpps)
+        assert (msg["content"], msg.get("reasoning_content", "")) == (want["content"].lstrip(),
+                                                                      want["reasoning_content"].lstrip())
+
+
+def test_reasoning_budget_on_the_server() -> None:
+    """reasoning_budget_tokens (and its alias thinking_budget_tokens) on /v1/chat/completions, --reasoning-budget
+    as the default a request's -1 keeps, and Anthropic's thinking.budget_tokens on /v1/messages: llama.cpp's cut."""
+    pytest.importorskip("starlette", reason="the serve extra is not installed: pip install -e \".[serve]\"")
+    from starlette.testclient import TestClient
+
+    from minillama.cli import build_parser
+    from minillama.serve.app import create_app
+
+    args = build_parser().parse_args(["serve", "--model", "m.gguf", "--reasoning-budget", "3",
+                                      "--reasoning-budget-message", " Enough."])
+    assert (args.reasoning_budget, args.reasoning_budget_message) == (3, " Enough.")
+    want = {json.dumps(c["request"], sort_keys=True): c["llamacpp"] for c in DATA["budget"]
+            if c["template"] == "qwen3_thinking.jinja" and c["reasoning_format"] == "auto"}
+    llm = _forced_llm("qwen3_thinking.jinja")
+    body = {"messages": [{"role": "user", "content": "What is 2+2?"}], "temperature": 0, "max_tokens": 12}
+
+    def split(msg: dict) -> tuple[str, str]:
+        return msg["content"] or "", msg.get("reasoning_content", "")
+
+    def llamacpp(request: dict) -> tuple[str, str]:
+        got = want[json.dumps(request, sort_keys=True)]
+        return got["content"].lstrip(), got["reasoning_content"].lstrip()
+
+    with TestClient(create_app(llm)) as client:
+        for request in ({"reasoning_budget_tokens": 3}, {"thinking_budget_tokens": 5}):
+            r = client.post("/v1/chat/completions", json={**body, **request})
+            assert split(r.json()["choices"][0]["message"]) == llamacpp(request)
+        r = client.post("/v1/chat/completions", json={**body, "reasoning_budget_tokens": -2})
+        assert r.status_code == 400 and "reasoning_budget_tokens" in r.json()["error"]["message"]
+        r = client.post("/v1/messages", json={**body, "thinking": {"type": "enabled", "budget_tokens": 3}})
+        blocks = r.json()["content"]
+        assert [b["thinking"] for b in blocks if b["type"] == "thinking"] == [llamacpp(
+            {"reasoning_budget_tokens": 3})[1]]
+    with TestClient(create_app(llm, reasoning_budget=args.reasoning_budget,
+                               reasoning_budget_message=args.reasoning_budget_message)) as client:
+        for request in ({}, {"reasoning_budget_tokens": -1}):  # -1: the server's budget, as llama-server
+            r = client.post("/v1/chat/completions", json={**body, **request})
+            assert split(r.json()["choices"][0]["message"]) == llamacpp(
+                {"reasoning_budget_tokens": 3, "reasoning_budget_message": " Enough."})
