@@ -222,6 +222,36 @@ def test_tool_result_round_trip(smol) -> None:
     assert r.choices[0].message.tool_calls is None
 
 
+def test_langchain_bind_tools_and_structured_output_by_function_calling(smol) -> None:
+    """LangChain's ChatOpenAI against `minillama serve`: bind_tools (forced to the tool, and auto) gives AIMessage
+    tool_calls LangChain parsed itself, and with_structured_output(method="function_calling") an object of the
+    schema."""
+    langchain_openai = pytest.importorskip("langchain_openai", reason="the test extra is not installed: "
+                                           "pip install -e \".[test]\"")
+    jsonschema = pytest.importorskip("jsonschema")
+    llm = langchain_openai.ChatOpenAI(base_url=smol.url + "/v1", api_key="none", model="m", temperature=0,
+                                      max_tokens=64, max_retries=0)
+    schema = WEATHER[0]["function"]["parameters"]
+    forced = llm.bind_tools(WEATHER, tool_choice="get_weather").invoke("What is the weather in Paris?")
+    (call,) = forced.tool_calls
+    assert call["name"] == "get_weather" and call["type"] == "tool_call" and len(call["id"]) == 32
+    jsonschema.validate(call["args"], schema)
+    assert not forced.invalid_tool_calls
+    auto = llm.bind_tools(WEATHER).invoke("What is the weather in Paris?")  # the generic format: a call or text
+    assert auto.tool_calls or auto.content
+    assert not auto.invalid_tool_calls
+    streamed = None
+    for chunk in llm.bind_tools(WEATHER, tool_choice="get_weather").stream("What is the weather in Paris?"):
+        streamed = chunk if streamed is None else streamed + chunk
+    assert streamed is not None and [(c["name"], c["args"]) for c in streamed.tool_calls] == \
+        [(c["name"], c["args"]) for c in forced.tool_calls]
+    city = {"title": "City", "description": "A city and how many days of weather", "type": "object",
+            "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}, "required": ["city", "days"]}
+    got = llm.with_structured_output(city, method="function_calling").invoke("Weather in Rome for 3 days?")
+    assert isinstance(got, dict)
+    jsonschema.validate(got, city)
+
+
 @pytest.mark.parametrize("body, message", [
     ({"tools": WEATHER, "tool_choice": {"type": "function", "function": {"name": "nope"}}},
      "names the function 'nope', which is not in tools"),
