@@ -371,6 +371,55 @@ def test_lazy_constraint_starts_when_a_call_starts(qwen3_llm) -> None:
     assert not c.allowed()[tok.encode("nope", add_special=False)[0]]
 
 
+_CALLS = [pytest.param(c, id=f"{c['template']}-{i}") for i, c in enumerate(DATA["cases"])
+          if c["reasoning_format"] == "auto" and c["template"] in ("qwen3coder.jinja", "deepseek_r1.jinja",
+                                                                    "llama3.jinja", "hermes.jinja")
+          and c["llamacpp"].get("tool_calls") and not _llamacpp_parsed_a_partial_call(c)
+          # the constraint lays JSON out one way (constrain.JSON_OPTIONS: ", " and ": "), a compact call is not it
+          and not re.search(r'":(?! )|,(?! )', c["text"])]
+
+
+@pytest.mark.parametrize("case", _CALLS)
+def test_lazy_constraint_lets_through_each_call_llamacpp_parses(case: dict, qwen3_llm) -> None:
+    """Under "auto", every text llama.cpp's server parses as calls (Qwen3-Coder XML, DeepSeek R1's tokens, bare
+    Llama 3 JSON, Hermes) can be written id by id once the call starts, and the constraint ends with the call."""
+    from minillama.toolcalls.lazy import LazyConstraint
+
+    tok = qwen3_llm.tokenizer
+    plan = Plan.make(detect(_source(case["template"])), TOOLS, "auto", len(case["llamacpp"]["tool_calls"]) > 1)
+    c = LazyConstraint(tok, plan.lazy_triggers())
+    for t in tok.encode(case["text"], add_special=False, parse_special=True):
+        mask = c.allowed()
+        assert mask is None or mask[t], tok.token_to_piece(t, special=True)
+        c.accept(t)
+    assert c.inner is not None and c.done
+
+
+@pytest.mark.parametrize("family, call, refused_at", [
+    ("qwen3_coder", "<tool_call>\n<function=get_weather>\n<parameter=days>\nthree", "three"),
+    ("qwen3_coder", "<tool_call>\n<function=nope>", "nope"),
+    ("deepseek_r1", "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n"
+                    '{"town', "town"),
+    ("llama3", 'Sure: {"name": "add", "parameters": {"a": "x"}}', ' "x'),
+])
+def test_lazy_constraint_holds_a_started_call_to_the_schema(family: str, call: str, refused_at: str,
+                                                            qwen3_llm) -> None:
+    """Once a call starts, an argument outside the function's schema (or an unknown function) cannot be written."""
+    from minillama.toolcalls.lazy import LazyConstraint
+
+    tok = qwen3_llm.tokenizer
+    c = LazyConstraint(tok, Plan.make(family, TOOLS, "auto").lazy_triggers())
+    ids = tok.encode(call, add_special=False, parse_special=True)
+    for k, t in enumerate(ids):
+        mask = c.allowed()
+        if mask is not None and not mask[t]:
+            at = call.rindex(refused_at)  # the refused id spells part of refused_at
+            assert len(tok.decode(ids[:k])) < at + len(refused_at) <= len(call) and len(tok.decode(ids[:k + 1])) > at
+            return
+        c.accept(t)
+    raise AssertionError(f"{call!r} was let through")
+
+
 def test_reasoning_format_flag_is_the_servers_default(qwen3_llm, monkeypatch) -> None:
     """--reasoning-format none keeps thinking in content; a request's reasoning_format overrides it (the chat
     path of the server's app, in-process, with a reply forced to llama.cpp's text)."""
