@@ -519,9 +519,10 @@ class Llama:
         if reasoning_effort is not None:
             extra["reasoning_effort"] = reasoning_effort
         plan, ids, source = self._chat_setup(messages, tools, tool_choice, parallel_tool_calls, reasoning_format, extra)
-        budget = self._reasoning_budget(reasoning_budget_tokens, reasoning_budget_message, plan, source, messages,
-                                        extra)
         plan_grammar = plan.constraint_grammar()
+        lazy = plan_grammar is None and bool(plan.lazy_triggers()) and response_format is None and grammar is None
+        budget = self._reasoning_budget(reasoning_budget_tokens, reasoning_budget_message, plan, source, messages,
+                                        extra, lazy)
         if plan_grammar is not None and (response_format is not None or grammar is not None):
             what = "response_format" if response_format is not None else "grammar"
             raise ArgumentError(f"expected either {what} or tools that constrain the reply, found both")
@@ -533,7 +534,7 @@ class Llama:
         request = self._request(ids, max_tokens, sampling, stop, response_format, grammar)
         if plan_grammar is not None:
             request = replace(request, constraint=JsonConstraint(self.tokenizer, None, lark=plan_grammar))
-        elif plan.lazy_triggers() and response_format is None and grammar is None:
+        elif lazy:
             request = replace(request, constraint=LazyConstraint(self.tokenizer, plan.lazy_triggers()))
         if budget is not None:
             request = replace(request, reasoning_budget=budget)
@@ -570,18 +571,20 @@ class Llama:
                                     dict(chat_template_kwargs or {}))[1])
 
     def _reasoning_budget(self, tokens: int | None, message: str | None, plan: Plan, source: str | None,
-                          messages: Sequence[Mapping[str, Any]], extra: dict[str, Any]) -> ReasoningBudget | None:
-        """A chat call's reasoning budget (None when unbounded or the template does not think): the family's tags,
-        and the ids of the template's generation prompt (what rendering with add_generation_prompt adds: llama.cpp's
+                          messages: Sequence[Mapping[str, Any]], extra: dict[str, Any],
+                          lazy: bool = False) -> ReasoningBudget | None:
+        """A chat call's reasoning budget (None when the template does not think, or when unbounded and no lazy
+        tool-call constraint needs it to wait out the thinking, as llama.cpp's): the family's tags, and the ids of
+        the template's generation prompt (what rendering with add_generation_prompt adds: llama.cpp's
         generation_prompt) for the count to see first."""
         if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int)):
             raise ArgumentTypeError(f"expected reasoning_budget_tokens as an int, found {tokens!r:.60}")
         if message is not None and not isinstance(message, str):
             raise ArgumentTypeError(f"expected reasoning_budget_message as a str, found {message!r:.60}")
-        if tokens is None or tokens == -1 or not thinks(source):
-            ReasoningBudget(-1 if tokens is None else tokens, (), ())  # checked all the same
+        tokens = -1 if tokens is None else tokens
+        ReasoningBudget(tokens, (), ())  # checked, also when it is not used
+        if (tokens == -1 and not lazy) or not thinks(source):
             return None
-        ReasoningBudget(tokens, (), ())
         from .toolcalls.budget import make_budget
 
         if plan.tools or any(m.get("tool_calls") or m.get("role") == "tool" for m in messages):

@@ -561,3 +561,25 @@ def test_reasoning_budget_on_the_server() -> None:
             r = client.post("/v1/chat/completions", json={**body, **request})
             assert split(r.json()["choices"][0]["message"]) == llamacpp(
                 {"reasoning_budget_tokens": 3, "reasoning_budget_message": " Enough."})
+
+
+def test_lazy_constraint_waits_out_the_thinking(qwen3_llm) -> None:
+    """As llama.cpp's (its budget sampler made for a lazy grammar even without a budget): a <tool_call> written
+    while thinking does not start the call's constraint; one after </think> does."""
+    from minillama.toolcalls.budget import BudgetGate, make_budget
+    from minillama.toolcalls.lazy import LazyConstraint
+
+    tok = qwen3_llm.tokenizer
+    plan = Plan.make("hermes", WEATHER, "auto")
+    gate = BudgetGate(make_budget(tok, "hermes", -1, "", "<|im_start|>assistant\n<think>\n"), tok,
+                      LazyConstraint(tok, plan.lazy_triggers()))
+    for t in tok.encode("Maybe <tool_call>\n{\"name\": \"nope\"} is wrong.", add_special=False, parse_special=True):
+        assert gate.allowed() is None
+        gate.accept(t)
+    for t in tok.encode("\n</think>\n\n", add_special=False, parse_special=True):
+        assert gate.allowed() is None
+        gate.accept(t)
+    for t in tok.encode("<tool_call>\n", add_special=False, parse_special=True):
+        gate.accept(t)
+    mask = gate.allowed()
+    assert mask is not None and not mask[tok.encode("nope", add_special=False)[0]]
