@@ -38,7 +38,7 @@ from .errors import ArgumentError, ArgumentTypeError, UnsupportedError
 from .generate import Generation, chat_prompt
 from .model import AUTO, Model, Session, Threads
 from .model.cache import Prefix
-from .request import RANDOM_SEED, Request, SamplingParams
+from .request import RANDOM_SEED, ReasoningBudget, Request, SamplingParams
 from .tokenizer import Tokenizer
 from .toolcalls import Plan, StreamSplitter, detect, opened_thinking, thinks
 from .toolcalls.lazy import LazyConstraint
@@ -485,6 +485,8 @@ class Llama:
                                parallel_tool_calls: bool = False, reasoning_format: str = "auto",
                                chat_template_kwargs: Mapping[str, Any] | None = None,
                                reasoning_effort: str | None = None, grammar: LlamaGrammar | str | None = None,
+                               reasoning_budget_tokens: int = -1,
+                               reasoning_budget_message: str | None = None,
                                **kwargs: Any) -> dict[str, Any] | Iterator[dict[str, Any]]:
         """OpenAI's chat.completion for messages, rendered with the GGUF's chat template (in its sandbox), or with
         stream=True an iterator of chat.completion.chunk dicts (a first one with the role, the last one with
@@ -501,7 +503,9 @@ class Llama:
         may hold an assistant's tool_calls and "tool" results. reasoning_format ("auto", the default, "deepseek"
         or "none"): thinking (<think>...</think>) goes to message.reasoning_content. chat_template_kwargs are
         template variables (e.g. {"enable_thinking": False}), as llama.cpp's server takes them; reasoning_effort
-        (one of REASONING_EFFORTS) is the template variable gpt-oss templates read. grammar: a LlamaGrammar or
+        (one of REASONING_EFFORTS) is the template variable gpt-oss templates read. reasoning_budget_tokens: at
+        most this many tokens of thinking (0: none; -1, the default: unbounded), then reasoning_budget_message (if any)
+        and the end tag are written, as llama.cpp's --reasoning-budget does. grammar: a LlamaGrammar or
         GBNF text the reply follows. Any other keyword is an ArgumentTypeError naming it (llama-cpp-python's
         sampler keywords at their neutral values aside).
         """
@@ -521,6 +525,9 @@ class Llama:
             extra["reasoning_effort"] = reasoning_effort
         plan, ids, source = self._chat_setup(messages, tools, tool_choice, parallel_tool_calls, reasoning_format, extra)
         plan_grammar = plan.constraint_grammar()
+        lazy = plan_grammar is None and bool(plan.lazy_triggers()) and response_format is None and grammar is None
+        budget = self._reasoning_budget(reasoning_budget_tokens, reasoning_budget_message, plan, source, messages,
+                                        extra, lazy)
         if plan_grammar is not None and (response_format is not None or grammar is not None):
             what = "response_format" if response_format is not None else "grammar"
             raise ArgumentError(f"expected either {what} or tools that constrain the reply, found both")
@@ -532,8 +539,10 @@ class Llama:
         request = self._request(ids, max_tokens, sampling, stop, response_format, grammar)
         if plan_grammar is not None:
             request = replace(request, constraint=JsonConstraint(self.tokenizer, None, lark=plan_grammar))
-        elif plan.lazy_triggers() and response_format is None and grammar is None:
+        elif lazy:
             request = replace(request, constraint=LazyConstraint(self.tokenizer, plan.lazy_triggers()))
+        if budget is not None:
+            request = replace(request, reasoning_budget=budget)
         run = self.run(request, session)
         head = {"id": f"chatcmpl-{secrets.token_hex(12)}", "created": int(time.time()),
                 "model": model or self.model_name}
@@ -565,6 +574,34 @@ class Llama:
             raise ArgumentTypeError(f"expected chat_template_kwargs as a dict, found {type(chat_template_kwargs).__name__}")
         return len(self._chat_setup(messages, tools, tool_choice, parallel_tool_calls, "auto",
                                     dict(chat_template_kwargs or {}))[1])
+
+    def _reasoning_budget(self, tokens: int | None, message: str | None, plan: Plan, source: str | None,
+                          messages: Sequence[Mapping[str, Any]], extra: dict[str, Any],
+                          lazy: bool = False) -> ReasoningBudget | None:
+        """A chat call's reasoning budget (None when the template does not think, or when unbounded and no lazy
+        tool-call constraint needs it to wait out the thinking, as llama.cpp's): the family's tags, and the ids of
+        the template's generation prompt (what rendering with add_generation_prompt adds: llama.cpp's
+        generation_prompt) for the count to see first."""
+        if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int)):
+            raise ArgumentTypeError(f"expected reasoning_budget_tokens as an int, found {tokens!r:.60}")
+        if message is not None and not isinstance(message, str):
+            raise ArgumentTypeError(f"expected reasoning_budget_message as a str, found {message!r:.60}")
+        tokens = -1 if tokens is None else tokens
+        ReasoningBudget(tokens, (), ())  # checked, also when it is not used
+        if (tokens == -1 and not lazy) or not thinks(source):
+            return None
+        from .toolcalls.budget import make_budget
+
+        if plan.tools or any(m.get("tool_calls") or m.get("role") == "tool" for m in messages):
+            messages = plan.messages(messages)
+        flat = [_flat_message(m, i) for i, m in enumerate(messages)]
+        template = self._chat_template()
+        assert template is not None
+        without, with_prompt = (template.render(flat, add_generation_prompt=g, **extra) for g in (False, True))
+        n = 0
+        while n < min(len(without), len(with_prompt)) and without[n] == with_prompt[n]:
+            n += 1
+        return make_budget(self.tokenizer, plan.family, tokens, message or "", with_prompt[n:])
 
     def _chat_setup(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None,
                     tool_choice: Any, parallel_tool_calls: bool, reasoning_format: str,

@@ -803,7 +803,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
           server_defaults=_server_defaults(args), pooling=args.pooling, metrics=args.metrics, slots=args.slots,
           slot_save_path=args.slot_save_path, ignored=[
               f"{flags}{'' if value is True else f' {value}'}: {why}" for dest, (flags, why) in SERVE_IGNORED.items()
-              if (value := getattr(args, dest)) is not None and value is not False])
+              if (value := getattr(args, dest)) is not None and value is not False],
+          reasoning_budget=args.reasoning_budget, reasoning_budget_message=args.reasoning_budget_message)
     return 0
 
 
@@ -872,6 +873,11 @@ def _setup_serve(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reasoning-format", choices=("auto", "deepseek", "none"), default="auto",
                    help="where a thinking template's <think> goes: reasoning_content (auto, deepseek) or content "
                    "(none); a request's reasoning_format overrides it (default: auto)")
+    p.add_argument("--reasoning-budget", type=int, default=-1, metavar="N",
+                   help="tokens of thinking allowed before the end tag is forced: -1 unbounded, 0 none; a request's "
+                   "reasoning_budget_tokens overrides it (default: -1)")
+    p.add_argument("--reasoning-budget-message", default="", metavar="TEXT",
+                   help="text forced before the end-of-thinking tag when the budget runs out (default: none)")
     p.add_argument("--chat-template-file", metavar="PATH", help="a Jinja chat template to chat with instead of the "
                    "model's (default: the GGUF's tokenizer.chat_template, else ChatML as llama-server)")
     p.add_argument("--vocab", action="append", metavar="PATH", help="another tokenizer file for the playground and "

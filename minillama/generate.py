@@ -124,6 +124,10 @@ class Generation(Iterator[str]):
         self.sampler = Sampler.from_params(request.sampling)
         self.stop_at_eog = request.stop_at_eog
         self.constraint = request.constraint
+        if request.reasoning_budget is not None:  # the budget's forced ids before the constraint's mask
+            from .toolcalls.budget import BudgetGate
+
+            self.constraint = BudgetGate(request.reasoning_budget, tok, request.constraint)
         removed = list(request.heal)
         dec = tok.stream_decoder(skip_special_tokens=True)  # the healed tokens' text, which the prompt holds
         # token healing: (the prompt's ids taken off, the text they decode to); nothing to heal by default

@@ -24,7 +24,7 @@ import numpy as np
 
 from .errors import ArgumentError, ArgumentTypeError
 
-__all__ = ["SamplingParams", "Request", "Constraint", "RANDOM_SEED", "MAX_WINDOW", "huge_int_text"]
+__all__ = ["SamplingParams", "Request", "Constraint", "ReasoningBudget", "RANDOM_SEED", "MAX_WINDOW", "huge_int_text"]
 
 #: The seed that asks for a random one, as llama.cpp's --seed -1 (LLAMA_DEFAULT_SEED) does; like None.
 RANDOM_SEED = -1
@@ -110,6 +110,33 @@ class Constraint(Protocol):
 
 
 @dataclass(frozen=True)
+class ReasoningBudget:
+    """At most `tokens` ids of thinking (llama.cpp's --reasoning-budget; 0 ends thinking at once, -1 leaves it
+    unbounded), then `forced` (an optional message and the end tag) is written. Tags are token id sequences:
+    thinking opens at `start` and closes at any of `ends`; `prefill` holds the ids of the template's generation
+    prompt, which the count sees first (a prompt ending in "<think>" starts it). minillama.toolcalls.budget runs it.
+    """
+
+    tokens: int
+    start: tuple[int, ...]
+    ends: tuple[tuple[int, ...], ...]
+    forced: tuple[int, ...] = ()
+    prefill: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if isinstance(self.tokens, bool) or not isinstance(self.tokens, int | np.integer) or not \
+                -1 <= self.tokens <= MAX_WINDOW:
+            raise ArgumentError(f"expected a reasoning budget from 0 to {MAX_WINDOW:,} tokens (or -1: unbounded), "
+                                f"found {_show(self.tokens)}")
+        put = object.__setattr__
+        put(self, "tokens", int(self.tokens))
+        put(self, "start", tuple(_index(i) for i in self.start))
+        put(self, "ends", tuple(tuple(_index(i) for i in e) for e in self.ends))
+        put(self, "forced", tuple(_index(i) for i in self.forced))
+        put(self, "prefill", tuple(_index(i) for i in self.prefill))
+
+
+@dataclass(frozen=True)
 class Request:
     """One generation: continue prompt (token ids) for at most max_tokens ids, sampled as `sampling` says.
 
@@ -117,7 +144,8 @@ class Request:
     stats.stop_reason becomes stop_reason). constraint: limits each pick to the ids it allows (a JSON grammar, used
     by one run only: it keeps state). heal: token healing, the ids taken off the end of the prompt
     (Tokenizer.encode_for_completion) that the first picks must spell out again; not with a constraint.
-    stop_at_eog=False runs on through end-of-generation ids (--ignore-eos).
+    stop_at_eog=False runs on through end-of-generation ids (--ignore-eos). reasoning_budget: thinking bounded in
+    tokens (ReasoningBudget), in front of the constraint.
     """
 
     prompt: Sequence[int]
@@ -128,6 +156,7 @@ class Request:
     heal: Sequence[int] = ()
     stop_at_eog: bool = True
     stop_reason: str = "stop_string"
+    reasoning_budget: ReasoningBudget | None = None
 
     def __post_init__(self) -> None:
         put = object.__setattr__
@@ -141,7 +170,7 @@ class Request:
         put(self, "max_tokens", int(self.max_tokens))
         if not isinstance(self.sampling, SamplingParams):
             raise ArgumentTypeError(f"expected sampling as SamplingParams, found {type(self.sampling).__name__}")
-        if self.heal and self.constraint is not None:
+        if self.heal and (self.constraint is not None or self.reasoning_budget is not None):
             raise ArgumentError("expected either heal=True or a constraint, found both")
         put(self, "prompt", tuple(_index(i) for i in self.prompt))
         put(self, "heal", tuple(_index(i) for i in self.heal))

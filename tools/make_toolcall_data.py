@@ -90,6 +90,17 @@ REASONING: dict[str | None, list[str]] = {
                       "<|channel|>analysis<|message|>Still thinking"],
 }
 
+# A reasoning budget (reasoning_budget_tokens, reasoning_budget_message): greedy replies to one question, cut where
+# llama.cpp's budget sampler forces the end tag. qwen3_thinking opens thinking in its prompt ("<think>" stands as its
+# own ids); deepseek_r1's "><think>" merges into other ids, so llama.cpp never sees the tag there.
+BUDGET_QUESTION = "What is 2+2?"
+BUDGET: dict[str, list[dict]] = {
+    "qwen3_thinking.jinja": [{}, {"reasoning_budget_tokens": 0}, {"reasoning_budget_tokens": 3},
+                             {"reasoning_budget_tokens": 3, "reasoning_budget_message": " Enough."},
+                             {"thinking_budget_tokens": 5}],
+    "deepseek_r1.jinja": [{"reasoning_budget_tokens": 0}],
+}
+
 
 def _message(r: dict) -> dict:
     m = r["choices"][0]["message"]
@@ -109,11 +120,12 @@ def main() -> None:
     args = ap.parse_args()
     import xllamacpp as xlc
 
-    out = {"tools": TOOLS, "cases": [], "reasoning": []}
+    out: dict = {"tools": TOOLS, "cases": [], "reasoning": [], "budget": []}
     if args.only:
         old = json.loads(OUT.read_text(encoding="utf-8"))
-        out = {"tools": TOOLS, **{k: [c for c in old[k] if c["template"] != args.only] for k in ("cases", "reasoning")}}
-    for name, texts in CASES.items():
+        out = {"tools": TOOLS, **{k: [c for c in old.get(k, []) if c["template"] != args.only]
+                                  for k in ("cases", "reasoning", "budget")}}
+    for name, texts in {**CASES, **{k: [] for k in BUDGET if k not in CASES}}.items():
         if args.only and name != args.only:
             continue
         for fmt in REASONING_FORMATS:
@@ -134,6 +146,11 @@ def main() -> None:
                 except Exception as e:  # noqa: BLE001 -- llama.cpp refuses the text: recorded as no parse
                     got = {"error": str(e)}
                 out["cases"].append({"template": name, "reasoning_format": fmt, "text": text, "llamacpp": got})
+            for extra in BUDGET.get(name, []) if fmt != "deepseek" else []:
+                body = {"messages": [{"role": "user", "content": BUDGET_QUESTION}], "max_tokens": 12,
+                        "temperature": 0, **extra}
+                out["budget"].append({"template": name, "reasoning_format": fmt, "request": extra,
+                                      "llamacpp": _message(server.handle_chat_completions(body))})
             for text in REASONING.get(name, []):
                 body = {"messages": [{"role": "user", "content": "hi"}], "grammar": "root ::= " + json.dumps(text),
                         "max_tokens": 64}

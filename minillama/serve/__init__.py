@@ -100,6 +100,7 @@ def serve(model: str, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, par
           chat_template_file: str | None = None, n_ctx: int = 0, alias: str | None = None,
           server_defaults: Mapping[str, Any] | None = None, pooling: str | None = None, metrics: bool = False,
           slots: bool = True, slot_save_path: str | None = None, ignored: Sequence[str] = (),
+          reasoning_budget: int = -1, reasoning_budget_message: str = "",
           log: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)) -> None:
     """Load model (and the --vocab tokenizers), listen on host:port and serve until interrupted.
 
@@ -113,7 +114,8 @@ def serve(model: str, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, par
     alias: the model's name in the API (--alias; default: the file's name); server_defaults: llama.cpp's request
     fields every request starts from (--temp, --seed, -n); pooling: the embeddings' pooling (--pooling; default:
     the file's); metrics, slots, slot_save_path: llama-server's GET /metrics, GET /slots and slot files folder;
-    ignored: llama-server flags given that mean nothing here, each logged once."""
+    ignored: llama-server flags given that mean nothing here, each logged once; reasoning_budget,
+    reasoning_budget_message: chat's thinking budget in tokens (-1: none) and the text forced before its end tag."""
     require_extra()
     for line in ignored:
         log(f"minillama serve: warning: ignoring {line}")
@@ -126,6 +128,9 @@ def serve(model: str, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, par
     chat_template = read_chat_template(chat_template_file) if chat_template_file is not None else None
     if reasoning_format not in ("auto", "deepseek", "none"):
         raise MinillamaError(f"expected --reasoning-format auto, deepseek or none, found {reasoning_format!r}")
+    if not -1 <= reasoning_budget < 2**31:
+        raise MinillamaError(f"expected --reasoning-budget from 0 to {2**31 - 1:,} (or -1: none), found "
+                             f"{reasoning_budget}")
     if not 1 <= parallel <= MAX_PARALLEL:
         raise MinillamaError(f"expected --parallel from 1 to {MAX_PARALLEL}, found {parallel}")
     if api_key is not None and not api_key.strip():
@@ -164,7 +169,8 @@ def serve(model: str, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, par
                          embedding_max_tokens=embedding_max_tokens, cache_bytes=cache_bytes,
                          request_log=log if verbose else None, reasoning_format=reasoning_format,
                          server_defaults=server_defaults, metrics=metrics, slots=slots,
-                         slot_save_path=slot_save_path)
+                         slot_save_path=slot_save_path, reasoning_budget=reasoning_budget,
+                         reasoning_budget_message=reasoning_budget_message)
         guarded = Guard(app, bound_host=host, allowed_hosts=allowed_hosts, cors_origins=cors_origins,
                         body_timeout=timeout)
         bound = sock.getsockname()

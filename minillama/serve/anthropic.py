@@ -85,6 +85,12 @@ def _prompt(body: Mapping[str, Any]) -> dict[str, Any]:
             raise _bad(f"expected thinking.type to be 'enabled' or 'disabled', found {kind!r:.40}", "thinking")
         if kind == "disabled":
             chat["chat_template_kwargs"] = {"enable_thinking": False}
+        else:  # llama-server's conversion: budget_tokens (10000 when left out) bounds the thinking
+            budget = thinking.get("budget_tokens", 10000)
+            if isinstance(budget, bool) or not isinstance(budget, int) or not 0 <= budget < 2**31:
+                raise _bad(f"expected thinking.budget_tokens as an integer of 0 or more, found {budget!r:.40}",
+                           "thinking")
+            chat["reasoning_budget_tokens"] = budget
     return chat
 
 

@@ -64,7 +64,8 @@ def create_app(llm: Any, *, parallel: int = 1, api_key: str | None = None,
                embedding_max_tokens: int = EMBEDDING_MAX_TOKENS, cache_bytes: int = 0,
                request_log: Callable[[str], None] | None = None, reasoning_format: str = "auto",
                server_defaults: Mapping[str, Any] | None = None, metrics: bool = False, slots: bool = True,
-               slot_save_path: str | None = None) -> Starlette:
+               slot_save_path: str | None = None, reasoning_budget: int = -1,
+               reasoning_budget_message: str = "") -> Starlette:
     """The server's ASGI app for one loaded model.
 
     llm: a minillama.api.Llama; each of the `parallel` slots gets its own session (llm.session(): a KV cache of
@@ -80,6 +81,8 @@ def create_app(llm: Any, *, parallel: int = 1, api_key: str | None = None,
     server_defaults: llama.cpp's /completion fields (temperature, seed, n_predict) every request starts from
     (--temp, --seed, -n); metrics, slots, slot_save_path: GET /metrics (--metrics), GET /slots (--no-slots: False),
     the folder of the slot files (--slot-save-path; None: no slot actions), as llama-server's.
+    reasoning_budget, reasoning_budget_message: chat's thinking budget in tokens (--reasoning-budget, -1: none) and
+    the text forced before the end tag; a request's reasoning_budget_tokens overrides it, except -1 (the default).
     """
     pool = SlotPool(llm.session, parallel, cache_bytes)
     llm.model.batcher.expected = lambda: pool.busy  # a decode step waits (briefly) for the other busy slots'
@@ -88,6 +91,11 @@ def create_app(llm: Any, *, parallel: int = 1, api_key: str | None = None,
     by_name = {name: tokenizers[path] for path, name in names.items()}
     tokenizing = asyncio.Semaphore(TOKENIZE_AT_ONCE)
     started = int(time.time())
+    chat_defaults: dict[str, Any] = {"reasoning_format": reasoning_format}
+    if reasoning_budget != -1:
+        chat_defaults["reasoning_budget_tokens"] = reasoning_budget
+    if reasoning_budget_message:
+        chat_defaults["reasoning_budget_message"] = reasoning_budget_message
 
     async def read_body(request: Request, fields: Mapping[str, params.Field]) -> dict[str, Any]:
         declared = request.headers.get("content-length", "")
@@ -114,6 +122,8 @@ def create_app(llm: Any, *, parallel: int = 1, api_key: str | None = None,
         if api is not None:  # /v1/responses, /v1/messages: the body as chat's keywords, the reply converted back
             api = api.convert(kwargs)
             kwargs = api.chat
+        if kwargs.get("reasoning_budget_tokens") == -1:  # llama-server's -1: the server's budget
+            del kwargs["reasoning_budget_tokens"]
         kwargs = {**(defaults or {}), **kwargs}
         stream = bool(kwargs.pop("stream", False))
 
@@ -146,12 +156,12 @@ def create_app(llm: Any, *, parallel: int = 1, api_key: str | None = None,
 
     async def chat_completions(request: Request) -> Response:
         return await generation(request, params.CHAT, "chat completion", "create_chat_completion",
-                                {**openai_defaults, "reasoning_format": reasoning_format})
+                                {**openai_defaults, **chat_defaults})
 
     async def converted(request: Request) -> Response:  # the agents' APIs, converted onto the chat path
         api = responses if request.url.path == "/v1/responses" else anthropic
         return await generation(request, api.FIELDS, "chat completion", "create_chat_completion",
-                                {**openai_defaults, "reasoning_format": reasoning_format}, api)
+                                {**openai_defaults, **chat_defaults}, api)
 
     async def count_tokens(request: Request) -> Response:
         kwargs = anthropic.count_kwargs(await read_body(request, anthropic.COUNT_FIELDS))

@@ -170,7 +170,10 @@ CHAT: dict[str, Field] = {"messages": _f("array of messages {role, content}", re
                           "logprobs": _f("boolean"), "top_logprobs": _f("integer", lo=0, hi=MAX_TOP_LOGPROBS),
                           "tools": _f("array"), "tool_choice": _f("string or object"),
                           "parallel_tool_calls": _f("boolean"), "reasoning_format": _f("string"),
-                          "chat_template_kwargs": _f("object"), "reasoning_effort": _f("string")}
+                          "chat_template_kwargs": _f("object"), "reasoning_effort": _f("string"),
+                          "reasoning_budget_tokens": _f("integer", lo=-1, hi=INT32_MAX),
+                          "thinking_budget_tokens": _f("integer", "reasoning_budget_tokens", lo=-1, hi=INT32_MAX),
+                          "reasoning_budget_message": _f("string")}
 EMBEDDING: dict[str, Field] = {"input": _f("string, array of strings or array of token ids or arrays", required=True),
                                "model": _f("string", None), "user": _f("string", None),
                                "encoding_format": _f("string")}

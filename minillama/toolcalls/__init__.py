@@ -231,7 +231,7 @@ class Plan:
         from .lazy import triggers
 
         key = "parameters" if self.family == "llama3" else "arguments"
-        return triggers(self.family, _json(_call_schema(self.names, key)), self.parallel)
+        return triggers(self.family, _json(_call_schema(self.names, key)), self.parallel, self.names)
 
     def parse(self, text: str, think_open: str = "") -> Parsed:
         """The reply split into reasoning, content and calls."""

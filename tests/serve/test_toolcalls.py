@@ -8,6 +8,7 @@ import json
 import re
 from collections.abc import Iterator
 
+import numpy as np
 import pytest
 from support import REPO
 from support.paths import real_gguf
@@ -221,6 +222,36 @@ def test_tool_result_round_trip(smol) -> None:
     assert r.choices[0].message.tool_calls is None
 
 
+def test_langchain_bind_tools_and_structured_output_by_function_calling(smol) -> None:
+    """LangChain's ChatOpenAI against `minillama serve`: bind_tools (forced to the tool, and auto) gives AIMessage
+    tool_calls LangChain parsed itself, and with_structured_output(method="function_calling") an object of the
+    schema."""
+    langchain_openai = pytest.importorskip("langchain_openai", reason="the test extra is not installed: "
+                                           "pip install -e \".[test]\"")
+    jsonschema = pytest.importorskip("jsonschema")
+    llm = langchain_openai.ChatOpenAI(base_url=smol.url + "/v1", api_key="none", model="m", temperature=0,
+                                      max_tokens=64, max_retries=0)
+    schema = WEATHER[0]["function"]["parameters"]
+    forced = llm.bind_tools(WEATHER, tool_choice="get_weather").invoke("What is the weather in Paris?")
+    (call,) = forced.tool_calls
+    assert call["name"] == "get_weather" and call["type"] == "tool_call" and len(call["id"]) == 32
+    jsonschema.validate(call["args"], schema)
+    assert not forced.invalid_tool_calls
+    auto = llm.bind_tools(WEATHER).invoke("What is the weather in Paris?")  # the generic format: a call or text
+    assert auto.tool_calls or auto.content
+    assert not auto.invalid_tool_calls
+    streamed = None
+    for chunk in llm.bind_tools(WEATHER, tool_choice="get_weather").stream("What is the weather in Paris?"):
+        streamed = chunk if streamed is None else streamed + chunk
+    assert streamed is not None and [(c["name"], c["args"]) for c in streamed.tool_calls] == \
+        [(c["name"], c["args"]) for c in forced.tool_calls]
+    city = {"title": "City", "description": "A city and how many days of weather", "type": "object",
+            "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}, "required": ["city", "days"]}
+    got = llm.with_structured_output(city, method="function_calling").invoke("Weather in Rome for 3 days?")
+    assert isinstance(got, dict)
+    jsonschema.validate(got, city)
+
+
 @pytest.mark.parametrize("body, message", [
     ({"tools": WEATHER, "tool_choice": {"type": "function", "function": {"name": "nope"}}},
      "names the function 'nope', which is not in tools"),
@@ -340,6 +371,55 @@ def test_lazy_constraint_starts_when_a_call_starts(qwen3_llm) -> None:
     assert not c.allowed()[tok.encode("nope", add_special=False)[0]]
 
 
+_CALLS = [pytest.param(c, id=f"{c['template']}-{i}") for i, c in enumerate(DATA["cases"])
+          if c["reasoning_format"] == "auto" and c["template"] in ("qwen3coder.jinja", "deepseek_r1.jinja",
+                                                                    "llama3.jinja", "hermes.jinja")
+          and c["llamacpp"].get("tool_calls") and not _llamacpp_parsed_a_partial_call(c)
+          # the constraint lays JSON out one way (constrain.JSON_OPTIONS: ", " and ": "), a compact call is not it
+          and not re.search(r'":(?! )|,(?! )', c["text"])]
+
+
+@pytest.mark.parametrize("case", _CALLS)
+def test_lazy_constraint_lets_through_each_call_llamacpp_parses(case: dict, qwen3_llm) -> None:
+    """Under "auto", every text llama.cpp's server parses as calls (Qwen3-Coder XML, DeepSeek R1's tokens, bare
+    Llama 3 JSON, Hermes) can be written id by id once the call starts, and the constraint ends with the call."""
+    from minillama.toolcalls.lazy import LazyConstraint
+
+    tok = qwen3_llm.tokenizer
+    plan = Plan.make(detect(_source(case["template"])), TOOLS, "auto", len(case["llamacpp"]["tool_calls"]) > 1)
+    c = LazyConstraint(tok, plan.lazy_triggers())
+    for t in tok.encode(case["text"], add_special=False, parse_special=True):
+        mask = c.allowed()
+        assert mask is None or mask[t], tok.token_to_piece(t, special=True)
+        c.accept(t)
+    assert c.inner is not None and c.done
+
+
+@pytest.mark.parametrize("family, call, refused_at", [
+    ("qwen3_coder", "<tool_call>\n<function=get_weather>\n<parameter=days>\nthree", "three"),
+    ("qwen3_coder", "<tool_call>\n<function=nope>", "nope"),
+    ("deepseek_r1", "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n"
+                    '{"town', "town"),
+    ("llama3", 'Sure: {"name": "add", "parameters": {"a": "x"}}', ' "x'),
+])
+def test_lazy_constraint_holds_a_started_call_to_the_schema(family: str, call: str, refused_at: str,
+                                                            qwen3_llm) -> None:
+    """Once a call starts, an argument outside the function's schema (or an unknown function) cannot be written."""
+    from minillama.toolcalls.lazy import LazyConstraint
+
+    tok = qwen3_llm.tokenizer
+    c = LazyConstraint(tok, Plan.make(family, TOOLS, "auto").lazy_triggers())
+    ids = tok.encode(call, add_special=False, parse_special=True)
+    for k, t in enumerate(ids):
+        mask = c.allowed()
+        if mask is not None and not mask[t]:
+            at = call.rindex(refused_at)  # the refused id spells part of refused_at
+            assert len(tok.decode(ids[:k])) < at + len(refused_at) <= len(call) and len(tok.decode(ids[:k + 1])) > at
+            return
+        c.accept(t)
+    raise AssertionError(f"{call!r} was let through")
+
+
 def test_reasoning_format_flag_is_the_servers_default(qwen3_llm, monkeypatch) -> None:
     """--reasoning-format none keeps thinking in content; a request's reasoning_format overrides it (the chat
     path of the server's app, in-process, with a reply forced to llama.cpp's text)."""
@@ -364,3 +444,142 @@ def test_reasoning_format_flag_is_the_servers_default(qwen3_llm, monkeypatch) ->
             "choices"][0]["message"]
         assert (msg["content"], msg["reasoning_content"]) == (case["llamacpp"]["content"],
                                                               case["llamacpp"]["reasoning_content"])
+
+
+class _Ids:
+    """A tokenizer stand-in for the budget's state machine: ids 0..199, each piece one ASCII byte."""
+
+    n_vocab = 200
+
+    def token_to_piece(self, token: int, special: bool = False) -> bytes:
+        return b"x"
+
+
+def _forcing_steps(seq: list[int], budget: int, forced: tuple, ends: tuple = ((101,),), prefill: tuple = ()) -> list:
+    """Per id of seq (fed after checking the mask, as llama.cpp's test-reasoning-budget.cpp does): the one id forced
+    at that step, or None."""
+    from minillama.request import ReasoningBudget
+    from minillama.toolcalls.budget import BudgetGate
+
+    gate = BudgetGate(ReasoningBudget(budget, (100,), ends, forced, prefill), _Ids())
+    out = []
+    for t in seq:
+        mask = gate.allowed()
+        out.append(None if mask is None else int(np.flatnonzero(mask)[0]) if mask.sum() == 1 else "many")
+        gate.accept(t)
+    return out
+
+
+def test_reasoning_budget_state_machine_as_llamacpps() -> None:
+    """The cases of llama.cpp's tests/test-reasoning-budget.cpp: where forcing starts and what it forces."""
+    from minillama.toolcalls.budget import utf8_complete
+
+    # natural end before the budget is spent: never forced
+    assert _forcing_steps([100, 50, 51, 101, 52], 5, (102,)) == [None] * 5
+    # budget 2 spent at i=2: the forced sequence at i=3 and i=4, then free again
+    assert _forcing_steps([100, 50, 51, 102, 101, 60], 2, (102, 101)) == [None, None, None, 102, 101, None]
+    # budget 0 with the start tag in the prefill: forced from the first step
+    assert _forcing_steps([102, 101, 50], 0, (102, 101), prefill=(100,)) == [102, 101, None]
+    # after the end a new start tag gets a fresh budget
+    assert _forcing_steps([100, 101, 100, 50, 102, 101], 1, (102, 101)) == [None, None, None, None, 102, 101]
+    # the longest end sequence ending at an id wins; a later start re-arms
+    from minillama.request import ReasoningBudget
+    from minillama.toolcalls.budget import DONE, BudgetGate
+
+    gate = BudgetGate(ReasoningBudget(5, (100,), ((104,), (103, 104)), (102, 104)), _Ids())
+    for t in (100, 103, 104):
+        gate.accept(t)
+    assert gate.state == DONE
+    for piece, complete in [(b"hello", True), (b"", True), (b"\xc2\xa0", True), (b"\xf0\x9f\x98\x80", True),
+                            (b"\xc2", False), (b"\xe2\x80", False), (b"\xf0\x9f\x98", False), (b"\x80", False),
+                            (b"hello\xc3", False), (b"hello\xc3\xa9", True)]:
+        assert utf8_complete(piece) is complete, piece
+    with pytest.raises(ArgumentError, match="reasoning budget"):
+        ReasoningBudget(-2, (100,), ((101,),))
+
+
+_BUDGET = [pytest.param(c, id=f"{c['template']}-{c['reasoning_format']}-{json.dumps(c['request'])}")
+           for c in DATA["budget"]]
+
+
+@pytest.mark.parametrize("case", _BUDGET)
+def test_reasoning_budget_cuts_thinking_as_llamacpp(case: dict) -> None:
+    """A greedy reply under a thinking template with reasoning_budget_tokens (thinking_budget_tokens, its alias on
+    the server) and reasoning_budget_message: the text llama.cpp's server wrote, cut where it forced the end tag
+    (with reasoning_format "none" the whole text, the prompt's opening tag included)."""
+    llm = _forced_llm(case["template"])
+    req = dict(case["request"])
+    if "thinking_budget_tokens" in req:
+        req["reasoning_budget_tokens"] = req.pop("thinking_budget_tokens")
+    r = llm.create_chat_completion([{"role": "user", "content": "What is 2+2?"}], max_tokens=12, temperature=0,
+                                   reasoning_format=case["reasoning_format"], **req)
+    msg, want = r["choices"][0]["message"], case["llamacpp"]
+    if case["reasoning_format"] == "none":
+        assert msg["content"] == want["content"]
+    else:  # minillama's split drops the blanks that open each part (see test_forced_reply_splits_as_llamacpps)
+        assert (msg["content"], msg.get("reasoning_content", "")) == (want["content"].lstrip(),
+                                                                      want["reasoning_content"].lstrip())
+
+
+def test_reasoning_budget_on_the_server() -> None:
+    """reasoning_budget_tokens (and its alias thinking_budget_tokens) on /v1/chat/completions, --reasoning-budget
+    as the default a request's -1 keeps, and Anthropic's thinking.budget_tokens on /v1/messages: llama.cpp's cut."""
+    pytest.importorskip("starlette", reason="the serve extra is not installed: pip install -e \".[serve]\"")
+    from starlette.testclient import TestClient
+
+    from minillama.cli import build_parser
+    from minillama.serve.app import create_app
+
+    args = build_parser().parse_args(["serve", "--model", "m.gguf", "--reasoning-budget", "3",
+                                      "--reasoning-budget-message", " Enough."])
+    assert (args.reasoning_budget, args.reasoning_budget_message) == (3, " Enough.")
+    want = {json.dumps(c["request"], sort_keys=True): c["llamacpp"] for c in DATA["budget"]
+            if c["template"] == "qwen3_thinking.jinja" and c["reasoning_format"] == "auto"}
+    llm = _forced_llm("qwen3_thinking.jinja")
+    body = {"messages": [{"role": "user", "content": "What is 2+2?"}], "temperature": 0, "max_tokens": 12}
+
+    def split(msg: dict) -> tuple[str, str]:
+        return msg["content"] or "", msg.get("reasoning_content", "")
+
+    def llamacpp(request: dict) -> tuple[str, str]:
+        got = want[json.dumps(request, sort_keys=True)]
+        return got["content"].lstrip(), got["reasoning_content"].lstrip()
+
+    with TestClient(create_app(llm)) as client:
+        for request in ({"reasoning_budget_tokens": 3}, {"thinking_budget_tokens": 5}):
+            r = client.post("/v1/chat/completions", json={**body, **request})
+            assert split(r.json()["choices"][0]["message"]) == llamacpp(request)
+        r = client.post("/v1/chat/completions", json={**body, "reasoning_budget_tokens": -2})
+        assert r.status_code == 400 and "reasoning_budget_tokens" in r.json()["error"]["message"]
+        r = client.post("/v1/messages", json={**body, "thinking": {"type": "enabled", "budget_tokens": 3}})
+        blocks = r.json()["content"]
+        assert [b["thinking"] for b in blocks if b["type"] == "thinking"] == [llamacpp(
+            {"reasoning_budget_tokens": 3})[1]]
+    with TestClient(create_app(llm, reasoning_budget=args.reasoning_budget,
+                               reasoning_budget_message=args.reasoning_budget_message)) as client:
+        for request in ({}, {"reasoning_budget_tokens": -1}):  # -1: the server's budget, as llama-server
+            r = client.post("/v1/chat/completions", json={**body, **request})
+            assert split(r.json()["choices"][0]["message"]) == llamacpp(
+                {"reasoning_budget_tokens": 3, "reasoning_budget_message": " Enough."})
+
+
+def test_lazy_constraint_waits_out_the_thinking(qwen3_llm) -> None:
+    """As llama.cpp's (its budget sampler made for a lazy grammar even without a budget): a <tool_call> written
+    while thinking does not start the call's constraint; one after </think> does."""
+    from minillama.toolcalls.budget import BudgetGate, make_budget
+    from minillama.toolcalls.lazy import LazyConstraint
+
+    tok = qwen3_llm.tokenizer
+    plan = Plan.make("hermes", WEATHER, "auto")
+    gate = BudgetGate(make_budget(tok, "hermes", -1, "", "<|im_start|>assistant\n<think>\n"), tok,
+                      LazyConstraint(tok, plan.lazy_triggers()))
+    for t in tok.encode("Maybe <tool_call>\n{\"name\": \"nope\"} is wrong.", add_special=False, parse_special=True):
+        assert gate.allowed() is None
+        gate.accept(t)
+    for t in tok.encode("\n</think>\n\n", add_special=False, parse_special=True):
+        assert gate.allowed() is None
+        gate.accept(t)
+    for t in tok.encode("<tool_call>\n", add_special=False, parse_special=True):
+        gate.accept(t)
+    mask = gate.allowed()
+    assert mask is not None and not mask[tok.encode("nope", add_special=False)[0]]

@@ -1,10 +1,12 @@
 """A load test of `minillama serve` with malformed requests mixed in (a plain script, not a test).
 
     python tools/bench/load_serve.py [--model PATH] [--requests 1000] [--clients 8] [--parallel 2] [--cache-ram 32]
+        [--chat-template-file tests/data/toolcall_templates/qwen3_thinking.jinja]
 
 Starts `minillama serve --parallel N` on a free loopback port with the model (default $MINILLAMA_TEST_GGUF), then
 --clients threads send --requests requests between them: 90% good (completions, chat, embeddings, tokenize, a few
-streamed), 10% malformed, drawn in turn from MALFORMED (kinds once answered with 5xx, plus the usual
+streamed, and agents' requests: tools, tool results, reasoning budgets and formats, /v1/messages, /v1/responses),
+10% malformed, drawn in turn from MALFORMED (kinds once answered with 5xx, plus the usual
 ones). Prints, per kind, the statuses it got, and fails (exit 1) unless every malformed request got a 4xx with
 OpenAI's error object, every good one a 200, no slot is busy after the run, and the server's RSS at the end is within
 64 MB (plus its --cache-ram, which prefixes evicted from the slots may fill) of the RSS after the first 100 requests. Then two clients start streamed replies and never read them; a third
@@ -39,6 +41,26 @@ GOOD: list[tuple[str, dict]] = [
     ("/detokenize", {"tokens": [1, 2, 3]}),
     ("/v1/completions", {"prompt": "a", "max_tokens": 4, "logit_bias": {str(2**70): 1}}),  # skipped, as llama.cpp
 ]
+WEATHER = [{"type": "function", "function": {
+    "name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                                          "required": ["city"]}}}]
+ASK = [{"role": "user", "content": "Weather in Paris?"}]
+#: Tool and reasoning requests (a thinking template with tool calls, --chat-template-file, makes them bite).
+AGENT: list[tuple[str, dict]] = [
+    ("/v1/chat/completions", {"messages": ASK, "tools": WEATHER, "tool_choice": "required", "max_tokens": 24}),
+    ("/v1/chat/completions", {"messages": ASK, "tools": WEATHER, "max_tokens": 16, "stream": True}),
+    ("/v1/chat/completions", {"messages": ASK + [
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {
+            "name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "sunny"}], "tools": WEATHER, "max_tokens": 8}),
+    ("/v1/chat/completions", {"messages": ASK, "reasoning_budget_tokens": 2, "max_tokens": 8}),
+    ("/v1/chat/completions", {"messages": ASK, "reasoning_format": "none", "max_tokens": 8, "stream": True}),
+    ("/v1/chat/completions", {"messages": ASK, "chat_template_kwargs": {"enable_thinking": False}, "max_tokens": 8}),
+    ("/v1/messages", {"messages": ASK, "max_tokens": 8, "thinking": {"type": "enabled", "budget_tokens": 2}}),
+    ("/v1/responses", {"input": "Weather in Paris?", "tools": [{"type": "function", "name": "get_weather",
+                                                                "parameters": WEATHER[0]["function"]["parameters"]}],
+                       "max_output_tokens": 16}),
+]
 
 NESTED = "[" * 100_000 + "]" * 100_000
 
@@ -65,6 +87,15 @@ MALFORMED: list[tuple[str, str, bytes, dict[str, str]]] = [
     ("cross-site text/plain", "/v1/completions", b'{"prompt": "a", "max_tokens": 1}',
      {"Content-Type": "text/plain", "Origin": "http://evil.example"}),
     ("foreign Host", "/v1/completions", b'{"prompt": "a", "max_tokens": 1}', {"Host": "evil.example"}),
+    ("tool_choice unknown function", "/v1/chat/completions", json.dumps({"messages": ASK, "tools": WEATHER,
+                                                                          "tool_choice": {"type": "function",
+                                                                                          "function": {"name": "x"}}})
+     .encode(), {}),
+    ("tools not a list", "/v1/chat/completions", json.dumps({"messages": ASK, "tools": {"a": 1}}).encode(), {}),
+    ("reasoning budget -5", "/v1/chat/completions",
+     json.dumps({"messages": ASK, "reasoning_budget_tokens": -5}).encode(), {}),
+    ("reasoning_format unknown", "/v1/chat/completions",
+     json.dumps({"messages": ASK, "reasoning_format": "verbose"}).encode(), {}),
 ]
 
 
@@ -86,6 +117,7 @@ def send(host: str, port: int, path: str, body: bytes, headers: dict[str, str]) 
 
 
 def is_error_object(data: bytes) -> bool:
+    """OpenAI's error object (Anthropic's on /v1/messages has the same "error" with a message and a type)."""
     try:
         err = json.loads(data)["error"]
         return isinstance(err["message"], str) and isinstance(err["type"], str)
@@ -119,20 +151,23 @@ def stalled_stream(host: str, port: int) -> socket.socket:
     return s
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default=os.environ.get("MINILLAMA_TEST_GGUF"))
     ap.add_argument("--requests", type=int, default=1000)
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--parallel", type=int, default=2)
     ap.add_argument("--cache-ram", type=int, default=32, metavar="MiB", help="the server's RAM cache of prefixes")
-    args = ap.parse_args()
+    ap.add_argument("--chat-template-file", metavar="PATH", help="the server's chat template (e.g. one that thinks "
+                    "and has tool calls: tests/data/toolcall_templates/qwen3_thinking.jinja)")
+    args = ap.parse_args(argv)
     if not args.model:
         raise SystemExit("give --model or set MINILLAMA_TEST_GGUF")
-    proc, host, port = start(args.model, args.parallel, "minillama", 2, "--cache-ram", str(args.cache_ram))
+    template = ["--chat-template-file", args.chat_template_file] if args.chat_template_file else []
+    proc, host, port = start(args.model, args.parallel, "minillama", 2, "--cache-ram", str(args.cache_ram), *template)
     try:
         jobs: list[tuple[str, str, bytes, dict[str, str], bool]] = []
-        bad, good = itertools.cycle(MALFORMED), itertools.cycle(GOOD)
+        bad, good = itertools.cycle(MALFORMED), itertools.cycle(GOOD + AGENT)
         for i in range(args.requests):
             if i % 10 == 9:
                 name, path, body, hdrs = next(bad)
