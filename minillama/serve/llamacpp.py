@@ -359,7 +359,13 @@ def routes(ctx: Context) -> list[tuple[str, Callable[[Request], Awaitable[Respon
         try:
             if ctx.check_key is not None:
                 ctx.check_key(request)
-            body = await ctx.read_body(request, COMPLETION)
+            return await completion_of(request, await ctx.read_body(request, COMPLETION))
+        except (ApiError, MinillamaError) as exc:
+            return llamacpp_error(_as_api_error(exc))
+
+    async def completion_of(request: Request, body: dict[str, Any]) -> Response:
+        """body (read and checked) run as a /completion: one answer, or its events streamed."""
+        try:
             call = _read_call(ctx, body)
             if not call.stream:
                 try:
@@ -373,6 +379,23 @@ def routes(ctx: Context) -> list[tuple[str, Callable[[Request], Awaitable[Respon
             events = pool.stream("completion", lambda s: chunks(call, s))
             first = await first_of(events)
             return EventStream(_sse(first, events), events.aclose)
+        except (ApiError, MinillamaError) as exc:
+            return llamacpp_error(_as_api_error(exc))
+
+    async def infill(request: Request) -> Response:
+        """llama-server's /infill: the FIM prompt built from input_prefix, input_suffix and input_extra
+        (infill_ids), then a /completion."""
+        try:
+            if ctx.check_key is not None:
+                ctx.check_key(request)
+            missing = "".join(f"{what} token is missing. " for what, key in (("prefix", "fim_pre"),
+                              ("suffix", "fim_suf"), ("middle", "fim_mid")) if llm.tokenizer.vocab.special.get(key) is None)
+            if missing:
+                raise ApiError(501, f"Infill is not supported by this model: {missing}", type="not_supported_error")
+            body = await ctx.read_body(request, INFILL)
+            ids = infill_ids(llm, body, ctx.defaults.get("n_predict", -1))
+            body = {k: v for k, v in body.items() if k not in ("input_prefix", "input_suffix", "input_extra")}
+            return await completion_of(request, {**body, "prompt": ids})
         except (ApiError, MinillamaError) as exc:
             return llamacpp_error(_as_api_error(exc))
 
@@ -511,7 +534,8 @@ def routes(ctx: Context) -> list[tuple[str, Callable[[Request], Awaitable[Respon
             return Response(status_code=499)
 
     return [("/completion", completion, "POST"), ("/completions", completion, "POST"),
-            ("/apply-template", native(apply_template), "POST"), ("/embedding", native(embedding), "POST"),
+            ("/infill", infill, "POST"), ("/apply-template", native(apply_template), "POST"),
+            ("/embedding", native(embedding), "POST"),
             ("/props", native(props), "GET"), ("/props", native(props), "POST"),
             ("/metrics", native(metrics), "GET"), ("/slots", native(slots), "GET"),
             ("/slots/{id_slot}", native(slot_action), "POST")]
@@ -592,6 +616,68 @@ DEFAULTS: dict[str, Any] = {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min
                             "repeat_last_n": 64, "presence_penalty": 0.0, "frequency_penalty": 0.0, "seed": -1,
                             "n_predict": -1, "max_tokens": -1, "timings_per_token": False, "n_keep": 0, "ignore_eos": False, "stream": False, "n_probs": 0,
                             "grammar": "", "stop": [], "logit_bias": [], "samplers": list(SAMPLERS)}
+#: /infill's body: /completion's, the prompt optional (a text put after the prefix), and the FIM parts.
+INFILL: dict[str, params.Field] = {**COMPLETION, "prompt": _f("string"),
+                                   "input_prefix": _f("string or array", required=True),
+                                   "input_suffix": _f("string or array", required=True),
+                                   "input_extra": _f("array")}  # of {filename, text}: infill_ids checks each
+#: llama-server's logical batch (-b, 2048 by default): /infill keeps the prefix and suffix to fit in one.
+N_BATCH = 2048
+
+
+def infill_ids(llm: Any, body: Mapping[str, Any], n_predict: int) -> list[int]:
+    """The FIM prompt as llama-server builds it (format_prompt_infill, the repo-level pattern): [FIM_REP]myproject
+    and each extra chunk after [FIM_SEP]filename (or a "--- snippet ---" line where the vocab has no FIM_SEP), then
+    [FIM_SEP]filename, [BOS], [FIM_PRE] the prefix's last 3/4 batch tokens and the prompt, [FIM_SUF] as much of the
+    suffix as fits the batch's last quarter, [FIM_MID]; the extra chunks' last tokens that fit n_ctx - n_batch -
+    2 n_predict."""
+    tok, special = llm.tokenizer, llm.tokenizer.vocab.special
+
+    def mixed(value: Any, what: str) -> list[int]:
+        if isinstance(value, str):
+            return tok.encode(value, add_special=False, parse_special=False)
+        if isinstance(value, list) and all(isinstance(v, str) or (isinstance(v, int) and not isinstance(v, bool))
+                                           for v in value):
+            out: list[int] = []
+            for v in value:
+                if isinstance(v, int) and not 0 <= v < tok.n_vocab:
+                    raise ApiError(400, f"expected token ids from 0 to {tok.n_vocab - 1} in '{what}', found {v}",
+                                   param=what)
+                out += tok.encode(v, add_special=False, parse_special=False) if isinstance(v, str) else [v]
+            return out
+        raise ApiError(400, f"expected '{what}' as a string or a list of strings and token ids, found "
+                            f"{params._short(value)}", param=what)
+
+    def plain(text: str) -> list[int]:
+        return tok.encode(text, add_special=False, parse_special=False)
+
+    prefix, suffix = mixed(body["input_prefix"], "input_prefix"), mixed(body["input_suffix"], "input_suffix")
+    prompt = tok.encode(body.get("prompt", ""), add_special=False, parse_special=True) if body.get("prompt") else []
+    extra: list[int] = []
+    if special.get("fim_rep") is not None:
+        extra += [special["fim_rep"], *plain("myproject\n")]
+    for k, chunk in enumerate(body.get("input_extra") or []):
+        if not isinstance(chunk, dict) or not isinstance(chunk.get("text"), str):
+            raise ApiError(400, 'extra_context chunk must contain a "text" field with a string value',
+                           param=f"input_extra[{k}]")
+        if "filename" in chunk and not isinstance(chunk["filename"], str):
+            raise ApiError(400, 'extra_context chunk\'s "filename" field must be a string', param=f"input_extra[{k}]")
+        if special.get("fim_sep") is not None:
+            extra += [special["fim_sep"], *plain(chunk.get("filename", "tmp") + "\n")]
+        else:
+            extra += plain("\n\n--- snippet ---\n\n")
+        extra += plain(chunk["text"])
+    if special.get("fim_sep") is not None:
+        extra += [special["fim_sep"], *plain("filename\n")]
+    n_prefix = min(len(prefix), 3 * (N_BATCH // 4))
+    n_suffix = min(len(suffix), max(0, N_BATCH // 4 - (2 + len(prompt))))
+    n_extra = min(max(0, llm.n_ctx - N_BATCH - 2 * n_predict), len(extra))
+    head = [special["fim_pre"], *prefix[len(prefix) - n_prefix:], *prompt]
+    if tok.vocab.add_bos and special.get("bos") is not None:
+        head.insert(0, special["bos"])
+    return [*extra[len(extra) - n_extra:], *head, special["fim_suf"], *suffix[:n_suffix], special["fim_mid"]]
+
+
 APPLY_TEMPLATE: dict[str, params.Field] = {"messages": _f("array of messages {role, content}", required=True),
                                            "model": _f("string", None)}
 SLOT_ACTION: dict[str, params.Field] = {"filename": _f("string", required=True)}

@@ -486,3 +486,76 @@ def test_system_fingerprint_in_completions_as_llama_server(theirs: Http, ours: S
         te, _ = events(theirs, path, {**body, "stream": True})
         oe, _ = events(ours, path, {**body, "stream": True})
         assert all("system_fingerprint" in e for e in te) and all("system_fingerprint" in e for e in oe)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# POST /infill
+# ---------------------------------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def fim_pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Http, Server]]:
+    """llama-server and minillama serve on a tiny model whose file names fill-in-the-middle tokens."""
+    xlc = pytest.importorskip("xllamacpp")
+    path = write_tiny_chat_model(tmp_path_factory.mktemp("fim") / "fim.gguf", n_ctx=4096,
+                                 fim={"pre": 990, "suf": 991, "mid": 992, "rep": 993, "sep": 994})
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    p = xlc.CommonParams()
+    p.model.path = str(path)
+    p.n_ctx = 4096
+    p.cpuparams.n_threads = p.cpuparams_batch.n_threads = 1
+    p.warmup = False
+    p.port = port
+    p.hostnames = ["127.0.0.1"]
+    server = xlc.Server(p)
+    h = Http("127.0.0.1", port)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if h.request("GET", "/health")[0] == 200:
+                break
+        except OSError:
+            pass
+        time.sleep(0.2)
+    ours = Server(path, "-c", "4096")
+    yield h, ours
+    ours.stop()
+    del server
+
+
+INFILL = {
+    "prefix and suffix": {"input_prefix": "def add(a, b):\n    ", "input_suffix": "\n    return c\n"},
+    "extra chunks, a prompt": {"input_prefix": "x = ", "input_suffix": "\nprint(x)", "prompt": "1 +",
+                               "input_extra": [{"filename": "a.py", "text": "y = 2\n"}, {"text": "z = 3\n"}]},
+    "ids mixed in": {"input_prefix": ["a", 17, "b"], "input_suffix": [20, 21]},
+}
+
+
+@pytest.mark.parametrize("case", list(INFILL))
+def test_infill_builds_llama_servers_fim_prompt(fim_pair: tuple[Http, Server], case: str) -> None:
+    """llama-server's repo-level FIM prompt ([FIM_REP]myproject, [FIM_SEP]file and each extra chunk, [FIM_PRE]
+    prefix and prompt, [FIM_SUF] suffix, [FIM_MID]): the same prompt text and token count, and at temperature 0
+    the same completion."""
+    theirs, ours = fim_pair
+    body = {**INFILL[case], "n_predict": 4, "temperature": 0}
+    (st, t), (so, o) = theirs.request("POST", "/infill", body), ours.request("POST", "/infill", body)
+    assert st == so == 200, (t, o)
+    assert o["prompt"] == t["prompt"] and o["tokens_evaluated"] == t["tokens_evaluated"]
+    assert o["content"] == t["content"]
+
+
+def test_infill_without_fim_tokens_is_llama_servers_501(theirs: Http, ours: Server) -> None:
+    """SmolLM2's vocab names no FIM prefix, suffix or middle token: llama-server's 501, word for word."""
+    body = {"input_prefix": "def f(", "input_suffix": ")"}
+    (st, t), (so, o) = _both(theirs, ours, "/infill", body)
+    assert st == so == 501 and o == t
+
+
+def test_infill_needs_its_parts(fim_pair: tuple[Http, Server]) -> None:
+    _, ours = fim_pair
+    for body, named in [({"input_suffix": "x"}, "input_prefix"), ({"input_prefix": "x"}, "input_suffix"),
+                        ({"input_prefix": "x", "input_suffix": "y", "input_extra": [{"filename": "a"}]}, "text"),
+                        ({"input_prefix": {"a": 1}, "input_suffix": "y"}, "input_prefix")]:
+        status, answer = ours.request("POST", "/infill", body)
+        assert status == 400 and named in answer["error"]["message"], answer

@@ -28,9 +28,11 @@ TEMPLATE = ("{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
             "{% if add_generation_prompt %}assistant:{% endif %}")
 
 
-def write_tiny_chat_model(path: Path, n_ctx: int = N_CTX, template: str | None = TEMPLATE) -> Path:
+def write_tiny_chat_model(path: Path, n_ctx: int = N_CTX, template: str | None = TEMPLATE,
+                          fim: dict[str, int] | None = None) -> Path:
     """A one-block llama with random weights over the built-in vocab (1,000 tokens), with a chat template (None:
-    none)."""
+    none); fim: its fill-in-the-middle token ids by kind (pre, suf, mid, rep, sep), written as
+    tokenizer.ggml.fim_*_token_id."""
     import gguf
 
     from .tiny_llama import add_default_vocab
@@ -48,6 +50,8 @@ def write_tiny_chat_model(path: Path, n_ctx: int = N_CTX, template: str | None =
     n_vocab = add_default_vocab(w)
     if template is not None:
         w.add_chat_template(template)
+    for kind, token in (fim or {}).items():
+        w.add_uint32(f"tokenizer.ggml.fim_{kind}_token_id", token)
     shapes = {"token_embd.weight": (n_vocab, d), "output_norm.weight": (d,), "blk.0.attn_norm.weight": (d,),
               "blk.0.attn_q.weight": (d, d), "blk.0.attn_k.weight": (n_head_kv * hd, d),
               "blk.0.attn_v.weight": (n_head_kv * hd, d), "blk.0.attn_output.weight": (d, d),
