@@ -207,8 +207,8 @@ def create_app(llm: Any, *, parallel: int = 1, api_key: str | None = None,
     # -- tokenizers ----------------------------------------------------------------------------------------------
 
     def tokenizer(name: str | None) -> Any:
-        if name is None:
-            return next(iter(tokenizers.values()))
+        if name is None:  # the first vocab given (serve() gives the model's first), else the model's
+            return next(iter(tokenizers.values()), llm.tokenizer)
         tok = by_name.get(name, tokenizers.get(name))
         if tok is None:
             raise ApiError(400, f"expected 'vocab' to be one of {', '.join(map(repr, by_name))}, found {name!r}",

@@ -595,3 +595,18 @@ def test_docs_controls_table_is_the_apis_defaults() -> None:
         for name, cells in rows.items():
             if cells[column] == "—":
                 assert name not in passed, name
+
+
+def test_create_app_without_vocabs_tokenizes_with_the_models(tiny_path: Path) -> None:
+    """create_app(llm) with no vocabs= (a Python caller's app, not serve()'s) tokenizes with the model's own vocab:
+    it was a 500 (no tokenizer to pick)."""
+    from starlette.testclient import TestClient
+
+    from minillama.api import Llama
+    from minillama.serve.app import create_app
+
+    llm = Llama(str(tiny_path))
+    with TestClient(create_app(llm)) as client:
+        r = client.post("/tokenize", json={"content": "Hello world", "with_pieces": True})
+        assert r.status_code == 200
+        assert [t["id"] for t in r.json()["tokens"]] == llm.tokenizer.encode("Hello world", add_special=False)
