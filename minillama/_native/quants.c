@@ -11,6 +11,7 @@
 
 #include "cpu.h"
 #include "quants_common.h"
+#include "quants_iq.h"
 #include "threadpool.h"
 
 float mq_f16_table[65536];
@@ -73,6 +74,13 @@ static const mq_traits scalar_traits[MQ_NTYPES] = {
     [MQ_IQ4_NL] = {MQ_LAYOUT_IQ4_NL, .quantize = quantize_q8_0, .dot = dot_iq4_nl_scalar},
     [MQ_IQ4_XS] = {MQ_LAYOUT_IQ4_XS, .quantize = quantize_q8_k, .dot = dot_iq4_xs_scalar},
     [MQ_MXFP4] = {MQ_LAYOUT_MXFP4, .quantize = quantize_q8_0, .dot = dot_mxfp4_scalar},
+    MQ_IQ_ROW(IQ2_XXS, iq2_xxs, quantize_q8_k),
+    MQ_IQ_ROW(IQ2_XS, iq2_xs, quantize_q8_k),
+    MQ_IQ_ROW(IQ2_S, iq2_s, quantize_q8_k),
+    MQ_IQ_ROW(IQ3_XXS, iq3_xxs, quantize_q8_k),
+    MQ_IQ_ROW(IQ3_S, iq3_s, quantize_q8_k),
+    MQ_IQ_ROW(IQ1_S, iq1_s, quantize_q8_k),
+    MQ_IQ_ROW(IQ1_M, iq1_m, quantize_q8_k),
 };
 
 /* The chosen instruction set's table (cpu.c), set once by init_once. */

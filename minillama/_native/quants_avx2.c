@@ -12,6 +12,7 @@
 
 #include "cpu.h"
 #include "quants_common.h"
+#include "quants_iq.h"
 
 #ifdef MQ_X86_AVX2_BUILD
 #pragma GCC push_options
@@ -934,6 +935,13 @@ static const mq_traits traits[MQ_NTYPES] = {
                   .gemv = gemv_mxfp4, .panel = PANEL32},
     [MQ_IQ4_XS] = {MQ_LAYOUT_IQ4_XS, .quantize = q8_k_x, .dot = mq_dot_iq4_xs_avx2, .rows = mq_rows_iq4_xs_avx2,
                    .rows_batch = mq_rows_iq4_xs_batch_avx2},
+    MQ_IQ_ROW(IQ2_XXS, iq2_xxs, q8_k_x),
+    MQ_IQ_ROW(IQ2_XS, iq2_xs, q8_k_x),
+    MQ_IQ_ROW(IQ2_S, iq2_s, q8_k_x),
+    MQ_IQ_ROW(IQ3_XXS, iq3_xxs, q8_k_x),
+    MQ_IQ_ROW(IQ3_S, iq3_s, q8_k_x),
+    MQ_IQ_ROW(IQ1_S, iq1_s, q8_k_x),
+    MQ_IQ_ROW(IQ1_M, iq1_m, q8_k_x),
 };
 #undef PANEL32
 
