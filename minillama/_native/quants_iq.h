@@ -20,8 +20,4 @@ MQ_IQ_KERNELS(iq1_s)
 MQ_IQ_KERNELS(iq1_m)
 #undef MQ_IQ_KERNELS
 
-/* One traits-table row of grid type T (IQ2_XXS ...), its activation quantizer q (the table's Q8_K one). */
-#define MQ_IQ_ROW(T, name, q)                                                                                      \
-    [MQ_##T] = {MQ_LAYOUT_##T, .quantize = (q), .dot = mq_dot_##name, .rows_batch = mq_rows_##name##_batch}
-
 #endif
