@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+from gguf import quants as gguf_quants
 
 from .errors import FormatError, UnsupportedError
 from .gguffile.reader import GGUFFile, TensorInfo
@@ -208,11 +209,23 @@ def _mxfp4(b: np.ndarray) -> np.ndarray:
     return _E8M0_HALF[b[:, 0:1]] * _MXFP4_VALUES[_bits(b[:, 1:17], 16, 4)]
 
 
+def _gguf_grid(qtype: GGMLQuantizationType) -> _Dequant:
+    """The IQ2/IQ3/IQ1 grid types: gguf-py's own dequantizer, which holds ggml's grids and sign tables and gives
+    ggml's dequantize_row_* bits (tests/quants/test_iquants.py compares them with llama.cpp's)."""
+    def dequant(b: np.ndarray) -> np.ndarray:
+        return gguf_quants.dequantize(b, qtype).astype(F32, copy=False)
+    dequant.__doc__ = f"{qtype.name}: grid entries with signs and per-block scales, as ggml's dequantize_row."
+    return dequant
+
+
+_GRID_TYPES = (T.IQ2_XXS, T.IQ2_XS, T.IQ2_S, T.IQ3_XXS, T.IQ3_S, T.IQ1_S, T.IQ1_M)
+
 _DEQUANT: dict[GGMLQuantizationType, _Dequant] = {
     T.F32: _f32, T.F16: _f16_plain, T.BF16: _bf16,
     T.Q4_0: _q4_0, T.Q4_1: _q4_1, T.Q5_0: _q5_0, T.Q5_1: _q5_1, T.Q8_0: _q8_0,
     T.Q2_K: _q2_k, T.Q3_K: _q3_k, T.Q4_K: _q4_k, T.Q5_K: _q5_k, T.Q6_K: _q6_k, T.Q8_K: _q8_k,
     T.IQ4_NL: _iq4_nl, T.IQ4_XS: _iq4_xs, T.TQ1_0: _tq1_0, T.TQ2_0: _tq2_0, T.MXFP4: _mxfp4,
+    **{t: _gguf_grid(t) for t in _GRID_TYPES},
 }
 
 #: Names of the ggml types ``Embedding.from_file`` can dequantize.

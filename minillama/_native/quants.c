@@ -11,6 +11,7 @@
 
 #include "cpu.h"
 #include "quants_common.h"
+#include "quants_iq.h"
 #include "threadpool.h"
 
 float mq_f16_table[65536];
@@ -73,6 +74,20 @@ static const mq_traits scalar_traits[MQ_NTYPES] = {
     [MQ_IQ4_NL] = {MQ_LAYOUT_IQ4_NL, .quantize = quantize_q8_0, .dot = dot_iq4_nl_scalar},
     [MQ_IQ4_XS] = {MQ_LAYOUT_IQ4_XS, .quantize = quantize_q8_k, .dot = dot_iq4_xs_scalar},
     [MQ_MXFP4] = {MQ_LAYOUT_MXFP4, .quantize = quantize_q8_0, .dot = dot_mxfp4_scalar},
+    [MQ_IQ2_XXS] = {MQ_LAYOUT_IQ2_XXS, .quantize = quantize_q8_k, .dot = mq_dot_iq2_xxs,
+                    .rows_batch = mq_rows_iq2_xxs_batch},
+    [MQ_IQ2_XS] = {MQ_LAYOUT_IQ2_XS, .quantize = quantize_q8_k, .dot = mq_dot_iq2_xs,
+                   .rows_batch = mq_rows_iq2_xs_batch},
+    [MQ_IQ2_S] = {MQ_LAYOUT_IQ2_S, .quantize = quantize_q8_k, .dot = mq_dot_iq2_s,
+                  .rows_batch = mq_rows_iq2_s_batch},
+    [MQ_IQ3_XXS] = {MQ_LAYOUT_IQ3_XXS, .quantize = quantize_q8_k, .dot = mq_dot_iq3_xxs,
+                    .rows_batch = mq_rows_iq3_xxs_batch},
+    [MQ_IQ3_S] = {MQ_LAYOUT_IQ3_S, .quantize = quantize_q8_k, .dot = mq_dot_iq3_s,
+                  .rows_batch = mq_rows_iq3_s_batch},
+    [MQ_IQ1_S] = {MQ_LAYOUT_IQ1_S, .quantize = quantize_q8_k, .dot = mq_dot_iq1_s,
+                  .rows_batch = mq_rows_iq1_s_batch},
+    [MQ_IQ1_M] = {MQ_LAYOUT_IQ1_M, .quantize = quantize_q8_k, .dot = mq_dot_iq1_m,
+                  .rows_batch = mq_rows_iq1_m_batch},
 };
 
 /* The chosen instruction set's table (cpu.c), set once by init_once. */

@@ -16,8 +16,9 @@
 /* ggml's type numbers (enum ggml_type), the weight types with kernels and their partners. */
 enum {
     MQ_F32 = 0, MQ_F16 = 1, MQ_Q4_0 = 2, MQ_Q4_1 = 3, MQ_Q5_0 = 6, MQ_Q5_1 = 7, MQ_Q8_0 = 8, MQ_Q8_1 = 9,
-    MQ_Q2_K = 10, MQ_Q3_K = 11, MQ_Q4_K = 12, MQ_Q5_K = 13, MQ_Q6_K = 14, MQ_Q8_K = 15, MQ_IQ4_NL = 20,
-    MQ_IQ4_XS = 23, MQ_BF16 = 30, MQ_MXFP4 = 39,
+    MQ_Q2_K = 10, MQ_Q3_K = 11, MQ_Q4_K = 12, MQ_Q5_K = 13, MQ_Q6_K = 14, MQ_Q8_K = 15, MQ_IQ2_XXS = 16,
+    MQ_IQ2_XS = 17, MQ_IQ3_XXS = 18, MQ_IQ1_S = 19, MQ_IQ4_NL = 20, MQ_IQ3_S = 21, MQ_IQ2_S = 22, MQ_IQ4_XS = 23,
+    MQ_IQ1_M = 29, MQ_BF16 = 30, MQ_MXFP4 = 39,
     MQ_NTYPES /* rows in a traits table */
 };
 
@@ -93,6 +94,13 @@ typedef struct {
 #define MQ_LAYOUT_IQ4_NL MQ_LAYOUT(32, 18, MQ_Q8_0, 32, 34)
 #define MQ_LAYOUT_IQ4_XS MQ_LAYOUT(256, 136, MQ_Q8_K, 256, 292)
 #define MQ_LAYOUT_MXFP4 MQ_LAYOUT(32, 17, MQ_Q8_0, 32, 34)
+#define MQ_LAYOUT_IQ2_XXS MQ_LAYOUT(256, 66, MQ_Q8_K, 256, 292)
+#define MQ_LAYOUT_IQ2_XS MQ_LAYOUT(256, 74, MQ_Q8_K, 256, 292)
+#define MQ_LAYOUT_IQ2_S MQ_LAYOUT(256, 82, MQ_Q8_K, 256, 292)
+#define MQ_LAYOUT_IQ3_XXS MQ_LAYOUT(256, 98, MQ_Q8_K, 256, 292)
+#define MQ_LAYOUT_IQ3_S MQ_LAYOUT(256, 110, MQ_Q8_K, 256, 292)
+#define MQ_LAYOUT_IQ1_S MQ_LAYOUT(256, 50, MQ_Q8_K, 256, 292)
+#define MQ_LAYOUT_IQ1_M MQ_LAYOUT(256, 56, MQ_Q8_K, 256, 292)
 
 /* quants_avx2.c's table (NULL where this build has no AVX2 kernels). */
 const mq_traits *mq_traits_avx2(void);

@@ -12,6 +12,7 @@
 
 #include "cpu.h"
 #include "quants_common.h"
+#include "quants_iq.h"
 
 #ifdef MQ_X86_AVX2_BUILD
 #pragma GCC push_options
@@ -934,6 +935,20 @@ static const mq_traits traits[MQ_NTYPES] = {
                   .gemv = gemv_mxfp4, .panel = PANEL32},
     [MQ_IQ4_XS] = {MQ_LAYOUT_IQ4_XS, .quantize = q8_k_x, .dot = mq_dot_iq4_xs_avx2, .rows = mq_rows_iq4_xs_avx2,
                    .rows_batch = mq_rows_iq4_xs_batch_avx2},
+    [MQ_IQ2_XXS] = {MQ_LAYOUT_IQ2_XXS, .quantize = q8_k_x, .dot = mq_dot_iq2_xxs,
+                    .rows_batch = mq_rows_iq2_xxs_batch},
+    [MQ_IQ2_XS] = {MQ_LAYOUT_IQ2_XS, .quantize = q8_k_x, .dot = mq_dot_iq2_xs,
+                   .rows_batch = mq_rows_iq2_xs_batch},
+    [MQ_IQ2_S] = {MQ_LAYOUT_IQ2_S, .quantize = q8_k_x, .dot = mq_dot_iq2_s,
+                  .rows_batch = mq_rows_iq2_s_batch},
+    [MQ_IQ3_XXS] = {MQ_LAYOUT_IQ3_XXS, .quantize = q8_k_x, .dot = mq_dot_iq3_xxs,
+                    .rows_batch = mq_rows_iq3_xxs_batch},
+    [MQ_IQ3_S] = {MQ_LAYOUT_IQ3_S, .quantize = q8_k_x, .dot = mq_dot_iq3_s,
+                  .rows_batch = mq_rows_iq3_s_batch},
+    [MQ_IQ1_S] = {MQ_LAYOUT_IQ1_S, .quantize = q8_k_x, .dot = mq_dot_iq1_s,
+                  .rows_batch = mq_rows_iq1_s_batch},
+    [MQ_IQ1_M] = {MQ_LAYOUT_IQ1_M, .quantize = q8_k_x, .dot = mq_dot_iq1_m,
+                  .rows_batch = mq_rows_iq1_m_batch},
 };
 #undef PANEL32
 
