@@ -48,6 +48,7 @@ setup(
                                                                     "minillama/_native/quants_avx2.h",
                                                                     "minillama/_native/quants_iq.h",
                                                                     "minillama/_native/quants_iq_grids.h",
+                                                                    "minillama/_native/quants_iq1_grids.h",
                                                                     "minillama/_native/model.h",
                                                                     "minillama/_native/quants.h",
                                                                     "minillama/_native/cpu.h",

@@ -590,7 +590,7 @@ class Llama:
         ReasoningBudget(tokens, (), ())  # checked, also when it is not used
         if (tokens == -1 and not lazy) or not thinks(source):
             return None
-        from .toolcalls.budget import make_budget
+        from .reasoning_budget import make_budget
 
         if plan.tools or any(m.get("tool_calls") or m.get("role") == "tool" for m in messages):
             messages = plan.messages(messages)

@@ -125,7 +125,7 @@ class Generation(Iterator[str]):
         self.stop_at_eog = request.stop_at_eog
         self.constraint = request.constraint
         if request.reasoning_budget is not None:  # the budget's forced ids before the constraint's mask
-            from .toolcalls.budget import BudgetGate
+            from .reasoning_budget import BudgetGate
 
             self.constraint = BudgetGate(request.reasoning_budget, tok, request.constraint)
         removed = list(request.heal)

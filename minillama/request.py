@@ -114,7 +114,7 @@ class ReasoningBudget:
     """At most `tokens` ids of thinking (llama.cpp's --reasoning-budget; 0 ends thinking at once, -1 leaves it
     unbounded), then `forced` (an optional message and the end tag) is written. Tags are token id sequences:
     thinking opens at `start` and closes at any of `ends`; `prefill` holds the ids of the template's generation
-    prompt, which the count sees first (a prompt ending in "<think>" starts it). minillama.toolcalls.budget runs it.
+    prompt, which the count sees first (a prompt ending in "<think>" starts it). minillama.reasoning_budget runs it.
     """
 
     tokens: int

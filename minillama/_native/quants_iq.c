@@ -15,6 +15,7 @@
 
 #include "quants_common.h"
 #include "quants_iq.h"
+#include "quants_iq1_grids.h"
 #include "quants_iq_grids.h"
 
 typedef struct {

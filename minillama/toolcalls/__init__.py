@@ -24,7 +24,7 @@ from typing import Any
 
 from ..errors import ArgumentError, ArgumentTypeError
 from . import deepseek_r1, generic, gpt_oss, hermes, llama3, mistral, qwen3_coder
-from .base import Parsed, ToolCall, held_back, new_call_id
+from .base import Parsed, ToolCall, held_back, new_call_id, schema_json
 
 __all__ = ["FAMILIES", "REASONING_FORMATS", "Parsed", "Plan", "ToolCall", "detect", "new_call_id", "opened_thinking", "split_reasoning", "thinks"]
 
@@ -136,13 +136,6 @@ def _chosen(tool_choice: Any, names: Mapping[str, Any]) -> tuple[str, str | None
     return "required", name
 
 
-def _json(schema: dict[str, Any]) -> str:
-    """schema as the JSON text a Lark grammar embeds, laid out as constrain.JSON_OPTIONS says."""
-    from ..constrain import JSON_OPTIONS
-
-    return json.dumps({**schema, "x-guidance": JSON_OPTIONS}, ensure_ascii=False)
-
-
 def _call_schema(names: Mapping[str, dict[str, Any]], args_key: str = "arguments") -> dict[str, Any]:
     one = [{"type": "object", "properties": {"name": {"const": n}, args_key: p}, "required": ["name", args_key],
             "additionalProperties": False} for n, p in names.items()]
@@ -218,11 +211,11 @@ class Plan:
         if not self.active:
             return None
         if self.family == "generic":
-            return f"start: %json{_json(self.reply_schema())}\n"
+            return f"start: %json{schema_json(self.reply_schema())}\n"
         if self.choice != "required" or not hasattr(self.module, "grammar"):
             return None
         key = "parameters" if self.family == "llama3" else "arguments"
-        return self.module.grammar(_json(_call_schema(self.names, key)), self.parallel)
+        return self.module.grammar(schema_json(_call_schema(self.names, key)), self.parallel)
 
     def lazy_triggers(self) -> dict[str, str]:
         """Under "auto": trigger -> the Lark grammar of the call that follows it (see lazy.LazyConstraint)."""
@@ -231,7 +224,7 @@ class Plan:
         from .lazy import triggers
 
         key = "parameters" if self.family == "llama3" else "arguments"
-        return triggers(self.family, _json(_call_schema(self.names, key)), self.parallel, self.names)
+        return triggers(self.family, schema_json(_call_schema(self.names, key)), self.parallel, self.names)
 
     def parse(self, text: str, think_open: str = "") -> Parsed:
         """The reply split into reasoning, content and calls."""

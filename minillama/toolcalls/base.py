@@ -97,3 +97,10 @@ def raw_value(text: str, start: int, end: int, key: str) -> str | None:
         return None
     got = json_prefix(text, start + m.end())
     return text[start + m.end():got[1]].strip() if got and got[1] <= end else None
+
+
+def schema_json(schema: dict[str, Any]) -> str:
+    """schema as the JSON text a Lark grammar embeds, laid out as constrain.JSON_OPTIONS says."""
+    from ..constrain import JSON_OPTIONS
+
+    return json.dumps({**schema, "x-guidance": JSON_OPTIONS}, ensure_ascii=False)

@@ -75,9 +75,9 @@ def _lit(text: str) -> str:
 
 
 def _schema_json(schema: Any) -> str:
-    from . import _json
+    from .base import schema_json
 
-    return _json(dict(schema or {"type": "object"}))
+    return schema_json(dict(schema or {"type": "object"}))
 
 
 def _deepseek_r1(names: Mapping[str, Any], parallel: bool) -> str:

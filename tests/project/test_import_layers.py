@@ -47,7 +47,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("gguffile", "chat_template", "_native", "sampling"),
     ("backend",),                                            # MINILLAMA_BACKEND: the C core or the Python path
     ("tokenizer", "quants"),                                 # quants: ggml's block formats and their traits
-    ("constrain", "embedding"),                              # JSON output's grammar; token_embd rows
+    ("constrain", "embedding", "reasoning_budget"),          # JSON output's grammar; token_embd rows; thinking budget
     ("model", "generate", "dataset", "bench", "inspection", "toolcalls"),  # model: the forward pass
     ("ngram", "api"),                                        # api: the OpenAI shapes over model + generate
     ("chat", "serve"),

@@ -104,12 +104,10 @@ def product_mismatches() -> list[str]:
     """This process's kernels (AVX2 or scalar) against llama.cpp on every grid type: one activation row against its
     AVX2 vec_dot, n rows against its CPU backend's product of n rows (ggml_mul_mat, 2 threads); the failures as
     text."""
-    sys.path.insert(0, str(REPO / "tests" / "quants"))
-    from test_quants import ggml_mul_mat
-    from test_quants import llamacpp as llamacpp_graph
+    from support.ggml_graph import ggml_mul_mat, graph_lib
 
     ffi, lib = llamacpp()
-    gffi, glib = llamacpp_graph()
+    gffi, glib = graph_lib()
     bad = []
     for t in IQ_TYPES:
         rng = np.random.default_rng(int(t) + 500)

@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from support import DATA, REPO
+from support.ggml_graph import GRAPH_CDEF, ggml_mul_mat
 from support.quant_reference import TRAITS, quantize_q8_0, quantize_q8_1, quantize_q8_k
 
 gguf = pytest.importorskip("gguf")
@@ -115,18 +116,8 @@ def llamacpp():
                                                             "mxfp4_8x8_q8_0"))
              + "void ggml_quantize_mat_q8_0_4x8(const float *x, void *y, int64_t k);"
              + f"void {QUANTIZE_MAT_Q8_K_4X8}(const float *x, void *y, int64_t nrow, int64_t n_per_row);"
-             + """struct ggml_init_params { size_t mem_size; void *mem_buffer; bool no_alloc; };
-                  struct ggml_context; struct ggml_tensor; struct ggml_cgraph;
-                  struct ggml_context *ggml_init(struct ggml_init_params params);
-                  void ggml_free(struct ggml_context *ctx);
-                  struct ggml_tensor *ggml_new_tensor_2d(struct ggml_context *ctx, int type, int64_t ne0, int64_t ne1);
-                  struct ggml_tensor *ggml_mul_mat(struct ggml_context *ctx, struct ggml_tensor *a,
-                                                   struct ggml_tensor *b);
-                  struct ggml_cgraph *ggml_new_graph(struct ggml_context *ctx);
-                  void ggml_build_forward_expand(struct ggml_cgraph *cgraph, struct ggml_tensor *tensor);
-                  int ggml_graph_compute_with_ctx(struct ggml_context *ctx, struct ggml_cgraph *cgraph, int n_threads);
-                  void *ggml_get_data(const struct ggml_tensor *tensor);
-                  extern uint16_t ggml_table_gelu_f16[65536];""")
+             + GRAPH_CDEF.replace("void ggml_cpu_init(void);", "")
+             + "extern uint16_t ggml_table_gelu_f16[65536];")
     lib = ffi.dlopen(os.path.join(os.path.dirname(xl.__file__), "xllamacpp.abi3.so"))
     lib.ggml_cpu_init()
     return ffi, lib
@@ -337,25 +328,6 @@ def test_avx2_kernels_equal_llamacpp_bit_for_bit(t: T) -> None:
         got = np.empty((1, rows), np.float32)
         _core.matvec(raw, int(t), rows, cols, x, got, 1)
         np.testing.assert_array_equal(got[0], want, err_msg=f"trial {trial}")
-
-
-def ggml_mul_mat(ffi, lib, t: T, raw: np.ndarray, cols: int, x: np.ndarray) -> np.ndarray:
-    """llama.cpp's own product of raw (rows of type t) with the float32 rows x: a one-node ggml graph on its CPU
-    backend, 2 threads (the weights in a plain buffer: not repacked)."""
-    rows, n = raw.shape[0], x.shape[0]
-    params = ffi.new("struct ggml_init_params *", {"mem_size": raw.nbytes + 8 * x.nbytes + (1 << 24)})
-    ctx = lib.ggml_init(params[0])
-    try:
-        a, b = lib.ggml_new_tensor_2d(ctx, int(t), cols, rows), lib.ggml_new_tensor_2d(ctx, 0, cols, n)
-        ffi.memmove(lib.ggml_get_data(a), raw.tobytes(), raw.nbytes)
-        ffi.memmove(lib.ggml_get_data(b), x.tobytes(), x.nbytes)
-        c = lib.ggml_mul_mat(ctx, a, b)
-        graph = lib.ggml_new_graph(ctx)
-        lib.ggml_build_forward_expand(graph, c)
-        assert lib.ggml_graph_compute_with_ctx(ctx, graph, 2) == 0
-        return np.frombuffer(ffi.buffer(lib.ggml_get_data(c), 4 * rows * n), np.float32).reshape(n, rows).copy()
-    finally:
-        lib.ggml_free(ctx)
 
 
 @needs_core

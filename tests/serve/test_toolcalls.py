@@ -458,8 +458,8 @@ class _Ids:
 def _forcing_steps(seq: list[int], budget: int, forced: tuple, ends: tuple = ((101,),), prefill: tuple = ()) -> list:
     """Per id of seq (fed after checking the mask, as llama.cpp's test-reasoning-budget.cpp does): the one id forced
     at that step, or None."""
+    from minillama.reasoning_budget import BudgetGate
     from minillama.request import ReasoningBudget
-    from minillama.toolcalls.budget import BudgetGate
 
     gate = BudgetGate(ReasoningBudget(budget, (100,), ends, forced, prefill), _Ids())
     out = []
@@ -472,7 +472,7 @@ def _forcing_steps(seq: list[int], budget: int, forced: tuple, ends: tuple = ((1
 
 def test_reasoning_budget_state_machine_as_llamacpps() -> None:
     """The cases of llama.cpp's tests/test-reasoning-budget.cpp: where forcing starts and what it forces."""
-    from minillama.toolcalls.budget import utf8_complete
+    from minillama.reasoning_budget import utf8_complete
 
     # natural end before the budget is spent: never forced
     assert _forcing_steps([100, 50, 51, 101, 52], 5, (102,)) == [None] * 5
@@ -483,8 +483,8 @@ def test_reasoning_budget_state_machine_as_llamacpps() -> None:
     # after the end a new start tag gets a fresh budget
     assert _forcing_steps([100, 101, 100, 50, 102, 101], 1, (102, 101)) == [None, None, None, None, 102, 101]
     # the longest end sequence ending at an id wins; a later start re-arms
+    from minillama.reasoning_budget import DONE, BudgetGate
     from minillama.request import ReasoningBudget
-    from minillama.toolcalls.budget import DONE, BudgetGate
 
     gate = BudgetGate(ReasoningBudget(5, (100,), ((104,), (103, 104)), (102, 104)), _Ids())
     for t in (100, 103, 104):
@@ -566,7 +566,7 @@ def test_reasoning_budget_on_the_server() -> None:
 def test_lazy_constraint_waits_out_the_thinking(qwen3_llm) -> None:
     """As llama.cpp's (its budget sampler made for a lazy grammar even without a budget): a <tool_call> written
     while thinking does not start the call's constraint; one after </think> does."""
-    from minillama.toolcalls.budget import BudgetGate, make_budget
+    from minillama.reasoning_budget import BudgetGate, make_budget
     from minillama.toolcalls.lazy import LazyConstraint
 
     tok = qwen3_llm.tokenizer

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from ..request import Constraint, ReasoningBudget
-    from ..tokenizer import Tokenizer
+    from .request import Constraint, ReasoningBudget
+    from .tokenizer import Tokenizer
 
 __all__ = ["BudgetGate", "IDLE", "COUNTING", "FORCING", "WAITING_UTF8", "DONE"]
 
@@ -151,7 +151,7 @@ def thinking_tags(family: str) -> tuple[str, tuple[str, ...]]:
 def make_budget(tok: Tokenizer, family: str, tokens: int, message: str, generation_prompt: str) -> Any:
     """The ReasoningBudget for a chat request: the family's tags and the message tokenized as llama.cpp tokenizes
     them (control tokens matched, no bos), the generation prompt's ids as the prefill."""
-    from ..request import ReasoningBudget
+    from .request import ReasoningBudget
 
     def ids(text: str) -> tuple[int, ...]:
         return tuple(tok.encode(text, add_special=False, parse_special=True)) if text else ()
