@@ -76,7 +76,7 @@ def inspect_file(path: str | os.PathLike[str]) -> dict[str, Any]:
         "name": _str_or_none(md.get(G.NAME)), "file_type": None,
         "alignment": None, "data_offset": None,
         "metadata": None, "tokenizer": tokenizer_summary(md, path), "tensors": None, "totals": None,
-        "warnings": warnings,
+        "hparams": None, "warnings": warnings,
     }
 
 
@@ -108,8 +108,103 @@ def _inspect_gguf(path: str, size: int) -> dict[str, Any]:
         "architecture": _str_or_none(md.get(G.ARCHITECTURE)), "name": _str_or_none(md.get(G.NAME)),
         "file_type": file_type_name, "alignment": gf.alignment, "data_offset": gf.data_offset,
         "metadata": [metadata_entry(k, v, gf.value_types.get(k)) for k, v in md.items()],
-        "tokenizer": tokenizer, "tensors": tensors, "totals": _totals(tensors), "warnings": warnings,
+        "tokenizer": tokenizer, "tensors": tensors, "totals": _totals(tensors),
+        "hparams": hparams_summary(md, tensors), "warnings": warnings,
     }
+
+
+# The architecture's hyper-parameters inspect shows, by the name after "{arch}." in the GGUF key (gguf-py's
+# Keys.LLM / Attention / Rope / SSM names), in groups; a group is left out when the file has none of its keys.
+_HPARAM_GROUPS: dict[str, tuple[tuple[str, str], ...]] = {
+    "model": (("context_length", "context_length"), ("embedding_length", "embedding_length"),
+              ("block_count", "block_count"), ("feed_forward_length", "feed_forward_length"),
+              ("head_count", "attention.head_count"), ("head_count_kv", "attention.head_count_kv"),
+              ("key_length", "attention.key_length"), ("value_length", "attention.value_length"),
+              ("q_lora_rank", "attention.q_lora_rank"), ("kv_lora_rank", "attention.kv_lora_rank"),
+              ("final_logit_softcapping", "final_logit_softcapping")),
+    "experts": (("count", "expert_count"), ("used", "expert_used_count"), ("shared", "expert_shared_count"),
+                ("groups", "expert_group_count"), ("groups_used", "expert_group_used_count"),
+                ("feed_forward_length", "expert_feed_forward_length"),
+                ("shared_feed_forward_length", "expert_shared_feed_forward_length"),
+                ("gating_func", "expert_gating_func"), ("weights_norm", "expert_weights_norm"),
+                ("weights_scale", "expert_weights_scale"), ("leading_dense_blocks", "leading_dense_block_count")),
+    "sliding_window": (("size", "attention.sliding_window"), ("pattern", "attention.sliding_window_pattern")),
+    "rope": (("freq_base", "rope.freq_base"), ("dimension_count", "rope.dimension_count"),
+             ("freq_base_swa", "rope.freq_base_swa"), ("scaling_type", "rope.scaling.type"),
+             ("scaling_factor", "rope.scaling.factor"),
+             ("original_context_length", "rope.scaling.original_context_length"),
+             ("yarn_ext_factor", "rope.scaling.yarn_ext_factor"),
+             ("yarn_attn_factor", "rope.scaling.yarn_attn_factor"),
+             ("yarn_beta_fast", "rope.scaling.yarn_beta_fast"), ("yarn_beta_slow", "rope.scaling.yarn_beta_slow"),
+             ("yarn_log_multiplier", "rope.scaling.yarn_log_multiplier")),
+    "deltanet": (("conv_kernel", "ssm.conv_kernel"), ("state_size", "ssm.state_size"),
+                 ("inner_size", "ssm.inner_size"), ("group_count", "ssm.group_count"),
+                 ("time_step_rank", "ssm.time_step_rank"), ("full_attention_interval", "full_attention_interval")),
+}
+# llama.cpp's gating functions (LLAMA_EXPERT_GATING_FUNC_TYPE) by the number a file stores.
+_GATING = {1: "softmax", 2: "sigmoid", 3: "softmax_weight"}
+# Sliding-window patterns llama.cpp fixes for an architecture whose files carry none (set_swa_pattern(n): layer il
+# is a sliding-window layer when il % n < n - 1).
+_ARCH_SWA_PATTERN = {"gpt-oss": 2, "gemma2": 2, "gemma3": 6, "cohere2": 4}
+# The tensors of a layer's experts (merged 3-D tensors, one matrix per expert), shared experts and router.
+_EXPERT_TENSOR = re.compile(r"blk\.\d+\.(ffn_\w*?(?:exps|shexp|chexps|gate_inp)\w*|exp_probs_b)\.(weight|bias|scale)")
+# llama.cpp's default interval of full-attention layers of the gated-DeltaNet hybrids (the file may say another).
+_ARCH_FULL_ATTENTION_INTERVAL = {"qwen35": 4, "qwen35moe": 4}
+
+
+def hparams_summary(md: dict[str, Any], tensors: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The architecture's notable hyper-parameters, read from the file's `{arch}.*` keys: sizes, experts (with
+    their tensors and types), sliding window (with the layers it applies to), rope and its scaling (YaRN), the
+    gated DeltaNet sizes of hybrids. None when the file names no architecture."""
+    arch = md.get(G.ARCHITECTURE)
+    if not isinstance(arch, str):
+        return None
+    out: dict[str, Any] = {}
+    for group, keys in _HPARAM_GROUPS.items():
+        got = {name: _hparam_value(md[f"{arch}.{key}"]) for name, key in keys if f"{arch}.{key}" in md}
+        out[group] = got or None
+    experts = out["experts"]
+    if experts is not None and isinstance(experts.get("gating_func"), int):
+        experts["gating_func"] = _GATING.get(experts["gating_func"], experts["gating_func"])
+    by_name: dict[str, dict[str, Any]] = {}
+    for t in tensors:
+        m = _EXPERT_TENSOR.fullmatch(t["name"])
+        if m:
+            e = by_name.setdefault(f"{m.group(1)}.{m.group(2)}", {"name": f"{m.group(1)}.{m.group(2)}", "types": [],
+                                                                  "layers": 0, "shape": t["shape"]})
+            e["layers"] += 1
+            if t["type"] not in e["types"]:
+                e["types"].append(t["type"])
+    if by_name:
+        out["experts"] = {**(experts or {}), "tensors": list(by_name.values())}
+    n_layer = md.get(f"{arch}.block_count")
+    window = out["sliding_window"]
+    if window is not None and window.get("size") and isinstance(n_layer, int):
+        window["layers"] = _swa_layers(window.get("pattern"), n_layer, arch)
+    deltanet = out["deltanet"]
+    interval = (deltanet or {}).get("full_attention_interval", _ARCH_FULL_ATTENTION_INTERVAL.get(arch))
+    if deltanet is not None and isinstance(interval, int) and interval > 0 and isinstance(n_layer, int):
+        deltanet["layers"] = [il for il in range(n_layer) if (il + 1) % interval]  # the others: full attention
+    return out
+
+
+def _hparam_value(v: Any) -> Any:
+    """A hyper-parameter as JSON: numbers as _number gives them, arrays as lists."""
+    if isinstance(v, np.ndarray):
+        return [_number(x, ARRAY_TYPES.get(v.dtype)) for x in v.tolist()]
+    return _number(v) if not isinstance(v, (str, list)) else v
+
+
+def _swa_layers(pattern: Any, n_layer: int, arch: str) -> list[int] | None:
+    """The layers that attend within the sliding window, as llama.cpp's load_swa_pattern reads them: a per-layer
+    bool array, or a period n (the file's, else llama.cpp's for the architecture; 0: every layer) whose last layer
+    of each n sees the whole context; None when neither says."""
+    if isinstance(pattern, list):
+        return [il for il, swa in enumerate(pattern[:n_layer]) if swa]
+    n = pattern if isinstance(pattern, int) and not isinstance(pattern, bool) else _ARCH_SWA_PATTERN.get(arch)
+    if n is None:
+        return None
+    return [il for il in range(n_layer) if n == 0 or il % n < n - 1]
 
 
 def _str_or_none(v: Any) -> str | None:
@@ -425,7 +520,7 @@ class _Listing:
         return f"\x1b[2m{s}\x1b[0m" if self.color else s
 
     def field(self, label: str, text: str) -> None:
-        self.lines.append(f"  {label:<14}{text}")
+        self.lines.append(f"  {label:<14}{' ' if len(label) >= 14 else ''}{text}")
 
     def section(self, title: str) -> None:
         self.lines += ["", self.bold(title)]
@@ -450,6 +545,60 @@ def _header_lines(out: _Listing, report: dict[str, Any]) -> None:
                              f"({_human_bytes(totals['bytes'])})")
     for w in report["warnings"]:
         out.field("warning", _show(w))
+
+
+def _layers_text(layers: list[int], n_layer: Any) -> str:
+    """Layer indices as '0, 2, 4 (3 of 6 layers)'."""
+    total = f" of {n_layer:,}" if isinstance(n_layer, int) else ""
+    return (", ".join(map(str, layers)) or "none") + f" ({len(layers):,}{total} layers)"
+
+
+def _pairs_text(values: dict[str, Any], skip: tuple[str, ...] = ()) -> str:
+    """A group of hyper-parameters on one line: 'name value, ...' (underscores as spaces)."""
+    return ", ".join(f"{k.replace('_', ' ')} {_fmt_scalar(v) if not isinstance(v, list) else _fmt_item(v)}"
+                     for k, v in values.items() if k not in skip)
+
+
+_ATTENTION_KEYS = ("head_count", "head_count_kv", "key_length", "value_length", "q_lora_rank", "kv_lora_rank")
+
+
+def _hparams_lines(out: _Listing, hp: dict[str, Any], arch: str | None) -> None:
+    """The architecture's notable hyper-parameters: sizes, experts and their tensors, sliding window, rope,
+    DeltaNet."""
+    groups = [g for g in ("model", "experts", "sliding_window", "rope", "deltanet") if hp.get(g)]
+    if not groups:
+        return
+    out.section(f"hyper-parameters ({_show(arch)})" if arch else "hyper-parameters")
+    n_layer = (hp.get("model") or {}).get("block_count")
+    sizes = hp.get("model") or {}
+    attention = {k: v for k, v in sizes.items() if k in _ATTENTION_KEYS}
+    if len(attention) < len(sizes):
+        out.field("model", _pairs_text(sizes, _ATTENTION_KEYS))
+    if attention:
+        out.field("attention", _pairs_text(attention))
+    experts = hp.get("experts")
+    if experts:
+        text = _pairs_text(experts, ("tensors",))
+        if text:
+            out.field("experts", text)
+        for k, t in enumerate(experts.get("tensors", [])):
+            out.field("expert tensors" if k == 0 else "",
+                      f"{_show(t['name'])} {'/'.join(t['types'])} {' x '.join(map(str, t['shape']))} "
+                      f"({t['layers']:,} layers)")
+    window = hp.get("sliding_window")
+    if window:
+        text = f"{window['size']:,} tokens" if isinstance(window.get("size"), int) else _pairs_text(window)
+        if window.get("layers") is not None:
+            text += ", layers " + _layers_text(window["layers"], n_layer)
+        out.field("sliding window", text)
+    if hp.get("rope"):
+        out.field("rope", _pairs_text(hp["rope"]))
+    deltanet = hp.get("deltanet")
+    if deltanet:
+        text = _pairs_text(deltanet, ("layers",))
+        if deltanet.get("layers") is not None:
+            text += "; DeltaNet layers " + _layers_text(deltanet["layers"], n_layer)
+        out.field("deltanet", text)
 
 
 def _metadata_lines(out: _Listing, entries: list[dict[str, Any]]) -> None:
@@ -514,6 +663,8 @@ def render_text(report: dict[str, Any], color: bool = False) -> str:
     """The report as an aligned, human-readable listing (ANSI bold/dim when color is True)."""
     out = _Listing(color)
     _header_lines(out, report)
+    if report.get("hparams"):
+        _hparams_lines(out, report["hparams"], report["architecture"])
     if report["metadata"] is not None:
         _metadata_lines(out, report["metadata"])
     if report["tokenizer"] is not None:

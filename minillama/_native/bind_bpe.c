@@ -20,21 +20,25 @@ static void BPE_dealloc(BPEObject *self) {
 
 static int BPE_init(BPEObject *self, PyObject *args, PyObject *kwds) {
     (void)kwds;
-    PyObject *flags, *tok_bytes, *tok_off, *merges, *byte_ids, *byte_chars;
-    int ignore_merges, mode = 0;
+    PyObject *flags, *tok_bytes, *tok_off, *merges, *byte_ids, *byte_chars, *newline_ids = Py_None;
+    int ignore_merges, mode = 0, chars = 0, escape_spaces = 0;
     Py_ssize_t max_bytes, max_words;
     if (self->b) {
         PyErr_SetString(PyExc_RuntimeError, "BPE is already initialised");
         return -1;
     }
-    if (!PyArg_ParseTuple(args, "OOOOOOpnn|i", &flags, &tok_bytes, &tok_off, &merges, &byte_ids, &byte_chars,
-                          &ignore_merges, &max_bytes, &max_words, &mode))
+    if (!PyArg_ParseTuple(args, "OOOOOOpnn|ippO", &flags, &tok_bytes, &tok_off, &merges, &byte_ids, &byte_chars,
+                          &ignore_merges, &max_bytes, &max_words, &mode, &chars, &escape_spaces, &newline_ids))
         return -1;
+    if (chars && ignore_merges) {
+        PyErr_SetString(PyExc_ValueError, "BPE: character mode does not take ignore_merges");
+        return -1;
+    }
     if (max_bytes < 0 || max_words < 0 || mode < SPLIT_WORDS || mode >= SPLIT_END) {
         PyErr_SetString(PyExc_ValueError, "cache bounds must be >= 0, the mode one of the splitters or 0");
         return -1;
     }
-    Py_buffer fb, tb, ob, mb, bb, cb;
+    Py_buffer fb, tb, ob, mb, bb, cb, nb = {0};
     if (!get_array(flags, &fb, 2, "flags")) return -1;
     if (fb.len / 2 != MAX_CODE_POINT + 1) {
         PyErr_Format(PyExc_ValueError, "flags: expected %d entries, got %zd", MAX_CODE_POINT + 1, fb.len / 2);
@@ -47,15 +51,17 @@ static int BPE_init(BPEObject *self, PyObject *args, PyObject *kwds) {
     if (!get_array(merges, &mb, 4, "merges")) goto f2;
     if (!get_array(byte_ids, &bb, 4, "byte_ids")) goto f3;
     if (!get_array(byte_chars, &cb, 4, "byte_chars")) goto f4;
+    if (newline_ids != Py_None && !get_array(newline_ids, &nb, 4, "newline_ids")) goto f5;
     if (ob.len / 8 < 2 || mb.len / 4 % 3 || bb.len / 4 != 3 * 256 || cb.len / 4 != 256) {
         PyErr_SetString(PyExc_ValueError, "BPE tables: expected n_vocab + 1 >= 2 offsets, 3 ints a merge, "
                                           "256 x 3 byte ids and 256 byte characters");
         goto f5;
     }
     bpe *b;
+    const bpe_chars ch = {escape_spaces, nb.buf, nb.buf ? (size_t)(nb.len / 4) : 0};
     Py_BEGIN_ALLOW_THREADS
     b = bpe_new(mb.buf, (size_t)(mb.len / 12), bb.buf, tb.buf, (size_t)tb.len, ob.buf, (size_t)(ob.len / 8 - 1),
-                cb.buf, ignore_merges, (size_t)max_bytes, (size_t)max_words);
+                cb.buf, ignore_merges, (size_t)max_bytes, (size_t)max_words, chars ? &ch : NULL);
     Py_END_ALLOW_THREADS
     if (!b) {
         PyErr_SetString(PyExc_ValueError, "BPE tables are inconsistent (offsets, byte ids) or memory ran out");
@@ -74,6 +80,7 @@ static int BPE_init(BPEObject *self, PyObject *args, PyObject *kwds) {
     self->has_flags = 1;
     ok = 1;
 f5:
+    PyBuffer_Release(&nb); /* a no-op when none was taken */
     PyBuffer_Release(&cb);
 f4:
     PyBuffer_Release(&bb);
@@ -281,7 +288,7 @@ static PyObject *BPE_clear_cache(BPEObject *self, PyObject *unused) {
 static PyMethodDef BPE_methods[] = {
     {"encode", (PyCFunction)BPE_encode, METH_VARARGS,
      "encode(text: bytes, mode: int, ends) -> list[int]: ids of UTF-8 text; mode 1 GPT-2, 2 LLaMA-3, 3 Falcon, "
-     "4 StarCoder splitter, 0 words ending at the int64 code point offsets ends."},
+     "4 StarCoder splitter, 5 newline runs, 0 words ending at the int64 code point offsets ends."},
     {"encode_plain", (PyCFunction)(void (*)(void))BPE_encode_plain, METH_FASTCALL,
      "encode_plain(text: str, mode: int = own) -> list[int] | None: encode(text's UTF-8, mode, None) for modes "
      ">= 1 (without one, the mode given to BPE()); None when text holds lone surrogates."},
@@ -306,7 +313,10 @@ static PyTypeObject BPEType = {
     .tp_name = "minillama._native._core.BPE",
     .tp_basicsize = sizeof(BPEObject),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Byte-level BPE (llama.cpp's llm_tokenizer_bpe) with its word cache, over a vocab's arrays.",
+    .tp_doc = "BPE (llama.cpp's llm_tokenizer_bpe) with its word cache, over a vocab's arrays: BPE(flags, "
+              "token_bytes, token_offsets, merges, byte_ids, byte_chars, ignore_merges, max_bytes, max_words, "
+              "mode=0, chars=False, escape_spaces=False, newline_ids=None); chars: SPM-style BPE over UTF-8 "
+              "characters (gemma4).",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)BPE_init,
     .tp_dealloc = (destructor)BPE_dealloc,

@@ -1,5 +1,7 @@
-/* Byte-level BPE as llama.cpp runs it (llm_tokenizer_bpe), over token ids: each word's bytes start as their
- * byte tokens; while some adjacent pair is a merge, the pair of lowest rank merges (ties: the leftmost).
+/* BPE as llama.cpp runs it (llm_tokenizer_bpe), over token ids: each word's bytes start as their byte tokens
+ * (byte-level vocabs), or its UTF-8 characters as their tokens (SPM-style BPE: gemma4, raw UTF-8 with spaces as
+ * U+2581 and <0xXX> byte tokens for a character that is no token); while some adjacent pair is a merge, the
+ * pair of lowest rank merges (ties: the leftmost).
  * Short words by a plain scan (in lanes, several words at once), long ones (HEAP_MIN_LEN bytes and more) by a
  * heap + linked list, as encoders/bpe.py. The merge table is built from Vocab.arrays() at load; symbols are always tokens (the
  * Python side hands over only vocabs where every applicable merge makes a token). */
@@ -11,6 +13,11 @@
 #define HEAP_MIN_LEN 48
 #define EMPTY_KEY UINT64_MAX
 #define GONE INT32_MIN /* a symbol merged into its left neighbour */
+/* Ids a symbol can become: a byte-level symbol up to 2 fallback ids, a character up to its 4 bytes' <0xXX>. */
+#define MAX_IDS_PER_SYM 4
+/* Character mode: a symbol that is no token is -(cp + 1), or -(BAD_BYTE + b + 1) for a byte b that starts no
+ * well-formed sequence (utf8_next's U+FFFD of length 1). */
+#define BAD_BYTE 0x110000
 
 typedef struct {
     uint64_t key; /* left << 32 | right */
@@ -37,7 +44,14 @@ struct bpe {
     uint8_t *raw;     /* the tokens' raw bytes (byte-level text decoded) */
     uint32_t *raw_off; /* where each token's raw bytes start in raw */
     wcache *cache;
+    int chars;              /* symbols start as UTF-8 characters, not bytes (SPM-style BPE) */
+    int escape_spaces;      /* character mode: a space is the character U+2581 */
+    int32_t *char_ids;      /* character mode: [cp] the token of that one code point + 1, 0 for none */
+    int32_t *newline_ids;   /* [k - 1]: the token of a run of k newlines kept whole, -1 for none (n_newline runs) */
+    size_t n_newline;
 };
+
+#define CHAR_IDS_BYTES ((size_t)(MAX_CODE_POINT + 1) * sizeof(int32_t))
 
 static size_t pow2_at_least(size_t n) {
     size_t c = 16;
@@ -130,10 +144,28 @@ static int build_tokens(bpe *b, const uint8_t *tok_bytes, size_t tok_len, const 
     return 1;
 }
 
+/* Character mode: every token of exactly one code point, by that code point (the last of equal texts, as
+ * Vocab.token_to_id). */
+static int build_chars(bpe *b, const uint8_t *tok_bytes, size_t tok_len, const int64_t *tok_off, size_t n_vocab) {
+    b->char_ids = big_alloc(CHAR_IDS_BYTES, 1);
+    if (!b->char_ids) return 0;
+    for (size_t t = 0; t < n_vocab; t++) {
+        int64_t s = tok_off[t], e = tok_off[t + 1];
+        if (s < 0 || e < s || (uint64_t)e > tok_len) return 0;
+        if (e == s || e - s > 4) continue;
+        size_t len;
+        uint32_t cp = utf8_next(tok_bytes + s, (size_t)(e - s), &len);
+        if (len != (size_t)(e - s) || (cp == 0xFFFD && len == 1) || cp > MAX_CODE_POINT) continue;
+        b->char_ids[cp] = (int32_t)t + 1;
+    }
+    return 1;
+}
+
 bpe *bpe_new(const int32_t *merges, size_t n_merges, const int32_t *byte_ids, const uint8_t *tok_bytes,
              size_t tok_len, const int64_t *tok_off, size_t n_vocab, const int32_t *byte_chars,
-             int ignore_merges, size_t cache_max_bytes, size_t cache_max_words) {
+             int ignore_merges, size_t cache_max_bytes, size_t cache_max_words, const bpe_chars *chars) {
     if (n_vocab == 0 || n_vocab > INT32_MAX || n_merges > INT32_MAX) return NULL;
+    if (chars && (ignore_merges || (chars->n_newline && !chars->newline_ids))) return NULL;
     bpe *b = calloc(1, sizeof *b);
     if (!b) return NULL;
     for (int i = 0; i < 256; i++) {
@@ -183,6 +215,20 @@ bpe *bpe_new(const int32_t *merges, size_t n_merges, const int32_t *byte_ids, co
         bpe_free(b);
         return NULL;
     }
+    if (chars) {
+        b->chars = 1;
+        b->escape_spaces = chars->escape_spaces;
+        b->n_newline = chars->n_newline;
+        b->newline_ids = malloc((chars->n_newline ? chars->n_newline : 1) * sizeof *b->newline_ids);
+        if (!b->newline_ids || !build_chars(b, tok_bytes, tok_len, tok_off, n_vocab)) {
+            bpe_free(b);
+            return NULL;
+        }
+        for (size_t k = 0; k < chars->n_newline; k++) {
+            int32_t id = chars->newline_ids[k];
+            b->newline_ids[k] = id >= 0 && (size_t)id < n_vocab ? id : -1;
+        }
+    }
     return b;
 }
 
@@ -193,11 +239,46 @@ void bpe_free(bpe *b) {
     big_free(b->toks, b->tok_cap * sizeof *b->toks);
     free(b->raw);
     free(b->raw_off);
+    big_free(b->char_ids, CHAR_IDS_BYTES);
+    free(b->newline_ids);
     wcache_free(b->cache);
     free(b);
 }
 
 wcache *bpe_cache(bpe *b) { return b->cache; }
+
+/* A word's first symbols (n >= 1 bytes): its bytes' tokens, or in character mode its characters' (a character
+ * that is no token as its marker, an escaped space as U+2581); the count returned (at most n). */
+static size_t init_syms(const bpe *b, const uint8_t *w, size_t n, int32_t *syms) {
+    if (!b->chars) {
+        for (size_t i = 0; i < n; i++) syms[i] = b->byte_ids[w[i]];
+        return n;
+    }
+    size_t k = 0, len;
+    for (size_t i = 0; i < n; i += len) {
+        if (w[i] < 0x80) { /* byte_ids holds the ASCII characters' tokens, escaped space included, or markers */
+            len = 1;
+            syms[k++] = b->byte_ids[w[i]];
+            continue;
+        }
+        uint32_t cp = utf8_next(w + i, n - i, &len);
+        if ((cp == 0xFFFD && len == 1) || cp > MAX_CODE_POINT) {
+            len = 1;
+            syms[k++] = -(int32_t)(BAD_BYTE + w[i]) - 1;
+            continue;
+        }
+        int32_t id = b->char_ids[cp] - 1;
+        syms[k++] = id >= 0 ? id : -(int32_t)cp - 1;
+    }
+    return k;
+}
+
+/* The key of the pair of first symbols i, i + 1 of word w (pair_key): byte pairs from their table. */
+static inline uint64_t first_pair(const bpe *b, const uint8_t *w, const int32_t *syms, size_t i) {
+    if (!b->chars) return b->byte_pairs[w[i] << 8 | w[i + 1]];
+    int32_t res = -1, rank = syms[i] >= 0 && syms[i + 1] >= 0 ? pair_rank(b, syms[i], syms[i + 1], &res) : -1;
+    return pair_key(rank, res);
+}
 
 /* Scratch space of one encode call for the heap merge of long words, grown to the longest. */
 typedef struct {
@@ -257,7 +338,7 @@ uint64_t heap_pop(uint64_t *h, size_t *n) {
 
 /* The heap + linked list: a key is rank << 32 | left; stale when the pair at left has another rank now.
  * Every push follows a merge, which removes a symbol, so the heap never holds more than 2n keys. */
-static size_t merge_heap(const bpe *b, const uint8_t *w, scratch *s, size_t n) {
+static size_t merge_heap(const bpe *b, const uint8_t *w, scratch *s, size_t n) { /* n symbols */
     int32_t *syms = s->syms, *nxt = s->nxt, *prv = s->prv, res;
     uint64_t *heap = s->heap;
     size_t hn = 0;
@@ -266,7 +347,7 @@ static size_t merge_heap(const bpe *b, const uint8_t *w, scratch *s, size_t n) {
         prv[i] = (int32_t)i - 1;
     }
     for (size_t i = 0; i + 1 < n; i++) {
-        uint64_t k = b->byte_pairs[w[i] << 8 | w[i + 1]];
+        uint64_t k = first_pair(b, w, syms, i);
         if (k != NO_PAIR) heap_push(heap, &hn, (k & 0xFFFFFFFF00000000ULL) | i);
     }
     while (hn) {
@@ -297,14 +378,23 @@ static size_t merge_heap(const bpe *b, const uint8_t *w, scratch *s, size_t n) {
     return k;
 }
 
-/* A merged word's symbols as ids, appended to dst (room for 2 a symbol is the caller's): a symbol that is a
- * byte whose character is no token (no merge names it) becomes its fallback ids. */
+/* A merged word's symbols as ids, appended to dst (room for MAX_IDS_PER_SYM a symbol is the caller's): a symbol
+ * that is a byte whose character is no token (no merge names it) becomes its fallback ids; in character mode a
+ * character that is no token becomes its bytes' <0xXX> tokens (bytes without one dropped, as llama.cpp). */
 static size_t syms_to_ids(const bpe *b, const int32_t *syms, size_t kept, int32_t *dst) {
     size_t m = 0;
     for (size_t i = 0; i < kept; i++) {
         int32_t x = syms[i];
         if (x >= 0) {
             dst[m++] = x;
+            continue;
+        }
+        if (b->chars) {
+            uint32_t c = (uint32_t)-(x + 1);
+            uint8_t u[4];
+            size_t k = c >= BAD_BYTE ? (u[0] = (uint8_t)(c - BAD_BYTE), 1) : utf8_put(u, c);
+            for (size_t j = 0; j < k; j++)
+                if (b->byte_fallback[u[j]][0] >= 0) dst[m++] = b->byte_fallback[u[j]][0];
             continue;
         }
         for (int j = 0; j < 2; j++)
@@ -318,6 +408,11 @@ static size_t syms_to_ids(const bpe *b, const int32_t *syms, size_t kept, int32_
  * the cache (the words that merge). 1 found, -1 not found, 0 out of memory. */
 static int known_word(bpe *b, const uint8_t *w, size_t n, const word_key *k, ivec *out) {
     if (n == 1 && b->byte_ids[w[0]] >= 0) return ivec_push(out, b->byte_ids[w[0]]);
+    if (w[0] == '\n' && n <= b->n_newline && b->newline_ids[n - 1] >= 0) { /* a run of newlines kept whole */
+        size_t i = 1;
+        while (i < n && w[i] == '\n') i++;
+        if (i == n) return ivec_push(out, b->newline_ids[n - 1]);
+    }
     if (b->ignore_merges) {
         const tok_slot *x = &b->toks[tok_slot_of(b, w, n, k)];
         if (x->len) return ivec_push(out, x->id);
@@ -335,9 +430,9 @@ static int merge_word(bpe *b, scratch *s, const uint8_t *w, size_t n, const word
         if (!scratch_fit(s, n)) return 0;
         syms = s->syms;
     }
-    for (size_t i = 0; i < n; i++) syms[i] = b->byte_ids[w[i]];
-    size_t kept = n > 1 ? merge_heap(b, w, s, n) : n;
-    if (!ivec_room(out, 2 * kept)) return 0;
+    size_t m = init_syms(b, w, n, syms);
+    size_t kept = m > 1 ? merge_heap(b, w, s, m) : m;
+    if (!ivec_room(out, MAX_IDS_PER_SYM * kept)) return 0;
     size_t start = out->n;
     out->n += syms_to_ids(b, syms, kept, out->v + start);
     wcache_put_h(b->cache, k->hash, w, n, out->v + start, out->n - start);
@@ -387,10 +482,9 @@ static void lane_start(const bpe *b, lane *l, const pending *p, size_t j) {
     const uint8_t *w = p->w;
     size_t n = p->n;
     l->word = j;
-    l->nsym = n;
     l->due = DUE_NONE;
-    for (size_t i = 0; i < n; i++) l->syms[i] = b->byte_ids[w[i]];
-    for (size_t i = 0; i + 1 < n; i++) l->pk[i] = b->byte_pairs[w[i] << 8 | w[i + 1]];
+    l->nsym = n = init_syms(b, w, n, l->syms);
+    for (size_t i = 0; i + 1 < n; i++) l->pk[i] = first_pair(b, w, l->syms, i);
 }
 
 /* One step of the plain scan: the ranks the last merge left due, then the merge of lowest rank (its new pairs
@@ -447,7 +541,7 @@ static int batch_flush(bpe *b, batch *t, ivec *out) {
                 continue;
             }
             pending *p = &t->p[l->word];
-            if (!ivec_room(&t->res, 2 * l->nsym)) return 0;
+            if (!ivec_room(&t->res, MAX_IDS_PER_SYM * l->nsym)) return 0;
             p->start = t->res.n;
             p->nids = syms_to_ids(b, l->syms, l->nsym, t->res.v + p->start);
             t->res.n += p->nids;
@@ -527,6 +621,16 @@ static int byte_ends(const uint8_t *text, size_t n, const int64_t *cp_ends, size
     return pos == n;
 }
 
+/* llama.cpp's pattern [^\n]+|[\n]+ (SPM-style BPE): runs of newlines and runs of everything else. */
+static int split_newlines(const uint8_t *text, size_t n, ivec *ends) {
+    for (size_t i = 0; i < n;) {
+        int nl = text[i] == '\n';
+        while (i < n && (text[i] == '\n') == nl) i++;
+        if (!ivec_push(ends, (int32_t)i)) return 0;
+    }
+    return 1;
+}
+
 /* Words are hashed AHEAD words before they are encoded, and their slot in the token table (ignore_merges; a
  * cache miss for most words) fetched then, so it has arrived when the word's turn comes. */
 #define AHEAD 8
@@ -549,9 +653,10 @@ int bpe_encode(bpe *b, const uint8_t *text, size_t n, int mode, const int64_t *c
     if (n > INT32_MAX) return 0;
     /* about a word and an id per 4 bytes of text: one allocation each instead of a few doublings */
     if (!ivec_room(&ends, n / 4 + 16) || !ivec_room(out, n / 4 + 16)) goto done;
-    if (mode == SPLIT_WORDS ? !byte_ends(text, n, cp_ends, n_ends, &ends)
-                            : !(mode >= SPLIT_FALCON ? split_multi(mode, text, n, flags, &ends)
-                                                     : split_words(mode, text, n, flags, &ends)))
+    if (mode == SPLIT_WORDS        ? !byte_ends(text, n, cp_ends, n_ends, &ends)
+        : mode == SPLIT_NEWLINES ? !split_newlines(text, n, &ends)
+                                 : !(mode >= SPLIT_FALCON ? split_multi(mode, text, n, flags, &ends)
+                                                          : split_words(mode, text, n, flags, &ends)))
         goto done;
     for (size_t i = 0; i < AHEAD && i < ends.n; i++) key_ahead(b, text, n, &ends, i, &keys[i]);
     size_t prev = 0;

@@ -172,13 +172,21 @@ typedef struct {
 } wcache_info;
 void wcache_stats(wcache *c, wcache_info *info);
 
-/* bpe.c: byte-level BPE (llm_tokenizer_bpe) over token ids. merges: n rows (left, right, result), rows with
- * a negative entry never apply, the first of duplicate pairs wins. byte_ids: 256 rows (the byte's token or
- * -1, then up to two ids it becomes when it has none, -1 padded). */
+/* bpe.c: BPE (llm_tokenizer_bpe) over token ids. merges: n rows (left, right, result), rows with a negative
+ * entry never apply, the first of duplicate pairs wins. byte_ids: 256 rows (the byte's token or -1, then up to
+ * two ids it becomes when it has none, -1 padded). chars NULL: byte-level BPE; else SPM-style BPE over UTF-8
+ * characters (a token of one code point is that character's), byte_ids giving the ASCII characters' tokens
+ * (a space's is U+2581's when escape_spaces) and each byte's <0xXX> token second; newline_ids[k - 1] the token a
+ * word of k newlines stays whole as (-1: merged as any word). Not with ignore_merges. */
+typedef struct {
+    int escape_spaces;
+    const int32_t *newline_ids;
+    size_t n_newline;
+} bpe_chars;
 typedef struct bpe bpe;
 bpe *bpe_new(const int32_t *merges, size_t n_merges, const int32_t *byte_ids, const uint8_t *tok_bytes,
              size_t tok_len, const int64_t *tok_off, size_t n_vocab, const int32_t *byte_chars,
-             int ignore_merges, size_t cache_max_bytes, size_t cache_max_words);
+             int ignore_merges, size_t cache_max_bytes, size_t cache_max_words, const bpe_chars *chars);
 void bpe_free(bpe *b);
 wcache *bpe_cache(bpe *b);
 /* The ids of text (n bytes): split by mode, or at the code point ends given (SPLIT_WORDS). 0 on failure. */
@@ -188,7 +196,7 @@ int bpe_encode(bpe *b, const uint8_t *text, size_t n, int mode, const int64_t *c
 /* pretok_multi.c: pre-tokenizers of several patterns (unicode_regex_split over a pattern list), each pattern
  * splitting the pieces of the one before into matches and gaps: Falcon's punctuation runs, then GPT-2, then
  * ASCII digit triples; StarCoder's single numbers, then GPT-2. Same contract as split_words. */
-enum { SPLIT_FALCON = 3, SPLIT_STARCODER = 4, SPLIT_END = 5 };
+enum { SPLIT_FALCON = 3, SPLIT_STARCODER = 4, SPLIT_NEWLINES = 5, SPLIT_END = 6 }; /* NEWLINES: bpe.c's */
 #define FLAG_PUNCTUATION 0x0020
 #define FLAG_CATEGORIES 0x00FF
 int split_multi(int mode, const uint8_t *text, size_t n, const uint16_t *flags, ivec *ends);

@@ -591,3 +591,151 @@ def test_bad_unigram_charsmap_fails_at_load(tmp_path: Path, charsmap: bytes | li
         Vocab.from_metadata(read_metadata(str(path)), str(path))
     tok = inspect_file(path)["tokenizer"]
     assert tok["model"] == "t5" and tok["type"] is None and message in tok["error"]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# hyper-parameters of mixture-of-experts, sliding-window and hybrid architectures, and the newer quant types
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory: pytest.TempPathFactory):
+    """synthetic(arch): the small model tools/make_synthetic_arch.py writes for arch (through its command line)."""
+    import subprocess
+    import sys
+
+    from support import REPO
+
+    root, made = tmp_path_factory.mktemp("inspect_archs"), {}
+
+    def make(arch: str) -> Path:
+        if arch not in made:
+            out = root / f"{arch}.gguf"
+            subprocess.run([sys.executable, str(REPO / "tools" / "make_synthetic_arch.py"), arch, str(out)],
+                           check=True, capture_output=True, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
+            made[arch] = out
+        return made[arch]
+
+    return make
+
+
+def _reader_value(fields: dict[str, gguf.ReaderField], key: str) -> Any:
+    """A key's value as gguf-py reads it (arrays as lists), or None when the file has no such key."""
+    f = fields.get(key)
+    if f is None:
+        return None
+    if f.types[0] == gguf.GGUFValueType.ARRAY:
+        return [f.parts[i].tolist()[0] for i in f.data]
+    v = f.contents()
+    return float(str(np.float32(v))) if f.types[0] == gguf.GGUFValueType.FLOAT32 else v
+
+
+@pytest.mark.parametrize("arch", ["qwen3moe", "gpt-oss", "qwen35", "deepseek2"])
+def test_architecture_hyper_parameters(arch: str, synthetic, capsys: pytest.CaptureFixture[str]) -> None:
+    """inspect shows the experts (count, used, shared, groups; each expert tensor with its types and layers), the
+    sliding window and the layers it applies to, rope scaling (YaRN) and a hybrid's DeltaNet sizes, as the file's
+    own metadata says them (read here by gguf-py); layer lists follow llama.cpp's rules (openai-moe.cpp's swa
+    pattern 2, qwen35.cpp's full_attention_interval)."""
+    path = synthetic(arch)
+    reader = gguf.GGUFReader(str(path))
+    fields = reader_metadata(reader)
+    hp = inspect_file(path)["hparams"]
+    n_layer = _reader_value(fields, f"{arch}.block_count")
+    assert hp["model"]["block_count"] == n_layer
+    assert hp["model"]["head_count"] == _reader_value(fields, f"{arch}.attention.head_count")
+
+    # experts: every key the file has, and every expert tensor with the types gguf-py reads
+    expert_keys = {"count": "expert_count", "used": "expert_used_count", "shared": "expert_shared_count",
+                   "groups": "expert_group_count", "groups_used": "expert_group_used_count"}
+    want = {k: _reader_value(fields, f"{arch}.{key}") for k, key in expert_keys.items()}
+    want = {k: v for k, v in want.items() if v is not None}
+    exps: dict[str, dict[str, Any]] = {}
+    for t in reader.tensors:
+        m = re.fullmatch(r"blk\.\d+\.(ffn_\w+_(?:exps|shexp)\.weight)", t.name)
+        if m:
+            e = exps.setdefault(m.group(1), {"types": set(), "layers": 0})
+            e["types"].add(t.tensor_type.name)
+            e["layers"] += 1
+    if arch == "qwen35":
+        assert not want and not exps and hp["experts"] is None
+    else:
+        assert want["count"] > want["used"] > 0 and exps
+        assert {k: hp["experts"][k] for k in want} == want
+        got = {t["name"]: {"types": set(t["types"]), "layers": t["layers"]} for t in hp["experts"]["tensors"]}
+        assert {k: got[k] for k in exps} == exps
+    if arch == "gpt-oss":
+        assert exps["ffn_gate_exps.weight"]["types"] == {"MXFP4"}
+    if arch == "deepseek2":
+        assert want["shared"] > 0 and want["groups"] > 1
+
+    # sliding window (gpt-oss: llama.cpp's pattern 2, every even layer)
+    window = _reader_value(fields, f"{arch}.attention.sliding_window")
+    if window is None:
+        assert hp["sliding_window"] is None
+    else:
+        assert hp["sliding_window"]["size"] == window
+        assert hp["sliding_window"]["layers"] == [il for il in range(n_layer) if il % 2 == 0]
+
+    # rope scaling
+    for k, key in (("scaling_type", "rope.scaling.type"), ("scaling_factor", "rope.scaling.factor"),
+                   ("original_context_length", "rope.scaling.original_context_length")):
+        assert hp["rope"].get(k) == _reader_value(fields, f"{arch}.{key}"), k
+    if arch == "gpt-oss":
+        assert hp["rope"]["scaling_type"] == "yarn"
+
+    # gated DeltaNet sizes and which layers are DeltaNet ones
+    ssm = {k: _reader_value(fields, f"{arch}.ssm.{k}")
+           for k in ("conv_kernel", "state_size", "inner_size", "group_count", "time_step_rank")}
+    if arch == "qwen35":
+        interval = _reader_value(fields, f"{arch}.full_attention_interval")
+        assert None not in ssm.values() and interval
+        assert {k: hp["deltanet"][k] for k in ssm} == ssm
+        assert hp["deltanet"]["layers"] == [il for il in range(n_layer) if (il + 1) % interval != 0]
+    else:
+        assert hp["deltanet"] is None
+
+    rc, out, _ = run(capsys, str(path))
+    assert rc == 0
+    section = out.split("\nhyper-parameters (")[1].split("\n\n")[0]
+    if exps:
+        assert f"count {want['count']}, used {want['used']}" in section
+        for name, e in exps.items():
+            assert re.search(rf"{re.escape(name)} {'/'.join(sorted(e['types']))} .*\({e['layers']} layers\)", section)
+    if arch == "gpt-oss":
+        assert f"sliding window {window} tokens, layers 0 (1 of {n_layer} layers)" in section
+        assert "scaling type yarn" in section
+    if arch == "qwen35":
+        assert f"conv kernel {ssm['conv_kernel']}, state size {ssm['state_size']}" in section
+    data = json.loads(run(capsys, "--json", str(path))[1])
+    assert data["hparams"] == json.loads(json.dumps(hp))
+
+
+# The newer quant types, named as ggml names them (gguf-py), with and without a kernel in minillama.
+NEW_TYPES = ("MXFP4", "IQ4_NL", "IQ4_XS", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ1_S", "IQ1_M")
+
+
+def test_new_quant_types_by_name(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Tensors of MXFP4, IQ4_NL, IQ4_XS and the IQ2/IQ3/IQ1 family are listed by name with their sizes, and the
+    file type by its name, as gguf-py reads them."""
+    path = tmp_path / "quants.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_MXFP4_MOE)
+    for name in NEW_TYPES:
+        qtype = gguf.GGMLQuantizationType[name]
+        block, size = gguf.GGML_QUANT_SIZES[qtype]
+        raw = np.zeros((2, 256 // block * size), np.uint8)
+        w.add_tensor(f"t.{name}", raw, raw_dtype=qtype)  # the bytes of 2 rows of 256 values
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    reader = gguf.GGUFReader(str(path))
+    report = inspect_file(path)
+    assert report["file_type"] == "MOSTLY_MXFP4_MOE"
+    assert [(t["name"], t["type"], t["n_bytes"]) for t in report["tensors"]] == \
+        [(t.name, t.tensor_type.name, int(t.n_bytes)) for t in reader.tensors]
+    assert [t["type"] for t in report["tensors"]] == list(NEW_TYPES)
+    rc, out, _ = run(capsys, str(path))
+    assert rc == 0
+    for name in NEW_TYPES:
+        assert re.search(rf"t\.{name}\s+{name}\s+256 x 2", out), name

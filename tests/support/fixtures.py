@@ -263,3 +263,24 @@ def unigram_json(model_path: str):
     hf.post_processor = processors.TemplateProcessing(single=["$A", "</s>"], pair=["$A", "</s>", "$B", "</s>"],
                                                       special_tokens=[("</s>", sp.piece_to_id("</s>"))])
     return hf
+
+
+def gemma4_vocab(tmp_path: Path, pre: str | None) -> str:
+    """A small gemma4 vocab: control tokens, newline runs, `▁` words, merges over raw UTF-8 characters, and <0xXX>
+    byte tokens for a few bytes only (the rest have none). add_bos is false in the file and the pre-tokenizer
+    named is not gemma4's: llama.cpp overrides both for this model."""
+    control = ["<pad>", "<eos>", "<bos>", "<unk>"]
+    words = ["\n", "\n\n", "\u2581", "a", "b", "c", "\u2581a", "ab", "\u2581ab", "bc", "\u2581abc", "é", "\u2581é"]
+    byte_tokens = [f"<0x{b:02X}>" for b in (0x0A, 0x20, 0xC3, 0xA9, 0xE2, 0x82, 0xAC)]
+    tokens = control + words + byte_tokens
+    types = [3] * len(control) + [1] * len(words) + [6] * len(byte_tokens)
+    merges = ["\u2581 a", "a b", "\u2581a b", "b c", "\u2581ab c", "\u2581 é"]
+    md = {"general.architecture": "gemma4", "tokenizer.ggml.model": "gemma4", "tokenizer.ggml.tokens": tokens,
+          "tokenizer.ggml.token_type": types, "tokenizer.ggml.merges": merges, "tokenizer.ggml.bos_token_id": 2,
+          "tokenizer.ggml.eos_token_id": 1, "tokenizer.ggml.unknown_token_id": 3,
+          "tokenizer.ggml.padding_token_id": 0, "tokenizer.ggml.add_bos_token": False}
+    if pre is not None:
+        md["tokenizer.ggml.pre"] = pre
+    path = tmp_path / f"gemma4-{pre}.gguf"
+    write_vocab(path, md)
+    return str(path)

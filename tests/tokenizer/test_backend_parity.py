@@ -22,7 +22,7 @@ from gguf import Keys, TokenType
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support import REPO
-from support.fixtures import hf_bert_from_gguf, unigram_json, write_t5_gguf
+from support.fixtures import gemma4_vocab, hf_bert_from_gguf, unigram_json, write_t5_gguf
 from support.oracle import get_oracle
 from support.paths import params_or_skip, require_shared, vocab_path
 from support.reference import conformance_vocabs, read_conformance
@@ -73,6 +73,8 @@ NATIVE_VOCABS = ("ggml-vocab-deepseek-coder", "ggml-vocab-deepseek-llm", "ggml-v
                  "ggml-vocab-bert-bge", "ggml-vocab-unigram8k")
 # The SPM vocabs (llm_tokenizer_spm, spm.c): every one is covered.
 NATIVE_VOCABS += ("ggml-vocab-llama-spm", "ggml-vocab-phi-3")
+# SPM-style BPE (tokenizer.ggml.model "gemma4": merges over UTF-8 characters, <0xXX> byte tokens) in bpe.c.
+NATIVE_VOCABS += ("ggml-vocab-gemma-4",)
 VOCABS = params_or_skip(_covered(), "conformance vocabs the native core covers")
 
 
@@ -142,7 +144,7 @@ def test_parity_hypothesis(vocab, text):
 
 
 @pytest.mark.parametrize("vocab", ["ggml-vocab-llama-bpe", "ggml-vocab-gpt-2", "ggml-vocab-falcon",
-                                   "ggml-vocab-bert-bge", "ggml-vocab-unigram8k"])
+                                   "ggml-vocab-bert-bge", "ggml-vocab-unigram8k", "ggml-vocab-gemma-4"])
 def test_parity_long_words(vocab):
     """Words past the plain scan (the heap merge), a word of 100,000 characters, runs of raw bytes."""
     native, pure = pair(vocab)
@@ -150,6 +152,23 @@ def test_parity_long_words(vocab):
              "日本語" * 700, "\udcff\udcc3" * 300]
     for t in texts:
         assert native.encode(t, add_special=False) == pure.encode(t, add_special=False), t[:20]
+
+
+def test_gemma4_small_vocab_both_backends(tmp_path):
+    """SPM-style BPE in the core's character mode on a vocab made to reach its corners: characters that are no
+    token falling back to their bytes' <0xXX> tokens (or dropped where a byte has none), newline runs kept whole
+    only where the run is a token, spaces and a literal U+2581 as one character, lone surrogates, words past the
+    plain scan (the heap merge). Both backends give llama.cpp's ids."""
+    path = gemma4_vocab(tmp_path, None)
+    native, pure = (_build("", b, path) for b in ("native", "pure"))
+    assert (native.backend, pure.backend) == ("native", "pure")
+    oracle = get_oracle(path)
+    texts = ["abc", " abc", "\u2581abc", " ab c", "a\nb", "\n\n\n", "\n\n\n\n\n", " \n \n\n", "é", " é", "€",
+             "日本", "x", "x é€ y", " a b c\n\n abc", "ab" * 30, " abc" * 20, "é€" * 40, "  a", "a  ", "\n", ""]
+    bad = [row for t in texts for row in _three_way(native, pure, oracle, t)]
+    assert not bad, bad[:3]
+    for t in ["\ud800abc \udcff", "ab\udce9" * 30]:  # lone surrogates: the raw-byte path, the same on both
+        assert native.encode(t, add_special=False) == pure.encode(t, add_special=False), t
 
 
 @pytest.mark.parametrize("vocab", ["ggml-vocab-llama-bpe", "ggml-vocab-bert-bge", "ggml-vocab-unigram8k"])
@@ -228,7 +247,7 @@ def test_backend_is_read_when_built(monkeypatch):
 
 # The vocabs whose pre-tokenizer the core splits itself (pretok.c, pretok_multi.c): no Python regex runs.
 C_SPLIT = ("ggml-vocab-falcon", "ggml-vocab-gpt-2", "ggml-vocab-llama-bpe", "ggml-vocab-mpt", "ggml-vocab-refact",
-           "ggml-vocab-starcoder")
+           "ggml-vocab-starcoder", "ggml-vocab-gemma-4")
 
 
 @pytest.mark.filterwarnings("ignore::minillama.errors.DoubleBosWarning")

@@ -10,6 +10,7 @@ token (each byte's token where there is one, the rest dropped).
 from __future__ import annotations
 
 import pytest
+from support.fixtures import gemma4_vocab
 from support.merge_words import ALPHABETS, lengths, very_long_words, words
 from support.oracle import get_oracle
 from support.paths import load, load_file, require_shared
@@ -123,35 +124,12 @@ def test_bucket_queue_pops_in_heap_order(chunk: int, monkeypatch: pytest.MonkeyP
 
 # --- SPM-style BPE: tokenizer.ggml.model "gemma4" ---------------------------------------------------------------
 
-def _gemma4_vocab(tmp_path, pre: str | None) -> str:
-    """A small gemma4 vocab: control tokens, newline runs, `▁` words, merges over raw UTF-8 characters, and <0xXX>
-    byte tokens for a few bytes only (the rest have none). add_bos is false in the file and the pre-tokenizer
-    named is not gemma4's: llama.cpp overrides both for this model."""
-    from support.fixtures import write_vocab
-
-    control = ["<pad>", "<eos>", "<bos>", "<unk>"]
-    words = ["\n", "\n\n", "\u2581", "a", "b", "c", "\u2581a", "ab", "\u2581ab", "bc", "\u2581abc", "é", "\u2581é"]
-    byte_tokens = [f"<0x{b:02X}>" for b in (0x0A, 0x20, 0xC3, 0xA9, 0xE2, 0x82, 0xAC)]
-    tokens = control + words + byte_tokens
-    types = [3] * len(control) + [1] * len(words) + [6] * len(byte_tokens)
-    merges = ["\u2581 a", "a b", "\u2581a b", "b c", "\u2581ab c", "\u2581 é"]
-    md = {"general.architecture": "gemma4", "tokenizer.ggml.model": "gemma4", "tokenizer.ggml.tokens": tokens,
-          "tokenizer.ggml.token_type": types, "tokenizer.ggml.merges": merges, "tokenizer.ggml.bos_token_id": 2,
-          "tokenizer.ggml.eos_token_id": 1, "tokenizer.ggml.unknown_token_id": 3,
-          "tokenizer.ggml.padding_token_id": 0, "tokenizer.ggml.add_bos_token": False}
-    if pre is not None:
-        md["tokenizer.ggml.pre"] = pre
-    path = tmp_path / f"gemma4-{pre}.gguf"
-    write_vocab(path, md)
-    return str(path)
-
-
 @pytest.mark.parametrize("pre", [None, "gpt-2"])
 def test_gemma4_model_against_llamacpp(tmp_path, pre):
     """tokenizer.ggml.model "gemma4" as llama.cpp runs it whatever tokenizer.ggml.pre says: spaces escaped to `▁`,
     words split only at newline runs (a run that is a token stays whole), merges over characters, a symbol that is
     no token falls back to its bytes' <0xXX> tokens (bytes without one dropped), bos added."""
-    path = _gemma4_vocab(tmp_path, pre)
+    path = gemma4_vocab(tmp_path, pre)
     tok, oracle = load_file(path), get_oracle(path)
     assert (tok.vocab.pre, tok.add_bos) == ("gemma4", True)
     for text in ["abc", " abc", " ab c", "a\nb", "\n\n\n", " \n \n\n", "é", " é", "€", "x", " a b c\n\n abc",

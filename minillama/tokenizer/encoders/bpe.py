@@ -204,7 +204,7 @@ class BPEEncoder(Encoder):
 # The pre-tokenizers the native core runs itself, by pattern set: llama.cpp's hand-written splitters (pretok.c)
 # and the pattern lists written for it in C (pretok_multi.c); any other pattern set is split here with `regex`
 # and merged there (mode 0: words given).
-_NATIVE_SPLITTERS = {(GPT2,): 1, (LLAMA3,): 2, PATTERNS["falcon"]: 3, PATTERNS["starcoder"]: 4}
+_NATIVE_SPLITTERS = {(GPT2,): 1, (LLAMA3,): 2, PATTERNS["falcon"]: 3, PATTERNS["starcoder"]: 4, PATTERNS["newlines"]: 5}
 # Texts of at least this many UTF-8 bytes go the pure way (the core's offsets are 32-bit).
 _NATIVE_MAX_BYTES = 1 << 31
 
@@ -231,11 +231,34 @@ def native_merges(vocab: Vocab, core: ModuleType) -> np.ndarray:
     return arrays.merges if rows is None else np.frombuffer(rows, np.int32).reshape(len(merges), 3)
 
 
+def _char_byte_ids(vocab: Vocab) -> np.ndarray:
+    """The byte rows of the core's character mode: an ASCII character's token (a space's is U+2581's where spaces
+    are escaped), then every byte's <0xXX> token, -1 where there is none."""
+    get = vocab.token_to_id.get
+    rows = np.full((256, 3), -1, np.int32)
+    for b in range(256):
+        c = SPACE if b == 0x20 and vocab.escape_whitespaces else chr(b)
+        i, f = get(c) if b < 0x80 else None, get(byte_token(b))
+        rows[b, :2] = [-1 if i is None else i, -1 if f is None else f]
+    return rows
+
+
+def newline_ids(vocab: Vocab) -> np.ndarray | None:
+    """[k - 1]: the token of k newlines, which a word of k newlines stays (-1: none), up to the longest such
+    token; None where the pre-tokenizer keeps no such word whole."""
+    if vocab.pre_spec is None or not vocab.pre_spec.newline_tokens:
+        return None
+    get = vocab.token_to_id.get
+    longest = max((len(t) for t in vocab.tokens if t and not t.strip("\n")), default=0)
+    return np.array([get("\n" * k, -1) for k in range(1, longest + 1)], np.int32)
+
+
 class NativeBPEEncoder(BPEEncoder):
     """BPEEncoder whose encode runs in the native core (C): splitting (llama.cpp's GPT-2 and LLaMA-3
-    splitters and the Falcon and StarCoder pattern lists in C, other patterns here), rank merges and the
-    word cache, with the GIL released. The Python methods it inherits (words, encode_word) stay for offsets
-    and token healing; they give the same ids."""
+    splitters, the Falcon and StarCoder pattern lists and gemma4's newline runs in C, other patterns here),
+    rank merges and the word cache, with the GIL released. Byte-level vocabs merge bytes; SPM-style ones
+    (gemma4: raw UTF-8, spaces as U+2581, <0xXX> byte tokens) merge characters. The Python methods it inherits
+    (words, encode_word) stay for offsets and token healing; they give the same ids."""
 
     backend = "native"
     EAGER_RANKS = False  # the core has its own table; the Python one is built only if offsets need it
@@ -244,9 +267,11 @@ class NativeBPEEncoder(BPEEncoder):
         super().__init__(vocab)
         arrays = vocab.arrays()
         self._mode = _NATIVE_SPLITTERS.get(PATTERNS[self.spec.patterns], 0)
+        chars = not self.spec.byte_encode
         self._core = core.BPE(unicode_flags(), arrays.token_bytes, arrays.token_offsets, merges, byte_ids,
                               np.array([ord(c) for c in BYTE_TO_CHAR], np.int32), vocab.ignore_merges,
-                              base.CACHE_MAX_BYTES, base.CACHE_MAX_WORDS, self._mode)
+                              base.CACHE_MAX_BYTES, base.CACHE_MAX_WORDS, self._mode, chars,
+                              chars and vocab.escape_whitespaces, newline_ids(vocab) if chars else None)
         if not self._mode:  # the words are split here: no fast path
             self.encode_plain = self.encode_many = self.encode_flat = None  # type: ignore[assignment]
         else:  # the core's method itself, which knows the mode: no Python frame per call of the fast path
@@ -254,10 +279,17 @@ class NativeBPEEncoder(BPEEncoder):
 
     @classmethod
     def build(cls, vocab: Vocab, core: ModuleType) -> NativeBPEEncoder | None:
-        """The native encoder of a vocab, or None where the core does not cover it: byte-level vocabs whose merges
-        of two tokens all make a token (so every symbol is a token, or a byte character no merge names)."""
+        """The native encoder of a vocab, or None where the core does not cover it. It covers byte-level vocabs
+        whose merges of two tokens all make a token (so every symbol is a token, or a byte character no merge
+        names), and SPM-style ones (raw UTF-8, no byte encoding) whose merges all join two tokens into a token
+        and that do not ignore merges."""
         spec = vocab.pre_spec
-        if spec is None or not spec.byte_encode or spec.newline_tokens or vocab.escape_whitespaces:
+        if spec is None:
+            return None
+        if not spec.byte_encode:
+            m = native_merges(vocab, core)
+            return None if vocab.ignore_merges or (m < 0).any() else cls(vocab, core, _char_byte_ids(vocab), m)
+        if spec.newline_tokens or vocab.escape_whitespaces:
             return None
         m = native_merges(vocab, core)
         if ((m[:, 0] >= 0) & (m[:, 1] >= 0) & (m[:, 2] < 0)).any():
