@@ -48,10 +48,11 @@ gguf = pytest.importorskip("gguf")
 
 EXPECTED = DATA / "archs_llamacpp_greedy.json"
 #: The architectures llama.cpp's outputs were stored for fed as its server feeds prompts of 64 tokens and more.
-SERVER_FED_ARCHS = ["qwen2", "qwen3", "llama", "mistral3", "qwen3moe", "gpt-oss", "qwen35", "deepseek2", "deepseek2-kvb"]
+SERVER_FED_ARCHS = ["qwen2", "qwen3", "llama", "mistral3", "qwen3moe", "gpt-oss", "qwen35", "deepseek2", "deepseek2-kvb",
+                    "smollm3", "olmo2", "granite", "glm4moe"]
 ARCHS = ["qwen2", "qwen3", "phi3", "llama", "llama-biases", "qwen2-output-bias", "qwen3-biases", "phi3-biases",
          "mistral3", "qwen3moe", "gpt-oss", "gemma4", "qwen35", "qwen35moe", "deepseek2",
-         "deepseek2-kvb"]
+         "deepseek2-kvb", "smollm3", "olmo2", "granite", "glm4moe"]
 #: ARCHS whose native forward pass is not yet llama.cpp's to the bit when fed as its greedy runs fed it (the prompt
 #: in one batch of fewer than 64 rows, then one token per step): qwen35's DeltaNet ops run in numpy (its sigmoid,
 #: softplus and decay exponentials, the L2 norms, the delta rule) and are a few ulps from ggml's, which these
@@ -130,10 +131,16 @@ def slack(m: Model) -> int:
     return 1 if spec.get(m.hparams.arch).experts and m._stack is None else 0
 
 
+#: Architectures of Python blocks whose every op on the native backend is ggml's (the core's matmuls, attention,
+#: silu, exponentials; rope and norms as ggml computes them), held to llama.cpp's bits fed as its server feeds.
+PYTHON_BLOCKS_EXACT = ("smollm3", "olmo2", "granite", "glm4moe")
+
+
 def llamacpp_bits(m: Model) -> bool:
-    """m computes llama.cpp's bits: the C blocks, or the hybrid (qwen35) blocks on the native backend, whose
-    matrices, attention and DeltaNet steps are llama.cpp's operations in its order."""
-    return m._stack is not None or (m._native and m.hparams.arch.startswith("qwen35"))
+    """m computes llama.cpp's bits: the C blocks, or the hybrid (qwen35) blocks and those of PYTHON_BLOCKS_EXACT on
+    the native backend, whose matrices, attention and DeltaNet steps are llama.cpp's operations in its order."""
+    return m._stack is not None or (m._native and (m.hparams.arch.startswith("qwen35")
+                                                   or m.hparams.arch in PYTHON_BLOCKS_EXACT))
 
 
 #: Why the pure backend is not held to llama.cpp's choices on qwen35moe: its attention sums in float32 where
@@ -453,9 +460,9 @@ def test_every_architecture_module_registers_a_frozen_spec() -> None:
     kernels on the native backend), that model.c runs (native kind given)."""
     import dataclasses
 
-    assert spec.supported() == ["deepseek2", "gemma3", "gemma4", "gpt-oss", "llama", "mistral3", "phi3", "qwen2",
-                                "qwen3", "qwen35", "qwen35moe", "qwen3moe"]
-    python_blocks = ("qwen3moe", "gpt-oss", "gemma4", "deepseek2", "qwen35", "qwen35moe")
+    assert spec.supported() == ["deepseek2", "gemma3", "gemma4", "glm4moe", "gpt-oss", "granite", "llama", "mistral3",
+                                "olmo2", "phi3", "qwen2", "qwen3", "qwen35", "qwen35moe", "qwen3moe", "smollm3"]
+    python_blocks = ("qwen3moe", "gpt-oss", "gemma4", "deepseek2", "qwen35", "qwen35moe", *PYTHON_BLOCKS_EXACT)
     for name in spec.supported():
         s = spec.get(name)
         assert isinstance(s, spec.ArchSpec) and s.name == name and (s.native is not None or name in python_blocks)
