@@ -122,6 +122,23 @@ ARCHS: dict[str, dict[str, Any]] = {
                   "n_ctx": 4096, "rope_base": 10000000.0, "eps": 1e-6, "tied": False, "n_rot": 16,
                   "rope_sections": [2, 2, 2, 2], "full_attention_interval": 2, "ssm": QWEN35_SSM, "n_expert": 8,
                   "n_expert_used": 2, "n_ff_exp": 32, "n_ff_shexp": 64},
+    # smollm3: llama's blocks, layer 3 of 4 without rope (llama.cpp: every fourth layer)
+    "smollm3": {"layout": "llama", "n_embd": 128, "n_layer": 4, "n_head": 4, "n_head_kv": 2, "n_ff": 256,
+                "n_ctx": 65536, "rope_base": 5000000.0, "eps": 1e-6, "tied": False},
+    # olmo2: no pre-norms, q/k normed over the whole projection, post-norms after attention and the feed-forward
+    "olmo2": {"n_embd": 128, "n_layer": 2, "n_head": 4, "n_head_kv": 2, "n_ff": 256, "n_ctx": 4096,
+              "rope_base": 500000.0, "eps": 1e-6, "tied": False},
+    # granite: llama's blocks (with every bias llama.cpp loads) and the four scales, none of them neutral
+    "granite": {"layout": "llama", "n_embd": 128, "n_layer": 2, "n_head": 4, "n_head_kv": 2, "n_ff": 256,
+                "n_ctx": 4096, "rope_base": 10000.0, "eps": 1e-5, "tied": False, "biases": LLAMA_BIASES,
+                "granite_scales": {"embedding": 4.0, "residual": 0.5, "attention": 0.125, "logit": 0.75}},
+    # glm4moe: heads of 32 with rope over 16 dims, q/k/v biases, per-head q/k norms in block 1
+    # only; a dense first block, then 8 experts of which 2 are used (sigmoid gating, exp_probs_b, renormalised,
+    # scaled) plus one shared expert; block_count 4 of which the last is a next-token-prediction block llama.cpp skips
+    "glm4moe": {"n_embd": 256, "n_layer": 4, "n_head": 4, "n_head_kv": 2, "key_length": 32, "n_rot": 16,
+                "n_ff": 256, "n_ctx": 4096, "rope_base": 1000000.0, "eps": 1e-5, "tied": False, "n_expert": 8,
+                "n_expert_used": 2, "n_ff_exp": 32, "glm": {"dense_lead": 1, "shared": 1, "nextn": 1,
+                                                           "qk_norm_layers": (1,), "scale": 2.5}},
     "llama-biases": {"arch": "llama", "n_embd": 128, "n_layer": 2, "n_head": 4, "n_head_kv": 2, "n_ff": 320,
                      "n_ctx": 4096, "rope_base": 10000.0, "eps": 1e-5, "tied": False, "biases": LLAMA_BIASES},
 }
@@ -239,6 +256,8 @@ def layer_tensors(arch: str, c: dict[str, Any], il: int = 0) -> list[tuple[str, 
     if "ssm" in c:
         return hybrid_tensors(c, il)
     arch = c.get("layout", arch)
+    if arch == "glm4moe":
+        return glm4moe_tensors(c, il)
     if arch == "gemma4":
         return gemma4_layer_tensors(c, il)
     d, hd = c["n_embd"], c.get("key_length", c["n_embd"] // c["n_head"])
@@ -253,6 +272,9 @@ def layer_tensors(arch: str, c: dict[str, Any], il: int = 0) -> list[tuple[str, 
                   ("attn_k.weight", "attn", (kv, d)), ("attn_k_norm.weight", "norm", (hd,)),
                   ("attn_v.weight", "attn", (kv, d))],
         "phi3": [("attn_qkv.weight", "attn", (q + 2 * kv, d))],
+        "olmo2": [("attn_q.weight", "attn", (q, d)), ("attn_k.weight", "attn", (kv, d)),
+                  ("attn_v.weight", "attn", (kv, d)), ("attn_q_norm.weight", "norm", (q,)),
+                  ("attn_k_norm.weight", "norm", (kv,))],
     }[{"qwen3moe": "qwen3", "gpt-oss": "qwen2"}.get(arch, arch)]
     ffn = ([("ffn_up.weight", "ffn_up", (2 * ff, d))] if arch == "phi3" else  # gate and up in one matrix
            [("ffn_gate.weight", "ffn_gate", (ff, d)), ("ffn_up.weight", "ffn_up", (ff, d))])
@@ -271,6 +293,9 @@ def layer_tensors(arch: str, c: dict[str, Any], il: int = 0) -> list[tuple[str, 
             ("ffn_gate_exps.weight", "exps_mxfp4", (n_exp, ff_exp, d)), ("ffn_gate_exps.bias", "bias", (n_exp, ff_exp)),
             ("ffn_up_exps.weight", "exps_mxfp4", (n_exp, ff_exp, d)), ("ffn_up_exps.bias", "bias", (n_exp, ff_exp)),
             ("ffn_down_exps.weight", "exps_mxfp4", (n_exp, d, ff_exp)), ("ffn_down_exps.bias", "bias", (n_exp, d))])
+    if arch == "olmo2":  # no pre-norms: a post-norm after attention and one after the feed-forward
+        return attn + [("attn_output.weight", "attn", (d, q)), ("post_attention_norm.weight", "norm", (d,))] + ffn + \
+            down + [("post_ffw_norm.weight", "norm", (d,))]
     block = ([("attn_norm.weight", "norm", (d,))] + attn + [("attn_output.weight", "attn", (d, q)),
              ("ffn_norm.weight", "norm", (d,))] + ffn + down)
     biases = c.get("biases", ())
@@ -279,6 +304,35 @@ def layer_tensors(arch: str, c: dict[str, Any], il: int = 0) -> list[tuple[str, 
         out.append((name, kind, shape))
         if name.replace(".weight", ".bias") in biases:
             out.append((name.replace(".weight", ".bias"), "bias", shape[:1]))
+    return out
+
+
+def glm4moe_tensors(c: dict[str, Any], il: int) -> list[tuple[str, str, tuple[int, ...]]]:
+    """Block il of glm4moe: q/k/v with biases (q/k norms in the blocks of c["glm"]["qk_norm_layers"]), attn_output,
+    post_attention_norm, then a dense SwiGLU or the router, exp_probs_b, the experts and the shared expert; a
+    next-token-prediction block (the last nextn of block_count) also has the nextn.* tensors."""
+    g, d, hd = c["glm"], c["n_embd"], c["key_length"]
+    q, kv = c["n_head"] * hd, c["n_head_kv"] * hd
+    out = [("attn_norm.weight", "norm", (d,)), ("attn_q.weight", "attn", (q, d)), ("attn_q.bias", "bias", (q,)),
+           ("attn_k.weight", "attn", (kv, d)), ("attn_k.bias", "bias", (kv,)), ("attn_v.weight", "attn", (kv, d)),
+           ("attn_v.bias", "bias", (kv,))]
+    if il in g["qk_norm_layers"]:
+        out += [("attn_q_norm.weight", "norm", (hd,)), ("attn_k_norm.weight", "norm", (hd,))]
+    out += [("attn_output.weight", "attn", (d, q)), ("post_attention_norm.weight", "norm", (d,))]
+    if il < g["dense_lead"]:
+        ff = c["n_ff"]
+        return out + [("ffn_gate.weight", "ffn_gate", (ff, d)), ("ffn_up.weight", "ffn_up", (ff, d)),
+                      ("ffn_down.weight", "ffn_down", (d, ff))]
+    n_exp, ff_exp, ff_sh = c["n_expert"], c["n_ff_exp"], c["n_ff_exp"] * g["shared"]
+    out += [("ffn_gate_inp.weight", "router", (n_exp, d)), ("exp_probs_b.bias", "bias", (n_exp,)),
+            ("ffn_gate_exps.weight", "exps_gate", (n_exp, ff_exp, d)),
+            ("ffn_up_exps.weight", "exps_up", (n_exp, ff_exp, d)),
+            ("ffn_down_exps.weight", "exps_down", (n_exp, d, ff_exp)),
+            ("ffn_gate_shexp.weight", "ffn_gate", (ff_sh, d)), ("ffn_up_shexp.weight", "ffn_up", (ff_sh, d)),
+            ("ffn_down_shexp.weight", "ffn_down", (d, ff_sh))]
+    if il >= c["n_layer"] - g["nextn"]:
+        out += [("nextn.eh_proj.weight", "attn", (d, 2 * d)), ("nextn.enorm.weight", "norm", (d,)),
+                ("nextn.hnorm.weight", "norm", (d,)), ("nextn.shared_head_norm.weight", "norm", (d,))]
     return out
 
 
@@ -433,6 +487,20 @@ def write_model(name: str, out: str | os.PathLike[str], seed: int = 0) -> None:
         gemma4_metadata(w, c)
     if arch == "deepseek2":
         write_deepseek2_keys(w, c)
+    if "granite_scales" in c:
+        sc = c["granite_scales"]
+        w.add_embedding_scale(sc["embedding"])
+        w.add_residual_scale(sc["residual"])
+        w.add_attention_scale(sc["attention"])
+        w.add_logit_scale(sc["logit"])
+    if "glm" in c:
+        g = c["glm"]
+        w.add_leading_dense_block_count(g["dense_lead"])
+        w.add_expert_shared_count(g["shared"])
+        w.add_nextn_predict_layers(g["nextn"])
+        w.add_expert_weights_scale(g["scale"])
+        w.add_expert_weights_norm(True)
+        w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
     if "n_ff_shexp" in c:
         w.add_expert_shared_feed_forward_length(c["n_ff_shexp"])
     if "ssm" in c:
@@ -548,7 +616,7 @@ def expected(out: str, only: list[str] | None = None) -> None:
 SERVER_FED_TOKENS = (70, 110, 200)
 LONG_SERVER_FED = 2048
 SERVER_FED_ARCHS = ("qwen2", "qwen3", "llama", "mistral3", "qwen3moe", "gpt-oss", "deepseek2", "deepseek2-kvb",
-                    "qwen35", "qwen35moe")
+                    "qwen35", "qwen35moe", "smollm3", "olmo2", "granite", "glm4moe")
 SERVER_FED_PREDICT = 16
 
 

@@ -136,13 +136,15 @@ def dense_ffn(w: dict[str, Any], h: np.ndarray, hp: HParams) -> np.ndarray:
 
 
 def blocks(x: np.ndarray, layers: list[dict[str, Any]], hp: HParams, batch: Batch, rope: Rope = rope_norm,
-           qkv: Project = project, ffn: Ffn = dense_ffn, scale_q: bool = False) -> np.ndarray:
+           qkv: Project = project, ffn: Ffn = dense_ffn, scale_q: bool = False,
+           rotates: Callable[[int], bool] | None = None) -> np.ndarray:
     """Run every block over x [T, d], the rows of batch's sequences at their positions, extending their caches.
 
     rope, qkv and ffn are what the llama-like architectures (qwen2, qwen3, phi3, qwen3moe) change: the rope
     pairing, how q, k, v come from the normed stream (biases, per-head norms) and the feed-forward (experts).
     scale_q: q is multiplied by 1/sqrt(head_dim) after rope, in float32, and the scores are not scaled (llama.cpp's
-    ggml_scale of Qcur before build_attn with kq_scale 1): the same product, other bits."""
+    ggml_scale of Qcur before build_attn with kq_scale 1): the same product, other bits. rotates(il): False for a
+    layer whose q and k are not rotated at all (smollm3's every fourth); None: every layer rotates."""
     angles: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # id of the layer's rope factors -> (cos, sin)
     scale = 1.0 / np.sqrt(hp.head_dim)
     q_scale = np.float32(1.0 / np.sqrt(np.float32(hp.head_dim))) if scale_q else None
@@ -152,7 +154,8 @@ def blocks(x: np.ndarray, layers: list[dict[str, Any]], hp: HParams, batch: Batc
             angles[id(factors)] = rope_angles(batch.positions, hp.n_rot, hp.rope_base, factors)
         cos, sin = angles[id(factors)]
         q, k, v = qkv(w, rmsnorm(x, w["attn_norm"], hp.eps), hp)
-        q, k = rope(q, cos, sin), rope(k, cos, sin)
+        if rotates is None or rotates(il):
+            q, k = rope(q, cos, sin), rope(k, cos, sin)
         if q_scale is not None:
             q = q * q_scale
         out = w["wo"](batch.attend(il, q, k, v, 1.0 if q_scale is not None else scale))
