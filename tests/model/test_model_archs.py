@@ -56,8 +56,7 @@ ARCHS = ["qwen2", "qwen3", "phi3", "llama", "llama-biases", "qwen2-output-bias",
 #: in one batch of fewer than 64 rows, then one token per step): qwen35's DeltaNet ops run in numpy (its sigmoid,
 #: softplus and decay exponentials, the L2 norms, the delta rule) and are a few ulps from ggml's, which these
 #: random-weight models amplify to ~0.01 in the log-probs (fed as its server feeds, from 70 tokens on, they agree).
-NATIVE_NOT_YET = {"qwen35": "qwen35's DeltaNet ops in numpy are not yet ggml's bits (log-probs ~0.007 apart)",
-                  "qwen35moe": "qwen35's DeltaNet ops in numpy are not yet ggml's bits (log-probs ~0.01 apart)",
+NATIVE_NOT_YET = {"qwen35moe": "qwen35's DeltaNet ops in numpy are not yet ggml's bits (log-probs ~0.01 apart)",
                   "deepseek2-kvb": "one position of 192 is 0.004 off llama.cpp's (an ulp in the attn_kv_b path)"}
 #: Architectures whose teacher-forced pass in one go (not as llama.cpp fed its steps) flips a confident position on
 #: these random-weight models: gemma4 on the native backend, deepseek2 on both (its agreement at 95% of them is
