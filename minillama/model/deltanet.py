@@ -366,14 +366,18 @@ def prepare(t: dict[str, Any]) -> dict[str, Any]:
 
 def blocks(x: np.ndarray, layers: list[dict[str, Any]], hp: HParams, batch: Batch, ffn: Ffn) -> np.ndarray:
     """Run every block over x [T, d], extending each sequence's keys, values and recurrent state; a
-    multi-token pass leaves checkpoints of the state at its last two positions."""
+    multi-token pass leaves checkpoints of the state at its last two positions. The result has the rows of
+    batch.out_rows (all when None): llama.cpp takes the last layer's residual and feed-forward on those alone."""
     angles = rope_cos_sin(hp, batch.positions)
     for il, w in enumerate(layers):
         h = rmsnorm(x, w["attn_norm"], hp.eps)
         if "ssm_qkv" in w:
-            x = x + deltanet_layer(w, h, hp, batch, il)
+            mixed = deltanet_layer(w, h, hp, batch, il)
         else:
-            x = x + attention_layer(w, h, hp, batch, il, angles)
+            mixed = attention_layer(w, h, hp, batch, il, angles)
+        if il == len(layers) - 1 and batch.out_rows is not None:  # the rest on the kept rows only, as llama.cpp
+            x, mixed = x[batch.out_rows], mixed[batch.out_rows]
+        x = x + mixed
         x = x + ffn(w, rmsnorm(x, w["post_norm"], hp.eps), hp)
     for row, end, start, cache in _caches(batch):
         if end - row > 1:

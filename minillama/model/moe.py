@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..quants import dequantize
-from .layers import Linear, QuantLinear, exp_rows, silu
+from .layers import Linear, QuantLinear, current_ops, exp_rows, silu
 
 F32 = np.float32
 
@@ -63,9 +63,17 @@ class Experts:
 
 def softmax(logits: np.ndarray) -> np.ndarray:
     """Softmax over the last axis as ggml_soft_max computes it: exp(x - max) in float32 (layers.exp_rows), summed in
-    double, each multiplied by 1/sum rounded to float32."""
+    double, each multiplied by 1/sum rounded to float32. In native_ops, summed as ggml_vec_soft_max_f32's AVX2 loop
+    sums them (as moe.c): each eight in float, ((e0 + e4) + (e2 + e6)) + ((e1 + e5) + (e3 + e7)), into a double."""
     e = exp_rows(logits - logits.max(axis=-1, keepdims=True))
-    total = np.cumsum(e, axis=-1, dtype=np.float64)[..., -1:]  # in order, as ggml's loop
+    n8 = e.shape[-1] // 8 * 8
+    if current_ops() is not None and n8:
+        a = e[..., :n8].reshape(*e.shape[:-1], n8 // 8, 8)
+        eights = ((a[..., 0] + a[..., 4]) + (a[..., 2] + a[..., 6])) + ((a[..., 1] + a[..., 5]) + (a[..., 3] + a[..., 7]))
+        parts = np.concatenate([eights, e[..., n8:]], axis=-1)
+    else:
+        parts = e
+    total = np.cumsum(parts, axis=-1, dtype=np.float64)[..., -1:]  # in order, as ggml's loop
     return e * (1.0 / total).astype(F32)
 
 
