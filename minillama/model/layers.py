@@ -253,10 +253,6 @@ class Linear:
         return Linear(np.concatenate([p.w for p in parts]))
 
 
-#: ggml's type number of float32.
-GGML_F32 = 0
-
-
 class QuantLinear(Linear):
     """A weight matrix left as its raw ggml blocks (n_out rows of row_bytes, a view of the mapped file),
     multiplied by the native kernels (minillama/_native/quants.c): each activation row quantized as ggml does,
@@ -268,13 +264,8 @@ class QuantLinear(Linear):
         self.ggml_type, self.n_in, self._core, self._mm = int(ggml_type), n_in, core, mm
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
-        """x w^T, [T, in] -> [T, out], the rows split over the current thread count. A float32 matrix in native_ops:
-        in llama.cpp's float32 order (Linear's: ggml_vec_dot_f32 for one row, tinyBLAS for more), which the
-        quantized kernels' float32 dot does not sum in."""
+        """x w^T, [T, in] -> [T, out], the rows split over the current thread count."""
         x = np.ascontiguousarray(x, dtype=F32)
-        core = _OPS.get()
-        if core is not None and self.ggml_type == GGML_F32 and x.ndim == 2 and x.shape[0] > 0:
-            return Linear(self.w.view(F32))(x)
         out = np.empty((x.shape[0], self.w.shape[0]), F32)
         self._core.matmul(self.w, self.ggml_type, self.w.shape[0], self.n_in, x, out, native_threads())
         return out

@@ -148,6 +148,19 @@ def swiglu_oai(gate: np.ndarray, up: np.ndarray, alpha: F32 = OAI_ALPHA, limit: 
     return x / (F32(1) + e) * (y + F32(1))
 
 
+#: ggml's type number of float32.
+GGML_F32 = 0
+
+
+def router_logits(router: Linear, x: np.ndarray) -> np.ndarray:
+    """router(x); a float32 router left as the file's raw blocks, in native_ops, in llama.cpp's float32 order
+    (Linear's: ggml_vec_dot_f32 for one row, tinyBLAS for more, as moe.c's mo_router), which the quantized kernels'
+    float32 dot does not sum in: a router logit an ulp off moves the experts' weights."""
+    if isinstance(router, QuantLinear) and router.ggml_type == GGML_F32 and current_ops() is not None:
+        return Linear(router.w.view(F32))(x)
+    return router(x)
+
+
 def moe_ffn(x: np.ndarray, router: Linear, gate: Experts, up: Experts, down: Experts, n_used: int,
             norm: bool = True, *, router_bias: np.ndarray | None = None, softmax_weight: bool = False,
             glu: Callable[[np.ndarray, np.ndarray], np.ndarray] = swiglu, gate_bias: np.ndarray | None = None,
@@ -160,7 +173,7 @@ def moe_ffn(x: np.ndarray, router: Linear, gate: Experts, up: Experts, down: Exp
     route's; gate_bias, up_bias [E, F] and down_bias [E, d]: expert e's row added after its matmul (ggml_add_id);
     routing: route()'s keywords (gating, bias, groups, scale)."""
     # x [T, d] -> [T, d]
-    logits = router(x)
+    logits = router_logits(router, x)
     if router_bias is not None:
         logits = logits + router_bias
     chosen, weights = (route_softmax_weight(logits, n_used) if softmax_weight

@@ -141,19 +141,22 @@ def test_gated_delta_net_kernel_refuses_wrong_sizes() -> None:
         _core.gdn_unary(q, np.empty(3, F32), 0)
 
 
-def test_float32_matrix_of_the_file_multiplies_in_llamacpps_float32_order() -> None:
-    """A float32 matrix left as raw blocks (a router, ffn_gate_inp) in native_ops multiplies as Linear's float32
-    matrices do there (ggml_vec_dot_f32 for one row, tinyBLAS for more: llama.cpp's router logits to the bit),
-    not in the quantized kernels' float32 dot order."""
+def test_float32_router_of_the_file_multiplies_in_llamacpps_float32_order() -> None:
+    """A float32 router left as raw blocks (ffn_gate_inp) in native_ops multiplies as Linear's float32 matrices do
+    there (ggml_vec_dot_f32 for one row, tinyBLAS for more: llama.cpp's router logits to the bit, as moe.c's), not
+    in the quantized kernels' float32 dot order."""
     rng = np.random.default_rng(3)
     w = rng.normal(size=(8, 256)).astype(F32)
     raw = np.frombuffer(w.tobytes(), np.uint8).reshape(8, -1)
-    ql = QuantLinear(raw, 0, 256, _core)
+    ql = QuantLinear(raw, moe.GGML_F32, 256, _core)
+    differs = False
     for rows in (1, 5):
         x = rng.normal(size=(rows, 256)).astype(F32)
         with native_ops(_core):
-            got, want = ql(x), Linear(w)(x)
+            got, want = moe.router_logits(ql, x), Linear(w)(x)
         assert np.array_equal(got, want)
+        differs |= not np.array_equal(ql(x), want)
+    assert differs, "the quantized kernels' float32 dot sums as llama.cpp's: nothing is tested"
 
 
 def test_expert_softmax_sums_eights_in_float_as_ggmls_avx2_loop() -> None:
