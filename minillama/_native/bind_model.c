@@ -580,7 +580,95 @@ static PyObject *mul_f32(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* gdn_unary(x, out, op): out = op(x) elementwise, op 0 sigmoid, 1 softplus, 2 exp, as ggml's unary ops compute
+ * them (libm's expf and logf, md_unary). x, out: float32 of the same size. */
+static PyObject *gdn_unary(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *xo, *oo;
+    int op;
+    if (!PyArg_ParseTuple(args, "OOi", &xo, &oo, &op)) return NULL;
+    Py_buffer xb, ob;
+    if (!get_array(xo, &xb, 4, "x")) return NULL;
+    if (PyObject_GetBuffer(oo, &ob, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&xb);
+        return NULL;
+    }
+    if (op < MD_SIGMOID || op > MD_EXP || ob.len != xb.len || ob.itemsize != 4) {
+        PyBuffer_Release(&ob);
+        PyBuffer_Release(&xb);
+        return PyErr_Format(PyExc_ValueError, "gdn_unary: expected op 0, 1 or 2 and x and out of the same size, got "
+                            "op %d, %zd and %zd bytes", op, xb.len, ob.len);
+    }
+    Py_BEGIN_ALLOW_THREADS
+    md_unary(op, xb.len / 4, xb.buf, ob.buf);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&ob);
+    PyBuffer_Release(&xb);
+    Py_RETURN_NONE;
+}
+
+/* gated_delta_net(q, k, v, g, beta, state, out, before, (n, Hv, Hk, S)): one sequence's n tokens through ggml's
+ * gated_delta_net (md_gated_delta_net): q, k float32 [n, Hk, S], v [n, Hv, S], g, beta [n, Hv], state [Hv, S, S]
+ * (updated in place), out [n, Hv, S]; before: None or [Hv, S, S], the state before the last token. */
+static PyObject *gated_delta_net(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *objs[5], *so, *oo, *bo;
+    Py_ssize_t n, hv, hk, S;
+    if (!PyArg_ParseTuple(args, "OOOOOOOO(nnnn)", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4], &so, &oo, &bo,
+                          &n, &hv, &hk, &S))
+        return NULL;
+    Py_buffer b[5], sb, ob, bb = {0};
+    const Py_ssize_t sizes[5] = {4, 4, 4, 4, 4};
+    const char *names[5] = {"q", "k", "v", "g", "beta"};
+    if (!get_arrays(objs, b, sizes, names, 5)) return NULL;
+    if (PyObject_GetBuffer(so, &sb, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
+        release_all(b, 5);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(oo, &ob, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&sb);
+        release_all(b, 5);
+        return NULL;
+    }
+    if (bo != Py_None && PyObject_GetBuffer(bo, &bb, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&ob);
+        PyBuffer_Release(&sb);
+        release_all(b, 5);
+        return NULL;
+    }
+    const int sane = n >= 1 && hv >= 1 && hk >= 1 && S >= 1 && n <= (1 << 24) && hv <= (1 << 16) &&
+                     hk <= (1 << 16) && S <= (1 << 12) && hv % hk == 0;
+    const int ok = sane && b[0].len == n * hk * S * 4 && b[1].len == n * hk * S * 4 && b[2].len == n * hv * S * 4 &&
+                   b[3].len == n * hv * 4 && b[4].len == n * hv * 4 && sb.len == hv * S * S * 4 && sb.itemsize == 4 &&
+                   ob.len == n * hv * S * 4 && ob.itemsize == 4 &&
+                   (bo == Py_None || (bb.len == hv * S * S * 4 && bb.itemsize == 4));
+    if (!ok) {
+        if (bo != Py_None) PyBuffer_Release(&bb);
+        PyBuffer_Release(&ob);
+        PyBuffer_Release(&sb);
+        release_all(b, 5);
+        return PyErr_Format(PyExc_ValueError, "gated_delta_net: expected q, k of %zd x %zd x %zd floats, v and out of "
+                            "%zd x %zd x %zd, g and beta of %zd x %zd, state (and before) of %zd x %zd x %zd, with "
+                            "Hv a multiple of Hk", n, hk, S, n, hv, S, n, hv, hv, S, S);
+    }
+    const int simd = mo_simd();
+    Py_BEGIN_ALLOW_THREADS
+    md_gated_delta_net(b[0].buf, b[1].buf, b[2].buf, b[3].buf, b[4].buf, sb.buf, n, hv, hk, S, simd, ob.buf,
+                       bo == Py_None ? NULL : bb.buf);
+    Py_END_ALLOW_THREADS
+    if (bo != Py_None) PyBuffer_Release(&bb);
+    PyBuffer_Release(&ob);
+    PyBuffer_Release(&sb);
+    release_all(b, 5);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef model_functions[] = {
+    {"gdn_unary", gdn_unary, METH_VARARGS,
+     "gdn_unary(x, out, op): out = sigmoid (0), softplus (1) or exp (2) of x as ggml's unary ops (libm's expf)."},
+    {"gated_delta_net", gated_delta_net, METH_VARARGS,
+     "gated_delta_net(q, k, v, g, beta, state, out, before, (n, Hv, Hk, S)): ggml's gated_delta_net of one "
+     "sequence, the state updated in place."},
     {"exp_rows", exp_rows, METH_VARARGS,
      "exp_rows(x, out, n): out = e^x over rows of n values as ggml's soft_max takes them (ggml_v_expf)."},
     {"mul_f32", mul_f32, METH_VARARGS,

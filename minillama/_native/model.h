@@ -206,6 +206,21 @@ void mo_route_softmax_weight(const float *logits, int64_t E, int64_t k, int simd
 void mo_router(const float *w, const float *x, int64_t E, int64_t d, int64_t rows, int simd, float *logits);
 /* 1 when the mq kernels are AVX2 (ggml's AVX2 orders: mo_route's and mo_router's simd). */
 int mo_simd(void);
+/* ggml_vec_dot_f32 of x and y [n] (mo_router's: its AVX2 order, the n % 32 left added in double; else its generic
+ * one, a double sum in order). */
+float mo_dot_f32(const float *x, const float *y, int64_t n, int simd);
+
+/* deltanet.c: qwen35's gated DeltaNet ops as ggml's CPU backend computes them.
+ * md_unary: y [n] = op(x) for op MD_SIGMOID (ggml_vec_sigmoid_f32), MD_SOFTPLUS (op_softplus), MD_EXP (op_exp),
+ * with libm's expf and logf. */
+enum { MD_SIGMOID = 0, MD_SOFTPLUS = 1, MD_EXP = 2 };
+void md_unary(int op, int64_t n, const float *x, float *y);
+/* ggml's gated_delta_net over n tokens of one sequence: q, k [n, hk, S] (L2-normed), v [n, hv, S], g, beta
+ * [n, hv]; state [hv, S, S] (state[h][j][i] = S_h[i][j]) updated in place; out [n, hv, S]; before (NULL: none)
+ * [hv, S, S] the state before the last token. Value head h reads key head h % hk. */
+void md_gated_delta_net(const float *q, const float *k, const float *v, const float *g, const float *beta,
+                        float *state, int64_t n, int64_t hv, int64_t hk, int64_t S, int simd, float *out,
+                        float *before);
 /* 1 when M is one float32 piece at a float's alignment: mo_router multiplies it. */
 int mo_router_f32(const ms_matrix *M);
 /* The n = T k choices chosen [n] grouped by expert: start [E + 1] (expert e's slots start[e]..start[e+1]), list

@@ -311,6 +311,8 @@ class Model:
             return self._finite(self._bias(logits))
         batch = Batch.single(start, len(ids), cache)
         batch.tokens = np.asarray(ids, dtype=np.intp)
+        if last_only and not hidden:
+            batch.out_rows = np.array([len(ids) - 1])
         x = self._blocks(x, batch)
         cache.ids[start:] = ids
         if last_only:

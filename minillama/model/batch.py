@@ -58,6 +58,10 @@ class Batch:
     #: backend, whose float32 attention is the reference, not llama.cpp's bits).
     core: ModuleType | None = None
     kv_split: int = 1
+    #: The rows whose outputs the caller keeps (llama.cpp's inp_out_ids), or None: every row. Blocks that mirror
+    #: llama.cpp's graph take the last layer's feed-forward on these rows alone, as it does (a float32 router or
+    #: gate multiplied for one row sums in ggml_vec_dot_f32's order, for several in tinyBLAS's).
+    out_rows: np.ndarray | None = None
 
     @classmethod
     def single(cls, start: int, n: int, cache: KVCache) -> Batch:

@@ -34,7 +34,7 @@ from ..errors import ArgumentError, FormatError
 from ..quants import dequantize
 from .batch import Batch
 from .cache import KVCache, Prefix
-from .layers import Linear, QuantLinear, rmsnorm, rope_angles, rope_neox, silu
+from .layers import Linear, QuantLinear, current_ops, rmsnorm, rope_angles, rope_neox, silu
 from .weights import HParams, TensorSpec
 
 F32 = np.float32
@@ -113,13 +113,29 @@ def new_cache(hp: HParams, dtype: Any) -> HybridCache:
     return HybridCache(hp, dtype)
 
 
+def _unary(x: np.ndarray, op: int) -> np.ndarray | None:
+    """op (0 sigmoid, 1 softplus, 2 exp) of x in the native core's kernels (libm's expf and logf, as ggml's unary
+    ops: numpy's float32 exp is a few ulps from them), or None outside native_ops."""
+    core = current_ops()
+    if core is None or x.size == 0:
+        return None
+    x = np.ascontiguousarray(x, dtype=F32)
+    out = np.empty_like(x)
+    core.gdn_unary(x, out, op)
+    return out
+
+
 def sigmoid(x: np.ndarray) -> np.ndarray:
     """1 / (1 + exp(-x)) (ggml_vec_sigmoid_f32)."""
-    return F32(1) / (F32(1) + np.exp(-x))
+    out = _unary(x, 0)
+    return F32(1) / (F32(1) + np.exp(-x)) if out is None else out
 
 
 def softplus(x: np.ndarray) -> np.ndarray:
     """log(1 + exp(x)), x itself above 20 (ggml's op_softplus)."""
+    out = _unary(x, 1)
+    if out is not None:
+        return out
     with np.errstate(over="ignore"):
         return np.where(x > F32(20), x, np.log(F32(1) + np.exp(x))).astype(F32)
 
@@ -237,8 +253,16 @@ def gated_delta_net(q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray, 
     """ggml's gated_delta_net over n tokens, the state [Hv, S, S] (value-major: state[h, j, i] = S[i][j]) updated
     in place; returns (outputs [n, Hv, S], a copy of the state before the last token when asked).
 
-    q, k [n, Hk, S] (L2-normed), v [n, Hv, S], g and beta [n, Hv]."""
+    q, k [n, Hk, S] (L2-normed), v [n, Hv, S], g and beta [n, Hv]. In native_ops, in the core's kernel, in ggml's
+    order (expf of g, ggml_vec_dot_f32 and ggml_vec_mad_f32 as its AVX2 build sums); numpy's otherwise."""
     n, hv, s = v.shape
+    core = current_ops()
+    if core is not None:
+        out = np.empty((n, hv, s), F32)
+        before = np.empty_like(state) if keep_before_last else None
+        c = [np.ascontiguousarray(a, dtype=F32) for a in (q, k, v, g, beta)]
+        core.gated_delta_net(*c, state, out, before, (n, hv, q.shape[1], s))
+        return out, before
     heads = np.arange(hv) % q.shape[1]
     scale = F32(1.0 / np.sqrt(F32(s)))
     out = np.empty((n, hv, s), F32)
@@ -342,14 +366,18 @@ def prepare(t: dict[str, Any]) -> dict[str, Any]:
 
 def blocks(x: np.ndarray, layers: list[dict[str, Any]], hp: HParams, batch: Batch, ffn: Ffn) -> np.ndarray:
     """Run every block over x [T, d], extending each sequence's keys, values and recurrent state; a
-    multi-token pass leaves checkpoints of the state at its last two positions."""
+    multi-token pass leaves checkpoints of the state at its last two positions. The result has the rows of
+    batch.out_rows (all when None): llama.cpp takes the last layer's residual and feed-forward on those alone."""
     angles = rope_cos_sin(hp, batch.positions)
     for il, w in enumerate(layers):
         h = rmsnorm(x, w["attn_norm"], hp.eps)
         if "ssm_qkv" in w:
-            x = x + deltanet_layer(w, h, hp, batch, il)
+            mixed = deltanet_layer(w, h, hp, batch, il)
         else:
-            x = x + attention_layer(w, h, hp, batch, il, angles)
+            mixed = attention_layer(w, h, hp, batch, il, angles)
+        if il == len(layers) - 1 and batch.out_rows is not None:  # the rest on the kept rows only, as llama.cpp
+            x, mixed = x[batch.out_rows], mixed[batch.out_rows]
+        x = x + mixed
         x = x + ffn(w, rmsnorm(x, w["post_norm"], hp.eps), hp)
     for row, end, start, cache in _caches(batch):
         if end - row > 1:

@@ -175,6 +175,12 @@ def native_ops(core: ModuleType | None) -> Iterator[None]:
         _OPS.reset(token)
 
 
+def current_ops() -> ModuleType | None:
+    """The native core of the native_ops block running in this thread (None: numpy's ops), for element-wise ops
+    of other modules that mirror ggml's the same way."""
+    return _OPS.get()
+
+
 def exp_rows(x: np.ndarray) -> np.ndarray:
     """e^x in float32; in native_ops, as ggml_vec_soft_max_f32 takes its exponentials along the last axis
     (ggml_v_expf eight at a time, libm's expf for the rest)."""

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..quants import dequantize
-from .layers import Linear, QuantLinear, exp_rows, silu
+from .layers import Linear, QuantLinear, current_ops, exp_rows, silu
 
 F32 = np.float32
 
@@ -63,9 +63,17 @@ class Experts:
 
 def softmax(logits: np.ndarray) -> np.ndarray:
     """Softmax over the last axis as ggml_soft_max computes it: exp(x - max) in float32 (layers.exp_rows), summed in
-    double, each multiplied by 1/sum rounded to float32."""
+    double, each multiplied by 1/sum rounded to float32. In native_ops, summed as ggml_vec_soft_max_f32's AVX2 loop
+    sums them (as moe.c): each eight in float, ((e0 + e4) + (e2 + e6)) + ((e1 + e5) + (e3 + e7)), into a double."""
     e = exp_rows(logits - logits.max(axis=-1, keepdims=True))
-    total = np.cumsum(e, axis=-1, dtype=np.float64)[..., -1:]  # in order, as ggml's loop
+    n8 = e.shape[-1] // 8 * 8
+    if current_ops() is not None and n8:
+        a = e[..., :n8].reshape(*e.shape[:-1], n8 // 8, 8)
+        eights = ((a[..., 0] + a[..., 4]) + (a[..., 2] + a[..., 6])) + ((a[..., 1] + a[..., 5]) + (a[..., 3] + a[..., 7]))
+        parts = np.concatenate([eights, e[..., n8:]], axis=-1)
+    else:
+        parts = e
+    total = np.cumsum(parts, axis=-1, dtype=np.float64)[..., -1:]  # in order, as ggml's loop
     return e * (1.0 / total).astype(F32)
 
 
@@ -140,6 +148,19 @@ def swiglu_oai(gate: np.ndarray, up: np.ndarray, alpha: F32 = OAI_ALPHA, limit: 
     return x / (F32(1) + e) * (y + F32(1))
 
 
+#: ggml's type number of float32.
+GGML_F32 = 0
+
+
+def router_logits(router: Linear, x: np.ndarray) -> np.ndarray:
+    """router(x); a float32 router left as the file's raw blocks, in native_ops, in llama.cpp's float32 order
+    (Linear's: ggml_vec_dot_f32 for one row, tinyBLAS for more, as moe.c's mo_router), which the quantized kernels'
+    float32 dot does not sum in: a router logit an ulp off moves the experts' weights."""
+    if isinstance(router, QuantLinear) and router.ggml_type == GGML_F32 and current_ops() is not None:
+        return Linear(router.w.view(F32))(x)
+    return router(x)
+
+
 def moe_ffn(x: np.ndarray, router: Linear, gate: Experts, up: Experts, down: Experts, n_used: int,
             norm: bool = True, *, router_bias: np.ndarray | None = None, softmax_weight: bool = False,
             glu: Callable[[np.ndarray, np.ndarray], np.ndarray] = swiglu, gate_bias: np.ndarray | None = None,
@@ -152,7 +173,7 @@ def moe_ffn(x: np.ndarray, router: Linear, gate: Experts, up: Experts, down: Exp
     route's; gate_bias, up_bias [E, F] and down_bias [E, d]: expert e's row added after its matmul (ggml_add_id);
     routing: route()'s keywords (gating, bias, groups, scale)."""
     # x [T, d] -> [T, d]
-    logits = router(x)
+    logits = router_logits(router, x)
     if router_bias is not None:
         logits = logits + router_bias
     chosen, weights = (route_softmax_weight(logits, n_used) if softmax_weight

@@ -37,9 +37,11 @@ LAYER_TENSORS: dict[str, TensorSpec] = {**deltanet.COMMON, **deltanet.DELTANET, 
 
 
 def prepare(t: dict[str, Any]) -> dict[str, Any]:
-    """The mixer's matrices (deltanet.prepare) and the shared expert's gate/up fused into one matrix."""
+    """The mixer's matrices (deltanet.prepare), the shared expert's gate/up fused into one matrix, its gate vector
+    a one-row float32 matrix (multiplied in ggml's float32 order on the native backend)."""
     t = deltanet.prepare(t)
     t["shexp_gate_up"] = Linear.fuse([t.pop("shexp_gate"), t.pop("shexp_up")])
+    t["shexp_gate_inp"] = Linear(np.asarray(t["shexp_gate_inp"], F32).reshape(1, -1))  # a float32 matrix of 1 row
     return t
 
 
@@ -48,7 +50,7 @@ def ffn(w: dict[str, Any], h: np.ndarray, hp: HParams) -> np.ndarray:
     routed = moe_ffn(h, w["router"], w["gate_exps"], w["up_exps"], w["down_exps"], hp.n_expert_used, norm=True)
     shared = glu_ffn(h, w["shexp_gate_up"], w["shexp_down"], silu)
     with np.errstate(over="ignore"):  # a very negative gate: sigmoid 0
-        gate = deltanet.sigmoid((h @ w["shexp_gate_inp"].astype(F32))[:, None])
+        gate = deltanet.sigmoid(w["shexp_gate_inp"](h))
     return routed + shared * gate
 
 
