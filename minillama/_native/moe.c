@@ -168,7 +168,17 @@ void mo_expert_rows(const ms_matrix *M, int64_t rows_e, int64_t e, const uint8_t
     const size_t row_bytes = (size_t)(M->cols / mq_block(type)) * (size_t)mq_type_size(type);
     const uint8_t *w = M->w[0] + (size_t)e * (size_t)rows_e * row_bytes;
     /* one activation row at a time, as llama.cpp's mul_mat_id multiplies an expert's rows (the repacked types'
-     * gemv, the others' vec_dot; not the tiles of four rows of a dense product) */
+     * gemv, the others' vec_dot; not the tiles of four rows of a dense product). The 32-value types (tile_scales:
+     * Q4_0..Q8_0, IQ4_NL, MXFP4) have one kernel for both, whose rows form takes up to MQ_NRC activation rows with
+     * each pair's float operations those of one (the same bits): a weight block is unpacked once for them. */
+    const mq_traits *T = n_j > 1 ? mq_traits_of(type) : NULL;
+    if (T && T->tile_scales && T->rows && T->gemv) {
+        for (int64_t r = r0; r < r1; r++)
+            for (int64_t j = 0; j < n_j; j += MQ_NRC)
+                T->rows(w + (size_t)r * row_bytes, y + (size_t)(j0 + j) * y_row, y_row, (int)M->cols,
+                        (int)(n_j - j < MQ_NRC ? n_j - j : MQ_NRC), out + j * stride + r, (size_t)stride, NULL);
+        return;
+    }
     for (int64_t j = 0; j < n_j; j++)
         mq_dot_rows(type, w, M->cols, y + (size_t)(j0 + j) * y_row, 1, r0, r1, out + j * stride, stride);
 }
