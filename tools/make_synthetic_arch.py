@@ -1,7 +1,7 @@
 """Tiny qwen2 / qwen3 / phi3 / llama / mistral3 / qwen3moe GGUFs with random weights: models of architectures whose real weights cannot
 be downloaded here, small enough (under 1 MB) for a test to make and for llama.cpp to run in a second.
 
-    python tools/make_synthetic_arch.py NAME OUT.gguf [--seed N]        (NAME: a key of ARCHS)
+    python tools/make_synthetic_arch.py NAME OUT.gguf [--shape SHAPE] [--layers N] [--seed N]  (NAME: a key of ARCHS)
     python tools/make_synthetic_arch.py --expected tests/data/archs_llamacpp_greedy.json [--only NAME ...]
     python tools/make_synthetic_arch.py --server-fed tests/data/llamacpp_server_fed.json [--gguf REAL.gguf ...]
 
@@ -19,6 +19,11 @@ qwen3's attention with a mixture-of-experts feed-forward: 8 experts of which 2 a
 gate, up and down one matrix of a 3-D tensor (ffn_gate_exps, ffn_up_exps, ffn_down_exps), the router
 (ffn_gate_inp) float32 as llama.cpp's quantizer leaves it. --only remakes
 the named models' entries of an existing --expected file and keeps the others as they are.
+
+--shape small (the default) is the tests' model; the other shapes (SHAPES) are the published models' widths for
+benchmarks (tools/bench/bench_model.py --real-width): qwen3moe --shape 30b-a3b (Qwen3-30B-A3B as Q4_K_M) and
+gpt-oss --shape 20b (gpt-oss-20b, MXFP4 experts), with the real 151,936-token vocab of
+../shared/vocab/ggml-vocab-qwen35.gguf; --layers N keeps N of their blocks (8 and 6: about 3 GB).
 """
 
 from __future__ import annotations
@@ -147,6 +152,56 @@ ARCHS: dict[str, dict[str, Any]] = {
 TYPES: dict[str, T] = {"token_embd": T.Q8_0, "output": T.Q8_0, "attn": T.Q8_0, "ffn_up": T.Q4_0,
                        "ffn_gate": T.Q4_1, "ffn_down": T.Q5_1, "exps_gate": T.Q4_K, "exps_up": T.Q4_K,
                        "exps_down": T.Q8_0, "router": T.F32, "exps_mxfp4": T.MXFP4, "ssm": T.Q8_0}
+
+#: The real-width shapes (--shape): the published models' widths, a real-size vocab (so the output product has its
+#: real size) and the tensor types of the published files, n_layer the published depth (--layers makes fewer).
+#: Each entry's fields replace ARCHS[arch]'s; "types" replaces entries of TYPES; "more_bits" names the matrices
+#: that llama.cpp's Q4_K_M recipe (llama_tensor_get_type) makes Q6_K on the layers its use_more_bits picks.
+REAL_VOCAB = SHARED / "vocab" / "ggml-vocab-qwen35.gguf"
+SHAPES: dict[str, dict[str, dict[str, Any]]] = {
+    "qwen3moe": {"30b-a3b": {  # Qwen3-30B-A3B as Q4_K_M
+        "n_embd": 2048, "n_layer": 48, "n_head": 32, "n_head_kv": 4, "key_length": 128, "n_ff": 6144,
+        "n_ctx": 40960, "n_expert": 128, "n_expert_used": 8, "n_ff_exp": 768, "vocab": REAL_VOCAB,
+        "types": {"token_embd": T.Q4_K, "output": T.Q6_K, "attn": T.Q4_K, "exps_gate": T.Q4_K, "exps_up": T.Q4_K,
+                  "exps_down": T.Q4_K},
+        "more_bits": ("attn_v.weight", "ffn_down_exps.weight"), "file_type": gguf.LlamaFileType.MOSTLY_Q4_K_M}},
+    "gpt-oss": {"20b": {  # gpt-oss-20b: MXFP4 experts, Q8_0 elsewhere (its 2,880-wide rows take no K-quant)
+        "n_embd": 2880, "n_layer": 24, "n_head": 64, "n_head_kv": 8, "key_length": 64, "n_ff": 2880,
+        "n_ctx": 131072, "n_expert": 32, "n_expert_used": 4, "n_ff_exp": 2880, "sliding_window": 128,
+        "vocab": REAL_VOCAB}},
+}
+
+
+def use_more_bits(i_layer: int, n_layer: int) -> bool:
+    """llama.cpp's use_more_bits (llama-quant.cpp): the first and last eighth of the layers and every third between."""
+    return i_layer < n_layer // 8 or i_layer >= 7 * n_layer // 8 or (i_layer - n_layer // 8) % 3 == 2
+
+
+#: Rows per pool of a real-width shape's quantized matrices: llama.cpp's K-quant quantizers take about 200 ns a
+#: value, tens of minutes for the 5 billion values of a 3 GB model, so each matrix row there is a copy of one of
+#: these rows (llama.cpp's bytes all the same, and every row of the file its own bytes to read).
+POOL_ROWS = 4096
+
+
+@functools.cache
+def pooled_rows(qtype: T, n_in: int, scale: float, seed: int) -> np.ndarray:
+    """POOL_ROWS Gaussian rows of n_in values times scale, quantized to qtype by llama.cpp ([POOL_ROWS, bytes])."""
+    rng = np.random.default_rng([seed, int(qtype), n_in])
+    return quantize(rng.standard_normal((POOL_ROWS, n_in), dtype=np.float32) * np.float32(scale), qtype)
+
+
+def model_config(name: str, shape: str = "small", layers: int | None = None) -> dict[str, Any]:
+    """ARCHS[name] with the fields of SHAPES[name][shape] (shape "small": ARCHS[name] itself) and n_layer = layers
+    when given."""
+    c = dict(ARCHS[name])
+    if shape != "small":
+        if shape not in SHAPES.get(name, {}):
+            raise SystemExit(f"no shape {shape!r} for {name}: expected one of {['small', *SHAPES.get(name, {})]}")
+        c.update(SHAPES[name][shape])
+    if layers is not None:
+        c["n_layer"] = layers
+    return c
+
 
 #: Scale of the bias-like vectors that must be large to matter: gpt-oss's attention sinks (a logit beside the
 #: scores, which are of order 1) and its router's bias (beside router logits of a few units).
@@ -443,14 +498,17 @@ def write_deepseek2_keys(w: gguf.GGUFWriter, c: dict[str, Any]) -> None:
     w.add_rope_dimension_count(m["rope"])
 
 
-def write_model(name: str, out: str | os.PathLike[str], seed: int = 0) -> None:
-    """Write the synthetic model `name` (a key of ARCHS) to out; the same name and seed always give the same bytes."""
-    c = ARCHS[name]
+def write_model(name: str, out: str | os.PathLike[str], seed: int = 0, shape: str = "small",
+                layers: int | None = None) -> None:
+    """Write the synthetic model `name` (a key of ARCHS) of that shape (a key of SHAPES[name], or "small") to out,
+    with `layers` blocks if given; the same name, shape, layers and seed always give the same bytes. Real-width
+    shapes go through a temporary file (gguf-py's use_temp_file), one tensor in memory at a time."""
+    c = model_config(name, shape, layers)
     arch = c.get("arch", name)
     rng = np.random.default_rng(seed)
-    w = gguf.GGUFWriter(os.fspath(out), arch)
+    w = gguf.GGUFWriter(os.fspath(out), arch, use_temp_file=shape != "small")
     w.add_name("minillama synthetic test model")  # no arch in it: llama.cpp special-cases names with "phi3"
-    src = gguf.GGUFReader(VOCAB)
+    src = gguf.GGUFReader(c.get("vocab", VOCAB))
     for field in src.fields.values():  # the whole tokenizer, as the vocab file has it
         if field.name.startswith("tokenizer."):
             vt = field.types[0]
@@ -512,9 +570,12 @@ def write_model(name: str, out: str | os.PathLike[str], seed: int = 0) -> None:
         w.add_full_attention_interval(c["full_attention_interval"])
     if "rope_sections" in c:
         w.add_rope_dimension_sections(c["rope_sections"])
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
+    w.add_file_type(c.get("file_type", gguf.LlamaFileType.MOSTLY_Q8_0))
+    types = {**TYPES, **c.get("types", {})}
+    pooled = shape != "small"
 
-    def tensor(name: str, kind: str, shape: tuple[int, ...], scale: float | None = None) -> None:
+    def tensor(name: str, kind: str, shape: tuple[int, ...], scale: float | None = None,
+               qtype: T | None = None) -> None:
         if kind == "norm":
             w.add_tensor(name, (1.0 + 0.2 * rng.standard_normal(shape)).astype(np.float32))
         elif kind == "ssm_a":  # -exp(A_log): a decay rate per value head, exp(g) well inside (0, 1)
@@ -525,12 +586,16 @@ def write_model(name: str, out: str | os.PathLike[str], seed: int = 0) -> None:
             w.add_tensor(name, ((scale or 0.1) * rng.standard_normal(shape)).astype(np.float32))
         else:
             n_in = shape[-1]
-            x = rng.standard_normal(shape, dtype=np.float32) * np.float32(scale or 1.0 / np.sqrt(n_in))
-            qtype = TYPES[kind]
-            if qtype == T.F32:
-                w.add_tensor(name, x)
-                return
-            blocks = quantize(x.reshape(-1, n_in), qtype)
+            qtype = qtype or types[kind]
+            if pooled and qtype != T.F32:  # each row one of POOL_ROWS rows quantized by llama.cpp, drawn at random
+                pool = pooled_rows(qtype, n_in, float(scale or 1.0 / np.sqrt(n_in)), seed)
+                blocks = pool[rng.integers(0, len(pool), math.prod(shape[:-1]))]
+            else:
+                x = rng.standard_normal(shape, dtype=np.float32) * np.float32(scale or 1.0 / np.sqrt(n_in))
+                if qtype == T.F32:
+                    w.add_tensor(name, x)
+                    return
+                blocks = quantize(x.reshape(-1, n_in), qtype)
             blocks = blocks.reshape(*shape[:-1], blocks.shape[-1])
             w.add_tensor(name, blocks, raw_shape=blocks.shape, raw_dtype=qtype)
 
@@ -550,7 +615,8 @@ def write_model(name: str, out: str | os.PathLike[str], seed: int = 0) -> None:
         block = deepseek2_tensors(c, i) if arch == "deepseek2" else layer_tensors(arch, c, i)
         for name, kind, shape in block:
             scale = gain[name] / np.sqrt(shape[-1]) if name in gain else BIAS_SCALE.get(name)
-            tensor(f"blk.{i}.{name}", kind, shape, scale)
+            more = name in c.get("more_bits", ()) and use_more_bits(i, c["n_layer"])
+            tensor(f"blk.{i}.{name}", kind, shape, scale, T.Q6_K if more else None)
     tensor("output_norm.weight", "norm", (d,))
     if not c["tied"]:
         tensor("output.weight", "output", (n_vocab, d), scale=OUTPUT_SCALE / np.sqrt(d))
@@ -662,6 +728,10 @@ def main(argv: list[str]) -> int:
     ap.add_argument("arch", nargs="?", choices=ARCHS)
     ap.add_argument("out", nargs="?")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--shape", default="small",
+                    help="small (default: the tests' models) or a real width: " +
+                         ", ".join(f"{a} --shape {s}" for a, d in SHAPES.items() for s in d))
+    ap.add_argument("--layers", type=int, help="number of blocks (default: the shape's)")
     ap.add_argument("--expected", metavar="OUT.json", help="write llama.cpp's outputs on every arch's model")
     ap.add_argument("--only", nargs="+", choices=ARCHS,
                     help="with --expected or --server-fed: remake these models' entries only")
@@ -677,7 +747,7 @@ def main(argv: list[str]) -> int:
         return 0
     if not (a.arch and a.out):
         ap.error("expected ARCH and OUT.gguf (or --expected OUT.json)")
-    write_model(a.arch, a.out, a.seed)
+    write_model(a.arch, a.out, a.seed, a.shape, a.layers)
     print(f"{a.out}: {os.path.getsize(a.out) / 1e3:.0f} kB", file=sys.stderr)
     return 0
 

@@ -33,6 +33,7 @@ static void softmax(const float *x, int64_t n, int simd, float *p) {
     for (i = 0; i < n; i++) p[i] *= s;
 }
 
+#ifndef MQ_X86_AVX2_BUILD /* the reference forms; an AVX2 build has their vector twins below */
 /* ggml_vec_dot_f32 as its AVX2 build sums: lane l of accumulator a (of four) takes x[32 s + 8 a + l] y[...] fused
  * in turn; the four added (0 + 2 and 1 + 3, then those two), the eight lanes halves first, then in pairs; the
  * n % 32 left added in double. */
@@ -59,15 +60,53 @@ static float dot_f32_tiny(const float *x, const float *y, int64_t n) {
     const float t0 = acc[4] + acc[0], t1 = acc[5] + acc[1], t2 = acc[6] + acc[2], t3 = acc[7] + acc[3];
     return (t0 + t2) + (t1 + t3);
 }
+#endif
+
+#ifdef MQ_X86_AVX2_BUILD
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+#include <immintrin.h>
+
+/* dot_f32_avx2 and dot_f32_tiny with their lanes in registers: each _mm256_fmadd_ps lane is the fmaf of the scalar
+ * forms (one rounding), the reductions the same, so the same bits at eight lanes a step instead of a libm call. */
+static float dot_f32_avx2_v(const float *x, const float *y, int64_t n) {
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    const int64_t np = n & ~(int64_t)31;
+    for (int64_t i = 0; i < np; i += 32)
+        for (int a = 0; a < 4; a++)
+            acc[a] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8 * a), _mm256_loadu_ps(y + i + 8 * a), acc[a]);
+    float v[8];
+    _mm256_storeu_ps(v, _mm256_add_ps(_mm256_add_ps(acc[0], acc[2]), _mm256_add_ps(acc[1], acc[3])));
+    const float t0 = v[0] + v[4], t1 = v[1] + v[5], t2 = v[2] + v[6], t3 = v[3] + v[7];
+    double sum = (double)((t0 + t1) + (t2 + t3));
+    for (int64_t i = np; i < n; i++) sum += (double)(x[i] * y[i]);
+    return (float)sum;
+}
+
+static float dot_f32_tiny_v(const float *x, const float *y, int64_t n) {
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), acc);
+    float v[8];
+    _mm256_storeu_ps(v, acc);
+    const float t0 = v[4] + v[0], t1 = v[5] + v[1], t2 = v[6] + v[2], t3 = v[7] + v[3];
+    return (t0 + t2) + (t1 + t3);
+}
+#pragma GCC pop_options
+#define DOT_F32_AVX2 dot_f32_avx2_v
+#define DOT_F32_TINY dot_f32_tiny_v
+#else
+#define DOT_F32_AVX2 dot_f32_avx2
+#define DOT_F32_TINY dot_f32_tiny
+#endif
 
 void mo_router(const float *w, const float *x, int64_t E, int64_t d, int64_t rows, int simd, float *logits) {
     const int tiny = simd && rows > 1 && d % 8 == 0 && E % 4 == 0;
     for (int64_t e = 0; e < E; e++) {
         const float *we = w + e * d;
         if (tiny)
-            logits[e] = dot_f32_tiny(we, x, d);
+            logits[e] = DOT_F32_TINY(we, x, d);
         else if (simd)
-            logits[e] = dot_f32_avx2(we, x, d);
+            logits[e] = DOT_F32_AVX2(we, x, d);
         else {
             double s = 0;
             for (int64_t i = 0; i < d; i++) s += (double)(we[i] * x[i]);
@@ -136,7 +175,17 @@ void mo_expert_rows(const ms_matrix *M, int64_t rows_e, int64_t e, const uint8_t
     const size_t row_bytes = (size_t)(M->cols / mq_block(type)) * (size_t)mq_type_size(type);
     const uint8_t *w = M->w[0] + (size_t)e * (size_t)rows_e * row_bytes;
     /* one activation row at a time, as llama.cpp's mul_mat_id multiplies an expert's rows (the repacked types'
-     * gemv, the others' vec_dot; not the tiles of four rows of a dense product) */
+     * gemv, the others' vec_dot; not the tiles of four rows of a dense product). The 32-value types (tile_scales:
+     * Q4_0..Q8_0, IQ4_NL, MXFP4) have one kernel for both, whose rows form takes up to MQ_NRC activation rows with
+     * each pair's float operations those of one (the same bits): a weight block is unpacked once for them. */
+    const mq_traits *T = n_j > 1 ? mq_traits_of(type) : NULL;
+    if (T && T->tile_scales && T->rows && T->gemv) {
+        for (int64_t r = r0; r < r1; r++)
+            for (int64_t j = 0; j < n_j; j += MQ_NRC)
+                T->rows(w + (size_t)r * row_bytes, y + (size_t)(j0 + j) * y_row, y_row, (int)M->cols,
+                        (int)(n_j - j < MQ_NRC ? n_j - j : MQ_NRC), out + j * stride + r, (size_t)stride, NULL);
+        return;
+    }
     for (int64_t j = 0; j < n_j; j++)
         mq_dot_rows(type, w, M->cols, y + (size_t)(j0 + j) * y_row, 1, r0, r1, out + j * stride, stride);
 }

@@ -340,6 +340,25 @@ static inline __attribute__((always_inline)) void q32_rows(const int type, const
     const int size = q32_size(type);
     const int with_min = type == MQ_Q4_1 || type == MQ_Q5_1, ysize = with_min ? 36 : 34, at = with_min ? 4 : 2;
     const int nb = n / 32, chain = q32_chain(type); /* Q4_0_CHAIN (above) */
+    if (chain && nrc == MQ_NRC) { /* the four rows' whole sums reduced side by side (hsum4_epi32) and their chains
+                                   * fused together: lane r the fmaf of row r below, the same bits */
+        __m128 acc4 = _mm_setzero_ps();
+        for (int ib = 0; ib < nb; ib++, w += size, y += ysize) {
+            const __m256i q = qblock(type, w), aq = _mm256_sign_epi8(q, q);
+            const __m128 dw = _mm_set1_ps(q32_scale(type, w));
+            __m256i isum[MQ_NRC];
+            for (int r = 0; r < MQ_NRC; r++)
+                isum[r] = sum_u8_epi32(aq, _mm256_sign_epi8(load32(y + (size_t)r * ys + at), q));
+            const __m128 dy = yf ? _mm_loadu_ps(yf + ib * MQ_NRC)
+                                 : _mm_setr_ps(h2f(ld_u16(y)), h2f(ld_u16(y + ys)), h2f(ld_u16(y + 2 * ys)),
+                                               h2f(ld_u16(y + 3 * ys)));
+            acc4 = _mm_fmadd_ps(_mm_cvtepi32_ps(hsum4_epi32(isum)), _mm_mul_ps(dw, dy), acc4);
+        }
+        float a[MQ_NRC];
+        _mm_storeu_ps(a, acc4);
+        for (int r = 0; r < MQ_NRC; r++) out[(size_t)r * os] = a[r];
+        return;
+    }
     __m256 acc[MQ_NRC];
     float summs[MQ_NRC], accs[MQ_NRC];
     __m128 summ4 = _mm_setzero_ps();

