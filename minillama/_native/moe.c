@@ -118,7 +118,7 @@ void mo_router(const float *w, const float *x, int64_t E, int64_t d, int64_t row
 int mo_simd(void) { return mq_cpu_isa() == MQ_ISA_AVX2; }
 
 float mo_dot_f32(const float *x, const float *y, int64_t n, int simd) {
-    if (simd) return dot_f32_avx2(x, y, n);
+    if (simd) return DOT_F32_AVX2(x, y, n);
     double s = 0;
     for (int64_t i = 0; i < n; i++) s += (double)(x[i] * y[i]);
     return (float)s;
