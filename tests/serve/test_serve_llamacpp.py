@@ -46,23 +46,22 @@ def events(h: Http | Server, path: str, body: dict) -> tuple[list[dict], str]:
     return [json.loads(line[6:]) for line in text.split("\n") if line.startswith("data: {")], text
 
 
-@pytest.fixture(scope="module")
-def theirs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Http]:
-    """llama.cpp's llama-server (xllamacpp, in this process) on the test model, with --metrics and
-    --slot-save-path."""
+def llama_server(model: Path | str, n_ctx: int, **settings: Any) -> tuple[Any, Http]:
+    """llama.cpp's llama-server (xllamacpp, in this process) on model with n_ctx and 1 thread, on a free port, once it
+    answers /health; settings: more CommonParams fields. (the server object, which must live while it serves)"""
     xlc = pytest.importorskip("xllamacpp")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     p = xlc.CommonParams()
-    p.model.path = str(real_gguf())
-    p.n_ctx = 2048
+    p.model.path = str(model)
+    p.n_ctx = n_ctx
     p.cpuparams.n_threads = p.cpuparams_batch.n_threads = 1
     p.warmup = False
     p.port = port
     p.hostnames = ["127.0.0.1"]
-    p.endpoint_metrics = True
-    p.slot_save_path = str(tmp_path_factory.mktemp("their_slots")) + "/"
+    for name, value in settings.items():
+        setattr(p, name, value)
     server = xlc.Server(p)
     h = Http("127.0.0.1", port)
     deadline = time.monotonic() + 60
@@ -73,6 +72,15 @@ def theirs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Http]:
         except OSError:
             pass
         time.sleep(0.2)
+    return server, h
+
+
+@pytest.fixture(scope="module")
+def theirs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Http]:
+    """llama.cpp's llama-server (xllamacpp, in this process) on the test model, with --metrics and
+    --slot-save-path."""
+    server, h = llama_server(real_gguf(), 2048, endpoint_metrics=True,
+                             slot_save_path=str(tmp_path_factory.mktemp("their_slots")) + "/")
     yield h
     del server
 
@@ -495,29 +503,9 @@ def test_system_fingerprint_in_completions_as_llama_server(theirs: Http, ours: S
 @pytest.fixture(scope="module")
 def fim_pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Http, Server]]:
     """llama-server and minillama serve on a tiny model whose file names fill-in-the-middle tokens."""
-    xlc = pytest.importorskip("xllamacpp")
     path = write_tiny_chat_model(tmp_path_factory.mktemp("fim") / "fim.gguf", n_ctx=4096,
                                  fim={"pre": 990, "suf": 991, "mid": 992, "rep": 993, "sep": 994})
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    p = xlc.CommonParams()
-    p.model.path = str(path)
-    p.n_ctx = 4096
-    p.cpuparams.n_threads = p.cpuparams_batch.n_threads = 1
-    p.warmup = False
-    p.port = port
-    p.hostnames = ["127.0.0.1"]
-    server = xlc.Server(p)
-    h = Http("127.0.0.1", port)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if h.request("GET", "/health")[0] == 200:
-                break
-        except OSError:
-            pass
-        time.sleep(0.2)
+    server, h = llama_server(path, 4096)
     ours = Server(path, "-c", "4096")
     yield h, ours
     ours.stop()
