@@ -201,10 +201,14 @@ def test_messages_tool_use_round_trip_and_count_tokens(claude) -> None:
     jsonschema.validate(uses[0].input, WEATHER["parameters"])
     with claude.messages.stream(model="m", max_tokens=64, extra_body=GREEDY, tools=tools, messages=messages,
                                 tool_choice={"type": "any"}) as stream:
-        partial = "".join(e.delta.partial_json for e in stream
-                          if e.type == "content_block_delta" and e.delta.type == "input_json_delta")
+        partial: dict[int, str] = {}  # each tool_use block's input_json_delta pieces, by block index
+        for e in stream:
+            if e.type == "content_block_delta" and e.delta.type == "input_json_delta":
+                partial[e.index] = partial.get(e.index, "") + e.delta.partial_json
         final = stream.get_final_message()
-    assert final.stop_reason == "tool_use" and json.loads(partial) == final.content[-1].input
+    assert final.stop_reason == "tool_use" and partial  # one call or more: each block's deltas are its input
+    assert {i: json.loads(text) for i, text in partial.items()} == {
+        i: b.input for i, b in enumerate(final.content) if b.type == "tool_use"}
     messages += [{"role": "assistant", "content": [u.model_dump() for u in uses]},
                  {"role": "user", "content": [{"type": "tool_result", "tool_use_id": u.id,
                                                "content": [{"type": "text", "text": "sunny, 24 C"}]} for u in uses]}]
