@@ -6,6 +6,7 @@ path gives for the same conversation, since both APIs are converters onto it."""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -86,8 +87,12 @@ def test_responses_stream_events_assemble_to_the_whole_reply(oai) -> None:
                           "response.completed"]
     assert [e.sequence_number for e in events] == list(range(len(events)))
     text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
-    assert text == final.output_text == whole.output_text and text
-    assert final.usage.output_tokens == whole.usage.output_tokens
+    assert text == final.output_text and text
+    # the streamed request finds the first one's prompt in the slot's cache: on the native backend its last row
+    # alone gives the whole (short, under 64 rows: attention's row path both times) prompt's bits, so the same
+    # reply; the pure backend's float32 BLAS sums a one-row pass in another order, which may part the greedy path
+    if os.environ.get("MINILLAMA_BACKEND", "native") != "pure":
+        assert text == whole.output_text and final.usage.output_tokens == whole.usage.output_tokens
 
 
 def test_responses_function_call_round_trip(oai) -> None:
