@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import importlib.util
 import json
 import os
 import re
@@ -33,12 +32,12 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from types import ModuleType
 
 import numpy as np
 import pytest
 from support import DATA, REPO
 from support.server_fed import LLAMACPP_THREADS, feed_as_server, server_fed
+from support.synthetic import generator
 
 from minillama.errors import FormatError, UnsupportedError
 from minillama.generate import Sampler
@@ -64,14 +63,6 @@ NATIVE_EXACT = [pytest.param(a, marks=pytest.mark.xfail(reason=NATIVE_NOT_YET[a]
                 if a in NATIVE_NOT_YET else a for a in ARCHS]
 
 
-@functools.cache
-def generator() -> ModuleType:
-    """tools/make_synthetic_arch.py as a module."""
-    spec = importlib.util.spec_from_file_location("make_synthetic_arch", REPO / "tools" / "make_synthetic_arch.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 class Made:

@@ -3,28 +3,20 @@ published widths (--shape) that tools/bench/bench_model.py --real-width measures
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import gguf
 import pytest
 from support import REPO
+from support.synthetic import generator
 
 from minillama.model import Model
 
 T = gguf.GGMLQuantizationType
 
 
-def generator() -> ModuleType:
-    """tools/make_synthetic_arch.py as a module."""
-    spec = importlib.util.spec_from_file_location("make_synthetic_arch", REPO / "tools" / "make_synthetic_arch.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def test_qwen3moe_30b_a3b_is_qwen3_30b_a3bs_width() -> None:
