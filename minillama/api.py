@@ -141,7 +141,7 @@ def _flat_message(message: Mapping[str, Any], i: int) -> Mapping[str, Any]:
 class Stream(Iterator[dict[str, Any]]):
     """The chunks of a streamed call. close() (from the thread that iterates) or cancel() (from any thread, e.g. a
     server's event loop when the client disconnects while a worker thread waits in next()) ends the generation:
-    no model step starts after it, and its session is freed with the stream."""
+    no model step starts after it; the next call reuses its session's cache, as after a call that ran to its end."""
 
     def __init__(self, chunks: Iterator[dict[str, Any]], gen: Generation) -> None:
         self._chunks, self._gen = chunks, gen
@@ -754,7 +754,7 @@ class Llama:
 
     def run(self, request: Request, session: Session | None = None) -> Generation:
         """The Generation of request in a session: the one given, else the one load_state prepared, else the last
-        finished call's (its cached prefix reused), else a new one (kept for save_state and the next call)."""
+        ended call's (its cached prefix reused), else a new one (kept for save_state and the next call)."""
         own = session is None
         if session is None:
             with self._state_lock:
@@ -772,8 +772,8 @@ class Llama:
         return gen
 
     def _finished(self, run: Generation) -> None:
-        """run has ended by itself: its session (when the call made it) is what save_state() saves. A stream closed
-        early keeps nothing: its session goes with it."""
+        """run has ended, by itself or closed early: its session (when the call made it) is what save_state() saves
+        and what the next call reuses (its cache holds every id fed so far), as llama-cpp-python keeps its context."""
         if run in self._own_runs:
             with self._state_lock:
                 self._last_session = self._idle = run.model  # type: ignore[assignment]
@@ -827,7 +827,8 @@ class Llama:
             if stream_options and stream_options.get("include_usage"):
                 yield {**head, "choices": [], "usage": _usage(run)}
         finally:
-            run.close()  # a client gone: end the generation now (its session goes with it)
+            run.close()  # a client gone: end the generation now
+            self._finished(run)  # its cache stays for the next call
 
     def _chat_chunks(self, run: Generation, head: dict[str, Any], want: int | None,
                      stream_options: Mapping[str, Any] | None,
@@ -864,6 +865,7 @@ class Llama:
                 yield {**head, "object": "chat.completion.chunk", "choices": [], "usage": _usage(run)}
         finally:
             run.close()
+            self._finished(run)
 
 
 

@@ -69,7 +69,7 @@ def prompt_text(model: str, n_tokens: int) -> str:
     from minillama.tokenizer import Tokenizer
 
     tok = Tokenizer.from_file(model)
-    text = (SHARED / "corpus" / "botchan.txt").read_text(encoding="utf-8")[:20000]
+    text = (SHARED / "corpus" / "botchan.txt").read_text(encoding="utf-8")[:max(20000, 8 * n_tokens)]
     ids = tok.encode(text, add_special=False)[:n_tokens - 1]
     return tok.decode(ids)
 
@@ -100,12 +100,14 @@ def child_minillama(model: str, prompt: str, n_gen: int) -> dict:
 
 
 def child_llamacpp(model: str, prompt: str, n_gen: int) -> dict:
-    """llama.cpp's server (xllamacpp) with 2 threads, end of generation ignored so that it makes n_gen tokens."""
+    """llama.cpp's server (xllamacpp) with 2 threads, end of generation ignored so that it makes n_gen tokens; its
+    context as long as the prompt needs (at least 2048)."""
     import xllamacpp as xlc
 
     t0 = time.perf_counter()
     p = xlc.CommonParams()
-    p.model.path, p.n_ctx, p.cpuparams.n_threads, p.warmup = model, 2048, THREADS, False
+    n_ctx = max(2048, int(os.environ.get("BENCH_N_CTX", 0)))
+    p.model.path, p.n_ctx, p.cpuparams.n_threads, p.warmup = model, n_ctx, THREADS, False
     server = xlc.Server(p)
     load = time.perf_counter() - t0
     req = {"prompt": prompt, "n_predict": n_gen, "temperature": 0, "cache_prompt": False, "ignore_eos": True}
@@ -118,9 +120,10 @@ def child_llamacpp(model: str, prompt: str, n_gen: int) -> dict:
 CHILDREN = {"minillama": child_minillama, "llama.cpp": child_llamacpp}
 
 
-def run_child(engine: str, model: str, prompt: str, n_gen: int) -> dict:
+def run_child(engine: str, model: str, prompt: str, n_gen: int, n_ctx: int = 2048) -> dict:
     cmd = [sys.executable, __file__, "--child", engine, model, str(n_gen)]
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               BENCH_N_CTX=str(n_ctx))
     proc = subprocess.run(cmd, input=prompt.encode(), capture_output=True, env=env, check=True)
     return dict(json.loads(proc.stdout.decode().strip().splitlines()[-1]), load_avg=os.getloadavg()[0])
 
@@ -220,7 +223,7 @@ def main() -> int:
         best: dict[str, dict] = {}
         for _ in range(args.rounds):
             for engine in CHILDREN:
-                r = run_child(engine, model, prompt, args.gen)
+                r = run_child(engine, model, prompt, args.gen, args.prompt_tokens + args.gen + 16)
                 b = best.setdefault(engine, r)
                 for k in ("pp_tps", "tg_tps"):
                     b[k] = max(b[k], r[k])
