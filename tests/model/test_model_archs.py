@@ -957,8 +957,11 @@ def test_deepseek2_yarn_is_refused(made: Made, tmp_path: Path) -> None:
 
 def same(m: Model, a: np.ndarray, b: np.ndarray) -> bool:
     """a and b to the bit on the native backend (its kernels give a row the same bits in any batch); on the pure one
-    to numpy's BLAS, whose sums depend on how many rows a product has."""
-    return bool(np.array_equal(a, b)) if m._native else bool(np.allclose(a, b, atol=1e-4, rtol=0))
+    to float32 rounding: numpy's BLAS sums depend on how many rows a product has, and those differences (about 2e-5
+    of the logits' scale after the layers) are far below what a wrong state or checkpoint gives (order 1)."""
+    if m._native:
+        return bool(np.array_equal(a, b))
+    return bool(np.allclose(a, b, atol=1e-4 * max(1.0, float(np.abs(b).max())), rtol=0))
 
 
 def fed(m: Model, parts: list[list[int]]) -> np.ndarray:
