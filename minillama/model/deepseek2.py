@@ -31,7 +31,7 @@ import numpy as np
 from ..errors import FormatError
 from .batch import Batch
 from .layers import Linear, glu_ffn, rmsnorm, rope_angles, rope_norm, silu
-from .moe import moe_ffn
+from .moe import fuse_gate_up, lead_or_expert_tensors, moe_ffn
 from .spec import ArchSpec, register
 from .weights import HParams, TensorSpec
 
@@ -105,22 +105,8 @@ def block_tensors(hp: HParams, il: int) -> tuple[Mapping[str, TensorSpec], Mappi
         t["kv_b"] = ("blk.{i}.attn_kv_b.weight", (r, h * (nope + hv)))
     t["wo"] = ("blk.{i}.attn_output.weight", (h * hv, d))
     t["ffn_norm"] = ("blk.{i}.ffn_norm.weight", (d,))
-    optional: dict[str, TensorSpec] = {}
-    if il < hp.n_layer_dense_lead:
-        t["w_gate"] = ("blk.{i}.ffn_gate.weight", (d, hp.n_ff))
-        t["w_down"] = ("blk.{i}.ffn_down.weight", (hp.n_ff, d))
-        t["w_up"] = ("blk.{i}.ffn_up.weight", (d, hp.n_ff))
-        return t, optional
-    e, f, fs = hp.n_expert, hp.n_ff_exp, hp.n_ff_exp * hp.n_expert_shared
-    t["router"] = ("blk.{i}.ffn_gate_inp.weight", (d, e))
-    optional["exp_probs_b"] = ("blk.{i}.exp_probs_b.bias", (e,))
-    t["down_exps"] = ("blk.{i}.ffn_down_exps.weight", (f, d, e))
-    t["gate_exps"] = ("blk.{i}.ffn_gate_exps.weight", (d, f, e))
-    t["up_exps"] = ("blk.{i}.ffn_up_exps.weight", (d, f, e))
-    t["gate_shexp"] = ("blk.{i}.ffn_gate_shexp.weight", (d, fs))
-    t["down_shexp"] = ("blk.{i}.ffn_down_shexp.weight", (fs, d))
-    t["up_shexp"] = ("blk.{i}.ffn_up_shexp.weight", (d, fs))
-    return t, optional
+    req, optional = lead_or_expert_tensors(hp, il, bias_required=False)
+    return {**t, **req}, optional
 
 
 def prepare(t: dict[str, Any]) -> dict[str, Any]:
@@ -130,10 +116,7 @@ def prepare(t: dict[str, Any]) -> dict[str, Any]:
     for name in ("k_b", "v_b"):
         if name in t:
             out[name] = [t[name].expert(h) for h in range(t[name].n_expert)]
-    for gate, up, fused in (("w_gate", "w_up", "w_gate_up"), ("gate_shexp", "up_shexp", "shexp_gate_up")):
-        if gate in t:
-            out[fused] = Linear.fuse([out.pop(gate), out.pop(up)])
-    return out
+    return fuse_gate_up(out)
 
 
 def _per_head(mats: list[Linear], x: np.ndarray) -> np.ndarray:
@@ -174,7 +157,7 @@ def ffn(w: dict[str, Any], h: np.ndarray, hp: HParams) -> np.ndarray:
     routed = moe_ffn(h, w["router"], w["gate_exps"], w["up_exps"], w["down_exps"], hp.n_expert_used,
                      norm=hp.expert_weights_norm, gating=gating(hp), bias=w.get("exp_probs_b"),
                      n_groups=hp.n_expert_groups, n_groups_used=hp.n_group_used, scale=hp.expert_weights_scale)
-    return routed + glu_ffn(h, w["shexp_gate_up"], w["down_shexp"], silu)
+    return routed + glu_ffn(h, w["shexp_gate_up"], w["down_shexp"], silu) if "shexp_gate_up" in w else routed
 
 
 def blocks(x: np.ndarray, layers: list[dict[str, Any]], hp: HParams, batch: Batch) -> np.ndarray:

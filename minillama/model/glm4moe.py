@@ -28,9 +28,9 @@ import numpy as np
 
 from ..errors import FormatError, UnsupportedError
 from .batch import Batch
-from .layers import Linear, glu_ffn, rmsnorm, rope_angles, rope_neox, silu
+from .layers import glu_ffn, rmsnorm, rope_angles, rope_neox, silu
 from .llama import QKV_BIASES, SEPARATE_QKV, fuse_qkv, split_heads
-from .moe import moe_ffn
+from .moe import fuse_gate_up, lead_or_expert_tensors, moe_ffn
 from .spec import ArchSpec, register
 from .weights import HParams, TensorSpec, Weights
 
@@ -80,33 +80,15 @@ def block_tensors(hp: HParams, il: int) -> tuple[Mapping[str, TensorSpec], Mappi
                                 "post_attn_norm": ("blk.{i}.post_attention_norm.weight", ("n_embd",))}
     optional: dict[str, TensorSpec] = {**QKV_BIASES, "q_norm": ("blk.{i}.attn_q_norm.weight", ("head_dim",)),
                                        "k_norm": ("blk.{i}.attn_k_norm.weight", ("head_dim",))}
-    d = hp.n_embd
-    if il < hp.n_layer_dense_lead:
-        t["w_gate"] = ("blk.{i}.ffn_gate.weight", (d, hp.n_ff))
-        t["w_down"] = ("blk.{i}.ffn_down.weight", (hp.n_ff, d))
-        t["w_up"] = ("blk.{i}.ffn_up.weight", (d, hp.n_ff))
-        return t, optional
-    e, f, fs = hp.n_expert, hp.n_ff_exp, hp.n_ff_exp * hp.n_expert_shared
-    t["router"] = ("blk.{i}.ffn_gate_inp.weight", (d, e))
-    t["exp_probs_b"] = ("blk.{i}.exp_probs_b.bias", (e,))
-    t["gate_exps"] = ("blk.{i}.ffn_gate_exps.weight", (d, f, e))
-    t["down_exps"] = ("blk.{i}.ffn_down_exps.weight", (f, d, e))
-    t["up_exps"] = ("blk.{i}.ffn_up_exps.weight", (d, f, e))
-    if hp.n_expert_shared > 0:
-        t["gate_shexp"] = ("blk.{i}.ffn_gate_shexp.weight", (d, fs))
-        t["down_shexp"] = ("blk.{i}.ffn_down_shexp.weight", (fs, d))
-        t["up_shexp"] = ("blk.{i}.ffn_up_shexp.weight", (d, fs))
-    return t, optional
+    req, _ = lead_or_expert_tensors(hp, il, bias_required=True)
+    return {**t, **req}, optional
 
 
 def prepare(t: dict[str, Any]) -> dict[str, Any]:
     """q/k/v fused (their biases likewise), gate/up fused (dense and shared); the rest as it is."""
     out = dict(t)
     out.update(fuse_qkv(out))
-    for gate, up, fused in (("w_gate", "w_up", "w_gate_up"), ("gate_shexp", "up_shexp", "shexp_gate_up")):
-        if gate in out:
-            out[fused] = Linear.fuse([out.pop(gate), out.pop(up)])
-    return out
+    return fuse_gate_up(out)
 
 
 def ffn(w: dict[str, Any], h: np.ndarray, hp: HParams) -> np.ndarray:
