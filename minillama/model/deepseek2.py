@@ -31,7 +31,7 @@ import numpy as np
 from ..errors import FormatError
 from .batch import Batch
 from .layers import Linear, glu_ffn, rmsnorm, rope_angles, rope_norm, silu
-from .moe import fuse_gate_up, lead_or_expert_tensors, moe_ffn
+from .moe import moe_ffn
 from .spec import ArchSpec, register
 from .weights import HParams, TensorSpec
 
@@ -107,6 +107,39 @@ def block_tensors(hp: HParams, il: int) -> tuple[Mapping[str, TensorSpec], Mappi
     t["ffn_norm"] = ("blk.{i}.ffn_norm.weight", (d,))
     req, optional = lead_or_expert_tensors(hp, il, bias_required=False)
     return {**t, **req}, optional
+
+
+def lead_or_expert_tensors(hp: HParams, il: int, *, bias_required: bool) -> tuple[dict[str, TensorSpec],
+                                                                                  dict[str, TensorSpec]]:
+    """Block il's feed-forward (required, optional) tensors where leading blocks are dense (deepseek2, glm4moe): a
+    SwiGLU below n_layer_dense_lead, else the router, its exp_probs_b (required or optional, as the architecture's
+    loader says), the experts, and the shared expert when there is one."""
+    d, req, opt = hp.n_embd, {}, {}
+    if il < hp.n_layer_dense_lead:
+        req["w_gate"] = ("blk.{i}.ffn_gate.weight", (d, hp.n_ff))
+        req["w_down"] = ("blk.{i}.ffn_down.weight", (hp.n_ff, d))
+        req["w_up"] = ("blk.{i}.ffn_up.weight", (d, hp.n_ff))
+        return req, opt
+    e, f, fs = hp.n_expert, hp.n_ff_exp, hp.n_ff_exp * hp.n_expert_shared
+    req["router"] = ("blk.{i}.ffn_gate_inp.weight", (d, e))
+    (req if bias_required else opt)["exp_probs_b"] = ("blk.{i}.exp_probs_b.bias", (e,))
+    req["gate_exps"] = ("blk.{i}.ffn_gate_exps.weight", (d, f, e))
+    req["down_exps"] = ("blk.{i}.ffn_down_exps.weight", (f, d, e))
+    req["up_exps"] = ("blk.{i}.ffn_up_exps.weight", (d, f, e))
+    if hp.n_expert_shared > 0:
+        req["gate_shexp"] = ("blk.{i}.ffn_gate_shexp.weight", (d, fs))
+        req["down_shexp"] = ("blk.{i}.ffn_down_shexp.weight", (fs, d))
+        req["up_shexp"] = ("blk.{i}.ffn_up_shexp.weight", (d, fs))
+    return req, opt
+
+
+def fuse_gate_up(t: dict[str, Any]) -> dict[str, Any]:
+    """t with gate/up fused into one matrix: the dense SwiGLU's (w_gate_up) and the shared expert's (shexp_gate_up)."""
+    out = dict(t)
+    for gate, up, fused in (("w_gate", "w_up", "w_gate_up"), ("gate_shexp", "up_shexp", "shexp_gate_up")):
+        if gate in out:
+            out[fused] = Linear.fuse([out.pop(gate), out.pop(up)])
+    return out
 
 
 def prepare(t: dict[str, Any]) -> dict[str, Any]:

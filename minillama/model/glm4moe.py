@@ -28,9 +28,10 @@ import numpy as np
 
 from ..errors import FormatError, UnsupportedError
 from .batch import Batch
+from .deepseek2 import fuse_gate_up, lead_or_expert_tensors
 from .layers import glu_ffn, rmsnorm, rope_angles, rope_neox, silu
 from .llama import QKV_BIASES, SEPARATE_QKV, fuse_qkv, split_heads
-from .moe import fuse_gate_up, lead_or_expert_tensors, moe_ffn
+from .moe import moe_ffn
 from .spec import ArchSpec, register
 from .weights import HParams, TensorSpec, Weights
 

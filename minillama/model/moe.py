@@ -15,15 +15,12 @@ from __future__ import annotations
 import mmap
 from collections.abc import Callable
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from ..quants import dequantize
 from .layers import Linear, QuantLinear, current_ops, exp_rows, silu
-
-if TYPE_CHECKING:  # weights builds Experts: a type-only import
-    from .weights import HParams, TensorSpec
 
 F32 = np.float32
 
@@ -198,36 +195,3 @@ def moe_ffn(x: np.ndarray, router: Linear, gate: Experts, up: Experts, down: Exp
     for i in range(1, n_used):
         total = total + out[:, i]
     return total
-
-
-def lead_or_expert_tensors(hp: HParams, il: int, *, bias_required: bool) -> tuple[dict[str, TensorSpec],
-                                                                                  dict[str, TensorSpec]]:
-    """Block il's feed-forward (required, optional) tensors where leading blocks are dense (deepseek2, glm4moe): a
-    SwiGLU below n_layer_dense_lead, else the router, its exp_probs_b (required or optional, as the architecture's
-    loader says), the experts, and the shared expert when there is one."""
-    d, req, opt = hp.n_embd, {}, {}
-    if il < hp.n_layer_dense_lead:
-        req["w_gate"] = ("blk.{i}.ffn_gate.weight", (d, hp.n_ff))
-        req["w_down"] = ("blk.{i}.ffn_down.weight", (hp.n_ff, d))
-        req["w_up"] = ("blk.{i}.ffn_up.weight", (d, hp.n_ff))
-        return req, opt
-    e, f, fs = hp.n_expert, hp.n_ff_exp, hp.n_ff_exp * hp.n_expert_shared
-    req["router"] = ("blk.{i}.ffn_gate_inp.weight", (d, e))
-    (req if bias_required else opt)["exp_probs_b"] = ("blk.{i}.exp_probs_b.bias", (e,))
-    req["gate_exps"] = ("blk.{i}.ffn_gate_exps.weight", (d, f, e))
-    req["down_exps"] = ("blk.{i}.ffn_down_exps.weight", (f, d, e))
-    req["up_exps"] = ("blk.{i}.ffn_up_exps.weight", (d, f, e))
-    if hp.n_expert_shared > 0:
-        req["gate_shexp"] = ("blk.{i}.ffn_gate_shexp.weight", (d, fs))
-        req["down_shexp"] = ("blk.{i}.ffn_down_shexp.weight", (fs, d))
-        req["up_shexp"] = ("blk.{i}.ffn_up_shexp.weight", (d, fs))
-    return req, opt
-
-
-def fuse_gate_up(t: dict[str, Any]) -> dict[str, Any]:
-    """t with gate/up fused into one matrix: the dense SwiGLU's (w_gate_up) and the shared expert's (shexp_gate_up)."""
-    out = dict(t)
-    for gate, up, fused in (("w_gate", "w_up", "w_gate_up"), ("gate_shexp", "up_shexp", "shexp_gate_up")):
-        if gate in out:
-            out[fused] = Linear.fuse([out.pop(gate), out.pop(up)])
-    return out
