@@ -44,15 +44,37 @@ def usable_cores() -> int:
 
 
 def idle_cores() -> int:
-    """Usable cores that no other runnable thread wants right now (/proc/stat's procs_running, less this thread),
-    this thread's own included; all of them where the system does not say."""
-    cores = usable_cores()
+    """Usable cores that no other process's runnable thread wants right now (/proc/stat's procs_running, less this
+    process's running threads: a server's event loop handing a request to the worker is not a competitor), this
+    thread's own included; all of them where the system does not say."""
+    cores, running = usable_cores(), procs_running()
+    if running is None:
+        return cores
+    return max(0, cores - max(running - own_running_threads(), 0))
+
+
+def procs_running() -> int | None:
+    """The machine's running or runnable threads now (/proc/stat's procs_running), None where it does not say."""
     try:
         with open("/proc/stat", encoding="ascii") as f:
-            running = next(int(line.split()[1]) for line in f if line.startswith("procs_running"))
+            return next(int(line.split()[1]) for line in f if line.startswith("procs_running"))
     except (OSError, StopIteration, ValueError, IndexError):
-        return cores
-    return max(0, cores - max(running - 1, 0))
+        return None
+
+
+def own_running_threads() -> int:
+    """This process's threads that are running or runnable now (state R in /proc/self/task), at least 1 (this one)."""
+    n = 0
+    try:
+        for task in os.listdir("/proc/self/task"):
+            try:
+                with open(f"/proc/self/task/{task}/stat", encoding="ascii") as f:
+                    n += f.read().rsplit(")", 1)[1].split()[0] == "R"
+            except (OSError, IndexError):
+                continue
+    except OSError:
+        return 1
+    return max(n, 1)
 
 
 #: Threads the native kernels use (minillama.model.layers.QuantLinear): the count of the innermost limited().

@@ -364,6 +364,40 @@ def test_auto_threads_settle_on_the_faster_choice(monkeypatch: pytest.MonkeyPatc
     assert spent <= 1.06 * 1000 * cost[best], f"tries cost {spent / (1000 * cost[best]) - 1:.1%}"
 
 
+def test_idle_cores_do_not_count_this_processs_own_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server's event loop was busy handing over the request when its worker's first batched pass asked for idle
+    cores, so every prompt ran on one thread of two: this process's runnable threads are not competitors."""
+    import threading
+    import time
+
+    from minillama.model import threads
+
+    stop = threading.Event()
+
+    def busy() -> None:  # numpy's product releases the GIL: this thread stays runnable
+        a = np.ones((256, 256), np.float32)
+        while not stop.is_set():
+            a @ a
+
+    worker = threading.Thread(target=busy)
+    worker.start()
+    try:
+        seen = []
+        for _ in range(50):
+            seen.append(threads.own_running_threads())
+            time.sleep(0.005)
+    finally:
+        stop.set()
+        worker.join()
+    assert max(seen) >= 2  # this thread and the busy one
+    monkeypatch.setattr(threads, "usable_cores", lambda: 2)
+    monkeypatch.setattr(threads, "own_running_threads", lambda: 2)
+    monkeypatch.setattr(threads, "procs_running", lambda: 2)
+    assert threads.idle_cores() == 2  # both running threads are this process's: both cores are free for it
+    monkeypatch.setattr(threads, "procs_running", lambda: 3)
+    assert threads.idle_cores() == 1  # another process's thread holds a core
+
+
 def test_load_progress_bar_is_erased(monkeypatch: pytest.MonkeyPatch) -> None:
     """The bar drawn while a model loads is cleared before the chat banner (it stayed on the terminal)."""
     import io
