@@ -52,6 +52,7 @@ class Sampler:
     keywords (min_p 0 by default here, where SamplingParams has llama.cpp's 0.05).
     seed None or -1 (llama.cpp's "random seed"): a fresh random seed, kept in .seed so the run can be repeated.
     n_probs > 0 records, after each draw, the chosen id's log-probability and the n_probs best (last_logprob).
+    A sampler draws for one thread at a time (its random state and score array are its own).
     """
 
     def __init__(self, temperature: float = 0.8, top_k: int = 40, top_p: float = 0.95,
@@ -86,6 +87,7 @@ class Sampler:
         #: The seed in use: the one given, or a fresh random one (recorded so a run can be repeated).
         self.seed = p.seed if p.seed is not None and p.seed != RANDOM_SEED else secrets.randbits(63)
         self._rng = np.random.Generator(np.random.PCG64(self.seed))
+        self._buf: np.ndarray | None = None  # _scores' float64 array, reused
         self._allowed: np.ndarray | None = None  # token healing, grammar: bool per id, or None for no constraint
         self._fallback = 0
         # ids the penalties look at: the last repeat_last_n accepted (-1: all of them, the whole context)
@@ -121,17 +123,19 @@ class Sampler:
         with np.errstate(divide="ignore"):
             return self.sample_logits(np.log(p), ids)
 
-    def adjust(self, x: np.ndarray, cand: np.ndarray) -> np.ndarray:
-        """The scores after logit_bias and the penalties (llama_sampler_logit_bias, llama_sampler_penalties).
+    def adjust(self, x: np.ndarray, cand: np.ndarray, in_place: bool = False) -> np.ndarray:
+        """The scores after logit_bias and the penalties (llama_sampler_logit_bias, llama_sampler_penalties);
+        in_place: x itself may change (else a copy does).
 
         Penalties, for a candidate seen c > 0 times in the window: its score s becomes s * repeat_penalty when
         s <= 0, else s / repeat_penalty; then s - c * frequency_penalty - presence_penalty.
         """
         if self.logit_bias:
-            x = x.copy()
+            x = x if in_place else x.copy()
+            in_place = True
             ids = np.fromiter(self.logit_bias, np.int64, len(self.logit_bias))
             vals = np.fromiter(self.logit_bias.values(), np.float64, len(self.logit_bias))
-            if np.array_equal(cand, np.arange(cand.size)):  # 0..n-1, the model's whole vocab: index directly
+            if cand is _IDS.get(cand.size) or np.array_equal(cand, np.arange(cand.size)):  # the whole vocab
                 inside = ids < cand.size
                 x[ids[inside]] += vals[inside]
             else:
@@ -143,7 +147,7 @@ class Sampler:
             pos[pos == seen.size] = 0
             hit = seen[pos] == cand
             if hit.any():
-                x = x.copy()
+                x = x if in_place else x.copy()
                 c = counts[pos[hit]].astype(np.float64)
                 s = x[hit]
                 s = np.where(s <= 0, s * self.repeat_penalty, s / self.repeat_penalty)
@@ -157,18 +161,28 @@ class Sampler:
             x = np.asarray(logits).ravel()
             if x.size and x.dtype.kind in "fiu":
                 return _argmax(x)
-        x = np.asarray(logits, dtype=np.float64).ravel()
-        cand = np.arange(x.size) if ids is None else np.asarray(ids).ravel()
+        x = self._scores(logits)
+        cand = _identity(x.size) if ids is None else np.asarray(ids).ravel()
         if cand.shape != x.shape:
             raise ArgumentError(f"{x.size} scores for {cand.size} candidate ids")
-        if np.isnan(x).any():
+        if np.isnan(x @ x):  # a sum of squares is NaN only where a score is (+-inf squares to inf)
             raise ArgumentError("the model's scores contain NaN")
         raw = x
-        x = self.adjust(x, cand)
+        x = self.adjust(x, cand, in_place=not self.n_probs)
         choice = self._choose(x, cand)
         if self.n_probs:
             self.last_logprob = _logprob(raw, cand, choice, self.n_probs)
         return choice
+
+    def _scores(self, logits: ArrayLike) -> np.ndarray:
+        """logits as float64 in an array of this sampler's own (reused from draw to draw: a fresh 49k-score array
+        each token cost page faults), which the chain may change."""
+        src = np.asarray(logits).ravel()
+        buf = self._buf
+        if buf is None or buf.size != src.size:
+            buf = self._buf = np.empty(src.size, np.float64)
+        np.copyto(buf, src, casting="unsafe" if src.dtype.kind in "fiub" else "same_kind")
+        return buf
 
     def _choose(self, x: np.ndarray, cand: np.ndarray) -> int:
         """The chain after bias and penalties: the allowed set, top_k, top_p, min_p, temperature, the draw."""
@@ -205,6 +219,20 @@ class Sampler:
     def __repr__(self) -> str:
         return (f"Sampler(temperature={self.temperature}, top_k={self.top_k}, top_p={self.top_p}, "
                 f"min_p={self.min_p}, seed={self.seed})")
+
+
+#: 0..n-1 for each vocab size seen (read-only): the candidates when the scores are a whole vocab's.
+_IDS: dict[int, np.ndarray] = {}
+
+
+def _identity(n: int) -> np.ndarray:
+    """0..n-1, made once per size."""
+    ids = _IDS.get(n)
+    if ids is None:
+        ids = np.arange(n)
+        ids.setflags(write=False)
+        _IDS[n] = ids
+    return ids
 
 
 def _argmax(x: np.ndarray) -> int:
