@@ -115,6 +115,14 @@ ARCHS: dict[str, dict[str, Any]] = {
                   "n_ff_exp": 64, "mla": {"q_lora": 64, "kv_lora": 64, "nope": 32, "rope": 16, "v": 32,
                   "dense_lead": 1, "shared": 2, "groups": 4, "groups_used": 2, "gating": 2, "norm": True,
                   "scale": 2.5, "probs_bias": True, "split_kv": True}},
+    # deepseek2-yarn: deepseek2 with DeepSeek-V2's YaRN (factor 40 over 4,096 positions, yarn_log_multiplier 0.0707).
+    "deepseek2-yarn": {"arch": "deepseek2", "n_embd": 256, "n_layer": 2, "n_head": 4, "n_head_kv": 1, "n_ff": 320,
+                       "n_ctx": 163840, "rope_base": 10000.0, "eps": 1e-6, "tied": False, "n_expert": 8,
+                       "n_expert_used": 2, "n_ff_exp": 64,
+                       "yarn": {"factor": 40.0, "original_context_length": 4096, "log_mul": 0.0707},
+                       "mla": {"q_lora": 64, "kv_lora": 64, "nope": 32, "rope": 16, "v": 32, "dense_lead": 1,
+                               "shared": 2, "groups": 0, "groups_used": 0, "gating": 1, "norm": True, "scale": 1.0,
+                               "probs_bias": False, "split_kv": True}},
     "deepseek2-kvb": {"arch": "deepseek2", "n_embd": 256, "n_layer": 2, "n_head": 4, "n_head_kv": 4, "n_ff": 320,
                       "n_ctx": 4096, "rope_base": 10000.0, "eps": 1e-6, "tied": False, "n_expert": 8,
                       "n_expert_used": 3, "n_ff_exp": 64, "mla": {"q_lora": 0, "kv_lora": 64, "nope": 32,
@@ -537,6 +545,8 @@ def write_model(name: str, out: str | os.PathLike[str], seed: int = 0, shape: st
         w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
         w.add_rope_scaling_factor(c["yarn"]["factor"])
         w.add_rope_scaling_orig_ctx_len(c["yarn"]["original_context_length"])
+        if "log_mul" in c["yarn"]:
+            w.add_rope_scaling_yarn_log_mul(c["yarn"]["log_mul"])
     if "n_expert" in c:
         w.add_expert_count(c["n_expert"])
         w.add_expert_used_count(c["n_expert_used"])
@@ -682,7 +692,7 @@ def expected(out: str, only: list[str] | None = None) -> None:
 SERVER_FED_TOKENS = (70, 110, 200)
 LONG_SERVER_FED = 2048
 SERVER_FED_ARCHS = ("qwen2", "qwen3", "llama", "mistral3", "qwen3moe", "gpt-oss", "deepseek2", "deepseek2-kvb",
-                    "qwen35", "qwen35moe", "smollm3", "olmo2", "granite", "glm4moe")
+                    "deepseek2-yarn", "qwen35", "qwen35moe", "smollm3", "olmo2", "granite", "glm4moe")
 SERVER_FED_PREDICT = 16
 
 

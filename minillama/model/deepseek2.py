@@ -17,8 +17,12 @@ expert_used_count of expert_count experts (moe.route: softmax or sigmoid gating,
 only, expert groups, the weights renormalised with expert_weights_norm and multiplied by expert_weights_scale)
 and add expert_shared_count shared experts, one SwiGLU of expert_feed_forward_length * expert_shared_count.
 
-Not implemented (refused with a clear error): rope scaling (YaRN), attention temperature tuning, the next-token
-prediction blocks, the gating functions other than softmax and sigmoid.
+Rope scaling (YaRN, as DeepSeek-V2/V3 and Kimi files have it): llama.cpp's angles and attention factor, with
+rope.scaling.yarn_log_multiplier (stored as 0.1 x mscale_all_dim) scaling the scores by mscale^2 / sqrt(head_dim_mla)
+(rope_and_kq_scale).
+
+Not implemented (refused with a clear error): attention temperature tuning, the next-token prediction blocks, the
+gating functions other than softmax and sigmoid.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ import numpy as np
 
 from ..errors import FormatError
 from .batch import Batch
-from .layers import Linear, glu_ffn, rmsnorm, rope_angles, rope_norm, silu
+from .layers import Linear, glu_ffn, rmsnorm, rope_norm, rope_scaling_params, silu, yarn_angles
 from .moe import moe_ffn
 from .spec import ArchSpec, register
 from .weights import HParams, TensorSpec
@@ -158,8 +162,9 @@ def _per_head(mats: list[Linear], x: np.ndarray) -> np.ndarray:
 
 
 def attention(w: dict[str, Any], hn: np.ndarray, hp: HParams, batch: Batch, il: int, cos: np.ndarray,
-              sin: np.ndarray) -> np.ndarray:
-    """Multi-head latent attention of the normed stream hn [T, d] (before attn_output): [T, H * hv]."""
+              sin: np.ndarray, scale: float) -> np.ndarray:
+    """Multi-head latent attention of the normed stream hn [T, d] (before attn_output), scores times scale:
+    [T, H * hv]."""
     t, r, n_rot = hn.shape[0], hp.n_lora_kv, hp.n_rot
     hk, hv = head_dims(hp)
     nope = hk - n_rot
@@ -172,7 +177,6 @@ def attention(w: dict[str, Any], hn: np.ndarray, hp: HParams, batch: Batch, il: 
     k_pe = rope_norm(np.ascontiguousarray(kv[:, None, r:]), cos, sin)  # [T, 1, n_rot]
     c = rmsnorm(kv[:, :r], w["kv_a_norm"], hp.eps)  # [T, r]
     q_pe = rope_norm(np.ascontiguousarray(q[..., nope:]), cos, sin)  # [T, H, n_rot]
-    scale = 1.0 / np.sqrt(hk)
     if is_mla(hp):
         absorbed = _per_head(w["k_b"], q[..., :nope])  # [T, H, r]
         out = batch.attend(il, np.concatenate([absorbed, q_pe], axis=-1), np.concatenate([c, k_pe[:, 0]], -1)[:, None],
@@ -193,18 +197,34 @@ def ffn(w: dict[str, Any], h: np.ndarray, hp: HParams) -> np.ndarray:
     return routed + glu_ffn(h, w["shexp_gate_up"], w["down_shexp"], silu) if "shexp_gate_up" in w else routed
 
 
+def rope_and_kq_scale(hp: HParams) -> tuple[float, float, float, float]:
+    """(freq_scale, ext_factor, attn_factor) of the rope and the scores' scale, as llama.cpp's deepseek2 graph
+    derives them in float32: the context's attention factor with the file's log multiplier (over 0.1), then
+    mscale = attn_factor (1 + 0.1 ln(1/freq_scale)) (1 + 0.1 log_mul ln(1/freq_scale)), scale mscale^2/sqrt(hk)."""
+    f32 = F32
+    log_mul = f32(hp.yarn_log_mul) / f32(0.1)  # llama.cpp cancels the converter's factor
+    freq_scale, ext_factor, attn_factor = rope_scaling_params(hp.rope_scaling, hp.rope_scale, hp.rope_attn_factor,
+                                                              float(log_mul))
+    ln = f32(np.log(np.float64(f32(1) / f32(freq_scale))))
+    org = f32(attn_factor) * (f32(1) + f32(0.1) * ln)
+    mscale = org * (f32(1) + f32(0.1) * log_mul * ln)
+    hk, _ = head_dims(hp)
+    return freq_scale, ext_factor, attn_factor, float(f32(1) * mscale * mscale / f32(np.sqrt(np.float64(f32(hk)))))
+
+
 def blocks(x: np.ndarray, layers: list[dict[str, Any]], hp: HParams, batch: Batch) -> np.ndarray:
     """Run every block over x [T, d], the rows of batch's sequences at their positions, extending their caches."""
-    cos, sin = rope_angles(batch.positions, hp.n_rot, hp.rope_base)
+    freq_scale, ext_factor, attn_factor, scale = rope_and_kq_scale(hp)
+    cos, sin = yarn_angles(batch.positions, hp.n_rot, hp.rope_base, freq_scale, ext_factor, attn_factor,
+                           hp.n_ctx_orig)
     for il, w in enumerate(layers):
-        x = x + w["wo"](attention(w, rmsnorm(x, w["attn_norm"], hp.eps), hp, batch, il, cos, sin))
+        x = x + w["wo"](attention(w, rmsnorm(x, w["attn_norm"], hp.eps), hp, batch, il, cos, sin, scale))
         x = ffn(w, rmsnorm(x, w["ffn_norm"], hp.eps), hp) + x
     return x
 
 
 #: Metadata whose non-neutral values mean a feature not implemented here.
 REFUSED_KEYS = {
-    "rope.scaling.factor": ((0, 0.0, 1, 1.0), "rope scaling (YaRN)"),
     "attention.temperature_scale": ((0, 0.0), "attention temperature tuning"),
     "nextn_predict_layers": ((0,), "next-token prediction blocks"),
     "expert_gating_func": ((0, 1, 2), "an expert gating function other than softmax and sigmoid"),

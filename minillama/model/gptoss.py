@@ -18,7 +18,7 @@ import numpy as np
 
 from . import llama
 from .batch import Batch
-from .layers import Linear, QuantLinear, rmsnorm, rope_neox, yarn_angles
+from .layers import Linear, QuantLinear, rmsnorm, rope_neox, rope_scaling_params, yarn_angles
 from .moe import moe_ffn, swiglu_oai
 from .spec import ArchSpec, Native, register
 from .weights import HParams, TensorSpec
@@ -86,19 +86,8 @@ def is_swa(hp: HParams, il: int) -> bool:
 
 
 def rope_params(hp: HParams) -> tuple[float, float, float]:
-    """(freq_scale, ext_factor, attn_factor) as llama.cpp's context derives them from the rope.scaling keys, in
-    float32: "none" turns at the trained speed; a factor makes freq_scale 1/factor; "yarn" sets ext_factor 1 and an
-    attention factor that cancels the 1 + 0.1 ln(factor) ggml's rope multiplies by, times rope.scaling.attn_factor."""
-    f32 = F32
-    freq_scale = f32(1) if hp.rope_scaling == "none" or hp.rope_scale == 0 else f32(1) / f32(hp.rope_scale)
-    ext_factor = 1.0 if hp.rope_scaling == "yarn" else 0.0
-    attn = f32(1)
-    if ext_factor != 0.0:
-        factor = f32(1) / freq_scale
-        log_factor = f32(np.log(np.float64(factor)))
-        mscale = f32(1) if factor <= 1 else f32(0.1) * log_factor + f32(1)
-        attn = mscale * (f32(1) / (f32(1) + f32(0.1) * log_factor))
-    return float(freq_scale), ext_factor, float(attn * f32(hp.rope_attn_factor))
+    """(freq_scale, ext_factor, attn_factor) for the file's rope scaling, as llama.cpp's context derives them."""
+    return rope_scaling_params(hp.rope_scaling, hp.rope_scale, hp.rope_attn_factor)
 
 
 def layer(hp: HParams, il: int) -> tuple[float, int]:

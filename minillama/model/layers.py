@@ -57,6 +57,32 @@ def rope_angles(positions: np.ndarray, n_rot: int, base: float,
     return np.cos(th).astype(F32), np.sin(th).astype(F32)
 
 
+def rope_scaling_params(scaling: str, factor: float, attn_factor: float,
+                        log_mul: float = 0.0) -> tuple[float, float, float]:
+    """(freq_scale, ext_factor, attn_factor) as llama.cpp's context derives them from the rope.scaling keys (type,
+    factor, attn_factor), in float32: "none" turns at the trained speed; a factor makes freq_scale 1/factor;
+    "yarn" sets ext_factor 1 and an attention factor that cancels the 1 + 0.1 ln(factor) ggml's rope multiplies
+    by (get_mscale(factor, m) / get_mscale(factor, log_mul) with m = log_mul unless it is 1, when log_mul != 0:
+    deepseek2's yarn_log_multiplier over 0.1), times rope.scaling.attn_factor."""
+    f32 = F32
+    freq_scale = f32(1) if scaling == "none" or factor == 0 else f32(1) / f32(factor)
+    ext_factor = 1.0 if scaling == "yarn" else 0.0
+    attn = f32(1)
+    if ext_factor != 0.0:
+        scale = f32(1) / freq_scale
+        log_scale = f32(np.log(np.float64(scale)))
+
+        def get_mscale(m: F32) -> F32:  # 0.1f * mscale * logf(scale) + 1.0f
+            return f32(1) if scale <= 1 else f32(0.1) * f32(m) * log_scale + f32(1)
+
+        if log_mul != 0.0:
+            attn = get_mscale(f32(log_mul) if f32(log_mul) != 1 else f32(1)) / get_mscale(f32(log_mul))
+        else:
+            attn = get_mscale(f32(1))
+        attn = attn * (f32(1) / (f32(1) + f32(0.1) * log_scale))
+    return float(freq_scale), ext_factor, float(attn * f32(attn_factor))
+
+
 def yarn_angles(positions: np.ndarray, n_rot: int, base: float, freq_scale: float, ext_factor: float,
                 mscale: float, n_ctx_orig: int, beta_fast: float = 32.0,
                 beta_slow: float = 1.0) -> tuple[np.ndarray, np.ndarray]:

@@ -67,6 +67,7 @@ class HParams:
     rope_scale: float = 0.0  # rope.scaling.factor: the context extension (0: none); rope turns 1/factor as fast
     rope_attn_factor: float = 1.0  # rope.scaling.attn_factor: multiplies the rotated q and k (YaRN's mscale)
     n_ctx_orig: int = 0  # rope.scaling.original_context_length (YaRN's correction dims; default n_ctx)
+    yarn_log_mul: float = 0.0  # rope.scaling.yarn_log_multiplier, as stored (deepseek2's YaRN: 0.1 x mscale_all_dim)
 
     def at(self, il: int) -> HParams:
         """Layer il's hyper-parameters: these, for an architecture whose layers all have one shape (gemma4's
@@ -160,6 +161,7 @@ HPARAM_KEYS: dict[str, tuple[str, _Default]] = {
     "rope_scale": ("rope.scaling.factor", lambda h: 0.0),
     "rope_attn_factor": ("rope.scaling.attn_factor", lambda h: 1.0),
     "n_ctx_orig": ("rope.scaling.original_context_length", lambda h: h["n_ctx"]),
+    "yarn_log_mul": ("rope.scaling.yarn_log_multiplier", lambda h: 0.0),
     "n_expert_shared": ("expert_shared_count", lambda h: 0),
     "n_expert_groups": ("expert_group_count", lambda h: 0),
     "n_group_used": ("expert_group_used_count", lambda h: 0),
@@ -209,7 +211,7 @@ BOOL_FIELDS = frozenset({"expert_weights_norm"})
 #: Float fields -> (least value, inclusive): finite, and the rope base and attention factor above 0.
 FLOAT_LEAST: dict[str, tuple[float, bool]] = {"rope_base": (0.0, False), "eps": (0.0, True),
                                               "rope_scale": (0.0, True), "rope_attn_factor": (0.0, False),
-                                              "expert_weights_scale": (0.0, True)}
+                                              "expert_weights_scale": (0.0, True), "yarn_log_mul": (0.0, True)}
 
 _INT_TYPES = frozenset({GGUFValueType.UINT8, GGUFValueType.INT8, GGUFValueType.UINT16, GGUFValueType.INT16,
                         GGUFValueType.UINT32, GGUFValueType.INT32, GGUFValueType.UINT64, GGUFValueType.INT64})

@@ -48,10 +48,10 @@ gguf = pytest.importorskip("gguf")
 EXPECTED = DATA / "archs_llamacpp_greedy.json"
 #: The architectures llama.cpp's outputs were stored for fed as its server feeds prompts of 64 tokens and more.
 SERVER_FED_ARCHS = ["qwen2", "qwen3", "llama", "mistral3", "qwen3moe", "gpt-oss", "qwen35", "qwen35moe", "deepseek2",
-                    "deepseek2-kvb", "smollm3", "olmo2", "granite", "glm4moe"]
+                    "deepseek2-kvb", "deepseek2-yarn", "smollm3", "olmo2", "granite", "glm4moe"]
 ARCHS = ["qwen2", "qwen3", "phi3", "llama", "llama-biases", "qwen2-output-bias", "qwen3-biases", "phi3-biases",
          "mistral3", "qwen3moe", "gpt-oss", "gemma4", "qwen35", "qwen35moe", "deepseek2",
-         "deepseek2-kvb", "smollm3", "olmo2", "granite", "glm4moe"]
+         "deepseek2-kvb", "deepseek2-yarn", "smollm3", "olmo2", "granite", "glm4moe"]
 #: ARCHS whose native forward pass is not yet llama.cpp's to the bit when fed as its greedy runs fed it (the prompt
 #: in one batch of fewer than 64 rows, then one token per step).
 NATIVE_NOT_YET: dict[str, str] = {}
@@ -946,11 +946,22 @@ def test_deepseek2_wrong_shape_is_named(made: Made, tmp_path: Path) -> None:
         Model.from_file(path)
 
 
-def test_deepseek2_yarn_is_refused(made: Made, tmp_path: Path) -> None:
-    path = rewrite(made.path("deepseek2"), tmp_path / "m.gguf",
-                   keys={"deepseek2.rope.scaling.factor": (40.0, gguf.GGUFValueType.FLOAT32)})
-    with pytest.raises(UnsupportedError, match="rope.scaling.factor"):
-        Model.from_file(path)
+def test_deepseek2_yarn_scales_as_deepseek_v2_does(made: Made) -> None:
+    """deepseek2-yarn is held to llama.cpp's log-probs with the other ARCHS; here its scaling is DeepSeek-V2's own
+    (factor 40, mscale_all_dim 0.707): the scores scaled by mscale^2 / sqrt(head_dim), the rope's factor cancelled."""
+    import dataclasses
+
+    from minillama.model.deepseek2 import rope_and_kq_scale
+
+    m = made.model("deepseek2-yarn")
+    hp = m.hparams
+    assert hp.rope_scaling == "yarn" and hp.rope_scale == 40.0 and abs(hp.yarn_log_mul - 0.0707) < 1e-6
+    plain = dataclasses.replace(hp, rope_scaling="none", rope_scale=0.0, yarn_log_mul=0.0)
+    assert rope_and_kq_scale(plain) == (1.0, 0.0, 1.0, float(np.float32(1) / np.float32(np.sqrt(48))))
+    freq_scale, ext, attn, scale = rope_and_kq_scale(hp)
+    assert (freq_scale, ext) == (float(np.float32(1 / 40)), 1.0)
+    mscale = 1 + 0.1 * 0.707 * np.log(40)  # DeepSeek-V2's softmax scale: mscale_all_dim's factor, squared
+    assert abs(scale - mscale ** 2 / np.sqrt(48)) < 1e-5 and abs(attn - 1 / (1 + 0.1 * np.log(40))) < 1e-6
 
 
 # -- qwen35: the recurrent state of a hybrid model --------------------------------------------------------------
