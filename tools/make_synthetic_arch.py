@@ -101,6 +101,12 @@ ARCHS: dict[str, dict[str, Any]] = {
                 "n_ctx": 131072, "rope_base": 150000.0, "eps": 1e-5, "tied": False, "n_expert": 8,
                 "n_expert_used": 2, "n_ff_exp": 64, "sliding_window": 6,
                 "yarn": {"factor": 32.0, "original_context_length": 4096}},
+    # gpt-oss-wide: gpt-oss with a 400-position window, its server-fed prompt of 700 tokens: one-token steps past
+    # 512 cached cells split the sliding-window layers' cells too (the window across both chunks of two threads).
+    "gpt-oss-wide": {"arch": "gpt-oss", "n_embd": 128, "n_layer": 2, "n_head": 4, "n_head_kv": 2, "key_length": 32,
+                     "n_ff": 64, "n_ctx": 131072, "rope_base": 150000.0, "eps": 1e-5, "tied": False, "n_expert": 8,
+                     "n_expert_used": 2, "n_ff_exp": 64, "sliding_window": 400,
+                     "yarn": {"factor": 32.0, "original_context_length": 4096}, "server_fed_long": 700},
     "gemma4": {"n_embd": 128, "n_layer": 6, "n_head": 4, "n_head_kv": 2, "key_length": 64, "key_length_swa": 32,
                "n_ff": [256, 256, 256, 256, 512, 512], "n_ctx": 4096, "rope_base": 1000000.0,
                "rope_base_swa": 10000.0, "n_rot": 64, "n_rot_swa": 32, "eps": 1e-6, "tied": False,
@@ -692,7 +698,7 @@ def expected(out: str, only: list[str] | None = None) -> None:
 SERVER_FED_TOKENS = (70, 110, 200)
 LONG_SERVER_FED = 2048
 SERVER_FED_ARCHS = ("qwen2", "qwen3", "llama", "mistral3", "qwen3moe", "gpt-oss", "deepseek2", "deepseek2-kvb",
-                    "deepseek2-yarn", "qwen35", "qwen35moe", "smollm3", "olmo2", "granite", "glm4moe")
+                    "deepseek2-yarn", "gpt-oss-wide", "qwen35", "qwen35moe", "smollm3", "olmo2", "granite", "glm4moe")
 SERVER_FED_PREDICT = 16
 
 
@@ -718,7 +724,8 @@ def server_fed(out: str, gguf_paths: list[str], only: list[str] | None = None) -
         models += [(os.path.basename(p), p) for p in gguf_paths]
         for name, path in models:
             vocab, ref = Oracle(path), LlamaCpp(path, SHARED, n_ctx=LONG_SERVER_FED + 256)
-            lengths = SERVER_FED_TOKENS + ((LONG_SERVER_FED,) if name == "llama" else ())
+            long = LONG_SERVER_FED if name == "llama" else ARCHS.get(name, {}).get("server_fed_long")
+            lengths = SERVER_FED_TOKENS + ((long,) if long else ())
             cases = []
             for n, at in zip(lengths, (LONG_AT + (0,))[:len(lengths)], strict=True):
                 ids = vocab.tokenize(corpus[at:at + 8 * n], add_special=True, parse_special=False)[:n]

@@ -368,6 +368,7 @@ int ma_attend_seq(const float *q, int64_t n, int64_t H, int64_t Hkv, int64_t D, 
                   int64_t pass_rows, int64_t kv_split, float *out) {
     const int64_t kd = Hkv * D, vd = Hkv * Dv, group = H / Hkv;
     const int tiled = pass_rows >= MA_TILED_ROWS;
+    mq_init(); /* mq_half_float's table: a caller may come before any model ran (it read zeros) */
     float *work = malloc(sizeof(float) * (tiled ? ma_tiled_work(D, Dv) : (size_t)(D + 3 * Dv)));
     int64_t *pos = tiled ? malloc(sizeof(int64_t) * (size_t)n) : NULL;
     if (!work || (tiled && !pos)) {

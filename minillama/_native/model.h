@@ -26,12 +26,17 @@ void ma_attend_row(const float *q, const uint16_t *k, int64_t k_stride, const ui
 void ma_attend_row_split(const float *q, const uint16_t *k, int64_t k_stride, const uint16_t *v, int64_t v_stride,
                          int64_t s0, int64_t s1, int64_t n_kv, int64_t parts, int64_t D, int64_t Dv, float scale,
                          const float *sink, float *out, float *work);
+/* llama-server's cache of a sliding-window layer (llama_kv_cache_iswa, swa_full off): window + one ubatch (512)
+ * cells, padded to 256; position p sits in cell p until the cache wraps at that many positions. */
+static inline int64_t ma_swa_cells(int64_t window) { return (window + 512 + 255) / 256 * 256; }
 /* The cells llama.cpp's attention of a row at position pos splits across kv_split threads (its cache view: the used
- * cells 0..pos padded to a multiple of 256, at least 256), or 0 where it does not split: a pass of more than one
- * row, a sliding-window layer, one thread, or fewer than MA_SPLIT_KV cells. */
+ * cells 0..pos padded to a multiple of 256, at least 256; a sliding-window layer's cache too, while pos is below
+ * ma_swa_cells), or 0 where it does not split: a pass of more than one row, one thread, or fewer than
+ * MA_SPLIT_KV cells. */
 static inline int64_t ma_split_cells(int64_t pos, int64_t window, int64_t pass_rows, int64_t kv_split) {
     const int64_t n_kv = (pos + 1 + 255) / 256 * 256;
-    return pass_rows == 1 && window == 0 && kv_split > 1 && n_kv >= MA_SPLIT_KV ? n_kv : 0;
+    if (window > 0 && pos >= ma_swa_cells(window)) return 0; /* a wrapped ring: its cell order is not mirrored */
+    return pass_rows == 1 && kv_split > 1 && n_kv >= MA_SPLIT_KV ? n_kv : 0;
 }
 /* Rows a batch needs for llama.cpp's tiled flash attention (ggml_compute_forward_flash_attn_ext_tiled): a
  * batch (ubatch) of fewer rows takes ma_attend_row's path. */

@@ -520,3 +520,33 @@ def test_python_blocks_kernels_check_every_length() -> None:
                         np.zeros((2, 5), f32), 4, 8), (np.zeros((2, 8), f32), np.zeros((2, 4), f32), 4, 9)]:
         with pytest.raises(ValueError, match="mul_f32"):
             _core.mul_f32(w, xx, o, e, d)
+
+
+@pytest.mark.parametrize("n, start, window", [(1, 699, 0), (1, 699, 400), (1, 699, 200), (1, 299, 0), (1, 299, 100),
+                                              (70, 600, 400), (70, 100, 0), (8, 600, 400)])
+def test_attention_gives_ggmls_flash_attention_bits(n: int, start: int, window: int) -> None:
+    """The core's attention (_core.attend: the C blocks' and the Python blocks') against llama.cpp's own
+    ggml_flash_attn_ext on 2 threads, to the bit: one row over 512 cells or more takes its split-KV path, also on
+    a sliding-window layer (a window across both threads' chunks was summed unsplit, 0.003 off); rows of 64 and
+    more its tiled path (which read every key as 0 when called before any model had run: the float16 table was
+    not made yet); others its row-by-row path. The cache: the used cells padded to 256, as llama.cpp's."""
+    from support.ggml_graph import ggml_flash_attn, graph_lib
+
+    from minillama._native import _core
+
+    ffi, lib = graph_lib()
+    rng = np.random.default_rng(start + window)
+    H, Hkv, D = 4, 2, 64
+    end = start + n
+    cells = (end + 255) // 256 * 256
+    k = (rng.standard_normal((cells, Hkv, D)) * 2).astype(np.float16)
+    v = rng.standard_normal((cells, Hkv, D)).astype(np.float16)
+    q = rng.standard_normal((n, H, D)).astype(np.float32)
+    pos = np.arange(start, end)[:, None]
+    c = np.arange(cells)[None, :]
+    visible = (c <= pos) & ((window == 0) | (pos - c < window))
+    ref = ggml_flash_attn(ffi, lib, q, k, v, visible, 0.125)
+    out = np.zeros((n, H * D), np.float32)
+    _core.attend(q, np.ascontiguousarray(k[:end]), np.ascontiguousarray(v[:end]), out, (n, H, Hkv, D, D), start,
+                 window, 0.125, n, 2)
+    np.testing.assert_array_equal(out.reshape(n, H, D), ref)
