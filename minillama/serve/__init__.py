@@ -100,7 +100,7 @@ def serve(model: str, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, par
           chat_template_file: str | None = None, n_ctx: int = 0, alias: str | None = None,
           server_defaults: Mapping[str, Any] | None = None, pooling: str | None = None, metrics: bool = False,
           slots: bool = True, slot_save_path: str | None = None, ignored: Sequence[str] = (),
-          reasoning_budget: int = -1, reasoning_budget_message: str = "",
+          reasoning_budget: int = -1, reasoning_budget_message: str = "", reranking: bool = False,
           log: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)) -> None:
     """Load model (and the --vocab tokenizers), listen on host:port and serve until interrupted.
 
@@ -115,7 +115,8 @@ def serve(model: str, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, par
     fields every request starts from (--temp, --seed, -n); pooling: the embeddings' pooling (--pooling; default:
     the file's); metrics, slots, slot_save_path: llama-server's GET /metrics, GET /slots and slot files folder;
     ignored: llama-server flags given that mean nothing here, each logged once; reasoning_budget,
-    reasoning_budget_message: chat's thinking budget in tokens (-1: none) and the text forced before its end tag."""
+    reasoning_budget_message: chat's thinking budget in tokens (-1: none) and the text forced before its end tag;
+    reranking: serve /rerank with rank pooling (--reranking; pooling "rank" does the same, embeddings being on)."""
     require_extra()
     for line in ignored:
         log(f"minillama serve: warning: ignoring {line}")
@@ -149,6 +150,12 @@ def serve(model: str, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, par
     from .app import create_app
     from .guard import MAX_HEADER_BYTES, Guard, protocol
 
+    reranking = reranking or pooling == "rank"
+    if reranking:
+        if pooling not in (None, "rank"):
+            raise MinillamaError(f"expected --reranking without --pooling or with --pooling rank, found --pooling "
+                                 f"{pooling}")
+        pooling = "rank"
     name = alias or os.path.basename(model)
     sock = listen(host, port)  # first: a port in use fails before the model loads
     try:
@@ -158,6 +165,9 @@ def serve(model: str, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, par
                         chat_template=chat_template, pooling=pooling)
         except ChatTemplateError as exc:
             raise MinillamaError(f"--chat-template-file {chat_template_file}: {exc}") from None
+        if reranking and getattr(llm.model, "rank_head", None) is None:
+            log(f"minillama serve: warning: {os.path.basename(model)} has no rank head (cls.output.weight): /rerank "
+                "scores with the last hidden state's first value, as llama-server does (load a reranker)")
         if llm.chat_template_fallback:
             log(f"minillama serve: {os.path.basename(model)} has no chat template (tokenizer.chat_template): chat "
                 "uses ChatML, as llama-server does (--chat-template-file gives another)")
@@ -170,7 +180,7 @@ def serve(model: str, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, par
                          request_log=log if verbose else None, reasoning_format=reasoning_format,
                          server_defaults=server_defaults, metrics=metrics, slots=slots,
                          slot_save_path=slot_save_path, reasoning_budget=reasoning_budget,
-                         reasoning_budget_message=reasoning_budget_message)
+                         reasoning_budget_message=reasoning_budget_message, reranking=reranking)
         guarded = Guard(app, bound_host=host, allowed_hosts=allowed_hosts, cors_origins=cors_origins,
                         body_timeout=timeout)
         bound = sock.getsockname()
