@@ -923,7 +923,7 @@ def _setup_serve(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pooling", choices=("mean", "cls", "last", "rank"), help="how embeddings pool the tokens' "
                    "states; rank: a reranker's scores, as --reranking (default: the file's pooling_type, mean when "
                    "it has none)")
-    p.add_argument("--rerank", "--reranking", dest="reranking", action="store_true",
+    p.add_argument("--reranking", "--rerank", dest="reranking", action="store_true",
                    help="answer POST /rerank (/reranking, /v1/rerank, /v1/reranking) with a reranker's relevance "
                    "scores (rank pooling; default: off, a 501)")
     p.add_argument("--metrics", action="store_true", help="answer GET /metrics (Prometheus text, llama-server's "

@@ -586,8 +586,8 @@ RERANKERS = ["qwen3-reranker", "qwen3-reranker-plain"]
 @pytest.fixture(scope="module", params=RERANKERS)
 def rerank_pair(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         tuple[Http, Server]]:
-    """llama-server with --reranking and `minillama serve --reranking` on a synthetic Qwen3 reranker (rank pooling,
-    the yes/no head cls.output.weight; with a rerank prompt, or joined by bos/eos)."""
+    """llama-server with --reranking and `minillama serve --reranking` (or --pooling rank) on a synthetic Qwen3
+    reranker (rank pooling, the yes/no head cls.output.weight; with a rerank prompt, or joined by bos/eos)."""
     from support.synthetic import generator
 
     xlc = pytest.importorskip("xllamacpp")
@@ -595,7 +595,8 @@ def rerank_pair(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
     generator().write_model(request.param, path)
     rank = xlc.llama_pooling_type.LLAMA_POOLING_TYPE_RANK
     server, theirs = llama_server(path, 512, embedding=True, pooling_type=rank)
-    ours = Server(path, "-c", "512", "--reranking")
+    # --pooling rank is --reranking here (embeddings are always on)
+    ours = Server(path, "-c", "512", *(["--reranking"] if request.param == "qwen3-reranker" else ["--pooling", "rank"]))
     yield theirs, ours
     ours.stop()
     del server
@@ -693,3 +694,25 @@ def test_a_prompt_filling_the_context_is_llama_servers_error(small_ctx: tuple[Ht
     for n in (SMALL_CTX, SMALL_CTX + 1):
         (st, t), (so, o) = _both(theirs, ours, "/completion", {"prompt": [504] * n, "n_predict": 4})
         assert st == so == 400 and o["error"]["type"] == t["error"]["type"] == "exceed_context_size_error", (n, t, o)
+
+
+def test_rerank_without_a_rank_head_scores_as_llama_server() -> None:
+    """--reranking on a model with no rank head (SmolLM2): llama-server scores with the last hidden state's first
+    value and so does minillama, whose log warns at start."""
+    xlc = pytest.importorskip("xllamacpp")
+    server, theirs = llama_server(real_gguf(), 512, embedding=True,
+                                  pooling_type=xlc.llama_pooling_type.LLAMA_POOLING_TYPE_RANK)
+    ours = Server(real_gguf(), "-c", "512", "--reranking")
+    try:
+        body = {"query": QUERY, "documents": DOCUMENTS[:3]}
+        (st, t), (so, o) = _both(theirs, ours, "/rerank", body)
+        assert st == so == 200 and o["usage"] == t["usage"], (t, o)
+        # a hidden state's value, not a probability: the pure backend's float order moves it in the 3rd decimal
+        tol = 1e-4 if EXACT else 2e-2
+        by_index = [{r["index"]: r["relevance_score"] for r in x["results"]} for x in (o, t)]
+        assert [by_index[0][i] for i in range(3)] == pytest.approx([by_index[1][i] for i in range(3)], abs=tol,
+                                                                   rel=tol)
+        assert "has no rank head" in "".join(ours.log)
+    finally:
+        ours.stop()
+        del server
