@@ -907,7 +907,8 @@ def _setup_serve(p: argparse.ArgumentParser) -> None:
                    "prompt, cached and generated tokens, seconds")
     # llama-server's flags, by its names
     p.add_argument("-c", "--ctx-size", type=int, default=0, metavar="N",
-                   help="the context each slot holds, in tokens (default: 0, the model's)")
+                   help="the context each slot holds, in tokens, rounded up to a multiple of 256 as llama-server "
+                   "rounds it (default: 0, the model's)")
     p.add_argument("-t", "--threads", type=int, metavar="N", help="threads of the forward pass's matrix products "
                    "(default: 1 or up to 4, whichever runs faster now)")
     p.add_argument("-a", "--alias", metavar="NAME", help="the model's name in the API: /v1/models, 'model' in "

@@ -30,6 +30,8 @@ DEFAULT_HOST = "127.0.0.1"  # loopback only unless asked: the server runs code p
 DEFAULT_PORT = 8080  # llama.cpp's llama-server's
 #: Most slots: each holds a KV cache and a thread; more than a few per core only queue inside BLAS.
 MAX_PARALLEL = 64
+#: llama.cpp rounds a context size up to a multiple of this (llama_context: GGML_PAD(n_ctx, 256)), so -c does too.
+CTX_PAD = 256
 
 #: The modules the `serve` extra installs (import name -> what pip installs).
 EXTRA = {"starlette": "starlette", "uvicorn": "uvicorn"}
@@ -110,7 +112,8 @@ def serve(model: str, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, par
     from ("*": any); cache_ram: MiB of host RAM for prefixes evicted from the slots (llama-server's --cache-ram, 0:
     none); verbose: one log line per request; reasoning_format: chat's default (a request's reasoning_format
     overrides it); chat_template_file: a Jinja chat template used instead of the model's (a model with none and
-    no file chats in ChatML, as llama-server does, and the log says so); n_ctx: the context (-c; 0: the model's);
+    no file chats in ChatML, as llama-server does, and the log says so); n_ctx: the context (-c; 0: the model's; else rounded up
+    to a multiple of CTX_PAD, as llama.cpp pads it);
     alias: the model's name in the API (--alias; default: the file's name); server_defaults: llama.cpp's request
     fields every request starts from (--temp, --seed, -n); pooling: the embeddings' pooling (--pooling; default:
     the file's); metrics, slots, slot_save_path: llama-server's GET /metrics, GET /slots and slot files folder;
@@ -125,6 +128,7 @@ def serve(model: str, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, par
                              f"({'a file' if os.path.exists(slot_save_path) else 'nothing there'})")
     if n_ctx < 0:
         raise MinillamaError(f"expected --ctx-size (-c) of 0 (the model's) or more, found {n_ctx}")
+    n_ctx = -(-n_ctx // CTX_PAD) * CTX_PAD  # llama_context pads n_ctx so: llama-server's -c 100 holds 256 tokens
     cache_bytes = cache_ram_bytes(cache_ram)
     chat_template = read_chat_template(chat_template_file) if chat_template_file is not None else None
     if reasoning_format not in ("auto", "deepseek", "none"):

@@ -660,13 +660,15 @@ def test_rerank_without_the_flag_is_llama_servers_501(theirs: Http, ours: Server
 # the context's end without context shift (llama-server's default)
 # ---------------------------------------------------------------------------------------------------------------------
 
-SMALL_CTX = 256  # a multiple of 256: llama-server rounds its context up to one
+SMALL_CTX = 256  # what -c 100 gives: llama.cpp rounds a context up to a multiple of 256
 
 
 @pytest.fixture(scope="module")
 def small_ctx() -> Iterator[tuple[Http, Server]]:
+    """llama-server with a context of 256 and ours with -c 100, which holds 256 too (llama-server's -c 100 would as
+    well, but its batch would then be 100 tokens, which changes how its prompts are cut into passes)."""
     server, theirs = llama_server(real_gguf(), SMALL_CTX)
-    ours = Server(real_gguf(), "-c", str(SMALL_CTX))
+    ours = Server(real_gguf(), "-c", "100")
     yield theirs, ours
     ours.stop()
     del server
@@ -691,6 +693,8 @@ def test_generation_stops_at_the_context_as_llama_server(small_ctx: tuple[Http, 
 def test_a_prompt_filling_the_context_is_llama_servers_error(small_ctx: tuple[Http, Server]) -> None:
     """A prompt as long as the context (or longer) leaves no room: llama-server's exceed_context_size_error."""
     theirs, ours = small_ctx
+    assert ours.request("GET", "/props")[1]["default_generation_settings"]["n_ctx"] == \
+        theirs.request("GET", "/props")[1]["default_generation_settings"]["n_ctx"] == SMALL_CTX
     for n in (SMALL_CTX, SMALL_CTX + 1):
         (st, t), (so, o) = _both(theirs, ours, "/completion", {"prompt": [504] * n, "n_predict": 4})
         assert st == so == 400 and o["error"]["type"] == t["error"]["type"] == "exceed_context_size_error", (n, t, o)
