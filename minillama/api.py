@@ -6,6 +6,7 @@
     llm.create_chat_completion([{"role": "user", "content": "Hi"}])["choices"][0]["message"]["content"]
     for chunk in llm.create_chat_completion(messages, stream=True): ...      # chat.completion.chunk dicts
     llm.create_embedding("Hello")["data"][0]["embedding"]
+    Llama("reranker.gguf", pooling="rank").rank("query", ["doc 1", "doc 2"])  # a reranker's relevance scores
 
 Each call runs in a Session of its own (its own KV cache; the model's weights are only read), so threads can
 each drive a request on one loaded Llama at once: what a server's slots need. A call without session= takes the
@@ -50,8 +51,9 @@ __all__ = ["Llama", "LlamaGrammar", "LlamaState", "Stream", "POOLING", "FINISH_R
 FINISH_REASONS: dict[str, str | None] = {"eog": "stop", "stop_string": "stop", "next_turn": "stop",
                                          "max_tokens": "length", "context": "length", "stopped": None}
 
-#: llama.cpp's pooling types ({arch}.pooling_type, --pooling): how token states become one embedding.
-POOLING: dict[int, str] = {1: "mean", 2: "cls", 3: "last"}
+#: llama.cpp's pooling types ({arch}.pooling_type, --pooling): how token states become one embedding, or for "rank"
+#: a reranker's relevance score (Llama.rank).
+POOLING: dict[int, str] = {1: "mean", 2: "cls", 3: "last", 4: "rank"}
 
 #: pooling name -> the vector it makes of the hidden states [n_tokens, n_embd] (llama.cpp's build_pooling).
 POOL = {"mean": lambda h: h.mean(axis=0), "cls": lambda h: h[0], "last": lambda h: h[-1]}
@@ -97,6 +99,9 @@ CHAT_FORMATS: dict[str, str] = {"chatml": "<|im_start|>", "qwen": "<|im_start|>"
 
 #: OpenAI's reasoning_effort values; chat passes the one given to the template as a variable (gpt-oss reads it).
 REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
+
+#: The metadata key of a reranker's prompt (llama_model_chat_template(model, "rerank")): {query} and {document}.
+RERANK_TEMPLATE_KEY = "tokenizer.chat_template.rerank"
 
 #: llama.cpp's LLAMA_TOKEN_NULL: what token_bos()/token_eos() answer for a vocab without that token.
 TOKEN_NULL = -1
@@ -289,7 +294,8 @@ class Llama:
     seed is the default seed of every call (-1: a fresh random seed per call); threads (or llama-cpp-python's
     n_threads): BLAS threads of the forward pass as Model.from_file takes them, None meaning minillama's default
     "auto"; pooling "mean", "cls" or "last" (or llama-cpp-python's pooling_type 1, 2, 3) overrides the file's
-    {arch}.pooling_type for create_embedding (mean when the file says none); model_name is the "model" the
+    {arch}.pooling_type for create_embedding (mean when the file says none), and "rank" (pooling_type 4, a
+    reranker's) makes it a reranker (rank; checked now as llama.cpp checks it); model_name is the "model" the
     results name (default: the file's name); batch_steps=True runs the single-token steps of requests that come
     at the same time as one pass (worth it from 2 at once on the native backend, about 4 on the pure one:
     minillama/model/batch.py); chat_template: a Jinja chat template to use instead of the file's (checked now);
@@ -322,7 +328,7 @@ class Llama:
             raise ArgumentError(f"expected n_batch as a count of tokens of 1 or more, found {n_batch!r}")
         if pooling_type != -1:
             if pooling is not None or pooling_type not in POOLING:
-                raise ArgumentError(f"expected pooling_type -1 (the file's), 1 (mean), 2 (cls) or 3 (last), and "
+                raise ArgumentError(f"expected pooling_type -1 (the file's), 1 (mean), 2 (cls), 3 (last) or 4 (rank), and "
                                     f"not with pooling=, found pooling_type={pooling_type!r}")
             pooling = POOLING[pooling_type]
         self.model_path = path
@@ -337,6 +343,8 @@ class Llama:
         self.model_name = model_name or os.path.basename(path)
         self.verbose = verbose
         self.pooling = self._pooling(pooling)
+        if self.pooling == "rank":
+            self._check_rank()
         #: Requests' single-token steps that come at the same time share one pass (minillama/model/batch.py).
         self.batch_steps = batch_steps
         #: True when the file has no chat template and none was given: chat renders with CHATML_TEMPLATE.
@@ -624,7 +632,10 @@ class Llama:
               normalize: bool = True) -> list[list[float]]:
         """One vector per input: the final hidden state pooled (self.pooling) and, normalize=True, scaled to unit
         length (llama.cpp's --embd-normalize 2, the default). Texts are encoded with bos and control tokens matched,
-        as llama-server encodes them."""
+        as llama-server encodes them. With pooling "rank" there are no embeddings (UnsupportedError): rank scores."""
+        if self.pooling == "rank":
+            raise UnsupportedError("pooling 'rank' (a reranker's) gives relevance scores, not embeddings: expected "
+                                   "Llama.rank (the server's /rerank), or another pooling (mean, cls, last) to embed")
         out = []
         for ids in self._embedding_inputs(input):
             h = self.model.hidden(ids).astype(np.float64)
@@ -645,6 +656,68 @@ class Llama:
         return {"object": "list", "model": model or self.model_name,
                 "data": [{"object": "embedding", "embedding": v, "index": i} for i, v in enumerate(vectors)],
                 "usage": {"prompt_tokens": n, "total_tokens": n}}
+
+    # -- reranking -------------------------------------------------------------------------------------------
+
+    def rank(self, query: str, documents: Sequence[str]) -> list[float]:
+        """Each document's relevance to query, in the documents' order: llama.cpp's rank pooling of the pair's
+        prompt (rerank_ids): the last position's final hidden state through the file's rank head (cls.output), a
+        softmax over its outputs for a Qwen3 reranker, and the first value, as llama-server's /rerank scores it.
+        A model without a rank head scores with its hidden state's first value, as llama.cpp does (meaningless:
+        load a reranker)."""
+        if not isinstance(query, str):
+            raise ArgumentTypeError(f"expected query as a str, found {type(query).__name__}")
+        if isinstance(documents, str | bytes) or not isinstance(documents, Sequence):
+            raise ArgumentTypeError(f"expected documents as a list of str, found {type(documents).__name__}")
+        bad = next((d for d in documents if not isinstance(d, str)), None)
+        if bad is not None:
+            raise ArgumentTypeError(f"expected documents as a list of str, found a {type(bad).__name__} in it")
+        return [self.rank_ids(self.rerank_ids(query, d)) for d in documents]
+
+    def rank_ids(self, ids: Sequence[int]) -> float:
+        """The relevance score of one prompt given as ids (see rank)."""
+        ids = list(ids)
+        if len(ids) > self.n_ctx:
+            from .errors import ContextLengthError
+
+            raise ContextLengthError(f"a rerank prompt has {len(ids)} tokens but the context holds {self.n_ctx}")
+        return float(self.model.rank(ids)[0])
+
+    def rerank_ids(self, query: str, document: str) -> list[int]:
+        """The prompt llama-server scores for a (query, document) pair (format_prompt_rerank): the file's rerank
+        prompt (tokenizer.chat_template.rerank) with {query} then {document} put in, encoded with control tokens
+        matched and no bos; without one, bos (when the vocab adds it), the query, eos (when it adds eos), sep
+        (when it adds sep), the document, eos (when it adds eos), each text encoded as plain text."""
+        tok, vocab = self.tokenizer, self.tokenizer.vocab
+        template = vocab.metadata.get(RERANK_TEMPLATE_KEY)
+        if isinstance(template, str):
+            prompt = template.replace("{query}", query).replace("{document}", document)
+            return tok.encode(prompt, add_special=False, parse_special=True)
+        special = vocab.special
+        eos = special.get("eos") if special.get("eos") is not None else special.get("sep")
+
+        def plain(text: str) -> list[int]:
+            return tok.encode(text, add_special=False, parse_special=False)
+
+        ids = [special["bos"]] if vocab.add_bos and special.get("bos") is not None else []
+        ids += plain(query)
+        ids += [eos] if vocab.add_eos and eos is not None else []
+        ids += [special["sep"]] if vocab.add_sep and special.get("sep") is not None else []
+        ids += plain(document)
+        ids += [eos] if vocab.add_eos and eos is not None else []
+        return ids
+
+    def _check_rank(self) -> None:
+        """UnsupportedError where llama.cpp refuses rank pooling on this vocab (common_init_from_params): no bos
+        token, or neither an eos nor a sep token nor a rerank prompt to join the query and the document with."""
+        special, metadata = self.tokenizer.vocab.special, self.tokenizer.vocab.metadata
+        if special.get("bos") is None:
+            raise UnsupportedError(f"{self.model_path}: expected a vocab with a bos token for pooling 'rank' "
+                                   "(reranking), found none (llama.cpp refuses it too)")
+        if special.get("eos") is None and special.get("sep") is None and RERANK_TEMPLATE_KEY not in metadata:
+            raise UnsupportedError(f"{self.model_path}: expected an eos or sep token, or a rerank prompt "
+                                   f"({RERANK_TEMPLATE_KEY}), for pooling 'rank' (reranking), found none (llama.cpp "
+                                   "refuses it too)")
 
     # -- internals -------------------------------------------------------------------------------------------
 

@@ -804,7 +804,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
           slot_save_path=args.slot_save_path, ignored=[
               f"{flags}{'' if value is True else f' {value}'}: {why}" for dest, (flags, why) in SERVE_IGNORED.items()
               if (value := getattr(args, dest)) is not None and value is not False],
-          reasoning_budget=args.reasoning_budget, reasoning_budget_message=args.reasoning_budget_message)
+          reasoning_budget=args.reasoning_budget, reasoning_budget_message=args.reasoning_budget_message,
+          reranking=args.reranking)
     return 0
 
 
@@ -819,7 +820,8 @@ SERVE_IGNORED: dict[str, tuple[str, str]] = {
     "cache_type_k": ("-ctk/--cache-type-k", "the KV cache keeps the model's float type"),
     "cache_type_v": ("-ctv/--cache-type-v", "the KV cache keeps the model's float type"),
     "mmap": ("--mmap/--no-mmap", "the model file is always memory-mapped"),
-    "context_shift": ("--context-shift/--no-context-shift", "no context shift: a prompt past the context is a 400"),
+    "context_shift": ("--context-shift/--no-context-shift", "no context shift yet: a generation stops when the context is full "
+                      "(stop_type limit), as without it"),
 }
 
 
@@ -905,7 +907,8 @@ def _setup_serve(p: argparse.ArgumentParser) -> None:
                    "prompt, cached and generated tokens, seconds")
     # llama-server's flags, by its names
     p.add_argument("-c", "--ctx-size", type=int, default=0, metavar="N",
-                   help="the context each slot holds, in tokens (default: 0, the model's)")
+                   help="the context each slot holds, in tokens, rounded up to a multiple of 256 as llama-server "
+                   "rounds it (default: 0, the model's)")
     p.add_argument("-t", "--threads", type=int, metavar="N", help="threads of the forward pass's matrix products "
                    "(default: 1 or up to 4, whichever runs faster now)")
     p.add_argument("-a", "--alias", metavar="NAME", help="the model's name in the API: /v1/models, 'model' in "
@@ -918,8 +921,12 @@ def _setup_serve(p: argparse.ArgumentParser) -> None:
     p.add_argument("-s", "--seed", type=int, metavar="S", help="seed unless a request says (default: -1, random)")
     p.add_argument("--embedding", "--embeddings", action="store_true",
                    help="accepted: embeddings are always on (/v1/embeddings, /embedding)")
-    p.add_argument("--pooling", choices=("mean", "cls", "last"), help="how embeddings pool the tokens' states "
-                   "(default: the file's pooling_type, mean when it has none)")
+    p.add_argument("--pooling", choices=("mean", "cls", "last", "rank"), help="how embeddings pool the tokens' "
+                   "states; rank: a reranker's scores, as --reranking (default: the file's pooling_type, mean when "
+                   "it has none)")
+    p.add_argument("--reranking", "--rerank", dest="reranking", action="store_true",
+                   help="answer POST /rerank (/reranking, /v1/rerank, /v1/reranking) with a reranker's relevance "
+                   "scores (rank pooling; default: off, a 501)")
     p.add_argument("--metrics", action="store_true", help="answer GET /metrics (Prometheus text, llama-server's "
                    "names; default: off, a 501)")
     p.add_argument("--slots", action=argparse.BooleanOptionalAction, default=True,
@@ -939,7 +946,8 @@ def _setup_serve(p: argparse.ArgumentParser) -> None:
     p.add_argument("-ctv", "--cache-type-v", dest="cache_type_v", metavar="TYPE", help="ignored")
     p.add_argument("--mmap", "--no-mmap", dest="mmap", action="store_const", const=True, help="ignored")
     p.add_argument("--context-shift", "--no-context-shift", dest="context_shift", action="store_const", const=True,
-                   help="ignored (no context shift, as llama-server's default: a prompt past the context is a 400)")
+                   help="ignored (no context shift yet, as llama-server's default: a generation stops when the context "
+                   "is full)")
 
 
 COMMANDS: dict[str, Subcommand] = {

@@ -67,6 +67,10 @@ LLAMA_BIASES = ("attn_q.bias", "attn_k.bias", "attn_v.bias", "attn_output.bias",
 #: 128), so value heads share key heads; every 2nd layer is full attention (Qwen3.5: every 4th).
 QWEN35_SSM = {"conv_kernel": 4, "state_size": 16, "group_count": 2, "time_step_rank": 4}
 
+#: The rerank prompt of the "qwen3-reranker" model (as Qwen3-Reranker's conversion writes one, shorter): llama-server
+#: puts the query and the document in, then encodes it with control tokens matched.
+RERANK_TEMPLATE = "<|endoftext|>Query: {query}\nDocument: {document}\nRelevant:"
+
 #: The shapes and settings of each architecture's model (all small; rows are whole Q8_0/Q4_x blocks of 32).
 #: key_length: written only when set (qwen3's heads are wider than n_embd / n_head, as Qwen3's own are).
 #: tied: no output.weight, the embedding is the output matrix (all False: a tied output on random weights predicts
@@ -158,6 +162,15 @@ ARCHS: dict[str, dict[str, Any]] = {
                 "n_ff": 256, "n_ctx": 4096, "rope_base": 1000000.0, "eps": 1e-5, "tied": False, "n_expert": 8,
                 "n_expert_used": 2, "n_ff_exp": 32, "glm": {"dense_lead": 1, "shared": 1, "nextn": 1,
                                                            "qk_norm_layers": (1,), "scale": 2.5}},
+    # qwen3 rerankers: rank pooling (pooling_type 4) and the yes/no head cls.output.weight the Qwen3-Reranker
+    # conversions carry; one with a rerank prompt (tokenizer.chat_template.rerank), one without (llama-server then
+    # joins bos, query, eos, document, eos, which add_bos/add_eos turn on here)
+    "qwen3-reranker": {"arch": "qwen3", "n_embd": 128, "n_layer": 2, "n_head": 4, "n_head_kv": 2, "key_length": 64,
+                       "n_ff": 320, "n_ctx": 4096, "rope_base": 1000000.0, "eps": 1e-6, "tied": False,
+                       "rerank": {"labels": ["yes", "no"], "template": RERANK_TEMPLATE}},
+    "qwen3-reranker-plain": {"arch": "qwen3", "n_embd": 128, "n_layer": 2, "n_head": 4, "n_head_kv": 2,
+                             "key_length": 64, "n_ff": 320, "n_ctx": 4096, "rope_base": 1000000.0, "eps": 1e-6,
+                             "tied": False, "rerank": {"labels": ["yes", "no"], "add_bos": True, "add_eos": True}},
     "llama-biases": {"arch": "llama", "n_embd": 128, "n_layer": 2, "n_head": 4, "n_head_kv": 2, "n_ff": 320,
                      "n_ctx": 4096, "rope_base": 10000.0, "eps": 1e-5, "tied": False, "biases": LLAMA_BIASES},
 }
@@ -523,8 +536,12 @@ def write_model(name: str, out: str | os.PathLike[str], seed: int = 0, shape: st
     w = gguf.GGUFWriter(os.fspath(out), arch, use_temp_file=shape != "small")
     w.add_name("minillama synthetic test model")  # no arch in it: llama.cpp special-cases names with "phi3"
     src = gguf.GGUFReader(c.get("vocab", VOCAB))
+    rerank = c.get("rerank", {})
+    flags = {f"tokenizer.ggml.{k}_token": rerank[k] for k in ("add_bos", "add_eos") if k in rerank}
+    for key, value in flags.items():
+        w.add_bool(key, value)
     for field in src.fields.values():  # the whole tokenizer, as the vocab file has it
-        if field.name.startswith("tokenizer."):
+        if field.name.startswith("tokenizer.") and field.name not in flags:
             vt = field.types[0]
             if vt == gguf.GGUFValueType.ARRAY:
                 w.add_array(field.name, field.contents())
@@ -586,6 +603,11 @@ def write_model(name: str, out: str | os.PathLike[str], seed: int = 0, shape: st
         w.add_full_attention_interval(c["full_attention_interval"])
     if "rope_sections" in c:
         w.add_rope_dimension_sections(c["rope_sections"])
+    if rerank:
+        w.add_pooling_type(gguf.PoolingType.RANK)
+        w.add_classifier_output_labels(rerank["labels"])
+        if "template" in rerank:
+            w.add_chat_template([{"name": "rerank", "template": rerank["template"]}])
     w.add_file_type(c.get("file_type", gguf.LlamaFileType.MOSTLY_Q8_0))
     types = {**TYPES, **c.get("types", {})}
     pooled = shape != "small"
@@ -638,6 +660,8 @@ def write_model(name: str, out: str | os.PathLike[str], seed: int = 0, shape: st
         tensor("output.weight", "output", (n_vocab, d), scale=OUTPUT_SCALE / np.sqrt(d))
     if c.get("output_bias"):  # as large as the logits' spread, or it would rarely change the top choice
         tensor("output.bias", "bias", (n_vocab,), scale=OUTPUT_SCALE)
+    if rerank:  # outputs about a unit apart: the yes/no softmax spreads the scores over (0, 1)
+        tensor("cls.output.weight", "output", (len(rerank["labels"]), d))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

@@ -59,6 +59,13 @@ OUTPUT_NORM: TensorSpec = ("output_norm.weight", ("n_embd",))
 OUTPUT: TensorSpec = ("output.weight", ("n_embd", "n_vocab"))
 #: Added to the logits when the file has it and the architecture takes it (OUTPUT_BIAS: qwen2, as llama.cpp).
 OUTPUT_BIAS: TensorSpec = ("output.bias", ("n_vocab",))
+#: A reranker's head (llama.cpp's cls_out, LLM_TENSOR_CLS_OUT), for the architectures whose loader takes it: a
+#: [n_embd, n_cls_out] matrix (n_cls_out: the length of {arch}.classifier.output_labels, else 1) that rank pooling
+#: applies to the last position's final hidden state (Model.rank).
+RANK_HEAD = {"qwen3": "cls.output.weight"}
+#: The architectures whose rank pooling ends in a softmax over the head's outputs (llama.cpp's build_pooling:
+#: the Qwen3 rerankers' yes/no pair).
+RANK_SOFTMAX = frozenset({"qwen3"})
 
 #: The most BLAS threads the default ("auto") uses: the cores this process may use, up to four, as llama.cpp uses
 #: the cores. A single-token step is a string of matrix-vector products bound by memory bandwidth; a second core
@@ -87,9 +94,11 @@ class Model:
     def __init__(self, path: str, hp: HParams, arch: ArchSpec, embedding: Embedding,
                  layers: list[dict[str, Any]], output_norm: np.ndarray, output: Linear,
                  threads: Threads = AUTO, *, output_bias: np.ndarray | None = None,
-                 kv_split: int | None = None) -> None:
+                 kv_split: int | None = None, rank_head: Linear | None = None) -> None:
         """Use from_file; this wires loaded weights together."""
         self.path, self.hparams, self._arch = path, hp, arch
+        #: The file's reranker head (RANK_HEAD's tensor), or None: what rank() applies to the last hidden state.
+        self.rank_head = rank_head
         #: BLAS threads for the forward pass: "auto", a number (at most the usable cores), None (numpy's default).
         self.threads = _check_threads(threads)
         self._embedding, self._layers = embedding, layers
@@ -165,6 +174,7 @@ class Model:
         # Check that every tensor is there with its shape before the slow part: each block's required tensors
         # and the optional ones the file has, as fields of that block.
         out_spec = OUTPUT if w.has(OUTPUT[0]) else TOKEN_EMBD
+        head_spec = _rank_head_spec(w, name)
         bias_spec = [OUTPUT_BIAS] if arch.output_bias and w.has(OUTPUT_BIAS[0]) else []
         blocks = [_block_fields(arch, w, hp, il) for il in range(hp.n_layer)]
         sizes = []
@@ -173,11 +183,12 @@ class Model:
                 name_shape = w.spec(spec, hp, il)
                 w.check(*name_shape)
                 sizes.append(int(np.prod(name_shape[1])))
-        for spec in [out_spec, *bias_spec]:
+        for spec in [out_spec, *bias_spec, *head_spec]:
             w.check(*w.spec(spec, hp))
         extras, extra_names = arch.extras(w, hp) if arch.extras is not None else ({}, set())
         _refuse_unused(w, {w.spec(spec, hp, il)[0] for il, fields in enumerate(blocks) for _, spec in fields}
-                       | {TOKEN_EMBD[0], OUTPUT_NORM[0], out_spec[0], *(s[0] for s in bias_spec)} | extra_names, name)
+                       | {TOKEN_EMBD[0], OUTPUT_NORM[0], out_spec[0], *(s[0] for s in bias_spec + head_spec)}
+                       | extra_names, name)
         embedding = w.embedding(*w.spec(TOKEN_EMBD, hp))
         output_norm = w.load(OUTPUT_NORM, hp)
         total, done = sum(sizes) + int(np.prod(w.spec(out_spec, hp)[1])), 0
@@ -196,10 +207,11 @@ class Model:
             layers.append({**arch.prepare(block), **extras})  # stack the matrices now: the parts are freed at once
         output = w.load(out_spec, hp)
         output_bias = w.load(bias_spec[0], hp) if bias_spec else None
+        rank_head = w.load(head_spec[0], hp) if head_spec else None
         if progress is not None:
             progress(total, total)
         return cls(path, hp, arch, embedding, layers, output_norm, output, threads, output_bias=output_bias,
-                   kv_split=kv_split)
+                   kv_split=kv_split, rank_head=rank_head)  # type: ignore[arg-type]
 
     # -- properties ----------------------------------------------------------------------------------------------
 
@@ -230,6 +242,20 @@ class Model:
         [len(ids), n_embd] float32 (a fresh causal pass): what llama.cpp pools into embeddings (t_embd)."""
         ids = self._check(ids)
         return self._forward(ids, 0, self._new_cache(), last_only=False, hidden=True)
+
+    def rank(self, ids: Sequence[int]) -> np.ndarray:
+        """llama.cpp's rank pooling of ids (a fresh causal pass): the last position's final hidden state through the
+        file's rank head (rank_head) when it has one, then for a Qwen3 a softmax over those outputs, as ggml
+        computes it (float32 exponentials, their sum in float64); [n_cls_out] float32, whose first value is
+        llama-server's relevance score. Without a head the hidden state itself goes on, as in llama.cpp."""
+        x = self.hidden(ids)[-1:]
+        if self.rank_head is not None:
+            x = self._finite(self.rank_head(x), "rank head outputs")
+        v = x[0].astype(np.float32)
+        if self.hparams.arch in RANK_SOFTMAX:
+            e = np.exp(v - v.max())
+            v = e * np.float32(1.0 / float(e.astype(np.float64).sum()))
+        return v
 
     def next_token(self, ids: Sequence[int], sampler: Sampler) -> int:
         """The sampler's choice of the token after ids; reuses the cache for the prefix ids share with the last call."""
@@ -445,6 +471,18 @@ def _core_of(layers: list[dict[str, Any]]) -> ModuleType | None:
             if isinstance(p, QuantLinear):
                 return p._core
     return None
+
+
+def _rank_head_spec(w: Weights, arch: str) -> list[TensorSpec]:
+    """[the rank head's spec] when the file has RANK_HEAD's tensor for arch (n_cls_out outputs: the length of
+    {arch}.classifier.output_labels, else 1, as llama.cpp reads it), else []; a file with such a tensor for an
+    architecture whose loader does not take it is refused later, as an unused tensor."""
+    name = RANK_HEAD.get(arch)
+    if name is None or not w.has(name):
+        return []
+    labels = w.gguf.metadata.get(f"{arch}.classifier.output_labels")
+    n_cls = len(labels) if isinstance(labels, list | tuple) and labels else 1
+    return [(name, ("n_embd", n_cls))]
 
 
 def _block_fields(arch: ArchSpec, w: Weights, hp: HParams, il: int) -> list[tuple[str, TensorSpec]]:

@@ -30,6 +30,8 @@ DEFAULT_HOST = "127.0.0.1"  # loopback only unless asked: the server runs code p
 DEFAULT_PORT = 8080  # llama.cpp's llama-server's
 #: Most slots: each holds a KV cache and a thread; more than a few per core only queue inside BLAS.
 MAX_PARALLEL = 64
+#: llama.cpp rounds a context size up to a multiple of this (llama_context: GGML_PAD(n_ctx, 256)), so -c does too.
+CTX_PAD = 256
 
 #: The modules the `serve` extra installs (import name -> what pip installs).
 EXTRA = {"starlette": "starlette", "uvicorn": "uvicorn"}
@@ -100,7 +102,7 @@ def serve(model: str, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, par
           chat_template_file: str | None = None, n_ctx: int = 0, alias: str | None = None,
           server_defaults: Mapping[str, Any] | None = None, pooling: str | None = None, metrics: bool = False,
           slots: bool = True, slot_save_path: str | None = None, ignored: Sequence[str] = (),
-          reasoning_budget: int = -1, reasoning_budget_message: str = "",
+          reasoning_budget: int = -1, reasoning_budget_message: str = "", reranking: bool = False,
           log: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)) -> None:
     """Load model (and the --vocab tokenizers), listen on host:port and serve until interrupted.
 
@@ -110,12 +112,14 @@ def serve(model: str, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, par
     from ("*": any); cache_ram: MiB of host RAM for prefixes evicted from the slots (llama-server's --cache-ram, 0:
     none); verbose: one log line per request; reasoning_format: chat's default (a request's reasoning_format
     overrides it); chat_template_file: a Jinja chat template used instead of the model's (a model with none and
-    no file chats in ChatML, as llama-server does, and the log says so); n_ctx: the context (-c; 0: the model's);
+    no file chats in ChatML, as llama-server does, and the log says so); n_ctx: the context (-c; 0: the model's; else rounded up
+    to a multiple of CTX_PAD, as llama.cpp pads it);
     alias: the model's name in the API (--alias; default: the file's name); server_defaults: llama.cpp's request
     fields every request starts from (--temp, --seed, -n); pooling: the embeddings' pooling (--pooling; default:
     the file's); metrics, slots, slot_save_path: llama-server's GET /metrics, GET /slots and slot files folder;
     ignored: llama-server flags given that mean nothing here, each logged once; reasoning_budget,
-    reasoning_budget_message: chat's thinking budget in tokens (-1: none) and the text forced before its end tag."""
+    reasoning_budget_message: chat's thinking budget in tokens (-1: none) and the text forced before its end tag;
+    reranking: serve /rerank with rank pooling (--reranking; pooling "rank" does the same, embeddings being on)."""
     require_extra()
     for line in ignored:
         log(f"minillama serve: warning: ignoring {line}")
@@ -124,6 +128,7 @@ def serve(model: str, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, par
                              f"({'a file' if os.path.exists(slot_save_path) else 'nothing there'})")
     if n_ctx < 0:
         raise MinillamaError(f"expected --ctx-size (-c) of 0 (the model's) or more, found {n_ctx}")
+    n_ctx = -(-n_ctx // CTX_PAD) * CTX_PAD  # llama_context pads n_ctx so: llama-server's -c 100 holds 256 tokens
     cache_bytes = cache_ram_bytes(cache_ram)
     chat_template = read_chat_template(chat_template_file) if chat_template_file is not None else None
     if reasoning_format not in ("auto", "deepseek", "none"):
@@ -149,6 +154,12 @@ def serve(model: str, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, par
     from .app import create_app
     from .guard import MAX_HEADER_BYTES, Guard, protocol
 
+    reranking = reranking or pooling == "rank"
+    if reranking:
+        if pooling not in (None, "rank"):
+            raise MinillamaError(f"expected --reranking without --pooling or with --pooling rank, found --pooling "
+                                 f"{pooling}")
+        pooling = "rank"
     name = alias or os.path.basename(model)
     sock = listen(host, port)  # first: a port in use fails before the model loads
     try:
@@ -158,6 +169,9 @@ def serve(model: str, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, par
                         chat_template=chat_template, pooling=pooling)
         except ChatTemplateError as exc:
             raise MinillamaError(f"--chat-template-file {chat_template_file}: {exc}") from None
+        if reranking and getattr(llm.model, "rank_head", None) is None:
+            log(f"minillama serve: warning: {os.path.basename(model)} has no rank head (cls.output.weight): /rerank "
+                "scores with the last hidden state's first value, as llama-server does (load a reranker)")
         if llm.chat_template_fallback:
             log(f"minillama serve: {os.path.basename(model)} has no chat template (tokenizer.chat_template): chat "
                 "uses ChatML, as llama-server does (--chat-template-file gives another)")
@@ -170,7 +184,7 @@ def serve(model: str, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, par
                          request_log=log if verbose else None, reasoning_format=reasoning_format,
                          server_defaults=server_defaults, metrics=metrics, slots=slots,
                          slot_save_path=slot_save_path, reasoning_budget=reasoning_budget,
-                         reasoning_budget_message=reasoning_budget_message)
+                         reasoning_budget_message=reasoning_budget_message, reranking=reranking)
         guarded = Guard(app, bound_host=host, allowed_hosts=allowed_hosts, cors_origins=cors_origins,
                         body_timeout=timeout)
         bound = sock.getsockname()

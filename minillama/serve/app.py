@@ -65,7 +65,7 @@ def create_app(llm: Any, *, parallel: int = 1, api_key: str | None = None,
                request_log: Callable[[str], None] | None = None, reasoning_format: str = "auto",
                server_defaults: Mapping[str, Any] | None = None, metrics: bool = False, slots: bool = True,
                slot_save_path: str | None = None, reasoning_budget: int = -1,
-               reasoning_budget_message: str = "") -> Starlette:
+               reasoning_budget_message: str = "", reranking: bool = False) -> Starlette:
     """The server's ASGI app for one loaded model.
 
     llm: a minillama.api.Llama; each of the `parallel` slots gets its own session (llm.session(): a KV cache of
@@ -83,6 +83,7 @@ def create_app(llm: Any, *, parallel: int = 1, api_key: str | None = None,
     the folder of the slot files (--slot-save-path; None: no slot actions), as llama-server's.
     reasoning_budget, reasoning_budget_message: chat's thinking budget in tokens (--reasoning-budget, -1: none) and
     the text forced before the end tag; a request's reasoning_budget_tokens overrides it, except -1 (the default).
+    reranking: POST /rerank (and /reranking, /v1/rerank, /v1/reranking) answers (--reranking; llm.pooling "rank").
     """
     pool = SlotPool(llm.session, parallel, cache_bytes)
     llm.model.batcher.expected = lambda: pool.busy  # a decode step waits (briefly) for the other busy slots'
@@ -278,7 +279,7 @@ def create_app(llm: Any, *, parallel: int = 1, api_key: str | None = None,
     native = llamacpp.routes(llamacpp.Context(llm, pool, read_body, model_name, None if api_key is None else
                                               lambda r: _check_key(r, api_key), given,
                                               started=started, metrics=metrics, slots=slots,
-                                              slot_save_path=slot_save_path))
+                                              slot_save_path=slot_save_path, reranking=reranking))
     app = Starlette(routes=[Route(path, _guarded(fn, None if path in PUBLIC else api_key,
                                                  anthropic.error_body if "/messages" in path
                                                  else ApiError.body), methods=[method])

@@ -14,6 +14,9 @@ for the same settings. Only the fields' names and the answer's shape are llama.c
   and object forms; `cache_prompt`, `id_slot` and `n_keep` are accepted (the prompt cache picks the slot holding
   the longest prefix whatever they say; n_keep only matters with context shift, which is off);
 - errors are llama.cpp's object: {"error": {"code": 400, "message": ..., "type": "invalid_request_error"}}.
+
+The other native routes live here too: /infill, /apply-template, /embedding, /props, /metrics, /slots and the slot
+actions, and /rerank (with its aliases, behind --reranking: Llama.rank's scores in Jina's or TEI's shape).
 """
 
 from __future__ import annotations
@@ -115,6 +118,7 @@ class Context:
     metrics: bool = False  # GET /metrics (--metrics)
     slots: bool = True  # GET /slots (--no-slots: off)
     slot_save_path: str | None = None  # the folder of POST /slots/{id}?action=save|restore (--slot-save-path)
+    reranking: bool = False  # POST /rerank and its aliases (--reranking, --pooling rank)
 
 
 def _prompt_ids(llm: Any, prompt: Any) -> list[int]:
@@ -320,7 +324,7 @@ def routes(ctx: Context) -> list[tuple[str, Callable[[Request], Awaitable[Respon
                else [], "id_slot": slot_of(s), "stop": True, "model": ctx.model_name,
                "tokens_predicted": stats.generated_tokens, "tokens_evaluated": len(call.ids),
                "generation_settings": {**call.settings, **NEUTRAL, **SHOWN, "seed": stats.seed}, "prompt": llm.tokenizer.decode(call.ids),
-               "has_new_line": "\n" in run.text, "truncated": False,
+               "has_new_line": "\n" in run.text, "truncated": stats.stop_reason == "context",
                "stop_type": _STOP_TYPES.get(stats.stop_reason, "none"), "stopping_word": _stopping_word(run),
                "tokens_cached": len(call.ids) + stats.generated_tokens - 1, "timings": s.timings()}
         if call.n_probs and not call.stream:
@@ -434,6 +438,37 @@ def routes(ctx: Context) -> list[tuple[str, Callable[[Request], Awaitable[Respon
         except ClientGone:
             return Response(status_code=499)
 
+    async def rerank(request: Request) -> Response:
+        """llama-server's /rerank: each document's relevance to the query (Llama.rank), best first; Jina's shape
+        ({model, object, usage, results: [{index, relevance_score}]}), or TEI's (a list of {index, score, text?})
+        when the body names its documents `texts`."""
+        if not ctx.reranking:
+            raise ApiError(501, "This server does not support reranking. Start it with `--reranking`",
+                           type="not_supported_error")
+        body = await ctx.read_body(request, RERANK)
+        if "query" not in body:
+            raise ApiError(400, '"query" must be provided: expected a string, found no \'query\'', param="query")
+        documents = body.get("documents", body.get("texts", []))
+        if not documents:
+            raise ApiError(400, '"documents" must be a non-empty string array: expected at least one document, '
+                                "found none", param="documents")
+
+        def run(s: Any) -> tuple[list[float], int]:
+            """Each pair's prompt encoded and scored; a client that leaves stops it between documents."""
+            scores, n_tokens = [], 0
+            for document in documents:
+                s.check()
+                ids = llm.rerank_ids(body["query"], document)
+                n_tokens += len(ids)
+                scores.append(llm.rank_ids(ids))
+            return scores, n_tokens
+
+        try:
+            scores, n_tokens = await pool.call("rerank", run, request.is_disconnected)
+        except ClientGone:
+            return Response(status_code=499)
+        return JSONResponse(rerank_results(body, scores, documents, n_tokens, ctx.model_name))
+
     async def props(request: Request) -> Response:
         if request.method == "POST":
             raise ApiError(501, "This server does not support changing global properties (as llama-server without "
@@ -538,7 +573,8 @@ def routes(ctx: Context) -> list[tuple[str, Callable[[Request], Awaitable[Respon
             ("/embedding", native(embedding), "POST"),
             ("/props", native(props), "GET"), ("/props", native(props), "POST"),
             ("/metrics", native(metrics), "GET"), ("/slots", native(slots), "GET"),
-            ("/slots/{id_slot}", native(slot_action), "POST")]
+            ("/slots/{id_slot}", native(slot_action), "POST")] + [
+            (path, native(rerank), "POST") for path in ("/rerank", "/reranking", "/v1/rerank", "/v1/reranking")]
 
 
 #: The keys of a slot's `params` in llama-server's /slots (task_params::to_json with only_metrics), in its order.
@@ -676,6 +712,31 @@ def infill_ids(llm: Any, body: Mapping[str, Any], n_predict: int) -> list[int]:
     if tok.vocab.add_bos and special.get("bos") is not None:
         head.insert(0, special["bos"])
     return [*extra[len(extra) - n_extra:], *head, special["fim_suf"], *suffix[:n_suffix], special["fim_mid"]]
+
+
+#: /rerank's body: Jina's fields (query, documents, top_n), or TEI's (texts, return_text), as llama-server reads them.
+RERANK: dict[str, params.Field] = {"query": _f("string"), "documents": _f("array of strings"),
+                                   "texts": _f("array of strings"), "top_n": _f("integer", lo=0, hi=INT32_MAX),
+                                   "return_text": _f("boolean"), "model": _f("string")}
+
+
+def rerank_results(body: Mapping[str, Any], scores: list[float], documents: list[str], n_tokens: int,
+                   model_name: str) -> Any:
+    """llama-server's /rerank answer (format_response_rerank): the documents' indexes and scores, best first, the
+    first top_n of them (default: all); in TEI's form (the body gave `texts`) a bare list, each with its `text` when
+    return_text is true, else Jina's object with the model (the request's, else the server's) and the tokens."""
+    tei = "texts" in body
+    label = "score" if tei else "relevance_score"
+    results = [{"index": i, label: score} for i, score in enumerate(scores)]
+    if tei and body.get("return_text", False):
+        for r in results:
+            r["text"] = documents[r["index"]]
+    results.sort(key=lambda r: -r[label])
+    results = results[:body.get("top_n", len(results))]
+    if tei:
+        return results
+    return {"model": body.get("model", model_name), "object": "list",
+            "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens}, "results": results}
 
 
 APPLY_TEMPLATE: dict[str, params.Field] = {"messages": _f("array of messages {role, content}", required=True),

@@ -371,6 +371,61 @@ def test_embedding_is_the_normalised_mean_of_the_final_hidden_state(llm: Llama) 
     assert llm.pooling == "mean"  # the file has no {arch}.pooling_type
 
 
+# ---------------------------------------------------------------------------------------------------------------------
+# reranking
+
+RERANK_QUERY = "What is the capital of France?"
+RERANK_DOCUMENTS = ["Paris is the capital and largest city of France.", "Berlin is the capital of Germany.",
+                    "The cat sat on the mat.", "France's capital, Paris, lies on the Seine.", "x"]
+#: llama-server's /rerank relevance scores (xllamacpp, --reranking, 1 thread) for RERANK_QUERY and each document, on
+#: the seed-0 synthetic rerankers of tools/make_synthetic_arch.py (their sha256 first), and its usage.prompt_tokens
+RERANK_EXPECTED: dict[str, tuple[str, list[float], int]] = {
+    "qwen3-reranker": ("9bca4f9dd211ce44672711c33c7322b2bd40be36db3ffe3a9af895b2eb6bf6ca",
+                       [0.06851417571306229, 0.07290568947792053, 0.05829763039946556, 0.07039298117160797,
+                        0.08667021989822388], 237),
+    "qwen3-reranker-plain": ("4efafa1a1106d8e39567e9b41906d20dbe345fb43a63c9feb88cff57fab251d6",
+                             [0.6879385113716125, 0.7769804000854492, 0.6720725297927856, 0.749215841293335,
+                              0.8360911011695862], 156),
+}
+#: the pure backend multiplies float32 activations by dequantized weights, where ggml (and the native backend)
+#: first rounds each activation row to Q8_0: its scores stay within 0.02 of llama.cpp's here, in the same order
+RERANK_TOL = 1e-4 if os.environ.get("MINILLAMA_BACKEND", "native") != "pure" else 2e-2
+
+
+@pytest.mark.parametrize("name", list(RERANK_EXPECTED))
+def test_rank_gives_llama_servers_relevance_scores(tmp_path: Path, name: str) -> None:
+    """Llama.rank on a Qwen3 reranker (rank pooling, the yes/no head cls.output.weight; its rerank prompt, or
+    bos/query/eos/document/eos): llama-server's scores, within float32 rounding on the native backend."""
+    import hashlib
+
+    from support.synthetic import generator
+
+    path = tmp_path / f"{name}.gguf"
+    generator().write_model(name, path)
+    sha, expected, n_tokens = RERANK_EXPECTED[name]
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == sha
+    llm = Llama(path, threads=1)
+    assert llm.pooling == "rank"  # the file's pooling_type 4
+    scores = llm.rank(RERANK_QUERY, RERANK_DOCUMENTS)
+    assert scores == pytest.approx(expected, abs=RERANK_TOL)
+    assert np.argsort(scores).tolist() == np.argsort(expected).tolist()
+    assert sum(len(llm.rerank_ids(RERANK_QUERY, d)) for d in RERANK_DOCUMENTS) == n_tokens
+    with pytest.raises(MinillamaError, match="rank"):
+        llm.create_embedding("Hello")
+    assert Llama(path, pooling_type=4, threads=1).pooling == "rank"
+    assert Llama(path, pooling="mean", threads=1).create_embedding("Hello")["data"][0]["embedding"]
+
+
+def test_rank_refuses_what_llama_cpp_refuses(llm: Llama, tmp_path: Path) -> None:
+    """pooling_type 5 is no pooling; documents must be texts."""
+    with pytest.raises(ArgumentError, match="pooling_type"):
+        Llama(llm.model_path, pooling_type=5)
+    with pytest.raises(MinillamaError, match="documents"):
+        llm.rank("q", "one document")  # type: ignore[arg-type]
+    with pytest.raises(MinillamaError, match="documents"):
+        llm.rank("q", ["a", 5])  # type: ignore[list-item]
+
+
 def test_tokenize_detokenize(llm: Llama) -> None:
     ids = llm.tokenize(b"Hello, llamas!", add_special=False)
     assert ids == llm.tokenizer.encode("Hello, llamas!", add_special=False)

@@ -567,3 +567,157 @@ def test_the_docs_llama_server_script_runs_unchanged(theirs: Http, ours: Server,
     same = printed[1] == printed[0] if EXACT else printed[1].split("<|im_start|>", 1)[1] == printed[0].split(
         "<|im_start|>", 1)[1]
     assert same, printed
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# POST /rerank (/reranking, /v1/rerank, /v1/reranking) on a synthetic Qwen3 reranker
+# ---------------------------------------------------------------------------------------------------------------------
+
+#: relevance scores: llama.cpp's within float32 rounding on the native backend (the same kernels); the pure backend
+#: multiplies float32 activations by dequantized weights where ggml first rounds each activation row to Q8_0:
+#: within 0.02 on these models
+SCORE_TOL = 1e-4 if EXACT else 2e-2
+QUERY = "What is the capital of France?"
+DOCUMENTS = ["Paris is the capital and largest city of France.", "Berlin is the capital of Germany.",
+             "The cat sat on the mat.", "France's capital, Paris, lies on the Seine.", "x"]
+RERANKERS = ["qwen3-reranker", "qwen3-reranker-plain"]
+
+
+@pytest.fixture(scope="module", params=RERANKERS)
+def rerank_pair(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
+        tuple[Http, Server]]:
+    """llama-server with --reranking and `minillama serve --reranking` (or --pooling rank) on a synthetic Qwen3
+    reranker (rank pooling, the yes/no head cls.output.weight; with a rerank prompt, or joined by bos/eos)."""
+    from support.synthetic import generator
+
+    xlc = pytest.importorskip("xllamacpp")
+    path = tmp_path_factory.mktemp("rerank") / f"{request.param}.gguf"
+    generator().write_model(request.param, path)
+    rank = xlc.llama_pooling_type.LLAMA_POOLING_TYPE_RANK
+    server, theirs = llama_server(path, 512, embedding=True, pooling_type=rank)
+    # --pooling rank is --reranking here (embeddings are always on)
+    ours = Server(path, "-c", "512", *(["--reranking"] if request.param == "qwen3-reranker" else ["--pooling", "rank"]))
+    yield theirs, ours
+    ours.stop()
+    del server
+
+
+def _same_ranking(t: list[dict], o: list[dict], label: str) -> None:
+    assert [set(r) for r in o] == [set(r) for r in t]
+    assert [r[label] for r in o] == pytest.approx([r[label] for r in t], abs=SCORE_TOL)
+    # the same order, except between scores closer than the tolerance
+    for a, b in zip(o, t, strict=True):
+        assert a["index"] == b["index"] or abs(a[label] - b[label]) <= 2 * SCORE_TOL
+
+
+@pytest.mark.parametrize("path", ["/rerank", "/reranking", "/v1/rerank", "/v1/reranking"])
+def test_rerank_scores_are_llama_servers(rerank_pair: tuple[Http, Server], path: str) -> None:
+    """Jina's request {query, documents, top_n}: the same answer as llama-server's (model, object, usage, results
+    best first with index and relevance_score), the scores within float32 rounding."""
+    theirs, ours = rerank_pair
+    body = {"query": QUERY, "documents": DOCUMENTS}
+    (st, t), (so, o) = _both(theirs, ours, path, body)
+    assert st == so == 200, (t, o)
+    assert set(o) == set(t) == {"model", "object", "usage", "results"}
+    assert o["usage"] == t["usage"] and o["object"] == t["object"] == "list"
+    assert len(t["results"]) == len(DOCUMENTS)
+    assert len({round(r["relevance_score"], 3) for r in t["results"]}) > 2  # the head separates the documents
+    _same_ranking(t["results"], o["results"], "relevance_score")
+    (_, t), (_, o) = _both(theirs, ours, path, {**body, "top_n": 2, "model": "any"})
+    assert o["model"] == t["model"] == "any" and len(o["results"]) == len(t["results"]) == 2
+    _same_ranking(t["results"], o["results"], "relevance_score")
+
+
+def test_rerank_tei_form_is_llama_servers(rerank_pair: tuple[Http, Server]) -> None:
+    """TEI's request {query, texts, return_text}: a bare list of {index, score, text}, as llama-server answers."""
+    theirs, ours = rerank_pair
+    for body in ({"query": QUERY, "texts": DOCUMENTS, "return_text": True}, {"query": QUERY, "texts": DOCUMENTS[:2]}):
+        (st, t), (so, o) = _both(theirs, ours, "/rerank", body)
+        assert st == so == 200 and isinstance(t, list) and isinstance(o, list), (t, o)
+        _same_ranking(t, o, "score")
+        assert [r.get("text") for r in o] == [r.get("text") for r in t]
+
+
+def test_rerank_errors_are_llama_servers(rerank_pair: tuple[Http, Server]) -> None:
+    """No query, a query that is not a string, no documents: 400 with llama.cpp's error object on both."""
+    theirs, ours = rerank_pair
+    for body in ({"documents": DOCUMENTS}, {"query": 5, "documents": DOCUMENTS}, {"query": QUERY},
+                 {"query": QUERY, "documents": []}):
+        (st, t), (so, o) = _both(theirs, ours, "/rerank", body)
+        assert st == so == 400, (body, t, o)
+        assert set(o["error"]) == set(t["error"]) and o["error"]["type"] == t["error"]["type"], (t, o)
+
+
+def test_rerank_without_the_flag_is_llama_servers_501(theirs: Http, ours: Server) -> None:
+    """A server started without --reranking answers /rerank with llama-server's 501."""
+    body = {"query": QUERY, "documents": DOCUMENTS}
+    for path in ("/rerank", "/v1/reranking"):
+        (st, t), (so, o) = _both(theirs, ours, path, body)
+        assert st == so == 501 and o == t, (t, o)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# the context's end without context shift (llama-server's default)
+# ---------------------------------------------------------------------------------------------------------------------
+
+SMALL_CTX = 256  # what -c 100 gives: llama.cpp rounds a context up to a multiple of 256
+
+
+@pytest.fixture(scope="module")
+def small_ctx() -> Iterator[tuple[Http, Server]]:
+    """llama-server with a context of 256 and ours with -c 100, which holds 256 too (llama-server's -c 100 would as
+    well, but its batch would then be 100 tokens, which changes how its prompts are cut into passes)."""
+    server, theirs = llama_server(real_gguf(), SMALL_CTX)
+    ours = Server(real_gguf(), "-c", "100")
+    yield theirs, ours
+    ours.stop()
+    del server
+
+
+@pytest.mark.parametrize("n_prompt", [SMALL_CTX - 6, SMALL_CTX - 1])
+def test_generation_stops_at_the_context_as_llama_server(small_ctx: tuple[Http, Server], n_prompt: int) -> None:
+    """Without context shift a generation stops when the context is full: the same tokens, stop_type limit and
+    truncated, as llama-server."""
+    theirs, ours = small_ctx
+    body = {"prompt": [504] + [3575] * (n_prompt - 1), "n_predict": -1, "temperature": 0, "ignore_eos": True,
+            "return_tokens": True}
+    (st, t), (so, o) = _both(theirs, ours, "/completion", body)
+    assert st == so == 200, (t, o)
+    for key in ("tokens_predicted", "stop_type", "truncated", "tokens_evaluated"):
+        assert o[key] == t[key], (key, o[key], t[key])
+    assert t["truncated"] is True and t["stop_type"] == "limit"
+    if EXACT:
+        assert o["tokens"] == t["tokens"]
+
+
+def test_a_prompt_filling_the_context_is_llama_servers_error(small_ctx: tuple[Http, Server]) -> None:
+    """A prompt as long as the context (or longer) leaves no room: llama-server's exceed_context_size_error."""
+    theirs, ours = small_ctx
+    assert ours.request("GET", "/props")[1]["default_generation_settings"]["n_ctx"] == \
+        theirs.request("GET", "/props")[1]["default_generation_settings"]["n_ctx"] == SMALL_CTX
+    for n in (SMALL_CTX, SMALL_CTX + 1):
+        (st, t), (so, o) = _both(theirs, ours, "/completion", {"prompt": [504] * n, "n_predict": 4})
+        assert st == so == 400 and o["error"]["type"] == t["error"]["type"] == "exceed_context_size_error", (n, t, o)
+
+
+def test_rerank_without_a_rank_head_scores_as_llama_server() -> None:
+    """--reranking on a model with no rank head (SmolLM2): llama-server scores with the last hidden state's first
+    value and so does minillama, whose log warns at start."""
+    xlc = pytest.importorskip("xllamacpp")
+    server, theirs = llama_server(real_gguf(), 512, embedding=True,
+                                  pooling_type=xlc.llama_pooling_type.LLAMA_POOLING_TYPE_RANK)
+    ours = Server(real_gguf(), "-c", "512", "--reranking")
+    try:
+        body = {"query": QUERY, "documents": DOCUMENTS[:3]}
+        (st, t), (so, o) = _both(theirs, ours, "/rerank", body)
+        assert st == so == 200 and o["usage"] == t["usage"], (t, o)
+        # a hidden state's value (about -1.5 here), not a probability: the pure backend, which does not round the
+        # activations to Q8_0 before each of the 30 blocks' products as ggml does, is a few percent off
+        tol = 1e-4 if EXACT else 0.1
+        by_index = [{r["index"]: r["relevance_score"] for r in x["results"]} for x in (o, t)]
+        assert [by_index[0][i] for i in range(3)] == pytest.approx([by_index[1][i] for i in range(3)], abs=tol,
+                                                                   rel=tol)
+        assert "has no rank head" in "".join(ours.log)
+    finally:
+        ours.stop()
+        del server
