@@ -44,18 +44,22 @@ static inline __m256i bcast16(const uint8_t *p) {
 }
 #define splat4(v, i) _mm256_shuffle_epi32((v), (i) * 0x55)
 
-/* r[k] := lane g of the eight r[k] in lane k of r[g]: an 8 x 8 transpose of int32 lanes. */
+/* An 8 x 8 transpose of int32 lanes: lane g of r[k] goes to lane k of r[g]. */
 static inline void transpose8(__m256i r[8]) {
     __m256i t[8], u[8];
-    for (int i = 0; i < 4; i++)
-        t[2 * i] = _mm256_unpacklo_epi32(r[2 * i], r[2 * i + 1]),
+    for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm256_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
         t[2 * i + 1] = _mm256_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-    for (int h = 0; h < 2; h++) /* rows 0-3 (h = 0) or 4-7: u[4h + c] holds lanes c and c + 4 of them */
-        for (int c = 0; c < 2; c++)
-            u[4 * h + 2 * c] = _mm256_unpacklo_epi64(t[4 * h + c], t[4 * h + 2 + c]),
-                          u[4 * h + 2 * c + 1] = _mm256_unpackhi_epi64(t[4 * h + c], t[4 * h + 2 + c]);
-    for (int c = 0; c < 4; c++)
-        r[c] = _mm256_permute2x128_si256(u[c], u[4 + c], 0x20), r[c + 4] = _mm256_permute2x128_si256(u[c], u[4 + c], 0x31);
+    }
+    for (int h = 0; h < 2; h++) /* rows 0-3 (h = 0) or 4-7: u[4h + c] holds their lanes c and c + 4 */
+        for (int c = 0; c < 2; c++) {
+            u[4 * h + 2 * c] = _mm256_unpacklo_epi64(t[4 * h + c], t[4 * h + 2 + c]);
+            u[4 * h + 2 * c + 1] = _mm256_unpackhi_epi64(t[4 * h + c], t[4 * h + 2 + c]);
+        }
+    for (int c = 0; c < 4; c++) {
+        r[c] = _mm256_permute2x128_si256(u[c], u[4 + c], 0x20);
+        r[c + 4] = _mm256_permute2x128_si256(u[c], u[4 + c], 0x31);
+    }
 }
 
 void mq_pack_q4_k_avx2(const uint8_t *w, size_t rb, int nw, int n, uint8_t *panel) {
@@ -231,12 +235,13 @@ static inline __attribute__((always_inline)) void q6k_gemm(const uint8_t *panel,
         for (int s = 0; s < 16; s++) { /* the 16-value group s: values 16s.., groups 4s..4s+3 of four */
             const uint8_t *q = pb + 128 * s, *a = yb + 4 + 16 * s;
             const __m256i sc = load32(pb + Q6K_SC + 32 * s);
+            __m256i av[MQ_NRC];
+            for (int r = 0; r < nrc; r++) av[r] = bcast16(a + (size_t)r * ys);
             for (int half = 0; half < 2; half++) {
                 const __m256i w0 = load32(q + 64 * half), w1 = load32(q + 64 * half + 32);
                 for (int r = 0; r < nrc; r++) {
-                    const uint8_t *ar = a + (size_t)r * ys + 8 * half;
-                    const __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(w0, bcast4(ar)),
-                                                         _mm256_maddubs_epi16(w1, bcast4(ar + 4)));
+                    const __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(w0, splat4(av[r], 2 * half)),
+                                                         _mm256_maddubs_epi16(w1, splat4(av[r], 2 * half + 1)));
                     sum[r] = _mm256_add_epi32(sum[r], _mm256_madd_epi16(s16, sc));
                 }
             }
