@@ -245,6 +245,25 @@ static int dot_panels(const mq_panel *P, mq_panel_fn panel, int type, const uint
     return 1;
 }
 
+/* dot_range where the type has gemm kernels: MQ_GEMM_ROWS weight rows at a time packed side by side (one panel,
+ * a few tens of KB, in L1/L2 while every tile of MQ_NRC activation rows runs against it). 0 when the buffer cannot
+ * be had (the caller falls back to the panels or rows kernels). */
+static int dot_gemm(const mq_gemm *G, mq_gemm_fn kernel, const uint8_t *w, size_t row_bytes, const uint8_t *y,
+                    size_t y_bytes, int64_t cols, int64_t n_x, int64_t r0, int64_t r1, float *out,
+                    int64_t out_stride) {
+    uint8_t *buf = aligned_alloc(32, (G->panel_bytes((int)cols) + 31) & ~(size_t)31);
+    if (!buf) return 0;
+    for (int64_t rb = r0; rb < r1; rb += MQ_GEMM_ROWS) {
+        const int nw = (int)(r1 - rb < MQ_GEMM_ROWS ? r1 - rb : MQ_GEMM_ROWS);
+        G->pack(w + (size_t)rb * row_bytes, row_bytes, nw, (int)cols, buf);
+        for (int64_t t = 0; t < n_x; t += MQ_NRC)
+            kernel(buf, (int)cols, y + (size_t)t * y_bytes, y_bytes, (int)(n_x - t < MQ_NRC ? n_x - t : MQ_NRC),
+                   out + t * out_stride + rb, (size_t)out_stride, nw);
+    }
+    free(buf);
+    return 1;
+}
+
 /* Rows r0..r1 of w against n_x quantized activation rows (y_bytes apart): out[t * out_stride + r]. */
 static void dot_range(int type, const uint8_t *w, size_t row_bytes, const uint8_t *y, size_t y_bytes, int64_t cols,
                       int64_t n_x, int64_t r0, int64_t r1, float *out, int64_t out_stride) {
@@ -254,6 +273,10 @@ static void dot_range(int type, const uint8_t *w, size_t row_bytes, const uint8_
         return;
     }
     const int batch = n_x >= MQ_BATCH && T->rows_batch;
+    const mq_gemm_fn gemm = batch ? T->gemm.kernel_batch : T->gemm.kernel;
+    if (gemm && n_x > MQ_NRC &&
+        dot_gemm(&T->gemm, gemm, w, row_bytes, y, y_bytes, cols, n_x, r0, r1, out, out_stride))
+        return; /* done: the weight rows packed once */
     const mq_dotn_fn dotn = batch ? T->rows_batch : T->rows;
     /* the rows kernels' tile scales; a single activation row goes to the one-row kernel, which reads none */
     float *yf = dotn && n_x > 1 ? tile_scales(T, y, y_bytes, cols, n_x) : NULL;

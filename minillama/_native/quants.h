@@ -51,6 +51,23 @@ typedef struct {
     mq_panel_fn panel_batch; /* the MQ_BATCH form where the type has one (else NULL) */
 } mq_panel;
 
+/* A prompt's product as an integer GEMM: MQ_GEMM_ROWS weight rows packed side by side (pack: rows nw (1..8) rows
+ * row_bytes apart, n values each, into one panel of panel_bytes(n) bytes; a missing row repeats the last), so that
+ * one register holds a value group of all of them and each int32 lane of the kernel's sums is one weight row.
+ * kernel: the panel against nrc (1..MQ_NRC) activation rows (y_stride apart): out[i * out_stride + k] = weight
+ * row k's dot with activation row i for k < nw, by the same float operations as the type's rows kernel, so with
+ * the same bits. The packing is made per product (each weight row once for all the batch's tiles), so it costs
+ * no memory beside the mapping and no load time. */
+#define MQ_GEMM_ROWS 8
+typedef void (*mq_gemm_fn)(const uint8_t *panel, int n, const uint8_t *y, size_t y_stride, int nrc, float *out,
+                           size_t out_stride, int nw);
+typedef struct {
+    size_t (*panel_bytes)(int n);
+    void (*pack)(const uint8_t *w, size_t row_bytes, int nw, int n, uint8_t *panel);
+    mq_gemm_fn kernel;       /* NULL: no gemm kernels */
+    mq_gemm_fn kernel_batch; /* the MQ_BATCH form where the type has one (else NULL) */
+} mq_gemm;
+
 /* From MQ_BATCH activation rows on, llama.cpp's CPU backend multiplies Q5_K and Q6_K matrices (which it does not
  * repack on AVX2) with its tiled kernels, which add each block's whole integer sum times the weight's d (less
  * dmin times the mins' sum) into one float chain, by the activation's d. The rows_batch kernels of that form are
@@ -73,6 +90,7 @@ typedef struct {
     mq_dotn_fn rows_batch;           /* the MQ_BATCH form (NULL: rows at any size) */
     mq_gemv_fn gemv;                 /* NULL: dot weight row by weight row */
     mq_panel panel;                  /* panel.panel NULL: none */
+    mq_gemm gemm;                    /* gemm.kernel NULL: none (the panels or rows kernels run) */
 } mq_traits;
 
 /* The layout columns of each row (ggml's GGML_QUANT_SIZES; the partner is ggml-cpu's vec_dot_type), written once

@@ -32,8 +32,6 @@ static inline __m256i bits_to_bytes(const uint8_t *p) {
     return _mm256_cmpeq_epi8(b, _mm256_set1_epi64x(-1));
 }
 
-static inline __m256i load32(const uint8_t *p) { return _mm256_loadu_si256((const __m256i *)p); }
-
 /* 16 int16 products (lane l: values whose index is l mod 16) as ggml's eight int32 lanes (value p into lane
  * p % 8) times the scale: lanes l and l + 8 are brought side by side (a 64-bit permute, then a byte shuffle in
  * each half), and one multiply-add of pairs makes lane l = sc * (p[l] + p[l + 8]). */
@@ -100,20 +98,6 @@ static float dot_q3_k_x(const uint8_t *w, const uint8_t *y, int n) {
  * a multiply-add by the sub-block scale, eight float lanes accumulated per block and added at the end. The
  * integer part of every sub-block is exact; the float terms are grouped as ggml's AVX2 groups them, not as the
  * scalar kernels do, so these agree with the references to float rounding (tests/test_quants.py). */
-/* Q4_K/Q5_K's twelve scale bytes as eight scales (bytes 0-7) and eight mins (bytes 8-15): kscales' values, by
- * llama.cpp's 32-bit masks (a dozen operations instead of the byte loop). */
-static inline __m128i kscales_x(const uint8_t *s) {
-    const uint32_t m1 = 0x3f3f3f3f, m2 = 0x0f0f0f0f, m3 = 0x03030303;
-    uint32_t u[4];
-    memcpy(u, s, 12);
-    u[3] = ((u[2] >> 4) & m2) | (((u[1] >> 6) & m3) << 4);
-    const uint32_t mins_lo = u[1] & m1;
-    u[1] = (u[2] & m2) | (((u[0] >> 6) & m3) << 4);
-    u[2] = mins_lo;
-    u[0] &= m1;
-    return _mm_loadu_si128((const __m128i *)u);
-}
-
 /* int16 lane k of each 128-bit half (one shuffle; _mm256_set1_epi16 of a scalar costs two). */
 static inline __m256i lane16(__m256i v, int k) {
     return _mm256_shuffle_epi8(v, _mm256_set1_epi16((short)(0x0100 + 0x0202 * k)));
@@ -943,11 +927,13 @@ static const mq_traits traits[MQ_NTYPES] = {
     [MQ_Q2_K] = {MQ_LAYOUT_Q2_K, .quantize = q8_k_x, .dot = dot_q2_k_avx2},
     [MQ_Q3_K] = {MQ_LAYOUT_Q3_K, .quantize = q8_k_x, .dot = dot_q3_k_x},
     [MQ_Q4_K] = {MQ_LAYOUT_Q4_K, .quantize = q8_k_x, .dot = dot_q4_k_fast, .rows = rows_q4_k, .gemv = gemv_q4_k,
-                 .panel = {row_bytes_q4k, unpack_q4k, panel_q4k, NULL}},
+                 .panel = {row_bytes_q4k, unpack_q4k, panel_q4k, NULL},
+                 .gemm = {mq_panel_bytes_q4_k_avx2, mq_pack_q4_k_avx2, mq_gemm_q4_k_avx2, NULL}},
     [MQ_Q5_K] = {MQ_LAYOUT_Q5_K, .quantize = q8_k_x, .dot = dot_q5_k_fast, .rows = rows_q5_k,
                  .rows_batch = rows_q5_k_batch},
     [MQ_Q6_K] = {MQ_LAYOUT_Q6_K, .quantize = q8_k_x, .dot = dot_q6_k_fast, .rows = rows_q6_k,
-                 .rows_batch = rows_q6_k_batch, .panel = {row_bytes_q6k, unpack_q6k, panel_q6k, panel_q6k_batch}},
+                 .rows_batch = rows_q6_k_batch, .panel = {row_bytes_q6k, unpack_q6k, panel_q6k, panel_q6k_batch},
+                 .gemm = {mq_panel_bytes_q6_k_avx2, mq_pack_q6_k_avx2, NULL, mq_gemm_q6_k_avx2}},
     [MQ_IQ4_NL] = {MQ_LAYOUT_IQ4_NL, .tile_scales = 1, .quantize = q8_0_x, .dot = dot_iq4_nl_x, .rows = rows_iq4_nl,
                    .gemv = gemv_iq4_nl, .panel = PANEL32},
     [MQ_MXFP4] = {MQ_LAYOUT_MXFP4, .tile_scales = 1, .quantize = q8_0_x, .dot = dot_mxfp4_x, .rows = rows_mxfp4,

@@ -8,6 +8,22 @@
  * of a Q4_1 product. */
 static inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
 
+static inline __m256i load32(const uint8_t *p) { return _mm256_loadu_si256((const __m256i *)p); }
+
+/* Q4_K/Q5_K's twelve scale bytes as eight scales (bytes 0-7) and eight mins (bytes 8-15): kscales' values, by
+ * llama.cpp's 32-bit masks (a dozen operations instead of the byte loop). */
+static inline __m128i kscales_x(const uint8_t *s) {
+    const uint32_t m1 = 0x3f3f3f3f, m2 = 0x0f0f0f0f, m3 = 0x03030303;
+    uint32_t u[4];
+    memcpy(u, s, 12);
+    u[3] = ((u[2] >> 4) & m2) | (((u[1] >> 6) & m3) << 4);
+    const uint32_t mins_lo = u[1] & m1;
+    u[1] = (u[2] & m2) | (((u[0] >> 6) & m3) << 4);
+    u[2] = mins_lo;
+    u[0] &= m1;
+    return _mm_loadu_si128((const __m128i *)u);
+}
+
 /* 16 bytes of nibbles as 32 values: low nibbles first (values 0-15), then high (16-31). */
 static inline __m256i nibbles(const uint8_t *p) {
     __m128i t = _mm_loadu_si128((const __m128i *)p);
@@ -41,5 +57,15 @@ void mq_rows_iq4_xs_avx2(const uint8_t *w, const uint8_t *y, size_t ys, int n, i
                          const float *yf);
 void mq_rows_iq4_xs_batch_avx2(const uint8_t *w, const uint8_t *y, size_t ys, int n, int nrc, float *out, size_t os,
                                const float *yf);
+
+/* quants_gemm_avx2.c's gemm kernels (mq_gemm of quants.h). */
+size_t mq_panel_bytes_q4_k_avx2(int n);
+void mq_pack_q4_k_avx2(const uint8_t *w, size_t row_bytes, int nw, int n, uint8_t *panel);
+void mq_gemm_q4_k_avx2(const uint8_t *panel, int n, const uint8_t *y, size_t ys, int nrc, float *out, size_t os,
+                       int nw);
+size_t mq_panel_bytes_q6_k_avx2(int n);
+void mq_pack_q6_k_avx2(const uint8_t *w, size_t row_bytes, int nw, int n, uint8_t *panel);
+void mq_gemm_q6_k_avx2(const uint8_t *panel, int n, const uint8_t *y, size_t ys, int nrc, float *out, size_t os,
+                       int nw);
 
 #endif

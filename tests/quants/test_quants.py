@@ -351,6 +351,28 @@ def test_avx2_products_equal_llamacpp_at_every_batch_size(t: T) -> None:
         np.testing.assert_array_equal(got, want, err_msg=f"{n} activation rows")
 
 
+@needs_core
+@pytest.mark.parametrize("t", [T.Q4_K, T.Q6_K], ids=lambda t: t.name)
+def test_avx2_prompt_products_equal_llamacpp(t: T) -> None:
+    """Prompt-sized products (the integer GEMM: weight rows packed eight side by side, tiles of four activation
+    rows, the weight rows split over threads in chunks) against llama.cpp's for the same batch, a real width (eight
+    blocks a row), 1 and 2 threads; and a matrix whose row count is not a multiple of eight (a part-filled panel)
+    has, row for row, the outputs of the full one."""
+    if _core.kernels() != "avx2":
+        pytest.skip(f"this CPU runs the {_core.kernels()} kernels")
+    ffi, lib = llamacpp()
+    rng = np.random.default_rng(int(t) + 400)
+    rows, cols = 56, 2048
+    raw = llamacpp_rows(ffi, lib, t, rows, cols, rng)
+    for n in (5, 16, 33):
+        x = (rng.standard_normal((n, cols)) * rng.uniform(0.01, 10)).astype(np.float32)
+        want = llamacpp_product(ffi, lib, t, raw, cols, x)
+        for threads in (1, 2):
+            np.testing.assert_array_equal(kernel(t, raw, cols, x, threads), want, err_msg=f"{n} rows, {threads} threads")
+        part = np.ascontiguousarray(raw[:45])
+        np.testing.assert_array_equal(kernel(t, part, cols, x, 2), want[:, :45], err_msg=f"{n} rows, 45 weight rows")
+
+
 #: The scale fields of the grid types at their edges: float16 zero, subnormal, max, inf and NaN; E8M0 bytes 0 (a
 #: subnormal half), 1, 2, 127 (one half), 254 and 255 (2^126: products overflow to inf).
 EDGE_F16 = [0x0000, 0x8000, 0x0001, 0x03FF, 0x3C00, 0x7BFF, 0xFBFF, 0x7C00, 0x7E00]
