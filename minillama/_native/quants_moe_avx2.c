@@ -28,6 +28,7 @@
 #include "quants_avx2.h"
 
 #define OFFSET 12  /* the grid's values + OFFSET are 0..24: maddubs pairs stay far inside int16 */
+#define TILE 8     /* activation rows that share each unpacked weight block */
 #define CHUNK 128  /* activation blocks whose sums are made at once (4096 columns); longer rows go in pieces */
 #define MX_BYTES 17 /* an MXFP4 block: the E8M0 byte, 16 bytes of nibbles */
 #define Y_BYTES 34  /* a Q8_0 block */
@@ -90,7 +91,7 @@ static void act_sums(const uint8_t *y, size_t ys, int nrc, int c0, int c1, int32
 static inline __attribute__((always_inline)) void group(const uint8_t *w, size_t rb, const uint8_t *y, size_t ys,
                                                         int c0, int c1, const int nrc, const int32_t *cs,
                                                         const float *dy, float *out, size_t os, int first) {
-    __m256 acc[MQ_NRC];
+    __m256 acc[TILE];
     for (int j = 0; j < nrc; j++)
         acc[j] = first ? _mm256_setzero_ps()
                        : _mm256_permutevar8x32_ps(_mm256_loadu_ps(out + (size_t)j * os), TO_LANES);
@@ -141,12 +142,12 @@ static float row_dot(const uint8_t *w, const uint8_t *y, int n) {
 
 void mq_gemm_mxfp4_avx2(const uint8_t *w, size_t rb, int64_t rows, const uint8_t *y, size_t ys, int n, int nrc,
                         float *out, size_t os) {
-    int32_t cs[MQ_NRC * CHUNK];
-    float dy[MQ_NRC * CHUNK];
+    int32_t cs[TILE * CHUNK];
+    float dy[TILE * CHUNK];
     const int nb = n / 32;
     const int64_t full = rows & ~(int64_t)7;
-    for (int j0 = 0; j0 < nrc; j0 += MQ_NRC) {
-        const int nt = nrc - j0 < MQ_NRC ? nrc - j0 : MQ_NRC;
+    for (int j0 = 0; j0 < nrc; j0 += TILE) {
+        const int nt = nrc - j0 < TILE ? nrc - j0 : TILE;
         const uint8_t *yt = y + (size_t)j0 * ys;
         float *ot = out + (size_t)j0 * os;
         for (int c0 = 0; c0 < nb; c0 += CHUNK) {
@@ -154,12 +155,18 @@ void mq_gemm_mxfp4_avx2(const uint8_t *w, size_t rb, int64_t rows, const uint8_t
             act_sums(yt, ys, nt, c0, c1, cs, dy);
             for (int64_t g = 0; g < full; g += 8) {
                 const uint8_t *wg = w + (size_t)g * rb;
+#define GROUP(k) group(wg, rb, yt, ys, c0, c1, k, cs, dy, ot + g, os, c0 == 0)
                 switch (nt) {
-                case 1: group(wg, rb, yt, ys, c0, c1, 1, cs, dy, ot + g, os, c0 == 0); break;
-                case 2: group(wg, rb, yt, ys, c0, c1, 2, cs, dy, ot + g, os, c0 == 0); break;
-                case 3: group(wg, rb, yt, ys, c0, c1, 3, cs, dy, ot + g, os, c0 == 0); break;
-                default: group(wg, rb, yt, ys, c0, c1, 4, cs, dy, ot + g, os, c0 == 0); break;
+                case 1: GROUP(1); break;
+                case 2: GROUP(2); break;
+                case 3: GROUP(3); break;
+                case 4: GROUP(4); break;
+                case 5: GROUP(5); break;
+                case 6: GROUP(6); break;
+                case 7: GROUP(7); break;
+                default: GROUP(8); break;
                 }
+#undef GROUP
             }
         }
         for (int64_t r = full; r < rows; r++)
@@ -174,20 +181,20 @@ void mq_gemv_mxfp4_avx2(const uint8_t *w, size_t rb, int64_t rows, const uint8_t
 
 /* Q4_K rows against several activation rows, each pair with gemv_q4_k's float operations (llama.cpp's
  * ggml_gemv_q4_K_8x8_q8_K, which its mul_mat_id runs row by row): a group of four weight rows, each row's block
- * unpacked once (k_quants, its scales) for a tile of up to MQ_NRC activation rows; each pair's whole sums (k_parts
+ * unpacked once (k_quants, its scales) for a tile of up to TILE activation rows; each pair's whole sums (k_parts
  * and the mins) reduced four weight rows side by side, their chains stepped together. Rows past the last group of
  * four take the same steps in a group of their own (the unused lanes thrown away). */
 static inline __attribute__((always_inline)) void q4k_group(const uint8_t *w, size_t rb, const int nr,
                                                             const uint8_t *y, size_t ys, int n, const int nrc,
                                                             float *out, size_t os) {
     const __m256i split = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7); /* d x y's d to lanes 0-3, dmin x it to 4-7 */
-    __m128 acc[MQ_NRC], accm[MQ_NRC];
+    __m128 acc[TILE], accm[TILE];
     for (int j = 0; j < nrc; j++) acc[j] = _mm_setzero_ps(), accm[j] = _mm_setzero_ps();
     uintptr_t ahead = (uintptr_t)w + GEMV_AHEAD * 4 * rb; /* as in gemv_q4_k: an address, maybe past the end */
     for (int ib = 0; ib < n / 256; ib++, ahead += 4 * 144) {
         for (int l = 0; l < 4 * 144; l += 64) _mm_prefetch((const char *)(ahead + (uintptr_t)l), _MM_HINT_T0);
         const uint8_t *yb = y + (size_t)ib * 292;
-        __m256i s[MQ_NRC][4], m[MQ_NRC][4];
+        __m256i s[TILE][4], m[TILE][4];
         uint32_t dmr[4] = {0, 0, 0, 0};
         for (int r = 0; r < 4; r++) {
             if (r >= nr) {
@@ -228,15 +235,21 @@ void mq_gemm_q4_k_avx2(const uint8_t *w, size_t rb, int64_t rows, const uint8_t 
                        float *out, size_t os) {
     for (int64_t r0 = 0; r0 < rows; r0 += 4) {
         const int nr = rows - r0 < 4 ? (int)(rows - r0) : 4;
-        for (int j0 = 0; j0 < nrc; j0 += MQ_NRC) {
+        for (int j0 = 0; j0 < nrc; j0 += TILE) {
             const uint8_t *wg = w + (size_t)r0 * rb, *yt = y + (size_t)j0 * ys;
             float *o = out + (size_t)j0 * os + (size_t)r0;
-            switch (nrc - j0 < MQ_NRC ? nrc - j0 : MQ_NRC) {
-            case 1: q4k_group(wg, rb, nr, yt, ys, n, 1, o, os); break;
-            case 2: q4k_group(wg, rb, nr, yt, ys, n, 2, o, os); break;
-            case 3: q4k_group(wg, rb, nr, yt, ys, n, 3, o, os); break;
-            default: q4k_group(wg, rb, nr, yt, ys, n, 4, o, os); break;
+#define GROUP(k) q4k_group(wg, rb, nr, yt, ys, n, k, o, os)
+            switch (nrc - j0 < TILE ? nrc - j0 : TILE) {
+            case 1: GROUP(1); break;
+            case 2: GROUP(2); break;
+            case 3: GROUP(3); break;
+            case 4: GROUP(4); break;
+            case 5: GROUP(5); break;
+            case 6: GROUP(6); break;
+            case 7: GROUP(7); break;
+            default: GROUP(8); break;
             }
+#undef GROUP
         }
     }
 }
