@@ -176,12 +176,13 @@ void mo_expert_rows(const ms_matrix *M, int64_t rows_e, int64_t e, const uint8_t
     const uint8_t *w = M->w[0] + (size_t)e * (size_t)rows_e * row_bytes;
     /* each activation row with the bits of its product alone, as llama.cpp's mul_mat_id multiplies an expert's rows
      * one at a time (the repacked types' gemv, the others' vec_dot; not the tiles of a dense product), but each
-     * weight block unpacked once for several rows where a kernel keeps every row's float operations: a type's
-     * gemm (MXFP4, Q4_K), or its rows kernel for up to MQ_NRC rows where that is the one-row kernel's arithmetic row by
+     * weight block unpacked once for several rows where a kernel keeps every row's float operations: a type's gemm
+     * (MXFP4, Q4_K), or its rows kernel for up to MQ_NRC rows where that is the one-row kernel's arithmetic row by
      * row: the 32-value types (tile_scales: Q4_0..Q8_0, IQ4_NL: one kernel for rows and gemv), and Q5_K, Q6_K and
-     * IQ4_XS, whose rows kernels below MQ_BATCH are ggml's vec_dot for each row (their rows_batch forms are not). */
+     * IQ4_XS, whose rows kernels below MQ_BATCH are ggml's vec_dot for each row (their rows_batch forms are not).
+     * A single row (a decode step) takes the type's gemv or dot. */
     const mq_traits *T = mq_traits_of(type);
-    if (T && T->gemm) {
+    if (T && T->gemm && n_j > 1) {
         T->gemm(w + (size_t)r0 * row_bytes, row_bytes, r1 - r0, y + (size_t)j0 * y_row, y_row, (int)M->cols,
                 (int)n_j, out + r0, (size_t)stride);
         return;
