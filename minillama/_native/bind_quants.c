@@ -6,7 +6,25 @@
 /* matmul(weight, ggml_type, rows, cols, x, out, threads): out[t, r] = weight row r . x[t] for every activation
  * row t of x (float32, n x cols), out float32 (n x rows). weight: the raw rows, exactly rows * row_bytes bytes.
  * Every length is checked against its buffer before C reads it; the GIL is released while the kernels run. */
-static PyObject *quants_product(PyObject *args, int single) {
+enum { PRODUCT, ONE_ROW, EXPERT };
+
+/* EXPERT: the rows of x as a mixture-of-experts feed-forward multiplies the rows that chose one expert (moe.c's
+ * mo_expert_rows, in work items of 16 weight rows): each row with the bits of its product alone. */
+static int expert_product(int type, const uint8_t *w, long long rows, long long cols, const float *x, long long n_x,
+                          float *out) {
+    const size_t y_row = mq_partner_bytes(type, cols);
+    uint8_t *y = malloc(y_row * (size_t)n_x + 1);
+    if (!y) return 0;
+    for (long long t = 0; t < n_x; t++) mq_quantize_row(type, x + t * cols, cols, y + (size_t)t * y_row);
+    const ms_matrix M = {.n = 1, .type = {type}, .w = {w}, .rows = {rows}, .cols = cols, .n_out = rows};
+    for (long long r0 = 0; r0 < rows; r0 += 16)
+        mo_expert_rows(&M, rows, 0, y, y_row, 0, n_x, r0, r0 + 16 < rows ? r0 + 16 : rows, out, rows);
+    free(y);
+    return 1;
+}
+
+static PyObject *quants_product(PyObject *args, int mode) {
+    const int single = mode == ONE_ROW;
     PyObject *wo, *xo, *oo;
     int gtype, threads;
     long long rows, cols;
@@ -42,7 +60,8 @@ static PyObject *quants_product(PyObject *args, int single) {
     }
     int ok;
     Py_BEGIN_ALLOW_THREADS
-    ok = mq_matmul(type, wb.buf, rows, cols, xb.buf, n_x, ob.buf, threads);
+    ok = mode == EXPERT ? expert_product(type, wb.buf, rows, cols, xb.buf, n_x, ob.buf)
+                        : mq_matmul(type, wb.buf, rows, cols, xb.buf, n_x, ob.buf, threads);
     Py_END_ALLOW_THREADS
     if (ok) {
         Py_INCREF(Py_None);
@@ -60,12 +79,17 @@ w:
 
 static PyObject *quants_matmul(PyObject *self, PyObject *args) {
     (void)self;
-    return quants_product(args, 0);
+    return quants_product(args, PRODUCT);
 }
 
 static PyObject *quants_matvec(PyObject *self, PyObject *args) {
     (void)self;
-    return quants_product(args, 1);
+    return quants_product(args, ONE_ROW);
+}
+
+static PyObject *quants_expert_matmul(PyObject *self, PyObject *args) {
+    (void)self;
+    return quants_product(args, EXPERT);
 }
 
 /* quantize(ggml_type, x) -> bytes: x (float32, a multiple of the partner's block) quantized to the partner of
@@ -121,6 +145,8 @@ static PyMethodDef quants_functions[] = {
     {"matmul", quants_matmul, METH_VARARGS,
      "matmul(weight, ggml_type, rows, cols, x, out, threads): out[t] = weight . x[t] as ggml computes it."},
     {"matvec", quants_matvec, METH_VARARGS, "matvec(weight, ggml_type, rows, cols, x, out, threads): one row x."},
+    {"expert_matmul", quants_expert_matmul, METH_VARARGS,
+     "expert_matmul(weight, ggml_type, rows, cols, x, out, threads): matmul as one expert's rows (each alone)."},
     {"kernels", quants_isa, METH_NOARGS, "'avx2' or 'scalar': the quantized kernels this CPU runs."},
     {"quant_types", quants_types, METH_NOARGS, "{ggml_type: (block, size, partner, ...)}: the types run in C."},
     {"quantize", quants_quantize, METH_VARARGS, "quantize(ggml_type, x): x as the partner of ggml_type's weights."},

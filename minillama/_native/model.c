@@ -306,8 +306,9 @@ static int64_t attention_split(const run *r, int part, int parts) {
     return n * H;
 }
 
-/* Rows of an expert's matrix one work item takes. */
-#define EXPERT_ROWS 16
+/* Rows of an expert's matrix one work item takes: enough that a kernel's setup per call (the gemm's activation
+ * sums, its tiles) is shared by many rows, few enough that the two parts end a stage together. */
+#define EXPERT_ROWS 64
 
 /* The work items of one expert product, shared by the team: item i is rows (i % per) * EXPERT_ROWS.. of used expert
  * i / per, of matrix `which` (0 or 1: gate or up, or down alone); out row j of the slots at out + j * stride. */

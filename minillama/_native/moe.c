@@ -174,12 +174,21 @@ void mo_expert_rows(const ms_matrix *M, int64_t rows_e, int64_t e, const uint8_t
     const int type = M->type[0];
     const size_t row_bytes = (size_t)(M->cols / mq_block(type)) * (size_t)mq_type_size(type);
     const uint8_t *w = M->w[0] + (size_t)e * (size_t)rows_e * row_bytes;
-    /* one activation row at a time, as llama.cpp's mul_mat_id multiplies an expert's rows (the repacked types'
-     * gemv, the others' vec_dot; not the tiles of four rows of a dense product). The 32-value types (tile_scales:
-     * Q4_0..Q8_0, IQ4_NL, MXFP4) have one kernel for both, whose rows form takes up to MQ_NRC activation rows with
-     * each pair's float operations those of one (the same bits): a weight block is unpacked once for them. */
-    const mq_traits *T = n_j > 1 ? mq_traits_of(type) : NULL;
-    if (T && T->tile_scales && T->rows && T->gemv) {
+    /* each activation row with the bits of its product alone, as llama.cpp's mul_mat_id multiplies an expert's rows
+     * one at a time (the repacked types' gemv, the others' vec_dot; not the tiles of a dense product), but each
+     * weight block unpacked once for several rows where a kernel keeps every row's float operations: a type's gemm
+     * (MXFP4, Q4_K), or its rows kernel for up to MQ_NRC rows where that is the one-row kernel's arithmetic row by
+     * row: the 32-value types (tile_scales: Q4_0..Q8_0, IQ4_NL: one kernel for rows and gemv), and Q5_K, Q6_K and
+     * IQ4_XS, whose rows kernels below MQ_BATCH are ggml's vec_dot for each row (their rows_batch forms are not).
+     * A single row (a decode step) takes the type's gemv or dot. */
+    const mq_traits *T = mq_traits_of(type);
+    if (T && T->experts && n_j > 1) {
+        T->experts(w + (size_t)r0 * row_bytes, row_bytes, r1 - r0, y + (size_t)j0 * y_row, y_row, (int)M->cols,
+                (int)n_j, out + r0, (size_t)stride);
+        return;
+    }
+    const int vec_dot_rows = type == MQ_Q5_K || type == MQ_Q6_K || type == MQ_IQ4_XS;
+    if (n_j > 1 && T && T->rows && ((T->tile_scales && T->gemv) || vec_dot_rows)) {
         for (int64_t r = r0; r < r1; r++)
             for (int64_t j = 0; j < n_j; j += MQ_NRC)
                 T->rows(w + (size_t)r * row_bytes, y + (size_t)(j0 + j) * y_row, y_row, (int)M->cols,

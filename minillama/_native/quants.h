@@ -37,6 +37,12 @@ typedef void (*mq_dotn_fn)(const uint8_t *w, const uint8_t *y, size_t y_stride, 
  * the bits of the type's one-row kernel (a decode step's products, several weight rows at a time). */
 typedef void (*mq_gemv_fn)(const uint8_t *w, size_t row_bytes, int64_t rows, const uint8_t *y, int n, float *out);
 
+/* A matrix of rows weight rows against nrc activation rows (y_stride apart): out[j * out_stride + r] = row r's dot
+ * with row j, each with the bits of the type's gemv (an expert's rows in a prompt: llama.cpp's mul_mat_id runs
+ * its gemv row by row), the weight blocks unpacked once for several activation rows. */
+typedef void (*mq_experts_fn)(const uint8_t *w, size_t row_bytes, int64_t rows, const uint8_t *y, size_t y_stride,
+                              int n, int nrc, float *out, size_t out_stride);
+
 /* A prompt's product with each weight row unpacked once rather than once per tile of activation rows. A panel row
  * is one weight row of n values unpacked into row_bytes(n) bytes (the quants as bytes, the block scales as
  * floats). panel: nw (1..2) panel rows (row_stride bytes apart) against nrc (1..MQ_NRC) activation rows (y_stride
@@ -91,6 +97,7 @@ typedef struct {
     mq_gemv_fn gemv;                 /* NULL: dot weight row by weight row */
     mq_panel panel;                  /* panel.panel NULL: none */
     mq_gemm gemm;                    /* gemm.kernel NULL: none (the panels or rows kernels run) */
+    mq_experts_fn experts;           /* NULL: the gemv (or dot) activation row by row (an expert's rows) */
 } mq_traits;
 
 /* The layout columns of each row (ggml's GGML_QUANT_SIZES; the partner is ggml-cpu's vec_dot_type), written once

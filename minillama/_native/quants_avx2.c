@@ -98,11 +98,6 @@ static float dot_q3_k_x(const uint8_t *w, const uint8_t *y, int n) {
  * a multiply-add by the sub-block scale, eight float lanes accumulated per block and added at the end. The
  * integer part of every sub-block is exact; the float terms are grouped as ggml's AVX2 groups them, not as the
  * scalar kernels do, so these agree with the references to float rounding (tests/test_quants.py). */
-/* int16 lane k of each 128-bit half (one shuffle; _mm256_set1_epi16 of a scalar costs two). */
-static inline __m256i lane16(__m256i v, int k) {
-    return _mm256_shuffle_epi8(v, _mm256_set1_epi16((short)(0x0100 + 0x0202 * k)));
-}
-
 /* Q4_K blocks into an output's two float chains (d: the weight's d x the activation's; dm: the same with dmin),
  * as llama.cpp's repacked kernels add them. p[j]: products times scales of the block's 64-value part j (eight
  * int32 lanes); m: the mins against the activation's sums (lane l: sub-block l). A row alone, or past the last
@@ -113,12 +108,6 @@ static inline void q4k_whole(const __m256i p[4], __m256i m, float d, float dm, f
     const __m256i s = _mm256_add_epi32(_mm256_add_epi32(p[0], p[1]), _mm256_add_epi32(p[2], p[3]));
     *acc = fmaf((float)hsum_epi32(s), d, *acc);
     *accm = fmaf((float)hsum_epi32(m), dm, *accm);
-}
-
-/* Lane i: the sum of x[i]'s eight lanes (exact, in any order). */
-static inline __m128i hsum4_epi32(const __m256i x[4]) {
-    const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(x[0], x[1]), _mm256_hadd_epi32(x[2], x[3]));
-    return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
 }
 
 /* A full tile's block: p[r][j] the products of row r's part j, m[r] its mins (lane l: sub-block l); lane r of d,
@@ -140,35 +129,6 @@ static inline void q4k_tile(__m256i p[MQ_NRC][4], const __m256i m[MQ_NRC], __m12
     const __m256 m13 = _mm256_cvtepi32_ps(_mm256_castps_si256(_mm256_shuffle_ps(h01, h23, _MM_SHUFFLE(3, 1, 3, 1))));
     *accm = _mm_fmadd_ps(_mm256_extractf128_ps(m13, 1), dm, _mm_fmadd_ps(_mm256_extractf128_ps(m02, 1), dm,
             _mm_fmadd_ps(_mm256_castps256_ps128(m13), dm, _mm_fmadd_ps(_mm256_castps256_ps128(m02), dm, *accm))));
-}
-
-/* A Q4_K (five = 0) or Q5_K block's 256 quants as bytes: lo[j], hi[j] the low and high nibbles of its 64-value
- * part j (with Q5_K's fifth bit). */
-static inline void k_quants(const uint8_t *w, const int five, __m256i lo[4], __m256i hi[4]) {
-    const __m256i low4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
-    const uint8_t *q4 = w + (five ? 48 : 16);
-    const __m256i hm = load32(w + 16);
-    for (int j = 0; j < 4; j++) {
-        const __m256i v = load32(q4 + 32 * j);
-        lo[j] = _mm256_and_si256(v, low4), hi[j] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
-        if (five) {
-            lo[j] = _mm256_or_si256(lo[j], _mm256_slli_epi16(
-                _mm256_and_si256(_mm256_srl_epi16(hm, _mm_cvtsi32_si128(2 * j)), one), 4));
-            hi[j] = _mm256_or_si256(hi[j], _mm256_slli_epi16(
-                _mm256_and_si256(_mm256_srl_epi16(hm, _mm_cvtsi32_si128(2 * j + 1)), one), 4));
-        }
-    }
-}
-
-/* p[j]: part j's quants (k_quants) times the activation's q8 (its 256 int8), times the sub-block scales (sc16:
- * scale k is lane16(sc16, k)); exact in int32. */
-static inline void k_parts(const __m256i lo[4], const __m256i hi[4], __m256i sc16, const uint8_t *q8, __m256i p[4]) {
-    for (int j = 0; j < 4; j++) {
-        const __m256i pl = _mm256_madd_epi16(_mm256_maddubs_epi16(lo[j], load32(q8 + 64 * j)), lane16(sc16, 2 * j));
-        const __m256i ph = _mm256_madd_epi16(_mm256_maddubs_epi16(hi[j], load32(q8 + 64 * j + 32)),
-                                             lane16(sc16, 2 * j + 1));
-        p[j] = _mm256_add_epi32(pl, ph);
-    }
 }
 
 /* The body of the Q4_K/Q5_K kernel for nrc activation rows (a constant where it is inlined): each block's
@@ -446,7 +406,6 @@ GEMV32(gemv_q5_0, MQ_Q5_0)
 GEMV32(gemv_q5_1, MQ_Q5_1)
 GEMV32(gemv_q8_0, MQ_Q8_0)
 GEMV32(gemv_iq4_nl, MQ_IQ4_NL)
-GEMV32(gemv_mxfp4, MQ_MXFP4)
 #undef GEMV32
 
 /* Four Q4_K rows against one activation row: each row's two chains as q4k_whole adds them (llama.cpp's
@@ -928,7 +887,7 @@ static const mq_traits traits[MQ_NTYPES] = {
     [MQ_Q3_K] = {MQ_LAYOUT_Q3_K, .quantize = q8_k_x, .dot = dot_q3_k_x},
     [MQ_Q4_K] = {MQ_LAYOUT_Q4_K, .quantize = q8_k_x, .dot = dot_q4_k_fast, .rows = rows_q4_k, .gemv = gemv_q4_k,
                  .panel = {row_bytes_q4k, unpack_q4k, panel_q4k, NULL},
-                 .gemm = {mq_panel_bytes_q4_k_avx2, mq_pack_q4_k_avx2, mq_gemm_q4_k_avx2, NULL}},
+                 .gemm = {mq_panel_bytes_q4_k_avx2, mq_pack_q4_k_avx2, mq_gemm_q4_k_avx2, NULL}, .experts = mq_experts_q4_k_avx2},
     [MQ_Q5_K] = {MQ_LAYOUT_Q5_K, .quantize = q8_k_x, .dot = dot_q5_k_fast, .rows = rows_q5_k,
                  .rows_batch = rows_q5_k_batch},
     [MQ_Q6_K] = {MQ_LAYOUT_Q6_K, .quantize = q8_k_x, .dot = dot_q6_k_fast, .rows = rows_q6_k,
@@ -937,7 +896,7 @@ static const mq_traits traits[MQ_NTYPES] = {
     [MQ_IQ4_NL] = {MQ_LAYOUT_IQ4_NL, .tile_scales = 1, .quantize = q8_0_x, .dot = dot_iq4_nl_x, .rows = rows_iq4_nl,
                    .gemv = gemv_iq4_nl, .panel = PANEL32},
     [MQ_MXFP4] = {MQ_LAYOUT_MXFP4, .tile_scales = 1, .quantize = q8_0_x, .dot = dot_mxfp4_x, .rows = rows_mxfp4,
-                  .gemv = gemv_mxfp4, .panel = PANEL32},
+                  .gemv = mq_gemv_mxfp4_avx2, .experts = mq_experts_mxfp4_avx2, .panel = PANEL32},
     [MQ_IQ4_XS] = {MQ_LAYOUT_IQ4_XS, .quantize = q8_k_x, .dot = mq_dot_iq4_xs_avx2, .rows = mq_rows_iq4_xs_avx2,
                    .rows_batch = mq_rows_iq4_xs_batch_avx2},
     [MQ_IQ2_XXS] = {MQ_LAYOUT_IQ2_XXS, .quantize = q8_k_x, .dot = mq_dot_iq2_xxs,

@@ -51,12 +51,60 @@ static inline int hsum_epi32(__m256i v) {
     return _mm_cvtsi128_si32(s);
 }
 
+/* The K-quant pieces quants_avx2.c's kernels and quants_moe_avx2.c's expert products share (load32 and kscales_x
+ * above too). */
+/* int16 lane k of each 128-bit half (one shuffle; _mm256_set1_epi16 of a scalar costs two). */
+static inline __m256i lane16(__m256i v, int k) {
+    return _mm256_shuffle_epi8(v, _mm256_set1_epi16((short)(0x0100 + 0x0202 * k)));
+}
+
+/* Lane i: the sum of x[i]'s eight lanes (exact, in any order). */
+static inline __m128i hsum4_epi32(const __m256i x[4]) {
+    const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(x[0], x[1]), _mm256_hadd_epi32(x[2], x[3]));
+    return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+
+/* A Q4_K (five = 0) or Q5_K block's 256 quants as bytes: lo[j], hi[j] the low and high nibbles of its 64-value
+ * part j (with Q5_K's fifth bit). */
+static inline void k_quants(const uint8_t *w, const int five, __m256i lo[4], __m256i hi[4]) {
+    const __m256i low4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
+    const uint8_t *q4 = w + (five ? 48 : 16);
+    const __m256i hm = load32(w + 16);
+    for (int j = 0; j < 4; j++) {
+        const __m256i v = load32(q4 + 32 * j);
+        lo[j] = _mm256_and_si256(v, low4), hi[j] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+        if (five) {
+            lo[j] = _mm256_or_si256(lo[j], _mm256_slli_epi16(
+                _mm256_and_si256(_mm256_srl_epi16(hm, _mm_cvtsi32_si128(2 * j)), one), 4));
+            hi[j] = _mm256_or_si256(hi[j], _mm256_slli_epi16(
+                _mm256_and_si256(_mm256_srl_epi16(hm, _mm_cvtsi32_si128(2 * j + 1)), one), 4));
+        }
+    }
+}
+
+/* p[j]: part j's quants (k_quants) times the activation's q8 (its 256 int8), times the sub-block scales (sc16:
+ * scale k is lane16(sc16, k)); exact in int32. */
+static inline void k_parts(const __m256i lo[4], const __m256i hi[4], __m256i sc16, const uint8_t *q8, __m256i p[4]) {
+    for (int j = 0; j < 4; j++) {
+        const __m256i pl = _mm256_madd_epi16(_mm256_maddubs_epi16(lo[j], load32(q8 + 64 * j)), lane16(sc16, 2 * j));
+        const __m256i ph = _mm256_madd_epi16(_mm256_maddubs_epi16(hi[j], load32(q8 + 64 * j + 32)),
+                                             lane16(sc16, 2 * j + 1));
+        p[j] = _mm256_add_epi32(pl, ph);
+    }
+}
+
 /* quants_avx2_iq.c's kernels (the mq_dot_fn and mq_dotn_fn of quants.h) for the AVX2 table. */
 float mq_dot_iq4_xs_avx2(const uint8_t *w, const uint8_t *y, int n);
 void mq_rows_iq4_xs_avx2(const uint8_t *w, const uint8_t *y, size_t ys, int n, int nrc, float *out, size_t os,
                          const float *yf);
 void mq_rows_iq4_xs_batch_avx2(const uint8_t *w, const uint8_t *y, size_t ys, int n, int nrc, float *out, size_t os,
                                const float *yf);
+/* quants_moe_avx2.c's products (quants.h's mq_experts_fn and mq_gemv_fn). */
+void mq_experts_mxfp4_avx2(const uint8_t *w, size_t rb, int64_t rows, const uint8_t *y, size_t ys, int n, int nrc,
+                        float *out, size_t os);
+void mq_experts_q4_k_avx2(const uint8_t *w, size_t rb, int64_t rows, const uint8_t *y, size_t ys, int n, int nrc,
+                       float *out, size_t os);
+void mq_gemv_mxfp4_avx2(const uint8_t *w, size_t rb, int64_t rows, const uint8_t *y, int n, float *out);
 
 /* quants_gemm_avx2.c's gemm kernels (mq_gemm of quants.h). */
 size_t mq_panel_bytes_q4_k_avx2(int n);

@@ -294,6 +294,19 @@ def repacked_product(ffi, lib, t: T, raw: np.ndarray, cols: int, x: np.ndarray) 
     return want
 
 
+def llamacpp_one_row(ffi, lib, t: T, raw: np.ndarray, cols: int, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """llama.cpp's product of the rows raw with one activation row x (y: its partner bytes), as its CPU backend
+    computes a row alone: the repacked types' gemv, the others' vec_dot."""
+    if t in REPACKED:
+        return repacked_product(ffi, lib, t, raw, cols, x[None])[0]
+    want, s = np.empty(raw.shape[0], np.float32), ffi.new("float *")
+    for r in range(raw.shape[0]):
+        getattr(lib, f"ggml_vec_dot_{VEC_DOT[t]}")(cols, s, 0, ffi.cast("void *", raw[r].ctypes.data), 0,
+                                                  ffi.cast("void *", y.ctypes.data), 0, 1)
+        want[r] = s[0]
+    return want
+
+
 #: The types whose AVX2 kernel computes the bits of the kernel llama.cpp's CPU backend runs on an AVX2 machine:
 #: ggml_vec_dot_<name> (its x86 build), and for Q4_0 and Q4_K, which it repacks eight rows interleaved at load,
 #: its gemv (IQ4_NL and MXFP4 too, by Q4_0's kernels). Q2_K and Q3_K have no AVX2 kernel here (the scalar order,
@@ -316,15 +329,7 @@ def test_avx2_kernels_equal_llamacpp_bit_for_bit(t: T) -> None:
         raw = llamacpp_rows(ffi, lib, t, rows, cols, rng)
         x = (rng.standard_normal(cols) * rng.uniform(0.01, 10)).astype(np.float32)
         y = np.frombuffer(tr.quantize_partner(x), np.uint8).copy()  # llama.cpp's bytes (tested above)
-        want = np.empty(rows, np.float32)
-        if t in REPACKED:
-            want = repacked_product(ffi, lib, t, raw, cols, x[None])[0]
-        else:
-            s = ffi.new("float *")
-            for r in range(rows):
-                getattr(lib, f"ggml_vec_dot_{VEC_DOT[t]}")(cols, s, 0, ffi.cast("void *", raw[r].ctypes.data), 0,
-                                                          ffi.cast("void *", y.ctypes.data), 0, 1)
-                want[r] = s[0]
+        want = llamacpp_one_row(ffi, lib, t, raw, cols, x, y)
         got = np.empty((1, rows), np.float32)
         _core.matvec(raw, int(t), rows, cols, x, got, 1)
         np.testing.assert_array_equal(got[0], want, err_msg=f"trial {trial}")
@@ -371,6 +376,27 @@ def test_avx2_prompt_products_equal_llamacpp(t: T) -> None:
             np.testing.assert_array_equal(kernel(t, raw, cols, x, threads), want, err_msg=f"{n} rows, {threads} threads")
         part = np.ascontiguousarray(raw[:45])
         np.testing.assert_array_equal(kernel(t, part, cols, x, 2), want[:, :45], err_msg=f"{n} rows, 45 weight rows")
+
+
+@pytest.mark.parametrize("t", LLAMACPP_AVX2, ids=lambda t: t.name)
+def test_avx2_expert_products_equal_llamacpp_row_by_row(t: T) -> None:
+    """The rows that chose one expert, multiplied together (each weight block unpacked once for several of them),
+    each have the bits llama.cpp's mul_mat_id gives a row alone (its repacked gemv or vec_dot, row by row), at any
+    number of rows, with weight rows past the last group of eight and rows longer than 4096 values."""
+    if _core.kernels() != "avx2":
+        pytest.skip(f"this CPU runs the {_core.kernels()} kernels")
+    ffi, lib = llamacpp()
+    tr, rng = TRAITS[t], np.random.default_rng(int(t) + 400)
+    for rows, cols in ((24, 1024), (8, 8448)):
+        raw = llamacpp_rows(ffi, lib, t, rows, cols, rng)
+        x = (rng.standard_normal((9, cols)) * rng.uniform(0.01, 10, (9, 1))).astype(np.float32)
+        want = np.stack([llamacpp_one_row(ffi, lib, t, raw, cols, xi,
+                                          np.frombuffer(tr.quantize_partner(xi), np.uint8).copy()) for xi in x])
+        for used in {rows, rows - 5}:
+            for n in (1, 2, 4, 5, 9):
+                got = np.full((n, used), np.nan, np.float32)
+                _core.expert_matmul(np.ascontiguousarray(raw[:used]), int(t), used, cols, x[:n], got, 1)
+                np.testing.assert_array_equal(got, want[:n, :used], err_msg=f"{used} x {cols}, {n} rows")
 
 
 #: The scale fields of the grid types at their edges: float16 zero, subnormal, max, inf and NaN; E8M0 bytes 0 (a
