@@ -1,7 +1,8 @@
 /* AVX2 products for the mixture-of-experts feed-forward, for quants_avx2.c's table: the experts kernels (quants.h's
  * mq_experts_fn) of MXFP4 (gpt-oss's experts) and of Q4_K (Qwen3-30B-A3B's), which multiply an expert's rows in
  * a prompt each with the bits of the type's gemv (llama.cpp's mul_mat_id runs its repacked gemv row by row) but
- * unpack each weight block once for several rows; and MXFP4's gemv (a decode step), which is its experts kernel for one row.
+ * unpack each weight block once for several rows; and MXFP4's gemv (a decode step), which is its experts kernel
+ * for one row.
  *
  * MXFP4 (bound by its instructions, not by memory: the work per block is what counts), eight weight rows at a time.
  * Bits: as ggml_gemv_mxfp4_8x8_q8_0 (llama.cpp repacks MXFP4 as Q4_0, eight rows interleaved), each output is one
