@@ -101,9 +101,9 @@ void mq_rows_iq4_xs_batch_avx2(const uint8_t *w, const uint8_t *y, size_t ys, in
                                const float *yf);
 /* quants_moe_avx2.c's products (quants.h's mq_experts_fn and mq_gemv_fn). */
 void mq_experts_mxfp4_avx2(const uint8_t *w, size_t rb, int64_t rows, const uint8_t *y, size_t ys, int n, int nrc,
-                        float *out, size_t os);
+                           float *out, size_t os);
 void mq_experts_q4_k_avx2(const uint8_t *w, size_t rb, int64_t rows, const uint8_t *y, size_t ys, int n, int nrc,
-                       float *out, size_t os);
+                          float *out, size_t os);
 void mq_gemv_mxfp4_avx2(const uint8_t *w, size_t rb, int64_t rows, const uint8_t *y, int n, float *out);
 
 /* quants_gemm_avx2.c's gemm kernels (mq_gemm of quants.h). */

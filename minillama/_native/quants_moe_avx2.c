@@ -141,8 +141,21 @@ static float row_dot(const uint8_t *w, const uint8_t *y, int n) {
     return acc;
 }
 
+/* CALL(k) for a tile of nt (1..TILE) activation rows, k a constant where it is inlined. */
+#define TILE_CASES(nt, CALL)                                                                                       \
+    switch (nt) {                                                                                                  \
+    case 1: CALL(1); break;                                                                                        \
+    case 2: CALL(2); break;                                                                                        \
+    case 3: CALL(3); break;                                                                                        \
+    case 4: CALL(4); break;                                                                                        \
+    case 5: CALL(5); break;                                                                                        \
+    case 6: CALL(6); break;                                                                                        \
+    case 7: CALL(7); break;                                                                                        \
+    default: CALL(8); break;                                                                                       \
+    }
+
 void mq_experts_mxfp4_avx2(const uint8_t *w, size_t rb, int64_t rows, const uint8_t *y, size_t ys, int n, int nrc,
-                        float *out, size_t os) {
+                           float *out, size_t os) {
     int32_t cs[TILE * CHUNK];
     float dy[TILE * CHUNK];
     const int nb = n / 32;
@@ -157,16 +170,7 @@ void mq_experts_mxfp4_avx2(const uint8_t *w, size_t rb, int64_t rows, const uint
             for (int64_t g = 0; g < full; g += 8) {
                 const uint8_t *wg = w + (size_t)g * rb;
 #define GROUP(k) group(wg, rb, yt, ys, c0, c1, k, cs, dy, ot + g, os, c0 == 0)
-                switch (nt) {
-                case 1: GROUP(1); break;
-                case 2: GROUP(2); break;
-                case 3: GROUP(3); break;
-                case 4: GROUP(4); break;
-                case 5: GROUP(5); break;
-                case 6: GROUP(6); break;
-                case 7: GROUP(7); break;
-                default: GROUP(8); break;
-                }
+                TILE_CASES(nt, GROUP)
 #undef GROUP
             }
         }
@@ -233,23 +237,14 @@ static inline __attribute__((always_inline)) void q4k_group(const uint8_t *w, si
 }
 
 void mq_experts_q4_k_avx2(const uint8_t *w, size_t rb, int64_t rows, const uint8_t *y, size_t ys, int n, int nrc,
-                       float *out, size_t os) {
+                          float *out, size_t os) {
     for (int64_t r0 = 0; r0 < rows; r0 += 4) {
         const int nr = rows - r0 < 4 ? (int)(rows - r0) : 4;
         for (int j0 = 0; j0 < nrc; j0 += TILE) {
             const uint8_t *wg = w + (size_t)r0 * rb, *yt = y + (size_t)j0 * ys;
             float *o = out + (size_t)j0 * os + (size_t)r0;
 #define GROUP(k) q4k_group(wg, rb, nr, yt, ys, n, k, o, os)
-            switch (nrc - j0 < TILE ? nrc - j0 : TILE) {
-            case 1: GROUP(1); break;
-            case 2: GROUP(2); break;
-            case 3: GROUP(3); break;
-            case 4: GROUP(4); break;
-            case 5: GROUP(5); break;
-            case 6: GROUP(6); break;
-            case 7: GROUP(7); break;
-            default: GROUP(8); break;
-            }
+            TILE_CASES(nrc - j0 < TILE ? nrc - j0 : TILE, GROUP)
 #undef GROUP
         }
     }
