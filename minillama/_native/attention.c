@@ -110,6 +110,7 @@ static float dot_f16_avx2(const uint16_t *x, const float *y, int64_t n) {
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
     const int64_t np = n & ~(int64_t)31;
     for (int64_t i = 0; i < np; i += 32)
+#pragma GCC unroll 4
         for (int j = 0; j < 4; j++)
             acc[j] = _mm256_fmadd_ps(load_f16x8(x + i + 8 * j), _mm256_loadu_ps(y + i + 8 * j), acc[j]);
     acc[0] = _mm256_add_ps(acc[0], acc[2]);
@@ -123,8 +124,34 @@ static float dot_f16_avx2(const uint16_t *x, const float *y, int64_t n) {
 }
 
 /* The scores of a run of keys are made before the softmax goes over them (they depend only on q and the keys),
- * so their dot products overlap rather than wait, each behind the previous key's exp and value update. */
+ * so their dot products overlap rather than wait, each behind the previous key's exp and value update; then the
+ * run's weights (the running maximum and S go key by key as before: a scale factor where a key raised the maximum,
+ * else 1, and each key's weight); then the weighted values, 64 lanes of the sum at a time held in registers over
+ * the whole run, each lane taking the same roundings in the same order as one key at a time would. */
 #define SCORE_RUN 128
+
+/* acc [8 n lanes] (n <= 8) over the run's keys: where up[j], acc = f16(acc * ms[j]); then acc = f16(v_j * w[j] +
+ * acc), fused. n is a constant at each call: the compiler keeps the lanes in registers. */
+static inline __attribute__((always_inline)) void run_lanes(float *acc, int n, const uint16_t *v, int64_t vs,
+                                                            int64_t len, const float *w, const float *ms,
+                                                            const uint8_t *up) {
+    __m256 a[8];
+#pragma GCC unroll 8
+    for (int i = 0; i < n; i++) a[i] = _mm256_loadu_ps(acc + 8 * i);
+    for (int64_t j = 0; j < len; j++) {
+        if (up[j]) {
+            const __m256 m8 = _mm256_set1_ps(ms[j]);
+#pragma GCC unroll 8
+            for (int i = 0; i < n; i++) a[i] = round_f16x8(_mm256_mul_ps(a[i], m8));
+        }
+        const __m256 w8 = _mm256_set1_ps(w[j]);
+        const uint16_t *vr = v + j * vs;
+#pragma GCC unroll 8
+        for (int i = 0; i < n; i++) a[i] = round_f16x8(_mm256_fmadd_ps(load_f16x8(vr + 8 * i), w8, a[i]));
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < n; i++) _mm256_storeu_ps(acc + 8 * i, a[i]);
+}
 
 static void row_avx2(const float *q, const uint16_t *k, int64_t ks, const uint16_t *v, int64_t vs, int64_t s0,
                      int64_t s1, int64_t D, int64_t Dv, float scale, const float *sink, float *out, float *work,
@@ -135,31 +162,40 @@ static void row_avx2(const float *q, const uint16_t *k, int64_t ks, const uint16
     for (; i + 8 <= D; i += 8) _mm256_storeu_ps(q16 + i, round_f16x8(_mm256_loadu_ps(q + i)));
     for (; i < D; i++) q16[i] = mq_round_f16(q[i]);
     for (i = 0; i < Dv; i++) acc[i] = 0;
-    float M = -INFINITY, S = 0, sc_run[SCORE_RUN];
+    float M = -INFINITY, S = 0, w[SCORE_RUN], ms[SCORE_RUN];
+    uint8_t up[SCORE_RUN];
     for (int64_t c0 = s0; c0 <= s1; c0 += SCORE_RUN) {
         const int64_t n = s1 + 1 - c0 < SCORE_RUN ? s1 + 1 - c0 : SCORE_RUN;
-        for (int64_t j = 0; j < n; j++) sc_run[j] = dot_f16_avx2(k + (c0 + j) * ks, q16, D) * scale;
+        for (int64_t j = 0; j < n; j++) w[j] = dot_f16_avx2(k + (c0 + j) * ks, q16, D) * scale;
         for (int64_t j = 0; j < n; j++) {
-            const float sc = sc_run[j];
-            float ms = 1, w = 1;
-            if (sc > M) {
+            const float sc = w[j];
+            ms[j] = 1, up[j] = sc > M;
+            if (up[j]) {
                 const float old = M;
                 M = sc;
-                ms = expf(old - M);
-                const __m256 m8 = _mm256_set1_ps(ms);
-                for (i = 0; i < dv8; i += 8)
-                    _mm256_storeu_ps(acc + i, round_f16x8(_mm256_mul_ps(_mm256_loadu_ps(acc + i), m8)));
-                for (; i < Dv; i++) acc[i] = mq_round_f16(acc[i] * ms);
+                ms[j] = expf(old - M);
+                w[j] = 1;
             } else
-                w = expf(sc - M);
-            const uint16_t *vr = v + (c0 + j) * vs;
-            const __m256 w8 = _mm256_set1_ps(w);
-            for (i = 0; i < dv8; i += 8)
-                _mm256_storeu_ps(acc + i,
-                                 round_f16x8(_mm256_fmadd_ps(load_f16x8(vr + i), w8, _mm256_loadu_ps(acc + i))));
-            for (; i < Dv; i++) acc[i] = mq_round_f16(fmaf(mq_half_float(vr[i]), w, acc[i]));
-            S = S * ms + w;
+                w[j] = expf(sc - M);
+            S = S * ms[j] + w[j];
         }
+        const uint16_t *vr = v + c0 * vs;
+        for (i = 0; i + 64 <= dv8; i += 64) run_lanes(acc + i, 8, vr + i, vs, n, w, ms, up);
+        switch ((dv8 - i) / 8) {
+        case 7: run_lanes(acc + i, 7, vr + i, vs, n, w, ms, up); break;
+        case 6: run_lanes(acc + i, 6, vr + i, vs, n, w, ms, up); break;
+        case 5: run_lanes(acc + i, 5, vr + i, vs, n, w, ms, up); break;
+        case 4: run_lanes(acc + i, 4, vr + i, vs, n, w, ms, up); break;
+        case 3: run_lanes(acc + i, 3, vr + i, vs, n, w, ms, up); break;
+        case 2: run_lanes(acc + i, 2, vr + i, vs, n, w, ms, up); break;
+        case 1: run_lanes(acc + i, 1, vr + i, vs, n, w, ms, up); break;
+        default: break;
+        }
+        for (i = dv8; i < Dv; i++)
+            for (int64_t j = 0; j < n; j++) {
+                if (up[j]) acc[i] = mq_round_f16(acc[i] * ms[j]);
+                acc[i] = mq_round_f16(fmaf(mq_half_float(vr[j * vs + i]), w[j], acc[i]));
+            }
     }
     finish(acc, Dv, M, S, sink, out, partial);
 }
@@ -223,9 +259,16 @@ void ma_attend_row_split(const float *q, const uint16_t *k, int64_t k_stride, co
  * sharing each key tile (transposed to float32) across the rows given together. */
 #define FA_TILE 64
 
+/* work: kt [D][FA_TILE] | sc [FA_TILE] | acc [MA_TILED_ROWS][Dv] | M, S [MA_TILED_ROWS] | then for the blocked
+ * rows: vt [FA_TILE][Dv] (the tile's values widened once) | their scores [MA_TILED_ROWS + BLOCK][FA_TILE] | a spare
+ * sum [Dv] (the lanes of a block past its last row). */
+#define BLOCK 4
 size_t ma_tiled_work(int64_t D, int64_t Dv) {
-    return (size_t)(FA_TILE * D + FA_TILE + (int64_t)MA_TILED_ROWS * (Dv + 2));
+    return (size_t)(FA_TILE * D + FA_TILE + (int64_t)MA_TILED_ROWS * (Dv + 2) + FA_TILE * Dv +
+                    (MA_TILED_ROWS + BLOCK) * FA_TILE + Dv);
 }
+
+struct tiled_ctx;
 
 typedef struct {
     /* sc[8 g0 .. 8 g1) = the dot products of q with the tile's keys (kt: [D][FA_TILE], transposed) */
@@ -234,6 +277,12 @@ typedef struct {
     void (*scale)(float *acc, int64_t Dv, float s);
     /* acc [Dv] += v * w, fused, v float16 */
     void (*mad)(float *acc, const uint16_t *v, int64_t Dv, float w);
+    /* kt [D][FA_TILE] columns 0..n-1 = the n keys k (rows ks apart) widened to float32 */
+    void (*keys)(float *kt, const uint16_t *k, int64_t ks, int64_t n, int64_t D);
+    /* NULL, or the rows rows[0..n) that see the whole tile (every key of FA_TILE) in blocks of BLOCK rows: each key
+     * row widened once for the block, each output lane's sums kept in registers across the tile, the same fused
+     * operations in the same order per output as the row-by-row path (see full_rows_avx2) */
+    void (*full_rows)(const struct tiled_ctx *c, const int64_t *rows, int64_t n);
 } tiled_ops;
 
 static void scores_scalar(const float *kt, const float *q, int64_t D, int64_t g0, int64_t g1, float *sc) {
@@ -252,57 +301,88 @@ static void mad_scalar(float *acc, const uint16_t *v, int64_t Dv, float w) {
     for (int64_t i = 0; i < Dv; i++) acc[i] = fmaf(mq_half_float(v[i]), w, acc[i]);
 }
 
-static const tiled_ops ops_scalar = {scores_scalar, scale_scalar, mad_scalar};
+static void keys_scalar(float *kt, const uint16_t *k, int64_t ks, int64_t n, int64_t D) {
+    for (int64_t j = 0; j < n; j++)
+        for (int64_t d = 0; d < D; d++) kt[d * FA_TILE + j] = mq_half_float(k[j * ks + d]);
+}
+
+static const tiled_ops ops_scalar = {scores_scalar, scale_scalar, mad_scalar, keys_scalar, NULL};
+
+/* One tile of one sequence's rows: what the blocked kernels need beside the rows. */
+struct tiled_ctx {
+    const tiled_ops *ops;
+    const float *q, *kt; /* the queries (q_stride apart), the tile's keys [D][FA_TILE] */
+    const uint16_t *v;   /* the tile's first value row; the others vs apart */
+    int64_t q_stride, vs, D, Dv;
+    float scale, *acc, *M, *S, *vt, *scb, *spare;
+};
 
 /* The sum of eight weights as ggml_vec_soft_max_f32's AVX2 loop adds them: upper half onto lower, then pairs. */
 static inline float sum8(const float *p) {
     return ((p[0] + p[4]) + (p[2] + p[6])) + ((p[1] + p[5]) + (p[3] + p[7]));
 }
 
+/* Row i's weights over the keys a..b of a tile (tile offsets), its scores sc[8 g0 .. 8 g1) made (g0 = a / 8,
+ * g1 = b / 8 + 1): the others of those groups masked, the scores times scale, a new maximum scaling the row's sum
+ * acc [Dv] and S, then sc = ggml_v_expf(score - M) and S += their sum (eight at a time, in double). */
+static void tile_weights(const tiled_ops *ops, float *sc, int64_t a, int64_t b, float scale, float *M, float *S,
+                         float *acc, int64_t Dv) {
+    const int64_t g0 = a / 8, g1 = b / 8 + 1;
+    float mx = -INFINITY;
+    for (int64_t j = 8 * g0; j < 8 * g1; j++) {
+        sc[j] = j < a || j > b ? -INFINITY : sc[j] * scale;
+        mx = sc[j] > mx ? sc[j] : mx;
+    }
+    if (mx > *M) {
+        const float ms = expf(*M - mx);
+        ops->scale(acc, Dv, ms);
+        *S *= ms;
+        *M = mx;
+    }
+    for (int64_t j = 8 * g0; j < 8 * g1; j++) sc[j] -= *M; /* the running maximum, not the tile's */
+    ma_v_expf_n(8 * (g1 - g0), sc + 8 * g0, sc + 8 * g0);
+    double sum = 0;
+    for (int64_t g = g0; g < g1; g++) sum += (double)sum8(sc + 8 * g);
+    *S = (float)((double)*S + sum);
+}
+
 static void attend_tiled(const tiled_ops *ops, const float *q, int64_t q_stride, int64_t n, const int64_t *pos,
                          int64_t window, const uint16_t *k, int64_t ks, const uint16_t *v, int64_t vs, int64_t D,
                          int64_t Dv, float scale, const float *sink, float *out, int64_t out_stride, float *work) {
     float *kt = work, *sc = kt + FA_TILE * D, *acc = sc + FA_TILE, *M = acc + MA_TILED_ROWS * Dv,
-          *S = M + MA_TILED_ROWS;
-    int64_t lo = INT64_MAX, hi = -1;
+          *S = M + MA_TILED_ROWS, *vt = S + MA_TILED_ROWS, *scb = vt + FA_TILE * Dv,
+          *spare = scb + (MA_TILED_ROWS + BLOCK) * FA_TILE;
+    struct tiled_ctx cx = {ops, q, kt, v, q_stride, vs, D, Dv, scale, acc, M, S, vt, scb, spare};
+    int64_t lo = INT64_MAX, hi = -1, full[MA_TILED_ROWS];
     for (int64_t i = 0; i < n; i++) {
         const int64_t s0 = window > 0 && pos[i] - window + 1 > 0 ? pos[i] - window + 1 : 0;
         lo = s0 < lo ? s0 : lo, hi = pos[i] > hi ? pos[i] : hi;
         M[i] = -INFINITY, S[i] = 0;
         for (int64_t j = 0; j < Dv; j++) acc[i * Dv + j] = 0;
     }
+    for (int64_t j = 0; j < Dv; j++) spare[j] = 0;
     for (int64_t c0 = lo / FA_TILE * FA_TILE; c0 <= hi; c0 += FA_TILE) {
         const int64_t c1 = c0 + FA_TILE - 1 < hi ? c0 + FA_TILE - 1 : hi; /* the last key any row sees */
-        for (int64_t j = 0; j <= c1 - c0; j++) {
-            const uint16_t *kr = k + (c0 + j) * ks;
-            for (int64_t d = 0; d < D; d++) kt[d * FA_TILE + j] = mq_half_float(kr[d]);
-        }
+        ops->keys(kt, k + c0 * ks, ks, c1 - c0 + 1, D);
         for (int64_t j = c1 - c0 + 1; j < FA_TILE && j % 8; j++) /* past the last key: masked, but defined */
             for (int64_t d = 0; d < D; d++) kt[d * FA_TILE + j] = 0;
+        int64_t n_full = 0;
         for (int64_t i = 0; i < n; i++) {
             const int64_t s0 = window > 0 && pos[i] - window + 1 > 0 ? pos[i] - window + 1 : 0;
             const int64_t a = s0 > c0 ? s0 - c0 : 0, b = pos[i] < c1 ? pos[i] - c0 : c1 - c0; /* seen: a..b */
             if (a > b) continue;
-            const int64_t g0 = a / 8, g1 = b / 8 + 1;
-            ops->scores(kt, q + i * q_stride, D, g0, g1, sc);
-            float mx = -INFINITY;
-            for (int64_t j = 8 * g0; j < 8 * g1; j++) {
-                sc[j] = j < a || j > b ? -INFINITY : sc[j] * scale;
-                mx = sc[j] > mx ? sc[j] : mx;
+            if (ops->full_rows && a == 0 && b == FA_TILE - 1) {
+                full[n_full++] = i;
+                continue;
             }
+            ops->scores(kt, q + i * q_stride, D, a / 8, b / 8 + 1, sc);
             float *ai = acc + i * Dv;
-            if (mx > M[i]) {
-                const float ms = expf(M[i] - mx);
-                ops->scale(ai, Dv, ms);
-                S[i] *= ms;
-                M[i] = mx;
-            }
-            for (int64_t j = 8 * g0; j < 8 * g1; j++) sc[j] -= M[i]; /* the running maximum, not the tile's */
-            ma_v_expf_n(8 * (g1 - g0), sc + 8 * g0, sc + 8 * g0);
-            double sum = 0;
-            for (int64_t g = g0; g < g1; g++) sum += (double)sum8(sc + 8 * g);
-            S[i] = (float)((double)S[i] + sum);
+            tile_weights(ops, sc, a, b, scale, M + i, S + i, ai, Dv);
             for (int64_t j = a; j <= b; j++) ops->mad(ai, v + (c0 + j) * vs, Dv, sc[j]);
+        }
+        if (n_full) {
+            cx.v = v + c0 * vs;
+            ops->full_rows(&cx, full, n_full);
         }
     }
     for (int64_t i = 0; i < n; i++) {
@@ -347,9 +427,174 @@ static void mad_avx2(float *acc, const uint16_t *v, int64_t Dv, float w) {
         _mm256_storeu_ps(acc + i, _mm256_fmadd_ps(load_f16x8(v + i), w8, _mm256_loadu_ps(acc + i)));
     for (; i < Dv; i++) acc[i] = fmaf(mq_half_float(v[i]), w, acc[i]);
 }
+
+/* sc[r][0 .. FA_TILE) = the scores of BLOCK queries q[r] with every key of the tile, sixteen keys of four rows in
+ * eight registers at a time: per lane the same chain of fused multiply-adds in dimension order as scores_avx2. */
+static void scores_block_avx2(const float *kt, const float *const *q, int64_t D, float *const *sc) {
+    for (int64_t c = 0; c < FA_TILE; c += 16) {
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, b0 = a0, b1 = a0, c0 = a0, c1 = a0, d0 = a0, d1 = a0;
+        for (int64_t d = 0; d < D; d++) {
+            const __m256 k0 = _mm256_loadu_ps(kt + d * FA_TILE + c), k1 = _mm256_loadu_ps(kt + d * FA_TILE + c + 8);
+            __m256 x = _mm256_broadcast_ss(q[0] + d);
+            a0 = _mm256_fmadd_ps(k0, x, a0), a1 = _mm256_fmadd_ps(k1, x, a1);
+            x = _mm256_broadcast_ss(q[1] + d);
+            b0 = _mm256_fmadd_ps(k0, x, b0), b1 = _mm256_fmadd_ps(k1, x, b1);
+            x = _mm256_broadcast_ss(q[2] + d);
+            c0 = _mm256_fmadd_ps(k0, x, c0), c1 = _mm256_fmadd_ps(k1, x, c1);
+            x = _mm256_broadcast_ss(q[3] + d);
+            d0 = _mm256_fmadd_ps(k0, x, d0), d1 = _mm256_fmadd_ps(k1, x, d1);
+        }
+        _mm256_storeu_ps(sc[0] + c, a0), _mm256_storeu_ps(sc[0] + c + 8, a1);
+        _mm256_storeu_ps(sc[1] + c, b0), _mm256_storeu_ps(sc[1] + c + 8, b1);
+        _mm256_storeu_ps(sc[2] + c, c0), _mm256_storeu_ps(sc[2] + c + 8, c1);
+        _mm256_storeu_ps(sc[3] + c, d0), _mm256_storeu_ps(sc[3] + c + 8, d1);
+    }
+}
+
+/* acc[r] [Dv] += the tile's value rows vt [FA_TILE][Dv] times the weights w[r], key by key in position order, each
+ * product fused into the sum (mad_avx2's operations per lane), sixteen lanes of four rows held in registers. */
+static void mad_block_avx2(float *const *acc, const float *const *w, const float *vt, int64_t Dv) {
+    int64_t c = 0;
+    for (; c + 16 <= Dv; c += 16) {
+        __m256 a0 = _mm256_loadu_ps(acc[0] + c), a1 = _mm256_loadu_ps(acc[0] + c + 8);
+        __m256 b0 = _mm256_loadu_ps(acc[1] + c), b1 = _mm256_loadu_ps(acc[1] + c + 8);
+        __m256 c0 = _mm256_loadu_ps(acc[2] + c), c1 = _mm256_loadu_ps(acc[2] + c + 8);
+        __m256 d0 = _mm256_loadu_ps(acc[3] + c), d1 = _mm256_loadu_ps(acc[3] + c + 8);
+        for (int64_t j = 0; j < FA_TILE; j++) {
+            const __m256 v0 = _mm256_loadu_ps(vt + j * Dv + c), v1 = _mm256_loadu_ps(vt + j * Dv + c + 8);
+            __m256 x = _mm256_broadcast_ss(w[0] + j);
+            a0 = _mm256_fmadd_ps(v0, x, a0), a1 = _mm256_fmadd_ps(v1, x, a1);
+            x = _mm256_broadcast_ss(w[1] + j);
+            b0 = _mm256_fmadd_ps(v0, x, b0), b1 = _mm256_fmadd_ps(v1, x, b1);
+            x = _mm256_broadcast_ss(w[2] + j);
+            c0 = _mm256_fmadd_ps(v0, x, c0), c1 = _mm256_fmadd_ps(v1, x, c1);
+            x = _mm256_broadcast_ss(w[3] + j);
+            d0 = _mm256_fmadd_ps(v0, x, d0), d1 = _mm256_fmadd_ps(v1, x, d1);
+        }
+        _mm256_storeu_ps(acc[0] + c, a0), _mm256_storeu_ps(acc[0] + c + 8, a1);
+        _mm256_storeu_ps(acc[1] + c, b0), _mm256_storeu_ps(acc[1] + c + 8, b1);
+        _mm256_storeu_ps(acc[2] + c, c0), _mm256_storeu_ps(acc[2] + c + 8, c1);
+        _mm256_storeu_ps(acc[3] + c, d0), _mm256_storeu_ps(acc[3] + c + 8, d1);
+    }
+    for (; c + 8 <= Dv; c += 8) {
+        __m256 a[BLOCK];
+#pragma GCC unroll 4
+        for (int r = 0; r < BLOCK; r++) a[r] = _mm256_loadu_ps(acc[r] + c);
+        for (int64_t j = 0; j < FA_TILE; j++) {
+            const __m256 v0 = _mm256_loadu_ps(vt + j * Dv + c);
+#pragma GCC unroll 4
+            for (int r = 0; r < BLOCK; r++) a[r] = _mm256_fmadd_ps(v0, _mm256_broadcast_ss(w[r] + j), a[r]);
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < BLOCK; r++) _mm256_storeu_ps(acc[r] + c, a[r]);
+    }
+    for (; c < Dv; c++)
+        for (int r = 0; r < BLOCK; r++)
+            for (int64_t j = 0; j < FA_TILE; j++) acc[r][c] = fmaf(vt[j * Dv + c], w[r][j], acc[r][c]);
+}
+
+/* tile_weights for a row that sees every key of the tile, eight scores at a time: the maximum as the row-by-row
+ * compare takes it (_mm256_max_ps keeps its second operand where the first is NaN or both are equal, as `sc > mx ?
+ * sc : mx` does; the lanes' maxima hold no NaN, so their order does not matter). */
+static void weights_full_avx2(float *sc, float scale, float *M, float *S, float *acc, int64_t Dv) {
+    const __m256 s8 = _mm256_set1_ps(scale);
+    __m256 mx8 = _mm256_set1_ps(-INFINITY);
+    for (int g = 0; g < FA_TILE; g += 8) {
+        const __m256 x = _mm256_mul_ps(_mm256_loadu_ps(sc + g), s8);
+        _mm256_storeu_ps(sc + g, x);
+        mx8 = _mm256_max_ps(x, mx8);
+    }
+    float lanes[8], mx = -INFINITY;
+    _mm256_storeu_ps(lanes, mx8);
+    for (int l = 0; l < 8; l++) mx = lanes[l] > mx ? lanes[l] : mx;
+    if (mx > *M) {
+        const float ms = expf(*M - mx);
+        scale_avx2(acc, Dv, ms);
+        *S *= ms;
+        *M = mx;
+    }
+    const __m256 m8 = _mm256_set1_ps(*M);
+    for (int g = 0; g < FA_TILE; g += 8) _mm256_storeu_ps(sc + g, _mm256_sub_ps(_mm256_loadu_ps(sc + g), m8));
+    ma_v_expf_n(FA_TILE, sc, sc);
+    double sum = 0;
+    for (int g = 0; g < FA_TILE; g += 8) sum += (double)sum8(sc + g);
+    *S = (float)((double)*S + sum);
+}
+
+/* The rows rows[0..n) that see every key of the tile: the tile's values widened to float32 once; the scores of
+ * BLOCK rows at a time; each row's weights (tile_weights, as row by row); the weighted values of BLOCK rows at a
+ * time. A block's lanes past its last row repeat its first row's query into spare rows, whose results are dropped. */
+static void full_rows_avx2(const struct tiled_ctx *c, const int64_t *rows, int64_t n) {
+    const int64_t Dv = c->Dv, dv8 = Dv & ~(int64_t)7;
+    for (int64_t j = 0; j < FA_TILE; j++) {
+        const uint16_t *vr = c->v + j * c->vs;
+        float *o = c->vt + j * Dv;
+        int64_t i = 0;
+        for (; i < dv8; i += 8) _mm256_storeu_ps(o + i, load_f16x8(vr + i));
+        for (; i < Dv; i++) o[i] = mq_half_float(vr[i]);
+    }
+    float *spare_sc = c->scb + MA_TILED_ROWS * FA_TILE;
+    for (int64_t b = 0; b < n; b += BLOCK) {
+        const float *q[BLOCK];
+        float *sc[BLOCK];
+        for (int r = 0; r < BLOCK; r++) {
+            const int real = b + r < n;
+            q[r] = c->q + rows[real ? b + r : b] * c->q_stride;
+            sc[r] = real ? c->scb + rows[b + r] * FA_TILE : spare_sc + r * FA_TILE;
+        }
+        scores_block_avx2(c->kt, q, c->D, sc);
+    }
+    for (int64_t k = 0; k < n; k++) {
+        const int64_t i = rows[k];
+        weights_full_avx2(c->scb + i * FA_TILE, c->scale, c->M + i, c->S + i, c->acc + i * Dv, Dv);
+    }
+    for (int64_t b = 0; b < n; b += BLOCK) {
+        float *acc[BLOCK];
+        const float *w[BLOCK];
+        for (int r = 0; r < BLOCK; r++) {
+            const int real = b + r < n;
+            acc[r] = real ? c->acc + rows[b + r] * Dv : c->spare;
+            w[r] = real ? c->scb + rows[b + r] * FA_TILE : spare_sc + r * FA_TILE;
+        }
+        mad_block_avx2(acc, w, c->vt, Dv);
+    }
+}
+
+/* keys_scalar eight keys by eight dimensions at a time: widened, then transposed in registers. */
+static void keys_avx2(float *kt, const uint16_t *k, int64_t ks, int64_t n, int64_t D) {
+    const int64_t n8 = n & ~(int64_t)7, d8 = D & ~(int64_t)7;
+    for (int64_t j = 0; j < n8; j += 8) {
+        for (int64_t d = 0; d < d8; d += 8) {
+            __m256 r[8], t[8];
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; i++) r[i] = load_f16x8(k + (j + i) * ks + d);
+#pragma GCC unroll 4
+            for (int i = 0; i < 8; i += 2) {
+                t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+                t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+            }
+#pragma GCC unroll 2
+            for (int i = 0; i < 8; i += 4) {
+                r[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+                r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+                r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+                r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+            }
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; i++) {
+                _mm256_storeu_ps(kt + (d + i) * FA_TILE + j, _mm256_permute2f128_ps(r[i], r[i + 4], 0x20));
+                _mm256_storeu_ps(kt + (d + i + 4) * FA_TILE + j, _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
+            }
+        }
+        for (int64_t jj = j; jj < j + 8; jj++)
+            for (int64_t d = d8; d < D; d++) kt[d * FA_TILE + jj] = mq_half_float(k[jj * ks + d]);
+    }
+    keys_scalar(kt + n8, k + n8 * ks, ks, n - n8, D);
+}
+
 #pragma GCC pop_options
 
-static const tiled_ops ops_avx2 = {scores_avx2, scale_avx2, mad_avx2};
+static const tiled_ops ops_avx2 = {scores_avx2, scale_avx2, mad_avx2, keys_avx2, full_rows_avx2};
 #endif
 
 void ma_attend_tiled(const float *q, int64_t q_stride, int64_t n, const int64_t *pos, int64_t window,
@@ -367,6 +612,7 @@ int ma_attend_seq(const float *q, int64_t n, int64_t H, int64_t Hkv, int64_t D, 
                   const uint16_t *k, const uint16_t *v, int64_t window, float scale, const float *sinks,
                   int64_t pass_rows, int64_t kv_split, float *out) {
     const int64_t kd = Hkv * D, vd = Hkv * Dv, group = H / Hkv;
+    mq_init(); /* mq_half_float's table: no model need have been run yet */
     const int tiled = pass_rows >= MA_TILED_ROWS;
     float *work = malloc(sizeof(float) * (tiled ? ma_tiled_work(D, Dv) : (size_t)(D + 3 * Dv)));
     int64_t *pos = tiled ? malloc(sizeof(int64_t) * (size_t)n) : NULL;
