@@ -91,8 +91,18 @@ static void row_scalar(const float *q, const uint16_t *k, int64_t ks, const uint
     finish(acc, Dv, M, S, sink, out, partial);
 }
 
-typedef void (*row_fn)(const float *, const uint16_t *, int64_t, const uint16_t *, int64_t, int64_t, int64_t,
+/* nq query heads (q + g D; outputs out + g Dv, partials partial + 2 g, sinks sink + g) over the same keys and
+ * values, each as row_scalar computes it alone. work: nq (D + Dv) floats. */
+typedef void (*row_fn)(const float *, int64_t, const uint16_t *, int64_t, const uint16_t *, int64_t, int64_t, int64_t,
                        int64_t, int64_t, float, const float *, float *, float *, float *);
+
+static void rows_scalar(const float *q, int64_t nq, const uint16_t *k, int64_t ks, const uint16_t *v, int64_t vs,
+                        int64_t s0, int64_t s1, int64_t D, int64_t Dv, float scale, const float *sink, float *out,
+                        float *work, float *partial) {
+    for (int64_t g = 0; g < nq; g++)
+        row_scalar(q + g * D, k, ks, v, vs, s0, s1, D, Dv, scale, sink ? sink + g : NULL, out + g * Dv, work,
+                   partial ? partial + 2 * g : NULL);
+}
 
 #ifdef MQ_X86_AVX2_BUILD
 #pragma GCC push_options
@@ -153,51 +163,70 @@ static inline __attribute__((always_inline)) void run_lanes(float *acc, int n, c
     for (int i = 0; i < n; i++) _mm256_storeu_ps(acc + 8 * i, a[i]);
 }
 
-static void row_avx2(const float *q, const uint16_t *k, int64_t ks, const uint16_t *v, int64_t vs, int64_t s0,
-                     int64_t s1, int64_t D, int64_t Dv, float scale, const float *sink, float *out, float *work,
-                     float *partial) {
-    float *q16 = work, *acc = work + D;
+/* The weighted values of one query over a run of n keys (run_lanes, 64 lanes at a time; the last Dv % 8 one by one). */
+static void run_values(float *acc, const uint16_t *vr, int64_t vs, int64_t n, int64_t Dv, const float *w,
+                       const float *ms, const uint8_t *up) {
     const int64_t dv8 = Dv & ~(int64_t)7;
     int64_t i = 0;
-    for (; i + 8 <= D; i += 8) _mm256_storeu_ps(q16 + i, round_f16x8(_mm256_loadu_ps(q + i)));
-    for (; i < D; i++) q16[i] = mq_round_f16(q[i]);
-    for (i = 0; i < Dv; i++) acc[i] = 0;
-    float M = -INFINITY, S = 0, w[SCORE_RUN], ms[SCORE_RUN];
-    uint8_t up[SCORE_RUN];
+    for (; i + 64 <= dv8; i += 64) run_lanes(acc + i, 8, vr + i, vs, n, w, ms, up);
+    switch ((dv8 - i) / 8) {
+    case 7: run_lanes(acc + i, 7, vr + i, vs, n, w, ms, up); break;
+    case 6: run_lanes(acc + i, 6, vr + i, vs, n, w, ms, up); break;
+    case 5: run_lanes(acc + i, 5, vr + i, vs, n, w, ms, up); break;
+    case 4: run_lanes(acc + i, 4, vr + i, vs, n, w, ms, up); break;
+    case 3: run_lanes(acc + i, 3, vr + i, vs, n, w, ms, up); break;
+    case 2: run_lanes(acc + i, 2, vr + i, vs, n, w, ms, up); break;
+    case 1: run_lanes(acc + i, 1, vr + i, vs, n, w, ms, up); break;
+    default: break;
+    }
+    for (i = dv8; i < Dv; i++)
+        for (int64_t j = 0; j < n; j++) {
+            if (up[j]) acc[i] = mq_round_f16(acc[i] * ms[j]);
+            acc[i] = mq_round_f16(fmaf(mq_half_float(vr[j * vs + i]), w[j], acc[i]));
+        }
+}
+
+/* rows_scalar's nq queries (at most MA_ROW_HEADS) together: each run's keys scored for every query while the key
+ * row is in the cache, and its values read once from memory for all of them. */
+static void row_avx2(const float *q, int64_t nq, const uint16_t *k, int64_t ks, const uint16_t *v, int64_t vs,
+                     int64_t s0, int64_t s1, int64_t D, int64_t Dv, float scale, const float *sink, float *out,
+                     float *work, float *partial) {
+    float *q16 = work, *acc = work + nq * D;
+    float M[MA_ROW_HEADS], S[MA_ROW_HEADS], w[MA_ROW_HEADS][SCORE_RUN], ms[MA_ROW_HEADS][SCORE_RUN];
+    uint8_t up[MA_ROW_HEADS][SCORE_RUN];
+    for (int64_t g = 0; g < nq; g++) {
+        const float *qg = q + g * D;
+        float *qh = q16 + g * D;
+        int64_t i = 0;
+        for (; i + 8 <= D; i += 8) _mm256_storeu_ps(qh + i, round_f16x8(_mm256_loadu_ps(qg + i)));
+        for (; i < D; i++) qh[i] = mq_round_f16(qg[i]);
+        for (i = 0; i < Dv; i++) acc[g * Dv + i] = 0;
+        M[g] = -INFINITY, S[g] = 0;
+    }
     for (int64_t c0 = s0; c0 <= s1; c0 += SCORE_RUN) {
         const int64_t n = s1 + 1 - c0 < SCORE_RUN ? s1 + 1 - c0 : SCORE_RUN;
-        for (int64_t j = 0; j < n; j++) w[j] = dot_f16_avx2(k + (c0 + j) * ks, q16, D) * scale;
-        for (int64_t j = 0; j < n; j++) {
-            const float sc = w[j];
-            ms[j] = 1, up[j] = sc > M;
-            if (up[j]) {
-                const float old = M;
-                M = sc;
-                ms[j] = expf(old - M);
-                w[j] = 1;
-            } else
-                w[j] = expf(sc - M);
-            S = S * ms[j] + w[j];
-        }
-        const uint16_t *vr = v + c0 * vs;
-        for (i = 0; i + 64 <= dv8; i += 64) run_lanes(acc + i, 8, vr + i, vs, n, w, ms, up);
-        switch ((dv8 - i) / 8) {
-        case 7: run_lanes(acc + i, 7, vr + i, vs, n, w, ms, up); break;
-        case 6: run_lanes(acc + i, 6, vr + i, vs, n, w, ms, up); break;
-        case 5: run_lanes(acc + i, 5, vr + i, vs, n, w, ms, up); break;
-        case 4: run_lanes(acc + i, 4, vr + i, vs, n, w, ms, up); break;
-        case 3: run_lanes(acc + i, 3, vr + i, vs, n, w, ms, up); break;
-        case 2: run_lanes(acc + i, 2, vr + i, vs, n, w, ms, up); break;
-        case 1: run_lanes(acc + i, 1, vr + i, vs, n, w, ms, up); break;
-        default: break;
-        }
-        for (i = dv8; i < Dv; i++)
+        for (int64_t j = 0; j < n; j++)
+            for (int64_t g = 0; g < nq; g++) w[g][j] = dot_f16_avx2(k + (c0 + j) * ks, q16 + g * D, D) * scale;
+        for (int64_t g = 0; g < nq; g++) {
+            float Mg = M[g], Sg = S[g];
             for (int64_t j = 0; j < n; j++) {
-                if (up[j]) acc[i] = mq_round_f16(acc[i] * ms[j]);
-                acc[i] = mq_round_f16(fmaf(mq_half_float(vr[j * vs + i]), w[j], acc[i]));
+                const float sc = w[g][j];
+                ms[g][j] = 1, up[g][j] = sc > Mg;
+                if (up[g][j]) {
+                    const float old = Mg;
+                    Mg = sc;
+                    ms[g][j] = expf(old - Mg);
+                    w[g][j] = 1;
+                } else
+                    w[g][j] = expf(sc - Mg);
+                Sg = Sg * ms[g][j] + w[g][j];
             }
+            M[g] = Mg, S[g] = Sg;
+            run_values(acc + g * Dv, v + c0 * vs, vs, n, Dv, w[g], ms[g], up[g]);
+        }
     }
-    finish(acc, Dv, M, S, sink, out, partial);
+    for (int64_t g = 0; g < nq; g++)
+        finish(acc + g * Dv, Dv, M[g], S[g], sink ? sink + g : NULL, out + g * Dv, partial ? partial + 2 * g : NULL);
 }
 #pragma GCC pop_options
 #define HAVE_AVX2_ROW 1
@@ -205,16 +234,16 @@ static void row_avx2(const float *q, const uint16_t *k, int64_t ks, const uint16
 
 static row_fn row_kernel(void) {
 #ifdef HAVE_AVX2_ROW
-    return mq_cpu_isa() == MQ_ISA_AVX2 ? row_avx2 : row_scalar;
+    return mq_cpu_isa() == MQ_ISA_AVX2 ? row_avx2 : rows_scalar;
 #else
-    return row_scalar;
+    return rows_scalar;
 #endif
 }
 
-void ma_attend_row(const float *q, const uint16_t *k, int64_t k_stride, const uint16_t *v, int64_t v_stride,
-                   int64_t s0, int64_t s1, int64_t D, int64_t Dv, float scale, const float *sink, float *out,
-                   float *work) {
-    row_kernel()(q, k, k_stride, v, v_stride, s0, s1, D, Dv, scale, sink, out, work, NULL);
+void ma_attend_row(const float *q, int64_t nq, const uint16_t *k, int64_t k_stride, const uint16_t *v,
+                   int64_t v_stride, int64_t s0, int64_t s1, int64_t D, int64_t Dv, float scale, const float *sink,
+                   float *out, float *work) {
+    row_kernel()(q, nq, k, k_stride, v, v_stride, s0, s1, D, Dv, scale, sink, out, work, NULL);
 }
 
 /* The split-KV path (ggml_compute_forward_flash_attn_ext_f16 with one query row and 512 cached cells or more):
@@ -223,28 +252,35 @@ void ma_attend_row(const float *q, const uint16_t *k, int64_t k_stride, const ui
  * ggml_flash_attn_ext_reduce_partials merges them in chunk order (chunks that saw nothing skipped): with M' the
  * larger maximum, sum = sum expf(M - M') + chunk's expf(Mc - M'), S likewise (its compiler fuses the first
  * product into the add), and at the end sum times 1 / S. work: D + 3 Dv floats. */
-void ma_attend_row_split(const float *q, const uint16_t *k, int64_t k_stride, const uint16_t *v, int64_t v_stride,
-                         int64_t s0, int64_t s1, int64_t n_kv, int64_t parts, int64_t D, int64_t Dv, float scale,
-                         const float *sink, float *out, float *work) {
+void ma_attend_row_split(const float *q, int64_t nq, const uint16_t *k, int64_t k_stride, const uint16_t *v,
+                         int64_t v_stride, int64_t s0, int64_t s1, int64_t n_kv, int64_t parts, int64_t D, int64_t Dv,
+                         float scale, const float *sink, float *out, float *work) {
     const row_fn row = row_kernel();
-    float *chunk = work + D + Dv, *sum = chunk + Dv, partial[2];
+    float *chunk = work + nq * (D + Dv), *sum = chunk + nq * Dv, partial[2 * MA_ROW_HEADS];
+    float M[MA_ROW_HEADS], S[MA_ROW_HEADS];
     const int64_t size = (n_kv + parts - 1) / parts;
-    float M = -INFINITY, S = 0;
-    for (int64_t i = 0; i < Dv; i++) sum[i] = 0;
+    for (int64_t g = 0; g < nq; g++) M[g] = -INFINITY, S[g] = 0;
+    for (int64_t i = 0; i < nq * Dv; i++) sum[i] = 0;
     for (int64_t c = 0; c < parts && c * size < n_kv; c++) {
         const int64_t lo = c * size > s0 ? c * size : s0, end = (c + 1) * size < n_kv ? (c + 1) * size : n_kv;
         const int64_t hi = end - 1 < s1 ? end - 1 : s1;
         /* every cell of the chunk masked: S = 0, skipped by the merge; but the first chunk takes the sink */
         if (lo > hi && !(c == 0 && sink)) continue;
-        row(q, k, k_stride, v, v_stride, lo, hi, D, Dv, scale, c == 0 ? sink : NULL, chunk, work, partial);
-        if (partial[1] == 0) continue;
-        const float M_new = fmaxf(M, partial[0]), old = expf(M - M_new), new = expf(partial[0] - M_new);
-        for (int64_t i = 0; i < Dv; i++) sum[i] = fmaf(sum[i], old, chunk[i] * new);
-        S = fmaf(S, old, partial[1] * new);
-        M = M_new;
+        row(q, nq, k, k_stride, v, v_stride, lo, hi, D, Dv, scale, c == 0 ? sink : NULL, chunk, work, partial);
+        for (int64_t g = 0; g < nq; g++) {
+            const float Mc = partial[2 * g], Sc = partial[2 * g + 1], *cg = chunk + g * Dv;
+            float *sg = sum + g * Dv;
+            if (Sc == 0) continue;
+            const float M_new = fmaxf(M[g], Mc), old = expf(M[g] - M_new), new = expf(Mc - M_new);
+            for (int64_t i = 0; i < Dv; i++) sg[i] = fmaf(sg[i], old, cg[i] * new);
+            S[g] = fmaf(S[g], old, Sc * new);
+            M[g] = M_new;
+        }
     }
-    const float inv = S != 0 ? 1.0f / S : 1.0f;
-    for (int64_t i = 0; i < Dv; i++) out[i] = sum[i] * inv;
+    for (int64_t g = 0; g < nq; g++) {
+        const float inv = S[g] != 0 ? 1.0f / S[g] : 1.0f;
+        for (int64_t i = 0; i < Dv; i++) out[g * Dv + i] = sum[g * Dv + i] * inv;
+    }
 }
 
 /* The tiled path (ggml_compute_forward_flash_attn_ext_tiled), which llama.cpp takes for a batch of 64 rows or
@@ -259,13 +295,14 @@ void ma_attend_row_split(const float *q, const uint16_t *k, int64_t k_stride, co
  * sharing each key tile (transposed to float32) across the rows given together. */
 #define FA_TILE 64
 
-/* work: kt [D][FA_TILE] | sc [FA_TILE] | acc [MA_TILED_ROWS][Dv] | M, S [MA_TILED_ROWS] | then for the blocked
- * rows: vt [FA_TILE][Dv] (the tile's values widened once) | their scores [MA_TILED_ROWS + BLOCK][FA_TILE] | a spare
- * sum [Dv] (the lanes of a block past its last row). */
+/* work, for R = MA_TILED_ROWS x MA_TILED_HEADS rows (a row: one query head of one position): kt [D][FA_TILE] | sc
+ * [FA_TILE] | acc [R][Dv] | M, S [R] | then for the blocked rows: vt [FA_TILE][Dv] (the tile's values widened once)
+ * | their scores [R + BLOCK][FA_TILE] | a spare sum [Dv] (the lanes of a block past its last row). */
 #define BLOCK 4
+#define TILED_R (MA_TILED_ROWS * MA_TILED_HEADS)
 size_t ma_tiled_work(int64_t D, int64_t Dv) {
-    return (size_t)(FA_TILE * D + FA_TILE + (int64_t)MA_TILED_ROWS * (Dv + 2) + FA_TILE * Dv +
-                    (MA_TILED_ROWS + BLOCK) * FA_TILE + Dv);
+    return (size_t)(FA_TILE * D + FA_TILE + (int64_t)TILED_R * (Dv + 2) + FA_TILE * Dv + (TILED_R + BLOCK) * FA_TILE +
+                    Dv);
 }
 
 struct tiled_ctx;
@@ -311,11 +348,16 @@ static const tiled_ops ops_scalar = {scores_scalar, scale_scalar, mad_scalar, ke
 /* One tile of one sequence's rows: what the blocked kernels need beside the rows. */
 struct tiled_ctx {
     const tiled_ops *ops;
-    const float *q, *kt; /* the queries (q_stride apart), the tile's keys [D][FA_TILE] */
+    const float *q, *kt; /* the queries (row r: position r % n, q_stride apart, head r / n), the tile's keys */
     const uint16_t *v;   /* the tile's first value row; the others vs apart */
-    int64_t q_stride, vs, D, Dv;
+    int64_t n, q_stride, vs, D, Dv;
     float scale, *acc, *M, *S, *vt, *scb, *spare;
 };
+
+/* Row r's query: head r / n of position r % n. */
+static inline const float *q_row(const float *q, int64_t r, int64_t n, int64_t q_stride, int64_t D) {
+    return q + r % n * q_stride + r / n * D;
+}
 
 /* The sum of eight weights as ggml_vec_soft_max_f32's AVX2 loop adds them: upper half onto lower, then pairs. */
 static inline float sum8(const float *p) {
@@ -346,19 +388,22 @@ static void tile_weights(const tiled_ops *ops, float *sc, int64_t a, int64_t b, 
     *S = (float)((double)*S + sum);
 }
 
-static void attend_tiled(const tiled_ops *ops, const float *q, int64_t q_stride, int64_t n, const int64_t *pos,
-                         int64_t window, const uint16_t *k, int64_t ks, const uint16_t *v, int64_t vs, int64_t D,
-                         int64_t Dv, float scale, const float *sink, float *out, int64_t out_stride, float *work) {
-    float *kt = work, *sc = kt + FA_TILE * D, *acc = sc + FA_TILE, *M = acc + MA_TILED_ROWS * Dv,
-          *S = M + MA_TILED_ROWS, *vt = S + MA_TILED_ROWS, *scb = vt + FA_TILE * Dv,
-          *spare = scb + (MA_TILED_ROWS + BLOCK) * FA_TILE;
-    struct tiled_ctx cx = {ops, q, kt, v, q_stride, vs, D, Dv, scale, acc, M, S, vt, scb, spare};
-    int64_t lo = INT64_MAX, hi = -1, full[MA_TILED_ROWS];
+static void attend_tiled(const tiled_ops *ops, const float *q, int64_t q_stride, int64_t n, int64_t nh,
+                         const int64_t *pos, int64_t window, const uint16_t *k, int64_t ks, const uint16_t *v,
+                         int64_t vs, int64_t D, int64_t Dv, float scale, const float *sink, float *out,
+                         int64_t out_stride, float *work) {
+    float *kt = work, *sc = kt + FA_TILE * D, *acc = sc + FA_TILE, *M = acc + TILED_R * Dv, *S = M + TILED_R,
+          *vt = S + TILED_R, *scb = vt + FA_TILE * Dv, *spare = scb + (TILED_R + BLOCK) * FA_TILE;
+    struct tiled_ctx cx = {ops, q, kt, v, n, q_stride, vs, D, Dv, scale, acc, M, S, vt, scb, spare};
+    const int64_t R = n * nh;
+    int64_t lo = INT64_MAX, hi = -1, full[TILED_R], ta[MA_TILED_ROWS], tb[MA_TILED_ROWS];
     for (int64_t i = 0; i < n; i++) {
         const int64_t s0 = window > 0 && pos[i] - window + 1 > 0 ? pos[i] - window + 1 : 0;
         lo = s0 < lo ? s0 : lo, hi = pos[i] > hi ? pos[i] : hi;
-        M[i] = -INFINITY, S[i] = 0;
-        for (int64_t j = 0; j < Dv; j++) acc[i * Dv + j] = 0;
+    }
+    for (int64_t r = 0; r < R; r++) {
+        M[r] = -INFINITY, S[r] = 0;
+        for (int64_t j = 0; j < Dv; j++) acc[r * Dv + j] = 0;
     }
     for (int64_t j = 0; j < Dv; j++) spare[j] = 0;
     for (int64_t c0 = lo / FA_TILE * FA_TILE; c0 <= hi; c0 += FA_TILE) {
@@ -366,37 +411,42 @@ static void attend_tiled(const tiled_ops *ops, const float *q, int64_t q_stride,
         ops->keys(kt, k + c0 * ks, ks, c1 - c0 + 1, D);
         for (int64_t j = c1 - c0 + 1; j < FA_TILE && j % 8; j++) /* past the last key: masked, but defined */
             for (int64_t d = 0; d < D; d++) kt[d * FA_TILE + j] = 0;
-        int64_t n_full = 0;
-        for (int64_t i = 0; i < n; i++) {
+        for (int64_t i = 0; i < n; i++) { /* the keys row i sees in this tile: ta..tb (tile offsets) */
             const int64_t s0 = window > 0 && pos[i] - window + 1 > 0 ? pos[i] - window + 1 : 0;
-            const int64_t a = s0 > c0 ? s0 - c0 : 0, b = pos[i] < c1 ? pos[i] - c0 : c1 - c0; /* seen: a..b */
+            ta[i] = s0 > c0 ? s0 - c0 : 0, tb[i] = pos[i] < c1 ? pos[i] - c0 : c1 - c0;
+        }
+        int64_t n_full = 0;
+        for (int64_t r = 0; r < R; r++) {
+            const int64_t a = ta[r % n], b = tb[r % n];
             if (a > b) continue;
             if (ops->full_rows && a == 0 && b == FA_TILE - 1) {
-                full[n_full++] = i;
+                full[n_full++] = r;
                 continue;
             }
-            ops->scores(kt, q + i * q_stride, D, a / 8, b / 8 + 1, sc);
-            float *ai = acc + i * Dv;
-            tile_weights(ops, sc, a, b, scale, M + i, S + i, ai, Dv);
-            for (int64_t j = a; j <= b; j++) ops->mad(ai, v + (c0 + j) * vs, Dv, sc[j]);
+            ops->scores(kt, q_row(q, r, n, q_stride, D), D, a / 8, b / 8 + 1, sc);
+            float *ar = acc + r * Dv;
+            tile_weights(ops, sc, a, b, scale, M + r, S + r, ar, Dv);
+            for (int64_t j = a; j <= b; j++) ops->mad(ar, v + (c0 + j) * vs, Dv, sc[j]);
         }
         if (n_full) {
             cx.v = v + c0 * vs;
             ops->full_rows(&cx, full, n_full);
         }
     }
-    for (int64_t i = 0; i < n; i++) {
+    for (int64_t r = 0; r < R; r++) {
         if (sink) { /* after the last tile, as the tiled path applies it (its running maximum left as it is) */
+            const float sk = sink[r / n];
             float ms = 1, vs = 1;
-            if (*sink > M[i]) {
-                ms = expf(M[i] - *sink);
-                ops->scale(acc + i * Dv, Dv, ms);
+            if (sk > M[r]) {
+                ms = expf(M[r] - sk);
+                ops->scale(acc + r * Dv, Dv, ms);
             } else
-                vs = expf(*sink - M[i]);
-            S[i] = S[i] * ms + vs;
+                vs = expf(sk - M[r]);
+            S[r] = S[r] * ms + vs;
         }
-        const float inv = S[i] == 0 ? 0 : 1.0f / S[i];
-        for (int64_t j = 0; j < Dv; j++) out[i * out_stride + j] = acc[i * Dv + j] * inv;
+        const float inv = S[r] == 0 ? 0 : 1.0f / S[r];
+        float *o = out + r % n * out_stride + r / n * Dv;
+        for (int64_t j = 0; j < Dv; j++) o[j] = acc[r * Dv + j] * inv;
     }
 }
 
@@ -533,13 +583,13 @@ static void full_rows_avx2(const struct tiled_ctx *c, const int64_t *rows, int64
         for (; i < dv8; i += 8) _mm256_storeu_ps(o + i, load_f16x8(vr + i));
         for (; i < Dv; i++) o[i] = mq_half_float(vr[i]);
     }
-    float *spare_sc = c->scb + MA_TILED_ROWS * FA_TILE;
+    float *spare_sc = c->scb + TILED_R * FA_TILE;
     for (int64_t b = 0; b < n; b += BLOCK) {
         const float *q[BLOCK];
         float *sc[BLOCK];
         for (int r = 0; r < BLOCK; r++) {
             const int real = b + r < n;
-            q[r] = c->q + rows[real ? b + r : b] * c->q_stride;
+            q[r] = q_row(c->q, rows[real ? b + r : b], c->n, c->q_stride, c->D);
             sc[r] = real ? c->scb + rows[b + r] * FA_TILE : spare_sc + r * FA_TILE;
         }
         scores_block_avx2(c->kt, q, c->D, sc);
@@ -597,7 +647,7 @@ static void keys_avx2(float *kt, const uint16_t *k, int64_t ks, int64_t n, int64
 static const tiled_ops ops_avx2 = {scores_avx2, scale_avx2, mad_avx2, keys_avx2, full_rows_avx2};
 #endif
 
-void ma_attend_tiled(const float *q, int64_t q_stride, int64_t n, const int64_t *pos, int64_t window,
+void ma_attend_tiled(const float *q, int64_t q_stride, int64_t n, int64_t nh, const int64_t *pos, int64_t window,
                      const uint16_t *k, int64_t k_stride, const uint16_t *v, int64_t v_stride, int64_t D, int64_t Dv,
                      float scale, const float *sink, float *out, int64_t out_stride, float *work) {
 #ifdef HAVE_AVX2_ROW
@@ -605,7 +655,8 @@ void ma_attend_tiled(const float *q, int64_t q_stride, int64_t n, const int64_t 
 #else
     const tiled_ops *ops = &ops_scalar;
 #endif
-    attend_tiled(ops, q, q_stride, n, pos, window, k, k_stride, v, v_stride, D, Dv, scale, sink, out, out_stride, work);
+    attend_tiled(ops, q, q_stride, n, nh, pos, window, k, k_stride, v, v_stride, D, Dv, scale, sink, out, out_stride,
+                 work);
 }
 
 int ma_attend_seq(const float *q, int64_t n, int64_t H, int64_t Hkv, int64_t D, int64_t Dv, int64_t start,
@@ -614,7 +665,7 @@ int ma_attend_seq(const float *q, int64_t n, int64_t H, int64_t Hkv, int64_t D, 
     const int64_t kd = Hkv * D, vd = Hkv * Dv, group = H / Hkv;
     mq_init(); /* mq_half_float's table: no model need have been run yet */
     const int tiled = pass_rows >= MA_TILED_ROWS;
-    float *work = malloc(sizeof(float) * (tiled ? ma_tiled_work(D, Dv) : (size_t)(D + 3 * Dv)));
+    float *work = malloc(sizeof(float) * (tiled ? ma_tiled_work(D, Dv) : ma_row_work(D, Dv)));
     int64_t *pos = tiled ? malloc(sizeof(int64_t) * (size_t)n) : NULL;
     if (!work || (tiled && !pos)) {
         free(work);
@@ -622,13 +673,15 @@ int ma_attend_seq(const float *q, int64_t n, int64_t H, int64_t Hkv, int64_t D, 
         return 0;
     }
     for (int64_t t = 0; tiled && t < n; t++) pos[t] = start + t;
-    for (int64_t h = 0; h < H; h++) {
+    const int64_t nh = ma_group_heads(H, Hkv, tiled ? MA_TILED_HEADS : MA_ROW_HEADS);
+    for (int64_t h = 0; h < H; h += nh) {
         const uint16_t *kh = k + (h / group) * D, *vh = v + (h / group) * Dv;
         const float *sink = sinks ? sinks + h : NULL;
         if (tiled) {
             for (int64_t t = 0; t < n; t += MA_TILED_ROWS)
-                ma_attend_tiled(q + t * H * D + h * D, H * D, n - t < MA_TILED_ROWS ? n - t : MA_TILED_ROWS, pos + t,
-                                window, kh, kd, vh, vd, D, Dv, scale, sink, out + t * H * Dv + h * Dv, H * Dv, work);
+                ma_attend_tiled(q + t * H * D + h * D, H * D, n - t < MA_TILED_ROWS ? n - t : MA_TILED_ROWS, nh,
+                                pos + t, window, kh, kd, vh, vd, D, Dv, scale, sink, out + t * H * Dv + h * Dv, H * Dv,
+                                work);
             continue;
         }
         for (int64_t t = 0; t < n; t++) {
@@ -636,10 +689,10 @@ int ma_attend_seq(const float *q, int64_t n, int64_t H, int64_t Hkv, int64_t D, 
             const int64_t n_kv = ma_split_cells(p, window, pass_rows, kv_split);
             float *o = out + t * H * Dv + h * Dv;
             if (n_kv)
-                ma_attend_row_split(q + t * H * D + h * D, kh, kd, vh, vd, s0, p, n_kv, kv_split, D, Dv, scale, sink, o,
-                                    work);
+                ma_attend_row_split(q + t * H * D + h * D, nh, kh, kd, vh, vd, s0, p, n_kv, kv_split, D, Dv, scale,
+                                    sink, o, work);
             else
-                ma_attend_row(q + t * H * D + h * D, kh, kd, vh, vd, s0, p, D, Dv, scale, sink, o, work);
+                ma_attend_row(q + t * H * D + h * D, nh, kh, kd, vh, vd, s0, p, D, Dv, scale, sink, o, work);
         }
     }
     free(work);
