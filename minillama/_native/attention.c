@@ -91,8 +91,18 @@ static void row_scalar(const float *q, const uint16_t *k, int64_t ks, const uint
     finish(acc, Dv, M, S, sink, out, partial);
 }
 
-typedef void (*row_fn)(const float *, const uint16_t *, int64_t, const uint16_t *, int64_t, int64_t, int64_t,
+/* nq query heads (q + g D; outputs out + g Dv, partials partial + 2 g, sinks sink + g) over the same keys and
+ * values, each as row_scalar computes it alone. work: nq (D + Dv) floats. */
+typedef void (*row_fn)(const float *, int64_t, const uint16_t *, int64_t, const uint16_t *, int64_t, int64_t, int64_t,
                        int64_t, int64_t, float, const float *, float *, float *, float *);
+
+static void rows_scalar(const float *q, int64_t nq, const uint16_t *k, int64_t ks, const uint16_t *v, int64_t vs,
+                        int64_t s0, int64_t s1, int64_t D, int64_t Dv, float scale, const float *sink, float *out,
+                        float *work, float *partial) {
+    for (int64_t g = 0; g < nq; g++)
+        row_scalar(q + g * D, k, ks, v, vs, s0, s1, D, Dv, scale, sink ? sink + g : NULL, out + g * Dv, work,
+                   partial ? partial + 2 * g : NULL);
+}
 
 #ifdef MQ_X86_AVX2_BUILD
 #pragma GCC push_options
@@ -110,6 +120,7 @@ static float dot_f16_avx2(const uint16_t *x, const float *y, int64_t n) {
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
     const int64_t np = n & ~(int64_t)31;
     for (int64_t i = 0; i < np; i += 32)
+#pragma GCC unroll 4
         for (int j = 0; j < 4; j++)
             acc[j] = _mm256_fmadd_ps(load_f16x8(x + i + 8 * j), _mm256_loadu_ps(y + i + 8 * j), acc[j]);
     acc[0] = _mm256_add_ps(acc[0], acc[2]);
@@ -123,45 +134,99 @@ static float dot_f16_avx2(const uint16_t *x, const float *y, int64_t n) {
 }
 
 /* The scores of a run of keys are made before the softmax goes over them (they depend only on q and the keys),
- * so their dot products overlap rather than wait, each behind the previous key's exp and value update. */
+ * so their dot products overlap rather than wait, each behind the previous key's exp and value update; then the
+ * run's weights (the running maximum and S go key by key as before: a scale factor where a key raised the maximum,
+ * else 1, and each key's weight); then the weighted values, 64 lanes of the sum at a time held in registers over
+ * the whole run, each lane taking the same roundings in the same order as one key at a time would. */
 #define SCORE_RUN 128
 
-static void row_avx2(const float *q, const uint16_t *k, int64_t ks, const uint16_t *v, int64_t vs, int64_t s0,
-                     int64_t s1, int64_t D, int64_t Dv, float scale, const float *sink, float *out, float *work,
-                     float *partial) {
-    float *q16 = work, *acc = work + D;
+/* acc [8 n lanes] (n <= 8) over the run's keys: where up[j], acc = f16(acc * ms[j]); then acc = f16(v_j * w[j] +
+ * acc), fused. n is a constant at each call: the compiler keeps the lanes in registers. */
+static inline __attribute__((always_inline)) void run_lanes(float *acc, int n, const uint16_t *v, int64_t vs,
+                                                            int64_t len, const float *w, const float *ms,
+                                                            const uint8_t *up) {
+    __m256 a[8];
+#pragma GCC unroll 8
+    for (int i = 0; i < n; i++) a[i] = _mm256_loadu_ps(acc + 8 * i);
+    for (int64_t j = 0; j < len; j++) {
+        if (up[j]) {
+            const __m256 m8 = _mm256_set1_ps(ms[j]);
+#pragma GCC unroll 8
+            for (int i = 0; i < n; i++) a[i] = round_f16x8(_mm256_mul_ps(a[i], m8));
+        }
+        const __m256 w8 = _mm256_set1_ps(w[j]);
+        const uint16_t *vr = v + j * vs;
+#pragma GCC unroll 8
+        for (int i = 0; i < n; i++) a[i] = round_f16x8(_mm256_fmadd_ps(load_f16x8(vr + 8 * i), w8, a[i]));
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < n; i++) _mm256_storeu_ps(acc + 8 * i, a[i]);
+}
+
+/* The weighted values of one query over a run of n keys (run_lanes, 64 lanes at a time; the last Dv % 8 one by one). */
+static void run_values(float *acc, const uint16_t *vr, int64_t vs, int64_t n, int64_t Dv, const float *w,
+                       const float *ms, const uint8_t *up) {
     const int64_t dv8 = Dv & ~(int64_t)7;
     int64_t i = 0;
-    for (; i + 8 <= D; i += 8) _mm256_storeu_ps(q16 + i, round_f16x8(_mm256_loadu_ps(q + i)));
-    for (; i < D; i++) q16[i] = mq_round_f16(q[i]);
-    for (i = 0; i < Dv; i++) acc[i] = 0;
-    float M = -INFINITY, S = 0, sc_run[SCORE_RUN];
+    for (; i + 64 <= dv8; i += 64) run_lanes(acc + i, 8, vr + i, vs, n, w, ms, up);
+    switch ((dv8 - i) / 8) {
+    case 7: run_lanes(acc + i, 7, vr + i, vs, n, w, ms, up); break;
+    case 6: run_lanes(acc + i, 6, vr + i, vs, n, w, ms, up); break;
+    case 5: run_lanes(acc + i, 5, vr + i, vs, n, w, ms, up); break;
+    case 4: run_lanes(acc + i, 4, vr + i, vs, n, w, ms, up); break;
+    case 3: run_lanes(acc + i, 3, vr + i, vs, n, w, ms, up); break;
+    case 2: run_lanes(acc + i, 2, vr + i, vs, n, w, ms, up); break;
+    case 1: run_lanes(acc + i, 1, vr + i, vs, n, w, ms, up); break;
+    default: break;
+    }
+    for (i = dv8; i < Dv; i++)
+        for (int64_t j = 0; j < n; j++) {
+            if (up[j]) acc[i] = mq_round_f16(acc[i] * ms[j]);
+            acc[i] = mq_round_f16(fmaf(mq_half_float(vr[j * vs + i]), w[j], acc[i]));
+        }
+}
+
+/* rows_scalar's nq queries (at most MA_ROW_HEADS) together: each run's keys scored for every query while the key
+ * row is in the cache, and its values read once from memory for all of them. */
+static void row_avx2(const float *q, int64_t nq, const uint16_t *k, int64_t ks, const uint16_t *v, int64_t vs,
+                     int64_t s0, int64_t s1, int64_t D, int64_t Dv, float scale, const float *sink, float *out,
+                     float *work, float *partial) {
+    float *q16 = work, *acc = work + nq * D;
+    float M[MA_ROW_HEADS], S[MA_ROW_HEADS], w[MA_ROW_HEADS][SCORE_RUN], ms[MA_ROW_HEADS][SCORE_RUN];
+    uint8_t up[MA_ROW_HEADS][SCORE_RUN];
+    for (int64_t g = 0; g < nq; g++) {
+        const float *qg = q + g * D;
+        float *qh = q16 + g * D;
+        int64_t i = 0;
+        for (; i + 8 <= D; i += 8) _mm256_storeu_ps(qh + i, round_f16x8(_mm256_loadu_ps(qg + i)));
+        for (; i < D; i++) qh[i] = mq_round_f16(qg[i]);
+        for (i = 0; i < Dv; i++) acc[g * Dv + i] = 0;
+        M[g] = -INFINITY, S[g] = 0;
+    }
     for (int64_t c0 = s0; c0 <= s1; c0 += SCORE_RUN) {
         const int64_t n = s1 + 1 - c0 < SCORE_RUN ? s1 + 1 - c0 : SCORE_RUN;
-        for (int64_t j = 0; j < n; j++) sc_run[j] = dot_f16_avx2(k + (c0 + j) * ks, q16, D) * scale;
-        for (int64_t j = 0; j < n; j++) {
-            const float sc = sc_run[j];
-            float ms = 1, w = 1;
-            if (sc > M) {
-                const float old = M;
-                M = sc;
-                ms = expf(old - M);
-                const __m256 m8 = _mm256_set1_ps(ms);
-                for (i = 0; i < dv8; i += 8)
-                    _mm256_storeu_ps(acc + i, round_f16x8(_mm256_mul_ps(_mm256_loadu_ps(acc + i), m8)));
-                for (; i < Dv; i++) acc[i] = mq_round_f16(acc[i] * ms);
-            } else
-                w = expf(sc - M);
-            const uint16_t *vr = v + (c0 + j) * vs;
-            const __m256 w8 = _mm256_set1_ps(w);
-            for (i = 0; i < dv8; i += 8)
-                _mm256_storeu_ps(acc + i,
-                                 round_f16x8(_mm256_fmadd_ps(load_f16x8(vr + i), w8, _mm256_loadu_ps(acc + i))));
-            for (; i < Dv; i++) acc[i] = mq_round_f16(fmaf(mq_half_float(vr[i]), w, acc[i]));
-            S = S * ms + w;
+        for (int64_t j = 0; j < n; j++)
+            for (int64_t g = 0; g < nq; g++) w[g][j] = dot_f16_avx2(k + (c0 + j) * ks, q16 + g * D, D) * scale;
+        for (int64_t g = 0; g < nq; g++) {
+            float Mg = M[g], Sg = S[g];
+            for (int64_t j = 0; j < n; j++) {
+                const float sc = w[g][j];
+                ms[g][j] = 1, up[g][j] = sc > Mg;
+                if (up[g][j]) {
+                    const float old = Mg;
+                    Mg = sc;
+                    ms[g][j] = expf(old - Mg);
+                    w[g][j] = 1;
+                } else
+                    w[g][j] = expf(sc - Mg);
+                Sg = Sg * ms[g][j] + w[g][j];
+            }
+            M[g] = Mg, S[g] = Sg;
+            run_values(acc + g * Dv, v + c0 * vs, vs, n, Dv, w[g], ms[g], up[g]);
         }
     }
-    finish(acc, Dv, M, S, sink, out, partial);
+    for (int64_t g = 0; g < nq; g++)
+        finish(acc + g * Dv, Dv, M[g], S[g], sink ? sink + g : NULL, out + g * Dv, partial ? partial + 2 * g : NULL);
 }
 #pragma GCC pop_options
 #define HAVE_AVX2_ROW 1
@@ -169,16 +234,16 @@ static void row_avx2(const float *q, const uint16_t *k, int64_t ks, const uint16
 
 static row_fn row_kernel(void) {
 #ifdef HAVE_AVX2_ROW
-    return mq_cpu_isa() == MQ_ISA_AVX2 ? row_avx2 : row_scalar;
+    return mq_cpu_isa() == MQ_ISA_AVX2 ? row_avx2 : rows_scalar;
 #else
-    return row_scalar;
+    return rows_scalar;
 #endif
 }
 
-void ma_attend_row(const float *q, const uint16_t *k, int64_t k_stride, const uint16_t *v, int64_t v_stride,
-                   int64_t s0, int64_t s1, int64_t D, int64_t Dv, float scale, const float *sink, float *out,
-                   float *work) {
-    row_kernel()(q, k, k_stride, v, v_stride, s0, s1, D, Dv, scale, sink, out, work, NULL);
+void ma_attend_row(const float *q, int64_t nq, const uint16_t *k, int64_t k_stride, const uint16_t *v,
+                   int64_t v_stride, int64_t s0, int64_t s1, int64_t D, int64_t Dv, float scale, const float *sink,
+                   float *out, float *work) {
+    row_kernel()(q, nq, k, k_stride, v, v_stride, s0, s1, D, Dv, scale, sink, out, work, NULL);
 }
 
 /* The split-KV path (ggml_compute_forward_flash_attn_ext_f16 with one query row and 512 cached cells or more):
@@ -187,28 +252,35 @@ void ma_attend_row(const float *q, const uint16_t *k, int64_t k_stride, const ui
  * ggml_flash_attn_ext_reduce_partials merges them in chunk order (chunks that saw nothing skipped): with M' the
  * larger maximum, sum = sum expf(M - M') + chunk's expf(Mc - M'), S likewise (its compiler fuses the first
  * product into the add), and at the end sum times 1 / S. work: D + 3 Dv floats. */
-void ma_attend_row_split(const float *q, const uint16_t *k, int64_t k_stride, const uint16_t *v, int64_t v_stride,
-                         int64_t s0, int64_t s1, int64_t n_kv, int64_t parts, int64_t D, int64_t Dv, float scale,
-                         const float *sink, float *out, float *work) {
+void ma_attend_row_split(const float *q, int64_t nq, const uint16_t *k, int64_t k_stride, const uint16_t *v,
+                         int64_t v_stride, int64_t s0, int64_t s1, int64_t n_kv, int64_t parts, int64_t D, int64_t Dv,
+                         float scale, const float *sink, float *out, float *work) {
     const row_fn row = row_kernel();
-    float *chunk = work + D + Dv, *sum = chunk + Dv, partial[2];
+    float *chunk = work + nq * (D + Dv), *sum = chunk + nq * Dv, partial[2 * MA_ROW_HEADS];
+    float M[MA_ROW_HEADS], S[MA_ROW_HEADS];
     const int64_t size = (n_kv + parts - 1) / parts;
-    float M = -INFINITY, S = 0;
-    for (int64_t i = 0; i < Dv; i++) sum[i] = 0;
+    for (int64_t g = 0; g < nq; g++) M[g] = -INFINITY, S[g] = 0;
+    for (int64_t i = 0; i < nq * Dv; i++) sum[i] = 0;
     for (int64_t c = 0; c < parts && c * size < n_kv; c++) {
         const int64_t lo = c * size > s0 ? c * size : s0, end = (c + 1) * size < n_kv ? (c + 1) * size : n_kv;
         const int64_t hi = end - 1 < s1 ? end - 1 : s1;
         /* every cell of the chunk masked: S = 0, skipped by the merge; but the first chunk takes the sink */
         if (lo > hi && !(c == 0 && sink)) continue;
-        row(q, k, k_stride, v, v_stride, lo, hi, D, Dv, scale, c == 0 ? sink : NULL, chunk, work, partial);
-        if (partial[1] == 0) continue;
-        const float M_new = fmaxf(M, partial[0]), old = expf(M - M_new), new = expf(partial[0] - M_new);
-        for (int64_t i = 0; i < Dv; i++) sum[i] = fmaf(sum[i], old, chunk[i] * new);
-        S = fmaf(S, old, partial[1] * new);
-        M = M_new;
+        row(q, nq, k, k_stride, v, v_stride, lo, hi, D, Dv, scale, c == 0 ? sink : NULL, chunk, work, partial);
+        for (int64_t g = 0; g < nq; g++) {
+            const float Mc = partial[2 * g], Sc = partial[2 * g + 1], *cg = chunk + g * Dv;
+            float *sg = sum + g * Dv;
+            if (Sc == 0) continue;
+            const float M_new = fmaxf(M[g], Mc), old = expf(M[g] - M_new), new = expf(Mc - M_new);
+            for (int64_t i = 0; i < Dv; i++) sg[i] = fmaf(sg[i], old, cg[i] * new);
+            S[g] = fmaf(S[g], old, Sc * new);
+            M[g] = M_new;
+        }
     }
-    const float inv = S != 0 ? 1.0f / S : 1.0f;
-    for (int64_t i = 0; i < Dv; i++) out[i] = sum[i] * inv;
+    for (int64_t g = 0; g < nq; g++) {
+        const float inv = S[g] != 0 ? 1.0f / S[g] : 1.0f;
+        for (int64_t i = 0; i < Dv; i++) out[g * Dv + i] = sum[g * Dv + i] * inv;
+    }
 }
 
 /* The tiled path (ggml_compute_forward_flash_attn_ext_tiled), which llama.cpp takes for a batch of 64 rows or
@@ -223,9 +295,17 @@ void ma_attend_row_split(const float *q, const uint16_t *k, int64_t k_stride, co
  * sharing each key tile (transposed to float32) across the rows given together. */
 #define FA_TILE 64
 
+/* work, for R = MA_TILED_ROWS x MA_TILED_HEADS rows (a row: one query head of one position): kt [D][FA_TILE] | sc
+ * [FA_TILE] | acc [R][Dv] | M, S [R] | then for the blocked rows: vt [FA_TILE][Dv] (the tile's values widened once)
+ * | their scores [R + BLOCK][FA_TILE] | a spare sum [Dv] (the lanes of a block past its last row). */
+#define BLOCK 4
+#define TILED_R (MA_TILED_ROWS * MA_TILED_HEADS)
 size_t ma_tiled_work(int64_t D, int64_t Dv) {
-    return (size_t)(FA_TILE * D + FA_TILE + (int64_t)MA_TILED_ROWS * (Dv + 2));
+    return (size_t)(FA_TILE * D + FA_TILE + (int64_t)TILED_R * (Dv + 2) + FA_TILE * Dv + (TILED_R + BLOCK) * FA_TILE +
+                    Dv);
 }
+
+struct tiled_ctx;
 
 typedef struct {
     /* sc[8 g0 .. 8 g1) = the dot products of q with the tile's keys (kt: [D][FA_TILE], transposed) */
@@ -234,6 +314,12 @@ typedef struct {
     void (*scale)(float *acc, int64_t Dv, float s);
     /* acc [Dv] += v * w, fused, v float16 */
     void (*mad)(float *acc, const uint16_t *v, int64_t Dv, float w);
+    /* kt [D][FA_TILE] columns 0..n-1 = the n keys k (rows ks apart) widened to float32 */
+    void (*keys)(float *kt, const uint16_t *k, int64_t ks, int64_t n, int64_t D);
+    /* NULL, or the rows rows[0..n) that see the whole tile (every key of FA_TILE) in blocks of BLOCK rows: each key
+     * row widened once for the block, each output lane's sums kept in registers across the tile, the same fused
+     * operations in the same order per output as the row-by-row path (see full_rows_avx2) */
+    void (*full_rows)(const struct tiled_ctx *c, const int64_t *rows, int64_t n);
 } tiled_ops;
 
 static void scores_scalar(const float *kt, const float *q, int64_t D, int64_t g0, int64_t g1, float *sc) {
@@ -252,71 +338,115 @@ static void mad_scalar(float *acc, const uint16_t *v, int64_t Dv, float w) {
     for (int64_t i = 0; i < Dv; i++) acc[i] = fmaf(mq_half_float(v[i]), w, acc[i]);
 }
 
-static const tiled_ops ops_scalar = {scores_scalar, scale_scalar, mad_scalar};
+static void keys_scalar(float *kt, const uint16_t *k, int64_t ks, int64_t n, int64_t D) {
+    for (int64_t j = 0; j < n; j++)
+        for (int64_t d = 0; d < D; d++) kt[d * FA_TILE + j] = mq_half_float(k[j * ks + d]);
+}
+
+static const tiled_ops ops_scalar = {scores_scalar, scale_scalar, mad_scalar, keys_scalar, NULL};
+
+/* One tile of one sequence's rows: what the blocked kernels need beside the rows. */
+struct tiled_ctx {
+    const tiled_ops *ops;
+    const float *q, *kt; /* the queries (row r: position r % n, q_stride apart, head r / n), the tile's keys */
+    const uint16_t *v;   /* the tile's first value row; the others vs apart */
+    int64_t n, q_stride, vs, D, Dv;
+    float scale, *acc, *M, *S, *vt, *scb, *spare;
+};
+
+/* Row r's query: head r / n of position r % n. */
+static inline const float *q_row(const float *q, int64_t r, int64_t n, int64_t q_stride, int64_t D) {
+    return q + r % n * q_stride + r / n * D;
+}
 
 /* The sum of eight weights as ggml_vec_soft_max_f32's AVX2 loop adds them: upper half onto lower, then pairs. */
 static inline float sum8(const float *p) {
     return ((p[0] + p[4]) + (p[2] + p[6])) + ((p[1] + p[5]) + (p[3] + p[7]));
 }
 
-static void attend_tiled(const tiled_ops *ops, const float *q, int64_t q_stride, int64_t n, const int64_t *pos,
-                         int64_t window, const uint16_t *k, int64_t ks, const uint16_t *v, int64_t vs, int64_t D,
-                         int64_t Dv, float scale, const float *sink, float *out, int64_t out_stride, float *work) {
-    float *kt = work, *sc = kt + FA_TILE * D, *acc = sc + FA_TILE, *M = acc + MA_TILED_ROWS * Dv,
-          *S = M + MA_TILED_ROWS;
-    int64_t lo = INT64_MAX, hi = -1;
+/* Row i's weights over the keys a..b of a tile (tile offsets), its scores sc[8 g0 .. 8 g1) made (g0 = a / 8,
+ * g1 = b / 8 + 1): the others of those groups masked, the scores times scale, a new maximum scaling the row's sum
+ * acc [Dv] and S, then sc = ggml_v_expf(score - M) and S += their sum (eight at a time, in double). */
+static void tile_weights(const tiled_ops *ops, float *sc, int64_t a, int64_t b, float scale, float *M, float *S,
+                         float *acc, int64_t Dv) {
+    const int64_t g0 = a / 8, g1 = b / 8 + 1;
+    float mx = -INFINITY;
+    for (int64_t j = 8 * g0; j < 8 * g1; j++) {
+        sc[j] = j < a || j > b ? -INFINITY : sc[j] * scale;
+        mx = sc[j] > mx ? sc[j] : mx;
+    }
+    if (mx > *M) {
+        const float ms = expf(*M - mx);
+        ops->scale(acc, Dv, ms);
+        *S *= ms;
+        *M = mx;
+    }
+    for (int64_t j = 8 * g0; j < 8 * g1; j++) sc[j] -= *M; /* the running maximum, not the tile's */
+    ma_v_expf_n(8 * (g1 - g0), sc + 8 * g0, sc + 8 * g0);
+    double sum = 0;
+    for (int64_t g = g0; g < g1; g++) sum += (double)sum8(sc + 8 * g);
+    *S = (float)((double)*S + sum);
+}
+
+static void attend_tiled(const tiled_ops *ops, const float *q, int64_t q_stride, int64_t n, int64_t nh,
+                         const int64_t *pos, int64_t window, const uint16_t *k, int64_t ks, const uint16_t *v,
+                         int64_t vs, int64_t D, int64_t Dv, float scale, const float *sink, float *out,
+                         int64_t out_stride, float *work) {
+    float *kt = work, *sc = kt + FA_TILE * D, *acc = sc + FA_TILE, *M = acc + TILED_R * Dv, *S = M + TILED_R,
+          *vt = S + TILED_R, *scb = vt + FA_TILE * Dv, *spare = scb + (TILED_R + BLOCK) * FA_TILE;
+    struct tiled_ctx cx = {ops, q, kt, v, n, q_stride, vs, D, Dv, scale, acc, M, S, vt, scb, spare};
+    const int64_t R = n * nh;
+    int64_t lo = INT64_MAX, hi = -1, full[TILED_R], ta[MA_TILED_ROWS], tb[MA_TILED_ROWS];
     for (int64_t i = 0; i < n; i++) {
         const int64_t s0 = window > 0 && pos[i] - window + 1 > 0 ? pos[i] - window + 1 : 0;
         lo = s0 < lo ? s0 : lo, hi = pos[i] > hi ? pos[i] : hi;
-        M[i] = -INFINITY, S[i] = 0;
-        for (int64_t j = 0; j < Dv; j++) acc[i * Dv + j] = 0;
     }
+    for (int64_t r = 0; r < R; r++) {
+        M[r] = -INFINITY, S[r] = 0;
+        for (int64_t j = 0; j < Dv; j++) acc[r * Dv + j] = 0;
+    }
+    for (int64_t j = 0; j < Dv; j++) spare[j] = 0;
     for (int64_t c0 = lo / FA_TILE * FA_TILE; c0 <= hi; c0 += FA_TILE) {
         const int64_t c1 = c0 + FA_TILE - 1 < hi ? c0 + FA_TILE - 1 : hi; /* the last key any row sees */
-        for (int64_t j = 0; j <= c1 - c0; j++) {
-            const uint16_t *kr = k + (c0 + j) * ks;
-            for (int64_t d = 0; d < D; d++) kt[d * FA_TILE + j] = mq_half_float(kr[d]);
-        }
+        ops->keys(kt, k + c0 * ks, ks, c1 - c0 + 1, D);
         for (int64_t j = c1 - c0 + 1; j < FA_TILE && j % 8; j++) /* past the last key: masked, but defined */
             for (int64_t d = 0; d < D; d++) kt[d * FA_TILE + j] = 0;
-        for (int64_t i = 0; i < n; i++) {
+        for (int64_t i = 0; i < n; i++) { /* the keys row i sees in this tile: ta..tb (tile offsets) */
             const int64_t s0 = window > 0 && pos[i] - window + 1 > 0 ? pos[i] - window + 1 : 0;
-            const int64_t a = s0 > c0 ? s0 - c0 : 0, b = pos[i] < c1 ? pos[i] - c0 : c1 - c0; /* seen: a..b */
+            ta[i] = s0 > c0 ? s0 - c0 : 0, tb[i] = pos[i] < c1 ? pos[i] - c0 : c1 - c0;
+        }
+        int64_t n_full = 0;
+        for (int64_t r = 0; r < R; r++) {
+            const int64_t a = ta[r % n], b = tb[r % n];
             if (a > b) continue;
-            const int64_t g0 = a / 8, g1 = b / 8 + 1;
-            ops->scores(kt, q + i * q_stride, D, g0, g1, sc);
-            float mx = -INFINITY;
-            for (int64_t j = 8 * g0; j < 8 * g1; j++) {
-                sc[j] = j < a || j > b ? -INFINITY : sc[j] * scale;
-                mx = sc[j] > mx ? sc[j] : mx;
+            if (ops->full_rows && a == 0 && b == FA_TILE - 1) {
+                full[n_full++] = r;
+                continue;
             }
-            float *ai = acc + i * Dv;
-            if (mx > M[i]) {
-                const float ms = expf(M[i] - mx);
-                ops->scale(ai, Dv, ms);
-                S[i] *= ms;
-                M[i] = mx;
-            }
-            for (int64_t j = 8 * g0; j < 8 * g1; j++) sc[j] -= M[i]; /* the running maximum, not the tile's */
-            ma_v_expf_n(8 * (g1 - g0), sc + 8 * g0, sc + 8 * g0);
-            double sum = 0;
-            for (int64_t g = g0; g < g1; g++) sum += (double)sum8(sc + 8 * g);
-            S[i] = (float)((double)S[i] + sum);
-            for (int64_t j = a; j <= b; j++) ops->mad(ai, v + (c0 + j) * vs, Dv, sc[j]);
+            ops->scores(kt, q_row(q, r, n, q_stride, D), D, a / 8, b / 8 + 1, sc);
+            float *ar = acc + r * Dv;
+            tile_weights(ops, sc, a, b, scale, M + r, S + r, ar, Dv);
+            for (int64_t j = a; j <= b; j++) ops->mad(ar, v + (c0 + j) * vs, Dv, sc[j]);
+        }
+        if (n_full) {
+            cx.v = v + c0 * vs;
+            ops->full_rows(&cx, full, n_full);
         }
     }
-    for (int64_t i = 0; i < n; i++) {
+    for (int64_t r = 0; r < R; r++) {
         if (sink) { /* after the last tile, as the tiled path applies it (its running maximum left as it is) */
+            const float sk = sink[r / n];
             float ms = 1, vs = 1;
-            if (*sink > M[i]) {
-                ms = expf(M[i] - *sink);
-                ops->scale(acc + i * Dv, Dv, ms);
+            if (sk > M[r]) {
+                ms = expf(M[r] - sk);
+                ops->scale(acc + r * Dv, Dv, ms);
             } else
-                vs = expf(*sink - M[i]);
-            S[i] = S[i] * ms + vs;
+                vs = expf(sk - M[r]);
+            S[r] = S[r] * ms + vs;
         }
-        const float inv = S[i] == 0 ? 0 : 1.0f / S[i];
-        for (int64_t j = 0; j < Dv; j++) out[i * out_stride + j] = acc[i * Dv + j] * inv;
+        const float inv = S[r] == 0 ? 0 : 1.0f / S[r];
+        float *o = out + r % n * out_stride + r / n * Dv;
+        for (int64_t j = 0; j < Dv; j++) o[j] = acc[r * Dv + j] * inv;
     }
 }
 
@@ -347,12 +477,177 @@ static void mad_avx2(float *acc, const uint16_t *v, int64_t Dv, float w) {
         _mm256_storeu_ps(acc + i, _mm256_fmadd_ps(load_f16x8(v + i), w8, _mm256_loadu_ps(acc + i)));
     for (; i < Dv; i++) acc[i] = fmaf(mq_half_float(v[i]), w, acc[i]);
 }
+
+/* sc[r][0 .. FA_TILE) = the scores of BLOCK queries q[r] with every key of the tile, sixteen keys of four rows in
+ * eight registers at a time: per lane the same chain of fused multiply-adds in dimension order as scores_avx2. */
+static void scores_block_avx2(const float *kt, const float *const *q, int64_t D, float *const *sc) {
+    for (int64_t c = 0; c < FA_TILE; c += 16) {
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, b0 = a0, b1 = a0, c0 = a0, c1 = a0, d0 = a0, d1 = a0;
+        for (int64_t d = 0; d < D; d++) {
+            const __m256 k0 = _mm256_loadu_ps(kt + d * FA_TILE + c), k1 = _mm256_loadu_ps(kt + d * FA_TILE + c + 8);
+            __m256 x = _mm256_broadcast_ss(q[0] + d);
+            a0 = _mm256_fmadd_ps(k0, x, a0), a1 = _mm256_fmadd_ps(k1, x, a1);
+            x = _mm256_broadcast_ss(q[1] + d);
+            b0 = _mm256_fmadd_ps(k0, x, b0), b1 = _mm256_fmadd_ps(k1, x, b1);
+            x = _mm256_broadcast_ss(q[2] + d);
+            c0 = _mm256_fmadd_ps(k0, x, c0), c1 = _mm256_fmadd_ps(k1, x, c1);
+            x = _mm256_broadcast_ss(q[3] + d);
+            d0 = _mm256_fmadd_ps(k0, x, d0), d1 = _mm256_fmadd_ps(k1, x, d1);
+        }
+        _mm256_storeu_ps(sc[0] + c, a0), _mm256_storeu_ps(sc[0] + c + 8, a1);
+        _mm256_storeu_ps(sc[1] + c, b0), _mm256_storeu_ps(sc[1] + c + 8, b1);
+        _mm256_storeu_ps(sc[2] + c, c0), _mm256_storeu_ps(sc[2] + c + 8, c1);
+        _mm256_storeu_ps(sc[3] + c, d0), _mm256_storeu_ps(sc[3] + c + 8, d1);
+    }
+}
+
+/* acc[r] [Dv] += the tile's value rows vt [FA_TILE][Dv] times the weights w[r], key by key in position order, each
+ * product fused into the sum (mad_avx2's operations per lane), sixteen lanes of four rows held in registers. */
+static void mad_block_avx2(float *const *acc, const float *const *w, const float *vt, int64_t Dv) {
+    int64_t c = 0;
+    for (; c + 16 <= Dv; c += 16) {
+        __m256 a0 = _mm256_loadu_ps(acc[0] + c), a1 = _mm256_loadu_ps(acc[0] + c + 8);
+        __m256 b0 = _mm256_loadu_ps(acc[1] + c), b1 = _mm256_loadu_ps(acc[1] + c + 8);
+        __m256 c0 = _mm256_loadu_ps(acc[2] + c), c1 = _mm256_loadu_ps(acc[2] + c + 8);
+        __m256 d0 = _mm256_loadu_ps(acc[3] + c), d1 = _mm256_loadu_ps(acc[3] + c + 8);
+        for (int64_t j = 0; j < FA_TILE; j++) {
+            const __m256 v0 = _mm256_loadu_ps(vt + j * Dv + c), v1 = _mm256_loadu_ps(vt + j * Dv + c + 8);
+            __m256 x = _mm256_broadcast_ss(w[0] + j);
+            a0 = _mm256_fmadd_ps(v0, x, a0), a1 = _mm256_fmadd_ps(v1, x, a1);
+            x = _mm256_broadcast_ss(w[1] + j);
+            b0 = _mm256_fmadd_ps(v0, x, b0), b1 = _mm256_fmadd_ps(v1, x, b1);
+            x = _mm256_broadcast_ss(w[2] + j);
+            c0 = _mm256_fmadd_ps(v0, x, c0), c1 = _mm256_fmadd_ps(v1, x, c1);
+            x = _mm256_broadcast_ss(w[3] + j);
+            d0 = _mm256_fmadd_ps(v0, x, d0), d1 = _mm256_fmadd_ps(v1, x, d1);
+        }
+        _mm256_storeu_ps(acc[0] + c, a0), _mm256_storeu_ps(acc[0] + c + 8, a1);
+        _mm256_storeu_ps(acc[1] + c, b0), _mm256_storeu_ps(acc[1] + c + 8, b1);
+        _mm256_storeu_ps(acc[2] + c, c0), _mm256_storeu_ps(acc[2] + c + 8, c1);
+        _mm256_storeu_ps(acc[3] + c, d0), _mm256_storeu_ps(acc[3] + c + 8, d1);
+    }
+    for (; c + 8 <= Dv; c += 8) {
+        __m256 a[BLOCK];
+#pragma GCC unroll 4
+        for (int r = 0; r < BLOCK; r++) a[r] = _mm256_loadu_ps(acc[r] + c);
+        for (int64_t j = 0; j < FA_TILE; j++) {
+            const __m256 v0 = _mm256_loadu_ps(vt + j * Dv + c);
+#pragma GCC unroll 4
+            for (int r = 0; r < BLOCK; r++) a[r] = _mm256_fmadd_ps(v0, _mm256_broadcast_ss(w[r] + j), a[r]);
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < BLOCK; r++) _mm256_storeu_ps(acc[r] + c, a[r]);
+    }
+    for (; c < Dv; c++)
+        for (int r = 0; r < BLOCK; r++)
+            for (int64_t j = 0; j < FA_TILE; j++) acc[r][c] = fmaf(vt[j * Dv + c], w[r][j], acc[r][c]);
+}
+
+/* tile_weights for a row that sees every key of the tile, eight scores at a time: the maximum as the row-by-row
+ * compare takes it (_mm256_max_ps keeps its second operand where the first is NaN or both are equal, as `sc > mx ?
+ * sc : mx` does; the lanes' maxima hold no NaN, so their order does not matter). */
+static void weights_full_avx2(float *sc, float scale, float *M, float *S, float *acc, int64_t Dv) {
+    const __m256 s8 = _mm256_set1_ps(scale);
+    __m256 mx8 = _mm256_set1_ps(-INFINITY);
+    for (int g = 0; g < FA_TILE; g += 8) {
+        const __m256 x = _mm256_mul_ps(_mm256_loadu_ps(sc + g), s8);
+        _mm256_storeu_ps(sc + g, x);
+        mx8 = _mm256_max_ps(x, mx8);
+    }
+    float lanes[8], mx = -INFINITY;
+    _mm256_storeu_ps(lanes, mx8);
+    for (int l = 0; l < 8; l++) mx = lanes[l] > mx ? lanes[l] : mx;
+    if (mx > *M) {
+        const float ms = expf(*M - mx);
+        scale_avx2(acc, Dv, ms);
+        *S *= ms;
+        *M = mx;
+    }
+    const __m256 m8 = _mm256_set1_ps(*M);
+    for (int g = 0; g < FA_TILE; g += 8) _mm256_storeu_ps(sc + g, _mm256_sub_ps(_mm256_loadu_ps(sc + g), m8));
+    ma_v_expf_n(FA_TILE, sc, sc);
+    double sum = 0;
+    for (int g = 0; g < FA_TILE; g += 8) sum += (double)sum8(sc + g);
+    *S = (float)((double)*S + sum);
+}
+
+/* The rows rows[0..n) that see every key of the tile: the tile's values widened to float32 once; the scores of
+ * BLOCK rows at a time; each row's weights (tile_weights, as row by row); the weighted values of BLOCK rows at a
+ * time. A block's lanes past its last row repeat its first row's query into spare rows, whose results are dropped. */
+static void full_rows_avx2(const struct tiled_ctx *c, const int64_t *rows, int64_t n) {
+    const int64_t Dv = c->Dv, dv8 = Dv & ~(int64_t)7;
+    for (int64_t j = 0; j < FA_TILE; j++) {
+        const uint16_t *vr = c->v + j * c->vs;
+        float *o = c->vt + j * Dv;
+        int64_t i = 0;
+        for (; i < dv8; i += 8) _mm256_storeu_ps(o + i, load_f16x8(vr + i));
+        for (; i < Dv; i++) o[i] = mq_half_float(vr[i]);
+    }
+    float *spare_sc = c->scb + TILED_R * FA_TILE;
+    for (int64_t b = 0; b < n; b += BLOCK) {
+        const float *q[BLOCK];
+        float *sc[BLOCK];
+        for (int r = 0; r < BLOCK; r++) {
+            const int real = b + r < n;
+            q[r] = q_row(c->q, rows[real ? b + r : b], c->n, c->q_stride, c->D);
+            sc[r] = real ? c->scb + rows[b + r] * FA_TILE : spare_sc + r * FA_TILE;
+        }
+        scores_block_avx2(c->kt, q, c->D, sc);
+    }
+    for (int64_t k = 0; k < n; k++) {
+        const int64_t i = rows[k];
+        weights_full_avx2(c->scb + i * FA_TILE, c->scale, c->M + i, c->S + i, c->acc + i * Dv, Dv);
+    }
+    for (int64_t b = 0; b < n; b += BLOCK) {
+        float *acc[BLOCK];
+        const float *w[BLOCK];
+        for (int r = 0; r < BLOCK; r++) {
+            const int real = b + r < n;
+            acc[r] = real ? c->acc + rows[b + r] * Dv : c->spare;
+            w[r] = real ? c->scb + rows[b + r] * FA_TILE : spare_sc + r * FA_TILE;
+        }
+        mad_block_avx2(acc, w, c->vt, Dv);
+    }
+}
+
+/* keys_scalar eight keys by eight dimensions at a time: widened, then transposed in registers. */
+static void keys_avx2(float *kt, const uint16_t *k, int64_t ks, int64_t n, int64_t D) {
+    const int64_t n8 = n & ~(int64_t)7, d8 = D & ~(int64_t)7;
+    for (int64_t j = 0; j < n8; j += 8) {
+        for (int64_t d = 0; d < d8; d += 8) {
+            __m256 r[8], t[8];
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; i++) r[i] = load_f16x8(k + (j + i) * ks + d);
+#pragma GCC unroll 4
+            for (int i = 0; i < 8; i += 2) {
+                t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+                t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+            }
+#pragma GCC unroll 2
+            for (int i = 0; i < 8; i += 4) {
+                r[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+                r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+                r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+                r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+            }
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; i++) {
+                _mm256_storeu_ps(kt + (d + i) * FA_TILE + j, _mm256_permute2f128_ps(r[i], r[i + 4], 0x20));
+                _mm256_storeu_ps(kt + (d + i + 4) * FA_TILE + j, _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
+            }
+        }
+        for (int64_t jj = j; jj < j + 8; jj++)
+            for (int64_t d = d8; d < D; d++) kt[d * FA_TILE + jj] = mq_half_float(k[jj * ks + d]);
+    }
+    keys_scalar(kt + n8, k + n8 * ks, ks, n - n8, D);
+}
+
 #pragma GCC pop_options
 
-static const tiled_ops ops_avx2 = {scores_avx2, scale_avx2, mad_avx2};
+static const tiled_ops ops_avx2 = {scores_avx2, scale_avx2, mad_avx2, keys_avx2, full_rows_avx2};
 #endif
 
-void ma_attend_tiled(const float *q, int64_t q_stride, int64_t n, const int64_t *pos, int64_t window,
+void ma_attend_tiled(const float *q, int64_t q_stride, int64_t n, int64_t nh, const int64_t *pos, int64_t window,
                      const uint16_t *k, int64_t k_stride, const uint16_t *v, int64_t v_stride, int64_t D, int64_t Dv,
                      float scale, const float *sink, float *out, int64_t out_stride, float *work) {
 #ifdef HAVE_AVX2_ROW
@@ -360,16 +655,17 @@ void ma_attend_tiled(const float *q, int64_t q_stride, int64_t n, const int64_t 
 #else
     const tiled_ops *ops = &ops_scalar;
 #endif
-    attend_tiled(ops, q, q_stride, n, pos, window, k, k_stride, v, v_stride, D, Dv, scale, sink, out, out_stride, work);
+    attend_tiled(ops, q, q_stride, n, nh, pos, window, k, k_stride, v, v_stride, D, Dv, scale, sink, out, out_stride,
+                 work);
 }
 
 int ma_attend_seq(const float *q, int64_t n, int64_t H, int64_t Hkv, int64_t D, int64_t Dv, int64_t start,
                   const uint16_t *k, const uint16_t *v, int64_t window, float scale, const float *sinks,
                   int64_t pass_rows, int64_t kv_split, float *out) {
     const int64_t kd = Hkv * D, vd = Hkv * Dv, group = H / Hkv;
+    mq_init(); /* mq_half_float's table: no model need have been run yet */
     const int tiled = pass_rows >= MA_TILED_ROWS;
-    mq_init(); /* mq_half_float's table: a caller may come before any model ran (it read zeros) */
-    float *work = malloc(sizeof(float) * (tiled ? ma_tiled_work(D, Dv) : (size_t)(D + 3 * Dv)));
+    float *work = malloc(sizeof(float) * (tiled ? ma_tiled_work(D, Dv) : ma_row_work(D, Dv)));
     int64_t *pos = tiled ? malloc(sizeof(int64_t) * (size_t)n) : NULL;
     if (!work || (tiled && !pos)) {
         free(work);
@@ -377,13 +673,15 @@ int ma_attend_seq(const float *q, int64_t n, int64_t H, int64_t Hkv, int64_t D, 
         return 0;
     }
     for (int64_t t = 0; tiled && t < n; t++) pos[t] = start + t;
-    for (int64_t h = 0; h < H; h++) {
+    const int64_t nh = ma_group_heads(H, Hkv, tiled ? MA_TILED_HEADS : MA_ROW_HEADS);
+    for (int64_t h = 0; h < H; h += nh) {
         const uint16_t *kh = k + (h / group) * D, *vh = v + (h / group) * Dv;
         const float *sink = sinks ? sinks + h : NULL;
         if (tiled) {
             for (int64_t t = 0; t < n; t += MA_TILED_ROWS)
-                ma_attend_tiled(q + t * H * D + h * D, H * D, n - t < MA_TILED_ROWS ? n - t : MA_TILED_ROWS, pos + t,
-                                window, kh, kd, vh, vd, D, Dv, scale, sink, out + t * H * Dv + h * Dv, H * Dv, work);
+                ma_attend_tiled(q + t * H * D + h * D, H * D, n - t < MA_TILED_ROWS ? n - t : MA_TILED_ROWS, nh,
+                                pos + t, window, kh, kd, vh, vd, D, Dv, scale, sink, out + t * H * Dv + h * Dv, H * Dv,
+                                work);
             continue;
         }
         for (int64_t t = 0; t < n; t++) {
@@ -391,10 +689,10 @@ int ma_attend_seq(const float *q, int64_t n, int64_t H, int64_t Hkv, int64_t D, 
             const int64_t n_kv = ma_split_cells(p, window, pass_rows, kv_split);
             float *o = out + t * H * Dv + h * Dv;
             if (n_kv)
-                ma_attend_row_split(q + t * H * D + h * D, kh, kd, vh, vd, s0, p, n_kv, kv_split, D, Dv, scale, sink, o,
-                                    work);
+                ma_attend_row_split(q + t * H * D + h * D, nh, kh, kd, vh, vd, s0, p, n_kv, kv_split, D, Dv, scale,
+                                    sink, o, work);
             else
-                ma_attend_row(q + t * H * D + h * D, kh, kd, vh, vd, s0, p, D, Dv, scale, sink, o, work);
+                ma_attend_row(q + t * H * D + h * D, nh, kh, kd, vh, vd, s0, p, D, Dv, scale, sink, o, work);
         }
     }
     free(work);

@@ -193,9 +193,10 @@ static void prepare_qkv(run *r, const ms_layer *L, int il, int table, int64_t t)
     (void)q;
 }
 
-/* Query head h of row t against the cached keys it sees (its own sequence's, up to its position) as ggml's flash
- * attention computes it (attention.c), into att. work: D + Dv floats. */
-static void attend(run *r, const ms_layer *L, int il, int64_t t, int64_t h, float *work) {
+/* Query heads h..h+nh-1 (sharing one key/value head) of row t against the cached keys they see (their own
+ * sequence's, up to its position) as ggml's flash attention computes it (attention.c), into att. work:
+ * ma_row_work floats. */
+static void attend(run *r, const ms_layer *L, int il, int64_t t, int64_t h, int64_t nh, float *work) {
     const ms_model *m = r->m;
     const int64_t D = m->head_dim, Dv = m->head_dim_v, kvh = h / (m->n_head / m->n_head_kv);
     const int64_t pos = r->pos[t], s0 = L->window > 0 && pos - L->window + 1 > 0 ? pos - L->window + 1 : 0;
@@ -207,21 +208,24 @@ static void attend(run *r, const ms_layer *L, int il, int64_t t, int64_t h, floa
     const int64_t n_kv = ma_split_cells(pos, L->window, r->T, m->kv_split);
     const float *sink = L->sinks ? L->sinks + h : NULL;
     if (n_kv)
-        ma_attend_row_split(q, k, k_dim, v, v_dim, s0, pos, n_kv, m->kv_split, D, Dv, m->attn_scale, sink, out, work);
+        ma_attend_row_split(q, nh, k, k_dim, v, v_dim, s0, pos, n_kv, m->kv_split, D, Dv, m->attn_scale, sink, out,
+                            work);
     else
-        ma_attend_row(q, k, k_dim, v, v_dim, s0, pos, D, Dv, m->attn_scale, sink, out, work);
+        ma_attend_row(q, nh, k, k_dim, v, v_dim, s0, pos, D, Dv, m->attn_scale, sink, out, work);
 }
 
-/* Query head h of rows t0..t1 (at most MA_TILED_ROWS) of a batch of MA_TILED_ROWS rows or more, as ggml's tiled
- * flash attention computes them, each run of rows of one sequence given together. work: ma_tiled_work floats. */
-static void attend_tiled(run *r, const ms_layer *L, int il, int64_t t0, int64_t t1, int64_t h, float *work) {
+/* Query heads h..h+nh-1 (sharing one key/value head) of rows t0..t1 (at most MA_TILED_ROWS) of a batch of
+ * MA_TILED_ROWS rows or more, as ggml's tiled flash attention computes them, each run of rows of one sequence given
+ * together. work: ma_tiled_work floats. */
+static void attend_tiled(run *r, const ms_layer *L, int il, int64_t t0, int64_t t1, int64_t h, int64_t nh,
+                         float *work) {
     const ms_model *m = r->m;
     const int64_t D = m->head_dim, Dv = m->head_dim_v, kvh = h / (m->n_head / m->n_head_kv);
     const int64_t k_dim = m->n_head_kv * D, v_dim = m->n_head_kv * Dv;
     for (int64_t t = t0, e; t < t1; t = e) {
         for (e = t + 1; e < t1 && r->seq_of[e] == r->seq_of[t];) e++;
         const ms_seq *seq = &r->seqs[r->seq_of[t]];
-        ma_attend_tiled(r->qkv + t * L->wqkv.n_out + h * D, L->wqkv.n_out, e - t, r->pos + t, L->window,
+        ma_attend_tiled(r->qkv + t * L->wqkv.n_out + h * D, L->wqkv.n_out, e - t, nh, r->pos + t, L->window,
                         seq->k[il] + kvh * D, k_dim, seq->v[il] + kvh * Dv, v_dim, D, Dv, m->attn_scale,
                         L->sinks ? L->sinks + h : NULL, r->att + t * m->n_head * Dv + h * Dv, m->n_head * Dv, work);
     }
@@ -231,10 +235,18 @@ static void attend_tiled(run *r, const ms_layer *L, int il, int64_t t0, int64_t 
  * (ggml_compute_forward_flash_attn_ext_f16 chooses by the batch's rows), else goes row by row. */
 static int64_t attention_rows(const run *r) { return r->T >= MA_TILED_ROWS ? MA_TILED_ROWS : 1; }
 
+/* Query heads one attention work item takes (both paths read a key/value head once for the heads sharing it): as
+ * many as share one, up to MA_TILED_HEADS or MA_ROW_HEADS, while the items stay at least two per part. */
+static int64_t attention_heads(const run *r, int parts) {
+    const int64_t G = attention_rows(r), groups = (r->T + G - 1) / G, H = r->m->n_head, Hkv = r->m->n_head_kv;
+    int64_t nh = ma_group_heads(H, Hkv, G > 1 ? MA_TILED_HEADS : MA_ROW_HEADS);
+    while (nh > 1 && groups * (H / nh) < 2 * (int64_t)parts) nh = ma_group_heads(H, Hkv, nh - 1);
+    return nh;
+}
+
 /* Floats of work space one part's attention needs for a batch of T rows. */
 static size_t attention_work(const ms_model *m, int64_t T) {
-    return T >= MA_TILED_ROWS ? ma_tiled_work(m->head_dim, m->head_dim_v)
-                              : (size_t)(m->head_dim + 3 * m->head_dim_v); /* ma_attend_row_split's */
+    return T >= MA_TILED_ROWS ? ma_tiled_work(m->head_dim, m->head_dim_v) : ma_row_work(m->head_dim, m->head_dim_v);
 }
 
 /* tanh GELU as ggml_gelu_f32 fills llama.cpp's table: its compiler fuses 1 + a x x into fmaf(a x, x, 1), which
@@ -286,11 +298,11 @@ static void product(run *r, const ms_matrix *M, const float *x, int64_t stride, 
     barrier_wait(&r->bar, parts);
 }
 
-/* The first work item of this part's share of attention: item i is query head i % H of the i / H-th group of
- * attention_rows rows. Rows cost about as many cached positions as they see (a prompt's later rows see more), so
- * the parts get equal sums of positions rather than equal counts. */
+/* The first work item of this part's share of attention: item i is the (i % H)-th run of attention_heads query
+ * heads (H runs) of the i / H-th group of attention_rows rows. Rows cost about as many cached positions as they
+ * see (a prompt's later rows see more), so the parts get equal sums of positions rather than equal counts. */
 static int64_t attention_split(const run *r, int part, int parts) {
-    const int64_t T = r->T, H = r->m->n_head, G = attention_rows(r), n = (T + G - 1) / G;
+    const int64_t T = r->T, H = r->m->n_head / attention_heads(r, parts), G = attention_rows(r), n = (T + G - 1) / G;
     if (part == 0) return 0;
     if (part == parts) return n * H;
     double total = 0;
@@ -421,7 +433,7 @@ static void moe_ffn(run *r, const ms_layer *L, int il, int64_t t0, int64_t t1, i
 static void team(void *ctx, int part, int parts) {
     run *r = ctx;
     const ms_model *m = r->m;
-    const int64_t T = r->T, d = m->n_embd, n_ff = m->n_ff, G = attention_rows(r);
+    const int64_t T = r->T, d = m->n_embd, n_ff = m->n_ff, G = attention_rows(r), nh = attention_heads(r, parts);
     const int64_t work = (int64_t)attention_work(m, T); /* attend's or attend_tiled's */
     int64_t t0, t1;
     share(T, part, parts, &t0, &t1);
@@ -435,11 +447,12 @@ static void team(void *ctx, int part, int parts) {
         for (int64_t t = t0; t < t1; t++) prepare_qkv(r, L, il, table, t);
         barrier_wait(&r->bar, parts);
         if (G == 1)
-            for (int64_t i = a0; i < a1; i++) attend(r, L, il, i / m->n_head, i % m->n_head, r->scores + part * work);
+            for (int64_t i = a0; i < a1; i++)
+                attend(r, L, il, i / (m->n_head / nh), i % (m->n_head / nh) * nh, nh, r->scores + part * work);
         else
             for (int64_t i = a0; i < a1; i++) {
-                const int64_t g = i / m->n_head;
-                attend_tiled(r, L, il, g * G, (g + 1) * G < T ? (g + 1) * G : T, i % m->n_head,
+                const int64_t g = i / (m->n_head / nh);
+                attend_tiled(r, L, il, g * G, (g + 1) * G < T ? (g + 1) * G : T, i % (m->n_head / nh) * nh, nh,
                              r->scores + part * work);
             }
         barrier_wait(&r->bar, parts);

@@ -13,19 +13,30 @@
 
 /* attention.c: out [Dv] = query q [D] attending to the cached float16 keys k and values v of positions s0..s1
  * (rows k_stride / v_stride values apart), scores times scale, as ggml's CPU flash attention computes it
- * (one_chunk: every generated token, and batches of fewer than 64 rows). sink: NULL, or the head's sink logit
- * (gpt-oss's attn_sinks: one more entry of the softmax, with no value, applied at the row's end as ggml applies
- * it). work: D + Dv floats. */
-void ma_attend_row(const float *q, const uint16_t *k, int64_t k_stride, const uint16_t *v, int64_t v_stride,
-                   int64_t s0, int64_t s1, int64_t D, int64_t Dv, float scale, const float *sink, float *out,
-                   float *work);
+ * (one_chunk: every generated token, and batches of fewer than 64 rows); the same for nq query heads (at most
+ * MA_ROW_HEADS) sharing those keys and values, q + g D into out + g Dv, each with the bits it gets alone. sink:
+ * NULL, or the heads' sink logits (gpt-oss's attn_sinks: one more entry of the softmax, with no value, applied at
+ * the row's end as ggml applies it). work: ma_row_work(D, Dv) floats. */
+#define MA_ROW_HEADS 4
+void ma_attend_row(const float *q, int64_t nq, const uint16_t *k, int64_t k_stride, const uint16_t *v,
+                   int64_t v_stride, int64_t s0, int64_t s1, int64_t D, int64_t Dv, float scale, const float *sink,
+                   float *out, float *work);
 /* The same for a batch of one row over a cache of n_kv cells (n_kv >= MA_SPLIT_KV), as llama.cpp computes it with
- * `parts` threads: ggml's split-KV path (attention.c; the sink goes into the first chunk's partial only). work:
- * D + 3 Dv floats. */
+ * `parts` threads: ggml's split-KV path (attention.c; the sink goes into the first chunk's partial only). */
 #define MA_SPLIT_KV 512
-void ma_attend_row_split(const float *q, const uint16_t *k, int64_t k_stride, const uint16_t *v, int64_t v_stride,
-                         int64_t s0, int64_t s1, int64_t n_kv, int64_t parts, int64_t D, int64_t Dv, float scale,
-                         const float *sink, float *out, float *work);
+void ma_attend_row_split(const float *q, int64_t nq, const uint16_t *k, int64_t k_stride, const uint16_t *v,
+                         int64_t v_stride, int64_t s0, int64_t s1, int64_t n_kv, int64_t parts, int64_t D, int64_t Dv,
+                         float scale, const float *sink, float *out, float *work);
+/* Floats of work either row path needs for MA_ROW_HEADS query heads. */
+static inline size_t ma_row_work(int64_t D, int64_t Dv) { return (size_t)(MA_ROW_HEADS * (D + 3 * Dv)); }
+/* The query heads sharing one key/value head (H / Hkv of them) that one call takes together: the most that divides
+ * them, up to most. */
+static inline int64_t ma_group_heads(int64_t H, int64_t Hkv, int64_t most) {
+    int64_t nh = most;
+    while (H / Hkv % nh) nh--;
+    return nh;
+}
+
 /* llama-server's cache of a sliding-window layer (llama_kv_cache_iswa, swa_full off): window + one ubatch (512)
  * cells, padded to 256; position p sits in cell p until the cache wraps at that many positions. */
 static inline int64_t ma_swa_cells(int64_t window) { return (window + 512 + 255) / 256 * 256; }
@@ -41,10 +52,14 @@ static inline int64_t ma_split_cells(int64_t pos, int64_t window, int64_t pass_r
 /* Rows a batch needs for llama.cpp's tiled flash attention (ggml_compute_forward_flash_attn_ext_tiled): a
  * batch (ubatch) of fewer rows takes ma_attend_row's path. */
 #define MA_TILED_ROWS 64
-/* The same for n rows (at most MA_TILED_ROWS) of one query head and one sequence as the tiled path computes them:
- * row i's query at q + i q_stride, its position pos[i], seeing positions pos[i] - window + 1 (window > 0) or 0
- * up to pos[i]; its output at out + i out_stride; sink as ma_attend_row's. work: ma_tiled_work(D, Dv) floats. */
-void ma_attend_tiled(const float *q, int64_t q_stride, int64_t n, const int64_t *pos, int64_t window,
+/* Query heads one call of the tiled path takes (their keys and values read once for all of them). */
+#define MA_TILED_HEADS 4
+/* The same for n rows (at most MA_TILED_ROWS) of nh query heads (at most MA_TILED_HEADS, sharing one key/value
+ * head) of one sequence as the tiled path computes them: head g of row i's query at q + i q_stride + g D, its
+ * position pos[i], seeing positions pos[i] - window + 1 (window > 0) or 0 up to pos[i]; its output at out + i
+ * out_stride + g Dv; sink: NULL or the nh heads' sink logits, as ma_attend_row's. Each head's rows get the bits they
+ * get alone. work: ma_tiled_work(D, Dv) floats. */
+void ma_attend_tiled(const float *q, int64_t q_stride, int64_t n, int64_t nh, const int64_t *pos, int64_t window,
                      const uint16_t *k, int64_t k_stride, const uint16_t *v, int64_t v_stride, int64_t D, int64_t Dv,
                      float scale, const float *sink, float *out, int64_t out_stride, float *work);
 size_t ma_tiled_work(int64_t D, int64_t Dv);

@@ -550,3 +550,62 @@ def test_attention_gives_ggmls_flash_attention_bits(n: int, start: int, window: 
     _core.attend(q, np.ascontiguousarray(k[:end]), np.ascontiguousarray(v[:end]), out, (n, H, Hkv, D, D), start,
                  window, 0.125, n, 2)
     np.testing.assert_array_equal(out.reshape(n, H, D), ref)
+
+
+#: (rows, heads, kv heads, head dim, value dim, start, window, sinks) of the attention's edge cases. From 64 rows the
+#: tiled path: row groups not aligned to the key tiles, value dims of 16 lanes, of 16 + 8, of 16 + 4 and of 8, blocks
+#: of rows cut short (groups of 6 or 22 rows seeing a whole tile), a sliding window cutting tiles at their start,
+#: sinks, 1, 2 and 4 query heads per key/value head. Below, the row path: one-row steps over 512 cells or more (the
+#: split-KV path) and fewer, and a pass of 20 rows; value dims of 64 + 32, of 16 + 4, of 256; 1, 2, 3 and 4 heads per
+#: key/value head
+_ATTENTION_CASES = [(200, 4, 2, 64, 64, 70, 0, False), (133, 6, 3, 40, 24, 5, 0, True),
+                    (150, 2, 1, 32, 20, 100, 90, False), (64, 3, 3, 16, 8, 300, 0, True),
+                    (70, 2, 2, 64, 64, 900, 0, False), (86, 2, 1, 48, 48, 0, 0, True), (300, 8, 2, 64, 64, 600, 0, False),
+                    (1, 8, 2, 64, 64, 700, 0, False), (1, 4, 1, 96, 96, 300, 0, True), (1, 4, 2, 40, 20, 1200, 0, True),
+                    (1, 4, 4, 256, 256, 600, 0, False), (20, 6, 2, 32, 24, 40, 0, True), (1, 8, 2, 64, 64, 200, 0, False),
+                    (1, 6, 1, 64, 72, 900, 0, False)]
+
+
+def _attention(case: tuple[int, int, int, int, int, int, int, bool]) -> np.ndarray:
+    """_core.attend's output for one case of random queries and cache (seeded by the case), as a pass of its rows
+    (llama.cpp's thread count 2: the split-KV path's chunks)."""
+    from minillama._native import _core
+
+    n, h, hkv, d, dv, start, window, sinks = case
+    rng = np.random.default_rng(sum(case))
+    q = (rng.standard_normal((n, h, d)) * 1.5).astype(np.float32)
+    k = rng.standard_normal((start + n, hkv, d)).astype(np.float16)
+    v = rng.standard_normal((start + n, hkv, dv)).astype(np.float16)
+    out = np.zeros((n, h * dv), np.float32)
+    sk = rng.standard_normal(h).astype(np.float32) * 3 if sinks else None
+    _core.attend(q, k, v, out, (n, h, hkv, d, dv), start, window, 1 / np.sqrt(d), n, 2, sk)
+    return out
+
+
+def test_attention_kernels_equal_the_scalar_rows(tmp_path: Path) -> None:
+    """The AVX2 attention (tiled: rows that see a whole key tile taken four at a time, the tile's keys and values
+    widened once for the query heads sharing them, sums kept in registers; row path: the query heads sharing a
+    key/value head scored and summed in one pass over a run of keys) gives the bits of the scalar kernels, which take
+    one query row at a time through the same operations in the same order (MINILLAMA_KERNELS=scalar, in a child: the
+    choice is made once per process)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    if _core.kernels() != "avx2":
+        pytest.skip("the AVX2 kernels do not run here: nothing to compare the scalar ones with")
+    repo = Path(__file__).resolve().parents[2]
+    code = ("import sys, json, numpy as np; r = sys.argv[1]; sys.path[:0] = [r, r + '/tests', r + '/tests/model']; "
+            "from minillama._native import _core; assert _core.kernels() == 'scalar'; "
+            "import test_native_stack as t; "
+            "np.savez(sys.argv[2], *[t._attention(tuple(c)) for c in json.loads(sys.argv[3])])")
+    env = dict(os.environ, MINILLAMA_KERNELS="scalar")
+    out = subprocess.run([sys.executable, "-c", code, str(repo), str(tmp_path / "scalar.npz"),
+                          json.dumps(_ATTENTION_CASES)], capture_output=True, text=True, env=env, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    scalar = np.load(tmp_path / "scalar.npz")
+    for i, case in enumerate(_ATTENTION_CASES):
+        got, want = _attention(case), scalar[f"arr_{i}"]
+        assert np.isfinite(got).all()
+        assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), (case, np.abs(got - want).max())
