@@ -165,7 +165,7 @@ class Sampler:
         cand = _identity(x.size) if ids is None else np.asarray(ids).ravel()
         if cand.shape != x.shape:
             raise ArgumentError(f"{x.size} scores for {cand.size} candidate ids")
-        if np.isnan(x @ x):  # a sum of squares is NaN only where a score is (+-inf squares to inf)
+        if x.size and np.isnan(x.min()):  # min propagates a NaN (not x @ x: BLAS threads woke to spin beside the model's)
             raise ArgumentError("the model's scores contain NaN")
         raw = x
         x = self.adjust(x, cand, in_place=not self.n_probs)
