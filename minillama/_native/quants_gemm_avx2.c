@@ -42,7 +42,16 @@ static inline __m256i bcast4(const uint8_t *p) {
 static inline __m256i bcast16(const uint8_t *p) {
     return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p));
 }
-#define splat4(v, i) _mm256_shuffle_epi32((v), (i) * 0x55)
+/* The shuffle wants an immediate: i is a constant wherever the loops are unrolled (the switch folds away), but not
+ * in an -O1 build (the sanitizer run), where the switch picks one. */
+static inline __m256i splat4(__m256i v, int i) {
+    switch (i & 3) {
+    case 0: return _mm256_shuffle_epi32(v, 0x00);
+    case 1: return _mm256_shuffle_epi32(v, 0x55);
+    case 2: return _mm256_shuffle_epi32(v, 0xAA);
+    default: return _mm256_shuffle_epi32(v, 0xFF);
+    }
+}
 
 /* An 8 x 8 transpose of int32 lanes: lane g of r[k] goes to lane k of r[g]. */
 static inline void transpose8(__m256i r[8]) {
