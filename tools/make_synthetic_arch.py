@@ -111,6 +111,13 @@ ARCHS: dict[str, dict[str, Any]] = {
                      "n_ff": 64, "n_ctx": 131072, "rope_base": 150000.0, "eps": 1e-5, "tied": False, "n_expert": 8,
                      "n_expert_used": 2, "n_ff_exp": 64, "sliding_window": 400,
                      "yarn": {"factor": 32.0, "original_context_length": 4096}, "server_fed_long": 700},
+    # gpt-oss-ring: gpt-oss with a 128-position window, whose sliding-window cache (llama_kv_cache_iswa: 128 + 512
+    # cells, padded to 768) wraps within its server-fed prompt of 800 tokens: new positions reuse old cells, the
+    # window of every step across the wrap (cells of its last positions before those of its first).
+    "gpt-oss-ring": {"arch": "gpt-oss", "n_embd": 128, "n_layer": 2, "n_head": 4, "n_head_kv": 2, "key_length": 32,
+                     "n_ff": 64, "n_ctx": 131072, "rope_base": 150000.0, "eps": 1e-5, "tied": False, "n_expert": 8,
+                     "n_expert_used": 2, "n_ff_exp": 64, "sliding_window": 128,
+                     "yarn": {"factor": 32.0, "original_context_length": 4096}, "server_fed_long": 800},
     "gemma4": {"n_embd": 128, "n_layer": 6, "n_head": 4, "n_head_kv": 2, "key_length": 64, "key_length_swa": 32,
                "n_ff": [256, 256, 256, 256, 512, 512], "n_ctx": 4096, "rope_base": 1000000.0,
                "rope_base_swa": 10000.0, "n_rot": 64, "n_rot_swa": 32, "eps": 1e-6, "tied": False,
@@ -722,14 +729,18 @@ def expected(out: str, only: list[str] | None = None) -> None:
 SERVER_FED_TOKENS = (70, 110, 200)
 LONG_SERVER_FED = 2048
 SERVER_FED_ARCHS = ("qwen2", "qwen3", "llama", "mistral3", "qwen3moe", "gpt-oss", "deepseek2", "deepseek2-kvb",
-                    "deepseek2-yarn", "gpt-oss-wide", "qwen35", "qwen35moe", "smollm3", "olmo2", "granite", "glm4moe")
+                    "deepseek2-yarn", "gpt-oss-wide", "gpt-oss-ring", "qwen35", "qwen35moe", "smollm3", "olmo2",
+                    "granite", "glm4moe")
 SERVER_FED_PREDICT = 16
+#: The long prompt of real files given with --gguf: Gemma-3's 1,100 tokens pass its sliding-window cache of 1,024
+#: cells (window 512 + one ubatch), so the last ubatch and every step reuse cells of positions out of the window.
+SERVER_FED_LONG_GGUF = {"gemma-3-270m-q4_k_m.gguf": 1100}
 
 
 def server_fed(out: str, gguf_paths: list[str], only: list[str] | None = None) -> None:
     """llama.cpp's greedy continuations of prompts of SERVER_FED_TOKENS tokens (default-corpus.txt, at the offsets
     of LONG_AT), fed as llama.cpp's server feeds a prompt (all but its last 4 tokens, then those 4, then one token
-    per step), on the seed-0 models of SERVER_FED_ARCHS and on each of gguf_paths (under its file name), to out.
+    per step; its sliding-window layers' cache as small as the server's), on the seed-0 models of SERVER_FED_ARCHS and on each of gguf_paths (under its file name), to out.
     only: remake these architectures' entries (and gguf_paths') of the existing file out, keep the others."""
     sys.path.insert(0, str(ROOT / "tools" / "bench"))
     sys.path.insert(0, str(SHARED / "tools"))
@@ -747,8 +758,9 @@ def server_fed(out: str, gguf_paths: list[str], only: list[str] | None = None) -
             models.append((arch, os.path.join(tmp, f"{arch}.gguf")))
         models += [(os.path.basename(p), p) for p in gguf_paths]
         for name, path in models:
-            vocab, ref = Oracle(path), LlamaCpp(path, SHARED, n_ctx=LONG_SERVER_FED + 256)
-            long = LONG_SERVER_FED if name == "llama" else ARCHS.get(name, {}).get("server_fed_long")
+            vocab, ref = Oracle(path), LlamaCpp(path, SHARED, n_ctx=LONG_SERVER_FED + 256, swa_full=False)
+            long = LONG_SERVER_FED if name == "llama" else ARCHS.get(name, {}).get("server_fed_long",
+                                                                             SERVER_FED_LONG_GGUF.get(name))
             lengths = SERVER_FED_TOKENS + ((long,) if long else ())
             cases = []
             for n, at in zip(lengths, (LONG_AT + (0,))[:len(lengths)], strict=True):

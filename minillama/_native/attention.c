@@ -40,11 +40,9 @@ static float dot_f16_scalar(const uint16_t *x, const float *y, int64_t n) {
     return (float)sum;
 }
 
-/* The one_chunk kernel over positions s0..s1: out = the weighted sum of values times 1 / S, or with partial given
- * (the split-KV path) the sum itself and partial[0..1] = M, S. */
 /* A row's end: the sink (when given: one more logit of the softmax, with no value) as one_chunk applies it to the
  * float32 copy of its sum, a new maximum scaling the sum and S; then out = acc / S (0 where no key was seen), or
- * with partial the unscaled acc and partial = {M, S}. */
+ * with partial (the split-KV path) the unscaled acc and partial = {M, S}. */
 static void finish(float *acc, int64_t Dv, float M, float S, const float *sink, float *out, float *partial) {
     if (sink) {
         const float s = *sink;
@@ -67,41 +65,60 @@ static void finish(float *acc, int64_t Dv, float M, float S, const float *sink, 
     for (int64_t i = 0; i < Dv; i++) out[i] = acc[i] * inv;
 }
 
-static void row_scalar(const float *q, const uint16_t *k, int64_t ks, const uint16_t *v, int64_t vs, int64_t s0,
-                       int64_t s1, int64_t D, int64_t Dv, float scale, const float *sink, float *out, float *work,
-                       float *partial) {
-    float *q16 = work, *acc = work + D;
-    for (int64_t i = 0; i < D; i++) q16[i] = mq_round_f16(q[i]);
-    for (int64_t i = 0; i < Dv; i++) acc[i] = 0;
-    float M = -INFINITY, S = 0;
-    for (int64_t s = s0; s <= s1; s++) {
-        const float sc = dot_f16_scalar(k + s * ks, q16, D) * scale;
-        float ms = 1, w = 1;
-        if (sc > M) {
-            const float old = M;
-            M = sc;
-            ms = expf(old - M);
-            for (int64_t i = 0; i < Dv; i++) acc[i] = mq_round_f16(acc[i] * ms);
-        } else
-            w = expf(sc - M);
-        const uint16_t *vr = v + s * vs;
-        for (int64_t i = 0; i < Dv; i++) acc[i] = mq_round_f16(fmaf(mq_half_float(vr[i]), w, acc[i]));
-        S = S * ms + w;
-    }
-    finish(acc, Dv, M, S, sink, out, partial);
+/* The online softmax of nq query heads (at most MA_ROW_HEADS) sharing keys and values: their queries rounded to
+ * float16 (q16 [nq][D]), running sums of values (acc [nq][Dv]), maxima and sums of weights. A run of keys (run_fn)
+ * carries it on, so the keys one chunk sees may come in several runs (cells of a cache in llama.cpp's order whose
+ * positions are not consecutive) and get the bits of one pass over them in that order. */
+typedef struct {
+    float *q16, *acc, M[MA_ROW_HEADS], S[MA_ROW_HEADS];
+    int64_t nq, D, Dv;
+    float scale;
+} row_state;
+
+/* work: nq (D + Dv) floats. */
+static void row_begin(row_state *st, const float *q, int64_t nq, int64_t D, int64_t Dv, float scale, float *work) {
+    st->q16 = work, st->acc = work + nq * D, st->nq = nq, st->D = D, st->Dv = Dv, st->scale = scale;
+    for (int64_t i = 0; i < nq * D; i++) st->q16[i] = mq_round_f16(q[i]);
 }
 
-/* nq query heads (q + g D; outputs out + g Dv, partials partial + 2 g, sinks sink + g) over the same keys and
- * values, each as row_scalar computes it alone. work: nq (D + Dv) floats. */
-typedef void (*row_fn)(const float *, int64_t, const uint16_t *, int64_t, const uint16_t *, int64_t, int64_t, int64_t,
-                       int64_t, int64_t, float, const float *, float *, float *, float *);
+static void row_reset(row_state *st) {
+    for (int64_t i = 0; i < st->nq * st->Dv; i++) st->acc[i] = 0;
+    for (int64_t g = 0; g < st->nq; g++) st->M[g] = -INFINITY, st->S[g] = 0;
+}
 
-static void rows_scalar(const float *q, int64_t nq, const uint16_t *k, int64_t ks, const uint16_t *v, int64_t vs,
-                        int64_t s0, int64_t s1, int64_t D, int64_t Dv, float scale, const float *sink, float *out,
-                        float *work, float *partial) {
-    for (int64_t g = 0; g < nq; g++)
-        row_scalar(q + g * D, k, ks, v, vs, s0, s1, D, Dv, scale, sink ? sink + g : NULL, out + g * Dv, work,
-                   partial ? partial + 2 * g : NULL);
+/* Each head's end (finish) into out + g Dv (partial + 2 g). */
+static void row_end(row_state *st, const float *sink, float *out, float *partial) {
+    for (int64_t g = 0; g < st->nq; g++)
+        finish(st->acc + g * st->Dv, st->Dv, st->M[g], st->S[g], sink ? sink + g : NULL, out + g * st->Dv,
+               partial ? partial + 2 * g : NULL);
+}
+
+/* The keys and values of positions s0..s1 (rows ks / vs values apart) into the state, one key at a time. */
+typedef void (*run_fn)(row_state *st, const uint16_t *k, int64_t ks, const uint16_t *v, int64_t vs, int64_t s0,
+                       int64_t s1);
+
+/* one_chunk's loop for each head: each score a float16 dot product, a new maximum scaling the float16 sum. */
+static void run_scalar(row_state *st, const uint16_t *k, int64_t ks, const uint16_t *v, int64_t vs, int64_t s0,
+                       int64_t s1) {
+    const int64_t D = st->D, Dv = st->Dv;
+    for (int64_t g = 0; g < st->nq; g++) {
+        float *acc = st->acc + g * Dv, M = st->M[g], S = st->S[g];
+        for (int64_t s = s0; s <= s1; s++) {
+            const float sc = dot_f16_scalar(k + s * ks, st->q16 + g * D, D) * st->scale;
+            float ms = 1, w = 1;
+            if (sc > M) {
+                const float old = M;
+                M = sc;
+                ms = expf(old - M);
+                for (int64_t i = 0; i < Dv; i++) acc[i] = mq_round_f16(acc[i] * ms);
+            } else
+                w = expf(sc - M);
+            const uint16_t *vr = v + s * vs;
+            for (int64_t i = 0; i < Dv; i++) acc[i] = mq_round_f16(fmaf(mq_half_float(vr[i]), w, acc[i]));
+            S = S * ms + w;
+        }
+        st->M[g] = M, st->S[g] = S;
+    }
 }
 
 #ifdef MQ_X86_AVX2_BUILD
@@ -186,29 +203,20 @@ static void run_values(float *acc, const uint16_t *vr, int64_t vs, int64_t n, in
         }
 }
 
-/* rows_scalar's nq queries (at most MA_ROW_HEADS) together: each run's keys scored for every query while the key
- * row is in the cache, and its values read once from memory for all of them. */
-static void row_avx2(const float *q, int64_t nq, const uint16_t *k, int64_t ks, const uint16_t *v, int64_t vs,
-                     int64_t s0, int64_t s1, int64_t D, int64_t Dv, float scale, const float *sink, float *out,
-                     float *work, float *partial) {
-    float *q16 = work, *acc = work + nq * D;
-    float M[MA_ROW_HEADS], S[MA_ROW_HEADS], w[MA_ROW_HEADS][SCORE_RUN], ms[MA_ROW_HEADS][SCORE_RUN];
+/* run_scalar's heads together: each run of keys scored for every head while the key row is in the cache, and its
+ * values read once from memory for all of them. */
+static void run_avx2(row_state *st, const uint16_t *k, int64_t ks, const uint16_t *v, int64_t vs, int64_t s0,
+                     int64_t s1) {
+    const int64_t nq = st->nq, D = st->D, Dv = st->Dv;
+    float w[MA_ROW_HEADS][SCORE_RUN], ms[MA_ROW_HEADS][SCORE_RUN];
     uint8_t up[MA_ROW_HEADS][SCORE_RUN];
-    for (int64_t g = 0; g < nq; g++) {
-        const float *qg = q + g * D;
-        float *qh = q16 + g * D;
-        int64_t i = 0;
-        for (; i + 8 <= D; i += 8) _mm256_storeu_ps(qh + i, round_f16x8(_mm256_loadu_ps(qg + i)));
-        for (; i < D; i++) qh[i] = mq_round_f16(qg[i]);
-        for (i = 0; i < Dv; i++) acc[g * Dv + i] = 0;
-        M[g] = -INFINITY, S[g] = 0;
-    }
     for (int64_t c0 = s0; c0 <= s1; c0 += SCORE_RUN) {
         const int64_t n = s1 + 1 - c0 < SCORE_RUN ? s1 + 1 - c0 : SCORE_RUN;
         for (int64_t j = 0; j < n; j++)
-            for (int64_t g = 0; g < nq; g++) w[g][j] = dot_f16_avx2(k + (c0 + j) * ks, q16 + g * D, D) * scale;
+            for (int64_t g = 0; g < nq; g++)
+                w[g][j] = dot_f16_avx2(k + (c0 + j) * ks, st->q16 + g * D, D) * st->scale;
         for (int64_t g = 0; g < nq; g++) {
-            float Mg = M[g], Sg = S[g];
+            float Mg = st->M[g], Sg = st->S[g];
             for (int64_t j = 0; j < n; j++) {
                 const float sc = w[g][j];
                 ms[g][j] = 1, up[g][j] = sc > Mg;
@@ -221,52 +229,79 @@ static void row_avx2(const float *q, int64_t nq, const uint16_t *k, int64_t ks, 
                     w[g][j] = expf(sc - Mg);
                 Sg = Sg * ms[g][j] + w[g][j];
             }
-            M[g] = Mg, S[g] = Sg;
-            run_values(acc + g * Dv, v + c0 * vs, vs, n, Dv, w[g], ms[g], up[g]);
+            st->M[g] = Mg, st->S[g] = Sg;
+            run_values(st->acc + g * Dv, v + c0 * vs, vs, n, Dv, w[g], ms[g], up[g]);
         }
     }
-    for (int64_t g = 0; g < nq; g++)
-        finish(acc + g * Dv, Dv, M[g], S[g], sink ? sink + g : NULL, out + g * Dv, partial ? partial + 2 * g : NULL);
 }
 #pragma GCC pop_options
 #define HAVE_AVX2_ROW 1
 #endif
 
-static row_fn row_kernel(void) {
+static run_fn run_kernel(void) {
 #ifdef HAVE_AVX2_ROW
-    return mq_cpu_isa() == MQ_ISA_AVX2 ? row_avx2 : rows_scalar;
+    return mq_cpu_isa() == MQ_ISA_AVX2 ? run_avx2 : run_scalar;
 #else
-    return rows_scalar;
+    return run_scalar;
 #endif
 }
 
-void ma_attend_row(const float *q, int64_t nq, const uint16_t *k, int64_t k_stride, const uint16_t *v,
-                   int64_t v_stride, int64_t s0, int64_t s1, int64_t D, int64_t Dv, float scale, const float *sink,
-                   float *out, float *work) {
-    row_kernel()(q, nq, k, k_stride, v, v_stride, s0, s1, D, Dv, scale, sink, out, work, NULL);
+/* The cells c0..c1-1 of a cache whose positions lie in s0..s1 into the state, in cell order (pos: each cell's
+ * position, -1 empty; NULL: cell c holds position c), each run of cells holding consecutive positions in one go;
+ * the number of cells taken. */
+static int64_t run_cells(run_fn run, row_state *st, const uint16_t *k, int64_t ks, const uint16_t *v, int64_t vs,
+                         const int64_t *pos, int64_t c0, int64_t c1, int64_t s0, int64_t s1) {
+    if (!pos) {
+        const int64_t lo = c0 > s0 ? c0 : s0, hi = c1 - 1 < s1 ? c1 - 1 : s1;
+        if (lo <= hi) run(st, k, ks, v, vs, lo, hi);
+        return lo <= hi ? hi - lo + 1 : 0;
+    }
+    int64_t seen = 0;
+    for (int64_t c = c0; c < c1;) {
+        const int64_t p = pos[c];
+        if (p < s0 || p > s1) {
+            c++;
+            continue;
+        }
+        int64_t e = c + 1;
+        while (e < c1 && pos[e] == p + (e - c) && pos[e] <= s1) e++;
+        run(st, k, ks, v, vs, p, p + (e - c) - 1);
+        seen += e - c;
+        c = e;
+    }
+    return seen;
 }
 
-/* The split-KV path (ggml_compute_forward_flash_attn_ext_f16 with one query row and 512 cached cells or more):
- * the n_kv cells cut into `parts` chunks of ceil(n_kv / parts), one per llama.cpp thread; each chunk's one_chunk
- * partial (M, S, unscaled sum) from a fresh start, over the positions of s0..s1 inside it; then
- * ggml_flash_attn_ext_reduce_partials merges them in chunk order (chunks that saw nothing skipped): with M' the
- * larger maximum, sum = sum expf(M - M') + chunk's expf(Mc - M'), S likewise (its compiler fuses the first
- * product into the add), and at the end sum times 1 / S. work: D + 3 Dv floats. */
-void ma_attend_row_split(const float *q, int64_t nq, const uint16_t *k, int64_t k_stride, const uint16_t *v,
-                         int64_t v_stride, int64_t s0, int64_t s1, int64_t n_kv, int64_t parts, int64_t D, int64_t Dv,
-                         float scale, const float *sink, float *out, float *work) {
-    const row_fn row = row_kernel();
+/* parts <= 1: one_chunk over the n_kv cells. Else the split-KV path (ggml_compute_forward_flash_attn_ext_f16 with
+ * one query row and 512 cached cells or more): the n_kv cells cut into `parts` chunks of ceil(n_kv / parts), one
+ * per llama.cpp thread; each chunk's one_chunk partial (M, S, unscaled sum) from a fresh start, over its cells
+ * whose positions lie in s0..s1; then ggml_flash_attn_ext_reduce_partials merges them in chunk order (chunks that
+ * saw nothing skipped): with M' the larger maximum, sum = sum expf(M - M') + chunk's expf(Mc - M'), S likewise (its
+ * compiler fuses the first product into the add), and at the end sum times 1 / S. */
+void ma_attend_cells(const float *q, int64_t nq, const uint16_t *k, int64_t k_stride, const uint16_t *v,
+                     int64_t v_stride, const int64_t *cells, int64_t n_kv, int64_t s0, int64_t s1, int64_t parts,
+                     int64_t D, int64_t Dv, float scale, const float *sink, float *out, float *work) {
+    const run_fn run = run_kernel();
+    row_state st;
+    row_begin(&st, q, nq, D, Dv, scale, work);
+    if (parts <= 1) {
+        row_reset(&st);
+        run_cells(run, &st, k, k_stride, v, v_stride, cells, 0, n_kv, s0, s1);
+        row_end(&st, sink, out, NULL);
+        return;
+    }
     float *chunk = work + nq * (D + Dv), *sum = chunk + nq * Dv, partial[2 * MA_ROW_HEADS];
     float M[MA_ROW_HEADS], S[MA_ROW_HEADS];
     const int64_t size = (n_kv + parts - 1) / parts;
     for (int64_t g = 0; g < nq; g++) M[g] = -INFINITY, S[g] = 0;
     for (int64_t i = 0; i < nq * Dv; i++) sum[i] = 0;
     for (int64_t c = 0; c < parts && c * size < n_kv; c++) {
-        const int64_t lo = c * size > s0 ? c * size : s0, end = (c + 1) * size < n_kv ? (c + 1) * size : n_kv;
-        const int64_t hi = end - 1 < s1 ? end - 1 : s1;
+        const int64_t end = (c + 1) * size < n_kv ? (c + 1) * size : n_kv;
+        row_reset(&st);
         /* every cell of the chunk masked: S = 0, skipped by the merge; but the first chunk takes the sink */
-        if (lo > hi && !(c == 0 && sink)) continue;
-        row(q, nq, k, k_stride, v, v_stride, lo, hi, D, Dv, scale, c == 0 ? sink : NULL, chunk, work, partial);
+        if (!run_cells(run, &st, k, k_stride, v, v_stride, cells, c * size, end, s0, s1) && !(c == 0 && sink))
+            continue;
+        row_end(&st, c == 0 ? sink : NULL, chunk, partial);
         for (int64_t g = 0; g < nq; g++) {
             const float Mc = partial[2 * g], Sc = partial[2 * g + 1], *cg = chunk + g * Dv;
             float *sg = sum + g * Dv;
@@ -349,8 +384,8 @@ static const tiled_ops ops_scalar = {scores_scalar, scale_scalar, mad_scalar, ke
 struct tiled_ctx {
     const tiled_ops *ops;
     const float *q, *kt; /* the queries (row r: position r % n, q_stride apart, head r / n), the tile's keys */
-    const uint16_t *v;   /* the tile's first value row; the others vs apart */
-    int64_t n, q_stride, vs, D, Dv;
+    const uint16_t *const *v; /* [FA_TILE]: the tile's value rows */
+    int64_t n, q_stride, D, Dv;
     float scale, *acc, *M, *S, *vt, *scb, *spare;
 };
 
@@ -364,15 +399,20 @@ static inline float sum8(const float *p) {
     return ((p[0] + p[4]) + (p[2] + p[6])) + ((p[1] + p[5]) + (p[3] + p[7]));
 }
 
-/* Row i's weights over the keys a..b of a tile (tile offsets), its scores sc[8 g0 .. 8 g1) made (g0 = a / 8,
- * g1 = b / 8 + 1): the others of those groups masked, the scores times scale, a new maximum scaling the row's sum
- * acc [Dv] and S, then sc = ggml_v_expf(score - M) and S += their sum (eight at a time, in double). */
-static void tile_weights(const tiled_ops *ops, float *sc, int64_t a, int64_t b, float scale, float *M, float *S,
+/* The lowest and highest key of a tile mask (bit j: key j of the tile seen), which is not 0. */
+static inline int64_t mask_lo(uint64_t m) { return __builtin_ctzll(m); }
+static inline int64_t mask_hi(uint64_t m) { return 63 - __builtin_clzll(m); }
+
+/* Row i's weights over the keys of a tile its mask sees (a..b its lowest and highest), its scores sc[8 g0 .. 8 g1)
+ * made (g0 = a / 8, g1 = b / 8 + 1): the others of those groups masked (-inf), the scores times scale, a new
+ * maximum scaling the row's sum acc [Dv] and S, then sc = ggml_v_expf(score - M) and S += their sum (eight at a
+ * time, in double; a masked key's weight is 0). */
+static void tile_weights(const tiled_ops *ops, float *sc, uint64_t mask, float scale, float *M, float *S,
                          float *acc, int64_t Dv) {
-    const int64_t g0 = a / 8, g1 = b / 8 + 1;
+    const int64_t g0 = mask_lo(mask) / 8, g1 = mask_hi(mask) / 8 + 1;
     float mx = -INFINITY;
     for (int64_t j = 8 * g0; j < 8 * g1; j++) {
-        sc[j] = j < a || j > b ? -INFINITY : sc[j] * scale;
+        sc[j] = mask >> j & 1 ? sc[j] * scale : -INFINITY;
         mx = sc[j] > mx ? sc[j] : mx;
     }
     if (mx > *M) {
@@ -388,18 +428,28 @@ static void tile_weights(const tiled_ops *ops, float *sc, int64_t a, int64_t b, 
     *S = (float)((double)*S + sum);
 }
 
+/* Whether a row at position p sees a key at position kp (-1: an empty cell). */
+static inline int sees(int64_t p, int64_t kp, int64_t window) {
+    return kp >= 0 && kp <= p && (window == 0 || p - kp < window);
+}
+
 static void attend_tiled(const tiled_ops *ops, const float *q, int64_t q_stride, int64_t n, int64_t nh,
-                         const int64_t *pos, int64_t window, const uint16_t *k, int64_t ks, const uint16_t *v,
-                         int64_t vs, int64_t D, int64_t Dv, float scale, const float *sink, float *out,
-                         int64_t out_stride, float *work) {
+                         const int64_t *pos, int64_t window, const int64_t *cells, int64_t n_kv, const uint16_t *k,
+                         int64_t ks, const uint16_t *v, int64_t vs, int64_t D, int64_t Dv, float scale,
+                         const float *sink, float *out, int64_t out_stride, float *work) {
     float *kt = work, *sc = kt + FA_TILE * D, *acc = sc + FA_TILE, *M = acc + TILED_R * Dv, *S = M + TILED_R,
           *vt = S + TILED_R, *scb = vt + FA_TILE * Dv, *spare = scb + (TILED_R + BLOCK) * FA_TILE;
-    struct tiled_ctx cx = {ops, q, kt, v, n, q_stride, vs, D, Dv, scale, acc, M, S, vt, scb, spare};
+    const uint16_t *vrow[FA_TILE];
+    struct tiled_ctx cx = {ops, q, kt, vrow, n, q_stride, D, Dv, scale, acc, M, S, vt, scb, spare};
     const int64_t R = n * nh;
-    int64_t lo = INT64_MAX, hi = -1, full[TILED_R], ta[MA_TILED_ROWS], tb[MA_TILED_ROWS];
-    for (int64_t i = 0; i < n; i++) {
-        const int64_t s0 = window > 0 && pos[i] - window + 1 > 0 ? pos[i] - window + 1 : 0;
-        lo = s0 < lo ? s0 : lo, hi = pos[i] > hi ? pos[i] : hi;
+    int64_t lo = 0, hi = n_kv - 1, full[TILED_R];
+    uint64_t mask[MA_TILED_ROWS];
+    if (!cells) { /* cell c holds position c: the tiles from the first any row sees to the last */
+        lo = INT64_MAX, hi = -1;
+        for (int64_t i = 0; i < n; i++) {
+            const int64_t s0 = window > 0 && pos[i] - window + 1 > 0 ? pos[i] - window + 1 : 0;
+            lo = s0 < lo ? s0 : lo, hi = pos[i] > hi ? pos[i] : hi;
+        }
     }
     for (int64_t r = 0; r < R; r++) {
         M[r] = -INFINITY, S[r] = 0;
@@ -407,31 +457,53 @@ static void attend_tiled(const tiled_ops *ops, const float *q, int64_t q_stride,
     }
     for (int64_t j = 0; j < Dv; j++) spare[j] = 0;
     for (int64_t c0 = lo / FA_TILE * FA_TILE; c0 <= hi; c0 += FA_TILE) {
-        const int64_t c1 = c0 + FA_TILE - 1 < hi ? c0 + FA_TILE - 1 : hi; /* the last key any row sees */
-        ops->keys(kt, k + c0 * ks, ks, c1 - c0 + 1, D);
-        for (int64_t j = c1 - c0 + 1; j < FA_TILE && j % 8; j++) /* past the last key: masked, but defined */
-            for (int64_t d = 0; d < D; d++) kt[d * FA_TILE + j] = 0;
-        for (int64_t i = 0; i < n; i++) { /* the keys row i sees in this tile: ta..tb (tile offsets) */
-            const int64_t s0 = window > 0 && pos[i] - window + 1 > 0 ? pos[i] - window + 1 : 0;
-            ta[i] = s0 > c0 ? s0 - c0 : 0, tb[i] = pos[i] < c1 ? pos[i] - c0 : c1 - c0;
+        const int64_t c1 = c0 + FA_TILE - 1 < hi ? c0 + FA_TILE - 1 : hi; /* the tile's last cell */
+        uint64_t any = 0;
+        for (int64_t i = 0; i < n; i++) { /* the keys row i sees in this tile */
+            uint64_t m = 0;
+            if (!cells) {
+                const int64_t s0 = window > 0 && pos[i] - window + 1 > 0 ? pos[i] - window + 1 : 0;
+                const int64_t a = s0 > c0 ? s0 - c0 : 0, b = pos[i] < c1 ? pos[i] - c0 : c1 - c0;
+                if (a <= b) m = (b - a == 63 ? ~(uint64_t)0 : (((uint64_t)1 << (b - a + 1)) - 1)) << a;
+            } else
+                for (int64_t j = 0; j <= c1 - c0; j++) m |= (uint64_t)sees(pos[i], cells[c0 + j], window) << j;
+            mask[i] = m, any |= m;
         }
+        if (!any) continue;
+        /* the tile's keys, each run of cells holding consecutive positions widened in one go; empty cells and
+         * those past the last (to the end of their group of eight): masked, but defined */
+        for (int64_t j = 0; j <= c1 - c0;) {
+            const int64_t p = cells ? cells[c0 + j] : c0 + j;
+            int64_t e = j + 1;
+            if (p < 0) {
+                for (int64_t d = 0; d < D; d++) kt[d * FA_TILE + j] = 0;
+                vrow[j] = NULL;
+                j = e;
+                continue;
+            }
+            while (e <= c1 - c0 && (cells ? cells[c0 + e] : c0 + e) == p + (e - j)) e++;
+            ops->keys(kt + j, k + p * ks, ks, e - j, D);
+            for (int64_t x = j; x < e; x++) vrow[x] = v + (p + x - j) * vs;
+            j = e;
+        }
+        for (int64_t j = c1 - c0 + 1; j < FA_TILE && j % 8; j++)
+            for (int64_t d = 0; d < D; d++) kt[d * FA_TILE + j] = 0;
         int64_t n_full = 0;
         for (int64_t r = 0; r < R; r++) {
-            const int64_t a = ta[r % n], b = tb[r % n];
-            if (a > b) continue;
-            if (ops->full_rows && a == 0 && b == FA_TILE - 1) {
+            const uint64_t m = mask[r % n];
+            if (!m) continue;
+            if (ops->full_rows && m == ~(uint64_t)0) {
                 full[n_full++] = r;
                 continue;
             }
+            const int64_t a = mask_lo(m), b = mask_hi(m);
             ops->scores(kt, q_row(q, r, n, q_stride, D), D, a / 8, b / 8 + 1, sc);
             float *ar = acc + r * Dv;
-            tile_weights(ops, sc, a, b, scale, M + r, S + r, ar, Dv);
-            for (int64_t j = a; j <= b; j++) ops->mad(ar, v + (c0 + j) * vs, Dv, sc[j]);
+            tile_weights(ops, sc, m, scale, M + r, S + r, ar, Dv);
+            for (int64_t j = a; j <= b; j++)
+                if (m >> j & 1) ops->mad(ar, vrow[j], Dv, sc[j]);
         }
-        if (n_full) {
-            cx.v = v + c0 * vs;
-            ops->full_rows(&cx, full, n_full);
-        }
+        if (n_full) ops->full_rows(&cx, full, n_full);
     }
     for (int64_t r = 0; r < R; r++) {
         if (sink) { /* after the last tile, as the tiled path applies it (its running maximum left as it is) */
@@ -577,7 +649,7 @@ static void weights_full_avx2(float *sc, float scale, float *M, float *S, float 
 static void full_rows_avx2(const struct tiled_ctx *c, const int64_t *rows, int64_t n) {
     const int64_t Dv = c->Dv, dv8 = Dv & ~(int64_t)7;
     for (int64_t j = 0; j < FA_TILE; j++) {
-        const uint16_t *vr = c->v + j * c->vs;
+        const uint16_t *vr = c->v[j];
         float *o = c->vt + j * Dv;
         int64_t i = 0;
         for (; i < dv8; i += 8) _mm256_storeu_ps(o + i, load_f16x8(vr + i));
@@ -648,20 +720,21 @@ static const tiled_ops ops_avx2 = {scores_avx2, scale_avx2, mad_avx2, keys_avx2,
 #endif
 
 void ma_attend_tiled(const float *q, int64_t q_stride, int64_t n, int64_t nh, const int64_t *pos, int64_t window,
-                     const uint16_t *k, int64_t k_stride, const uint16_t *v, int64_t v_stride, int64_t D, int64_t Dv,
-                     float scale, const float *sink, float *out, int64_t out_stride, float *work) {
+                     const int64_t *cells, int64_t n_kv, const uint16_t *k, int64_t k_stride, const uint16_t *v,
+                     int64_t v_stride, int64_t D, int64_t Dv, float scale, const float *sink, float *out,
+                     int64_t out_stride, float *work) {
 #ifdef HAVE_AVX2_ROW
     const tiled_ops *ops = mq_cpu_isa() == MQ_ISA_AVX2 ? &ops_avx2 : &ops_scalar;
 #else
     const tiled_ops *ops = &ops_scalar;
 #endif
-    attend_tiled(ops, q, q_stride, n, nh, pos, window, k, k_stride, v, v_stride, D, Dv, scale, sink, out, out_stride,
-                 work);
+    attend_tiled(ops, q, q_stride, n, nh, pos, window, cells, n_kv, k, k_stride, v, v_stride, D, Dv, scale, sink, out,
+                 out_stride, work);
 }
 
 int ma_attend_seq(const float *q, int64_t n, int64_t H, int64_t Hkv, int64_t D, int64_t Dv, int64_t start,
-                  const uint16_t *k, const uint16_t *v, int64_t window, float scale, const float *sinks,
-                  int64_t pass_rows, int64_t kv_split, float *out) {
+                  const uint16_t *k, const uint16_t *v, int64_t window, const int64_t *cells, int64_t n_kv,
+                  float scale, const float *sinks, int64_t pass_rows, int64_t kv_split, float *out) {
     const int64_t kd = Hkv * D, vd = Hkv * Dv, group = H / Hkv;
     mq_init(); /* mq_half_float's table: no model need have been run yet */
     const int tiled = pass_rows >= MA_TILED_ROWS;
@@ -680,19 +753,16 @@ int ma_attend_seq(const float *q, int64_t n, int64_t H, int64_t Hkv, int64_t D, 
         if (tiled) {
             for (int64_t t = 0; t < n; t += MA_TILED_ROWS)
                 ma_attend_tiled(q + t * H * D + h * D, H * D, n - t < MA_TILED_ROWS ? n - t : MA_TILED_ROWS, nh,
-                                pos + t, window, kh, kd, vh, vd, D, Dv, scale, sink, out + t * H * Dv + h * Dv, H * Dv,
-                                work);
+                                pos + t, window, cells, n_kv, kh, kd, vh, vd, D, Dv, scale, sink,
+                                out + t * H * Dv + h * Dv, H * Dv, work);
             continue;
         }
         for (int64_t t = 0; t < n; t++) {
             const int64_t p = start + t, s0 = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
-            const int64_t n_kv = ma_split_cells(p, window, pass_rows, kv_split);
-            float *o = out + t * H * Dv + h * Dv;
-            if (n_kv)
-                ma_attend_row_split(q + t * H * D + h * D, nh, kh, kd, vh, vd, s0, p, n_kv, kv_split, D, Dv, scale,
-                                    sink, o, work);
-            else
-                ma_attend_row(q + t * H * D + h * D, nh, kh, kd, vh, vd, s0, p, D, Dv, scale, sink, o, work);
+            const int64_t cells_kv = cells ? n_kv : ma_cache_cells(p);
+            ma_attend_cells(q + t * H * D + h * D, nh, kh, kd, vh, vd, cells, cells_kv, s0, p,
+                            ma_split_cells(cells_kv, pass_rows, kv_split) ? kv_split : 1, D, Dv, scale, sink,
+                            out + t * H * Dv + h * Dv, work);
         }
     }
     free(work);

@@ -283,11 +283,32 @@ static int Stack_init(StackObject *self, PyObject *args, PyObject *kwds) {
     return 0;
 }
 
+/* A cache's cell order (ma_attend_cells's cells) from o: None (cell c holds position c: buf NULL, 1), or int64
+ * [1 .. 2^30] each -1 or a position below `rows` (the positions stored). 0 and an error naming `who` otherwise. */
+static int get_cells(PyObject *o, Py_buffer *b, long long rows, const char *who) {
+    memset(b, 0, sizeof *b);
+    if (o == Py_None) return 1;
+    if (!get_array(o, b, 8, who)) return 0;
+    const char *f = b->format ? b->format + (strchr("<=@", b->format[0]) && b->format[0] ? 1 : 0) : "";
+    const Py_ssize_t n = b->len / 8;
+    int ok = (!strcmp(f, "q") || !strcmp(f, "l")) && n >= 1 && n <= (1 << 30);
+    const int64_t *c = b->buf;
+    for (Py_ssize_t i = 0; ok && i < n; i++) ok = c[i] >= -1 && c[i] < rows;
+    if (!ok) {
+        PyErr_Format(PyExc_ValueError, "%s: expected 1..2^30 int64 cells, each -1 or a position below %lld", who,
+                     rows);
+        PyBuffer_Release(b);
+        memset(b, 0, sizeof *b);
+    }
+    return ok;
+}
+
 /* forward(x, seqs, threads): x [T, n_embd] float32, run through every block in place; seqs a list of (rows, start,
  * k_caches, v_caches), one per sequence, whose rows lie in x one sequence after the other (rows >= 1, adding up to
  * T): that sequence's tokens at positions start..start+rows-1, their keys and values stored in its caches (one
- * float16 array per layer, [capacity, n_head_kv, head_dim(_v)], capacity >= start + rows). No two of the arrays
- * (x and every cache) may share memory: the threads of a pass write them at once. */
+ * float16 array per layer, [capacity, n_head_kv, head_dim(_v)], capacity >= start + rows), and optionally the cell
+ * orders of its full-attention and sliding-window layers' caches (get_cells; None: by position). No two of the
+ * arrays (x and every cache) may share memory: the threads of a pass write them at once. */
 static PyObject *Stack_forward(StackObject *self, PyObject *args) {
     PyObject *xo, *list, *lo = Py_None;
     int threads;
@@ -318,7 +339,8 @@ static PyObject *Stack_forward(StackObject *self, PyObject *args) {
     uint16_t **ptrs = PyMem_Calloc(n_arrays, sizeof(uint16_t *));
     ms_seq *seqs = PyMem_Calloc((size_t)n_seq, sizeof(ms_seq));
     ms_span *spans = PyMem_Calloc(n_arrays + 2, sizeof(ms_span));
-    if (!cb || !ptrs || !seqs || !spans) {
+    Py_buffer *cellb = PyMem_Calloc(2 * (size_t)n_seq, sizeof(Py_buffer)); /* each sequence's cell orders */
+    if (!cb || !ptrs || !seqs || !spans || !cellb) {
         PyErr_NoMemory();
         goto done;
     }
@@ -329,15 +351,17 @@ static PyObject *Stack_forward(StackObject *self, PyObject *args) {
     }
     long long rows_seen = 0;
     for (Py_ssize_t s = 0; s < n_seq; s++) {
-        PyObject *ko, *vo;
+        PyObject *ko, *vo, *cells[2] = {Py_None, Py_None};
         long long rows, start;
         PyObject *item = PyTuple_GET_ITEM(so, s);
         if (!PyTuple_Check(item)) {
-            PyErr_Format(PyExc_TypeError, "forward: sequence %zd must be a tuple (rows, start, k_caches, v_caches)",
-                         s);
+            PyErr_Format(PyExc_TypeError, "forward: sequence %zd must be a tuple (rows, start, k_caches, v_caches"
+                         "[, cells, window_cells])", s);
             goto done;
         }
-        if (!PyArg_ParseTuple(item, "LLO!O!", &rows, &start, &PyList_Type, &ko, &PyList_Type, &vo)) goto done;
+        if (!PyArg_ParseTuple(item, "LLO!O!|OO", &rows, &start, &PyList_Type, &ko, &PyList_Type, &vo, &cells[0],
+                              &cells[1]))
+            goto done;
         if (rows < 1 || rows > T - rows_seen || start < 0 || start > (1LL << 40) ||
             PyList_GET_SIZE(ko) != m->n_layer || PyList_GET_SIZE(vo) != m->n_layer) {
             PyErr_Format(PyExc_ValueError, "forward: sequence %zd: expected 1..%lld rows (of x's %lld left), a "
@@ -366,6 +390,11 @@ static PyObject *Stack_forward(StackObject *self, PyObject *args) {
             kp[i] = b->buf;
         }
         seqs[s] = (ms_seq){.n = rows, .start = start, .k = kp, .v = kp + m->n_layer};
+        for (int i = 0; i < 2; i++) {
+            if (!get_cells(cells[i], &cellb[2 * s + i], start + rows, "forward: cells")) goto done;
+            seqs[s].cells[i] = cellb[2 * s + i].buf;
+            seqs[s].n_cells[i] = cellb[2 * s + i].len / 8;
+        }
     }
     if (rows_seen != T) {
         PyErr_Format(PyExc_ValueError, "forward: the sequences have %lld rows, x has %lld", rows_seen, T);
@@ -399,6 +428,9 @@ static PyObject *Stack_forward(StackObject *self, PyObject *args) {
         PyErr_NoMemory();
 done:
     for (size_t i = 0; i < n_caches; i++) PyBuffer_Release(&cb[i]);
+    for (Py_ssize_t i = 0; cellb && i < 2 * n_seq; i++)
+        if (cellb[i].buf) PyBuffer_Release(&cellb[i]);
+    PyMem_Free(cellb);
     PyMem_Free(cb);
     PyMem_Free(ptrs);
     PyMem_Free(seqs);
@@ -412,7 +444,8 @@ done:
 static PyMethodDef Stack_methods[] = {
     {"forward", (PyCFunction)Stack_forward, METH_VARARGS,
      "forward(x, seqs, threads, logits=None): every block over x [T, n_embd] in place; seqs: [(rows, start, "
-     "k_caches, v_caches), ...], each sequence's rows in turn; logits [len(seqs), n_vocab]: each sequence's last "
+     "k_caches, v_caches[, cells, window_cells]), ...], each sequence's rows in turn (cells: None or int64, the "
+     "position each cell of its full-attention / sliding-window layers' cache holds or -1, in llama.cpp's order); logits [len(seqs), n_vocab]: each sequence's last "
      "row through the head (a Stack made with one)."},
     {NULL, NULL, 0, NULL},
 };
@@ -436,16 +469,17 @@ static PyObject *gelu_table(PyObject *self, PyObject *unused) {
     return PyBytes_FromStringAndSize((const char *)ms_gelu_table(), 65536 * sizeof(float));
 }
 
-/* attend(q, k, v, out, (n, H, Hkv, D, Dv), start, window, scale, pass_rows, kv_split, sinks=None): ma_attend_seq over
- * one sequence's rows. q: float32 [n, H, D]; k, v: its float16 cache [>= start + n, Hkv, D] and [.., Hkv, Dv]; out:
- * float32 [n, H, Dv], written; sinks: None or float32 [H]. Each length is checked against the shapes given. */
+/* attend(q, k, v, out, (n, H, Hkv, D, Dv), start, window, scale, pass_rows, kv_split, sinks=None, cells=None):
+ * ma_attend_seq over one sequence's rows. q: float32 [n, H, D]; k, v: its float16 cache [>= start + n, Hkv, D] and
+ * [.., Hkv, Dv] (by position); out: float32 [n, H, Dv], written; sinks: None or float32 [H]; cells: None or the
+ * cache's cell order (int64, each cell's position or -1). Each length is checked against the shapes given. */
 static PyObject *attend(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *qo, *ko, *vo, *oo, *so = Py_None;
+    PyObject *qo, *ko, *vo, *oo, *so = Py_None, *co = Py_None;
     long long n, H, Hkv, D, Dv, start, window, pass_rows, kv_split;
     float scale;
-    if (!PyArg_ParseTuple(args, "OOOO(LLLLL)LLfLL|O", &qo, &ko, &vo, &oo, &n, &H, &Hkv, &D, &Dv, &start, &window,
-                          &scale, &pass_rows, &kv_split, &so))
+    if (!PyArg_ParseTuple(args, "OOOO(LLLLL)LLfLL|OO", &qo, &ko, &vo, &oo, &n, &H, &Hkv, &D, &Dv, &start, &window,
+                          &scale, &pass_rows, &kv_split, &so, &co))
         return NULL;
     const long long lim = 1 << 20;
     if (n < 1 || n > lim || H < 1 || H > 4096 || Hkv < 1 || H % Hkv || D < 1 || D > 65536 || Dv < 1 ||
@@ -471,8 +505,16 @@ static PyObject *attend(PyObject *self, PyObject *args) {
         return NULL;
     }
     const long long cells = start + n;
+    Py_buffer cb;
+    if (!get_cells(co, &cb, cells, "attend: cells")) {
+        if (sb.buf) PyBuffer_Release(&sb);
+        PyBuffer_Release(&ob);
+        release_all(b, 3);
+        return NULL;
+    }
     if (b[0].len != n * H * D * 4 || b[1].len < cells * Hkv * D * 2 || b[2].len < cells * Hkv * Dv * 2 ||
         ob.len != n * H * Dv * 4 || ob.itemsize != 4 || (sb.buf && sb.len != H * 4)) {
+        if (cb.buf) PyBuffer_Release(&cb);
         if (sb.buf) PyBuffer_Release(&sb);
         PyBuffer_Release(&ob);
         release_all(b, 3);
@@ -481,9 +523,10 @@ static PyObject *attend(PyObject *self, PyObject *args) {
     }
     int ok;
     Py_BEGIN_ALLOW_THREADS
-    ok = ma_attend_seq(b[0].buf, n, H, Hkv, D, Dv, start, b[1].buf, b[2].buf, window, scale, sb.buf, pass_rows,
-                       kv_split, ob.buf);
+    ok = ma_attend_seq(b[0].buf, n, H, Hkv, D, Dv, start, b[1].buf, b[2].buf, window, cb.buf, cb.len / 8, scale,
+                       sb.buf, pass_rows, kv_split, ob.buf);
     Py_END_ALLOW_THREADS
+    if (cb.buf) PyBuffer_Release(&cb);
     if (sb.buf) PyBuffer_Release(&sb);
     PyBuffer_Release(&ob);
     release_all(b, 3);
@@ -677,8 +720,9 @@ static PyMethodDef model_functions[] = {
      "silu(x, out, n): out = silu(x) over rows of n values as ggml_vec_silu_f32 computes them (ggml_v_expf)."},
     {"gelu_table", gelu_table, METH_NOARGS, "gelu_table() -> bytes: GeGLU's table of GELU at every float16, float32."},
     {"attend", attend, METH_VARARGS,
-     "attend(q, k, v, out, (n, H, Hkv, D, Dv), start, window, scale, pass_rows, kv_split, sinks=None): one "
-     "sequence's rows attending to its float16 cache as the C blocks attend them (out: float32 [n, H, Dv])."},
+     "attend(q, k, v, out, (n, H, Hkv, D, Dv), start, window, scale, pass_rows, kv_split, sinks=None, cells=None): "
+     "one sequence's rows attending to its float16 cache as the C blocks attend them (out: float32 [n, H, Dv]; "
+     "cells: None or int64, the position each cache cell holds or -1, in llama.cpp's cell order)."},
     {NULL, NULL, 0, NULL},
 };
 

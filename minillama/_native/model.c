@@ -194,8 +194,8 @@ static void prepare_qkv(run *r, const ms_layer *L, int il, int table, int64_t t)
 }
 
 /* Query heads h..h+nh-1 (sharing one key/value head) of row t against the cached keys they see (their own
- * sequence's, up to its position) as ggml's flash attention computes it (attention.c), into att. work:
- * ma_row_work floats. */
+ * sequence's, up to its position, in its cache's cell order) as ggml's flash attention computes it (attention.c),
+ * into att. work: ma_row_work floats. */
 static void attend(run *r, const ms_layer *L, int il, int64_t t, int64_t h, int64_t nh, float *work) {
     const ms_model *m = r->m;
     const int64_t D = m->head_dim, Dv = m->head_dim_v, kvh = h / (m->n_head / m->n_head_kv);
@@ -205,13 +205,11 @@ static void attend(run *r, const ms_layer *L, int il, int64_t t, int64_t h, int6
     const float *q = r->qkv + t * L->wqkv.n_out + h * D;
     const uint16_t *k = seq->k[il] + kvh * D, *v = seq->v[il] + kvh * Dv;
     float *out = r->att + t * m->n_head * Dv + h * Dv;
-    const int64_t n_kv = ma_split_cells(pos, L->window, r->T, m->kv_split);
-    const float *sink = L->sinks ? L->sinks + h : NULL;
-    if (n_kv)
-        ma_attend_row_split(q, nh, k, k_dim, v, v_dim, s0, pos, n_kv, m->kv_split, D, Dv, m->attn_scale, sink, out,
-                            work);
-    else
-        ma_attend_row(q, nh, k, k_dim, v, v_dim, s0, pos, D, Dv, m->attn_scale, sink, out, work);
+    const int64_t *cells = seq->cells[L->window > 0];
+    const int64_t n_kv = cells ? seq->n_cells[L->window > 0] : ma_cache_cells(pos);
+    ma_attend_cells(q, nh, k, k_dim, v, v_dim, cells, n_kv, s0, pos,
+                    ma_split_cells(n_kv, r->T, m->kv_split) ? m->kv_split : 1, D, Dv, m->attn_scale,
+                    L->sinks ? L->sinks + h : NULL, out, work);
 }
 
 /* Query heads h..h+nh-1 (sharing one key/value head) of rows t0..t1 (at most MA_TILED_ROWS) of a batch of
@@ -226,8 +224,9 @@ static void attend_tiled(run *r, const ms_layer *L, int il, int64_t t0, int64_t 
         for (e = t + 1; e < t1 && r->seq_of[e] == r->seq_of[t];) e++;
         const ms_seq *seq = &r->seqs[r->seq_of[t]];
         ma_attend_tiled(r->qkv + t * L->wqkv.n_out + h * D, L->wqkv.n_out, e - t, nh, r->pos + t, L->window,
-                        seq->k[il] + kvh * D, k_dim, seq->v[il] + kvh * Dv, v_dim, D, Dv, m->attn_scale,
-                        L->sinks ? L->sinks + h : NULL, r->att + t * m->n_head * Dv + h * Dv, m->n_head * Dv, work);
+                        seq->cells[L->window > 0], seq->n_cells[L->window > 0], seq->k[il] + kvh * D, k_dim,
+                        seq->v[il] + kvh * Dv, v_dim, D, Dv, m->attn_scale, L->sinks ? L->sinks + h : NULL,
+                        r->att + t * m->n_head * Dv + h * Dv, m->n_head * Dv, work);
     }
 }
 

@@ -11,22 +11,20 @@
 #include "quants.h"     /* mq_partner_bytes, mq_quantize_row, mq_dot_rows, mq_init, the float16 helpers */
 #include "threadpool.h" /* mq_team */
 
-/* attention.c: out [Dv] = query q [D] attending to the cached float16 keys k and values v of positions s0..s1
- * (rows k_stride / v_stride values apart), scores times scale, as ggml's CPU flash attention computes it
- * (one_chunk: every generated token, and batches of fewer than 64 rows); the same for nq query heads (at most
- * MA_ROW_HEADS) sharing those keys and values, q + g D into out + g Dv, each with the bits it gets alone. sink:
- * NULL, or the heads' sink logits (gpt-oss's attn_sinks: one more entry of the softmax, with no value, applied at
- * the row's end as ggml applies it). work: ma_row_work(D, Dv) floats. */
+/* attention.c: out [Dv] = query q [D] attending to the cached float16 keys k and values v (key/value rows k_stride /
+ * v_stride values apart, stored by position) of positions s0..s1, scores times scale, as ggml's CPU flash attention
+ * computes it (one_chunk: every generated token, and batches of fewer than 64 rows), visiting the cache's n_kv cells
+ * in llama.cpp's order: cell c holds position cells[c] (-1: empty), or with cells NULL position c (a cache that has
+ * not wrapped). The same for nq query heads (at most MA_ROW_HEADS) sharing those keys and values, q + g D into out
+ * + g Dv, each with the bits it gets alone. parts > 1: llama.cpp's split-KV path for a batch of one row over n_kv >=
+ * MA_SPLIT_KV cells with `parts` threads (the sink goes into the first chunk's partial only). sink: NULL, or the
+ * heads' sink logits (gpt-oss's attn_sinks: one more entry of the softmax, with no value, applied at the row's end
+ * as ggml applies it). work: ma_row_work(D, Dv) floats. */
 #define MA_ROW_HEADS 4
-void ma_attend_row(const float *q, int64_t nq, const uint16_t *k, int64_t k_stride, const uint16_t *v,
-                   int64_t v_stride, int64_t s0, int64_t s1, int64_t D, int64_t Dv, float scale, const float *sink,
-                   float *out, float *work);
-/* The same for a batch of one row over a cache of n_kv cells (n_kv >= MA_SPLIT_KV), as llama.cpp computes it with
- * `parts` threads: ggml's split-KV path (attention.c; the sink goes into the first chunk's partial only). */
 #define MA_SPLIT_KV 512
-void ma_attend_row_split(const float *q, int64_t nq, const uint16_t *k, int64_t k_stride, const uint16_t *v,
-                         int64_t v_stride, int64_t s0, int64_t s1, int64_t n_kv, int64_t parts, int64_t D, int64_t Dv,
-                         float scale, const float *sink, float *out, float *work);
+void ma_attend_cells(const float *q, int64_t nq, const uint16_t *k, int64_t k_stride, const uint16_t *v,
+                     int64_t v_stride, const int64_t *cells, int64_t n_kv, int64_t s0, int64_t s1, int64_t parts,
+                     int64_t D, int64_t Dv, float scale, const float *sink, float *out, float *work);
 /* Floats of work either row path needs for MA_ROW_HEADS query heads. */
 static inline size_t ma_row_work(int64_t D, int64_t Dv) { return (size_t)(MA_ROW_HEADS * (D + 3 * Dv)); }
 /* The query heads sharing one key/value head (H / Hkv of them) that one call takes together: the most that divides
@@ -38,39 +36,41 @@ static inline int64_t ma_group_heads(int64_t H, int64_t Hkv, int64_t most) {
 }
 
 /* llama-server's cache of a sliding-window layer (llama_kv_cache_iswa, swa_full off): window + one ubatch (512)
- * cells, padded to 256; position p sits in cell p until the cache wraps at that many positions. */
+ * cells, padded to 256 (at most the context's); past that many positions new ones reuse cells of positions no row
+ * sees any more (minillama/model/cache.py's Ring mirrors which). */
 static inline int64_t ma_swa_cells(int64_t window) { return (window + 512 + 255) / 256 * 256; }
-/* The cells llama.cpp's attention of a row at position pos splits across kv_split threads (its cache view: the used
- * cells 0..pos padded to a multiple of 256, at least 256; a sliding-window layer's cache too, while pos is below
- * ma_swa_cells), or 0 where it does not split: a pass of more than one row, one thread, or fewer than
- * MA_SPLIT_KV cells. */
-static inline int64_t ma_split_cells(int64_t pos, int64_t window, int64_t pass_rows, int64_t kv_split) {
-    const int64_t n_kv = (pos + 1 + 255) / 256 * 256;
-    if (window > 0 && pos >= ma_swa_cells(window)) return 0; /* a wrapped ring: its cell order is not mirrored */
-    return pass_rows == 1 && kv_split > 1 && n_kv >= MA_SPLIT_KV ? n_kv : 0;
+/* The cells llama.cpp's attention of a row at position pos reads from a cache whose cell c holds position c: the
+ * used cells 0..pos padded to a multiple of 256. */
+static inline int64_t ma_cache_cells(int64_t pos) { return (pos + 1 + 255) / 256 * 256; }
+/* Whether a row's attention over n_kv cells splits across kv_split threads (llama.cpp's split-KV path): a pass of
+ * one row, more than one thread and at least MA_SPLIT_KV cells. */
+static inline int ma_split_cells(int64_t n_kv, int64_t pass_rows, int64_t kv_split) {
+    return pass_rows == 1 && kv_split > 1 && n_kv >= MA_SPLIT_KV;
 }
 /* Rows a batch needs for llama.cpp's tiled flash attention (ggml_compute_forward_flash_attn_ext_tiled): a
- * batch (ubatch) of fewer rows takes ma_attend_row's path. */
+ * batch (ubatch) of fewer rows takes ma_attend_cells's path. */
 #define MA_TILED_ROWS 64
 /* Query heads one call of the tiled path takes (their keys and values read once for all of them). */
 #define MA_TILED_HEADS 4
 /* The same for n rows (at most MA_TILED_ROWS) of nh query heads (at most MA_TILED_HEADS, sharing one key/value
  * head) of one sequence as the tiled path computes them: head g of row i's query at q + i q_stride + g D, its
- * position pos[i], seeing positions pos[i] - window + 1 (window > 0) or 0 up to pos[i]; its output at out + i
- * out_stride + g Dv; sink: NULL or the nh heads' sink logits, as ma_attend_row's. Each head's rows get the bits they
- * get alone. work: ma_tiled_work(D, Dv) floats. */
+ * position pos[i], seeing positions pos[i] - window + 1 (window > 0) or 0 up to pos[i], in tiles of 64 of the n_kv
+ * cells (cells as ma_attend_cells's; NULL: cell c holds position c, n_kv unused); its output at out + i out_stride +
+ * g Dv; sink: NULL or the nh heads' sink logits, as ma_attend_cells's. Each head's rows get the bits they get alone.
+ * work: ma_tiled_work(D, Dv) floats. */
 void ma_attend_tiled(const float *q, int64_t q_stride, int64_t n, int64_t nh, const int64_t *pos, int64_t window,
-                     const uint16_t *k, int64_t k_stride, const uint16_t *v, int64_t v_stride, int64_t D, int64_t Dv,
-                     float scale, const float *sink, float *out, int64_t out_stride, float *work);
+                     const int64_t *cells, int64_t n_kv, const uint16_t *k, int64_t k_stride, const uint16_t *v,
+                     int64_t v_stride, int64_t D, int64_t Dv, float scale, const float *sink, float *out,
+                     int64_t out_stride, float *work);
 size_t ma_tiled_work(int64_t D, int64_t Dv);
 /* Rows q [n, H, D] of one sequence at positions start..start+n-1 attending to its float16 cache k [start + n, Hkv,
- * D], v [start + n, Hkv, Dv], into out [n, H, Dv], as model.c attends them in a pass of pass_rows rows (all
- * sequences'): the tiled path from MA_TILED_ROWS rows, the split-KV path for a pass of one row (ma_split_cells), else
- * row by row; sinks: NULL or [H], each head's sink logit. The Python blocks' attention on the native backend. 1
- * done, 0 out of memory. */
+ * D], v [start + n, Hkv, Dv] (stored by position; cells, n_kv: its cell order, as ma_attend_cells's), into out [n,
+ * H, Dv], as model.c attends them in a pass of pass_rows rows (all sequences'): the tiled path from MA_TILED_ROWS
+ * rows, the split-KV path for a pass of one row (ma_split_cells), else row by row; sinks: NULL or [H], each head's
+ * sink logit. The Python blocks' attention on the native backend. 1 done, 0 out of memory. */
 int ma_attend_seq(const float *q, int64_t n, int64_t H, int64_t Hkv, int64_t D, int64_t Dv, int64_t start,
-                  const uint16_t *k, const uint16_t *v, int64_t window, float scale, const float *sinks,
-                  int64_t pass_rows, int64_t kv_split, float *out);
+                  const uint16_t *k, const uint16_t *v, int64_t window, const int64_t *cells, int64_t n_kv,
+                  float scale, const float *sinks, int64_t pass_rows, int64_t kv_split, float *out);
 
 /* swiglu.c: y [n] = silu(x) * g as ggml_vec_swiglu_f32 computes it (ggml_v_expf for all but the last n % 8). */
 void ma_swiglu(int64_t n, float *y, const float *x, const float *g);
@@ -257,6 +257,11 @@ void mo_expert_rows(const ms_matrix *M, int64_t rows_e, int64_t e, const uint8_t
 typedef struct {
     int64_t n, start;
     uint16_t *const *k, *const *v; /* n_layer arrays each */
+    /* the cell order of its full-attention layers' cache ([0]) and of its sliding-window layers' ([1]), as
+     * ma_attend_cells takes it: cells[i] NULL (cell c holds position c), or n_cells[i] cells each holding a
+     * position below start + n or -1 */
+    const int64_t *cells[2];
+    int64_t n_cells[2];
 } ms_seq;
 
 /* Runs every block over x [sum of seqs[i].n, n_embd] (in place): seqs[0]'s rows first, then seqs[1]'s, ...;

@@ -282,14 +282,17 @@ class Model:
         """Forget the cached sequence (and free the cache's memory)."""
         self._default.reset()
 
-    def _new_cache(self) -> KVCache:
+    def _new_cache(self, n_ctx: int | None = None) -> KVCache:
+        """A cache for one sequence of at most n_ctx positions (None: the model's context): the context sizes
+        llama.cpp's cache of the sliding-window layers (KVCache's Ring)."""
         hp = self.hparams
         # the C attention (the C blocks', and the Python blocks' on the native backend) reads float16, as llama.cpp
         dtype = np.float16 if self._attn_core is not None else np.float32
         if self._arch.new_cache is not None:  # keys and values beside recurrent state
             return self._arch.new_cache(hp, dtype)
         shapes = self._arch.cache_shapes(hp) if self._arch.cache_shapes is not None else None
-        return KVCache(hp.n_layer, hp.n_head_kv, hp.head_dim, hp.head_dim_v, dtype=dtype, shapes=shapes)
+        return KVCache(hp.n_layer, hp.n_head_kv, hp.head_dim, hp.head_dim_v, dtype=dtype, shapes=shapes,
+                       window=hp.sliding_window, n_ctx=self.n_ctx if n_ctx is None else n_ctx)
 
     def _check(self, ids: Sequence[int], n_ctx: int | None = None) -> list[int]:
         """ids as a list of ints within the vocab and the context (n_ctx, at most the model's)."""
@@ -328,6 +331,7 @@ class Model:
 
     def _run(self, ids: list[int], start: int, cache: KVCache, last_only: bool, hidden: bool) -> np.ndarray:
         """One chunk of the forward pass: embedding, blocks, final norm, output matrix (not when hidden)."""
+        cache.place(start, len(ids))
         x = self._embedding.lookup(np.asarray(ids, dtype=np.intp))
         if self._scale is not None:
             x *= np.float32(self._scale)
@@ -382,6 +386,7 @@ class Model:
         def run() -> np.ndarray:
             for _, start, cache in batch.seqs:
                 cache.reserve(start + 1)
+                cache.place(start, 1)
             x = self._embedding.lookup(np.asarray(tokens, dtype=np.intp))
             if self._scale is not None:
                 x *= np.float32(self._scale)
@@ -414,7 +419,7 @@ class Session:
         #: Most tokens this session's sequence may hold.
         self.n_ctx = model.n_ctx if n_ctx is None else min(int(n_ctx), model.n_ctx)
         self._auto = model._new_auto()
-        self._cache = model._new_cache()
+        self._cache = model._new_cache(self.n_ctx)
         self.batched = batched  # single-token steps through model.batcher, with other sessions' steps
         #: Positions the last next_token ran through the model (the rest came from the cache).
         self.evaluated = 0
@@ -447,7 +452,7 @@ class Session:
 
     def reset(self) -> None:
         """Forget the cached sequence (and free the cache's memory)."""
-        self._cache = self.model._new_cache()
+        self._cache = self.model._new_cache(self.n_ctx)
 
     @property
     def cached_ids(self) -> list[int]:

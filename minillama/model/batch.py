@@ -81,20 +81,21 @@ class Batch:
         ends = [row for row, _, _ in self.seqs[1:]] + [q.shape[0]]
         for (row, start, cache), end in zip(self.seqs, ends, strict=True):
             keys, values = cache.store(layer, start, k[row:end], v[row:end])
-            out.append(self._attention(q[row:end], keys, values, start, scale, window, sinks))
+            out.append(self._attention(q[row:end], keys, values, start, scale, window, sinks, cache.cells(window)))
         return out[0] if len(out) == 1 else np.concatenate(out)
 
     def _attention(self, q: np.ndarray, keys: np.ndarray, values: np.ndarray, start: int, scale: float,
-                   window: int, sinks: np.ndarray | None = None) -> np.ndarray:
+                   window: int, sinks: np.ndarray | None = None, cells: np.ndarray | None = None) -> np.ndarray:
         """One sequence's rows q [n, H, D] at positions start.. over its cached keys and values [start + n, ...]:
-        in C as the C blocks attend (core given, a float16 cache), else layers.attention; [n, H * Dv]."""
+        in C as the C blocks attend (core given, a float16 cache; cells: its cell order, KVCache.cells), else
+        layers.attention; [n, H * Dv]."""
         n, h, d = q.shape
         if self.core is not None and keys.dtype == np.float16:
             _, hkv, dv = values.shape
             out = np.empty((n, h * dv), np.float32)
             self.core.attend(np.ascontiguousarray(q, dtype=np.float32), keys, values, out, (n, h, hkv, d, dv),
                              start, window, scale, len(self.positions), self.kv_split,
-                             None if sinks is None else np.ascontiguousarray(sinks, dtype=np.float32))
+                             None if sinks is None else np.ascontiguousarray(sinks, dtype=np.float32), cells)
             return out
         return attention(q, keys, values, np.arange(start, start + n), np.arange(start + n), scale, window, sinks)
 
@@ -106,7 +107,7 @@ class Batch:
         for (row, start, cache), end in zip(self.seqs, ends, strict=True):
             n = end - row
             keys, values = cache.k[layer][:start + n], cache.v[layer][:start + n]
-            out.append(self._attention(q[row:end], keys, values, start, scale, window))
+            out.append(self._attention(q[row:end], keys, values, start, scale, window, None, cache.cells(window)))
         return out[0] if len(out) == 1 else np.concatenate(out)
 
 

@@ -1,7 +1,8 @@
 """The key/value cache: every layer's keys and values for the positions processed so far, plus their token ids.
 
 Keys and values are rounded to float16 as they are stored because llama.cpp's cache is float16: the attention then
-sees the values llama.cpp's does. The native blocks keep them as float16 (half the memory, and half the bytes
+sees the values llama.cpp's does. They are stored by position; a Ring says in which order llama.cpp's cache holds
+them (its attention visits cells in cell order, and its bits depend on that order). The native blocks keep them as float16 (half the memory, and half the bytes
 attention reads per step, as llama.cpp's cache); the pure backend keeps float32 arrays of float16 values for its
 numpy matmuls. The arrays grow by doubling.
 """
@@ -16,14 +17,106 @@ F32 = np.float32
 F16 = np.float16
 
 
+#: llama.cpp's default n_ubatch: the most rows one pass places in its cache, and what its sliding-window cache keeps
+#: room for beside the window.
+UBATCH = 512
+#: llama.cpp pads its caches (and the cells its attention reads) to multiples of this.
+PAD = 256
+
+
+def _pad(n: int) -> int:
+    return (n + PAD - 1) // PAD * PAD
+
+
+def swa_cells(window: int, n_ctx: int) -> int:
+    """Cells of llama-server's cache of the sliding-window layers (llama_kv_cache_iswa, swa_full off, one
+    sequence): the window and one ubatch, padded, at most the (padded) context."""
+    return _pad(min(_pad(n_ctx), window + UBATCH))
+
+
+class Ring:
+    """Which cell of llama.cpp's cache of the sliding-window layers holds which position of one sequence, as
+    llama_kv_cache places the tokens of each pass (find_slot, apply_ubatch, seq_rm in src/llama-kv-cache.cpp): from
+    its head, a cell is taken when empty or when its position is out of every row's window (past the window of the
+    last position cached); an overwritten position purges those before it. Until positions outgrow the cells, cell c
+    holds position c; after, new tokens reuse the cells of old ones, and attention (which visits cells in cell
+    order, each row masking positions it does not see) sums in that order."""
+
+    def __init__(self, size: int, window: int) -> None:
+        self.size, self.window = size, window
+        self.pos = np.full(size, -1, np.int64)  # each cell's position, -1: empty
+        self.head = 0
+        self._order: np.ndarray | None = None  # cells(), None while cell c holds position c
+
+    def place(self, start: int, n: int) -> None:
+        """Put positions start..start+n-1 (one pass) into cells as llama.cpp's find_slot and apply_ubatch do."""
+        if n > self.size:
+            raise ArgumentError(f"expected at most {self.size} tokens in one pass over a sliding-window cache of "
+                                f"{self.size} cells, found {n}")
+        pos, size = self.pos, self.size
+        used = int((pos >= 0).sum())
+        last = int(pos.max())  # the sequence's last cached position (seq_pos_max), -1: none
+        head = 0 if self.head > used + 2 * n else self.head
+        taken: list[int] = []
+        tested = 0
+        while len(taken) < n:
+            if head >= size:
+                tested += size - head
+                head = 0
+                continue
+            p = int(pos[head])
+            if p < 0 or last + 1 - p >= self.window:
+                taken.append(head)
+            head += 1
+            tested += 1
+            if len(taken) < n and tested >= size:
+                raise ArgumentError(f"no free cell for position {start + len(taken)} in a sliding-window cache of "
+                                    f"{size} cells")
+        cells = np.asarray(taken, np.int64)
+        dropped = int(pos[cells].max())
+        pos[cells] = np.arange(start, start + n)
+        if dropped >= 0:  # purge the positions up to the last overwritten one (apply_ubatch keeps them contiguous)
+            lo = int(pos[pos >= 0].min())
+            if lo <= dropped:
+                self._remove(lo, dropped + 1)
+        self.head = int(cells[-1]) + 1
+        self._update()
+
+    def remove(self, p0: int, p1: int | None = None) -> None:
+        """Forget positions p0..p1-1 (all from p0: None), as llama.cpp's seq_rm."""
+        self._remove(p0, p1)
+        self._update()
+
+    def _remove(self, p0: int, p1: int | None) -> None:
+        gone = (self.pos >= p0) & (self.pos < (np.iinfo(np.int64).max if p1 is None else p1))
+        if gone.any():
+            self.pos[gone] = -1
+            self.head = min(self.head, int(np.argmax(gone)))
+
+    def _update(self) -> None:
+        used = np.flatnonzero(self.pos >= 0)
+        n_kv = min(self.size, max(PAD, _pad(int(used[-1]) + 1 if used.size else 0)))
+        ident = np.array_equal(self.pos[:used.size], np.arange(used.size)) and (used.size == 0 or used[-1] == used.size - 1)
+        self._order = None if ident else self.pos[:n_kv].copy()
+
+    def cells(self) -> np.ndarray | None:
+        """The cells attention reads, in order: each one's position or -1 (llama.cpp's n_kv of them: the used
+        cells padded to 256); None while cell c holds position c (the same order as positions)."""
+        return self._order
+
+
 class KVCache:
     """Keys [n, Hkv, D] and values [n, Hkv, Dv] of every layer for the first n positions, and those n ids."""
 
     def __init__(self, n_layer: int, n_head_kv: int, head_dim: int, head_dim_v: int, capacity: int = 64,
-                 dtype: type = F32, shapes: list[tuple[int, int, int]] | None = None) -> None:
+                 dtype: type = F32, shapes: list[tuple[int, int, int]] | None = None, window: int = 0,
+                 n_ctx: int = 0) -> None:
         """shapes: each layer's (heads, key size, value size) when the layers differ (gemma4), else None: all
-        (n_head_kv, head_dim, head_dim_v)."""
+        (n_head_kv, head_dim, head_dim_v). window: the sliding-window layers' window (0: none), whose cache of
+        swa_cells(window, n_ctx) cells llama.cpp reuses as a Ring."""
         self.ids: list[int] = []
+        #: The cell order of the sliding-window layers' cache, or None (no such layers).
+        self.ring = Ring(swa_cells(window, n_ctx), window) if window > 0 and n_ctx > 0 else None
         shapes = shapes if shapes is not None else [(n_head_kv, head_dim, head_dim_v)] * n_layer
         self._shapes_k = [(h, dk) for h, dk, _ in shapes]
         self._shapes_v = [(h, dv) for h, _, dv in shapes]
@@ -41,6 +134,17 @@ class KVCache:
     def truncate(self, n: int) -> None:
         """Forget every position from n on."""
         del self.ids[n:]
+        if self.ring is not None:
+            self.ring.remove(n)
+
+    def place(self, start: int, n: int) -> None:
+        """Note that one pass stores positions start..start+n-1 (the cell order of a Ring follows passes)."""
+        if self.ring is not None:
+            self.ring.place(start, n)
+
+    def cells(self, window: int) -> np.ndarray | None:
+        """The cell order attention visits for a layer of this window (Ring.cells), or None: by position."""
+        return self.ring.cells() if window > 0 and self.ring is not None else None
 
     def reserve(self, n: int) -> None:
         """Make room for n positions, keeping what is cached."""
@@ -79,6 +183,10 @@ class KVCache:
             for layer, saved in zip(store, rows, strict=True):
                 layer[:n] = saved
         self.ids[:] = prefix.ids
+        if self.ring is not None:  # as a prompt of those positions places them, one pass per UBATCH
+            self.ring = Ring(self.ring.size, self.ring.window)
+            for start in range(0, n, UBATCH):
+                self.ring.place(start, min(UBATCH, n - start))
 
 
 class Prefix:

@@ -117,9 +117,11 @@ def _writable(x: np.ndarray) -> np.ndarray:
 
 
 def _seqs(x: np.ndarray, batch: Batch) -> list[tuple]:
-    """batch's sequences as the C Stack takes them: (rows, start, key caches, value caches), rows in x in turn."""
+    """batch's sequences as the C Stack takes them: (rows, start, key caches, value caches, the cell orders of the
+    full-attention and sliding-window layers' caches), rows in x in turn."""
     ends = [row for row, _, _ in batch.seqs[1:]] + [x.shape[0]]
-    return [(end - row, start, cache.k, cache.v) for (row, start, cache), end in zip(batch.seqs, ends, strict=True)]
+    return [(end - row, start, cache.k, cache.v, None, cache.cells(1))
+            for (row, start, cache), end in zip(batch.seqs, ends, strict=True)]
 
 
 def build(core: ModuleType | None, hp: HParams, arch: ArchSpec, layers: list[dict[str, Any]],

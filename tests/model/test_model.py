@@ -113,6 +113,32 @@ def test_prompts_of_64_tokens_and_more_fed_as_llamacpps_server_give_its_log_prob
     assert np.mean(diffs) < 1e-4 and np.max(diffs) < 1e-4, (np.mean(diffs), np.max(diffs))
 
 
+@pytest.mark.slow
+def test_gemma3_past_its_sliding_window_cache_gives_llamacpps_server_log_probs() -> None:
+    """Gemma-3-270m (the file MINILLAMA_TEST_GEMMA3_GGUF names: gemma-3-270m-q4_k_m.gguf) on a prompt of 1,100
+    tokens, past the 1,024 cells of llama-server's sliding-window cache: its last ubatch and every step reuse the
+    cells of positions out of the window, and attention visits cells in that order. The log-probs equal llama.cpp's,
+    fed as its server feeds them (they were 0.1-1.2 off from position 1,024 on when attention went in position
+    order)."""
+    import os
+
+    path = os.environ.get("MINILLAMA_TEST_GEMMA3_GGUF")
+    if not path or not Path(path).is_file():
+        pytest.skip("MINILLAMA_TEST_GEMMA3_GGUF does not name gemma-3-270m-q4_k_m.gguf; tests never download")
+    m = Model.from_file(path, kv_split=LLAMACPP_THREADS)
+    if not m._native or m._stack is None:
+        pytest.skip("the native backend's C blocks are not in use (MINILLAMA_BACKEND=pure or no native core)")
+    from minillama._native import _core
+
+    if _core.kernels() != "avx2":
+        pytest.skip(f"the {_core.kernels()} kernels sum in ggml's generic order, not its AVX2 one")
+    stored = server_fed(Path(path).name)
+    assert max(len(c["prompt_ids"]) for c in stored["cases"]) > 1024
+    wrong, diffs = feed_as_server(m, stored["cases"])
+    assert not wrong, wrong[:5]
+    assert np.mean(diffs) < 1e-4 and np.max(diffs) < 1e-4, (np.mean(diffs), np.max(diffs))
+
+
 def test_cached_steps_agree_with_llamacpp(smollm2: Model) -> None:
     """next_token one token at a time (the KV cache path) makes llama.cpp's confident choices too."""
     greedy = Sampler(temperature=0)

@@ -48,7 +48,8 @@ gguf = pytest.importorskip("gguf")
 EXPECTED = DATA / "archs_llamacpp_greedy.json"
 #: The architectures llama.cpp's outputs were stored for fed as its server feeds prompts of 64 tokens and more.
 SERVER_FED_ARCHS = ["qwen2", "qwen3", "llama", "mistral3", "qwen3moe", "gpt-oss", "qwen35", "qwen35moe", "deepseek2",
-                    "deepseek2-kvb", "deepseek2-yarn", "gpt-oss-wide", "smollm3", "olmo2", "granite", "glm4moe"]
+                    "deepseek2-kvb", "deepseek2-yarn", "gpt-oss-wide", "gpt-oss-ring", "smollm3", "olmo2", "granite",
+                    "glm4moe"]
 ARCHS = ["qwen2", "qwen3", "phi3", "llama", "llama-biases", "qwen2-output-bias", "qwen3-biases", "phi3-biases",
          "mistral3", "qwen3moe", "gpt-oss", "gemma4", "qwen35", "qwen35moe", "deepseek2",
          "deepseek2-kvb", "deepseek2-yarn", "smollm3", "olmo2", "granite", "glm4moe"]
@@ -599,7 +600,9 @@ def test_qwen3moe_fed_as_llamacpps_server_gives_its_log_probs(made: Made) -> Non
 @pytest.mark.parametrize("arch", SERVER_FED_ARCHS)
 def test_prompts_of_64_tokens_and_more_fed_as_llamacpps_server_give_its_log_probs(made: Made, arch: str) -> None:
     """Prompts of 70, 110 and 200 tokens (and 2,048 for llama, 700 for gpt-oss-wide, whose one-token steps past 512
-    cached cells split its sliding-window layers' cells as llama.cpp does) fed as llama.cpp's server feeds them: the first
+    cached cells split its sliding-window layers' cells as llama.cpp does, 800 for gpt-oss-ring, whose sliding-window
+    cache of 768 cells wraps: new positions in old cells, visited in cell order) fed as llama.cpp's server feeds them
+    (its sliding-window cache as small as the server's): the first
     batch has 64 rows or more, where llama.cpp's flash attention takes its tiled path (float32 scores of the
     unrounded query, a softmax per tile of 64 keys with ggml_v_expf, float32 sums of values), so minillama's
     native blocks must take it too to give llama.cpp's log-probs to their stored rounding at every position."""

@@ -552,6 +552,69 @@ def test_attention_gives_ggmls_flash_attention_bits(n: int, start: int, window: 
     np.testing.assert_array_equal(out.reshape(n, H, D), ref)
 
 
+def _ring_order(window: int, passes: list[int]) -> np.ndarray:
+    """The cell order of llama.cpp's sliding-window cache after passes of those many rows (from position 0), as
+    KVCache's Ring places them."""
+    from minillama.model.cache import Ring, swa_cells
+
+    ring = Ring(swa_cells(window, 1 << 20), window)
+    start = 0
+    for n in passes:
+        ring.place(start, n)
+        start += n
+    cells = ring.cells()
+    assert cells is not None and start > ring.size  # the ring has wrapped: cells are not in position order
+    return cells
+
+
+def _shifted_order(n_ctx: int, keep: int, discard: int, new: int) -> np.ndarray:
+    """A full-attention cache of n_ctx cells after llama-server's context shift: positions keep..keep+discard-1
+    removed, the later ones moved back by discard, then `new` positions placed in the freed cells:
+    [kept][new, empty][old, shifted]."""
+    cells = np.arange(n_ctx, dtype=np.int64)
+    cells[keep:keep + discard] = -1
+    cells[keep + discard:] -= discard
+    cells[keep:keep + new] = np.arange(n_ctx - discard, n_ctx - discard + new)
+    return cells
+
+
+@pytest.mark.parametrize("order, n, window", [("ring", 1, 128), ("ring", 8, 128), ("ring", 70, 128),
+                                              ("ring", 1, 300), ("shift", 1, 0), ("shift", 5, 0), ("shift", 64, 0)])
+def test_attention_over_cells_out_of_position_order_gives_ggmls_bits(order: str, n: int, window: int) -> None:
+    """A cache whose cells do not hold positions in order (llama.cpp's sliding-window cache once it has wrapped: new
+    positions reuse the cells of those out of the window; a cache after a context shift: [kept][new][old shifted])
+    is visited in cell order, as ggml_flash_attn_ext visits it, each row masking the positions it does not see: to
+    the bit on its three paths (one row over 512 cells or more: the split-KV chunks of cells; a few rows: one pass
+    over the cells; 64 rows and more: tiles of 64 cells). Without the order the sums ran in position order."""
+    from support.ggml_graph import ggml_flash_attn, graph_lib
+
+    from minillama._native import _core
+
+    ffi, lib = graph_lib()
+    rng = np.random.default_rng(n + window)
+    H, Hkv, D = 4, 2, 64
+    if order == "ring":  # a prompt in ubatches of 512 rows, then the rows asked for
+        cells = _ring_order(window, [512, 300, n] if n > 1 else [512, 512, 200, 1, 1, 1])
+    else:
+        cells = _shifted_order(768, 40, 300, n)
+    end = int(cells.max()) + 1
+    start = end - n
+    k_cells = (rng.standard_normal((cells.size, Hkv, D)) * 2).astype(np.float16)
+    v_cells = rng.standard_normal((cells.size, Hkv, D)).astype(np.float16)
+    q = rng.standard_normal((n, H, D)).astype(np.float32)
+    pos = np.arange(start, end)[:, None]
+    visible = (cells[None, :] >= 0) & (cells[None, :] <= pos) & ((window == 0) | (pos - cells[None, :] < window))
+    assert visible.any(axis=1).all()
+    ref = ggml_flash_attn(ffi, lib, q, k_cells, v_cells, visible, 0.125)
+    # minillama's cache by position: cell c's key at row cells[c]; positions in no cell hold noise never read
+    k = (rng.standard_normal((end, Hkv, D)) * 100).astype(np.float16)
+    v = (rng.standard_normal((end, Hkv, D)) * 100).astype(np.float16)
+    k[cells[cells >= 0]], v[cells[cells >= 0]] = k_cells[cells >= 0], v_cells[cells >= 0]
+    out = np.zeros((n, H * D), np.float32)
+    _core.attend(q, k, v, out, (n, H, Hkv, D, D), start, window, 0.125, n, 2, None, cells)
+    np.testing.assert_array_equal(out.reshape(n, H, D), ref)
+
+
 #: (rows, heads, kv heads, head dim, value dim, start, window, sinks) of the attention's edge cases. From 64 rows the
 #: tiled path: row groups not aligned to the key tiles, value dims of 16 lanes, of 16 + 8, of 16 + 4 and of 8, blocks
 #: of rows cut short (groups of 6 or 22 rows seeing a whole tile), a sliding window cutting tiles at their start,

@@ -11,7 +11,7 @@ It calls the llama.cpp library inside the xllamacpp wheel through cffi, reusing 
 ../shared/tools/llamacpp_oracle.py. llama_context_params is passed as opaque bytes: its layout changes
 between llama.cpp versions, so the two fields set here are found in the library's own defaults
 (n_threads at its documented place after the batch sizes, cb_eval as the two NULL pointers followed by
-type_k = type_v = F16) and checked before use.
+type_k = type_v = F16, swa_full among the booleans after the abort callback) and checked before use.
 """
 
 from __future__ import annotations
@@ -28,6 +28,11 @@ PARAMS_BYTES = 512  # at least sizeof(llama_context_params); the library reads o
 SEARCH_BYTES = 128
 N_THREADS_AT = 28  # n_ctx, n_batch, n_ubatch, n_seq_max, n_rs_seq, n_outputs_max, n_outputs_max_per_seq, n_threads
 GGML_TYPE_F16 = 1
+#: The booleans after cb_eval's pattern (its 16 bytes, type_k, type_v, moe_cache_size, abort_callback and its data):
+#: embeddings, offload_kqv, no_perf, op_offload, swa_full, kv_unified, as llama_context_default_params sets them.
+BOOLS_AFTER = 48
+DEFAULT_BOOLS = bytes([0, 1, 1, 1, 1, 0])
+SWA_FULL = 4
 
 
 def _lib(shared: Path):
@@ -57,7 +62,9 @@ def _lib(shared: Path):
 class LlamaCpp:
     """A model loaded once in llama.cpp; teacher_forced() runs it in a fresh context each time."""
 
-    def __init__(self, path: str, shared: Path, n_ctx: int = 2048, threads: int = 2):
+    def __init__(self, path: str, shared: Path, n_ctx: int = 2048, threads: int = 2, swa_full: bool = True):
+        """swa_full: llama_decode's default, a sliding-window layers' cache as large as the context; False:
+        llama-server's default, window + one ubatch cells, reused once positions outgrow them (a ring)."""
         self.ffi, self.lib = ffi, lib = _lib(shared)
         self.path = path
         self.model = lib.llama_model_load_from_file(path.encode(), lib.llama_model_default_params())
@@ -74,6 +81,11 @@ class LlamaCpp:
         at = raw.find(tail, 0, SEARCH_BYTES)
         if at < 0 or at % 8 or raw.find(tail, at + 1, SEARCH_BYTES) >= 0:
             raise RuntimeError("llama_context_params does not have the expected layout in this llama.cpp")
+        if not swa_full:
+            bools = at + BOOLS_AFTER
+            if raw[bools:bools + len(DEFAULT_BOOLS)] != DEFAULT_BOOLS:
+                raise RuntimeError("llama_context_params does not have the expected layout in this llama.cpp")
+            raw[bools + SWA_FULL] = 0
         struct.pack_into("<I", raw, 0, n_ctx)
         struct.pack_into("<ii", raw, N_THREADS_AT, threads, threads)
         self.params = ffi.new("ctx_params_bytes *")
