@@ -338,6 +338,9 @@ class Llama:
         self.n_ctx = _Count(self.model.n_ctx if not n_ctx else min(n_ctx, self.model.n_ctx))
         #: llama-cpp-python's n_batch, kept for scripts that read it (minillama's prompt passes have their size).
         self.n_batch = min(n_batch, self.n_ctx)
+        #: llama-server's --context-shift for every request run here (Request.context_shift): a full context
+        #: drops old positions and goes on, where the model can (Model.can_shift); off: the reply stops there.
+        self.context_shift = False
         self.embedding = bool(embedding)
         self.seed = seed
         self.model_name = model_name or os.path.basename(path)
@@ -837,6 +840,8 @@ class Llama:
                     if self._last_session is session:  # running again: save_state must not read it meanwhile
                         self._last_session = None
                 self._resume = None
+        if self.context_shift and not request.context_shift:
+            request = replace(request, context_shift=True)
         gen = Generation(session, self.tokenizer, request)
         if hasattr(session, "generation"):
             session.generation = gen  # a server slot's: its stop string (Anthropic's stop_sequence)

@@ -805,7 +805,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
               f"{flags}{'' if value is True else f' {value}'}: {why}" for dest, (flags, why) in SERVE_IGNORED.items()
               if (value := getattr(args, dest)) is not None and value is not False],
           reasoning_budget=args.reasoning_budget, reasoning_budget_message=args.reasoning_budget_message,
-          reranking=args.reranking)
+          reranking=args.reranking, context_shift=args.context_shift)
     return 0
 
 
@@ -820,8 +820,6 @@ SERVE_IGNORED: dict[str, tuple[str, str]] = {
     "cache_type_k": ("-ctk/--cache-type-k", "the KV cache keeps the model's float type"),
     "cache_type_v": ("-ctv/--cache-type-v", "the KV cache keeps the model's float type"),
     "mmap": ("--mmap/--no-mmap", "the model file is always memory-mapped"),
-    "context_shift": ("--context-shift/--no-context-shift", "no context shift yet: a generation stops when the context is full "
-                      "(stop_type limit), as without it"),
 }
 
 
@@ -945,9 +943,9 @@ def _setup_serve(p: argparse.ArgumentParser) -> None:
     p.add_argument("-ctk", "--cache-type-k", dest="cache_type_k", metavar="TYPE", help="ignored")
     p.add_argument("-ctv", "--cache-type-v", dest="cache_type_v", metavar="TYPE", help="ignored")
     p.add_argument("--mmap", "--no-mmap", dest="mmap", action="store_const", const=True, help="ignored")
-    p.add_argument("--context-shift", "--no-context-shift", dest="context_shift", action="store_const", const=True,
-                   help="ignored (no context shift yet, as llama-server's default: a generation stops when the context "
-                   "is full)")
+    p.add_argument("--context-shift", action=argparse.BooleanOptionalAction, default=False,
+                   help="when a generation fills the context, drop half the positions after a request's n_keep and "
+                   "go on, as llama-server's --context-shift (default: off, the generation stops)")
 
 
 COMMANDS: dict[str, Subcommand] = {

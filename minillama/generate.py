@@ -66,6 +66,7 @@ class GenerationStats:
     # early); "" while running
     stop_reason: str = ""
     seed: int = 0
+    shifts: int = 0  # context shifts the run made (Request.context_shift)
 
     @property
     def eval_runs(self) -> int:
@@ -193,7 +194,7 @@ class Generation(Iterator[str]):
                 if self._cancelled.is_set():
                     stats.stop_reason = "stopped"
                     break
-                if len(context) >= n_ctx:  # as llama.cpp's server without context shift: stop, keep the text
+                if len(context) >= n_ctx and not self._shift(context, n_ctx):  # as llama-server: stop, keep the text
                     stats.stop_reason = "context"
                     break
                 if heal:
@@ -245,6 +246,24 @@ class Generation(Iterator[str]):
         finally:
             if not stats.stop_reason:
                 stats.stop_reason = "stopped"
+
+    def _shift(self, context: list[int], n_ctx: int | float) -> bool:
+        """llama-server's context shift (server-context.cpp's pre_decode) of a full context, when the request asks
+        for it and the model can (Session.shift_context): positions after n_keep (plus a bos) dropped from the
+        model's cache and from context, n_discard of them (default half); False (the run stops) otherwise."""
+        req = self.request
+        if not req.context_shift or not getattr(self.model, "can_shift", False):
+            return False
+        n_keep = len(self.prompt_ids) if req.n_keep < 0 else req.n_keep
+        n_keep = int(min(n_ctx - 4, n_keep + (1 if self.tok.add_bos else 0)))
+        n_left = len(context) - 1 - n_keep  # the positions the cache holds after n_keep (not the last pick)
+        n_discard = max(0, min(req.n_discard or n_left // 2, n_left - 1))
+        if n_keep < 0 or n_discard == 0:
+            return False
+        self.model.shift_context(n_keep, n_discard)  # type: ignore[attr-defined]
+        del context[n_keep:n_keep + n_discard]
+        self.stats.shifts += 1
+        return True
 
     def _stop_at(self, tokens: Iterator[str]) -> Iterator[str]:
         """tokens' text up to the first stop string: the run stops there, the stop string is not shown."""

@@ -145,7 +145,9 @@ class Request:
     by one run only: it keeps state). heal: token healing, the ids taken off the end of the prompt
     (Tokenizer.encode_for_completion) that the first picks must spell out again; not with a constraint.
     stop_at_eog=False runs on through end-of-generation ids (--ignore-eos). reasoning_budget: thinking bounded in
-    tokens (ReasoningBudget), in front of the constraint.
+    tokens (ReasoningBudget), in front of the constraint. context_shift: when the context is full, drop positions
+    after the first n_keep (-1: the prompt's; a bos the tokenizer adds counts on top) and go on, as llama-server's
+    --context-shift: n_discard of them (0: half of those after n_keep); else the generation stops there.
     """
 
     prompt: Sequence[int]
@@ -157,6 +159,9 @@ class Request:
     stop_at_eog: bool = True
     stop_reason: str = "stop_string"
     reasoning_budget: ReasoningBudget | None = None
+    context_shift: bool = False
+    n_keep: int = 0
+    n_discard: int = 0
 
     def __post_init__(self) -> None:
         put = object.__setattr__

@@ -441,7 +441,45 @@ done:
     return res;
 }
 
+/* rope_shift(layer, k, deltas): ms_rope_shift over layer's float16 key cache k [>= n, n_head_kv, head_dim] (its
+ * first n rows, n = len(deltas), int64 position deltas), in place. */
+static PyObject *Stack_rope_shift(StackObject *self, PyObject *args) {
+    PyObject *ko, *dobj;
+    int layer;
+    if (!self->m.layers) return PyErr_Format(PyExc_RuntimeError, "Stack is not initialised");
+    if (!PyArg_ParseTuple(args, "iOO", &layer, &ko, &dobj)) return NULL;
+    const ms_model *m = &self->m;
+    if (layer < 0 || layer >= m->n_layer)
+        return PyErr_Format(PyExc_ValueError, "rope_shift: expected a layer of 0..%d, got %d", m->n_layer - 1, layer);
+    Py_buffer kb, db;
+    if (!get_array(ko, &kb, 2, "rope_shift: k")) return NULL;
+    if (!get_array(dobj, &db, 8, "rope_shift: deltas")) {
+        PyBuffer_Release(&kb);
+        return NULL;
+    }
+    const long long n = db.len / 8, row = (long long)m->n_head_kv * m->head_dim;
+    const int64_t *d = db.buf;
+    int ok = !kb.readonly && kb.format && !strcmp(kb.format, "e") && kb.len / 2 >= n * row;
+    for (long long i = 0; ok && i < n; i++) ok = d[i] > -(1LL << 31) && d[i] < (1LL << 31);
+    if (!ok) {
+        PyBuffer_Release(&db);
+        PyBuffer_Release(&kb);
+        return PyErr_Format(PyExc_ValueError, "rope_shift: expected writable float16 keys of at least %lld values "
+                            "and int64 deltas within 32 bits", n * row);
+    }
+    Py_BEGIN_ALLOW_THREADS
+    ok = ms_rope_shift(m, layer, kb.buf, n, d);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&db);
+    PyBuffer_Release(&kb);
+    if (!ok) return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef Stack_methods[] = {
+    {"rope_shift", (PyCFunction)Stack_rope_shift, METH_VARARGS,
+     "rope_shift(layer, k, deltas): the layer's float16 key cache k rotated in place by deltas[t] positions (int64) "
+     "per row, as llama.cpp's K shift after a context shift."},
     {"forward", (PyCFunction)Stack_forward, METH_VARARGS,
      "forward(x, seqs, threads, logits=None): every block over x [T, n_embd] in place; seqs: [(rows, start, "
      "k_caches, v_caches[, cells, window_cells]), ...], each sequence's rows in turn (cells: None or int64, the "

@@ -534,6 +534,26 @@ static void angles(const ms_model *m, double base, const float *freqs, const int
     }
 }
 
+int ms_rope_shift(const ms_model *m, int il, uint16_t *k, int64_t n, const int64_t *delta) {
+    const ms_layer *L = &m->layers[il];
+    const int64_t D = m->head_dim, n_rot = m->n_rot;
+    float *cs = malloc(sizeof(float) * (size_t)(n_rot + D));
+    if (!cs) return 0;
+    float *v = cs + n_rot;
+    mq_init();
+    for (int64_t t = 0; t < n; t++) {
+        if (t == 0 || delta[t] != delta[t - 1]) angles(m, L->rope_base, L->rope_freqs, delta + t, 1, cs);
+        for (int64_t h = 0; h < m->n_head_kv; h++) {
+            uint16_t *kh = k + (t * m->n_head_kv + h) * D;
+            for (int64_t i = 0; i < n_rot; i++) v[i] = mq_half_float(kh[i]);
+            rope(v, cs, n_rot, m->rope_neox);
+            mq_halves(v, n_rot, kh);
+        }
+    }
+    free(cs);
+    return 1;
+}
+
 static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
 
 int ms_forward(const ms_model *m, float *x, const ms_seq *seqs, int n_seq, int threads, float *logits) {

@@ -270,6 +270,12 @@ typedef struct {
  * the output matrix, in the same pass (one wake of the threads per step). 1 done, 0 out of memory. */
 int ms_forward(const ms_model *m, float *x, const ms_seq *seqs, int n_seq, int threads, float *logits);
 
+/* The cached float16 keys k [n, n_head_kv, head_dim] of layer il rotated by delta[t] positions each (row t), as
+ * llama.cpp's K shift after a context shift computes them (build_rope_shift: ggml_rope_ext over the float16 cache,
+ * every cell by its own shift, 0 included): each value widened, rotated by the forward pass's rope for that
+ * position, rounded back to float16. 1 done, 0 out of memory. */
+int ms_rope_shift(const ms_model *m, int il, uint16_t *k, int64_t n, const int64_t *delta);
+
 /* The bytes [lo, hi) of one array a pass writes (x, the logits, a cache). */
 typedef struct {
     uintptr_t lo, hi;

@@ -34,7 +34,7 @@ from ..errors import ArgumentError, ContextLengthError, FormatError, NonFiniteEr
 from ..sampling import Sampler
 from . import llama
 from .batch import Batch, StepBatcher
-from .cache import KVCache, Prefix
+from .cache import KVCache, Prefix, ctx_cells, swa_cells
 from .layers import Linear, QuantLinear, _Joined, native_ops, rmsnorm
 from .spec import ArchSpec, get, supported
 from .stack import NativeStack
@@ -271,6 +271,16 @@ class Model:
         """Positions the last next_token ran through the model (the rest came from the cache)."""
         return self._default.evaluated
 
+    def can_shift(self, n_ctx: int | None = None) -> bool:
+        """Whether its sessions of n_ctx positions (None: the model's context) can shift their context
+        (Session.shift_context): the C blocks run it, its cache holds keys and values only, and a sliding-window
+        layers' cache is as large as the full-attention layers' (llama.cpp's llama_kv_cache_iswa::get_can_shift:
+        llama-server disables context shift otherwise)."""
+        n_ctx = self.n_ctx if n_ctx is None else n_ctx
+        window = self.hparams.sliding_window
+        return self._stack is not None and self._arch.new_cache is None and (
+            window == 0 or swa_cells(window, n_ctx) == ctx_cells(n_ctx))
+
     def session(self, n_ctx: int | None = None, batched: bool = False) -> Session:
         """A sequence of its own (its own KV cache) on this model: threads may each drive one at once. batched:
         its single-token steps share one pass with those other batched sessions ask for at the same time
@@ -449,6 +459,26 @@ class Session:
     def next_token(self, ids: Sequence[int], sampler: Sampler) -> int:
         """The sampler's choice of the token after ids (the LanguageModel protocol)."""
         return sampler.sample_logits(self.logits_next(ids))
+
+    @property
+    def can_shift(self) -> bool:
+        """Whether shift_context works here (Model.can_shift at this session's context): the C blocks rotate the
+        cached keys as llama.cpp does; llama.cpp cannot shift a recurrent state, nor a sliding-window cache smaller
+        than the context."""
+        return self.model.can_shift(self.n_ctx)
+
+    def shift_context(self, n_keep: int, n_discard: int) -> None:
+        """llama-server's context shift (--context-shift) of this session's sequence: its cached positions
+        n_keep..n_keep+n_discard-1 removed, the later ones moved back by n_discard with their keys rotated, as
+        llama.cpp's seq_rm, seq_add and K shift do; the next call continues from the shorter sequence (the ids
+        without those). UnsupportedError where can_shift is False."""
+        if not self.can_shift:
+            raise UnsupportedError(f"context shift needs the C blocks (the native backend, an architecture model.c "
+                                   f"runs), a cache of keys and values only and a sliding-window cache as large as "
+                                   f"the context ({self.n_ctx} positions here); this session has not all three")
+        stack = self.model._stack
+        assert stack is not None
+        self._cache.shift(n_keep, n_discard, stack.rope_shift)
 
     def reset(self) -> None:
         """Forget the cached sequence (and free the cache's memory)."""

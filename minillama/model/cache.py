@@ -9,6 +9,8 @@ numpy matmuls. The arrays grow by doubling.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from ..errors import ArgumentError
@@ -28,6 +30,11 @@ def _pad(n: int) -> int:
     return (n + PAD - 1) // PAD * PAD
 
 
+def ctx_cells(n_ctx: int) -> int:
+    """Cells of llama.cpp's cache of a context of n_ctx positions (the full-attention layers'): padded to 256."""
+    return _pad(n_ctx)
+
+
 def swa_cells(window: int, n_ctx: int) -> int:
     """Cells of llama-server's cache of the sliding-window layers (llama_kv_cache_iswa, swa_full off, one
     sequence): the window and one ubatch, padded, at most the (padded) context."""
@@ -42,10 +49,13 @@ class Ring:
     holds position c; after, new tokens reuse the cells of old ones, and attention (which visits cells in cell
     order, each row masking positions it does not see) sums in that order."""
 
-    def __init__(self, size: int, window: int) -> None:
+    def __init__(self, size: int, window: int, n: int = 0) -> None:
+        """size cells; window 0: a full-attention layers' cache (only empty cells are taken). n: positions
+        0..n-1 already in cells 0..n-1, placed from an empty cache."""
         self.size, self.window = size, window
         self.pos = np.full(size, -1, np.int64)  # each cell's position, -1: empty
-        self.head = 0
+        self.pos[:n] = np.arange(n)
+        self.head = n
         self._order: np.ndarray | None = None  # cells(), None while cell c holds position c
 
     def place(self, start: int, n: int) -> None:
@@ -65,7 +75,7 @@ class Ring:
                 head = 0
                 continue
             p = int(pos[head])
-            if p < 0 or last + 1 - p >= self.window:
+            if p < 0 or (self.window > 0 and last + 1 - p >= self.window):
                 taken.append(head)
             head += 1
             tested += 1
@@ -87,6 +97,16 @@ class Ring:
         self._remove(p0, p1)
         self._update()
 
+    def add(self, p0: int, delta: int) -> None:
+        """Move positions from p0 on by delta (those falling below 0 leave), as llama.cpp's seq_add."""
+        moved = self.pos >= p0
+        self.pos[moved] += delta
+        gone = moved & (self.pos < 0)
+        if gone.any():
+            self.pos[gone] = -1
+            self.head = min(self.head, int(np.argmax(gone)))
+        self._update()
+
     def _remove(self, p0: int, p1: int | None) -> None:
         gone = (self.pos >= p0) & (self.pos < (np.iinfo(np.int64).max if p1 is None else p1))
         if gone.any():
@@ -96,8 +116,8 @@ class Ring:
     def _update(self) -> None:
         used = np.flatnonzero(self.pos >= 0)
         n_kv = min(self.size, max(PAD, _pad(int(used[-1]) + 1 if used.size else 0)))
-        ident = np.array_equal(self.pos[:used.size], np.arange(used.size)) and (used.size == 0 or used[-1] == used.size - 1)
-        self._order = None if ident else self.pos[:n_kv].copy()
+        ident = np.array_equal(self.pos[:used.size], np.arange(used.size))
+        self._order = None if ident and (used.size == 0 or used[-1] == used.size - 1) else self.pos[:n_kv].copy()
 
     def cells(self) -> np.ndarray | None:
         """The cells attention reads, in order: each one's position or -1 (llama.cpp's n_kv of them: the used
@@ -115,8 +135,12 @@ class KVCache:
         (n_head_kv, head_dim, head_dim_v). window: the sliding-window layers' window (0: none), whose cache of
         swa_cells(window, n_ctx) cells llama.cpp reuses as a Ring."""
         self.ids: list[int] = []
+        self.n_ctx = n_ctx
         #: The cell order of the sliding-window layers' cache, or None (no such layers).
         self.ring = Ring(swa_cells(window, n_ctx), window) if window > 0 and n_ctx > 0 else None
+        #: The cell order of the full-attention layers' cache: None while cell c holds position c (until a context
+        #: shift, which makes one from that state).
+        self.base: Ring | None = None
         shapes = shapes if shapes is not None else [(n_head_kv, head_dim, head_dim_v)] * n_layer
         self._shapes_k = [(h, dk) for h, dk, _ in shapes]
         self._shapes_v = [(h, dv) for h, _, dv in shapes]
@@ -134,17 +158,43 @@ class KVCache:
     def truncate(self, n: int) -> None:
         """Forget every position from n on."""
         del self.ids[n:]
-        if self.ring is not None:
-            self.ring.remove(n)
+        for ring in self._rings():
+            ring.remove(n)
+
+    def _rings(self) -> list[Ring]:
+        return [r for r in (self.base, self.ring) if r is not None]
 
     def place(self, start: int, n: int) -> None:
         """Note that one pass stores positions start..start+n-1 (the cell order of a Ring follows passes)."""
-        if self.ring is not None:
-            self.ring.place(start, n)
+        for ring in self._rings():
+            ring.place(start, n)
 
     def cells(self, window: int) -> np.ndarray | None:
         """The cell order attention visits for a layer of this window (Ring.cells), or None: by position."""
-        return self.ring.cells() if window > 0 and self.ring is not None else None
+        ring = self.ring if window > 0 else self.base
+        return None if ring is None else ring.cells()
+
+    def shift(self, n_keep: int, n_discard: int, rope: Callable[[int, np.ndarray, np.ndarray], None]) -> None:
+        """llama-server's context shift: positions n_keep..n_keep+n_discard-1 leave (llama.cpp's seq_rm), the later
+        ones move back by n_discard (seq_add; their rows move with them) and every layer's keys are rotated by
+        their position's change (rope(layer, keys, deltas): 0 for the kept ones, as llama.cpp's K shift rotates
+        every cell); each Ring, the full-attention layers' one made now, follows which cell holds what."""
+        n, p1 = self.n, n_keep + n_discard
+        if not 0 <= n_keep <= p1 <= n:
+            raise ArgumentError(f"expected 0 <= n_keep <= n_keep + n_discard <= {n} (the positions cached), found "
+                                f"n_keep {n_keep} and n_discard {n_discard}")
+        if self.base is None:
+            self.base = Ring(ctx_cells(self.n_ctx or n), 0, n)
+        for ring in self._rings():
+            ring.remove(n_keep, p1)
+            ring.add(p1, -n_discard)
+        deltas = np.zeros(n - n_discard, np.int64)
+        deltas[n_keep:] = -n_discard
+        for layer, (k, v) in enumerate(zip(self.k, self.v, strict=True)):
+            k[n_keep:n - n_discard] = k[p1:n].copy()
+            v[n_keep:n - n_discard] = v[p1:n].copy()
+            rope(layer, k, deltas)
+        del self.ids[n_keep:p1]
 
     def reserve(self, n: int) -> None:
         """Make room for n positions, keeping what is cached."""
@@ -183,6 +233,7 @@ class KVCache:
             for layer, saved in zip(store, rows, strict=True):
                 layer[:n] = saved
         self.ids[:] = prefix.ids
+        self.base = None
         if self.ring is not None:  # as a prompt of those positions places them, one pass per UBATCH
             self.ring = Ring(self.ring.size, self.ring.window)
             for start in range(0, n, UBATCH):

@@ -102,6 +102,11 @@ class NativeStack:
         self._stack.forward(x, _seqs(x, batch), native_threads())
         return x
 
+    def rope_shift(self, layer: int, k: np.ndarray, deltas: np.ndarray) -> None:
+        """A layer's float16 keys k rotated in place by deltas [n] positions (row by row), as llama.cpp's K shift
+        after a context shift (KVCache.shift)."""
+        self._stack.rope_shift(layer, k, np.ascontiguousarray(deltas, dtype=np.int64))
+
     def logits(self, x: np.ndarray, batch: Batch) -> np.ndarray:
         """Logits [sequences, n_vocab] of each sequence's last row after every block and the head, in one pass (a
         decode step wakes the threads once); the stack must have been made with the head (n_vocab not None)."""
@@ -120,7 +125,7 @@ def _seqs(x: np.ndarray, batch: Batch) -> list[tuple]:
     """batch's sequences as the C Stack takes them: (rows, start, key caches, value caches, the cell orders of the
     full-attention and sliding-window layers' caches), rows in x in turn."""
     ends = [row for row, _, _ in batch.seqs[1:]] + [x.shape[0]]
-    return [(end - row, start, cache.k, cache.v, None, cache.cells(1))
+    return [(end - row, start, cache.k, cache.v, cache.cells(0), cache.cells(1))
             for (row, start, cache), end in zip(batch.seqs, ends, strict=True)]
 
 

@@ -103,7 +103,7 @@ def serve(model: str, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, par
           server_defaults: Mapping[str, Any] | None = None, pooling: str | None = None, metrics: bool = False,
           slots: bool = True, slot_save_path: str | None = None, ignored: Sequence[str] = (),
           reasoning_budget: int = -1, reasoning_budget_message: str = "", reranking: bool = False,
-          log: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)) -> None:
+          context_shift: bool = False, log: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)) -> None:
     """Load model (and the --vocab tokenizers), listen on host:port and serve until interrupted.
 
     The line "minillama serve: listening on http://HOST:PORT ..." is logged once the socket listens (port 0
@@ -119,7 +119,9 @@ def serve(model: str, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, par
     the file's); metrics, slots, slot_save_path: llama-server's GET /metrics, GET /slots and slot files folder;
     ignored: llama-server flags given that mean nothing here, each logged once; reasoning_budget,
     reasoning_budget_message: chat's thinking budget in tokens (-1: none) and the text forced before its end tag;
-    reranking: serve /rerank with rank pooling (--reranking; pooling "rank" does the same, embeddings being on)."""
+    reranking: serve /rerank with rank pooling (--reranking; pooling "rank" does the same, embeddings being on);
+    context_shift: a generation that fills the context drops old positions and goes on (--context-shift; a
+    request's n_keep says how many first ones stay), on models whose sessions can (Model.can_shift)."""
     require_extra()
     for line in ignored:
         log(f"minillama serve: warning: ignoring {line}")
@@ -172,6 +174,12 @@ def serve(model: str, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, par
         if reranking and getattr(llm.model, "rank_head", None) is None:
             log(f"minillama serve: warning: {os.path.basename(model)} has no rank head (cls.output.weight): /rerank "
                 "scores with the last hidden state's first value, as llama-server does (load a reranker)")
+        can_shift = llm.model.can_shift(int(llm.n_ctx))
+        if context_shift and not can_shift:  # as llama-server on a context it cannot shift
+            log("minillama serve: warning: context shift is not supported by this model and context (it needs the "
+                "native backend's C blocks, a cache of keys and values only, and a sliding-window cache as large as "
+                "the context): it is disabled")
+        llm.context_shift = context_shift and can_shift
         if llm.chat_template_fallback:
             log(f"minillama serve: {os.path.basename(model)} has no chat template (tokenizer.chat_template): chat "
                 "uses ChatML, as llama-server does (--chat-template-file gives another)")

@@ -12,7 +12,7 @@ for the same settings. Only the fields' names and the answer's shape are llama.c
   off; minillama runs them in llama.cpp's default order, a different order is refused), `json_schema`, `grammar`
   (GBNF), `t_max_predict_ms` (stop at a newline once generation took longer), `logit_bias` in llama.cpp's array
   and object forms; `cache_prompt`, `id_slot` and `n_keep` are accepted (the prompt cache picks the slot holding
-  the longest prefix whatever they say; n_keep only matters with context shift, which is off);
+  the longest prefix whatever they say; n_keep is what a context shift keeps, under --context-shift);
 - errors are llama.cpp's object: {"error": {"code": 400, "message": ..., "type": "invalid_request_error"}}.
 
 The other native routes live here too: /infill, /apply-template, /embedding, /props, /metrics, /slots and the slot
@@ -250,7 +250,7 @@ def _read_call(ctx: Context, body: dict[str, Any]) -> _Call:
     elif "json_schema" in kw:
         constraint = JsonConstraint(llm.tokenizer, kw["json_schema"])
     request = GenRequest(ids, limit, sampling, stop=kw.get("stop") or (), constraint=constraint,
-                         stop_at_eog=not kw.get("ignore_eos", False))
+                         stop_at_eog=not kw.get("ignore_eos", False), n_keep=kw.get("n_keep", 0))
     shown = {**settings, "seed": sampling.seed, "n_predict": n_predict, "max_tokens": n_predict,
              "n_keep": kw.get("n_keep", 0), "ignore_eos": kw.get("ignore_eos", False),
              "stream": kw.get("stream", False), "n_probs": n_probs, "grammar": kw.get("grammar", ""),
@@ -324,7 +324,7 @@ def routes(ctx: Context) -> list[tuple[str, Callable[[Request], Awaitable[Respon
                else [], "id_slot": slot_of(s), "stop": True, "model": ctx.model_name,
                "tokens_predicted": stats.generated_tokens, "tokens_evaluated": len(call.ids),
                "generation_settings": {**call.settings, **NEUTRAL, **SHOWN, "seed": stats.seed}, "prompt": llm.tokenizer.decode(call.ids),
-               "has_new_line": "\n" in run.text, "truncated": stats.stop_reason == "context",
+               "has_new_line": "\n" in run.text, "truncated": stats.stop_reason == "context" or stats.shifts > 0,
                "stop_type": _STOP_TYPES.get(stats.stop_reason, "none"), "stopping_word": _stopping_word(run),
                "tokens_cached": len(call.ids) + stats.generated_tokens - 1, "timings": s.timings()}
         if call.n_probs and not call.stream:

@@ -18,7 +18,7 @@ import pytest
 from support import DATA
 from support.batching import steps_together_and_alone
 from support.paths import real_gguf as _real_gguf
-from support.server_fed import LLAMACPP_THREADS, feed_as_server, server_fed
+from support.server_fed import LLAMACPP_THREADS, feed_as_server, llamacpp, server_fed
 
 from minillama.errors import ArgumentError, ContextLengthError, FormatError, MinillamaError, UnsupportedError
 from minillama.generate import Sampler
@@ -137,6 +137,35 @@ def test_gemma3_past_its_sliding_window_cache_gives_llamacpps_server_log_probs()
     wrong, diffs = feed_as_server(m, stored["cases"])
     assert not wrong, wrong[:5]
     assert np.mean(diffs) < 1e-4 and np.max(diffs) < 1e-4, (np.mean(diffs), np.max(diffs))
+
+
+def test_context_shift_gives_llamacpps_logits(smollm2: Model) -> None:
+    """Session.shift_context as llama-server's context shift (seq_rm of n_discard positions after n_keep, seq_add of
+    the later ones, their keys rotated back): the cells then hold [kept][new][old moved back], visited in that
+    order, and every step after it gives llama.cpp's logits bit for bit (llama_decode, with llama_memory_seq_rm and
+    llama_memory_seq_add), in a context of 256 positions."""
+    if not smollm2.can_shift(256):
+        with pytest.raises(UnsupportedError, match="context shift needs the C blocks"):
+            smollm2.session(256).shift_context(10, 100)
+        pytest.skip("no context shift here: the native backend's C blocks are not in use")
+    from minillama._native import _core
+
+    if _core.kernels() != "avx2":
+        pytest.skip(f"the {_core.kernels()} kernels sum in ggml's generic order, not its AVX2 one")
+    case = server_fed("SmolLM2-135M-Instruct.Q4_1.gguf")["cases"][2]
+    prompt, gen = case["prompt_ids"], [g["id"] for g in case["gen"]][:12]
+    ref = llamacpp(smollm2.path, 256).teacher_forced(prompt, gen, len(prompt) - 4, shift=(4, 10, 100))
+    s = smollm2.session(256)
+    s.logits_next(prompt[:-4])
+    ids, rows = list(prompt), [s.logits_next(prompt)]
+    for i, g in enumerate(gen[:-1]):
+        if i + 1 == 4:
+            s.shift_context(10, 100)
+            del ids[10:110]
+        ids.append(g)
+        rows.append(s.logits_next(ids))
+    assert len(s.cached_ids) == len(prompt) + len(gen) - 1 - 100
+    np.testing.assert_array_equal(np.stack(rows), ref)
 
 
 def test_cached_steps_agree_with_llamacpp(smollm2: Model) -> None:

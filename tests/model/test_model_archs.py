@@ -624,6 +624,21 @@ def test_prompts_of_64_tokens_and_more_fed_as_llamacpps_server_give_its_log_prob
     assert np.mean(diffs) < 1e-4 and np.max(diffs) < 1e-4, (np.mean(diffs), np.max(diffs))
 
 
+def test_context_shift_only_where_llama_server_shifts(made: Made) -> None:
+    """llama.cpp cannot shift a sliding-window cache smaller than the context (llama_kv_cache_iswa::get_can_shift:
+    llama-server disables --context-shift there): gpt-oss-ring's cache of window 128 + 512 cells shifts in a
+    context of 768 positions, not in one of 1,024; a recurrent state (qwen35) never."""
+    ring, recurrent = made.model("gpt-oss-ring"), made.model("qwen35")
+    assert not recurrent.can_shift(256)
+    if ring._stack is None:
+        assert not ring.can_shift(768)
+        pytest.skip("no context shift here: the native backend's C blocks are not in use")
+    assert ring.can_shift(768) and ring.session(700).can_shift
+    assert not ring.can_shift(1024) and not ring.session(1024).can_shift
+    with pytest.raises(UnsupportedError, match="context shift needs"):
+        ring.session(1024).shift_context(4, 10)
+
+
 def test_qwen3moe_reads_only_the_chosen_experts(made: Made, monkeypatch: pytest.MonkeyPatch) -> None:
     """A single-token step multiplies (on the pure backend, dequantizes) only the matrices of the experts its
     token chose; a prompt's rows are grouped by expert, so no expert matrix is taken twice in a block."""

@@ -440,7 +440,7 @@ def test_slot_file_names_as_llama_cpp_validates_them(name: str, ok: bool) -> Non
 
 
 IGNORED = ["-ngl", "99", "-fa", "on", "--jinja", "-b", "512", "-ub", "256", "-ctk", "q8_0", "-ctv", "q8_0",
-           "--no-mmap", "--context-shift"]
+           "--no-mmap"]
 
 
 @pytest.fixture(scope="module")
@@ -454,15 +454,14 @@ def plain() -> Iterator[Server]:
 
 
 def test_llama_server_flags_copied_from_its_commands(theirs: Http, plain: Server) -> None:
-    """-ngl, -fa, --jinja, -b, -ub, -ctk, -ctv, --no-mmap, --context-shift are accepted, each logged once as
+    """-ngl, -fa, --jinja, -b, -ub, -ctk, -ctv, --no-mmap are accepted, each logged once as
     ignored; --alias names the model; --temp, --seed and -n are every request's defaults (the greedy 4 tokens
     llama-server gives when asked for them), shown in /props."""
     log = "".join(plain.log)
     for flag in ("-ngl/--gpu-layers 99", "-fa/--flash-attn on", "--jinja/--no-jinja", "-b/--batch-size 512",
-                 "-ub/--ubatch-size 256", "-ctk/--cache-type-k q8_0", "-ctv/--cache-type-v q8_0", "--mmap/--no-mmap",
-                 "--context-shift/--no-context-shift"):
+                 "-ub/--ubatch-size 256", "-ctk/--cache-type-k q8_0", "-ctv/--cache-type-v q8_0", "--mmap/--no-mmap"):
         assert log.count(f"ignoring {flag}:") == 1, flag
-    assert log.count("warning: ignoring") == 9
+    assert log.count("warning: ignoring") == 8
     assert plain.request("GET", "/v1/models")[1]["data"][0]["id"] == "smol"
     status, o = plain.request("POST", "/completion", {"prompt": "The capital of France is"})
     t = theirs.request("POST", "/completion", {"prompt": "The capital of France is", "temperature": 0,
@@ -698,6 +697,38 @@ def test_a_prompt_filling_the_context_is_llama_servers_error(small_ctx: tuple[Ht
     for n in (SMALL_CTX, SMALL_CTX + 1):
         (st, t), (so, o) = _both(theirs, ours, "/completion", {"prompt": [504] * n, "n_predict": 4})
         assert st == so == 400 and o["error"]["type"] == t["error"]["type"] == "exceed_context_size_error", (n, t, o)
+
+
+@pytest.fixture(scope="module")
+def shifting() -> Iterator[tuple[Http, Server]]:
+    """llama-server and ours with a context of 256 and --context-shift."""
+    server, theirs = llama_server(real_gguf(), SMALL_CTX, ctx_shift=True)
+    ours = Server(real_gguf(), "-c", "100", "--context-shift")
+    yield theirs, ours
+    ours.stop()
+    del server
+
+
+@pytest.mark.parametrize("n_keep, n_prompt, n_predict", [(0, 200, 300), (10, 240, 250), (-1, 60, 450)])
+def test_context_shift_goes_on_as_llama_server(shifting: tuple[Http, Server], n_keep: int, n_prompt: int,
+                                               n_predict: int) -> None:
+    """--context-shift: a generation that fills the context drops half the positions after n_keep (plus the bos;
+    -1: the prompt's) and goes on, once or several times (the cache's cells then hold [kept][new][old moved back],
+    keys rotated by their move): the same tokens as llama-server (greedy; the first ones on the pure backend, which
+    has no context shift and stops at the context as without it)."""
+    theirs, ours = shifting
+    prompt = "The history of the city begins in the Roman period, when a small settlement grew on the river. " * 30
+    ids = theirs.request("POST", "/tokenize", {"content": prompt})[1]["tokens"][:n_prompt - 1]
+    body = {"prompt": ids, "n_predict": n_predict, "n_keep": n_keep, "temperature": 0, "ignore_eos": True,
+            "return_tokens": True}
+    (st, t), (so, o) = _both(theirs, ours, "/completion", body)
+    assert st == so == 200, (t, o)
+    assert t["tokens_predicted"] == n_predict and t["truncated"] is True
+    if EXACT:
+        assert o["tokens"] == t["tokens"]
+        assert o["tokens_predicted"] == n_predict and o["truncated"] is True
+    else:
+        assert o["tokens"][:SHORT] == t["tokens"][:SHORT]
 
 
 def test_rerank_without_a_rank_head_scores_as_llama_server() -> None:

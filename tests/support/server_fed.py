@@ -45,3 +45,24 @@ def feed_as_server(model, cases: list[dict]) -> tuple[list[str], list[float]]:  
                 wrong.append(f"{case['prompt']}, position {i}: {int(lp.argmax())} != {g['id']}")
             diffs += [abs(lp[t] - v) for t, v in g["top"]]
     return wrong, diffs
+
+
+def llamacpp(path: str, n_ctx: int):  # noqa: ANN201 (tools/bench/llamacpp_decode.py's LlamaCpp)
+    """llama.cpp's own forward pass on the model at path (llama_decode through the xllamacpp wheel, its threads
+    LLAMACPP_THREADS, its sliding-window cache as llama-server's), or skip without the shared tools or xllamacpp."""
+    import sys
+
+    import pytest
+
+    from support.paths import NO_SHARED_REASON, SHARED
+
+    pytest.importorskip("xllamacpp")
+    if SHARED is None:
+        pytest.skip(NO_SHARED_REASON)
+    tools = str(DATA.parents[1] / "tools" / "bench")
+    if tools not in sys.path:
+        sys.path.insert(0, tools)
+    from llamacpp_decode import LlamaCpp
+
+    return LlamaCpp(path, SHARED, n_ctx=n_ctx, threads=LLAMACPP_THREADS, swa_full=False)
+

@@ -52,6 +52,10 @@ def _lib(shared: Path):
         batch_bytes llama_batch_get_one(llama_token * tokens, int32_t n_tokens);
         int32_t llama_decode(struct llama_context * ctx, batch_bytes batch);
         float * llama_get_logits_ith(struct llama_context * ctx, int32_t i);
+        typedef struct llama_memory_i * llama_memory_t;
+        llama_memory_t llama_get_memory(const struct llama_context * ctx);
+        bool llama_memory_seq_rm(llama_memory_t mem, int32_t seq_id, int32_t p0, int32_t p1);
+        void llama_memory_seq_add(llama_memory_t mem, int32_t seq_id, int32_t p0, int32_t p1, int32_t delta);
         """)
         oracle._decode_declared = True
     lib = oracle._load()
@@ -99,9 +103,12 @@ class LlamaCpp:
         out = self.lib.llama_get_logits_ith(ctx, -1)
         return np.frombuffer(self.ffi.buffer(out, 4 * self.n_vocab), np.float32).copy()
 
-    def teacher_forced(self, prompt_ids: list[int], gen: list[int], split: int | None) -> np.ndarray:
+    def teacher_forced(self, prompt_ids: list[int], gen: list[int], split: int | None,
+                       shift: tuple[int, int, int] | None = None) -> np.ndarray:
         """llama.cpp's logits [len(gen), n_vocab] before each of gen: the prompt in one batch (split None) or
-        in two (prompt_ids[:split], then the rest), then one token per step as in generation."""
+        in two (prompt_ids[:split], then the rest), then one token per step as in generation. shift: (step,
+        n_keep, n_discard): before that step's token, llama-server's context shift (seq_rm of n_discard positions
+        after n_keep, seq_add of the later ones by -n_discard)."""
         ctx = self.lib.llama_init_from_model(self.model, self.params[0])
         if ctx == self.ffi.NULL:
             raise RuntimeError(f"llama.cpp could not make a context for {self.path}")
@@ -109,7 +116,15 @@ class LlamaCpp:
             if split:
                 self._decode(ctx, prompt_ids[:split])
             rows = [self._decode(ctx, prompt_ids[split or 0:])]
-            rows += [self._decode(ctx, [g]) for g in gen[:-1]]
+            n_past = len(prompt_ids)
+            for i, g in enumerate(gen[:-1]):
+                if shift is not None and i + 1 == shift[0]:
+                    mem, keep, drop = self.lib.llama_get_memory(ctx), shift[1], shift[2]
+                    self.lib.llama_memory_seq_rm(mem, 0, keep, keep + drop)
+                    self.lib.llama_memory_seq_add(mem, 0, keep + drop, n_past, -drop)
+                    n_past -= drop
+                rows.append(self._decode(ctx, [g]))
+                n_past += 1
             return np.stack(rows)
         finally:
             self.lib.llama_free(ctx)
