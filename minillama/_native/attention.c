@@ -13,7 +13,10 @@
  * theirs (cpu.c's one choice: the CPU's features and MINILLAMA_KERNELS). The float16 table the scalar one reads
  * is filled by mq_init, which model.c calls before any attention.
  *
- * Keys and values come as float16 (the cache's type, as llama.cpp's): half the bytes a step reads. */
+ * Keys and values come as float16 (the cache's type, as llama.cpp's): half the bytes a step reads. They are stored
+ * by position; every path visits the cache's cells in llama.cpp's cell order (ma_attend_cells' cells: which
+ * position each cell holds once a sliding-window cache has wrapped or a context shift has moved positions), each
+ * row skipping the cells it does not see, as ggml skips a masked cell. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdint.h>
@@ -319,13 +322,14 @@ void ma_attend_cells(const float *q, int64_t nq, const uint16_t *k, int64_t k_st
 }
 
 /* The tiled path (ggml_compute_forward_flash_attn_ext_tiled), which llama.cpp takes for a batch of 64 rows or
- * more: the keys in tiles of FA_TILE cache positions (tile boundaries at multiples of FA_TILE); each score a
- * float32 chain of fused multiply-adds over the query (not rounded to float16) and the key widened to float32, in
- * dimension order (simd_gemm), times scale; positions a row does not see are -inf. Per tile and row: the tile's
+ * more: the keys in tiles of FA_TILE cache cells, in cell order (tile boundaries at multiples of FA_TILE); each
+ * score a float32 chain of fused multiply-adds over the query (not rounded to float16) and the key widened to
+ * float32, in dimension order (simd_gemm), times scale; cells a row does not see (empty, or a position out of its
+ * window or after it) are -inf, whose weight is 0 and leaves the sums as they are. Per tile and row: the tile's
  * maximum M', and when it exceeds the running M the sum of values and S are scaled by expf(M - M'); then every
  * weight is ggml_v_expf(score - M') (ggml_vec_soft_max_f32), their sum taken eight at a time in its AVX2 order
  * and added in double to S; the values accumulate in float32, each weight times its value row fused into the sum
- * in position order (simd_gemm again). At the end the sum times 1 / S. A row's result depends only on its own
+ * in cell order (simd_gemm again). At the end the sum times 1 / S. A row's result depends only on its own
  * query and range, never on the rows tiled with it, so this computes row by row what ggml computes tile by tile,
  * sharing each key tile (transposed to float32) across the rows given together. */
 #define FA_TILE 64
@@ -573,7 +577,7 @@ static void scores_block_avx2(const float *kt, const float *const *q, int64_t D,
     }
 }
 
-/* acc[r] [Dv] += the tile's value rows vt [FA_TILE][Dv] times the weights w[r], key by key in position order, each
+/* acc[r] [Dv] += the tile's value rows vt [FA_TILE][Dv] times the weights w[r], key by key in cell order, each
  * product fused into the sum (mad_avx2's operations per lane), sixteen lanes of four rows held in registers. */
 static void mad_block_avx2(float *const *acc, const float *const *w, const float *vt, int64_t Dv) {
     int64_t c = 0;
