@@ -189,6 +189,7 @@ class Model:
         _refuse_unused(w, {w.spec(spec, hp, il)[0] for il, fields in enumerate(blocks) for _, spec in fields}
                        | {TOKEN_EMBD[0], OUTPUT_NORM[0], out_spec[0], *(s[0] for s in bias_spec + head_spec)}
                        | extra_names, name)
+        w.prefetch()
         embedding = w.embedding(*w.spec(TOKEN_EMBD, hp))
         output_norm = w.load(OUTPUT_NORM, hp)
         total, done = sum(sizes) + int(np.prod(w.spec(out_spec, hp)[1])), 0
