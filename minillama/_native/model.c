@@ -71,7 +71,7 @@ typedef struct {
     float *gu;      /* [T, max(2 n_ff, d)]: gate|up, and the outputs of wo and w_down */
     float *scores;  /* [parts, attention_work]: attend's or attend_tiled's work */
     uint8_t *y;     /* activation rows quantized for the next product (T rows per piece type: y_offset) */
-    atomic_int *chunks; /* [CHUNKS n_layer + 1]: each product's next chunk of weight rows (matmul_part) */
+    atomic_int *chunks; /* [CHUNKS n_layer + 1]: each product's next weight row to hand out (matmul_part) */
     int64_t n_seq;
     const int64_t *last; /* [n_seq]: each sequence's last row */
     float *logits;       /* NULL, or [n_seq, n_vocab] */
@@ -124,16 +124,25 @@ static size_t y_size(const ms_matrix *M, int64_t T) {
 }
 
 /* This part's share of out [T, n_out] = M . y (the T rows quantized for M's pieces): chunks of weight rows taken
- * from the product's counter until none is left, as ggml hands out its chunks, so a part that runs slower (a core
- * the machine gives to something else for a while) takes fewer rows instead of keeping the others waiting at the
- * barrier. Which part computes a row does not change the row's bits. */
+ * from the product's counter (the next row) until none is left, as ggml hands out its chunks, so a part that runs
+ * slower (a core the machine gives to something else for a while) takes fewer rows instead of keeping the others
+ * waiting at the barrier. The chunks shrink as the rows run out (a part's share of half of what is left, at most
+ * an eighth of its share of the whole, at least 16 rows), so the parts end within a small chunk of each other.
+ * Which part computes a row does not change the row's bits. */
 static void matmul_part(const ms_matrix *M, const uint8_t *y, int64_t T, float *out, int parts, atomic_int *next) {
-    int64_t chunk = M->n_out / ((int64_t)parts * 8);
-    chunk = chunk < 16 ? 16 : (chunk + 15) / 16 * 16; /* whole panels of ROW_BLOCK rows */
+    int64_t most = M->n_out / ((int64_t)parts * 8);
+    most = most < 16 ? 16 : (most + 15) / 16 * 16; /* whole panels of ROW_BLOCK rows */
     for (;;) {
-        const int64_t g0 = (int64_t)atomic_fetch_add_explicit(next, 1, memory_order_relaxed) * chunk;
-        if (g0 >= M->n_out) return;
-        const int64_t g1 = g0 + chunk < M->n_out ? g0 + chunk : M->n_out;
+        int at = atomic_load_explicit(next, memory_order_relaxed);
+        int64_t g0, g1;
+        do {
+            g0 = at;
+            if (g0 >= M->n_out) return;
+            int64_t chunk = (M->n_out - g0) / (2 * (int64_t)parts);
+            chunk = chunk < 16 ? 16 : chunk > most ? most : (chunk + 15) / 16 * 16;
+            g1 = g0 + chunk < M->n_out ? g0 + chunk : M->n_out;
+        } while (!atomic_compare_exchange_weak_explicit(next, &at, (int)g1, memory_order_relaxed,
+                                                        memory_order_relaxed));
         int64_t off = 0;
         for (int i = 0; i < M->n; off += M->rows[i], i++) {
             const int64_t lo = g0 > off ? g0 : off, hi = g1 < off + M->rows[i] ? g1 : off + M->rows[i];
@@ -270,8 +279,18 @@ const float *ms_gelu_table(void) {
     return gelu_table;
 }
 
-static inline float gelu_ggml(float x) {
-    return x <= -10.0f ? 0.0f : x >= 10.0f ? x : gelu_table[mq_half(x)];
+/* y [n] = GELU(x) * g, the float16 roundings of x made 64 at a time (mq_halves: F16C where the kernels are AVX2,
+ * as ggml's GGML_CPU_FP32_TO_FP16; the same bits as one at a time). */
+static void geglu(int64_t n, float *y, const float *x, const float *g) {
+    uint16_t h[64];
+    for (int64_t i0 = 0; i0 < n; i0 += 64) {
+        const int64_t c = n - i0 < 64 ? n - i0 : 64;
+        mq_halves(x + i0, c, h);
+        for (int64_t i = 0; i < c; i++) {
+            const float v = x[i0 + i];
+            y[i0 + i] = (v <= -10.0f ? 0.0f : v >= 10.0f ? v : gelu_table[h[i]]) * g[i0 + i];
+        }
+    }
 }
 
 static int table_of(const run *r, const ms_layer *L) {
@@ -473,7 +492,7 @@ static void team(void *ctx, int part, int parts) {
             if (L->b_gate_up)
                 for (int64_t i = 0; i < 2 * n_ff; i++) gu[i] += L->b_gate_up[i];
             if (m->gelu)
-                for (int64_t i = 0; i < n_ff; i++) h[i] = gelu_ggml(gu[i]) * gu[n_ff + i];
+                geglu(n_ff, h, gu, gu + n_ff);
             else
                 ma_swiglu(n_ff, h, gu, gu + n_ff);
         }
