@@ -40,7 +40,7 @@ from .spec import ArchSpec, get, supported
 from .stack import NativeStack
 from .stack import build as build_stack
 from .threads import AutoThreads, limited, usable_cores
-from .weights import HParams, TensorSpec, Weights
+from .weights import HParams, TensorSpec, Weights, map_pages
 
 __all__ = ["Model", "Session", "ARCHITECTURES", "ArchSpec", "supported"]
 
@@ -189,7 +189,6 @@ class Model:
         _refuse_unused(w, {w.spec(spec, hp, il)[0] for il, fields in enumerate(blocks) for _, spec in fields}
                        | {TOKEN_EMBD[0], OUTPUT_NORM[0], out_spec[0], *(s[0] for s in bias_spec + head_spec)}
                        | extra_names, name)
-        w.prefetch()
         embedding = w.embedding(*w.spec(TOKEN_EMBD, hp))
         output_norm = w.load(OUTPUT_NORM, hp)
         total, done = sum(sizes) + int(np.prod(w.spec(out_spec, hp)[1])), 0
@@ -211,8 +210,13 @@ class Model:
         rank_head = w.load(head_spec[0], hp) if head_spec else None
         if progress is not None:
             progress(total, total)
-        return cls(path, hp, arch, embedding, layers, output_norm, output, threads, output_bias=output_bias,
-                   kv_split=kv_split, rank_head=rank_head)  # type: ignore[arg-type]
+        model = cls(path, hp, arch, embedding, layers, output_norm, output, threads, output_bias=output_bias,
+                    kv_split=kv_split, rank_head=rank_head)  # type: ignore[arg-type]
+        mapped = w.mapping()
+        del w  # the file's metadata (a large vocab's strings) goes before the weights' pages join the resident set
+        if mapped is not None:
+            map_pages(mapped)
+        return model
 
     # -- properties ----------------------------------------------------------------------------------------------
 
