@@ -100,12 +100,36 @@ static inline void share(int64_t n, int part, int parts, int64_t *lo, int64_t *h
     *lo = n * part / parts, *hi = n * (part + 1) / parts;
 }
 
+/* out = x / sqrt(acc / n + eps) * w, acc the sum of x's squares. */
+static void rms_scale(const float *x, const float *w, int64_t n, double acc, float eps, float *out) {
+    const float ms = (float)(acc / (double)n), s = 1.0f / sqrtf(ms + eps);
+    for (int64_t i = 0; i < n; i++) out[i] = x[i] * s * w[i];
+}
+
 /* x / sqrt(mean(x^2) + eps) * w, as layers.rmsnorm: squares in float32 summed in double, the rest float32. */
 static void rmsnorm(const float *x, const float *w, int64_t n, float eps, float *out) {
     double acc = 0;
     for (int64_t i = 0; i < n; i++) acc += (double)(x[i] * x[i]);
-    const float ms = (float)(acc / (double)n), s = 1.0f / sqrtf(ms + eps);
-    for (int64_t i = 0; i < n; i++) out[i] = x[i] * s * w[i];
+    rms_scale(x, w, n, acc, eps, out);
+}
+
+/* rmsnorm of `rows` rows (x and out xs and os apart; out may be x): four rows' sums side by side, each in its own
+ * order (four chains of double adds in flight instead of one waiting on the last): the bits of one at a time. */
+static void rmsnorm_rows(const float *x, int64_t xs, const float *w, int64_t n, float eps, float *out, int64_t os,
+                         int64_t rows) {
+    int64_t t = 0;
+    for (; t + 4 <= rows; t += 4) {
+        const float *a = x + t * xs, *b = a + xs, *c = b + xs, *e = c + xs;
+        double acc[4] = {0, 0, 0, 0};
+        for (int64_t i = 0; i < n; i++) {
+            acc[0] += (double)(a[i] * a[i]);
+            acc[1] += (double)(b[i] * b[i]);
+            acc[2] += (double)(c[i] * c[i]);
+            acc[3] += (double)(e[i] * e[i]);
+        }
+        for (int k = 0; k < 4; k++) rms_scale(x + (t + k) * xs, w, n, acc[k], eps, out + (t + k) * os);
+    }
+    for (; t < rows; t++) rmsnorm(x + t * xs, w, n, eps, out + t * os);
 }
 
 /* Where piece i's quantized activation rows start in y (T rows for each piece whose type differs from the one
@@ -185,11 +209,11 @@ static void prepare_qkv(run *r, const ms_layer *L, int il, int table, int64_t t)
     if (L->bqkv)
         for (int64_t i = 0; i < qkv_dim; i++) row[i] += L->bqkv[i];
     const float *cs = r->cos_sin[table] + t * m->n_rot;
+    if (L->q_norm) rmsnorm_rows(q, D, L->q_norm, D, m->eps, q, D, m->n_head);
+    if (L->k_norm) rmsnorm_rows(k, D, L->k_norm, D, m->eps, k, D, m->n_head_kv);
     for (int64_t h = 0; h < m->n_head + m->n_head_kv; h++) {
         const int is_q = h < m->n_head;
         float *head = row + h * D;
-        const float *norm = is_q ? L->q_norm : L->k_norm;
-        if (norm) rmsnorm(head, norm, D, m->eps, head);
         rope(head, cs, m->n_rot, m->rope_neox);
         if (is_q && m->scale_q)
             for (int64_t i = 0; i < D; i++) head[i] *= m->q_scale;
@@ -199,7 +223,6 @@ static void prepare_qkv(run *r, const ms_layer *L, int il, int table, int64_t t)
     uint16_t *kd = seq->k[il] + pos * k_dim, *vd = seq->v[il] + pos * v_dim;
     mq_halves(k, k_dim, kd);
     mq_halves(v, v_dim, vd);
-    (void)q;
 }
 
 /* Query heads h..h+nh-1 (sharing one key/value head) of row t against the cached keys they see (their own
@@ -299,12 +322,13 @@ static int table_of(const run *r, const ms_layer *L) {
     return 0; /* not reached: ms_forward made a table for every layer */
 }
 
-/* x += norm(o + bias) (bias, norm: NULL when absent), one token's row of d values. */
-static void residual(float *x, float *o, const float *bias, const float *norm, int64_t d, float eps) {
+/* x += norm(o + bias) (bias, norm: NULL when absent), `rows` tokens' rows of d values (x and o d apart). */
+static void residual(float *x, float *o, int64_t rows, const float *bias, const float *norm, int64_t d, float eps) {
     if (bias)
-        for (int64_t i = 0; i < d; i++) o[i] += bias[i];
-    if (norm) rmsnorm(o, norm, d, eps, o);
-    for (int64_t i = 0; i < d; i++) x[i] += o[i];
+        for (int64_t t = 0; t < rows; t++)
+            for (int64_t i = 0; i < d; i++) o[t * d + i] += bias[i];
+    if (norm) rmsnorm_rows(o, d, norm, d, eps, o, d, rows);
+    for (int64_t i = 0; i < rows * d; i++) x[i] += o[i];
 }
 
 /* out [T, n_out] = M . x: this part quantizes its tokens' rows of x (stride apart), then the team shares M's
@@ -461,7 +485,7 @@ static void team(void *ctx, int part, int parts) {
         const ms_layer *L = &m->layers[il];
         const int table = table_of(r, L);
         /* qkv = wqkv attn_norm(x); rope, norms, the cache; att = attention */
-        for (int64_t t = t0; t < t1; t++) rmsnorm(r->x + t * d, L->attn_norm, d, m->eps, r->h + t * d);
+        rmsnorm_rows(r->x + t0 * d, d, L->attn_norm, d, m->eps, r->h + t0 * d, d, t1 - t0);
         product(r, &L->wqkv, r->h, d, r->qkv, t0, t1, parts, &r->chunks[CHUNKS * il]);
         for (int64_t t = t0; t < t1; t++) prepare_qkv(r, L, il, table, t);
         barrier_wait(&r->bar, parts);
@@ -477,10 +501,8 @@ static void team(void *ctx, int part, int parts) {
         barrier_wait(&r->bar, parts);
         /* x += post_attn_norm(wo att + bo) */
         product(r, &L->wo, r->att, m->n_head * m->head_dim_v, r->gu, t0, t1, parts, &r->chunks[CHUNKS * il + 1]);
-        for (int64_t t = t0; t < t1; t++) {
-            residual(r->x + t * d, r->gu + t * d, L->bo, L->post_attn_norm, d, m->eps);
-            rmsnorm(r->x + t * d, L->ffn_norm, d, m->eps, r->h + t * d);
-        }
+        residual(r->x + t0 * d, r->gu + t0 * d, t1 - t0, L->bo, L->post_attn_norm, d, m->eps);
+        rmsnorm_rows(r->x + t0 * d, d, L->ffn_norm, d, m->eps, r->h + t0 * d, d, t1 - t0);
         if (L->router.n) { /* x += the experts' feed-forward of ffn_norm(x) */
             moe_ffn(r, L, il, t0, t1, part, parts);
             continue;
@@ -497,7 +519,7 @@ static void team(void *ctx, int part, int parts) {
                 ma_swiglu(n_ff, h, gu, gu + n_ff);
         }
         product(r, &L->w_down, r->h, n_ff, r->gu, t0, t1, parts, &r->chunks[CHUNKS * il + 3]);
-        for (int64_t t = t0; t < t1; t++) residual(r->x + t * d, r->gu + t * d, L->b_down, L->post_ffn_norm, d, m->eps);
+        residual(r->x + t0 * d, r->gu + t0 * d, t1 - t0, L->b_down, L->post_ffn_norm, d, m->eps);
         /* the next layer's first stage reads only this part's rows of x: no barrier */
     }
     if (r->logits) {
