@@ -23,7 +23,7 @@
 
 #include "quants_avx2.h"
 
-/* A panel block's bytes: the quants (Q8_0: |q| at 0, q at 256), then the eight d at Q32_D. */
+/* A panel block's bytes: the quants (Q8_0: |q| at 0, q at Q80_Q), then the eight d as floats (Q50_D, Q80_D). */
 enum { Q50_D = 8 * 32, Q50_PB = Q50_D + 32, Q80_Q = 8 * 32, Q80_D = 16 * 32, Q80_PB = Q80_D + 32 };
 
 size_t mq_panel_bytes_q5_0_avx2(int n) { return (size_t)(n / 32) * Q50_PB; }
@@ -82,7 +82,7 @@ static inline __attribute__((always_inline)) void gemm32(const int q8, const uin
             for (int ib = i0; ib < i1; ib++) {
                 const uint8_t *pb = panel + (size_t)ib * pbytes;
                 const __m256i yq = load32(yr + (size_t)ib * 34 + 2), ay = _mm256_sign_epi8(yq, yq);
-                (void)ay;
+                (void)ay; /* Q8_0 takes |q| instead */
                 STEP32(0, a0);
                 STEP32(1, a1);
                 STEP32(2, a2);
