@@ -71,7 +71,7 @@ typedef struct {
     float *gu;      /* [T, max(2 n_ff, d)]: gate|up, and the outputs of wo and w_down */
     float *scores;  /* [parts, attention_work]: attend's or attend_tiled's work */
     uint8_t *y;     /* activation rows quantized for the next product (T rows per piece type: y_offset) */
-    atomic_int *chunks; /* [CHUNKS n_layer + 1]: each product's next chunk of weight rows (matmul_part) */
+    atomic_int *chunks; /* [CHUNKS n_layer + 1]: each product's next weight row to hand out (matmul_part) */
     int64_t n_seq;
     const int64_t *last; /* [n_seq]: each sequence's last row */
     float *logits;       /* NULL, or [n_seq, n_vocab] */
@@ -100,12 +100,36 @@ static inline void share(int64_t n, int part, int parts, int64_t *lo, int64_t *h
     *lo = n * part / parts, *hi = n * (part + 1) / parts;
 }
 
+/* out = x / sqrt(acc / n + eps) * w, acc the sum of x's squares. */
+static void rms_scale(const float *x, const float *w, int64_t n, double acc, float eps, float *out) {
+    const float ms = (float)(acc / (double)n), s = 1.0f / sqrtf(ms + eps);
+    for (int64_t i = 0; i < n; i++) out[i] = x[i] * s * w[i];
+}
+
 /* x / sqrt(mean(x^2) + eps) * w, as layers.rmsnorm: squares in float32 summed in double, the rest float32. */
 static void rmsnorm(const float *x, const float *w, int64_t n, float eps, float *out) {
     double acc = 0;
     for (int64_t i = 0; i < n; i++) acc += (double)(x[i] * x[i]);
-    const float ms = (float)(acc / (double)n), s = 1.0f / sqrtf(ms + eps);
-    for (int64_t i = 0; i < n; i++) out[i] = x[i] * s * w[i];
+    rms_scale(x, w, n, acc, eps, out);
+}
+
+/* rmsnorm of `rows` rows (x and out xs and os apart; out may be x): four rows' sums side by side, each in its own
+ * order (four chains of double adds in flight instead of one waiting on the last): the bits of one at a time. */
+static void rmsnorm_rows(const float *x, int64_t xs, const float *w, int64_t n, float eps, float *out, int64_t os,
+                         int64_t rows) {
+    int64_t t = 0;
+    for (; t + 4 <= rows; t += 4) {
+        const float *a = x + t * xs, *b = a + xs, *c = b + xs, *e = c + xs;
+        double acc[4] = {0, 0, 0, 0};
+        for (int64_t i = 0; i < n; i++) {
+            acc[0] += (double)(a[i] * a[i]);
+            acc[1] += (double)(b[i] * b[i]);
+            acc[2] += (double)(c[i] * c[i]);
+            acc[3] += (double)(e[i] * e[i]);
+        }
+        for (int k = 0; k < 4; k++) rms_scale(x + (t + k) * xs, w, n, acc[k], eps, out + (t + k) * os);
+    }
+    for (; t < rows; t++) rmsnorm(x + t * xs, w, n, eps, out + t * os);
 }
 
 /* Where piece i's quantized activation rows start in y (T rows for each piece whose type differs from the one
@@ -124,16 +148,25 @@ static size_t y_size(const ms_matrix *M, int64_t T) {
 }
 
 /* This part's share of out [T, n_out] = M . y (the T rows quantized for M's pieces): chunks of weight rows taken
- * from the product's counter until none is left, as ggml hands out its chunks, so a part that runs slower (a core
- * the machine gives to something else for a while) takes fewer rows instead of keeping the others waiting at the
- * barrier. Which part computes a row does not change the row's bits. */
+ * from the product's counter (the next row) until none is left, as ggml hands out its chunks, so a part that runs
+ * slower (a core the machine gives to something else for a while) takes fewer rows instead of keeping the others
+ * waiting at the barrier. The chunks shrink as the rows run out (a part's share of half of what is left, at most
+ * an eighth of its share of the whole, at least 16 rows), so the parts end within a small chunk of each other.
+ * Which part computes a row does not change the row's bits. */
 static void matmul_part(const ms_matrix *M, const uint8_t *y, int64_t T, float *out, int parts, atomic_int *next) {
-    int64_t chunk = M->n_out / ((int64_t)parts * 8);
-    chunk = chunk < 16 ? 16 : (chunk + 15) / 16 * 16; /* whole panels of ROW_BLOCK rows */
+    int64_t most = M->n_out / ((int64_t)parts * 8);
+    most = most < 16 ? 16 : (most + 15) / 16 * 16; /* whole panels of ROW_BLOCK rows */
     for (;;) {
-        const int64_t g0 = (int64_t)atomic_fetch_add_explicit(next, 1, memory_order_relaxed) * chunk;
-        if (g0 >= M->n_out) return;
-        const int64_t g1 = g0 + chunk < M->n_out ? g0 + chunk : M->n_out;
+        int at = atomic_load_explicit(next, memory_order_relaxed);
+        int64_t g0, g1;
+        do {
+            g0 = at;
+            if (g0 >= M->n_out) return;
+            int64_t chunk = (M->n_out - g0) / (2 * (int64_t)parts);
+            chunk = chunk < 16 ? 16 : chunk > most ? most : (chunk + 15) / 16 * 16;
+            g1 = g0 + chunk < M->n_out ? g0 + chunk : M->n_out;
+        } while (!atomic_compare_exchange_weak_explicit(next, &at, (int)g1, memory_order_relaxed,
+                                                        memory_order_relaxed));
         int64_t off = 0;
         for (int i = 0; i < M->n; off += M->rows[i], i++) {
             const int64_t lo = g0 > off ? g0 : off, hi = g1 < off + M->rows[i] ? g1 : off + M->rows[i];
@@ -176,11 +209,11 @@ static void prepare_qkv(run *r, const ms_layer *L, int il, int table, int64_t t)
     if (L->bqkv)
         for (int64_t i = 0; i < qkv_dim; i++) row[i] += L->bqkv[i];
     const float *cs = r->cos_sin[table] + t * m->n_rot;
+    if (L->q_norm) rmsnorm_rows(q, D, L->q_norm, D, m->eps, q, D, m->n_head);
+    if (L->k_norm) rmsnorm_rows(k, D, L->k_norm, D, m->eps, k, D, m->n_head_kv);
     for (int64_t h = 0; h < m->n_head + m->n_head_kv; h++) {
         const int is_q = h < m->n_head;
         float *head = row + h * D;
-        const float *norm = is_q ? L->q_norm : L->k_norm;
-        if (norm) rmsnorm(head, norm, D, m->eps, head);
         rope(head, cs, m->n_rot, m->rope_neox);
         if (is_q && m->scale_q)
             for (int64_t i = 0; i < D; i++) head[i] *= m->q_scale;
@@ -190,7 +223,6 @@ static void prepare_qkv(run *r, const ms_layer *L, int il, int table, int64_t t)
     uint16_t *kd = seq->k[il] + pos * k_dim, *vd = seq->v[il] + pos * v_dim;
     mq_halves(k, k_dim, kd);
     mq_halves(v, v_dim, vd);
-    (void)q;
 }
 
 /* Query heads h..h+nh-1 (sharing one key/value head) of row t against the cached keys they see (their own
@@ -269,8 +301,18 @@ const float *ms_gelu_table(void) {
     return gelu_table;
 }
 
-static inline float gelu_ggml(float x) {
-    return x <= -10.0f ? 0.0f : x >= 10.0f ? x : gelu_table[mq_half(x)];
+/* y [n] = GELU(x) * g, the float16 roundings of x made 64 at a time (mq_halves: F16C where the kernels are AVX2,
+ * as ggml's GGML_CPU_FP32_TO_FP16; the same bits as one at a time). */
+static void geglu(int64_t n, float *y, const float *x, const float *g) {
+    uint16_t h[64];
+    for (int64_t i0 = 0; i0 < n; i0 += 64) {
+        const int64_t c = n - i0 < 64 ? n - i0 : 64;
+        mq_halves(x + i0, c, h);
+        for (int64_t i = 0; i < c; i++) {
+            const float v = x[i0 + i];
+            y[i0 + i] = (v <= -10.0f ? 0.0f : v >= 10.0f ? v : gelu_table[h[i]]) * g[i0 + i];
+        }
+    }
 }
 
 static int table_of(const run *r, const ms_layer *L) {
@@ -279,12 +321,13 @@ static int table_of(const run *r, const ms_layer *L) {
     return 0; /* not reached: ms_forward made a table for every layer */
 }
 
-/* x += norm(o + bias) (bias, norm: NULL when absent), one token's row of d values. */
-static void residual(float *x, float *o, const float *bias, const float *norm, int64_t d, float eps) {
+/* x += norm(o + bias) (bias, norm: NULL when absent), `rows` tokens' rows of d values (x and o d apart). */
+static void residual(float *x, float *o, int64_t rows, const float *bias, const float *norm, int64_t d, float eps) {
     if (bias)
-        for (int64_t i = 0; i < d; i++) o[i] += bias[i];
-    if (norm) rmsnorm(o, norm, d, eps, o);
-    for (int64_t i = 0; i < d; i++) x[i] += o[i];
+        for (int64_t t = 0; t < rows; t++)
+            for (int64_t i = 0; i < d; i++) o[t * d + i] += bias[i];
+    if (norm) rmsnorm_rows(o, d, norm, d, eps, o, d, rows);
+    for (int64_t i = 0; i < rows * d; i++) x[i] += o[i];
 }
 
 /* out [T, n_out] = M . x: this part quantizes its tokens' rows of x (stride apart), then the team shares M's
@@ -441,7 +484,7 @@ static void team(void *ctx, int part, int parts) {
         const ms_layer *L = &m->layers[il];
         const int table = table_of(r, L);
         /* qkv = wqkv attn_norm(x); rope, norms, the cache; att = attention */
-        for (int64_t t = t0; t < t1; t++) rmsnorm(r->x + t * d, L->attn_norm, d, m->eps, r->h + t * d);
+        rmsnorm_rows(r->x + t0 * d, d, L->attn_norm, d, m->eps, r->h + t0 * d, d, t1 - t0);
         product(r, &L->wqkv, r->h, d, r->qkv, t0, t1, parts, &r->chunks[CHUNKS * il]);
         for (int64_t t = t0; t < t1; t++) prepare_qkv(r, L, il, table, t);
         barrier_wait(&r->bar, parts);
@@ -457,10 +500,8 @@ static void team(void *ctx, int part, int parts) {
         barrier_wait(&r->bar, parts);
         /* x += post_attn_norm(wo att + bo) */
         product(r, &L->wo, r->att, m->n_head * m->head_dim_v, r->gu, t0, t1, parts, &r->chunks[CHUNKS * il + 1]);
-        for (int64_t t = t0; t < t1; t++) {
-            residual(r->x + t * d, r->gu + t * d, L->bo, L->post_attn_norm, d, m->eps);
-            rmsnorm(r->x + t * d, L->ffn_norm, d, m->eps, r->h + t * d);
-        }
+        residual(r->x + t0 * d, r->gu + t0 * d, t1 - t0, L->bo, L->post_attn_norm, d, m->eps);
+        rmsnorm_rows(r->x + t0 * d, d, L->ffn_norm, d, m->eps, r->h + t0 * d, d, t1 - t0);
         if (L->router.n) { /* x += the experts' feed-forward of ffn_norm(x) */
             moe_ffn(r, L, il, t0, t1, part, parts);
             continue;
@@ -472,12 +513,12 @@ static void team(void *ctx, int part, int parts) {
             if (L->b_gate_up)
                 for (int64_t i = 0; i < 2 * n_ff; i++) gu[i] += L->b_gate_up[i];
             if (m->gelu)
-                for (int64_t i = 0; i < n_ff; i++) h[i] = gelu_ggml(gu[i]) * gu[n_ff + i];
+                geglu(n_ff, h, gu, gu + n_ff);
             else
                 ma_swiglu(n_ff, h, gu, gu + n_ff);
         }
         product(r, &L->w_down, r->h, n_ff, r->gu, t0, t1, parts, &r->chunks[CHUNKS * il + 3]);
-        for (int64_t t = t0; t < t1; t++) residual(r->x + t * d, r->gu + t * d, L->b_down, L->post_ffn_norm, d, m->eps);
+        residual(r->x + t0 * d, r->gu + t0 * d, t1 - t0, L->b_down, L->post_ffn_norm, d, m->eps);
         /* the next layer's first stage reads only this part's rows of x: no barrier */
     }
     if (r->logits) {

@@ -24,14 +24,6 @@
 #include "quants_kernels.h"
 #include "quants_avx2.h"
 
-/* 32 bits as 32 bytes: 0xFF where the bit is set. */
-static inline __m256i bits_to_bytes(const uint8_t *p) {
-    const __m256i shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
-    __m256i b = _mm256_shuffle_epi8(_mm256_set1_epi32((int)ld_u32(p)), shuf);
-    b = _mm256_or_si256(b, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
-    return _mm256_cmpeq_epi8(b, _mm256_set1_epi64x(-1));
-}
-
 /* 16 int16 products (lane l: values whose index is l mod 16) as ggml's eight int32 lanes (value p into lane
  * p % 8) times the scale: lanes l and l + 8 are brought side by side (a 64-bit permute, then a byte shuffle in
  * each half), and one multiply-add of pairs makes lane l = sc * (p[l] + p[l + 8]). */
@@ -267,8 +259,7 @@ static inline __m256i qblock(int type, const uint8_t *w) {
     switch (type) {
     case MQ_Q4_0: return _mm256_sub_epi8(nibbles(w + 2), _mm256_set1_epi8(8));
     case MQ_Q4_1: return nibbles(w + 4);
-    case MQ_Q5_0: return _mm256_or_si256(nibbles(w + 6), _mm256_andnot_si256(bits_to_bytes(w + 2),
-                                                                               _mm256_set1_epi8((char)0xF0)));
+    case MQ_Q5_0: return q5_0_quants(w);
     case MQ_Q5_1: return _mm256_or_si256(nibbles(w + 8), _mm256_and_si256(bits_to_bytes(w + 4), _mm256_set1_epi8(0x10)));
     case MQ_IQ4_NL: return grid(mq_kvalues_iq4nl, nibbles(w + 2));
     case MQ_MXFP4: return grid(mq_kvalues_mxfp4, nibbles(w + 1));
@@ -878,11 +869,13 @@ static const mq_traits traits[MQ_NTYPES] = {
     [MQ_Q4_1] = {MQ_LAYOUT_Q4_1, .tile_scales = 1, .quantize = q8_1_x, .dot = dot_q4_1_x, .rows = rows_q4_1,
                  .gemv = gemv_q4_1, .panel = PANEL32},
     [MQ_Q5_0] = {MQ_LAYOUT_Q5_0, .tile_scales = 1, .quantize = q8_0_x, .dot = dot_q5_0_x, .rows = rows_q5_0,
-                 .gemv = gemv_q5_0, .panel = PANEL32},
+                 .gemv = gemv_q5_0, .panel = PANEL32,
+                 .gemm = {mq_panel_bytes_q5_0_avx2, mq_pack_q5_0_avx2, mq_gemm_q5_0_avx2, NULL}},
     [MQ_Q5_1] = {MQ_LAYOUT_Q5_1, .tile_scales = 1, .quantize = q8_1_x, .dot = dot_q5_1_x, .rows = rows_q5_1,
                  .gemv = gemv_q5_1, .panel = PANEL32},
     [MQ_Q8_0] = {MQ_LAYOUT_Q8_0, .tile_scales = 1, .quantize = q8_0_x, .dot = dot_q8_0_x, .rows = rows_q8_0,
-                 .gemv = gemv_q8_0, .panel = PANEL32},
+                 .gemv = gemv_q8_0, .panel = PANEL32,
+                 .gemm = {mq_panel_bytes_q8_0_avx2, mq_pack_q8_0_avx2, mq_gemm_q8_0_avx2, NULL}},
     [MQ_Q2_K] = {MQ_LAYOUT_Q2_K, .quantize = q8_k_x, .dot = dot_q2_k_avx2},
     [MQ_Q3_K] = {MQ_LAYOUT_Q3_K, .quantize = q8_k_x, .dot = dot_q3_k_x},
     [MQ_Q4_K] = {MQ_LAYOUT_Q4_K, .quantize = q8_k_x, .dot = dot_q4_k_fast, .rows = rows_q4_k, .gemv = gemv_q4_k,

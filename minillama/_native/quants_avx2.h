@@ -31,6 +31,19 @@ static inline __m256i nibbles(const uint8_t *p) {
     return _mm256_and_si256(b, _mm256_set1_epi8(0x0F));
 }
 
+/* 32 bits as 32 bytes: 0xFF where the bit is set. */
+static inline __m256i bits_to_bytes(const uint8_t *p) {
+    const __m256i shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
+    __m256i b = _mm256_shuffle_epi8(_mm256_set1_epi32((int)ld_u32(p)), shuf);
+    b = _mm256_or_si256(b, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
+    return _mm256_cmpeq_epi8(b, _mm256_set1_epi64x(-1));
+}
+
+/* A Q5_0 block's 32 quants as signed bytes (-16..15): the nibbles, less 16 where the fifth bit is clear. */
+static inline __m256i q5_0_quants(const uint8_t *w) {
+    return _mm256_or_si256(nibbles(w + 6), _mm256_andnot_si256(bits_to_bytes(w + 2), _mm256_set1_epi8((char)0xF0)));
+}
+
 /* 32 nibbles (nibbles()) as the signed bytes of a 16-entry grid (mq_kvalues_iq4nl, mq_kvalues_mxfp4). */
 static inline __m256i grid(const int8_t *g, __m256i nib) {
     return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)g)), nib);
@@ -114,6 +127,16 @@ void mq_gemm_q4_k_avx2(const uint8_t *panel, int n, const uint8_t *y, size_t ys,
 size_t mq_panel_bytes_q6_k_avx2(int n);
 void mq_pack_q6_k_avx2(const uint8_t *w, size_t row_bytes, int nw, int n, uint8_t *panel);
 void mq_gemm_q6_k_avx2(const uint8_t *panel, int n, const uint8_t *y, size_t ys, int nrc, float *out, size_t os,
+                       int nw);
+
+/* quants_gemm32_avx2.c's gemm kernels of Q5_0 and Q8_0 (mq_gemm of quants.h). */
+size_t mq_panel_bytes_q5_0_avx2(int n);
+void mq_pack_q5_0_avx2(const uint8_t *w, size_t row_bytes, int nw, int n, uint8_t *panel);
+void mq_gemm_q5_0_avx2(const uint8_t *panel, int n, const uint8_t *y, size_t ys, int nrc, float *out, size_t os,
+                       int nw);
+size_t mq_panel_bytes_q8_0_avx2(int n);
+void mq_pack_q8_0_avx2(const uint8_t *w, size_t row_bytes, int nw, int n, uint8_t *panel);
+void mq_gemm_q8_0_avx2(const uint8_t *panel, int n, const uint8_t *y, size_t ys, int nrc, float *out, size_t os,
                        int nw);
 
 #endif

@@ -40,7 +40,7 @@ from .spec import ArchSpec, get, supported
 from .stack import NativeStack
 from .stack import build as build_stack
 from .threads import AutoThreads, limited, usable_cores
-from .weights import HParams, TensorSpec, Weights
+from .weights import HParams, TensorSpec, Weights, map_pages
 
 __all__ = ["Model", "Session", "ARCHITECTURES", "ArchSpec", "supported"]
 
@@ -210,8 +210,13 @@ class Model:
         rank_head = w.load(head_spec[0], hp) if head_spec else None
         if progress is not None:
             progress(total, total)
-        return cls(path, hp, arch, embedding, layers, output_norm, output, threads, output_bias=output_bias,
-                   kv_split=kv_split, rank_head=rank_head)  # type: ignore[arg-type]
+        model = cls(path, hp, arch, embedding, layers, output_norm, output, threads, output_bias=output_bias,
+                    kv_split=kv_split, rank_head=rank_head)  # type: ignore[arg-type]
+        mapped = w.mapping()
+        del w  # the file's metadata (a large vocab's strings) goes before the weights' pages join the resident set
+        if mapped is not None:
+            map_pages(mapped)
+        return model
 
     # -- properties ----------------------------------------------------------------------------------------------
 

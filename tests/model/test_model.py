@@ -9,6 +9,7 @@ SmolLM2-135M-Instruct.Q4_1.gguf. The real-model tests use the GGUF MINILLAMA_TES
 from __future__ import annotations
 
 import functools
+import gc
 import json
 import re
 from pathlib import Path
@@ -374,6 +375,34 @@ def test_cli_generate_seed_threads_and_long_prompt(capsys: pytest.CaptureFixture
     out = capsys.readouterr()
     assert out.out == "" and re.search(rf"the prompt has {n_ctx + 1} tokens but the model's context holds {n_ctx}",
                                        out.err), out.err
+
+
+def mapped_bytes(path: str) -> dict[str, int]:
+    """Bytes of path's pages mapped into this process: the Rss of each of its maps in /proc/self/smaps, by address
+    range."""
+    maps, at = {}, None
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        if re.match(r"[0-9a-f]+-[0-9a-f]+ ", line):
+            at = line.split()[0] if line.rstrip().endswith(path) else None
+        elif at and line.startswith("Rss:"):
+            maps[at] = int(line.split()[1]) * 1024
+    return maps
+
+
+def test_native_load_maps_every_page_of_the_weights(monkeypatch: pytest.MonkeyPatch) -> None:
+    """llama.cpp's loader maps a model with MAP_POPULATE; so does a native load (the weights stay in the map), or
+    the first prompt takes a page fault every few pages of weights on both threads."""
+    if not Path("/proc/self/smaps").exists():
+        pytest.skip("needs Linux's /proc/self/smaps")
+    monkeypatch.setenv("MINILLAMA_BACKEND", "native")
+    path = str(_real_gguf().resolve())
+    gc.collect()  # a dropped model's map could be unmapped mid-load and its addresses taken by the new one
+    before = mapped_bytes(path)
+    m = Model.from_file(path, threads=1)
+    if m._stack is None:
+        pytest.skip("the native core is not built")
+    new = sum(rss for at, rss in mapped_bytes(path).items() if at not in before)
+    assert new >= 0.95 * Path(path).stat().st_size
 
 
 def test_threads_are_capped_at_the_usable_cores(tmp_path: Path) -> None:
