@@ -35,7 +35,7 @@ from ..sampling import Sampler
 from . import llama
 from .batch import Batch, StepBatcher
 from .cache import KVCache, Prefix, ctx_cells, swa_cells
-from .layers import Linear, QuantLinear, _Joined, native_ops, rmsnorm
+from .layers import Linear, QuantLinear, _Joined, native_ops, rmsnorm, rope_neox, rope_norm, yarn_angles
 from .spec import ArchSpec, get, supported
 from .stack import NativeStack
 from .stack import build as build_stack
@@ -278,13 +278,29 @@ class Model:
 
     def can_shift(self, n_ctx: int | None = None) -> bool:
         """Whether its sessions of n_ctx positions (None: the model's context) can shift their context
-        (Session.shift_context): the C blocks run it, its cache holds keys and values only, and a sliding-window
+        (Session.shift_context): the C blocks run it (on the pure backend: an architecture they run, whose rope
+        rope_shift applies in numpy), its cache holds keys and values only, and a sliding-window
         layers' cache is as large as the full-attention layers' (llama.cpp's llama_kv_cache_iswa::get_can_shift:
         llama-server disables context shift otherwise)."""
         n_ctx = self.n_ctx if n_ctx is None else n_ctx
         window = self.hparams.sliding_window
-        return self._stack is not None and self._arch.new_cache is None and (
+        rotates = self._stack is not None if self._native else self._arch.native is not None
+        return rotates and self._arch.new_cache is None and (
             window == 0 or swa_cells(window, n_ctx) == ctx_cells(n_ctx))
+
+    def _rope_shift(self, layer: int, k: np.ndarray, deltas: np.ndarray) -> None:
+        """The first len(deltas) rows of a layer's cached keys k (float16 values) rotated in place by deltas
+        positions, as llama.cpp's K shift (float16 to float32, ggml_rope_ext with the layer's base, scaling and
+        rope_freqs, back to float16): the pure backend's twin of the C blocks' rope_shift."""
+        kind, hp = self._arch.native, self.hparams
+        assert kind is not None
+        base, _ = kind.layer(hp, layer)
+        freq_scale, ext_factor, attn_factor = kind.rope(hp)
+        cos, sin = yarn_angles(deltas, hp.n_rot, base, freq_scale, ext_factor, attn_factor, hp.n_ctx_orig,
+                               factors=self._layers[layer].get("rope_freqs"))
+        n = deltas.shape[0]
+        rotated = (rope_neox if kind.rope_neox else rope_norm)(k[:n].astype(np.float32), cos, sin)
+        k[:n] = rotated.astype(np.float16)
 
     def session(self, n_ctx: int | None = None, batched: bool = False) -> Session:
         """A sequence of its own (its own KV cache) on this model: threads may each drive one at once. batched:
@@ -478,12 +494,12 @@ class Session:
         llama.cpp's seq_rm, seq_add and K shift do; the next call continues from the shorter sequence (the ids
         without those). UnsupportedError where can_shift is False."""
         if not self.can_shift:
-            raise UnsupportedError(f"context shift needs the C blocks (the native backend, an architecture model.c "
-                                   f"runs), a cache of keys and values only and a sliding-window cache as large as "
-                                   f"the context ({self.n_ctx} positions here); this session has not all three")
+            raise UnsupportedError(f"context shift needs an architecture model.c runs (on the native backend, its C "
+                                   f"blocks in use), a cache of keys and values only and a sliding-window cache as "
+                                   f"large as the context ({self.n_ctx} positions here); this session has not all "
+                                   f"three")
         stack = self.model._stack
-        assert stack is not None
-        self._cache.shift(n_keep, n_discard, stack.rope_shift)
+        self._cache.shift(n_keep, n_discard, stack.rope_shift if stack is not None else self.model._rope_shift)
 
     def reset(self) -> None:
         """Forget the cached sequence (and free the cache's memory)."""

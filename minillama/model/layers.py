@@ -84,13 +84,14 @@ def rope_scaling_params(scaling: str, factor: float, attn_factor: float,
 
 
 def yarn_angles(positions: np.ndarray, n_rot: int, base: float, freq_scale: float, ext_factor: float,
-                mscale: float, n_ctx_orig: int, beta_fast: float = 32.0,
-                beta_slow: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+                mscale: float, n_ctx_orig: int, beta_fast: float = 32.0, beta_slow: float = 1.0,
+                factors: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """cos and sin of each pair's angle, times mscale, as ggml_rope_ext computes them in float32 (ggml-cpu's
     ggml_rope_cache_init and rope_yarn): pair i's angle pos * base^(-2i/n_rot), by repeated float32 products;
     YaRN (ext_factor != 0) blends freq_scale * angle (interpolated) with the angle itself (extrapolated) by a ramp
     over the pairs between its correction dims, and grows mscale by 1 + 0.1 ln(1 / freq_scale). With ext_factor 0
-    it is linear scaling (freq_scale: 1 / rope.scaling.factor)."""
+    it is linear scaling (freq_scale: 1 / rope.scaling.factor). factors: as rope_angles' (each pair's angle divided
+    first, as ggml_rope_cache_init divides it before rope_yarn)."""
     # positions [T] -> cos, sin [T, n_rot/2]
     f32 = F32
 
@@ -98,6 +99,8 @@ def yarn_angles(positions: np.ndarray, n_rot: int, base: float, freq_scale: floa
         return f32(np.log(np.float64(f32(x))))
 
     thetas = ggml_thetas(positions, n_rot, base)
+    if factors is not None:
+        thetas = thetas / factors.astype(F32)
 
     def corr_dim(beta: float) -> F32:  # ggml_rope_yarn_corr_dim, in float32
         return f32(n_rot) * logf(f32(n_ctx_orig) / (f32(beta) * f32(2) * f32(np.pi))) / (f32(2) * logf(base))

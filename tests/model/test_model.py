@@ -144,15 +144,16 @@ def test_context_shift_gives_llamacpps_logits(smollm2: Model) -> None:
     """Session.shift_context as llama-server's context shift (seq_rm of n_discard positions after n_keep, seq_add of
     the later ones, their keys rotated back): the cells then hold [kept][new][old moved back], visited in that
     order, and every step after it gives llama.cpp's logits bit for bit (llama_decode, with llama_memory_seq_rm and
-    llama_memory_seq_add), in a context of 256 positions."""
+    llama_memory_seq_add), in a context of 256 positions; on the pure backend, to its float32 tolerance."""
     if not smollm2.can_shift(256):
-        with pytest.raises(UnsupportedError, match="context shift needs the C blocks"):
+        with pytest.raises(UnsupportedError, match="context shift needs"):
             smollm2.session(256).shift_context(10, 100)
         pytest.skip("no context shift here: the native backend's C blocks are not in use")
-    from minillama._native import _core
+    if smollm2._native:
+        from minillama._native import _core
 
-    if _core.kernels() != "avx2":
-        pytest.skip(f"the {_core.kernels()} kernels sum in ggml's generic order, not its AVX2 one")
+        if _core.kernels() != "avx2":
+            pytest.skip(f"the {_core.kernels()} kernels sum in ggml's generic order, not its AVX2 one")
     case = server_fed("SmolLM2-135M-Instruct.Q4_1.gguf")["cases"][2]
     prompt, gen = case["prompt_ids"], [g["id"] for g in case["gen"]][:12]
     ref = llamacpp(smollm2.path, 256).teacher_forced(prompt, gen, len(prompt) - 4, shift=(4, 10, 100))
@@ -166,7 +167,15 @@ def test_context_shift_gives_llamacpps_logits(smollm2: Model) -> None:
         ids.append(g)
         rows.append(s.logits_next(ids))
     assert len(s.cached_ids) == len(prompt) + len(gen) - 1 - 100
-    np.testing.assert_array_equal(np.stack(rows), ref)
+    if smollm2._native:
+        np.testing.assert_array_equal(np.stack(rows), ref)
+    else:  # the pure backend's float32 blocks, the keys rotated in numpy (Model._rope_shift): they are up to ~1
+        # logit off llama.cpp's on this context before the shift as after it (3-5 off when the keys keep their
+        # rotation); llama.cpp's confident choices
+        got, top2 = np.stack(rows), np.sort(ref, axis=-1)[:, -2:]
+        assert np.abs(got - ref)[4:].max() < 1.5
+        confident = top2[:, 1] - top2[:, 0] > 0.5
+        assert confident.sum() >= 6 and (got.argmax(-1) == ref.argmax(-1))[confident].all()
 
 
 def test_cached_steps_agree_with_llamacpp(smollm2: Model) -> None:

@@ -630,7 +630,7 @@ def test_context_shift_only_where_llama_server_shifts(made: Made) -> None:
     context of 768 positions, not in one of 1,024; a recurrent state (qwen35) never."""
     ring, recurrent = made.model("gpt-oss-ring"), made.model("qwen35")
     assert not recurrent.can_shift(256)
-    if ring._stack is None:
+    if ring._native and ring._stack is None:
         assert not ring.can_shift(768)
         pytest.skip("no context shift here: the native backend's C blocks are not in use")
     assert ring.can_shift(768) and ring.session(700).can_shift
@@ -1199,3 +1199,22 @@ def test_glm4moe_skips_its_next_token_prediction_block(made: Made) -> None:
     assert hp.n_layer == len(m._layers) == 3 and hp.n_rot == 16 < hp.head_dim
     assert [w.get("q_norm") is not None for w in m._layers] == [False, True, False]
     assert "w_gate_up" in m._layers[0] and "router" in m._layers[1] and "shexp_gate_up" in m._layers[2]
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen3", "phi3", "gpt-oss-ring"])
+def test_pure_key_rotation_of_a_context_shift_equals_the_c_blocks(made: Made, arch: str) -> None:
+    """A context shift's rotation of the cached keys (llama.cpp's K shift: float16 to float32, ggml_rope_ext by each
+    row's move with the layer's base, pairing, YaRN and rope_freqs, back to float16): the pure backend's numpy twin
+    (Model._rope_shift) gives the C blocks' bits (ms_rope_shift), for every layer."""
+    m = made.model(arch)
+    if m._stack is None:
+        pytest.skip("the native backend's C blocks are not in use (MINILLAMA_BACKEND=pure or no native core)")
+    hp, rng = m.hparams, np.random.default_rng(7)
+    deltas = np.concatenate([np.zeros(5, np.int64), np.full(9, -37, np.int64), np.full(6, -1000, np.int64)])
+    for layer in range(hp.n_layer):
+        keys = (rng.standard_normal((len(deltas) + 3, hp.n_head_kv, hp.head_dim)) * 4).astype(np.float16)
+        ours, theirs = keys.copy(), keys.copy()
+        m._stack.rope_shift(layer, theirs, deltas)
+        m._rope_shift(layer, ours, deltas)
+        assert not np.array_equal(theirs[5:len(deltas)], keys[5:len(deltas)])
+        np.testing.assert_array_equal(ours.view(np.uint16), theirs.view(np.uint16))

@@ -714,8 +714,8 @@ def test_context_shift_goes_on_as_llama_server(shifting: tuple[Http, Server], n_
                                                n_predict: int) -> None:
     """--context-shift: a generation that fills the context drops half the positions after n_keep (plus the bos;
     -1: the prompt's) and goes on, once or several times (the cache's cells then hold [kept][new][old moved back],
-    keys rotated by their move): the same tokens as llama-server (greedy; the first ones on the pure backend, which
-    has no context shift and stops at the context as without it)."""
+    keys rotated by their move): the same tokens as llama-server (greedy; the first ones on the pure backend, whose
+    float32 blocks drift from llama.cpp's over hundreds of tokens, but which shifts as well)."""
     theirs, ours = shifting
     prompt = "The history of the city begins in the Roman period, when a small settlement grew on the river. " * 30
     ids = theirs.request("POST", "/tokenize", {"content": prompt})[1]["tokens"][:n_prompt - 1]
@@ -724,9 +724,9 @@ def test_context_shift_goes_on_as_llama_server(shifting: tuple[Http, Server], n_
     (st, t), (so, o) = _both(theirs, ours, "/completion", body)
     assert st == so == 200, (t, o)
     assert t["tokens_predicted"] == n_predict and t["truncated"] is True
+    assert o["tokens_predicted"] == n_predict and o["truncated"] is True
     if EXACT:
         assert o["tokens"] == t["tokens"]
-        assert o["tokens_predicted"] == n_predict and o["truncated"] is True
     else:
         assert o["tokens"][:SHORT] == t["tokens"][:SHORT]
 
