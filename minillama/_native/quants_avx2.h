@@ -119,24 +119,18 @@ void mq_experts_q4_k_avx2(const uint8_t *w, size_t rb, int64_t rows, const uint8
                           float *out, size_t os);
 void mq_gemv_mxfp4_avx2(const uint8_t *w, size_t rb, int64_t rows, const uint8_t *y, int n, float *out);
 
-/* quants_gemm_avx2.c's gemm kernels (mq_gemm of quants.h). */
-size_t mq_panel_bytes_q4_k_avx2(int n);
-void mq_pack_q4_k_avx2(const uint8_t *w, size_t row_bytes, int nw, int n, uint8_t *panel);
-void mq_gemm_q4_k_avx2(const uint8_t *panel, int n, const uint8_t *y, size_t ys, int nrc, float *out, size_t os,
-                       int nw);
-size_t mq_panel_bytes_q6_k_avx2(int n);
-void mq_pack_q6_k_avx2(const uint8_t *w, size_t row_bytes, int nw, int n, uint8_t *panel);
-void mq_gemm_q6_k_avx2(const uint8_t *panel, int n, const uint8_t *y, size_t ys, int nrc, float *out, size_t os,
-                       int nw);
-
-/* quants_gemm32_avx2.c's gemm kernels of Q5_0 and Q8_0 (mq_gemm of quants.h). */
-size_t mq_panel_bytes_q5_0_avx2(int n);
-void mq_pack_q5_0_avx2(const uint8_t *w, size_t row_bytes, int nw, int n, uint8_t *panel);
-void mq_gemm_q5_0_avx2(const uint8_t *panel, int n, const uint8_t *y, size_t ys, int nrc, float *out, size_t os,
-                       int nw);
-size_t mq_panel_bytes_q8_0_avx2(int n);
-void mq_pack_q8_0_avx2(const uint8_t *w, size_t row_bytes, int nw, int n, uint8_t *panel);
-void mq_gemm_q8_0_avx2(const uint8_t *panel, int n, const uint8_t *y, size_t ys, int nrc, float *out, size_t os,
-                       int nw);
+/* The gemm kernels of one type (mq_gemm of quants.h): its panel's bytes for n columns, packing nw weight rows into
+ * a panel, and the panel against nrc activation rows. quants_gemm_avx2.c: Q4_K, Q6_K; quants_gemm32_avx2.c: Q5_0,
+ * Q8_0. */
+#define MQ_GEMM_AVX2(t)                                                                                            \
+    size_t mq_panel_bytes_##t##_avx2(int n);                                                                       \
+    void mq_pack_##t##_avx2(const uint8_t *w, size_t row_bytes, int nw, int n, uint8_t *panel);                    \
+    void mq_gemm_##t##_avx2(const uint8_t *panel, int n, const uint8_t *y, size_t ys, int nrc, float *out, size_t os, \
+                            int nw);
+MQ_GEMM_AVX2(q4_k)
+MQ_GEMM_AVX2(q6_k)
+MQ_GEMM_AVX2(q5_0)
+MQ_GEMM_AVX2(q8_0)
+#undef MQ_GEMM_AVX2
 
 #endif
