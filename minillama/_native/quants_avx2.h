@@ -116,4 +116,8 @@ void mq_pack_q6_k_avx2(const uint8_t *w, size_t row_bytes, int nw, int n, uint8_
 void mq_gemm_q6_k_avx2(const uint8_t *panel, int n, const uint8_t *y, size_t ys, int nrc, float *out, size_t os,
                        int nw);
 
+/* quants_batch32_avx2.c's Q4_1 panel kernel (mq_panel_fn of quants.h; yf is never NULL: Q4_1 has tile_scales). */
+void mq_panel_q4_1_avx2(int type, const uint8_t *rows, size_t rs, int nw, const uint8_t *y, size_t ys, int n,
+                        int nrc, float *out, size_t os, const float *yf);
+
 #endif
