@@ -429,9 +429,11 @@ class Session:
         return self._next(ids, None)  # type: ignore[return-value]
 
     def next_token(self, ids: Sequence[int], sampler: Sampler) -> int:
-        """The sampler's choice of the token after ids (the LanguageModel protocol). A batched step's choice is made
-        by the thread that ran the step's pass, right after it (StepBatcher.step's pick)."""
-        return self._next(ids, sampler.sample_logits)  # type: ignore[return-value]
+        """The sampler's choice of the token after ids (the LanguageModel protocol). A batched session's step is
+        picked by the thread that ran the step's pass, right after it (StepBatcher.step's pick)."""
+        if self.batched:
+            return self._next(ids, sampler.sample_logits)  # type: ignore[return-value]
+        return sampler.sample_logits(self.logits_next(ids))
 
     def _next(self, ids: Sequence[int], pick: Callable[[np.ndarray], int] | None) -> np.ndarray | int:
         """logits_next's scores, or pick(scores)."""
