@@ -309,13 +309,16 @@ def test_a_streamed_runs_cache_is_idle_once_its_end_is_read() -> None:
         yield "a"
         yield "b"
 
-    async def turn() -> tuple[list[str], list[bool]]:
-        items = [item async for item in pool.stream("completion", run)]
-        idle = [pool.caches.take(k) is not None for k in range(2)]  # right after the end, before the loop goes on
-        return items, idle
+    async def turns() -> list[tuple[list[str], list[bool]]]:
+        out = []
+        for _ in range(20):
+            items = [item async for item in pool.stream("completion", run)]
+            out.append((items, [pool.caches.take(k) is not None for k in range(2)]))  # before the loop goes on
+            for session in pool.caches.sessions:
+                pool.caches.release(session)
+            while pool.busy:  # the slot itself is freed when the loop runs the worker's end
+                await asyncio.sleep(0.01)
+        return out
 
-    for _ in range(20):
-        items, idle = asyncio.run(turn())
+    for items, idle in asyncio.run(asyncio.wait_for(turns(), 60)):
         assert items == ["a", "b"] and idle == [True, True], idle
-        for session in pool.caches.sessions:
-            pool.caches.release(session)
