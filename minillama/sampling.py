@@ -247,16 +247,31 @@ def _argmax(x: np.ndarray) -> int:
     return i
 
 
+#: Every how many scores _best_first samples one to find a floor under the k best without a partition of them all.
+SAMPLE_STRIDE = 16
+
+
 def _best_first(x: np.ndarray, k: int) -> np.ndarray:
     """Indices of x's k highest scores (all of them when k <= 0), best first, equals in index order: the first k
     of a stable argsort of -x. For k well below x.size only the k are sorted (a 49152-token vocab's full sort
     took longer than a batched model step); the k-th highest value is found by partition, and of the values
-    equal to it the first in index order are kept, as the full sort keeps them."""
+    equal to it the first in index order are kept, as the full sort keeps them. In a large vocab the partition
+    runs only over the scores at or above a floor, the k-th best of every SAMPLE_STRIDE-th score (a subset's k-th
+    best is at most the whole's): a few hundred of them rather than every score (a fifth of the time)."""
     if k <= 0 or 4 * k >= x.size:
         return np.argsort(-x, kind="stable")[:k if k > 0 else None]
-    kth = np.partition(x, x.size - k)[x.size - k]
-    above = np.flatnonzero(x > kth)
-    keep = np.concatenate([above, np.flatnonzero(x == kth)[:k - above.size]])
+    if x.size >= SAMPLE_STRIDE * 4 * k:  # the k best are among those at or above a strided sample's k-th best
+        sample = x[::SAMPLE_STRIDE]
+        floor = np.partition(sample, sample.size - k)[sample.size - k]  # at most x's k-th best: a subset's is
+        near = np.flatnonzero(x >= floor)  # at least k ids, in index order, every one of x's k best among them
+        xn = x[near]
+        kth = np.partition(xn, xn.size - k)[xn.size - k]  # x's k-th best
+        above = near[xn > kth]
+        keep = np.concatenate([above, near[xn == kth][:k - above.size]])
+    else:
+        kth = np.partition(x, x.size - k)[x.size - k]
+        above = np.flatnonzero(x > kth)
+        keep = np.concatenate([above, np.flatnonzero(x == kth)[:k - above.size]])
     return keep[np.argsort(-x[keep], kind="stable")]
 
 

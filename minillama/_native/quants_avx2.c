@@ -867,7 +867,7 @@ static const mq_traits traits[MQ_NTYPES] = {
     [MQ_Q4_0] = {MQ_LAYOUT_Q4_0, .tile_scales = 1, .quantize = q8_0_x, .dot = dot_q4_0_x, .rows = rows_q4_0,
                  .gemv = gemv_q4_0, .panel = PANEL32},
     [MQ_Q4_1] = {MQ_LAYOUT_Q4_1, .tile_scales = 1, .quantize = q8_1_x, .dot = dot_q4_1_x, .rows = rows_q4_1,
-                 .gemv = gemv_q4_1, .panel = PANEL32},
+                 .gemv = gemv_q4_1, .panel = {row_bytes32, unpack32, mq_panel_q4_1_avx2, NULL}},
     [MQ_Q5_0] = {MQ_LAYOUT_Q5_0, .tile_scales = 1, .quantize = q8_0_x, .dot = dot_q5_0_x, .rows = rows_q5_0,
                  .gemv = gemv_q5_0, .panel = PANEL32,
                  .gemm = {mq_panel_bytes_q5_0_avx2, mq_pack_q5_0_avx2, mq_gemm_q5_0_avx2, NULL}},

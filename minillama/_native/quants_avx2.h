@@ -133,4 +133,8 @@ MQ_GEMM_AVX2(q5_0)
 MQ_GEMM_AVX2(q8_0)
 #undef MQ_GEMM_AVX2
 
+/* quants_batch32_avx2.c's Q4_1 panel kernel (mq_panel_fn of quants.h; yf is never NULL: Q4_1 has tile_scales). */
+void mq_panel_q4_1_avx2(int type, const uint8_t *rows, size_t rs, int nw, const uint8_t *y, size_t ys, int n,
+                        int nrc, float *out, size_t os, const float *yf);
+
 #endif

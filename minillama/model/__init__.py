@@ -462,6 +462,17 @@ class Session:
 
     def logits_next(self, ids: Sequence[int]) -> np.ndarray:
         """Scores [n_vocab] of the token after ids; reuses the cache for the prefix ids share with the last call."""
+        return self._next(ids, None)  # type: ignore[return-value]
+
+    def next_token(self, ids: Sequence[int], sampler: Sampler) -> int:
+        """The sampler's choice of the token after ids (the LanguageModel protocol). A batched session's step is
+        picked by the thread that ran the step's pass, right after it (StepBatcher.step's pick)."""
+        if self.batched:
+            return self._next(ids, sampler.sample_logits)  # type: ignore[return-value]
+        return sampler.sample_logits(self.logits_next(ids))
+
+    def _next(self, ids: Sequence[int], pick: Callable[[np.ndarray], int] | None) -> np.ndarray | int:
+        """logits_next's scores, or pick(scores)."""
         ids = self.model._check(ids, self.n_ctx)
         cache = self._cache
         same = 0
@@ -474,12 +485,9 @@ class Session:
         same = cache.n  # a recurrent state goes back only to a checkpoint at or before `same`
         self.evaluated = len(ids) - same
         if self.batched and self.evaluated == 1:
-            return self.model.batcher.step(self, ids[-1], same, cache)
-        return self.model._forward(ids[same:], same, cache, last_only=True, auto=self._auto)[-1]
-
-    def next_token(self, ids: Sequence[int], sampler: Sampler) -> int:
-        """The sampler's choice of the token after ids (the LanguageModel protocol)."""
-        return sampler.sample_logits(self.logits_next(ids))
+            return self.model.batcher.step(self, ids[-1], same, cache, pick)
+        logits = self.model._forward(ids[same:], same, cache, last_only=True, auto=self._auto)[-1]
+        return logits if pick is None else pick(logits)
 
     @property
     def can_shift(self) -> bool:

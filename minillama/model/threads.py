@@ -7,7 +7,7 @@ holds a core, each of a step's ~200 products waits for a descheduled thread, and
 5 tokens/s with one thread to 1 with two. OpenBLAS reads its spin time only when numpy loads,
 so a library cannot change it. Instead AutoThreads times the two choices it has, one thread and n, separately
 for single-token steps and for batched passes: it starts with n when /proc/stat shows idle cores for them (else
-1), tries the other choice on the ninth pass (a short run keeps its start) and then again after a number of passes that grows with how much
+1, and then n as soon as they are idle), tries the other choice on the ninth pass (a short run keeps its start) and then again after a number of passes that grows with how much
 it lost (20 passes per times-slower, doubling while it keeps losing, at most 512), and runs the faster one in
 between: the tries cost about 5% when the other choice is far slower.
 """
@@ -33,6 +33,8 @@ R = TypeVar("R")
 FIRST_INTERVAL = 4
 TRIES_PER_LOSS = 20
 MAX_INTERVAL = 512
+#: Seconds between looks at the idle cores while more threads, never timed, wait for them (_Choice._cores_idle).
+IDLE_CHECK = 0.25
 
 
 def usable_cores() -> int:
@@ -113,11 +115,25 @@ class _Choice:
         self.cost: dict[int, float] = {}  # seconds per token, recent
         self.calls, self.next_try, self.interval = 0, 2 * FIRST_INTERVAL, FIRST_INTERVAL
         self.trying = False
+        self.checked = time.monotonic()  # when the cores were last seen busy (_cores_idle)
 
     def pick(self) -> int:
-        self.trying = self.calls >= self.next_try
+        # more threads never timed yet (the start found the cores busy: a snapshot, which a process just ending can
+        # fill): tried as soon as the cores are idle, not only on the ninth pass, which a server's few prompts a
+        # session may never reach
+        self.trying = self.calls >= self.next_try or (self.other > self.best and self.other not in self.cost
+                                                      and self._cores_idle())
         self.calls += 1
         return self.other if self.trying else self.best
+
+    def _cores_idle(self) -> bool:
+        """Whether the cores for more threads are idle now, asked at most every IDLE_CHECK seconds (reading /proc
+        takes 0.1-3 ms, a single-token step's share when asked each pass)."""
+        now = time.monotonic()
+        if now < self.checked + IDLE_CHECK:
+            return False
+        self.checked = now
+        return idle_cores() >= self.other
 
     def record(self, threads: int, per_token: float) -> None:
         if not self.trying:

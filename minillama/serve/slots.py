@@ -10,12 +10,13 @@ numpy's BLAS (the pure backend), both with the GIL released. With more than one 
 steps run as one pass (minillama/model/batch.py's StepBatcher, in the C blocks on the native backend). A
 streamed reply hands its chunks to the loop one at a time; when the client goes away the consumer sets the slot's
 cancel flag and calls the stream's cancel() (minillama.api.Stream: no model step starts after it), the worker stops
-after the token it is computing and closes the stream, and the slot is free again. The slot is freed when its
-worker ends, not when the client has read everything: chunks a client has not read yet wait in the stream's
-queue (at most one reply), so a client that stops reading holds no slot (the server's write timeout ends its
-connection: minillama/serve/guard.py). A non-streamed reply is
-watched too: call() asks every quarter second whether its client is still there, and when it is gone sets the
-cancel flag, which the slot's session checks before each model step (the run ends with ClientGone).
+after the token it is computing and closes the stream, and the slot is free again. The run's KV cache is given back
+before the client can read the stream's end (a conversation's next turn, sent as soon as this one ended, finds it
+idle); the slot is freed when its worker ends, not when the client has read everything: chunks a client has not
+read yet wait in the stream's queue (at most one reply), so a client that stops reading holds no slot (the
+server's write timeout ends its connection: minillama/serve/guard.py). A non-streamed reply is watched too: call()
+asks every quarter second whether its client is still there, and when it is gone sets the cancel flag, which the
+slot's session checks before each model step (the run ends with ClientGone).
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ class _Watched:
         self.busy_sum = 0
         self.shown: dict[str, Any] | None = None  # llama.cpp's settings of the run, for /slots (the routes set it)
         self._session: Any = None  # claimed on the first model call
+        self.ran_on: Any = None  # the session it ran on, once given back
         self.prompt_n = 0  # the prompt's ids (the first call's)
         self.cache_n = 0  # of those, the ones the cache held
         self.predicted_n = 0  # model calls: generated tokens
@@ -89,8 +91,9 @@ class _Watched:
         return self._call("logits_next", ids)
 
     def release(self) -> None:
-        """Give the claimed cache back (the run is over)."""
+        """Give the claimed cache back (the run is over; ran_on keeps which it was)."""
         if self._session is not None:
+            self.ran_on = self._session
             self._caches.release(self._session)
             self._session = None
 
@@ -194,11 +197,11 @@ class SlotPool:
     def _release(self, slot: Slot) -> None:
         run = slot.run
         if run is not None:
-            if run.predicted_n and run._session is not None:
+            run.release()
+            if run.predicted_n and run.ran_on is not None:
                 self.tasks += 1
                 self.metrics.add(run)
-                self.last[self.caches.sessions.index(run._session)] = (self.tasks, run)
-            run.release()
+                self.last[self.caches.sessions.index(run.ran_on)] = (self.tasks, run)
         slot.task = ""
         self._queue().put_nowait(slot)
 
@@ -233,6 +236,8 @@ class SlotPool:
         An exception in the worker is raised here.
         """
         slot = await self._acquire(task)
+        run = slot.run
+        assert run is not None
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Any] = asyncio.Queue()
 
@@ -245,7 +250,7 @@ class SlotPool:
         def work() -> None:
             items = None
             try:
-                items = slot.items = fn(slot.run)
+                items = slot.items = fn(run)
                 if slot.cancel.is_set():  # the client left while the stream was being set up
                     return
                 for item in items:
@@ -262,6 +267,9 @@ class SlotPool:
                         close()
                     except Exception:  # noqa: BLE001 - closing a finished or broken generator
                         pass
+                # the cache is free before the client can see the end: its next turn, sent on the last chunk, finds
+                # this run's cache idle (not still claimed until the loop runs _release) and resumes from it
+                run.release()
                 put(_END)
 
         done = loop.run_in_executor(slot.executor, work)

@@ -250,11 +250,12 @@ def test_sampler_top_k_top_p() -> None:
 def test_top_k_order_is_the_full_stable_sort() -> None:
     """top_k's candidates (sorted without sorting the whole vocab) are the first k of a stable argsort of the
     negated scores: best first, equals in candidate order, ties across the k-th place cut as the full sort cuts
-    them (so a seeded draw picks what it picked before)."""
+    them (so a seeded draw picks what it picked before), whether the k are found among all scores or among those
+    above a sample's floor (large vocabs)."""
     from minillama.sampling import _best_first
     rng = np.random.default_rng(5)
     for n, k, levels in [(49152, 40, 0), (1000, 40, 7), (1000, 3, 2), (300, 50, 30), (50, 40, 0), (10, 0, 3),
-                         (200, 1, 1), (6, 5, 0)]:
+                         (200, 1, 1), (6, 5, 0), (49152, 40, 3), (49152, 40, 1), (5000, 40, 7), (3000, 5, 2)]:
         for _ in range(5):
             x = rng.standard_normal(n)
             if levels:  # few distinct values: many ties, around the k-th place too

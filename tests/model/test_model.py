@@ -457,6 +457,30 @@ def test_auto_threads_settle_on_the_faster_choice(monkeypatch: pytest.MonkeyPatc
     assert spent <= 1.06 * 1000 * cost[best], f"tries cost {spent / (1000 * cost[best]) - 1:.1%}"
 
 
+def test_auto_threads_try_more_threads_once_the_cores_are_idle(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A start on a busy machine (one thread) tries two as soon as the cores are idle, not only on the ninth pass:
+    a server's session runs few prompts, and a snapshot taken while another process was ending kept every one of
+    them on one thread."""
+    from minillama.model import threads
+
+    idle = [0]
+    monkeypatch.setattr(threads, "idle_cores", lambda: idle[0])
+    choice = threads._Choice(2)
+    assert [choice.pick() for _ in range(3)] == [1, 1, 1]
+    for _ in range(3):
+        choice.record(1, 2.0)
+    idle[0] = 2
+    assert choice.pick() == 1  # the cores were seen busy a moment ago: not asked again yet
+    choice.record(1, 2.0)
+    choice.checked -= threads.IDLE_CHECK
+    assert choice.pick() == 2
+    choice.record(2, 1.0)  # faster: kept
+    assert choice.best == 2 and [choice.pick() for _ in range(3)] == [2, 2, 2]
+    slow = threads._Choice(2)  # two threads timed and slower: the idle cores alone do not bring them back
+    slow.best, slow.other, slow.cost = 1, 2, {1: 1.0, 2: 3.0}
+    assert slow.pick() == 1
+
+
 def test_idle_cores_do_not_count_this_processs_own_threads(monkeypatch: pytest.MonkeyPatch) -> None:
     """A server's event loop was busy handing over the request when its worker's first batched pass asked for idle
     cores, so every prompt ran on one thread of two: this process's runnable threads are not competitors."""

@@ -357,13 +357,15 @@ def test_avx2_products_equal_llamacpp_at_every_batch_size(t: T) -> None:
 
 
 @needs_core
-@pytest.mark.parametrize("t", [T.Q4_K, T.Q6_K, T.Q5_0, T.Q8_0], ids=lambda t: t.name)
+@pytest.mark.parametrize("t", [T.Q4_K, T.Q6_K, T.Q5_0, T.Q8_0, T.Q4_1], ids=lambda t: t.name)
 def test_avx2_prompt_products_equal_llamacpp(t: T) -> None:
-    """Prompt-sized products (the integer GEMM: weight rows packed eight side by side, tiles of four activation
-    rows, the weight rows split over threads in chunks) against llama.cpp's for the same batch, a real width (eight
-    blocks a row; Q5_0 and Q8_0 at 2080 values, 65 blocks, past the kernel's stretch of 32), 1 and 2 threads; and a
-    matrix whose row count is not a multiple of eight (a part-filled panel) has, row for row, the outputs of the
-    full one. Q8_0's rows hold a -128 quant too (llama.cpp's quantizer never makes one, a file may hold it)."""
+    """Prompt-sized products (Q4_K, Q6_K, Q5_0, Q8_0: the integer GEMM, weight rows packed eight side by side; Q4_1:
+    the panel kernel of quants_batch32_avx2.c, two weight rows by a tile; tiles of four activation rows, the weight
+    rows split over threads in chunks) against llama.cpp's for the same batch, a real width (eight blocks a row;
+    Q5_0 and Q8_0 at 2080 values, 65 blocks, past the kernel's stretch of 32), 1 and 2 threads; and a matrix whose
+    row count is not a multiple of eight (a part-filled panel; Q4_1: an odd row, one weight row by a tile) has, row
+    for row, the outputs of the full one. Q8_0's rows hold a -128 quant too (llama.cpp's quantizer never makes one,
+    a file may hold it)."""
     if _core.kernels() != "avx2":
         pytest.skip(f"this CPU runs the {_core.kernels()} kernels")
     ffi, lib = llamacpp()

@@ -57,3 +57,48 @@ def test_busy_sessions_stay_in_one_batch() -> None:
 def test_without_expected_no_step_waits() -> None:
     sizes = _run(None)
     assert len(sizes) > 12, sizes  # batches split: more passes than with the wait
+
+
+def test_the_pass_leader_runs_every_steps_pick() -> None:
+    """A step asked with pick (a sampler) gets pick(its logits), computed by the thread that ran the pass, for every
+    step of the pass before any other wakes (their samplers back to back, not four threads passing the GIL around);
+    a pick that raises fails its own step only."""
+    picked_in: list[tuple[int, int]] = []  # (pass, thread) of each pick
+    passes: list[int] = []
+    start = threading.Barrier(4)
+
+    def run_batch(tokens, batch) -> np.ndarray:
+        passes.append(len(tokens))
+        time.sleep(0.05)
+        return np.array([[float(t), 0.0] for t in tokens], np.float32)
+
+    batcher = StepBatcher(run_batch)
+    batcher.expected = lambda: 4
+    results: dict[int, object] = {}
+
+    def session(seed: int) -> None:
+        def pick(row: np.ndarray) -> int:
+            picked_in.append((len(passes), threading.get_ident()))
+            if seed == 3:
+                raise ValueError("NaN scores")
+            return int(row[0]) * 10
+
+        start.wait(30)
+        try:
+            results[seed] = batcher.step(seed, seed, 0, KVCache(1, 1, 2, 2), pick)
+        except ValueError as e:
+            results[seed] = e
+
+    threads = [threading.Thread(target=session, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert [results.get(s) for s in range(3)] == [0, 10, 20]
+    assert isinstance(results[3], ValueError)
+    by_pass: dict[int, set[int]] = {}
+    for n, ident in picked_in:
+        by_pass.setdefault(n, set()).add(ident)
+    assert len(picked_in) == 4 and all(len(ids) == 1 for ids in by_pass.values()), picked_in
+    # and without pick, the logits as before
+    assert np.array_equal(StepBatcher(run_batch).step(0, 5, 0, KVCache(1, 1, 2, 2)), np.array([5.0, 0.0], np.float32))

@@ -283,3 +283,42 @@ def test_a_prefix_of_another_shape_is_refused(tiny: Model) -> None:
     with pytest.raises(ArgumentError, match=r"expected a prefix of 1 layers of keys \(2, 8\).*found 1 layers of "
                                             r"keys \(1, 8\)"):
         tiny.session().import_prefix(prefix)
+
+
+def test_a_streamed_runs_cache_is_idle_once_its_end_is_read() -> None:
+    """A client that sends its next turn as soon as a streamed reply ended finds that reply's KV cache idle: it is
+    given back before the stream's end reaches the client (not later, when the event loop frees the slot), so the
+    next turn resumes from it rather than recomputing its whole conversation on another slot's cache."""
+    import asyncio
+
+    from minillama.serve.slots import SlotPool
+
+    class Session:
+        def __init__(self) -> None:
+            self.cached_ids: list[int] = []
+            self.evaluated = 0
+
+        def next_token(self, ids: list[int], sampler: object) -> int:
+            self.cached_ids, self.evaluated = list(ids), len(ids)
+            return 7
+
+    pool = SlotPool(Session, 2)
+
+    def run(s: object) -> Iterator[str]:
+        s.next_token([1, 2, 3], None)  # type: ignore[attr-defined]
+        yield "a"
+        yield "b"
+
+    async def turns() -> list[tuple[list[str], list[bool]]]:
+        out = []
+        for _ in range(20):
+            items = [item async for item in pool.stream("completion", run)]
+            out.append((items, [pool.caches.take(k) is not None for k in range(2)]))  # before the loop goes on
+            for session in pool.caches.sessions:
+                pool.caches.release(session)
+            while pool.busy:  # the slot itself is freed when the loop runs the worker's end
+                await asyncio.sleep(0.01)
+        return out
+
+    for items, idle in asyncio.run(asyncio.wait_for(turns(), 60)):
+        assert items == ["a", "b"] and idle == [True, True], idle
