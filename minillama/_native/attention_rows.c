@@ -104,30 +104,36 @@ static void widen(float *dst, const uint16_t *src, int64_t n) {
  * ggml_vec_dot_f16 sums it (attention.c's dot_f16_avx2: four accumulators of eight lanes, acc0 + acc2, acc1 + acc3,
  * their sum, lanes l + l+4, then pairs of pairs; the tail in double), eight keys' last reductions done together in
  * a transpose that adds the same operands in the same order; then times scale. */
-static void scores(const float *qr, const float *kf, const int64_t *idx, int64_t m, int64_t D, float scale,
-                   float *sc) {
+/* One key's four accumulators summed (acc0 + acc2, acc1 + acc3, their sum); D a constant where it is inlined. */
+static inline __attribute__((always_inline)) __m256 dot_lanes(const float *kr, const float *qr, int64_t np) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int64_t i = 0; i < np; i += 32) {
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(kr + i), _mm256_loadu_ps(qr + i), a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(kr + i + 8), _mm256_loadu_ps(qr + i + 8), a1);
+        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(kr + i + 16), _mm256_loadu_ps(qr + i + 16), a2);
+        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(kr + i + 24), _mm256_loadu_ps(qr + i + 24), a3);
+    }
+    return _mm256_add_ps(_mm256_add_ps(a0, a2), _mm256_add_ps(a1, a3));
+}
+
+/* Keys j and j + 4 of eight: lanes l + l+4 of each (key j's in the low half). */
+static inline __attribute__((always_inline)) __m256 halves(const float *kf, const int64_t *idx, int64_t t,
+                                                           int64_t cnt, int j, const float *qr, int64_t D,
+                                                           int64_t np) {
+    const __m256 p = dot_lanes(kf + idx[t + j] * D, qr, np);
+    const __m256 p4 = dot_lanes(kf + idx[t + (j + 4 < cnt ? j + 4 : 0)] * D, qr, np);
+    return _mm256_add_ps(_mm256_permute2f128_ps(p, p4, 0x20), _mm256_permute2f128_ps(p, p4, 0x31));
+}
+
+static inline __attribute__((always_inline)) void scores_d(const float *qr, const float *kf, const int64_t *idx,
+                                                           int64_t m, int64_t D, float scale, float *sc) {
     const int64_t np = D & ~(int64_t)31;
     for (int64_t t = 0; t < m; t += 8) {
-        __m256 p[8];
         const int64_t cnt = m - t < 8 ? m - t : 8;
-        for (int kk = 0; kk < 8; kk++) {
-            const float *kr = kf + idx[t + (kk < cnt ? kk : 0)] * D;
-            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-            for (int64_t i = 0; i < np; i += 32) {
-                a0 = _mm256_fmadd_ps(_mm256_loadu_ps(kr + i), _mm256_loadu_ps(qr + i), a0);
-                a1 = _mm256_fmadd_ps(_mm256_loadu_ps(kr + i + 8), _mm256_loadu_ps(qr + i + 8), a1);
-                a2 = _mm256_fmadd_ps(_mm256_loadu_ps(kr + i + 16), _mm256_loadu_ps(qr + i + 16), a2);
-                a3 = _mm256_fmadd_ps(_mm256_loadu_ps(kr + i + 24), _mm256_loadu_ps(qr + i + 24), a3);
-            }
-            a0 = _mm256_add_ps(a0, a2);
-            a1 = _mm256_add_ps(a1, a3);
-            p[kk] = _mm256_add_ps(a0, a1);
-        }
-        /* keys (0, 4), (1, 5), (2, 6), (3, 7): lanes l + l+4 of both, then hadd twice leaves key kk in lane kk */
+        /* keys (0, 4), (1, 5), (2, 6), (3, 7), then hadd twice: key kk in lane kk (keys past cnt: key 0 again) */
         __m256 s[4];
-        for (int j = 0; j < 4; j++)
-            s[j] = _mm256_add_ps(_mm256_permute2f128_ps(p[j], p[j + 4], 0x20),
-                                 _mm256_permute2f128_ps(p[j], p[j + 4], 0x31));
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) s[j] = halves(kf, idx, t, cnt, j < cnt ? j : 0, qr, D, np);
         float r[8];
         _mm256_storeu_ps(r, _mm256_hadd_ps(_mm256_hadd_ps(s[0], s[1]), _mm256_hadd_ps(s[2], s[3])));
         for (int64_t kk = 0; kk < cnt; kk++) {
@@ -141,6 +147,16 @@ static void scores(const float *qr, const float *kf, const int64_t *idx, int64_t
             sc[t + kk] = d * scale;
         }
     }
+}
+
+static void scores(const float *qr, const float *kf, const int64_t *idx, int64_t m, int64_t D, float scale,
+                   float *sc) {
+    if (D == 64)
+        scores_d(qr, kf, idx, m, 64, scale, sc);
+    else if (D == 128)
+        scores_d(qr, kf, idx, m, 128, scale, sc);
+    else
+        scores_d(qr, kf, idx, m, D, scale, sc);
 }
 
 /* acc [8 nl lanes] over the m seen keys: where up[j], acc = f16(acc * ms[j]); then acc = f16(v_j * w[j] + acc),
