@@ -16,7 +16,7 @@ SOURCES = [f"minillama/_native/{name}.c" for name in (
     *BINDINGS, "bpe", "pretok", "cache", "utf8", "pretok_multi", "merges", "btrie", "ugm", "wpm", "spm", "decode", "text",
     "quants", "quants_avx2", "quants_avx2_iq", "quants_gemm_avx2", "quants_gemm32_avx2", "quants_moe_avx2",
     "quants_batch32_avx2", "quants_iq", "model", "moe",
-    "attention", "swiglu", "deltanet", "digest",
+    "attention", "attention_rows", "swiglu", "deltanet", "digest",
     "cpu", "threadpool")]
 FLAGS = ["-std=c11", "-O2", "-ffp-contract=off", "-Wall", "-Wextra", "-Werror", *os.environ.get("MINILLAMA_CFLAGS", "").split()]
 

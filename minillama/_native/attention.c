@@ -46,7 +46,7 @@ static float dot_f16_scalar(const uint16_t *x, const float *y, int64_t n) {
 /* A row's end: the sink (when given: one more logit of the softmax, with no value) as one_chunk applies it to the
  * float32 copy of its sum, a new maximum scaling the sum and S; then out = acc / S (0 where no key was seen), or
  * with partial (the split-KV path) the unscaled acc and partial = {M, S}. */
-static void finish(float *acc, int64_t Dv, float M, float S, const float *sink, float *out, float *partial) {
+void ma_row_finish(float *acc, int64_t Dv, float M, float S, const float *sink, float *out, float *partial) {
     if (sink) {
         const float s = *sink;
         float ms = 1, vs = 1;
@@ -92,7 +92,7 @@ static void row_reset(row_state *st) {
 /* Each head's end (finish) into out + g Dv (partial + 2 g). */
 static void row_end(row_state *st, const float *sink, float *out, float *partial) {
     for (int64_t g = 0; g < st->nq; g++)
-        finish(st->acc + g * st->Dv, st->Dv, st->M[g], st->S[g], sink ? sink + g : NULL, out + g * st->Dv,
+        ma_row_finish(st->acc + g * st->Dv, st->Dv, st->M[g], st->S[g], sink ? sink + g : NULL, out + g * st->Dv,
                partial ? partial + 2 * g : NULL);
 }
 
@@ -156,7 +156,7 @@ static float dot_f16_avx2(const uint16_t *x, const float *y, int64_t n) {
 /* The scores of a run of keys are made before the softmax goes over them (they depend only on q and the keys),
  * so their dot products overlap rather than wait, each behind the previous key's exp and value update; then the
  * run's weights (the running maximum and S go key by key as before: a scale factor where a key raised the maximum,
- * else 1, and each key's weight); then the weighted values, 64 lanes of the sum at a time held in registers over
+ * else 1, and each key's weight; ma_online_weights, its exponents four at a time); then the weighted values, 64 lanes of the sum at a time held in registers over
  * the whole run, each lane taking the same roundings in the same order as one key at a time would. */
 #define SCORE_RUN 128
 
@@ -219,20 +219,7 @@ static void run_avx2(row_state *st, const uint16_t *k, int64_t ks, const uint16_
             for (int64_t g = 0; g < nq; g++)
                 w[g][j] = dot_f16_avx2(k + (c0 + j) * ks, st->q16 + g * D, D) * st->scale;
         for (int64_t g = 0; g < nq; g++) {
-            float Mg = st->M[g], Sg = st->S[g];
-            for (int64_t j = 0; j < n; j++) {
-                const float sc = w[g][j];
-                ms[g][j] = 1, up[g][j] = sc > Mg;
-                if (up[g][j]) {
-                    const float old = Mg;
-                    Mg = sc;
-                    ms[g][j] = expf(old - Mg);
-                    w[g][j] = 1;
-                } else
-                    w[g][j] = expf(sc - Mg);
-                Sg = Sg * ms[g][j] + w[g][j];
-            }
-            st->M[g] = Mg, st->S[g] = Sg;
+            ma_online_weights(w[g], ms[g], up[g], n, st->M + g, st->S + g);
             run_values(st->acc + g * Dv, v + c0 * vs, vs, n, Dv, w[g], ms[g], up[g]);
         }
     }
@@ -741,15 +728,15 @@ int ma_attend_seq(const float *q, int64_t n, int64_t H, int64_t Hkv, int64_t D, 
                   float scale, const float *sinks, int64_t pass_rows, int64_t kv_split, float *out) {
     const int64_t kd = Hkv * D, vd = Hkv * Dv, group = H / Hkv;
     mq_init(); /* mq_half_float's table: no model need have been run yet */
-    const int tiled = pass_rows >= MA_TILED_ROWS;
-    float *work = malloc(sizeof(float) * (tiled ? ma_tiled_work(D, Dv) : ma_row_work(D, Dv)));
-    int64_t *pos = tiled ? malloc(sizeof(int64_t) * (size_t)n) : NULL;
-    if (!work || (tiled && !pos)) {
+    const int tiled = pass_rows >= MA_TILED_ROWS, rows = !tiled && pass_rows > 1;
+    float *work = malloc(sizeof(float) * (tiled ? ma_tiled_work(D, Dv) : ma_rows_work(D, Dv)));
+    int64_t *pos = tiled || rows ? malloc(sizeof(int64_t) * (size_t)n) : NULL;
+    if (!work || ((tiled || rows) && !pos)) {
         free(work);
         free(pos);
         return 0;
     }
-    for (int64_t t = 0; tiled && t < n; t++) pos[t] = start + t;
+    for (int64_t t = 0; pos && t < n; t++) pos[t] = start + t;
     const int64_t nh = ma_group_heads(H, Hkv, tiled ? MA_TILED_HEADS : MA_ROW_HEADS);
     for (int64_t h = 0; h < H; h += nh) {
         const uint16_t *kh = k + (h / group) * D, *vh = v + (h / group) * Dv;
@@ -759,6 +746,13 @@ int ma_attend_seq(const float *q, int64_t n, int64_t H, int64_t Hkv, int64_t D, 
                 ma_attend_tiled(q + t * H * D + h * D, H * D, n - t < MA_TILED_ROWS ? n - t : MA_TILED_ROWS, nh,
                                 pos + t, window, cells, n_kv, kh, kd, vh, vd, D, Dv, scale, sink,
                                 out + t * H * Dv + h * Dv, H * Dv, work);
+            continue;
+        }
+        if (rows) {
+            for (int64_t t = 0; t < n; t += MA_TILED_ROWS - 1)
+                ma_attend_rows(q + t * H * D + h * D, H * D, n - t < MA_TILED_ROWS - 1 ? n - t : MA_TILED_ROWS - 1, nh,
+                               pos + t, window, cells, n_kv, kh, kd, vh, vd, D, Dv, scale, sink,
+                               out + t * H * Dv + h * Dv, H * Dv, work);
             continue;
         }
         for (int64_t t = 0; t < n; t++) {

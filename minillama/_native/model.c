@@ -69,7 +69,7 @@ typedef struct {
     float *qkv;     /* [T, q_dim + k_dim + v_dim] */
     float *att;     /* [T, H * Dv] */
     float *gu;      /* [T, max(2 n_ff, d)]: gate|up, and the outputs of wo and w_down */
-    float *scores;  /* [parts, attention_work]: attend's or attend_tiled's work */
+    float *scores;  /* [parts, attention_work]: attend's, attend_rows' or attend_tiled's work */
     uint8_t *y;     /* activation rows quantized for the next product (T rows per piece type: y_offset) */
     atomic_int *chunks; /* [CHUNKS n_layer + 1]: each product's next weight row to hand out (matmul_part) */
     int64_t n_seq;
@@ -262,22 +262,49 @@ static void attend_tiled(run *r, const ms_layer *L, int il, int64_t t0, int64_t 
     }
 }
 
+/* Query heads h..h+nh-1 (sharing one key/value head) of rows t0..t1 (fewer than MA_TILED_ROWS) of a batch of 2 to
+ * MA_TILED_ROWS - 1 rows, row by row as ggml's one_chunk computes them, each run of rows of one sequence given
+ * together (their keys and values widened once for all of them). work: ma_rows_work floats. */
+static void attend_rows(run *r, const ms_layer *L, int il, int64_t t0, int64_t t1, int64_t h, int64_t nh,
+                        float *work) {
+    const ms_model *m = r->m;
+    const int64_t D = m->head_dim, Dv = m->head_dim_v, kvh = h / (m->n_head / m->n_head_kv);
+    const int64_t k_dim = m->n_head_kv * D, v_dim = m->n_head_kv * Dv;
+    for (int64_t t = t0, e; t < t1; t = e) {
+        for (e = t + 1; e < t1 && r->seq_of[e] == r->seq_of[t];) e++;
+        const ms_seq *seq = &r->seqs[r->seq_of[t]];
+        ma_attend_rows(r->qkv + t * L->wqkv.n_out + h * D, L->wqkv.n_out, e - t, nh, r->pos + t, L->window,
+                       seq->cells[L->window > 0], seq->n_cells[L->window > 0], seq->k[il] + kvh * D, k_dim,
+                       seq->v[il] + kvh * Dv, v_dim, D, Dv, m->attn_scale, L->sinks ? L->sinks + h : NULL,
+                       r->att + t * m->n_head * Dv + h * Dv, m->n_head * Dv, work);
+    }
+}
+
 /* Rows one attention work item takes: llama.cpp's flash attention tiles a batch of MA_TILED_ROWS rows or more
- * (ggml_compute_forward_flash_attn_ext_f16 chooses by the batch's rows), else goes row by row. */
-static int64_t attention_rows(const run *r) { return r->T >= MA_TILED_ROWS ? MA_TILED_ROWS : 1; }
+ * (ggml_compute_forward_flash_attn_ext_f16 chooses by the batch's rows), else goes row by row: one row alone (a
+ * step: the split-KV path), or the rows of a smaller batch cut into as few groups as give every part two items
+ * (each group's rows share the widened keys and values of a key/value head). */
+static int64_t attention_rows(const run *r, int parts) {
+    if (r->T >= MA_TILED_ROWS || r->T == 1) return r->T >= MA_TILED_ROWS ? MA_TILED_ROWS : 1;
+    const int64_t runs = r->m->n_head / ma_group_heads(r->m->n_head, r->m->n_head_kv, MA_ROW_HEADS);
+    const int64_t groups = (2 * (int64_t)parts + runs - 1) / runs;
+    return (r->T + groups - 1) / groups;
+}
 
 /* Query heads one attention work item takes (both paths read a key/value head once for the heads sharing it): as
  * many as share one, up to MA_TILED_HEADS or MA_ROW_HEADS, while the items stay at least two per part. */
 static int64_t attention_heads(const run *r, int parts) {
-    const int64_t G = attention_rows(r), groups = (r->T + G - 1) / G, H = r->m->n_head, Hkv = r->m->n_head_kv;
-    int64_t nh = ma_group_heads(H, Hkv, G > 1 ? MA_TILED_HEADS : MA_ROW_HEADS);
+    const int64_t G = attention_rows(r, parts), groups = (r->T + G - 1) / G, H = r->m->n_head, Hkv = r->m->n_head_kv;
+    int64_t nh = ma_group_heads(H, Hkv, r->T >= MA_TILED_ROWS ? MA_TILED_HEADS : MA_ROW_HEADS);
     while (nh > 1 && groups * (H / nh) < 2 * (int64_t)parts) nh = ma_group_heads(H, Hkv, nh - 1);
     return nh;
 }
 
 /* Floats of work space one part's attention needs for a batch of T rows. */
 static size_t attention_work(const ms_model *m, int64_t T) {
-    return T >= MA_TILED_ROWS ? ma_tiled_work(m->head_dim, m->head_dim_v) : ma_row_work(m->head_dim, m->head_dim_v);
+    return T >= MA_TILED_ROWS ? ma_tiled_work(m->head_dim, m->head_dim_v)
+           : T > 1            ? ma_rows_work(m->head_dim, m->head_dim_v)
+                              : ma_row_work(m->head_dim, m->head_dim_v);
 }
 
 /* tanh GELU as ggml_gelu_f32 fills llama.cpp's table: its compiler fuses 1 + a x x into fmaf(a x, x, 1), which
@@ -344,7 +371,8 @@ static void product(run *r, const ms_matrix *M, const float *x, int64_t stride, 
  * heads (H runs) of the i / H-th group of attention_rows rows. Rows cost about as many cached positions as they
  * see (a prompt's later rows see more), so the parts get equal sums of positions rather than equal counts. */
 static int64_t attention_split(const run *r, int part, int parts) {
-    const int64_t T = r->T, H = r->m->n_head / attention_heads(r, parts), G = attention_rows(r), n = (T + G - 1) / G;
+    const int64_t T = r->T, H = r->m->n_head / attention_heads(r, parts), G = attention_rows(r, parts);
+    const int64_t n = (T + G - 1) / G;
     if (part == 0) return 0;
     if (part == parts) return n * H;
     double total = 0;
@@ -475,8 +503,8 @@ static void moe_ffn(run *r, const ms_layer *L, int il, int64_t t0, int64_t t1, i
 static void team(void *ctx, int part, int parts) {
     run *r = ctx;
     const ms_model *m = r->m;
-    const int64_t T = r->T, d = m->n_embd, n_ff = m->n_ff, G = attention_rows(r), nh = attention_heads(r, parts);
-    const int64_t work = (int64_t)attention_work(m, T); /* attend's or attend_tiled's */
+    const int64_t T = r->T, d = m->n_embd, n_ff = m->n_ff, G = attention_rows(r, parts), nh = attention_heads(r, parts);
+    const int64_t work = (int64_t)attention_work(m, T); /* attend's, attend_rows' or attend_tiled's */
     int64_t t0, t1;
     share(T, part, parts, &t0, &t1);
     const int64_t a0 = attention_split(r, part, parts), a1 = attention_split(r, part + 1, parts);
@@ -488,14 +516,14 @@ static void team(void *ctx, int part, int parts) {
         product(r, &L->wqkv, r->h, d, r->qkv, t0, t1, parts, &r->chunks[CHUNKS * il]);
         for (int64_t t = t0; t < t1; t++) prepare_qkv(r, L, il, table, t);
         barrier_wait(&r->bar, parts);
-        if (G == 1)
+        if (T == 1)
             for (int64_t i = a0; i < a1; i++)
                 attend(r, L, il, i / (m->n_head / nh), i % (m->n_head / nh) * nh, nh, r->scores + part * work);
         else
             for (int64_t i = a0; i < a1; i++) {
-                const int64_t g = i / (m->n_head / nh);
-                attend_tiled(r, L, il, g * G, (g + 1) * G < T ? (g + 1) * G : T, i % (m->n_head / nh) * nh, nh,
-                             r->scores + part * work);
+                const int64_t g = i / (m->n_head / nh), e = (g + 1) * G < T ? (g + 1) * G : T;
+                (T >= MA_TILED_ROWS ? attend_tiled : attend_rows)(r, L, il, g * G, e, i % (m->n_head / nh) * nh, nh,
+                                                                  r->scores + part * work);
             }
         barrier_wait(&r->bar, parts);
         /* x += post_attn_norm(wo att + bo) */

@@ -25,6 +25,9 @@
 void ma_attend_cells(const float *q, int64_t nq, const uint16_t *k, int64_t k_stride, const uint16_t *v,
                      int64_t v_stride, const int64_t *cells, int64_t n_kv, int64_t s0, int64_t s1, int64_t parts,
                      int64_t D, int64_t Dv, float scale, const float *sink, float *out, float *work);
+/* A row's end as one_chunk makes it: the sink (NULL or the head's sink logit) applied to the float32 copy of its sum
+ * acc [Dv], then out = acc / S (0 where no key was seen), or with partial the unscaled acc and partial = {M, S}. */
+void ma_row_finish(float *acc, int64_t Dv, float M, float S, const float *sink, float *out, float *partial);
 /* Floats of work either row path needs for MA_ROW_HEADS query heads. */
 static inline size_t ma_row_work(int64_t D, int64_t Dv) { return (size_t)(MA_ROW_HEADS * (D + 3 * Dv)); }
 /* The query heads sharing one key/value head (H / Hkv of them) that one call takes together: the most that divides
@@ -63,11 +66,23 @@ void ma_attend_tiled(const float *q, int64_t q_stride, int64_t n, int64_t nh, co
                      int64_t v_stride, int64_t D, int64_t Dv, float scale, const float *sink, float *out,
                      int64_t out_stride, float *work);
 size_t ma_tiled_work(int64_t D, int64_t Dv);
+/* attention_rows.c: n rows (at most MA_TILED_ROWS - 1) of nh query heads (at most MA_ROW_HEADS, sharing one
+ * key/value head) of one sequence in a pass of 2..MA_TILED_ROWS - 1 rows, each with the bits ma_attend_cells gives it
+ * alone (one_chunk, no split): head g of row i's query at q + i q_stride + g D, its position pos[i], seeing
+ * positions pos[i] - window + 1 (window > 0) or 0 up to pos[i] in the cache's cell order (cells, n_kv as
+ * ma_attend_cells's; NULL: cell c holds position c, n_kv unused); its output at out + i out_stride + g Dv; sink: NULL
+ * or the nh heads' sink logits. The keys and values of a block of cells are widened once for every row and head
+ * seeing them. work: ma_rows_work(D, Dv) floats. */
+void ma_attend_rows(const float *q, int64_t q_stride, int64_t n, int64_t nh, const int64_t *pos, int64_t window,
+                    const int64_t *cells, int64_t n_kv, const uint16_t *k, int64_t k_stride, const uint16_t *v,
+                    int64_t v_stride, int64_t D, int64_t Dv, float scale, const float *sink, float *out,
+                    int64_t out_stride, float *work);
+size_t ma_rows_work(int64_t D, int64_t Dv);
 /* Rows q [n, H, D] of one sequence at positions start..start+n-1 attending to its float16 cache k [start + n, Hkv,
  * D], v [start + n, Hkv, Dv] (stored by position; cells, n_kv: its cell order, as ma_attend_cells's), into out [n,
  * H, Dv], as model.c attends them in a pass of pass_rows rows (all sequences'): the tiled path from MA_TILED_ROWS
- * rows, the split-KV path for a pass of one row (ma_split_cells), else row by row; sinks: NULL or [H], each head's
- * sink logit. The Python blocks' attention on the native backend. 1 done, 0 out of memory. */
+ * rows, the split-KV path for a pass of one row (ma_split_cells), else row by row (ma_attend_rows); sinks: NULL or
+ * [H], each head's sink logit. The Python blocks' attention on the native backend. 1 done, 0 out of memory. */
 int ma_attend_seq(const float *q, int64_t n, int64_t H, int64_t Hkv, int64_t D, int64_t Dv, int64_t start,
                   const uint16_t *k, const uint16_t *v, int64_t window, const int64_t *cells, int64_t n_kv,
                   float scale, const float *sinks, int64_t pass_rows, int64_t kv_split, float *out);
@@ -82,6 +97,13 @@ void ma_swiglu_oai(int64_t n, float *y, const float *x, const float *g);
 float ma_v_expf(float x);
 /* y [n] = ggml_v_expf of each of x [n] (eight lanes at a time where the AVX2 kernels run: the same bits). */
 void ma_v_expf_n(int64_t n, const float *x, float *y);
+/* y [n] = libm's expf of each of x [n] (attention_rows.c: four lanes at a time where the AVX2 kernels run and a
+ * check found that they give this libm's bits, for the lanes <= 0 or NaN: the exponents of the online softmax). */
+void ma_libm_expf_n(int64_t n, const float *x, float *y);
+/* The online softmax's steps over m scores w [m] (in key order) from the running maximum *M and sum of weights *S:
+ * each score's weight into w, where it raised the maximum up = 1 and the scale of the sums so far into ms (else ms
+ * 1), as one_chunk takes them one by one (libm's expf); *M and *S carried on. */
+void ma_online_weights(float *w, float *ms, uint8_t *up, int64_t m, float *M, float *S);
 
 /* A weight matrix: its rows in up to MS_MAX_PARTS pieces of the map (q, k, v apart in the file, each of its own
  * type: gemma3's Q4_K_M has Q5_0 q and k beside a Q8_0 v). */

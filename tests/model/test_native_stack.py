@@ -523,13 +523,15 @@ def test_python_blocks_kernels_check_every_length() -> None:
 
 
 @pytest.mark.parametrize("n, start, window", [(1, 699, 0), (1, 699, 400), (1, 699, 200), (1, 299, 0), (1, 299, 100),
-                                              (70, 600, 400), (70, 100, 0), (8, 600, 400)])
+                                              (70, 600, 400), (70, 100, 0), (8, 600, 400), (2, 699, 0), (5, 650, 0),
+                                              (42, 650, 0), (42, 900, 200), (63, 700, 300), (63, 40, 0)])
 def test_attention_gives_ggmls_flash_attention_bits(n: int, start: int, window: int) -> None:
     """The core's attention (_core.attend: the C blocks' and the Python blocks') against llama.cpp's own
     ggml_flash_attn_ext on 2 threads, to the bit: one row over 512 cells or more takes its split-KV path, also on
     a sliding-window layer (a window across both threads' chunks was summed unsplit, 0.003 off); rows of 64 and
     more its tiled path (which read every key as 0 when called before any model had run: the float16 table was
-    not made yet); others its row-by-row path. The cache: the used cells padded to 256, as llama.cpp's."""
+    not made yet); others its row-by-row path (2 to 63 rows: each block of cells widened once for all the rows, each
+    row seeing its own causal end and window). The cache: the used cells padded to 256, as llama.cpp's."""
     from support.ggml_graph import ggml_flash_attn, graph_lib
 
     from minillama._native import _core
@@ -579,7 +581,9 @@ def _shifted_order(n_ctx: int, keep: int, discard: int, new: int) -> np.ndarray:
 
 
 @pytest.mark.parametrize("order, n, window", [("ring", 1, 128), ("ring", 8, 128), ("ring", 70, 128),
-                                              ("ring", 1, 300), ("shift", 1, 0), ("shift", 5, 0), ("shift", 64, 0)])
+                                              ("ring", 1, 300), ("shift", 1, 0), ("shift", 5, 0), ("shift", 64, 0),
+                                              ("ring", 2, 128), ("ring", 42, 128), ("ring", 63, 128), ("shift", 2, 0),
+                                              ("shift", 42, 0), ("shift", 63, 0)])
 def test_attention_over_cells_out_of_position_order_gives_ggmls_bits(order: str, n: int, window: int) -> None:
     """A cache whose cells do not hold positions in order (llama.cpp's sliding-window cache once it has wrapped: new
     positions reuse the cells of those out of the window; a cache after a context shift: [kept][new][old shifted])
@@ -619,36 +623,43 @@ def test_attention_over_cells_out_of_position_order_gives_ggmls_bits(order: str,
 #: tiled path: row groups not aligned to the key tiles, value dims of 16 lanes, of 16 + 8, of 16 + 4 and of 8, blocks
 #: of rows cut short (groups of 6 or 22 rows seeing a whole tile), a sliding window cutting tiles at their start,
 #: sinks, 1, 2 and 4 query heads per key/value head. Below, the row path: one-row steps over 512 cells or more (the
-#: split-KV path) and fewer, and a pass of 20 rows; value dims of 64 + 32, of 16 + 4, of 256; 1, 2, 3 and 4 heads per
-#: key/value head
+#: split-KV path) and fewer, and passes of 2 to 63 rows over long caches (blocks of cells shared by the rows: key dims
+#: with a tail past 32, windows, a cache after a context shift, "shift": its cells out of position order); value dims
+#: of 64 + 32, of 16 + 4, of 256; 1, 2, 3 and 4 heads per key/value head
 _ATTENTION_CASES = [(200, 4, 2, 64, 64, 70, 0, False), (133, 6, 3, 40, 24, 5, 0, True),
                     (150, 2, 1, 32, 20, 100, 90, False), (64, 3, 3, 16, 8, 300, 0, True),
                     (70, 2, 2, 64, 64, 900, 0, False), (86, 2, 1, 48, 48, 0, 0, True), (300, 8, 2, 64, 64, 600, 0, False),
                     (1, 8, 2, 64, 64, 700, 0, False), (1, 4, 1, 96, 96, 300, 0, True), (1, 4, 2, 40, 20, 1200, 0, True),
                     (1, 4, 4, 256, 256, 600, 0, False), (20, 6, 2, 32, 24, 40, 0, True), (1, 8, 2, 64, 64, 200, 0, False),
-                    (1, 6, 1, 64, 72, 900, 0, False)]
+                    (1, 6, 1, 64, 72, 900, 0, False), (2, 9, 3, 64, 64, 700, 0, False),
+                    (5, 4, 1, 40, 24, 650, 300, True), (42, 9, 3, 64, 64, 650, 0, False),
+                    (63, 6, 2, 96, 72, 900, 250, True), (42, 8, 2, 112, 100, 520, 0, False),
+                    (42, 9, 3, 64, 64, 650, 0, False, "shift"), (7, 4, 2, 48, 40, 300, 100, True, "shift")]
 
 
-def _attention(case: tuple[int, int, int, int, int, int, int, bool]) -> np.ndarray:
+def _attention(case: tuple) -> np.ndarray:
     """_core.attend's output for one case of random queries and cache (seeded by the case), as a pass of its rows
-    (llama.cpp's thread count 2: the split-KV path's chunks)."""
+    (llama.cpp's thread count 2: the split-KV path's chunks); a ninth field "shift": the cache's cells in the order a
+    context shift of 100 positions leaves (_shifted_order)."""
     from minillama._native import _core
 
-    n, h, hkv, d, dv, start, window, sinks = case
-    rng = np.random.default_rng(sum(case))
+    n, h, hkv, d, dv, start, window, sinks = case[:8]
+    cells = _shifted_order(start + 100, 40, 100, n) if case[8:] == ("shift",) else None
+    rng = np.random.default_rng(sum(case[:8]))
     q = (rng.standard_normal((n, h, d)) * 1.5).astype(np.float32)
     k = rng.standard_normal((start + n, hkv, d)).astype(np.float16)
     v = rng.standard_normal((start + n, hkv, dv)).astype(np.float16)
     out = np.zeros((n, h * dv), np.float32)
     sk = rng.standard_normal(h).astype(np.float32) * 3 if sinks else None
-    _core.attend(q, k, v, out, (n, h, hkv, d, dv), start, window, 1 / np.sqrt(d), n, 2, sk)
+    _core.attend(q, k, v, out, (n, h, hkv, d, dv), start, window, 1 / np.sqrt(d), n, 2, sk, cells)
     return out
 
 
 def test_attention_kernels_equal_the_scalar_rows(tmp_path: Path) -> None:
     """The AVX2 attention (tiled: rows that see a whole key tile taken four at a time, the tile's keys and values
     widened once for the query heads sharing them, sums kept in registers; row path: the query heads sharing a
-    key/value head scored and summed in one pass over a run of keys) gives the bits of the scalar kernels, which take
+    key/value head scored and summed in one pass over a run of keys, a pass of several rows sharing each block of
+    keys and values widened once, eight scores' last sums transposed together, libm's expf four at a time) gives the bits of the scalar kernels, which take
     one query row at a time through the same operations in the same order (MINILLAMA_KERNELS=scalar, in a child: the
     choice is made once per process)."""
     import json
