@@ -69,7 +69,7 @@ typedef struct {
     float *qkv;     /* [T, q_dim + k_dim + v_dim] */
     float *att;     /* [T, H * Dv] */
     float *gu;      /* [T, max(2 n_ff, d)]: gate|up, and the outputs of wo and w_down */
-    float *scores;  /* [parts, attention_work]: attend's, attend_rows' or attend_tiled's work */
+    float *scores;  /* [parts, attention_work]: attend's or attend_runs' work */
     uint8_t *y;     /* activation rows quantized for the next product (T rows per piece type: y_offset) */
     atomic_int *chunks; /* [CHUNKS n_layer + 1]: each product's next weight row to hand out (matmul_part) */
     int64_t n_seq;
@@ -244,39 +244,26 @@ static void attend(run *r, const ms_layer *L, int il, int64_t t, int64_t h, int6
                     L->sinks ? L->sinks + h : NULL, out, work);
 }
 
-/* Query heads h..h+nh-1 (sharing one key/value head) of rows t0..t1 (at most MA_TILED_ROWS) of a batch of
- * MA_TILED_ROWS rows or more, as ggml's tiled flash attention computes them, each run of rows of one sequence given
- * together. work: ma_tiled_work floats. */
-static void attend_tiled(run *r, const ms_layer *L, int il, int64_t t0, int64_t t1, int64_t h, int64_t nh,
-                         float *work) {
+/* Query heads h..h+nh-1 (sharing one key/value head) of rows t0..t1 of a batch, each run of rows of one sequence given
+ * together to a kernel of ma_attend_tiled's arguments: ma_attend_tiled (a batch of MA_TILED_ROWS rows or more, at
+ * most MA_TILED_ROWS of them, as ggml's tiled flash attention computes them; work: ma_tiled_work floats) or
+ * ma_attend_rows (a batch of 2 to MA_TILED_ROWS - 1 rows, row by row as ggml's one_chunk computes them, their keys
+ * and values widened once for all of them; work: ma_rows_work floats). */
+typedef void (*attend_fn)(const float *, int64_t, int64_t, int64_t, const int64_t *, int64_t, const int64_t *,
+                          int64_t, const uint16_t *, int64_t, const uint16_t *, int64_t, int64_t, int64_t, float,
+                          const float *, float *, int64_t, float *);
+static void attend_runs(attend_fn fn, run *r, const ms_layer *L, int il, int64_t t0, int64_t t1, int64_t h,
+                        int64_t nh, float *work) {
     const ms_model *m = r->m;
     const int64_t D = m->head_dim, Dv = m->head_dim_v, kvh = h / (m->n_head / m->n_head_kv);
     const int64_t k_dim = m->n_head_kv * D, v_dim = m->n_head_kv * Dv;
     for (int64_t t = t0, e; t < t1; t = e) {
         for (e = t + 1; e < t1 && r->seq_of[e] == r->seq_of[t];) e++;
         const ms_seq *seq = &r->seqs[r->seq_of[t]];
-        ma_attend_tiled(r->qkv + t * L->wqkv.n_out + h * D, L->wqkv.n_out, e - t, nh, r->pos + t, L->window,
-                        seq->cells[L->window > 0], seq->n_cells[L->window > 0], seq->k[il] + kvh * D, k_dim,
-                        seq->v[il] + kvh * Dv, v_dim, D, Dv, m->attn_scale, L->sinks ? L->sinks + h : NULL,
-                        r->att + t * m->n_head * Dv + h * Dv, m->n_head * Dv, work);
-    }
-}
-
-/* Query heads h..h+nh-1 (sharing one key/value head) of rows t0..t1 (fewer than MA_TILED_ROWS) of a batch of 2 to
- * MA_TILED_ROWS - 1 rows, row by row as ggml's one_chunk computes them, each run of rows of one sequence given
- * together (their keys and values widened once for all of them). work: ma_rows_work floats. */
-static void attend_rows(run *r, const ms_layer *L, int il, int64_t t0, int64_t t1, int64_t h, int64_t nh,
-                        float *work) {
-    const ms_model *m = r->m;
-    const int64_t D = m->head_dim, Dv = m->head_dim_v, kvh = h / (m->n_head / m->n_head_kv);
-    const int64_t k_dim = m->n_head_kv * D, v_dim = m->n_head_kv * Dv;
-    for (int64_t t = t0, e; t < t1; t = e) {
-        for (e = t + 1; e < t1 && r->seq_of[e] == r->seq_of[t];) e++;
-        const ms_seq *seq = &r->seqs[r->seq_of[t]];
-        ma_attend_rows(r->qkv + t * L->wqkv.n_out + h * D, L->wqkv.n_out, e - t, nh, r->pos + t, L->window,
-                       seq->cells[L->window > 0], seq->n_cells[L->window > 0], seq->k[il] + kvh * D, k_dim,
-                       seq->v[il] + kvh * Dv, v_dim, D, Dv, m->attn_scale, L->sinks ? L->sinks + h : NULL,
-                       r->att + t * m->n_head * Dv + h * Dv, m->n_head * Dv, work);
+        fn(r->qkv + t * L->wqkv.n_out + h * D, L->wqkv.n_out, e - t, nh, r->pos + t, L->window,
+           seq->cells[L->window > 0], seq->n_cells[L->window > 0], seq->k[il] + kvh * D, k_dim, seq->v[il] + kvh * Dv,
+           v_dim, D, Dv, m->attn_scale, L->sinks ? L->sinks + h : NULL, r->att + t * m->n_head * Dv + h * Dv,
+           m->n_head * Dv, work);
     }
 }
 
@@ -504,7 +491,7 @@ static void team(void *ctx, int part, int parts) {
     run *r = ctx;
     const ms_model *m = r->m;
     const int64_t T = r->T, d = m->n_embd, n_ff = m->n_ff, G = attention_rows(r, parts), nh = attention_heads(r, parts);
-    const int64_t work = (int64_t)attention_work(m, T); /* attend's, attend_rows' or attend_tiled's */
+    const int64_t work = (int64_t)attention_work(m, T); /* attend's or attend_runs' */
     int64_t t0, t1;
     share(T, part, parts, &t0, &t1);
     const int64_t a0 = attention_split(r, part, parts), a1 = attention_split(r, part + 1, parts);
@@ -522,8 +509,8 @@ static void team(void *ctx, int part, int parts) {
         else
             for (int64_t i = a0; i < a1; i++) {
                 const int64_t g = i / (m->n_head / nh), e = (g + 1) * G < T ? (g + 1) * G : T;
-                (T >= MA_TILED_ROWS ? attend_tiled : attend_rows)(r, L, il, g * G, e, i % (m->n_head / nh) * nh, nh,
-                                                                  r->scores + part * work);
+                attend_runs(T >= MA_TILED_ROWS ? ma_attend_tiled : ma_attend_rows, r, L, il, g * G, e,
+                            i % (m->n_head / nh) * nh, nh, r->scores + part * work);
             }
         barrier_wait(&r->bar, parts);
         /* x += post_attn_norm(wo att + bo) */
