@@ -101,14 +101,14 @@ class Ring:
         """Move positions from p0 on by delta (those falling below 0 leave), as llama.cpp's seq_add."""
         moved = self.pos >= p0
         self.pos[moved] += delta
-        gone = moved & (self.pos < 0)
-        if gone.any():
-            self.pos[gone] = -1
-            self.head = min(self.head, int(np.argmax(gone)))
+        self._free(moved & (self.pos < 0))
         self._update()
 
     def _remove(self, p0: int, p1: int | None) -> None:
-        gone = (self.pos >= p0) & (self.pos < (np.iinfo(np.int64).max if p1 is None else p1))
+        self._free((self.pos >= p0) & (self.pos < (np.iinfo(np.int64).max if p1 is None else p1)))
+
+    def _free(self, gone: np.ndarray) -> None:
+        """Empty the cells gone marks; the head goes back to the first of them, as llama.cpp's seq_rm moves it."""
         if gone.any():
             self.pos[gone] = -1
             self.head = min(self.head, int(np.argmax(gone)))
