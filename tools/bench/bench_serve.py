@@ -1,23 +1,26 @@
 """`minillama serve` beside llama.cpp's llama-server (xllamacpp) on the same model and load (a plain script, not a test).
 
     python tools/bench/bench_serve.py [--model PATH] [--engines minillama llama.cpp] [--clients 1 4]
-                                      [--max-tokens 48] [--rounds 2] [--turns 6] [--threads 2]
+                                      [--max-tokens 48] [--rounds 5] [--turns 6] [--threads 2]
 
-Each engine runs in its own process, one at a time, on a free loopback port: `minillama serve`, and llama.cpp's
-server run in-process by xllamacpp (CommonParams.port / .hostnames, --threads threads, 2048 tokens of context per
-slot). Two loads:
-- Clients: `--parallel <most clients>`; for each client count, `rounds` rounds in which every client sends one
-  streamed completion of --max-tokens tokens (end of text banned with logit_bias, so every reply has that length)
-  at the same moment. Reported: the tokens all clients received over the round's wall time (best round), and the
-  server's CPU time per token received (user + system from /proc, median over the rounds; 0 for an engine that
-  runs in a process /proc cannot see).
-- Conversation: `--parallel 2`; one client's chat of --turns turns, each turn re-sending the whole conversation
-  (a system text of about 600 tokens, then the earlier questions and scripted answers, then the new question):
-  time to the first token of each turn's streamed reply (the first chunk with text).
+Each engine runs in its own process on a free loopback port: `minillama serve`, and llama.cpp's server run
+in-process by xllamacpp (CommonParams.port / .hostnames, --threads threads, 2048 tokens of context per slot). Both
+servers are up at once but only one is loaded at a time: the rounds alternate between the engines (ABBA: each
+round's order the reverse of the last's), with a pause before each, so that a machine whose speed drifts over
+seconds (a shared host: the same engine's rate moves by up to 1.45x within an hour) moves both engines' figures
+alike instead of the ratio. Two loads:
+- Clients: `--parallel <most clients>`; for each client count, `rounds` rounds per engine in which every client
+  sends one streamed completion of --max-tokens tokens (end of text banned with logit_bias, so every reply has that
+  length) at the same moment. Reported: the tokens all clients received over the round's wall time (the median
+  round), and the server's CPU time per token received (user + system from /proc, the median round; 0 for an
+  engine that runs in a process /proc cannot see).
+- Conversation: `--parallel 2`; one client's chat of --turns turns with each engine, turn by turn in alternation,
+  each turn re-sending the whole conversation (a system text of about 600 tokens, then the earlier questions and
+  scripted answers, then the new question): time to the first token of each turn's streamed reply (the first
+  chunk with text).
 Then the side-by-side table and minillama's ratio (its rate over llama.cpp's; llama.cpp's time over its own), with
 the goals: >= 1.3x with one client, >= 1.5x with four, >= 1.5x on the conversation's turns after the first (their
-mean and their median). The
-machine's load average is printed too: on a shared machine it is the ceiling.
+mean and their median). The machine's load average is printed too: on a shared machine it is the ceiling.
 """
 
 from __future__ import annotations
@@ -139,44 +142,66 @@ def round_(host: str, port: int, clients: int, max_tokens: int, eos: int, seed: 
     return sum(got), time.perf_counter() - start_time
 
 
-def clients_load(engine: str, args: argparse.Namespace, eos: int) -> dict[int, tuple[float, float]]:
-    """client count -> (tokens/s of the best round, server CPU ms per token)."""
-    proc, host, port = start(args.model, max(args.clients), engine, args.threads)
+#: Seconds each server is left idle before a measured round, so that the other engine's threads have parked (a
+#: ggml thread pool spins for a while after its last graph) and minillama's thread choice sees idle cores.
+SETTLE = 0.3
+
+
+def alternating(engines: list[str], r: int) -> list[str]:
+    """The engines in round r's order: as given in even rounds, reversed in odd ones (ABBA)."""
+    return list(engines) if r % 2 == 0 else list(reversed(engines))
+
+
+def clients_load(args: argparse.Namespace, eos: int) -> dict[str, dict[int, tuple[float, float]]]:
+    """engine -> client count -> (tokens/s of the median round, server CPU ms per token of the median round), the
+    engines' rounds in alternation."""
+    servers = {e: start(args.model, max(args.clients), e, args.threads) for e in args.engines}
     try:
-        round_(host, port, 1, 8, eos, 0)  # warm-up: thread choice, caches
-        out = {}
+        for _, host, port in servers.values():
+            round_(host, port, 1, 8, eos, 0)  # warm-up: thread choice, caches
+        rates: dict[str, dict[int, list[float]]] = {e: {c: [] for c in args.clients} for e in servers}
+        cpu: dict[str, dict[int, list[float]]] = {e: {c: [] for c in args.clients} for e in servers}
         for clients in args.clients:
-            rounds, cpu = [], []
             for r in range(args.rounds):
-                before = cpu_seconds(proc.pid)
-                rounds.append(round_(host, port, clients, args.max_tokens, eos, 100 * r))
-                cpu.append((cpu_seconds(proc.pid) - before) / max(rounds[-1][0], 1))
-            best = max(rounds, key=lambda tn: tn[0] / tn[1])
-            out[clients] = (best[0] / best[1], 1000 * sorted(cpu)[len(cpu) // 2])
-        return out
+                for engine in alternating(args.engines, r):
+                    proc, host, port = servers[engine]
+                    time.sleep(SETTLE)
+                    before = cpu_seconds(proc.pid)
+                    n, seconds = round_(host, port, clients, args.max_tokens, eos, 100 * r)
+                    rates[engine][clients].append(n / seconds)
+                    cpu[engine][clients].append(1000 * (cpu_seconds(proc.pid) - before) / max(n, 1))
+        return {e: {c: (statistics.median(rates[e][c]), statistics.median(cpu[e][c])) for c in args.clients}
+                for e in servers}
     finally:
-        proc.terminate()
-        proc.wait()
+        for proc, _, _ in servers.values():
+            proc.terminate()
+            proc.wait()
 
 
-def conversation(engine: str, args: argparse.Namespace) -> list[float]:
-    """Seconds to the first token of each turn of one client's conversation, re-sent whole, on 2 slots."""
-    proc, host, port = start(args.model, 2, engine, args.threads)
+def conversation(args: argparse.Namespace) -> dict[str, list[float]]:
+    """engine -> seconds to the first token of each turn of one client's conversation, re-sent whole, on 2 slots;
+    the engines take the turns in alternation."""
+    servers = {e: start(args.model, 2, e, args.threads) for e in args.engines}
     try:
-        post(host, port, "/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4,
-                                                   "stream": True})  # warm-up, another prompt
+        for _, host, port in servers.values():  # warm-up, another prompt
+            post(host, port, "/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}],
+                                                      "max_tokens": 4, "stream": True})
         messages = [{"role": "system", "content": SYSTEM}]
-        ttft = []
-        for question in QUESTIONS[:args.turns]:
+        ttft: dict[str, list[float]] = {e: [] for e in servers}
+        for t, question in enumerate(QUESTIONS[:args.turns]):
             messages.append({"role": "user", "content": question})
-            first, _ = post(host, port, "/v1/chat/completions", {"messages": messages, "max_tokens": 8,
-                                                                 "temperature": 0, "stream": True})
-            ttft.append(first if first is not None else float("nan"))
+            for engine in alternating(args.engines, t):
+                _, host, port = servers[engine]
+                time.sleep(SETTLE)
+                first, _ = post(host, port, "/v1/chat/completions", {"messages": messages, "max_tokens": 8,
+                                                                     "temperature": 0, "stream": True})
+                ttft[engine].append(first if first is not None else float("nan"))
             messages.append({"role": "assistant", "content": ANSWER})
         return ttft
     finally:
-        proc.terminate()
-        proc.wait()
+        for proc, _, _ in servers.values():
+            proc.terminate()
+            proc.wait()
 
 
 def main() -> None:
@@ -185,7 +210,7 @@ def main() -> None:
     ap.add_argument("--engines", nargs="+", choices=ENGINES, default=list(ENGINES))
     ap.add_argument("--clients", type=int, nargs="+", default=[1, 4])
     ap.add_argument("--max-tokens", type=int, default=48)
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--turns", type=int, default=6, choices=range(1, len(QUESTIONS) + 1), metavar="N")
     ap.add_argument("--threads", type=int, default=2, help="llama.cpp's threads (minillama's 'auto' uses at most "
                     "the cores, 2 here)")
@@ -196,12 +221,10 @@ def main() -> None:
 
     tok = Tokenizer.from_file(args.model)
     system_tokens = len(tok.encode(SYSTEM))
-    loads, turns = {}, {}
-    for engine in args.engines:  # one engine at a time, each in its own process
-        loads[engine] = clients_load(engine, args, tok.eos_id)
-        turns[engine] = conversation(engine, args)
-    print(f"{args.model}: {args.max_tokens} tokens per reply, best of {args.rounds} rounds; conversation of "
-          f"{args.turns} turns on 2 slots, a {system_tokens}-token system text; load average "
+    loads = clients_load(args, tok.eos_id)
+    turns = conversation(args)
+    print(f"{args.model}: {args.max_tokens} tokens per reply, median of {args.rounds} rounds, engines alternating; "
+          f"conversation of {args.turns} turns on 2 slots, a {system_tokens}-token system text; load average "
           f"{os.getloadavg()[0]:.1f}")
     names = list(args.engines)
     both = names == list(ENGINES)
