@@ -364,6 +364,8 @@ static inline __attribute__((always_inline)) void q32_gemv4(const int type, cons
             d8 = _mm256_castps128_ps256(_mm_mul_ps(dw4, _mm_set1_ps(h2f(ld_u16(y)))));
         }
         __m256i isum[4];
+        float dd[8]; /* d8's lanes, each broadcast from memory below (a load, not a shuffle) */
+        if (!chain) _mm256_storeu_ps(dd, d8);
         for (int r = 0; r < 4; r++) {
             const __m256i q = qblock(type, w + r * rb);
             if (chain) {
@@ -371,8 +373,7 @@ static inline __attribute__((always_inline)) void q32_gemv4(const int type, cons
                 continue;
             }
             const __m256 p = sum_u8_ps(with_min ? q : _mm256_sign_epi8(q, q), with_min ? yq : _mm256_sign_epi8(yq, q));
-            const __m256 d = _mm256_permutevar8x32_ps(d8, _mm256_set1_epi32(with_min ? 2 * r : r));
-            acc[r] = _mm256_fmadd_ps(d, p, acc[r]);
+            acc[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(&dd[with_min ? 2 * r : r]), p, acc[r]);
         }
         if (chain) /* the four rows' whole sums side by side, one fused chain each */
             accs = _mm_fmadd_ps(_mm_cvtepi32_ps(hsum4_epi32(isum)), _mm256_castps256_ps128(d8), accs);

@@ -26,9 +26,8 @@ static inline __m128i kscales_x(const uint8_t *s) {
 
 /* 16 bytes of nibbles as 32 values: low nibbles first (values 0-15), then high (16-31). */
 static inline __m256i nibbles(const uint8_t *p) {
-    __m128i t = _mm_loadu_si128((const __m128i *)p);
-    __m256i b = _mm256_inserti128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1);
-    return _mm256_and_si256(b, _mm256_set1_epi8(0x0F));
+    const __m256i b = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_and_si256(_mm256_srlv_epi64(b, _mm256_set_epi64x(4, 4, 0, 0)), _mm256_set1_epi8(0x0F));
 }
 
 /* 32 bits as 32 bytes: 0xFF where the bit is set. */
