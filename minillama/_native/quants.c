@@ -288,12 +288,21 @@ static void dot_range(int type, const uint8_t *w, size_t row_bytes, const uint8_
         /* done: the weight rows unpacked once */
     } else if (dotn && n_x > 1) {
         /* ROW_BLOCK weight rows at a time against every tile of MQ_NRC activation rows: both stay in L1 */
+        const mq_rows2_fn rows2 = dotn == T->rows && yf ? T->rows2 : NULL; /* two weight rows a call */
         for (int64_t rb = r0; rb < r1; rb += ROW_BLOCK)
-            for (int64_t t = 0; t < n_x; t += MQ_NRC)
-                for (int64_t r = rb; r < r1 && r < rb + ROW_BLOCK; r++)
-                    dotn(w + (size_t)r * row_bytes, y + (size_t)t * y_bytes, y_bytes, (int)cols,
-                         (int)(n_x - t < MQ_NRC ? n_x - t : MQ_NRC), out + t * out_stride + r, (size_t)out_stride,
-                         yf ? yf + (size_t)(t / MQ_NRC) * tile_f : NULL);
+            for (int64_t t = 0; t < n_x; t += MQ_NRC) {
+                const int nrc = (int)(n_x - t < MQ_NRC ? n_x - t : MQ_NRC);
+                const float *yft = yf ? yf + (size_t)(t / MQ_NRC) * tile_f : NULL;
+                int64_t r = rb;
+                const int64_t end = r1 < rb + ROW_BLOCK ? r1 : rb + ROW_BLOCK;
+                if (rows2)
+                    for (; r + 2 <= end; r += 2)
+                        rows2(w + (size_t)r * row_bytes, row_bytes, y + (size_t)t * y_bytes, y_bytes, (int)cols, nrc,
+                              out + t * out_stride + r, (size_t)out_stride, yft);
+                for (; r < end; r++)
+                    dotn(w + (size_t)r * row_bytes, y + (size_t)t * y_bytes, y_bytes, (int)cols, nrc,
+                         out + t * out_stride + r, (size_t)out_stride, yft);
+            }
     } else
         for (int64_t r = r0; r < r1; r++)
             for (int64_t t = 0; t < n_x; t++)

@@ -33,6 +33,12 @@ typedef float (*mq_dot_fn)(const uint8_t *w, const uint8_t *y, int n);
 typedef void (*mq_dotn_fn)(const uint8_t *w, const uint8_t *y, size_t y_stride, int n, int nrc, float *out,
                            size_t out_stride, const float *yf);
 
+/* Two weight rows (w and w + row_bytes) against nrc (1..MQ_NRC) activation rows with their tile scales yf (as
+ * mq_dotn_fn's): out[j * out_stride + k] = weight row k's dot with row j, by the float operations of the type's
+ * rows kernel, so with its bits (batched decode steps: each activation block loaded once for both rows). */
+typedef void (*mq_rows2_fn)(const uint8_t *w, size_t row_bytes, const uint8_t *y, size_t y_stride, int n, int nrc,
+                            float *out, size_t out_stride, const float *yf);
+
 /* A matrix of rows weight rows (row_bytes apart) against one activation row y: out[r] = row r's dot with y, with
  * the bits of the type's one-row kernel (a decode step's products, several weight rows at a time). */
 typedef void (*mq_gemv_fn)(const uint8_t *w, size_t row_bytes, int64_t rows, const uint8_t *y, int n, float *out);
@@ -94,6 +100,7 @@ typedef struct {
     mq_dot_fn dot;                   /* one weight row . one activation row */
     mq_dotn_fn rows;                 /* NULL: one dot per activation row */
     mq_dotn_fn rows_batch;           /* the MQ_BATCH form (NULL: rows at any size) */
+    mq_rows2_fn rows2;               /* NULL: rows one weight row at a time (tile scales needed: tile_scales) */
     mq_gemv_fn gemv;                 /* NULL: dot weight row by weight row */
     mq_panel panel;                  /* panel.panel NULL: none */
     mq_gemm gemm;                    /* gemm.kernel NULL: none (the panels or rows kernels run) */
