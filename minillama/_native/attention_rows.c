@@ -320,7 +320,9 @@ void ma_attend_rows(const float *q, int64_t q_stride, int64_t n, int64_t nh, con
                     int64_t v_stride, int64_t D, int64_t Dv, float scale, const float *sink, float *out,
                     int64_t out_stride, float *work) {
 #ifdef HAVE_AVX2_ROWS
-    if (mq_cpu_isa() == MQ_ISA_AVX2) {
+    /* one row (a sequence's step in a batch of steps): nothing to share, so the row path, which reads the float16
+     * keys and values where they lie rather than widening each block first */
+    if (mq_cpu_isa() == MQ_ISA_AVX2 && n > 1) {
         rows_avx2(q, q_stride, n, nh, pos, window, cells, n_kv, k, k_stride, v, v_stride, D, Dv, scale, sink, out,
                   out_stride, work);
         return;
