@@ -14,6 +14,7 @@ llama.cpp's server (n_probs) and OpenAI report them.
 
 from __future__ import annotations
 
+import math
 import secrets
 from collections import deque
 from collections.abc import Iterable, Mapping
@@ -165,14 +166,24 @@ class Sampler:
         cand = _identity(x.size) if ids is None else np.asarray(ids).ravel()
         if cand.shape != x.shape:
             raise ArgumentError(f"{x.size} scores for {cand.size} candidate ids")
-        if x.size and np.isnan(x.min()):  # min propagates a NaN (not x @ x: BLAS threads woke to spin beside the model's)
+        lo = x.min() if x.size else 0.0
+        if np.isnan(lo):  # min propagates a NaN (not x @ x: BLAS threads woke to spin beside the model's)
             raise ArgumentError("the model's scores contain NaN")
         raw = x
         x = self.adjust(x, cand, in_place=not self.n_probs)
-        choice = self._choose(x, cand)
+        # no score is -inf (the usual case: the model's are finite, and the biases and penalties too): _choose need
+        # not look for them
+        finite = bool(x.size) and lo > -np.inf and self._finite_adjust
+        choice = self._choose(x, cand, finite)
         if self.n_probs:
             self.last_logprob = _logprob(raw, cand, choice, self.n_probs)
         return choice
+
+    @property
+    def _finite_adjust(self) -> bool:
+        """Whether adjust() keeps finite scores finite (every bias and penalty a finite number)."""
+        return all(math.isfinite(v) for v in (self.repeat_penalty, self.frequency_penalty, self.presence_penalty,
+                                              *(self.logit_bias or {}).values()))
 
     def _scores(self, logits: ArrayLike) -> np.ndarray:
         """logits as float64 in an array of this sampler's own (reused from draw to draw: a fresh 49k-score array
@@ -184,10 +195,15 @@ class Sampler:
         np.copyto(buf, src, casting="unsafe" if src.dtype.kind in "fiub" else "same_kind")
         return buf
 
-    def _choose(self, x: np.ndarray, cand: np.ndarray) -> int:
-        """The chain after bias and penalties: the allowed set, top_k, top_p, min_p, temperature, the draw."""
-        keep = x > -np.inf
+    def _choose(self, x: np.ndarray, cand: np.ndarray, finite: bool = False) -> int:
+        """The chain after bias and penalties: the allowed set, top_k, top_p, min_p, temperature, the draw.
+        finite: the caller knows no score is -inf (the scan for them is skipped: 14 us of a 49k vocab's 200)."""
         allowed = self._allowed
+        if finite and allowed is None:
+            if self.greedy:
+                return int(cand[int(np.argmax(x))])
+            return self._draw(x, cand)
+        keep = x > -np.inf
         if allowed is not None:
             inside = (cand >= 0) & (cand < allowed.size)
             ok = np.zeros(cand.shape, bool)
@@ -201,6 +217,10 @@ class Sampler:
             raise ArgumentError("no candidate token has a non-zero probability")
         if self.greedy:
             return int(cand[int(np.argmax(x))])
+        return self._draw(x, cand)
+
+    def _draw(self, x: np.ndarray, cand: np.ndarray) -> int:
+        """top_k, top_p, min_p, temperature and the draw over candidates x (none -inf, at least one)."""
         order = _best_first(x, self.top_k)
         xs = x[order]
         if self.top_p < 1.0:
