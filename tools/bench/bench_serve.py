@@ -158,6 +158,7 @@ def clients_load(args: argparse.Namespace, eos: int) -> dict[str, dict[int, tupl
     servers = {e: start(args.model, max(args.clients), e, args.threads) for e in args.engines}
     try:
         for _, host, port in servers.values():
+            time.sleep(SETTLE)  # the other server may still be starting up: its threads are not load
             round_(host, port, 1, 8, eos, 0)  # warm-up: thread choice, caches
         rates: dict[str, dict[int, list[float]]] = {e: {c: [] for c in args.clients} for e in servers}
         cpu: dict[str, dict[int, list[float]]] = {e: {c: [] for c in args.clients} for e in servers}
@@ -184,6 +185,7 @@ def conversation(args: argparse.Namespace) -> dict[str, list[float]]:
     servers = {e: start(args.model, 2, e, args.threads) for e in args.engines}
     try:
         for _, host, port in servers.values():  # warm-up, another prompt
+            time.sleep(SETTLE)
             post(host, port, "/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}],
                                                       "max_tokens": 4, "stream": True})
         messages = [{"role": "system", "content": SYSTEM}]
