@@ -457,6 +457,20 @@ def test_auto_threads_settle_on_the_faster_choice(monkeypatch: pytest.MonkeyPatc
     assert spent <= 1.06 * 1000 * cost[best], f"tries cost {spent / (1000 * cost[best]) - 1:.1%}"
 
 
+def test_auto_threads_start_on_every_core_unless_each_look_finds_them_busy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One look at /proc can catch the server's own event loop between two states (running in /proc/stat, asleep in
+    its task list): a 620-token first prompt then ran on one thread of two. A kind of pass starts on one thread only
+    when every look of START_LOOKS finds the cores busy."""
+    from minillama.model import threads
+
+    looks = iter([1, 2])  # busy at the first look, idle at the second
+    monkeypatch.setattr(threads, "idle_cores", lambda: next(looks))
+    assert threads._Choice(2).best == 2
+    seen = []
+    monkeypatch.setattr(threads, "idle_cores", lambda: seen.append(1) or 1)  # really busy
+    assert threads._Choice(2).best == 1 and len(seen) == threads.START_LOOKS
+
+
 def test_auto_threads_try_more_threads_once_the_cores_are_idle(monkeypatch: pytest.MonkeyPatch) -> None:
     """A start on a busy machine (one thread) tries two as soon as the cores are idle, not only on the ninth pass:
     a server's session runs few prompts, and a snapshot taken while another process was ending kept every one of
