@@ -49,6 +49,7 @@ setup(
                                                                     "minillama/_native/quants_common.h",
                                                                     "minillama/_native/quants_kernels.h",
                                                                     "minillama/_native/quants_avx2.h",
+                                                                    "minillama/_native/attention_avx2.h",
                                                                     "minillama/_native/quants_iq.h",
                                                                     "minillama/_native/quants_iq_grids.h",
                                                                     "minillama/_native/quants_iq1_grids.h",

@@ -129,12 +129,7 @@ static void run_scalar(row_state *st, const uint16_t *k, int64_t ks, const uint1
 #pragma GCC target("avx2,fma,f16c")
 #include <immintrin.h>
 
-/* Rounds the eight floats to float16 (nearest even) and back. */
-static inline __m256 round_f16x8(__m256 x) {
-    return _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-}
-
-static inline __m256 load_f16x8(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+#include "attention_avx2.h"
 
 static float dot_f16_avx2(const uint16_t *x, const float *y, int64_t n) {
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
@@ -156,55 +151,9 @@ static float dot_f16_avx2(const uint16_t *x, const float *y, int64_t n) {
 /* The scores of a run of keys are made before the softmax goes over them (they depend only on q and the keys),
  * so their dot products overlap rather than wait, each behind the previous key's exp and value update; then the
  * run's weights (the running maximum and S go key by key as before: a scale factor where a key raised the maximum,
- * else 1, and each key's weight; ma_online_weights, its exponents four at a time); then the weighted values, 64 lanes of the sum at a time held in registers over
+ * else 1, and each key's weight; ma_online_weights, its exponents four at a time); then the weighted values (value_sum, attention_avx2.h), 64 lanes of the sum at a time held in registers over
  * the whole run, each lane taking the same roundings in the same order as one key at a time would. */
 #define SCORE_RUN 128
-
-/* acc [8 n lanes] (n <= 8) over the run's keys: where up[j], acc = f16(acc * ms[j]); then acc = f16(v_j * w[j] +
- * acc), fused. n is a constant at each call: the compiler keeps the lanes in registers. */
-static inline __attribute__((always_inline)) void run_lanes(float *acc, int n, const uint16_t *v, int64_t vs,
-                                                            int64_t len, const float *w, const float *ms,
-                                                            const uint8_t *up) {
-    __m256 a[8];
-#pragma GCC unroll 8
-    for (int i = 0; i < n; i++) a[i] = _mm256_loadu_ps(acc + 8 * i);
-    for (int64_t j = 0; j < len; j++) {
-        if (up[j]) {
-            const __m256 m8 = _mm256_set1_ps(ms[j]);
-#pragma GCC unroll 8
-            for (int i = 0; i < n; i++) a[i] = round_f16x8(_mm256_mul_ps(a[i], m8));
-        }
-        const __m256 w8 = _mm256_set1_ps(w[j]);
-        const uint16_t *vr = v + j * vs;
-#pragma GCC unroll 8
-        for (int i = 0; i < n; i++) a[i] = round_f16x8(_mm256_fmadd_ps(load_f16x8(vr + 8 * i), w8, a[i]));
-    }
-#pragma GCC unroll 8
-    for (int i = 0; i < n; i++) _mm256_storeu_ps(acc + 8 * i, a[i]);
-}
-
-/* The weighted values of one query over a run of n keys (run_lanes, 64 lanes at a time; the last Dv % 8 one by one). */
-static void run_values(float *acc, const uint16_t *vr, int64_t vs, int64_t n, int64_t Dv, const float *w,
-                       const float *ms, const uint8_t *up) {
-    const int64_t dv8 = Dv & ~(int64_t)7;
-    int64_t i = 0;
-    for (; i + 64 <= dv8; i += 64) run_lanes(acc + i, 8, vr + i, vs, n, w, ms, up);
-    switch ((dv8 - i) / 8) {
-    case 7: run_lanes(acc + i, 7, vr + i, vs, n, w, ms, up); break;
-    case 6: run_lanes(acc + i, 6, vr + i, vs, n, w, ms, up); break;
-    case 5: run_lanes(acc + i, 5, vr + i, vs, n, w, ms, up); break;
-    case 4: run_lanes(acc + i, 4, vr + i, vs, n, w, ms, up); break;
-    case 3: run_lanes(acc + i, 3, vr + i, vs, n, w, ms, up); break;
-    case 2: run_lanes(acc + i, 2, vr + i, vs, n, w, ms, up); break;
-    case 1: run_lanes(acc + i, 1, vr + i, vs, n, w, ms, up); break;
-    default: break;
-    }
-    for (i = dv8; i < Dv; i++)
-        for (int64_t j = 0; j < n; j++) {
-            if (up[j]) acc[i] = mq_round_f16(acc[i] * ms[j]);
-            acc[i] = mq_round_f16(fmaf(mq_half_float(vr[j * vs + i]), w[j], acc[i]));
-        }
-}
 
 /* run_scalar's heads together: each run of keys scored for every head while the key row is in the cache, and its
  * values read once from memory for all of them. */
@@ -220,7 +169,7 @@ static void run_avx2(row_state *st, const uint16_t *k, int64_t ks, const uint16_
                 w[g][j] = dot_f16_avx2(k + (c0 + j) * ks, st->q16 + g * D, D) * st->scale;
         for (int64_t g = 0; g < nq; g++) {
             ma_online_weights(w[g], ms[g], up[g], n, st->M + g, st->S + g);
-            run_values(st->acc + g * Dv, v + c0 * vs, vs, n, Dv, w[g], ms[g], up[g]);
+            value_sum(st->acc + g * Dv, 1, v + c0 * vs, vs, NULL, n, Dv, w[g], ms[g], up[g]);
         }
     }
 }

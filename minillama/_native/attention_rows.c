@@ -87,11 +87,7 @@ static void expf_n_avx2(int64_t n, const float *x, float *y) {
     for (; i < n; i++) y[i] = expf(x[i]);
 }
 
-static inline __m256 round_f16x8(__m256 x) {
-    return _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-}
-
-static inline __m256 load_f16x8(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+#include "attention_avx2.h"
 
 /* dst [n] = the float16 values src [n] widened (exact). */
 static void widen(float *dst, const uint16_t *src, int64_t n) {
@@ -159,51 +155,6 @@ static void scores(const float *qr, const float *kf, const int64_t *idx, int64_t
         scores_d(qr, kf, idx, m, D, scale, sc);
 }
 
-/* acc [8 nl lanes] over the m seen keys: where up[j], acc = f16(acc * ms[j]); then acc = f16(v_j * w[j] + acc),
- * fused (attention.c's run_lanes, the values already widened). nl is a constant at each call. */
-static inline __attribute__((always_inline)) void lanes(float *acc, int nl, const float *vf, int64_t Dv,
-                                                        const int64_t *idx, int64_t m, const float *w,
-                                                        const float *ms, const uint8_t *up) {
-    __m256 a[8];
-#pragma GCC unroll 8
-    for (int i = 0; i < nl; i++) a[i] = _mm256_loadu_ps(acc + 8 * i);
-    for (int64_t j = 0; j < m; j++) {
-        if (up[j]) {
-            const __m256 m8 = _mm256_set1_ps(ms[j]);
-#pragma GCC unroll 8
-            for (int i = 0; i < nl; i++) a[i] = round_f16x8(_mm256_mul_ps(a[i], m8));
-        }
-        const __m256 w8 = _mm256_set1_ps(w[j]);
-        const float *vr = vf + idx[j] * Dv;
-#pragma GCC unroll 8
-        for (int i = 0; i < nl; i++) a[i] = round_f16x8(_mm256_fmadd_ps(_mm256_loadu_ps(vr + 8 * i), w8, a[i]));
-    }
-#pragma GCC unroll 8
-    for (int i = 0; i < nl; i++) _mm256_storeu_ps(acc + 8 * i, a[i]);
-}
-
-static void values(float *acc, const float *vf, int64_t Dv, const int64_t *idx, int64_t m, const float *w,
-                   const float *ms, const uint8_t *up) {
-    const int64_t dv8 = Dv & ~(int64_t)7;
-    int64_t i = 0;
-    for (; i + 64 <= dv8; i += 64) lanes(acc + i, 8, vf + i, Dv, idx, m, w, ms, up);
-    switch ((dv8 - i) / 8) {
-    case 7: lanes(acc + i, 7, vf + i, Dv, idx, m, w, ms, up); break;
-    case 6: lanes(acc + i, 6, vf + i, Dv, idx, m, w, ms, up); break;
-    case 5: lanes(acc + i, 5, vf + i, Dv, idx, m, w, ms, up); break;
-    case 4: lanes(acc + i, 4, vf + i, Dv, idx, m, w, ms, up); break;
-    case 3: lanes(acc + i, 3, vf + i, Dv, idx, m, w, ms, up); break;
-    case 2: lanes(acc + i, 2, vf + i, Dv, idx, m, w, ms, up); break;
-    case 1: lanes(acc + i, 1, vf + i, Dv, idx, m, w, ms, up); break;
-    default: break;
-    }
-    for (i = dv8; i < Dv; i++)
-        for (int64_t j = 0; j < m; j++) {
-            if (up[j]) acc[i] = mq_round_f16(acc[i] * ms[j]);
-            acc[i] = mq_round_f16(fmaf(vf[idx[j] * Dv + i], w[j], acc[i]));
-        }
-}
-
 static void rows_avx2(const float *q, int64_t q_stride, int64_t n, int64_t nh, const int64_t *pos, int64_t window,
                       const int64_t *cells, int64_t n_kv, const uint16_t *k, int64_t ks, const uint16_t *v,
                       int64_t vs, int64_t D, int64_t Dv, float scale, const float *sink, float *out,
@@ -251,7 +202,7 @@ static void rows_avx2(const float *q, int64_t q_stride, int64_t n, int64_t nh, c
                 uint8_t up[ROWS_BLOCK];
                 scores(q16 + r * D, kf, idx, m, D, scale, w);
                 ma_online_weights(w, ms, up, m, M + r, S + r);
-                values(acc + r * Dv, vf, Dv, idx, m, w, ms, up);
+                value_sum(acc + r * Dv, 0, vf, Dv, idx, m, Dv, w, ms, up);
             }
         }
     }
