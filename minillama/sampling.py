@@ -199,28 +199,21 @@ class Sampler:
         """The chain after bias and penalties: the allowed set, top_k, top_p, min_p, temperature, the draw.
         finite: the caller knows no score is -inf (the scan for them is skipped: 14 us of a 49k vocab's 200)."""
         allowed = self._allowed
-        if finite and allowed is None:
-            if self.greedy:
-                return int(cand[int(np.argmax(x))])
-            return self._draw(x, cand)
-        keep = x > -np.inf
-        if allowed is not None:
-            inside = (cand >= 0) & (cand < allowed.size)
-            ok = np.zeros(cand.shape, bool)
-            ok[inside] = allowed[cand[inside]]
-            if not (ok & keep).any():
-                return self._fallback
-            keep &= ok
-        if not keep.all():
-            x, cand = x[keep], cand[keep]
-        if x.size == 0:
-            raise ArgumentError("no candidate token has a non-zero probability")
+        if not finite or allowed is not None:
+            keep = x > -np.inf
+            if allowed is not None:
+                inside = (cand >= 0) & (cand < allowed.size)
+                ok = np.zeros(cand.shape, bool)
+                ok[inside] = allowed[cand[inside]]
+                if not (ok & keep).any():
+                    return self._fallback
+                keep &= ok
+            if not keep.all():
+                x, cand = x[keep], cand[keep]
+            if x.size == 0:
+                raise ArgumentError("no candidate token has a non-zero probability")
         if self.greedy:
             return int(cand[int(np.argmax(x))])
-        return self._draw(x, cand)
-
-    def _draw(self, x: np.ndarray, cand: np.ndarray) -> int:
-        """top_k, top_p, min_p, temperature and the draw over candidates x (none -inf, at least one)."""
         order = _best_first(x, self.top_k)
         xs = x[order]
         if self.top_p < 1.0:
