@@ -26,6 +26,7 @@ mean and their median). The machine's load average is printed too: on a shared m
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import json
 import os
@@ -36,6 +37,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -152,14 +154,30 @@ def alternating(engines: list[str], r: int) -> list[str]:
     return list(engines) if r % 2 == 0 else list(reversed(engines))
 
 
+@contextlib.contextmanager
+def servers_up(args: argparse.Namespace, parallel: int,
+               warm: Callable[[str, int], object]) -> Iterator[dict[str, tuple[subprocess.Popen, str, int]]]:
+    """Every engine's server (engine -> (process, host, port)), each warmed up by warm(host, port) after a pause
+    (the server started last may still be busy starting: its threads are not load); all stopped on the way out."""
+    servers: dict[str, tuple[subprocess.Popen, str, int]] = {}
+    try:
+        for engine in args.engines:
+            servers[engine] = start(args.model, parallel, engine, args.threads)
+        for _, host, port in servers.values():
+            time.sleep(SETTLE)
+            warm(host, port)
+        yield servers
+    finally:
+        for proc, _, _ in servers.values():
+            proc.terminate()
+            proc.wait()
+
+
 def clients_load(args: argparse.Namespace, eos: int) -> dict[str, dict[int, tuple[float, float]]]:
     """engine -> client count -> (tokens/s of the median round, server CPU ms per token of the median round), the
     engines' rounds in alternation."""
-    servers = {e: start(args.model, max(args.clients), e, args.threads) for e in args.engines}
-    try:
-        for _, host, port in servers.values():
-            time.sleep(SETTLE)  # the other server may still be starting up: its threads are not load
-            round_(host, port, 1, 8, eos, 0)  # warm-up: thread choice, caches
+    # warm-up: thread choice, caches
+    with servers_up(args, max(args.clients), lambda host, port: round_(host, port, 1, 8, eos, 0)) as servers:
         rates: dict[str, dict[int, list[float]]] = {e: {c: [] for c in args.clients} for e in servers}
         cpu: dict[str, dict[int, list[float]]] = {e: {c: [] for c in args.clients} for e in servers}
         for clients in args.clients:
@@ -173,21 +191,16 @@ def clients_load(args: argparse.Namespace, eos: int) -> dict[str, dict[int, tupl
                     cpu[engine][clients].append(1000 * (cpu_seconds(proc.pid) - before) / max(n, 1))
         return {e: {c: (statistics.median(rates[e][c]), statistics.median(cpu[e][c])) for c in args.clients}
                 for e in servers}
-    finally:
-        for proc, _, _ in servers.values():
-            proc.terminate()
-            proc.wait()
 
 
 def conversation(args: argparse.Namespace) -> dict[str, list[float]]:
     """engine -> seconds to the first token of each turn of one client's conversation, re-sent whole, on 2 slots;
     the engines take the turns in alternation."""
-    servers = {e: start(args.model, 2, e, args.threads) for e in args.engines}
-    try:
-        for _, host, port in servers.values():  # warm-up, another prompt
-            time.sleep(SETTLE)
-            post(host, port, "/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}],
-                                                      "max_tokens": 4, "stream": True})
+    def warm(host: str, port: int) -> None:  # another prompt
+        post(host, port, "/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4,
+                                                  "stream": True})
+
+    with servers_up(args, 2, warm) as servers:
         messages = [{"role": "system", "content": SYSTEM}]
         ttft: dict[str, list[float]] = {e: [] for e in servers}
         for t, question in enumerate(QUESTIONS[:args.turns]):
@@ -200,10 +213,6 @@ def conversation(args: argparse.Namespace) -> dict[str, list[float]]:
                 ttft[engine].append(first if first is not None else float("nan"))
             messages.append({"role": "assistant", "content": ANSWER})
         return ttft
-    finally:
-        for proc, _, _ in servers.values():
-            proc.terminate()
-            proc.wait()
 
 
 def main() -> None:
