@@ -10,7 +10,9 @@ The model protocol (LanguageModel) is one method, ``next_token(ids, sampler) -> 
 scores the candidates for the token after ``ids`` (the whole sequence so far, prompt included) and
 hands them to the Sampler (minillama.sampling), which picks one (``sample_logits`` or ``sample_probs``). Models therefore
 never implement sampling themselves, and every model gets greedy/temperature/top-k/top-p decoding
-and exact repeatability from a seed.
+and exact repeatability from a seed. A model whose ``runs_ahead`` is True (a batched Session) also takes
+``next_token(ids, sampler, ahead=n, stop=is_eog)``: Generation says how many more tokens it will ask for when
+nothing changes the sampler between draws, so each next step can start while this token is handled.
 
 Sampler (minillama.sampling) follows llama.cpp's sampler chain; generate imports it from there and it stays
 importable from minillama.generate. A run is one Request (minillama.request: the prompt's ids, max_tokens, its
@@ -188,6 +190,9 @@ class Generation(Iterator[str]):
         heal = b"".join(tok.token_to_piece(i) for i in removed)  # bytes the first tokens must spell out
         skip = len(prefix)  # ... and the text they give, already in the prompt: not yielded again
         n_ctx = context_length(self.model)
+        # a batched session can queue each next step as soon as the last one's pass ends (Session.next_token's ahead)
+        runs_ahead = getattr(self.model, "runs_ahead", False) is True
+        stop = tok.is_eog if self.stop_at_eog else None
         start = time.perf_counter()
         try:
             while stats.generated_tokens < self.max_tokens:
@@ -202,7 +207,12 @@ class Generation(Iterator[str]):
                 elif self.constraint is not None:
                     self.sampler.constrain(self.constraint.allowed(), fallback=_first_eog(tok))
                 self.sampler.last_logprob = None
-                token = operator.index(self.model.next_token(context, self.sampler))
+                if runs_ahead and not heal and self.constraint is None and not self.sampler.penalizes \
+                        and not self.sampler.n_probs:  # nothing changes the sampler between draws: steps may run ahead
+                    ahead = int(min(self.max_tokens - stats.generated_tokens, n_ctx - len(context))) - 1
+                    token = operator.index(self.model.next_token(context, self.sampler, ahead=ahead, stop=stop))
+                else:
+                    token = operator.index(self.model.next_token(context, self.sampler))
                 if self.sampler.last_logprob is not None:
                     self.logprobs.append(self.sampler.last_logprob)
                 if self.constraint is not None:

@@ -33,7 +33,7 @@ from ..embedding import Embedding
 from ..errors import ArgumentError, ContextLengthError, FormatError, NonFiniteError, UnsupportedError
 from ..sampling import Sampler
 from . import llama
-from .batch import Batch, StepBatcher
+from .batch import Batch, Step, StepBatcher
 from .cache import KVCache, Prefix, ctx_cells, swa_cells
 from .layers import Linear, QuantLinear, _Joined, native_ops, rmsnorm, rope_neox, rope_norm, yarn_angles
 from .spec import ArchSpec, get, supported
@@ -452,6 +452,8 @@ class Session:
         self._auto = model._new_auto()
         self._cache = model._new_cache(self.n_ctx)
         self.batched = batched  # single-token steps through model.batcher, with other sessions' steps
+        # (the step queued ahead by the last next_token's pass, the sampler it picks with) or None
+        self._ahead: tuple[Step, Sampler] | None = None
         #: Positions the last next_token ran through the model (the rest came from the cache).
         self.evaluated = 0
 
@@ -464,15 +466,40 @@ class Session:
         """Scores [n_vocab] of the token after ids; reuses the cache for the prefix ids share with the last call."""
         return self._next(ids, None)  # type: ignore[return-value]
 
-    def next_token(self, ids: Sequence[int], sampler: Sampler) -> int:
+    @property
+    def runs_ahead(self) -> bool:
+        """Whether next_token takes `ahead` (a batched session's steps can be queued before they are asked for)."""
+        return self.batched
+
+    def next_token(self, ids: Sequence[int], sampler: Sampler, *, ahead: int = 0,
+                   stop: Callable[[int], bool] | None = None) -> int:
         """The sampler's choice of the token after ids (the LanguageModel protocol). A batched session's step is
-        picked by the thread that ran the step's pass, right after it (StepBatcher.step's pick)."""
+        picked by the thread that ran the step's pass, right after it (StepBatcher.step's pick).
+
+        ahead > 0 (a batched session): the caller will then ask for up to `ahead` more tokens, each after the ids
+        plus the last choice, with this sampler left as it is (no constraint, no penalties, no logprobs: nothing
+        it changes between draws), stopping at a choice for which stop(id) is true. Each next step then starts as
+        soon as this one's pass ends, while the caller handles this token; the choices are the same."""
         if self.batched:
-            return self._next(ids, sampler.sample_logits)  # type: ignore[return-value]
+            return self._next(ids, sampler.sample_logits, ahead, stop, sampler)  # type: ignore[return-value]
         return sampler.sample_logits(self.logits_next(ids))
 
-    def _next(self, ids: Sequence[int], pick: Callable[[np.ndarray], int] | None) -> np.ndarray | int:
+    def _next(self, ids: Sequence[int], pick: Callable[[np.ndarray], int] | None, ahead: int = 0,
+              stop: Callable[[int], bool] | None = None, sampler: Sampler | None = None) -> np.ndarray | int:
         """logits_next's scores, or pick(scores)."""
+        queued = self._ahead
+        if queued is not None:
+            self._ahead = None
+            step, by = queued
+            n = step.start
+            if (sampler is not None and by is sampler and len(ids) == n + 1 and ids[-1] == step.token
+                    and list(ids[:n]) == self._cache.ids[:n]):  # the step queued for these ids: its choice
+                done = self.model.batcher.take(step)
+                self.evaluated = 1
+                if done.follow is not None:
+                    self._ahead = (done.follow, sampler)
+                return done.chosen
+            self.model.batcher.settle(step)  # asked for something else: the cache is this thread's again
         ids = self.model._check(ids, self.n_ctx)
         cache = self._cache
         same = 0
@@ -485,9 +512,19 @@ class Session:
         same = cache.n  # a recurrent state goes back only to a checkpoint at or before `same`
         self.evaluated = len(ids) - same
         if self.batched and self.evaluated == 1:
-            return self.model.batcher.step(self, ids[-1], same, cache, pick)
+            done = self.model.batcher.run(self, ids[-1], same, cache, pick, ahead if sampler is not None else 0, stop)
+            if done.follow is not None and sampler is not None:
+                self._ahead = (done.follow, sampler)
+            assert done.logits is not None
+            return done.logits if pick is None else done.chosen
         logits = self.model._forward(ids[same:], same, cache, last_only=True, auto=self._auto)[-1]
         return logits if pick is None else pick(logits)
+
+    def _settle(self) -> None:
+        """Wait for a step queued ahead, if one is (its pass writes the cache), and queue no more."""
+        queued, self._ahead = self._ahead, None
+        if queued is not None:
+            self.model.batcher.settle(queued[0])
 
     @property
     def can_shift(self) -> bool:
@@ -506,25 +543,30 @@ class Session:
                                    f"blocks in use), a cache of keys and values only and a sliding-window cache as "
                                    f"large as the context ({self.n_ctx} positions here); this session has not all "
                                    f"three")
+        self._settle()
         stack = self.model._stack
         self._cache.shift(n_keep, n_discard, stack.rope_shift if stack is not None else self.model._rope_shift)
 
     def reset(self) -> None:
         """Forget the cached sequence (and free the cache's memory)."""
+        self._settle()
         self._cache = self.model._new_cache(self.n_ctx)
 
     @property
     def cached_ids(self) -> list[int]:
         """The ids whose keys and values the cache holds (the next call reuses the prefix it shares with them)."""
+        self._settle()
         return self._cache.ids
 
     def export_prefix(self, n: int | None = None) -> Prefix:
         """A copy of the first n cached positions (all: None), for another session of this model to import."""
+        self._settle()
         return self._cache.export(n)
 
     def import_prefix(self, prefix: Prefix) -> None:
         """Replace the cache by prefix (from export_prefix on a session of this model): the next call reuses it
         exactly as if this session had computed it."""
+        self._settle()
         self._cache.load(prefix)
 
 

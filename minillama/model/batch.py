@@ -5,11 +5,15 @@ its own KV cache. Everything in a block but attention works row by row, so the r
 through each weight matrix in one matmul (a single-token step reads every weight once; four sequences stepping
 together read them once instead of four times). Attention runs per sequence, on its own cache.
 
-StepBatcher: sessions on several threads each ask for a single-token step; whichever thread finds no pass
-running takes every step asked for so far and runs them as one Batch, the others wait for their rows. While a
-pass runs, new steps queue up for the next one (continuous batching, as llama-server's slots share a decode).
-Asked with the session's sampler (Session.next_token), a step gets its token rather than its logits: the thread
-that ran the pass picks every step's token right after it, before the others wake. On the native backend the pass
+StepBatcher: sessions on several threads each ask for a single-token step; the batcher's own thread takes every
+step asked for so far and runs them as one Batch while the askers wait for their rows. While a pass runs, new
+steps queue up for the next one (continuous batching, as llama-server's slots share a decode). Asked with the
+session's sampler (Session.next_token), a step gets its token rather than its logits: the pass's thread picks
+every step's token right after it, before the askers wake. Asked with `ahead` (a generation whose sampler nothing
+changes between draws), the step after it is queued as soon as its token is picked, fed that token, so the next
+pass starts at once rather than after the asker has handled its token (a server's streaming, stop checks and
+event loop: ~0.9 ms of a 7-8 ms SmolLM2 step with one client, ~2 ms of a four-client pass), as llama-server's
+decode loop does not wait for its HTTP threads. On the native backend the pass
 runs in the C blocks (minillama/model/stack.py, model.c): each weight matrix
 goes through the rows kernels once for all the rows, and a step's logits are exactly those of the same step
 alone. On the pure backend the Python blocks run it with numpy's BLAS, and a step's logits can differ from a lone
@@ -114,46 +118,106 @@ class Batch:
 
 
 @dataclass(eq=False)
-class _Step:
+class Step:
+    """One single-token step of a sequence, queued for a pass (StepBatcher.run, .take): its choice once done.
+
+    ahead > 0 with pick: the asker will want up to `ahead` more steps, each fed the last one's choice, unless a
+    choice is one `stop` says ends the run (an end-of-generation id); when this step's pass ends while its asker
+    waits for it, the next of them (follow) is queued at once, so it runs while the asker handles this choice."""
+
     key: object  # the session asking
     token: int
     start: int
     cache: KVCache
-    pick: Callable[[np.ndarray], int] | None = None  # the asker's sampler, run by the pass's leader
+    pick: Callable[[np.ndarray], int] | None = None  # the asker's sampler, run by the pass's thread
+    ahead: int = 0
+    stop: Callable[[int], bool] | None = None
+    waited: bool = False  # the asker waits for it (only then is a follow-up queued: at most one step unasked for)
+    follow: Step | None = None  # the step queued after it, fed its choice
     done: bool = False
     logits: np.ndarray | None = None
     chosen: int = 0  # pick(logits), when pick was given
     error: BaseException | None = None
 
 
+#: Seconds the pass thread stays without work before it ends (the next step starts another): a model that is no
+#: longer used is not kept alive by it.
+IDLE_EXIT = 1.0
+
+
 @dataclass(eq=False)
 class StepBatcher:
-    """Single-token steps asked for at once, from any threads, run as one pass: run(Batch, tokens) -> logits."""
+    """Single-token steps asked for at once, from any threads, run as one pass: run(Batch, tokens) -> logits.
+
+    The passes run in the batcher's own thread (started on the first step, ended after IDLE_EXIT idle seconds):
+    askers only queue steps and wait for them, so a step queued ahead (Step.follow) starts as soon as the pass
+    before it ends, without waiting for its asker to come back."""
 
     run_batch: Callable[[list[int], Batch], np.ndarray]
-    #: How many sessions are generating now (a server sets its busy slots): a step that finds no pass running
-    #: waits for that many steps, at most WAIT_SHARE of the last pass's time, so the sessions stay in one batch
-    #: rather than splitting into alternating smaller ones. Default: one, no waiting.
+    #: How many sessions are generating now (a server sets its busy slots): a pass waits for that many steps, at
+    #: most WAIT_SHARE of the last pass's time, so the sessions stay in one batch rather than splitting into
+    #: alternating smaller ones. Default: one, no waiting.
     expected: Callable[[], int] = lambda: 1
     _cond: threading.Condition = field(default_factory=threading.Condition)
-    _pending: list[_Step] = field(default_factory=list)
-    _busy: bool = False
+    _pending: list[Step] = field(default_factory=list)
+    _runner: threading.Thread | None = None
     _last_pass: float = 0.0
 
     def step(self, key: object, token: int, start: int, cache: KVCache,
              pick: Callable[[np.ndarray], int] | None = None) -> np.ndarray | int:
         """The logits [n_vocab] after token at position start of the sequence in cache (extending the cache), or
         with pick (a sampler's sample_logits) pick(logits), which the thread that ran the pass computes for every
-        step of it before waking the others: their samplers run back to back rather than in threads that all wake
+        step of it before waking the askers: their samplers run back to back rather than in threads that all wake
         at once and pass the GIL to and fro (four sessions' picks took 1.5 ms each that way, 0.2 ms alone)."""
-        me = _Step(key, token, start, cache, pick)
+        done = self.run(key, token, start, cache, pick)
+        assert done.logits is not None
+        return done.logits if pick is None else done.chosen
+
+    def run(self, key: object, token: int, start: int, cache: KVCache, pick: Callable[[np.ndarray], int] | None = None,
+            ahead: int = 0, stop: Callable[[int], bool] | None = None) -> Step:
+        """step()'s step, done (its error raised here), with `ahead` more queued after it one at a time (Step)."""
+        me = Step(key, token, start, cache, pick, max(ahead, 0) if pick is not None else 0, stop, waited=True)
         with self._cond:
             self._pending.append(me)
+            self._start()
             self._cond.notify_all()
-            deadline = None  # counted from when this step could lead, not from when it queued behind a pass
-            while not me.done:
-                if self._busy:
-                    self._cond.wait()
+        return self.take(me)
+
+    def take(self, step: Step) -> Step:
+        """step (a follow-up a finished step queued) once done, its error raised here; waiting for it lets the
+        pass that ends it queue the next."""
+        with self._cond:
+            step.waited = True
+            while not step.done:
+                self._cond.wait()
+        if step.error is not None:
+            raise step.error
+        return step
+
+    def settle(self, step: Step) -> None:
+        """Wait until step (a follow-up no one will take) is done, queuing none after it: its cache is then the
+        asker's to change again."""
+        with self._cond:
+            while not step.done:
+                self._cond.wait()
+
+    def _start(self) -> None:
+        """The pass thread, started if none runs (called holding _cond)."""
+        if self._runner is None:
+            self._runner = threading.Thread(target=self._passes, name="minillama-steps", daemon=True)
+            self._runner.start()
+
+    def _next_batch(self) -> list[Step] | None:
+        """The steps of the next pass: every step queued, once as many as expected() are (or WAIT_SHARE of the
+        last pass went by since the first could run); None after IDLE_EXIT seconds with none (the thread ends)."""
+        with self._cond:
+            deadline = None
+            while True:
+                if not self._pending:
+                    deadline = None
+                    if not self._cond.wait(IDLE_EXIT) and not self._pending:
+                        self._runner = None
+                        return None
                     continue
                 if deadline is None:
                     deadline = time.monotonic() + WAIT_SHARE * self._last_pass
@@ -161,16 +225,19 @@ class StepBatcher:
                 if len(self._pending) < self.expected() and left > 0:  # the others are sampling: wait for them
                     self._cond.wait(left)
                     continue
-                batch, self._pending, self._busy = self._pending, [], True  # run every step asked for so far
-                break
-        if not me.done:
+                batch, self._pending = self._pending, []
+                return batch
+
+    def _passes(self) -> None:
+        """The pass thread: each batch run as one pass, every step's pick made right after it, the askers woken."""
+        while (batch := self._next_batch()) is not None:
             began = time.perf_counter()
             try:
                 logits = self.run_batch([s.token for s in batch],
                                         Batch.steps([s.start for s in batch], [s.cache for s in batch]))
                 for s, row in zip(batch, logits, strict=True):
                     s.logits = row
-            except BaseException as e:  # every waiting step hears of it, then it goes on in this thread
+            except BaseException as e:  # noqa: BLE001 - every step of the pass hears of it, in its asker's thread
                 for s in batch:
                     s.error = e
             else:
@@ -180,14 +247,11 @@ class StepBatcher:
                             s.chosen = s.pick(s.logits)
                         except BaseException as e:  # noqa: BLE001 - raised in the asking thread
                             s.error = e
-            finally:
-                with self._cond:
-                    for s in batch:
-                        s.done = True
-                    self._busy = False
-                    self._last_pass = time.perf_counter() - began
-                    self._cond.notify_all()
-        if me.error is not None:
-            raise me.error
-        assert me.logits is not None
-        return me.logits if pick is None else me.chosen
+            with self._cond:
+                for s in batch:
+                    if s.error is None and s.ahead > 0 and s.waited and not (s.stop is not None and s.stop(s.chosen)):
+                        s.follow = Step(s.key, s.chosen, s.start + 1, s.cache, s.pick, s.ahead - 1, s.stop)
+                        self._pending.append(s.follow)
+                    s.done = True
+                self._last_pass = time.perf_counter() - began
+                self._cond.notify_all()

@@ -67,12 +67,12 @@ class _Watched:
         if self._cancel.is_set():
             raise ClientGone("the client left before the reply was complete")
 
-    def _call(self, name: str, ids: Sequence[int], *args: Any) -> Any:
+    def _call(self, name: str, ids: Sequence[int], *args: Any, **kw: Any) -> Any:
         self.check()
         start = time.perf_counter()
         if self._session is None:
             self._session = self._caches.claim([int(i) for i in ids])
-        out = getattr(self._session, name)(ids, *args)
+        out = getattr(self._session, name)(ids, *args, **kw)
         took = time.perf_counter() - start
         self.predicted_n += 1
         self.busy_sum += self._busy()
@@ -84,8 +84,8 @@ class _Watched:
             self.predicted_s += took
         return out
 
-    def next_token(self, ids: Sequence[int], *args: Any) -> Any:
-        return self._call("next_token", ids, *args)
+    def next_token(self, ids: Sequence[int], *args: Any, **kw: Any) -> Any:
+        return self._call("next_token", ids, *args, **kw)
 
     def logits_next(self, ids: Sequence[int]) -> Any:
         return self._call("logits_next", ids)

@@ -10,10 +10,12 @@ normalised mean of the final hidden states whose product with the output matrix 
 from __future__ import annotations
 
 import codecs
+import contextlib
 import json
 import os
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import gguf
@@ -503,6 +505,93 @@ def test_a_call_reuses_the_last_finished_calls_cache(llm: Llama) -> None:
     next(a), next(b)
     assert a._gen.model is not b._gen.model  # type: ignore[attr-defined]
     a.close(), b.close()
+
+
+@contextlib.contextmanager
+def _counting_passes(model) -> Iterator[list[int]]:
+    """model.batcher's passes while inside, as their row counts."""
+    passes: list[int] = []
+    run = model.batcher.run_batch
+
+    def counted(tokens, batch):
+        passes.append(len(tokens))
+        return run(tokens, batch)
+
+    model.batcher.run_batch = counted
+    try:
+        yield passes
+    finally:
+        model.batcher.run_batch = run
+
+
+def test_steps_queued_ahead_choose_what_steps_asked_one_by_one_choose(llm: Llama) -> None:
+    """A batched session asked with `ahead` queues each next step as the last one's pass ends (it runs while the
+    caller handles the token): the same choices as steps asked for one at a time, and no pass beyond the last one
+    asked for when `ahead` counts them exactly."""
+    from minillama.sampling import Sampler
+
+    model = llm.model
+    prompt = llm.tokenize(b"Once upon a time")
+
+    def run(ahead: bool) -> tuple[list[int], list[int]]:
+        with _counting_passes(model) as passes:
+            s, sampler, ids = model.session(batched=True), Sampler(temperature=0.9, seed=11), list(prompt)
+            for k in range(12):
+                ids.append(s.next_token(ids, sampler, ahead=11 - k if ahead else 0))
+            s.cached_ids  # noqa: B018 - waits for a step queued ahead, if any
+        return ids, passes
+
+    one_by_one, passes_one = run(False)
+    queued, passes_queued = run(True)
+    assert queued == one_by_one
+    assert passes_one == passes_queued == [1] * 11  # the prompt is one pass of its own, then 11 single steps
+
+
+def test_a_batched_completion_queues_its_steps_ahead(llm: Llama) -> None:
+    """Llama(batch_steps=True) (a server with several slots) runs each step of a plain completion ahead (Generation
+    asks with `ahead`): the same text as unbatched steps, one pass per token and none after the last."""
+    batched = Llama(llm.model_path, batch_steps=True, threads=1)
+    batcher = batched.model.batcher
+    asked: list[int] = []  # `ahead` of each step asked for; the others were queued ahead
+    run = batcher.run
+    batcher.run = lambda *a, **kw: asked.append(a[5]) or run(*a, **kw)  # type: ignore[method-assign]
+    with _counting_passes(batched.model) as passes:
+        got = batched.create_completion("Once upon", max_tokens=9, temperature=0.8, seed=4, stream=True)
+        text = "".join(c["choices"][0]["text"] for c in got)
+        time.sleep(0.05)
+    assert text == llm.create_completion("Once upon", max_tokens=9, temperature=0.8, seed=4)["choices"][0]["text"]
+    assert passes == [1] * 8 and asked == [7]
+
+
+def test_a_step_queued_ahead_is_dropped_when_the_caller_asks_for_something_else(llm: Llama) -> None:
+    """At most one step runs that was not asked for; a caller that then asks for other ids (or with another
+    sampler) gets what those ids give, computed after the queued step's pass; stop(id) ends the queue."""
+    from minillama.sampling import Sampler
+
+    model = llm.model
+    prompt = llm.tokenize(b"Once upon a time")
+    with _counting_passes(model) as passes:
+        s, sampler, ids = model.session(batched=True), Sampler(temperature=0.9, seed=3), list(prompt)
+        for _ in range(5):
+            ids.append(s.next_token(ids, sampler, ahead=50))
+        held = s.cached_ids  # the queued step's pass done
+        assert sum(passes) <= 5  # 4 single steps asked for after the prompt, at most one more queued
+        assert held[:len(ids) - 1] == ids[:-1] and len(held) <= len(ids)
+        other = ids[:-2] + [(ids[-2] + 1) % model.n_vocab]
+        got = s.logits_next(other)
+        np.testing.assert_allclose(got, model.logits(other)[-1], rtol=1e-4, atol=1e-4)
+        assert s.cached_ids == other
+        # another sampler for the very ids a step was queued for: its own choice, not the queued one's
+        ids = list(other)
+        ids.append(s.next_token(ids, sampler, ahead=50))
+        greedy = Sampler(temperature=0)
+        assert s.next_token(ids, greedy) == int(np.argmax(model.logits(ids)[-1]))
+        # stop(id) true for every id: nothing is queued after a step
+        passes.clear()
+        for _ in range(3):
+            ids.append(s.next_token(ids, sampler, ahead=50, stop=lambda token: True))
+        time.sleep(0.05)
+        assert passes == [1, 1, 1]
 
 
 def test_concurrent_steps_share_one_pass(llm: Llama) -> None:
