@@ -11,12 +11,13 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 # The bindings (module.c, bind*.c: the only files that include Python.h), then the plain C they call.
-BINDINGS = ("module", "bind", "bind_tokenizer", "bind_bpe", "bind_spm", "bind_quants", "bind_model", "bind_text")
+BINDINGS = ("module", "bind", "bind_tokenizer", "bind_bpe", "bind_spm", "bind_quants", "bind_model", "bind_text",
+            "bind_sample")
 SOURCES = [f"minillama/_native/{name}.c" for name in (
     *BINDINGS, "bpe", "pretok", "cache", "utf8", "pretok_multi", "merges", "btrie", "ugm", "wpm", "spm", "decode", "text",
     "quants", "quants_avx2", "quants_avx2_iq", "quants_gemm_avx2", "quants_gemm32_avx2", "quants_moe_avx2",
     "quants_batch32_avx2", "quants_iq", "model", "moe",
-    "attention", "attention_rows", "swiglu", "deltanet", "digest",
+    "attention", "attention_rows", "swiglu", "deltanet", "digest", "sample",
     "cpu", "threadpool")]
 FLAGS = ["-std=c11", "-O2", "-ffp-contract=off", "-Wall", "-Wextra", "-Werror", *os.environ.get("MINILLAMA_CFLAGS", "").split()]
 
@@ -54,6 +55,7 @@ setup(
                                                                     "minillama/_native/quants_iq_grids.h",
                                                                     "minillama/_native/quants_iq1_grids.h",
                                                                     "minillama/_native/model.h",
+                                                                    "minillama/_native/sample.h",
                                                                     "minillama/_native/quants.h",
                                                                     "minillama/_native/cpu.h",
                                                                     "minillama/_native/threadpool.h"],

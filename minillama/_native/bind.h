@@ -1,6 +1,6 @@
 /* The CPython binding of the native core: module.c creates minillama._native._core and asks each area's binding
  * file to add its types and functions (bind_tokenizer.c with bind_bpe.c and bind_spm.c, bind_quants.c,
- * bind_model.c, bind_text.c). Only these files include Python.h (through this header); the algorithms they call
+ * bind_model.c, bind_text.c, bind_sample.c). Only these files include Python.h (through this header); the algorithms they call
  * are plain C. Tables cross once, at construction; text crosses as UTF-8 or a str's own characters; the GIL is
  * released while C works, so threads sharing one object run in parallel. */
 #ifndef MINILLAMA_BIND_H
@@ -16,6 +16,7 @@ int add_tokenizer(PyObject *m); /* BPE, SPM, UGM, WPM, Pieces, utf8_blob */
 int add_quants(PyObject *m);    /* matmul, matvec, quantize, kernels */
 int add_model(PyObject *m);     /* Stack, gelu_table */
 int add_text(PyObject *m);      /* utf8_digests, paragraphs */
+int add_sample(PyObject *m);    /* top_k */
 /* bind_tokenizer.c's parts: the two encoders with word caches and batch paths. */
 int add_bpe(PyObject *m);
 int add_spm(PyObject *m);

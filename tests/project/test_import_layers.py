@@ -44,9 +44,9 @@ MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("minillama", "errors"),                                 # the package's __init__ is its version alone
     ("fileio", "limited_worker", "request", "palette"),     # request: SamplingParams and Request
-    ("gguffile", "chat_template", "_native", "sampling"),
+    ("gguffile", "chat_template", "_native"),
     ("backend",),                                            # MINILLAMA_BACKEND: the C core or the Python path
-    ("tokenizer", "quants"),                                 # quants: ggml's block formats and their traits
+    ("tokenizer", "quants", "sampling"),                     # quants: ggml's block formats and their traits
     ("constrain", "embedding", "reasoning_budget"),          # JSON output's grammar; token_embd rows; thinking budget
     ("model", "generate", "dataset", "bench", "inspection", "toolcalls"),  # model: the forward pass
     ("ngram", "api"),                                        # api: the OpenAI shapes over model + generate
@@ -172,10 +172,11 @@ def test_only_binding_files_know_python() -> None:
 def test_module_c_is_module_init_and_each_area_has_its_binding() -> None:
     """module.c creates the module and asks each area's binding file to add its types and functions; it binds
     nothing itself."""
-    assert {f"bind_{area}.c" for area in ("tokenizer", "quants", "model", "text")} <= {p.name for p in NATIVE.iterdir()}
+    areas = ["tokenizer", "quants", "model", "text", "sample"]
+    assert {f"bind_{area}.c" for area in areas} <= {p.name for p in NATIVE.iterdir()}
     module = (NATIVE / "module.c").read_text(encoding="utf-8")
     assert not re.findall(r"PyTypeObject|PyArg_Parse\w*|Py_BEGIN_ALLOW_THREADS", module)
-    assert re.findall(r"\badd_(\w+)\(m\)", module) == ["tokenizer", "quants", "model", "text"]
+    assert re.findall(r"\badd_(\w+)\(m\)", module) == areas
 
 
 def test_no_native_source_over_1000_lines() -> None:

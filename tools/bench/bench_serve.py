@@ -26,6 +26,7 @@ mean and their median). The machine's load average is printed too: on a shared m
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import http.client
 import json
@@ -46,7 +47,7 @@ GOALS = {"1 client": 1.3, "4 clients": 1.5, "conversation": 1.5}
 
 #: llama.cpp's server in a process of its own (argv: model, parallel, threads, port); it says where it listens.
 LLAMACPP_SERVER = """
-import sys, time
+import socket, sys, time
 import xllamacpp as xlc
 model, parallel, threads, port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 p = xlc.CommonParams()
@@ -58,6 +59,12 @@ p.warmup = False
 p.port = port
 p.hostnames = ["127.0.0.1"]
 server = xlc.Server(p)
+for _ in range(600):  # Server() may return before its HTTP thread has bound the port
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        break
+    except OSError:
+        time.sleep(0.1)
 print(f"listening on http://127.0.0.1:{port}", file=sys.stderr, flush=True)
 while True:
     time.sleep(3600)
@@ -88,12 +95,18 @@ def start(model: str, parallel: int, engine: str = "minillama", threads: int = 2
     else:
         cmd = [sys.executable, "-c", LLAMACPP_SERVER, model, str(parallel), str(threads), str(free_port())]
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
+    TAILS[proc.pid] = tail = collections.deque(maxlen=20)
     for line in proc.stderr:
+        tail.append(line)
         m = re.search(r"listening on http://(\S+):(\d+)", line)
         if m:
-            threading.Thread(target=lambda: [None for _ in proc.stderr], daemon=True).start()
+            threading.Thread(target=tail.extend, args=(proc.stderr,), daemon=True).start()
             return proc, m.group(1), int(m.group(2))
-    raise SystemExit(f"{engine}'s server did not start: {proc.wait()}")
+    raise SystemExit(f"{engine}'s server did not start (exit code {proc.wait()}):\n{''.join(tail)}")
+
+
+#: pid -> the last lines a server wrote to stderr (shown when a load fails)
+TAILS: dict[int, collections.deque[str]] = {}
 
 
 def cpu_seconds(pid: int) -> float:
@@ -134,13 +147,22 @@ def round_(host: str, port: int, clients: int, max_tokens: int, eos: int, seed: 
     bodies = [{"prompt": f"Story {c}: once upon a time", "max_tokens": max_tokens, "stream": True,
                "temperature": 0.8, "seed": seed + c, "logit_bias": {str(eos): -100},
                "stream_options": {"include_usage": True}} for c in range(clients)]
-    threads = [threading.Thread(target=lambda b=b: got.append(post(host, port, "/v1/completions", b)[1]))
-               for b in bodies]
+    failed: list[BaseException] = []
+
+    def client(body: dict) -> None:
+        try:
+            got.append(post(host, port, "/v1/completions", body)[1])
+        except (OSError, http.client.HTTPException) as exc:
+            failed.append(exc)
+
+    threads = [threading.Thread(target=client, args=(b,)) for b in bodies]
     start_time = time.perf_counter()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    if failed:  # raised here, where servers_up names the servers' states
+        raise failed[0]
     return sum(got), time.perf_counter() - start_time
 
 
@@ -167,6 +189,11 @@ def servers_up(args: argparse.Namespace, parallel: int,
             time.sleep(SETTLE)
             warm(host, port)
         yield servers
+    except (OSError, http.client.HTTPException) as exc:
+        for engine, (proc, _, _) in servers.items():
+            state = "running" if proc.poll() is None else f"exited with code {proc.returncode}"
+            print(f"{engine}'s server ({state}), its last lines:\n{''.join(TAILS.get(proc.pid, ()))}", file=sys.stderr)
+        raise SystemExit(f"a request failed: {exc!r}") from exc
     finally:
         for proc, _, _ in servers.values():
             proc.terminate()
