@@ -146,7 +146,8 @@ def _flat_message(message: Mapping[str, Any], i: int) -> Mapping[str, Any]:
 class Stream(Iterator[dict[str, Any]]):
     """The chunks of a streamed call. close() (from the thread that iterates) or cancel() (from any thread, e.g. a
     server's event loop when the client disconnects while a worker thread waits in next()) ends the generation:
-    no model step starts after it; the next call reuses its session's cache, as after a call that ran to its end."""
+    no model step is asked for after it (Generation.cancel); the next call reuses its session's cache, as after a call
+    that ran to its end."""
 
     def __init__(self, chunks: Iterator[dict[str, Any]], gen: Generation) -> None:
         self._chunks, self._gen = chunks, gen

@@ -169,8 +169,9 @@ class Generation(Iterator[str]):
         return self.ids if self.reply_ids is None else self.ids[:self.reply_ids]
 
     def cancel(self) -> None:
-        """Stop early from any thread, even while another is inside next(): no model step starts after this
-        (the one running finishes), and the iterator ends (stats.stop_reason 'stopped')."""
+        """Stop early from any thread, even while another is inside next(): no model step is asked for after this
+        (the one running finishes, as does a step a batched session queued ahead: at most one, its token dropped),
+        and the iterator ends (stats.stop_reason 'stopped')."""
         self._cancelled.set()
 
     def close(self) -> None:

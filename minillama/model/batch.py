@@ -161,6 +161,7 @@ class StepBatcher:
     _cond: threading.Condition = field(default_factory=threading.Condition)
     _pending: list[Step] = field(default_factory=list)
     _runner: threading.Thread | None = None
+    _batch: list[Step] = field(default_factory=list)  # the pass's steps (the pass thread's)
     _last_pass: float = 0.0
 
     def step(self, key: object, token: int, start: int, cache: KVCache,
@@ -202,8 +203,8 @@ class StepBatcher:
                 self._cond.wait()
 
     def _start(self) -> None:
-        """The pass thread, started if none runs (called holding _cond)."""
-        if self._runner is None:
+        """The pass thread, started if none runs (called holding _cond; after a fork the child has none)."""
+        if self._runner is None or not self._runner.is_alive():
             self._runner = threading.Thread(target=self._passes, name="minillama-steps", daemon=True)
             self._runner.start()
 
@@ -225,11 +226,23 @@ class StepBatcher:
                 if len(self._pending) < self.expected() and left > 0:  # the others are sampling: wait for them
                     self._cond.wait(left)
                     continue
-                batch, self._pending = self._pending, []
-                return batch
+                self._batch, self._pending = self._pending, []
+                return self._batch
 
     def _passes(self) -> None:
-        """The pass thread: each batch run as one pass, every step's pick made right after it, the askers woken."""
+        """The pass thread: each batch run as one pass, every step's pick made right after it, the askers woken. Should
+        anything else fail here (expected() raising), every queued step hears of it rather than waiting forever."""
+        try:
+            self._run_passes()
+        except BaseException as e:  # noqa: BLE001 - handed to the askers, the thread ends
+            with self._cond:
+                for s in self._pending + self._batch:
+                    if not s.done:
+                        s.error, s.done = e, True
+                self._pending, self._runner = [], None
+                self._cond.notify_all()
+
+    def _run_passes(self) -> None:
         while (batch := self._next_batch()) is not None:
             began = time.perf_counter()
             try:
@@ -247,9 +260,16 @@ class StepBatcher:
                             s.chosen = s.pick(s.logits)
                         except BaseException as e:  # noqa: BLE001 - raised in the asking thread
                             s.error = e
+            goes_on = [False] * len(batch)  # a step after it may be queued (its choice does not end the run)
+            for i, s in enumerate(batch):
+                if s.error is None and s.ahead > 0:
+                    try:
+                        goes_on[i] = s.stop is None or not s.stop(s.chosen)
+                    except BaseException as e:  # noqa: BLE001 - raised in the asking thread
+                        s.error = e
             with self._cond:
-                for s in batch:
-                    if s.error is None and s.ahead > 0 and s.waited and not (s.stop is not None and s.stop(s.chosen)):
+                for s, more in zip(batch, goes_on, strict=True):
+                    if more and s.waited:
                         s.follow = Step(s.key, s.chosen, s.start + 1, s.cache, s.pick, s.ahead - 1, s.stop)
                         self._pending.append(s.follow)
                     s.done = True

@@ -379,7 +379,7 @@ def routes(ctx: Context) -> list[tuple[str, Callable[[Request], Awaitable[Respon
                     return Response(status_code=499)
                 return JSONResponse(result)
 
-            # the pool sets the slot's cancel flag when the client leaves: no model step starts after it
+            # the pool sets the slot's cancel flag when the client leaves: no model step is asked for after it
             events = pool.stream("completion", lambda s: chunks(call, s))
             first = await first_of(events)
             return EventStream(_sse(first, events), events.aclose)

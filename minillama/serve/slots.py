@@ -9,7 +9,7 @@ passes chunks along, and the forward pass spends its time in C (the native backe
 numpy's BLAS (the pure backend), both with the GIL released. With more than one slot the slots' single-token
 steps run as one pass (minillama/model/batch.py's StepBatcher, in the C blocks on the native backend). A
 streamed reply hands its chunks to the loop one at a time; when the client goes away the consumer sets the slot's
-cancel flag and calls the stream's cancel() (minillama.api.Stream: no model step starts after it), the worker stops
+cancel flag and calls the stream's cancel() (minillama.api.Stream: no model step is asked for after it), the worker stops
 after the token it is computing and closes the stream, and the slot is free again. The run's KV cache is given back
 before the client can read the stream's end (a conversation's next turn, sent as soon as this one ended, finds it
 idle); the slot is freed when its worker ends, not when the client has read everything: chunks a client has not
@@ -44,7 +44,7 @@ class ClientGone(Exception):
 
 class _Watched:
     """What a slot's run sees as its session: the first model call picks the KV cache it runs on (the idle one
-    holding the longest prefix of its prompt, prompt_cache.Caches), no model step starts once the slot's cancel
+    holding the longest prefix of its prompt, prompt_cache.Caches), no model step is asked for once the slot's cancel
     flag is set, and the run's counts and times are kept for llama-server's `timings` and the request log."""
 
     def __init__(self, caches: Caches, cancel: threading.Event, busy: Callable[[], int] = lambda: 1) -> None:
@@ -286,7 +286,7 @@ class SlotPool:
         finally:
             if not done.done():  # still running (a done worker's slot may already run another request)
                 slot.cancel.set()  # it stops after the current item
-                cancel = getattr(slot.items, "cancel", None)  # the API's Stream: no model step starts after this
+                cancel = getattr(slot.items, "cancel", None)  # the API's Stream: no model step is asked for after this
                 if cancel is not None:
                     cancel()
 

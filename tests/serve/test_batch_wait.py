@@ -102,3 +102,35 @@ def test_the_pass_leader_runs_every_steps_pick() -> None:
     assert len(picked_in) == 4 and all(len(ids) == 1 for ids in by_pass.values()), picked_in
     # and without pick, the logits as before
     assert np.array_equal(StepBatcher(run_batch).step(0, 5, 0, KVCache(1, 1, 2, 2)), np.array([5.0, 0.0], np.float32))
+
+
+def test_a_failure_in_the_pass_thread_reaches_every_waiting_step() -> None:
+    """What fails in the batcher's thread outside a pass (expected() raising, a stop callback raising) is raised in
+    the askers' threads; none waits forever, and the next step starts a new pass thread."""
+    batcher = StepBatcher(lambda tokens, batch: np.zeros((len(tokens), 2), np.float32))
+    calls = []
+
+    def expected() -> int:
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("busy slots unknown")
+        return 1
+
+    batcher.expected = expected
+    try:
+        batcher.step(0, 1, 0, KVCache(1, 1, 2, 2))
+    except RuntimeError as e:
+        assert "busy slots" in str(e)
+    else:
+        raise AssertionError("expected the pass thread's error")
+    assert np.array_equal(batcher.step(0, 1, 0, KVCache(1, 1, 2, 2)), np.zeros(2, np.float32))
+
+    def stop(token: int) -> bool:
+        raise ValueError("no eog table")
+
+    try:
+        batcher.run(0, 1, 0, KVCache(1, 1, 2, 2), lambda row: 3, ahead=5, stop=stop)
+    except ValueError as e:
+        assert "eog" in str(e)
+    else:
+        raise AssertionError("expected the stop callback's error")
