@@ -422,6 +422,8 @@ class Model:
             if self._scale is not None:
                 x *= np.float32(self._scale)
             head = self._stack is not None and self._stack.n_vocab is not None
+            if batch.ready is not None:  # prepared: the batcher wakes the last pass's askers now
+                batch.ready()
             logits = self._stack.logits(x, batch) if head else None  # type: ignore[union-attr]
             batch.tokens = np.asarray(tokens, dtype=np.intp)
             if not head:

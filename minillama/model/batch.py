@@ -68,6 +68,10 @@ class Batch:
     #: llama.cpp's graph take the last layer's feed-forward on these rows alone, as it does (a float32 router or
     #: gate multiplied for one row sums in ggml_vec_dot_f32's order, for several in tinyBLAS's).
     out_rows: np.ndarray | None = None
+    #: Called (by the pass) once its Python preparation is done, just before its long native or BLAS work:
+    #: StepBatcher wakes the last pass's askers there, so their Python does not hold the GIL while this pass
+    #: prepares (in a server, four askers and the event loop woke at once and stretched that to 0.6 ms).
+    ready: Callable[[], None] | None = None
 
     @classmethod
     def single(cls, start: int, n: int, cache: KVCache) -> Batch:
@@ -162,6 +166,7 @@ class StepBatcher:
     _pending: list[Step] = field(default_factory=list)
     _runner: threading.Thread | None = None
     _batch: list[Step] = field(default_factory=list)  # the pass's steps (the pass thread's)
+    _unwoken: bool = False  # steps are done whose askers were not woken yet
     _last_pass: float = 0.0
 
     def step(self, key: object, token: int, start: int, cache: KVCache,
@@ -216,6 +221,7 @@ class StepBatcher:
             while True:
                 if not self._pending:
                     deadline = None
+                    self._wake_askers()
                     if not self._cond.wait(IDLE_EXIT) and not self._pending:
                         self._runner = None
                         return None
@@ -224,6 +230,7 @@ class StepBatcher:
                     deadline = time.monotonic() + WAIT_SHARE * self._last_pass
                 left = deadline - time.monotonic()
                 if len(self._pending) < self.expected() and left > 0:  # the others are sampling: wait for them
+                    self._wake_askers()
                     self._cond.wait(left)
                     continue
                 self._batch, self._pending = self._pending, []
@@ -242,12 +249,24 @@ class StepBatcher:
                 self._pending, self._runner = [], None
                 self._cond.notify_all()
 
+    def _wake_askers(self) -> None:
+        """Wake the askers of the steps done since the last wake (called holding _cond)."""
+        if self._unwoken:
+            self._unwoken = False
+            self._cond.notify_all()
+
+    def _ready(self) -> None:
+        """Batch.ready: this pass is prepared; the last pass's askers may run now."""
+        with self._cond:
+            self._wake_askers()
+
     def _run_passes(self) -> None:
         while (batch := self._next_batch()) is not None:
             began = time.perf_counter()
             try:
-                logits = self.run_batch([s.token for s in batch],
-                                        Batch.steps([s.start for s in batch], [s.cache for s in batch]))
+                steps = Batch.steps([s.start for s in batch], [s.cache for s in batch])
+                steps.ready = self._ready
+                logits = self.run_batch([s.token for s in batch], steps)
                 for s, row in zip(batch, logits, strict=True):
                     s.logits = row
             except BaseException as e:  # noqa: BLE001 - every step of the pass hears of it, in its asker's thread
@@ -260,6 +279,8 @@ class StepBatcher:
                             s.chosen = s.pick(s.logits)
                         except BaseException as e:  # noqa: BLE001 - raised in the asking thread
                             s.error = e
+            finally:
+                self._ready()  # a pass that never called it (or failed before it)
             goes_on = [False] * len(batch)  # a step after it may be queued (its choice does not end the run)
             for i, s in enumerate(batch):
                 if s.error is None and s.ahead > 0:
@@ -274,4 +295,5 @@ class StepBatcher:
                         self._pending.append(s.follow)
                     s.done = True
                 self._last_pass = time.perf_counter() - began
-                self._cond.notify_all()
+                # the askers are woken once the next pass is prepared (Batch.ready), or now if none is ready
+                self._unwoken = True

@@ -557,7 +557,7 @@ def test_a_batched_completion_queues_its_steps_ahead(llm: Llama) -> None:
     batcher.run = lambda *a, **kw: asked.append(a[5]) or run(*a, **kw)  # type: ignore[method-assign]
     # a pass as slow as a real model's: the asker is back waiting before it ends (a tiny one's pass is quicker
     # than the asker's handling of its token, and then the next step is asked for, not queued)
-    batcher.run_batch = lambda tokens, batch: time.sleep(0.05) or run_batch(tokens, batch)
+    batcher.run_batch = lambda tokens, batch: (run_batch(tokens, batch), time.sleep(0.05))[0]
     with _counting_passes(batched.model) as passes:
         got = batched.create_completion("Once upon", max_tokens=9, temperature=0.8, seed=4, stream=True)
         text = "".join(c["choices"][0]["text"] for c in got)
