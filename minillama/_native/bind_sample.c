@@ -39,7 +39,13 @@ static PyObject *top_k(PyObject *unused, PyObject *args) {
     Py_BEGIN_ALLOW_THREADS
     kept = ms_top_k(b[0].buf, n, adj_idx, b[2].buf, m, k, b[3].buf, b[4].buf);
     Py_END_ALLOW_THREADS
-    res = PyLong_FromLongLong((long long)kept);
+    if (kept == -2)
+        PyErr_Format(PyExc_ValueError, "top_k: expected at most %lu scores, got %lld", (unsigned long)UINT32_MAX,
+                     (long long)n);
+    else if (kept == -3)
+        PyErr_NoMemory();
+    else
+        res = PyLong_FromLongLong((long long)kept);
 done:
     release_all(b, got);
     return res;
