@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import TypeVar
 
 from threadpoolctl import ThreadpoolController
@@ -175,13 +175,16 @@ class AutoThreads:
         self.n, self.native, self.blas = max(1, n), native, blas  # as limited() takes them
         self._choices: dict[bool, _Choice] = {}
 
-    def run(self, tokens: int, fn: Callable[[], R]) -> R:
-        """fn() (a pass over `tokens` tokens) with the thread count chosen for its kind, timed."""
+    def run(self, tokens: int, fn: Callable[[], R], kind: Hashable | None = None) -> R:
+        """fn() (a pass over `tokens` tokens) with the thread count chosen for its kind, timed. The kind is whether
+        tokens > 1 unless given: passes whose costs per token differ (a batched decode pass of 1 and of 4 rows)
+        are kinds apart, or the faster kind's times would be compared with the slower's."""
         if self.n == 1:
             return limited(1, fn, self.native, self.blas)
-        choice = self._choices.get(tokens > 1)
+        key = tokens > 1 if kind is None else kind
+        choice = self._choices.get(key)
         if choice is None:
-            choice = self._choices[tokens > 1] = _Choice(self.n)
+            choice = self._choices[key] = _Choice(self.n)
         threads = choice.pick()
         start = time.perf_counter()
         out = limited(threads, fn, self.native, self.blas)
@@ -189,5 +192,7 @@ class AutoThreads:
         return out
 
     def current(self) -> dict[str, int]:
-        """The choice now for each kind of pass seen so far ("step", "batch"), e.g. for -v output."""
-        return {("batch" if batched else "step"): c.best for batched, c in self._choices.items()}
+        """The choice now for each kind of pass seen so far ("step", "batch", or the kind given to run), e.g. for -v
+        output."""
+        return {(kind if not isinstance(kind, bool) else "batch" if kind else "step"): c.best
+                for kind, c in self._choices.items()}

@@ -457,6 +457,42 @@ def test_auto_threads_settle_on_the_faster_choice(monkeypatch: pytest.MonkeyPatc
     assert spent <= 1.06 * 1000 * cost[best], f"tries cost {spent / (1000 * cost[best]) - 1:.1%}"
 
 
+def test_batched_passes_of_each_row_count_choose_their_threads_apart(monkeypatch: pytest.MonkeyPatch,
+                                                                      tmp_path: Path) -> None:
+    """A server's decode passes of 1 and of 4 rows are kinds apart for "auto" threads: one choice for both compared
+    a 4-row pass on two threads (14 ms) with a 1-row try on one (7.6 ms), took one thread and ran four clients' passes
+    on it (a bench_serve run at 1.17x instead of 1.6x). Each row count's choice sees only its own times."""
+    from minillama.model import threads
+    from minillama.model.batch import Batch
+
+    model = Model.from_file(write_tiny(tmp_path / "tiny.gguf"))
+    s = [model.session(batched=True) for _ in range(2)]
+    for session in s:
+        session.logits_next([1, 2, 3])
+    model._run_steps([4], Batch.steps([3], [s[0]._cache]))
+    model._run_steps([4, 5], Batch.steps([4, 3], [s[0]._cache, s[1]._cache]))
+    assert set(model._step_auto.current()) == {"1 steps", "2 steps"}
+
+    times = {("1 steps", 1): 7.6, ("1 steps", 2): 5.5, ("4 steps", 1): 27.0, ("4 steps", 2): 14.0}
+    monkeypatch.setattr(threads, "idle_cores", lambda: 2)
+    clock = [0.0]
+    monkeypatch.setattr(threads.time, "perf_counter", lambda: clock[0])
+    on_one = {}
+    for apart in (True, False):
+        auto, ones = threads.AutoThreads(2, native=True, blas=False), []
+
+        def run(kind: str, ones: list[bool] = ones) -> None:
+            ones.append(threads.native_threads() == 1)
+            clock[0] += times[kind, threads.native_threads()]
+
+        for k in range(600):  # passes of 1 and 4 rows in turn
+            kind = "4 steps" if k % 2 else "1 steps"
+            auto.run(1, lambda kind=kind: run(kind), kind if apart else None)
+        on_one[apart] = sum(ones)
+    # apart, each kind runs on two threads but for its tries; together (as before) one thread won most passes
+    assert on_one[True] <= 20 and on_one[False] > 300, on_one
+
+
 def test_auto_threads_start_on_every_core_unless_each_look_finds_them_busy(monkeypatch: pytest.MonkeyPatch) -> None:
     """One look at /proc can catch the server's own event loop between two states (running in /proc/stat, asleep in
     its task list): a 620-token first prompt then ran on one thread of two. A kind of pass starts on one thread only
