@@ -31,7 +31,8 @@ static PyObject *top_k(PyObject *unused, PyObject *args) {
     }
     for (int64_t j = 0; j < m; j++)
         if (adj_idx[j] < 0 || adj_idx[j] >= n || (j && adj_idx[j] <= adj_idx[j - 1])) {
-            PyErr_Format(PyExc_ValueError, "top_k: expected adjusted ids ascending, each in 0..%lld, found %lld at %lld",
+            PyErr_Format(PyExc_ValueError,
+                         "top_k: expected adjusted ids ascending, each in 0..%lld, found %lld at %lld",
                          (long long)(n - 1), (long long)adj_idx[j], (long long)j);
             goto done;
         }

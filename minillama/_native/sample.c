@@ -1,11 +1,11 @@
 /* sample.c: the sampler chain's pass over a whole vocab (sample.h). The model's float scores go through a sorted
  * array of the k best so far as 64-bit keys: the float's bits made to sort as integers, then the id inverted (a
  * higher score, then a lower id, is a larger key), so that a score goes in with one integer comparison and moves up
- * past the worse ones with one each (a heap's sift mispredicted its branches: 110 ns a score that went in, now a
- * quarter). The AVX2 scan compares 32 scores a step with the worst kept and offers only those at least that, or the whole step to the scalar path while the heap fills or when it holds an adjusted
- * id; the scalar scan offers every score. The adjusted ids' scores (doubles: a score plus a bias) are left out of
- * the scan and merged at the end with the heap's k in the same order (score, then id), so both scans give the same
- * ids: the order is total, whatever order the scores were looked at in. */
+ * past the worse ones with one each. The AVX2 scan compares 32 scores a step with the worst kept and offers only
+ * those at least that, or the whole step to the scalar path while the array fills or when the step holds an
+ * adjusted id; the scalar scan offers every score. The adjusted ids' scores (doubles: a score plus a bias) are
+ * left out of the scan and merged at the end with the k kept, in the same order (score, then id), so both scans
+ * give the same ids: the order is total, whatever order the scores were looked at in. */
 #include "sample.h"
 
 #include <math.h>
@@ -21,7 +21,7 @@
 typedef struct {
     uint64_t *key; /* the best n so far, best first */
     int64_t n, k;  /* held, room */
-} heap;
+} kept;
 
 /* f (not NaN) as an integer of the same order, -0.0 as 0.0 (they are equal scores) */
 static inline uint32_t order_bits(float f) {
@@ -40,7 +40,7 @@ static inline float bits_float(uint32_t b) {
 
 /* inlined, so that the AVX2 scan's copy is VEX code: a call from it into legacy SSE code cost ~150 ns a score
  * (the upper halves of the ymm registers dirty across the call) */
-static inline __attribute__((always_inline)) void offer(heap *h, float f, int64_t i) {
+static inline __attribute__((always_inline)) void offer(kept *h, float f, int64_t i) {
     if (!(f > -INFINITY)) return; /* -inf, NaN */
     const uint64_t key = (uint64_t)order_bits(f) << 32 | (uint32_t)(UINT32_MAX - (uint32_t)i);
     uint64_t *a = h->key;
@@ -56,8 +56,9 @@ static inline __attribute__((always_inline)) void offer(heap *h, float f, int64_
 }
 
 /* x[lo..hi) one by one, the adjusted ids (from *j on) left out, a NaN noted in *nan */
-static inline __attribute__((always_inline)) void scan_scalar(heap *h, const float *x, int64_t lo, int64_t hi, const int64_t *adj_idx, int64_t m, int64_t *j,
-                        int *nan) {
+static inline __attribute__((always_inline)) void scan_scalar(kept *h, const float *x, int64_t lo, int64_t hi,
+                                                              const int64_t *adj_idx, int64_t m, int64_t *j,
+                                                              int *nan) {
     for (int64_t i = lo; i < hi; i++) {
         const float f = x[i];
         if (f != f) *nan = 1;
@@ -71,7 +72,7 @@ static inline __attribute__((always_inline)) void scan_scalar(heap *h, const flo
 #ifdef MQ_X86_AVX2_BUILD
 #pragma GCC push_options
 #pragma GCC target("avx2")
-static void scan_avx2(heap *h, const float *x, int64_t n, const int64_t *adj_idx, int64_t m, int *nan) {
+static void scan_avx2(kept *h, const float *x, int64_t n, const int64_t *adj_idx, int64_t m, int *nan) {
     int64_t j = 0, i = 0;
     __m256 nans = _mm256_setzero_ps();
     for (; i + 32 <= n; i += 32) {
@@ -113,7 +114,7 @@ int64_t ms_top_k(const float *x, int64_t n, const int64_t *adj_idx, const double
     }
     uint64_t *keys = malloc((size_t)k * sizeof *keys);
     if (!keys) return -3;
-    heap h = {keys, 0, k}; /* (named for what it holds: the k best) */
+    kept h = {keys, 0, k};
     int nan = 0;
 #ifdef MQ_X86_AVX2_BUILD
     if (mq_cpu_isa() == MQ_ISA_AVX2)
@@ -128,7 +129,7 @@ int64_t ms_top_k(const float *x, int64_t n, const int64_t *adj_idx, const double
         free(keys);
         return -1;
     }
-    /* the heap's scores and the adjusted ones (-inf and NaN left out), best first by insertion: k + m at most */
+    /* the k kept and the adjusted ones (-inf and NaN left out), best first by insertion: k + m at most */
     int64_t kept = 0;
     for (int64_t s = 0; s < h.n + m; s++) {
         double v;
